@@ -1,0 +1,336 @@
+//! Settings, their defaults, and the one explicit call that reads them from the environment.
+//!
+//! Every setting has a builder setter on [`Builder`](crate::Builder) and a default that is a
+//! public constant here. [`Config::from_env`] (and [`Builder::from_env`](crate::Builder::from_env))
+//! is the only place the environment is read; a value that does not parse is an
+//! [`Error::InvalidEnv`] naming the variable and the value — nothing falls back silently.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::Error;
+
+/// Default pinning threshold: a poll running at least this long is reported. Same as JFR's
+/// `jdk.VirtualThreadPinned` default.
+pub const DEFAULT_THRESHOLD: Duration = Duration::from_millis(20);
+
+/// Default period at which a poll that is still stuck is reported again.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Default period of the watchdog's scan of the worker slots. A poll's start is known to within
+/// one scan period (see the README's "Precision" section); the watchdog never scans slower than
+/// a quarter of the threshold.
+pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_millis(2);
+
+/// Default capacity of the queue between the watchdog and the sinks. When it is full, events
+/// are dropped and counted ([`Stats::dropped`](crate::Stats::dropped)); the watchdog never waits.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+
+/// Default number of threads that can be watched at once (workers, plus threads that left a
+/// worker in `block_in_place` and still finish their poll).
+pub const DEFAULT_MAX_THREADS: usize = 256;
+
+/// Default interval between stack samples of a poll that stays pinned.
+pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How much stack context an event carries (`PINWATCH_STACKS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Stacks {
+    /// No stack sampling: no signal is ever sent to a worker.
+    Off,
+    /// The top application frame and the frames that hold locks.
+    #[default]
+    Short,
+    /// Every frame.
+    Full,
+}
+
+impl Stacks {
+    /// The spelling used by `PINWATCH_STACKS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stacks::Off => "off",
+            Stacks::Short => "short",
+            Stacks::Full => "full",
+        }
+    }
+}
+
+/// One environment variable pinwatch reads: its name, default and meaning. [`ENV_VARS`] lists
+/// them all; the README's configuration table is checked against it by a test.
+#[derive(Clone, Copy, Debug)]
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: &'static str,
+    /// Its default, as it would be written in the variable.
+    pub default: &'static str,
+    /// What it does.
+    pub doc: &'static str,
+}
+
+/// Every environment variable [`Config::from_env`] reads.
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "PINWATCH",
+        default: "on",
+        doc: "`off` builds a plain tokio runtime: no hooks, no threads, no cost",
+    },
+    EnvVar {
+        name: "PINWATCH_THRESHOLD",
+        default: "20ms",
+        doc: "a poll running at least this long is pinned (humantime: `20ms`, `1s`)",
+    },
+    EnvVar {
+        name: "PINWATCH_REPORT_INTERVAL",
+        default: "1s",
+        doc: "a poll still pinned is reported again this often",
+    },
+    EnvVar {
+        name: "PINWATCH_RECORD",
+        default: "",
+        doc: "path of a JSON-lines recording, appended to; unset: no recording",
+    },
+    EnvVar {
+        name: "PINWATCH_STACKS",
+        default: "short",
+        doc: "`off` (no signals sent), `short` (top application frame and lock frames), `full`",
+    },
+    EnvVar {
+        name: "PINWATCH_SAMPLE_INTERVAL",
+        default: "100ms",
+        doc: "a pinned poll's stack is sampled at the threshold, then this often",
+    },
+];
+
+/// The detector's settings. Build one with [`Builder`](crate::Builder) setters or
+/// [`Config::from_env`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// `false` builds a plain runtime with no hooks.
+    pub enabled: bool,
+    /// See [`DEFAULT_THRESHOLD`].
+    pub threshold: Duration,
+    /// See [`DEFAULT_REPORT_INTERVAL`].
+    pub report_interval: Duration,
+    /// See [`DEFAULT_SCAN_INTERVAL`].
+    pub scan_interval: Duration,
+    /// Where the JSON-lines recording goes, if anywhere.
+    pub record: Option<PathBuf>,
+    /// See [`Stacks`].
+    pub stacks: Stacks,
+    /// See [`DEFAULT_SAMPLE_INTERVAL`].
+    pub sample_interval: Duration,
+    /// See [`DEFAULT_QUEUE_CAPACITY`].
+    pub queue_capacity: usize,
+    /// See [`DEFAULT_MAX_THREADS`].
+    pub max_threads: usize,
+    /// Emit a `tracing` WARN event (target `pinwatch`) for every pinned event.
+    pub tracing: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            enabled: true,
+            threshold: DEFAULT_THRESHOLD,
+            report_interval: DEFAULT_REPORT_INTERVAL,
+            scan_interval: DEFAULT_SCAN_INTERVAL,
+            record: None,
+            stacks: Stacks::default(),
+            sample_interval: DEFAULT_SAMPLE_INTERVAL,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            max_threads: DEFAULT_MAX_THREADS,
+            tracing: true,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overlaid with the environment ([`ENV_VARS`]).
+    pub fn from_env() -> Result<Config, Error> {
+        let mut config = Config::default();
+        config.apply_env(|name| std::env::var_os(name))?;
+        Ok(config)
+    }
+
+    /// Overlays the variables that `get` returns on `self`. `get` stands for
+    /// `std::env::var_os`, so that tests need not touch the process environment.
+    pub fn apply_env(
+        &mut self,
+        get: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<(), Error> {
+        let read = |name: &'static str| -> Result<Option<String>, Error> {
+            match get(name) {
+                None => Ok(None),
+                Some(v) => match v.into_string() {
+                    Ok(s) => Ok(Some(s)),
+                    Err(raw) => Err(Error::invalid_env(
+                        name,
+                        raw.to_string_lossy().into_owned(),
+                        "is not valid UTF-8",
+                    )),
+                },
+            }
+        };
+        if let Some(v) = read("PINWATCH")? {
+            self.enabled = parse_switch("PINWATCH", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_THRESHOLD")? {
+            self.threshold = parse_duration("PINWATCH_THRESHOLD", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_REPORT_INTERVAL")? {
+            self.report_interval = parse_duration("PINWATCH_REPORT_INTERVAL", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_RECORD")? {
+            if v.trim().is_empty() {
+                return Err(Error::invalid_env(
+                    "PINWATCH_RECORD",
+                    v,
+                    "is empty; give the path of a file to append to, or unset the variable",
+                ));
+            }
+            self.record = Some(PathBuf::from(v));
+        }
+        if let Some(v) = read("PINWATCH_STACKS")? {
+            self.stacks = match v.trim() {
+                "off" => Stacks::Off,
+                "short" => Stacks::Short,
+                "full" => Stacks::Full,
+                _ => {
+                    return Err(Error::invalid_env(
+                        "PINWATCH_STACKS",
+                        v,
+                        "must be one of `off`, `short`, `full`",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = read("PINWATCH_SAMPLE_INTERVAL")? {
+            self.sample_interval = parse_duration("PINWATCH_SAMPLE_INTERVAL", &v)?;
+        }
+        Ok(())
+    }
+
+    /// The watchdog's scan period: the configured one, but never more than a quarter of the
+    /// threshold (so a pinned poll is seen soon after it crosses it) nor less than 100 µs.
+    pub(crate) fn effective_scan_interval(&self) -> Duration {
+        self.scan_interval
+            .min(self.threshold / 4)
+            .max(Duration::from_micros(100))
+    }
+}
+
+fn parse_switch(var: &'static str, v: &str) -> Result<bool, Error> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "on" | "1" | "true" | "yes" => Ok(true),
+        "off" | "0" | "false" | "no" => Ok(false),
+        _ => Err(Error::invalid_env(
+            var,
+            v.to_owned(),
+            "must be `on` or `off`",
+        )),
+    }
+}
+
+fn parse_duration(var: &'static str, v: &str) -> Result<Duration, Error> {
+    match humantime::parse_duration(v.trim()) {
+        Ok(d) if d.is_zero() => Err(Error::invalid_env(
+            var,
+            v.to_owned(),
+            "must be greater than zero",
+        )),
+        Ok(d) => Ok(d),
+        Err(e) => Err(Error::invalid_env(
+            var,
+            v.to_owned(),
+            format!("is not a duration ({e}); write it like `20ms`, `1s` or `1m 30s`"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, Error> {
+        let map: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        let mut c = Config::default();
+        c.apply_env(|n| map.get(n).cloned())?;
+        Ok(c)
+    }
+
+    #[test]
+    fn defaults_match_the_table() {
+        let c = Config::default();
+        let table: HashMap<_, _> = ENV_VARS.iter().map(|v| (v.name, v.default)).collect();
+        assert_eq!(
+            humantime::parse_duration(table["PINWATCH_THRESHOLD"]).unwrap(),
+            c.threshold
+        );
+        assert_eq!(
+            humantime::parse_duration(table["PINWATCH_REPORT_INTERVAL"]).unwrap(),
+            c.report_interval
+        );
+        assert_eq!(
+            humantime::parse_duration(table["PINWATCH_SAMPLE_INTERVAL"]).unwrap(),
+            c.sample_interval
+        );
+        assert_eq!(table["PINWATCH_STACKS"], c.stacks.as_str());
+        assert_eq!(table["PINWATCH"], if c.enabled { "on" } else { "off" });
+        assert!(c.record.is_none());
+    }
+
+    #[test]
+    fn parses_good_values() {
+        let c = with(&[
+            ("PINWATCH_THRESHOLD", "5ms"),
+            ("PINWATCH_REPORT_INTERVAL", "250ms"),
+            ("PINWATCH_RECORD", "/tmp/x.jsonl"),
+            ("PINWATCH_STACKS", "full"),
+            ("PINWATCH", "off"),
+        ])
+        .unwrap();
+        assert_eq!(c.threshold, Duration::from_millis(5));
+        assert_eq!(c.report_interval, Duration::from_millis(250));
+        assert_eq!(c.record.as_deref(), Some(std::path::Path::new("/tmp/x.jsonl")));
+        assert_eq!(c.stacks, Stacks::Full);
+        assert!(!c.enabled);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_value() {
+        for (var, val) in [
+            ("PINWATCH_THRESHOLD", "fast"),
+            ("PINWATCH_THRESHOLD", "0ms"),
+            ("PINWATCH_REPORT_INTERVAL", "12"),
+            ("PINWATCH_STACKS", "medium"),
+            ("PINWATCH", "maybe"),
+            ("PINWATCH_RECORD", ""),
+            ("PINWATCH_SAMPLE_INTERVAL", "-1s"),
+        ] {
+            let err = with(&[(var, val)]).unwrap_err().to_string();
+            assert!(err.contains(var), "{err}");
+            assert!(err.contains(&format!("{val:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn scan_interval_follows_small_thresholds() {
+        let c = Config {
+            threshold: Duration::from_millis(2),
+            ..Config::default()
+        };
+        assert_eq!(c.effective_scan_interval(), Duration::from_micros(500));
+        assert_eq!(
+            Config::default().effective_scan_interval(),
+            DEFAULT_SCAN_INTERVAL
+        );
+    }
+}

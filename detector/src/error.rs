@@ -1,0 +1,65 @@
+//! The one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while setting pinwatch up. Every message says what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An environment variable holds a value pinwatch cannot use.
+    #[error("{var}={value:?} {reason}")]
+    InvalidEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it, and what would be right.
+        reason: String,
+    },
+    /// A setting given in code is out of range.
+    #[error("pinwatch setting `{setting}` {reason}")]
+    InvalidSetting {
+        /// The builder setter.
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The recording file cannot be opened for appending.
+    #[error(
+        "cannot open the pinwatch recording {path:?} for appending: {source}; \
+         check that its directory exists and is writable, or unset PINWATCH_RECORD"
+    )]
+    Record {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// tokio could not build the runtime.
+    #[error("building the tokio runtime failed: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// A pinwatch thread could not be started.
+    #[error("cannot start the pinwatch {what} thread: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn invalid_env(
+        var: &'static str,
+        value: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Error {
+        Error::InvalidEnv {
+            var,
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! The pinned event: what the watchdog reports and what every sink receives.
+//!
+//! Its JSON form (one object per line in a recording) is a stable interface: see
+//! [`RECORD_SCHEMA`] and the README's "Recording format" section.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the JSON-lines recording format. It changes only when a field changes meaning or
+/// disappears; new fields may appear without a bump.
+pub const RECORD_SCHEMA: u32 = 1;
+
+/// Whether the pinned poll was still running when the event was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// The poll is still running: `duration` is how long it has run so far. A poll that stays
+    /// stuck is reported again every report interval.
+    InProgress,
+    /// The poll returned: `duration` is its full length.
+    Completed,
+}
+
+impl State {
+    /// `in_progress` or `completed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::InProgress => "in_progress",
+            State::Completed => "completed",
+        }
+    }
+}
+
+/// Why the worker was pinned: JFR's `pinnedReason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reason {
+    /// Running on a CPU, never yielding.
+    Cpu,
+    /// In the `nanosleep` family (`std::thread::sleep`, `usleep`).
+    Sleep,
+    /// In a blocking I/O system call.
+    Io,
+    /// Waiting for a contended lock.
+    LockWait,
+    /// Blocked in a system call while holding at least one instrumented lock.
+    LockHeld,
+    /// Blocking inside a `LazyLock` / `OnceLock` / `Once` initializer.
+    OnceInit,
+    /// Waiting for another thread's `LazyLock` / `OnceLock` / `Once` initializer.
+    OnceWait,
+    /// Blocked in something else.
+    Other,
+}
+
+impl Reason {
+    /// Every reason, in declaration order.
+    pub const ALL: [Reason; 8] = [
+        Reason::Cpu,
+        Reason::Sleep,
+        Reason::Io,
+        Reason::LockWait,
+        Reason::LockHeld,
+        Reason::OnceInit,
+        Reason::OnceWait,
+        Reason::Other,
+    ];
+
+    /// The snake_case name used in recordings and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Cpu => "cpu",
+            Reason::Sleep => "sleep",
+            Reason::Io => "io",
+            Reason::LockWait => "lock_wait",
+            Reason::LockHeld => "lock_held",
+            Reason::OnceInit => "once_init",
+            Reason::OnceWait => "once_wait",
+            Reason::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A place in the source.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SourceLocation {
+    /// File as the compiler saw it.
+    pub file: String,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column.
+    pub column: u32,
+}
+
+impl SourceLocation {
+    pub(crate) fn from_std(l: &std::panic::Location<'_>) -> Self {
+        SourceLocation {
+            file: l.file().to_owned(),
+            line: l.line(),
+            column: l.column(),
+        }
+    }
+}
+
+impl fmt::Display for SourceLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
+}
+
+/// The worker thread that was pinned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Worker {
+    /// tokio's worker index, when the thread is one of the runtime's workers.
+    pub index: Option<usize>,
+    /// Linux thread id (as in `/proc/self/task/<tid>`).
+    pub tid: i32,
+    /// Thread name.
+    pub name: String,
+}
+
+/// One stack frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    /// Demangled function name, without the hash.
+    pub function: Option<String>,
+    /// Source file.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+    /// How many instrumented locks this frame took and still holds (`<== locks:N`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub locks: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl fmt::Display for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.function.as_deref().unwrap_or("<unknown>"))?;
+        if let Some(file) = &self.file {
+            write!(f, " ({file}")?;
+            if let Some(line) = self.line {
+                write!(f, ":{line}")?;
+            }
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+/// An instrumented lock ([`crate::sync`]) the pinned worker held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLock {
+    /// `mutex`, `rwlock_read` or `rwlock_write`.
+    pub kind: String,
+    /// Where it was acquired.
+    pub acquired_at: SourceLocation,
+}
+
+/// The worker and site holding the lock a `lock_wait` event waits for, when it is an
+/// instrumented lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockHolder {
+    /// The holding thread.
+    pub worker: Worker,
+    /// Where the holder acquired it.
+    pub acquired_at: SourceLocation,
+}
+
+/// A pinned poll: a task's poll that held its worker for at least the threshold.
+///
+/// Its JSON form is one line of a recording (see [`RECORD_SCHEMA`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PinnedEvent {
+    /// Same for every report of one pinned poll (its `in_progress` reports and its `completed`
+    /// one); unique within a process run.
+    pub id: u64,
+    /// Still running, or returned.
+    pub state: State,
+    /// When the poll started (to within one scan interval, never later than it did).
+    #[serde(with = "rfc3339")]
+    pub start: SystemTime,
+    /// How long the poll ran (so far, for `in_progress`). Never shorter than the real
+    /// duration; longer by less than one scan interval.
+    #[serde(rename = "duration_ms", with = "millis")]
+    pub duration: Duration,
+    /// The threshold in force.
+    #[serde(rename = "threshold_ms", with = "millis")]
+    pub threshold: Duration,
+    /// tokio's task id.
+    pub task_id: Option<u64>,
+    /// Where the task was spawned.
+    pub spawned_at: Option<SourceLocation>,
+    /// The pinned worker.
+    pub worker: Worker,
+    /// Why it was pinned (`None` when stacks are off and `/proc` could not be read).
+    pub reason: Option<Reason>,
+    /// Other reasons seen in some of the samples, when they disagreed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_reasons: Vec<Reason>,
+    /// The system call the thread was in (`clock_nanosleep`, `futex`, `read`, …) or `running`.
+    pub blocking_operation: Option<String>,
+    /// First frame outside std, tokio, pinwatch, libc and the unwinder: JFR's
+    /// `topApplicationFrame`.
+    pub top_frame: Option<Frame>,
+    /// The sampled stack, innermost first (what `PINWATCH_STACKS` asks for).
+    pub stack: Vec<Frame>,
+    /// Instrumented locks the worker held.
+    pub held_locks: Vec<HeldLock>,
+    /// For `lock_wait` on an instrumented lock: who holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_holder: Option<LockHolder>,
+    /// Stack samples taken of this poll so far.
+    #[serde(default)]
+    pub samples: u32,
+    /// 1 for the first report of a poll, 2 for the next, …
+    pub report: u32,
+}
+
+/// One line of a recording: the event plus the `schema` and `event` fields.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct RecordLine<E> {
+    pub schema: u32,
+    pub event: String,
+    #[serde(flatten)]
+    pub pinned: E,
+}
+
+impl PinnedEvent {
+    /// The event as one line of a recording, newline included.
+    pub fn to_json_line(&self) -> String {
+        let line = RecordLine {
+            schema: RECORD_SCHEMA,
+            event: "pinned".to_owned(),
+            pinned: self,
+        };
+        // Serialising plain data into a String cannot fail.
+        let mut s = serde_json::to_string(&line).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// Reads one line of a recording.
+    pub fn from_json_line(line: &str) -> Result<PinnedEvent, ParseLineError> {
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| ParseLineError::Json(e.to_string()))?;
+        match value.get("schema").and_then(|v| v.as_u64()) {
+            Some(v) if v == RECORD_SCHEMA as u64 => {}
+            Some(v) => return Err(ParseLineError::Schema(v)),
+            None => return Err(ParseLineError::NotAnEvent("no `schema` field".into())),
+        }
+        match value.get("event").and_then(|v| v.as_str()) {
+            Some("pinned") => {}
+            other => {
+                return Err(ParseLineError::NotAnEvent(format!(
+                    "`event` is {other:?}, expected \"pinned\""
+                )))
+            }
+        }
+        let line: RecordLine<PinnedEvent> =
+            serde_json::from_value(value).map_err(|e| ParseLineError::Json(e.to_string()))?;
+        Ok(line.pinned)
+    }
+
+    /// A one-line summary, like the first line of `jdk.tracePinnedThreads` output.
+    pub fn headline(&self) -> String {
+        let mut s = format!(
+            "pinned {} for {:.1} ms: task {} ",
+            self.state.as_str(),
+            self.duration.as_secs_f64() * 1e3,
+            self.task_id.map_or_else(|| "?".to_owned(), |t| t.to_string()),
+        );
+        if let Some(at) = &self.spawned_at {
+            s.push_str(&format!("(spawned at {at}) "));
+        }
+        s.push_str(&format!(
+            "held worker {} ({}, tid {})",
+            self.worker
+                .index
+                .map_or_else(|| "?".to_owned(), |i| i.to_string()),
+            self.worker.name,
+            self.worker.tid
+        ));
+        if let Some(r) = self.reason {
+            s.push_str(&format!(" reason={r}"));
+        }
+        if let Some(op) = &self.blocking_operation {
+            s.push_str(&format!(" blocking_operation={op}"));
+        }
+        s
+    }
+}
+
+/// Why a recording line could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseLineError {
+    /// Not JSON, or a field of the wrong type.
+    #[error("not a pinwatch event: {0}")]
+    Json(String),
+    /// A recording made by a pinwatch with another format.
+    #[error(
+        "recording schema {0} is not supported (this pinwatch reads schema {RECORD_SCHEMA}); \
+         read it with the pinwatch version that wrote it"
+    )]
+    Schema(u64),
+    /// JSON, but not a pinned event.
+    #[error("not a pinwatch event: {0}")]
+    NotAnEvent(String),
+}
+
+mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::SystemTime;
+
+    pub fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_rfc3339_micros(*t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_rfc3339(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        // Three decimals: microsecond resolution, readable.
+        let ms = (d.as_secs_f64() * 1e6).round() / 1e3;
+        s.serialize_f64(ms)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let ms = f64::deserialize(d)?;
+        if !ms.is_finite() || ms < 0.0 {
+            return Err(serde::de::Error::custom(format!(
+                "{ms} is not a duration in milliseconds"
+            )));
+        }
+        Ok(Duration::from_secs_f64(ms / 1e3))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PinnedEvent {
+        PinnedEvent {
+            id: 7,
+            state: State::Completed,
+            start: SystemTime::UNIX_EPOCH + Duration::from_micros(1_780_000_000_123_456),
+            duration: Duration::from_micros(100_250),
+            threshold: Duration::from_millis(20),
+            task_id: Some(12),
+            spawned_at: Some(SourceLocation {
+                file: "src/main.rs".into(),
+                line: 10,
+                column: 5,
+            }),
+            worker: Worker {
+                index: Some(1),
+                tid: 4242,
+                name: "tokio-runtime-worker".into(),
+            },
+            reason: Some(Reason::LockHeld),
+            other_reasons: vec![],
+            blocking_operation: Some("clock_nanosleep".into()),
+            top_frame: Some(Frame {
+                function: Some("app::handler".into()),
+                file: Some("src/main.rs".into()),
+                line: Some(12),
+                locks: 1,
+            }),
+            stack: vec![],
+            held_locks: vec![HeldLock {
+                kind: "mutex".into(),
+                acquired_at: SourceLocation {
+                    file: "src/main.rs".into(),
+                    line: 11,
+                    column: 9,
+                },
+            }],
+            lock_holder: None,
+            samples: 1,
+            report: 2,
+        }
+    }
+
+    #[test]
+    fn json_line_round_trips() {
+        let ev = sample();
+        let line = ev.to_json_line();
+        assert!(line.ends_with('\n'));
+        assert_eq!(line.matches('\n').count(), 1);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        for key in [
+            "schema",
+            "event",
+            "state",
+            "start",
+            "duration_ms",
+            "threshold_ms",
+            "task_id",
+            "spawned_at",
+            "worker",
+            "reason",
+            "blocking_operation",
+            "top_frame",
+            "stack",
+            "held_locks",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key} in {line}");
+        }
+        assert_eq!(v["duration_ms"], 100.25);
+        assert_eq!(v["reason"], "lock_held");
+        assert_eq!(v["start"], "2026-05-28T20:26:40.123456Z");
+        let back = PinnedEvent::from_json_line(line.trim_end()).unwrap();
+        assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn rejects_other_schemas_and_non_events() {
+        let line = sample().to_json_line().replace("\"schema\":1", "\"schema\":99");
+        assert!(matches!(
+            PinnedEvent::from_json_line(&line),
+            Err(ParseLineError::Schema(99))
+        ));
+        assert!(matches!(
+            PinnedEvent::from_json_line("{\"schema\":1,\"event\":\"other\"}"),
+            Err(ParseLineError::NotAnEvent(_))
+        ));
+        assert!(matches!(
+            PinnedEvent::from_json_line("{\"schema\":1,"),
+            Err(ParseLineError::Json(_))
+        ));
+    }
+}

@@ -1,0 +1,184 @@
+//! Probing a pinned thread from the watchdog: its scheduler state and system call from `/proc`,
+//! and a stack sample (see [`crate::stack`]). Runs on the watchdog thread, never on a worker.
+
+use crate::runtime::Shared;
+use crate::slot::Slot;
+
+/// The thread's state as `/proc/self/task/<tid>/stat` and `syscall` tell it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ProcState {
+    /// `R` running, `S` sleeping, `D` disk sleep, …
+    pub state: char,
+    /// `None` while running in user space; `Some(name)` while in a system call.
+    pub syscall: Option<&'static str>,
+}
+
+/// One look at a pinned thread.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Probe {
+    pub proc: Option<ProcState>,
+    /// Instruction pointers, innermost first, when a stack sample arrived.
+    pub stack: Option<Vec<usize>>,
+    /// Instrumented locks held (kind, acquisition site), see [`crate::sync`].
+    pub held: Vec<crate::sync::HeldRaw>,
+    /// The instrumented lock the thread is waiting for, and who holds it.
+    pub waiting_for: Option<crate::sync::WaitRaw>,
+}
+
+/// Takes one probe of `slot`'s thread.
+pub(crate) fn take(shared: &Shared, slot: &Slot) -> Probe {
+    let tid = slot.tid.load(std::sync::atomic::Ordering::Relaxed);
+    // Read /proc before the signal: the sample interrupts the system call for a moment.
+    let proc = read_proc(tid);
+    let stack = if shared.config.stacks == crate::Stacks::Off {
+        None
+    } else {
+        crate::stack::sample(slot, tid)
+    };
+    let held = crate::sync::held_by(slot);
+    let waiting_for = crate::sync::waiting_for(shared, slot);
+    Probe {
+        proc,
+        stack,
+        held,
+        waiting_for,
+    }
+}
+
+/// Reads the thread's state and current system call. `None` if the thread is gone.
+pub(crate) fn read_proc(tid: i32) -> Option<ProcState> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
+    let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+    let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok();
+    Some(ProcState {
+        state,
+        syscall: syscall.as_deref().and_then(parse_syscall_file),
+    })
+}
+
+/// `/proc/<tid>/syscall` holds `running`, or `-1 sp pc` (blocked, not in a system call), or the
+/// system call number and its arguments.
+fn parse_syscall_file(s: &str) -> Option<&'static str> {
+    let first = s.split_whitespace().next()?;
+    if first == "running" {
+        return None;
+    }
+    let nr: i64 = first.parse().ok()?;
+    if nr < 0 {
+        return None;
+    }
+    Some(syscall_name(nr))
+}
+
+/// The name of system call `nr` on this architecture, for the ones a pinned worker is found in.
+pub(crate) fn syscall_name(nr: i64) -> &'static str {
+    macro_rules! names {
+        ($($name:ident),* $(,)?) => {
+            $( if nr == libc::$name as i64 { return &stringify!($name)[4..]; } )*
+        };
+    }
+    names!(
+        SYS_read,
+        SYS_write,
+        SYS_readv,
+        SYS_writev,
+        SYS_pread64,
+        SYS_pwrite64,
+        SYS_preadv,
+        SYS_pwritev,
+        SYS_recvfrom,
+        SYS_sendto,
+        SYS_recvmsg,
+        SYS_sendmsg,
+        SYS_recvmmsg,
+        SYS_sendmmsg,
+        SYS_connect,
+        SYS_accept,
+        SYS_accept4,
+        SYS_ppoll,
+        SYS_pselect6,
+        SYS_epoll_pwait,
+        SYS_fsync,
+        SYS_fdatasync,
+        SYS_sync_file_range,
+        SYS_openat,
+        SYS_close,
+        SYS_sendfile,
+        SYS_splice,
+        SYS_getrandom,
+        SYS_flock,
+        SYS_fcntl,
+        SYS_ioctl,
+        SYS_nanosleep,
+        SYS_clock_nanosleep,
+        SYS_futex,
+        SYS_wait4,
+        SYS_waitid,
+        SYS_rt_sigsuspend,
+        SYS_rt_sigtimedwait,
+        SYS_sched_yield,
+        SYS_mmap,
+        SYS_munmap,
+        SYS_madvise,
+        SYS_getdents64,
+        SYS_statx,
+        SYS_newfstatat,
+        SYS_unlinkat,
+        SYS_renameat,
+        SYS_mkdirat,
+        SYS_ftruncate,
+        SYS_fallocate,
+        SYS_io_uring_enter,
+        SYS_io_getevents,
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        names!(
+            SYS_open,
+            SYS_poll,
+            SYS_select,
+            SYS_epoll_wait,
+            SYS_pause,
+            SYS_stat,
+            SYS_lstat,
+            SYS_fstat,
+            SYS_unlink,
+            SYS_rename,
+            SYS_mkdir,
+        );
+    }
+    "unknown"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_file_forms() {
+        assert_eq!(parse_syscall_file("running\n"), None);
+        assert_eq!(parse_syscall_file("-1 0x7ffd 0x7f00\n"), None);
+        let line = format!("{} 0x0 0x1 0x2 0x3 0x4 0x5 0x7ff 0x7f0\n", libc::SYS_futex);
+        assert_eq!(parse_syscall_file(&line), Some("futex"));
+        let line = format!("{} 0x0\n", libc::SYS_clock_nanosleep);
+        assert_eq!(parse_syscall_file(&line), Some("clock_nanosleep"));
+        assert_eq!(syscall_name(100_000), "unknown");
+    }
+
+    #[test]
+    fn reads_a_sleeping_thread() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tx.send(crate::slot::current_tid()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        });
+        let tid = rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let p = read_proc(tid).expect("/proc entry of a live thread");
+        assert_eq!(p.state, 'S');
+        assert_eq!(p.syscall, Some("clock_nanosleep"));
+        t.join().unwrap();
+        assert!(read_proc(i32::MAX).is_none());
+    }
+}

@@ -1,0 +1,77 @@
+//! Test harness: runtimes whose events are collected in memory.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pinwatch::{PinnedEvent, State};
+
+/// Events collected by a sink, shared with the test.
+#[derive(Clone, Default)]
+pub struct Collected(pub Arc<Mutex<Vec<PinnedEvent>>>);
+
+impl Collected {
+    pub fn sink(&self) -> impl FnMut(&PinnedEvent) + Send + 'static {
+        let events = Arc::clone(&self.0);
+        move |e: &PinnedEvent| events.lock().unwrap().push(e.clone())
+    }
+
+    pub fn all(&self) -> Vec<PinnedEvent> {
+        self.0.lock().unwrap().clone()
+    }
+
+    pub fn completed(&self) -> Vec<PinnedEvent> {
+        self.all()
+            .into_iter()
+            .filter(|e| e.state == State::Completed)
+            .collect()
+    }
+
+    /// Waits (bounded) until `pred` holds for some event; returns it.
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&PinnedEvent) -> bool,
+    ) -> Option<PinnedEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.all().into_iter().find(|e| pred(e)) {
+                return Some(e);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// A pinwatch builder with the tracing sink off and a collecting sink on.
+pub fn builder(events: &Collected) -> pinwatch::Builder {
+    pinwatch::Builder::new()
+        .tracing(false)
+        .sink(events.sink())
+}
+
+pub fn multi_thread(workers: usize) -> tokio::runtime::Builder {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(workers).enable_all();
+    b
+}
+
+pub fn current_thread() -> tokio::runtime::Builder {
+    let mut b = tokio::runtime::Builder::new_current_thread();
+    b.enable_all();
+    b
+}
+
+/// Spins the CPU for `d` without yielding.
+pub fn spin(d: Duration) -> u64 {
+    let start = Instant::now();
+    let mut x = 0u64;
+    while start.elapsed() < d {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        std::hint::black_box(x);
+    }
+    x
+}

@@ -288,6 +288,30 @@ mod tests {
     }
 
     #[test]
+    fn readme_table_lists_every_variable_with_its_default() {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+        let rows: Vec<(String, String)> = readme
+            .lines()
+            .filter(|l| l.starts_with("| `PINWATCH"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                (
+                    cells[1].trim_matches('`').to_owned(),
+                    cells[2].trim_matches('`').to_owned(),
+                )
+            })
+            .collect();
+        let code: Vec<(String, String)> = ENV_VARS
+            .iter()
+            .map(|v| (v.name.to_owned(), v.default.to_owned()))
+            .collect();
+        assert_eq!(
+            rows, code,
+            "README configuration table and config::ENV_VARS differ"
+        );
+    }
+
+    #[test]
     fn parses_good_values() {
         let c = with(&[
             ("PINWATCH_THRESHOLD", "5ms"),
@@ -299,7 +323,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.threshold, Duration::from_millis(5));
         assert_eq!(c.report_interval, Duration::from_millis(250));
-        assert_eq!(c.record.as_deref(), Some(std::path::Path::new("/tmp/x.jsonl")));
+        assert_eq!(
+            c.record.as_deref(),
+            Some(std::path::Path::new("/tmp/x.jsonl"))
+        );
         assert_eq!(c.stacks, Stacks::Full);
         assert!(!c.enabled);
     }

@@ -160,7 +160,7 @@ impl fmt::Display for Frame {
     }
 }
 
-/// An instrumented lock ([`crate::sync`]) the pinned worker held.
+/// An instrumented lock (`pinwatch::sync`) the pinned worker held.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldLock {
     /// `mutex`, `rwlock_read` or `rwlock_write`.
@@ -281,7 +281,8 @@ impl PinnedEvent {
             "pinned {} for {:.1} ms: task {} ",
             self.state.as_str(),
             self.duration.as_secs_f64() * 1e3,
-            self.task_id.map_or_else(|| "?".to_owned(), |t| t.to_string()),
+            self.task_id
+                .map_or_else(|| "?".to_owned(), |t| t.to_string()),
         );
         if let Some(at) = &self.spawned_at {
             s.push_str(&format!("(spawned at {at}) "));
@@ -437,7 +438,9 @@ mod tests {
 
     #[test]
     fn rejects_other_schemas_and_non_events() {
-        let line = sample().to_json_line().replace("\"schema\":1", "\"schema\":99");
+        let line = sample()
+            .to_json_line()
+            .replace("\"schema\":1", "\"schema\":99");
         assert!(matches!(
             PinnedEvent::from_json_line(&line),
             Err(ParseLineError::Schema(99))

@@ -136,7 +136,9 @@ const ONCE_FRAMES: &[&str] = &[
 /// waits in `Once::call` for another's initializer); `once_init` when an application frame
 /// stands above it (the initializer itself is what blocks or spins).
 fn once_reason(frames: &[Frame]) -> Option<Reason> {
-    let pos = frames.iter().position(|f| function_matches(f, ONCE_FRAMES))?;
+    let pos = frames
+        .iter()
+        .position(|f| function_matches(f, ONCE_FRAMES))?;
     if frames[..pos].iter().any(is_application) {
         Some(Reason::OnceInit)
     } else {
@@ -154,9 +156,25 @@ fn function_matches(f: &Frame, prefixes: &[&str]) -> bool {
 
 /// Crates whose frames never make a top application frame.
 const INTERNAL_CRATES: &[&str] = &[
-    "std", "core", "alloc", "tokio", "pinwatch", "backtrace", "libc", "futures_executor",
-    "futures_util", "futures_core", "tracing", "tracing_core", "parking_lot",
-    "parking_lot_core", "rayon_core", "hyper", "axum", "tower", "pinwatch_macros",
+    "std",
+    "core",
+    "alloc",
+    "tokio",
+    "pinwatch",
+    "backtrace",
+    "libc",
+    "futures_executor",
+    "futures_util",
+    "futures_core",
+    "tracing",
+    "tracing_core",
+    "parking_lot",
+    "parking_lot_core",
+    "rayon_core",
+    "hyper",
+    "axum",
+    "tower",
+    "pinwatch_macros",
 ];
 
 /// Whether `f` is application code: it has a name, and that name's crate is not the runtime's,
@@ -196,7 +214,9 @@ fn owning_crate(name: &str) -> &str {
         }
         s = t;
     }
-    let end = s.find([':', ' ', '<', '>', ',', '(', ')', '[', ';']).unwrap_or(s.len());
+    let end = s
+        .find([':', ' ', '<', '>', ',', '(', ')', '[', ';'])
+        .unwrap_or(s.len());
     &s[..end]
 }
 
@@ -246,7 +266,11 @@ mod tests {
 
     #[test]
     fn reasons() {
-        let sleep = [f("clock_nanosleep"), f("std::thread::sleep"), f("app::work")];
+        let sleep = [
+            f("clock_nanosleep"),
+            f("std::thread::sleep"),
+            f("app::work"),
+        ];
         let v = classify(Some(&proc(Some("clock_nanosleep"))), &sleep, false, false).unwrap();
         assert_eq!(v.reason, Reason::Sleep);
         assert_eq!(v.operation, "clock_nanosleep");

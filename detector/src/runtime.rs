@@ -356,7 +356,10 @@ impl Runtime {
 
     /// [`Stats`] so far (all zero when pinwatch is off).
     pub fn stats(&self) -> Stats {
-        self.detector.as_ref().map(Detector::stats).unwrap_or_default()
+        self.detector
+            .as_ref()
+            .map(Detector::stats)
+            .unwrap_or_default()
     }
 
     /// Shuts the runtime down, waiting at most `timeout` for its blocking threads (see

@@ -177,17 +177,16 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let _ = CURRENT.try_with(|c| c.set(ptr::null()));
+        let _ = CURRENT.try_with(|c| c.set((0, ptr::null())));
         self.shared.slots.release(self.index);
     }
 }
 
 thread_local! {
-    /// The calling thread's slot. Const-initialised and without a destructor, so reading it on
-    /// the hot path is a plain thread-local load (and is async-signal-safe).
-    static CURRENT: Cell<*const Slot> = const { Cell::new(ptr::null()) };
-    /// Which runtime `CURRENT` belongs to (its `Shared` address).
-    static CURRENT_OWNER: Cell<usize> = const { Cell::new(0) };
+    /// Which runtime (its `Shared` address) and which slot the calling thread has.
+    /// Const-initialised and without a destructor, so reading it on the hot path is a plain
+    /// thread-local load (and is async-signal-safe).
+    static CURRENT: Cell<(usize, *const Slot)> = const { Cell::new((0, ptr::null())) };
     /// The runtime this thread failed to claim a slot in (table full), so that it is not retried
     /// on every poll.
     static NO_SLOT_IN: Cell<usize> = const { Cell::new(0) };
@@ -200,15 +199,13 @@ thread_local! {
 #[inline]
 pub(crate) fn current_slot(shared: &Arc<Shared>) -> Option<&Slot> {
     let key = Arc::as_ptr(shared) as usize;
-    if CURRENT_OWNER.get() == key {
-        let p = CURRENT.get();
-        if !p.is_null() {
-            // SAFETY: `CURRENT` points into the table of the `Shared` at `key`, which the
-            // thread's `Claim` keeps alive (it holds an `Arc`); `Claim::drop` nulls `CURRENT`
-            // before letting go of it. The caller holds another `Arc` to the same `Shared`, so
-            // the returned borrow cannot outlive the table.
-            return Some(unsafe { &*p });
-        }
+    let (owner, p) = CURRENT.get();
+    if owner == key && !p.is_null() {
+        // SAFETY: `CURRENT` points into the table of the `Shared` at `key`, which the thread's
+        // `Claim` keeps alive (it holds an `Arc`); `Claim::drop` nulls `CURRENT` before letting
+        // go of it. The caller holds another `Arc` to the same `Shared`, so the returned borrow
+        // cannot outlive the table.
+        return Some(unsafe { &*p });
     }
     claim_slow(shared, key)
 }
@@ -223,7 +220,10 @@ fn claim_slow(shared: &Arc<Shared>, key: usize) -> Option<&Slot> {
         Some(i) => i,
         None => {
             NO_SLOT_IN.set(key);
-            shared.stats.unwatched_threads.fetch_add(1, Ordering::Relaxed);
+            shared
+                .stats
+                .unwatched_threads
+                .fetch_add(1, Ordering::Relaxed);
             return None;
         }
     };
@@ -238,8 +238,7 @@ fn claim_slow(shared: &Arc<Shared>, key: usize) -> Option<&Slot> {
             let old = g.replace(claim);
             drop(g);
             drop(old);
-            CURRENT.set(slot);
-            CURRENT_OWNER.set(key);
+            CURRENT.set((key, slot));
             true
         }
         Err(_) => false,
@@ -251,11 +250,4 @@ fn claim_slow(shared: &Arc<Shared>, key: usize) -> Option<&Slot> {
         // Thread-local storage is being torn down: do not watch this thread.
         None
     }
-}
-
-/// The calling thread's slot, whatever runtime it belongs to: for the instrumented locks and the
-/// signal handler. A plain thread-local read.
-#[inline]
-pub(crate) fn current_slot_any() -> *const Slot {
-    CURRENT.try_with(|c| c.get()).unwrap_or(ptr::null())
 }

@@ -45,7 +45,10 @@ fn expand(
                 Some(Lit::Int(i)) => {
                     let n: usize = i.base10_parse()?;
                     if n == 0 {
-                        return Err(syn::Error::new_spanned(i, "worker_threads must be at least 1"));
+                        return Err(syn::Error::new_spanned(
+                            i,
+                            "worker_threads must be at least 1",
+                        ));
                     }
                     worker_threads = Some(n);
                 }

@@ -48,9 +48,7 @@ impl Collected {
 
 /// A pinwatch builder with the tracing sink off and a collecting sink on.
 pub fn builder(events: &Collected) -> pinwatch::Builder {
-    pinwatch::Builder::new()
-        .tracing(false)
-        .sink(events.sink())
+    pinwatch::Builder::new().tracing(false).sink(events.sink())
 }
 
 pub fn multi_thread(workers: usize) -> tokio::runtime::Builder {

@@ -57,11 +57,12 @@ pub mod event;
 mod hooks;
 mod probe;
 mod reason;
+pub mod report;
 mod runtime;
 pub mod sink;
 mod slot;
 mod stack;
-mod sync;
+pub mod sync;
 mod watchdog;
 
 pub use config::{Config, Stacks};
@@ -69,6 +70,7 @@ pub use error::Error;
 pub use event::{PinnedEvent, Reason, State};
 pub use runtime::{Builder, Detector, Runtime, Stats};
 pub use sink::Sink;
+pub use stack::sample_signal;
 
 /// Drop-in for `#[tokio::main]`: builds the runtime with pinwatch watching it, configured from
 /// the environment. Takes the same arguments (`flavor = "multi_thread" | "current_thread"`,

@@ -23,15 +23,30 @@ pub(crate) struct Probe {
     pub held: Vec<crate::sync::HeldRaw>,
     /// The instrumented lock the thread is waiting for, and who holds it.
     pub waiting_for: Option<crate::sync::WaitRaw>,
+    /// Whether a signal was sent for this probe (false: the previous stack was reused).
+    pub signalled: bool,
 }
 
-/// Takes one probe of `slot`'s thread.
-pub(crate) fn take(shared: &Shared, slot: &Slot) -> Probe {
+/// Takes one probe of `slot`'s thread. A thread still blocked in the same system call as at the
+/// `previous` probe is not signalled again — its stack has not moved, and each signal interrupts
+/// the call (see the README's "Signals") — the previous stack stands.
+pub(crate) fn take(shared: &Shared, slot: &Slot, previous: Option<&Probe>) -> Probe {
     let tid = slot.tid.load(std::sync::atomic::Ordering::Relaxed);
     // Read /proc before the signal: the sample interrupts the system call for a moment.
     let proc = read_proc(tid);
-    let stack = if shared.config.stacks == crate::Stacks::Off {
+    let unchanged = match (previous, &proc) {
+        (Some(prev), Some(now)) => {
+            now.syscall.is_some()
+                && prev.proc.as_ref().map(|p| p.syscall) == Some(now.syscall)
+                && prev.stack.is_some()
+        }
+        _ => false,
+    };
+    let stacks_on = shared.config.stacks != crate::Stacks::Off;
+    let stack = if !stacks_on {
         None
+    } else if unchanged {
+        previous.and_then(|p| p.stack.clone())
     } else {
         crate::stack::sample(slot, tid)
     };
@@ -42,6 +57,7 @@ pub(crate) fn take(shared: &Shared, slot: &Slot) -> Probe {
         stack,
         held,
         waiting_for,
+        signalled: stacks_on && !unchanged,
     }
 }
 

@@ -183,6 +183,22 @@ pub(crate) fn is_application(f: &Frame) -> bool {
     let Some(name) = f.function.as_deref() else {
         return false;
     };
+    // The file says it best when it is known: std's sources are under /rustc/, dependencies'
+    // under cargo's registry; an inlined frame's name (from DWARF) carries no crate path.
+    if let Some(file) = f.file.as_deref() {
+        if file.starts_with("/rustc/")
+            || file.contains("/.cargo/registry/")
+            || file.contains("/.cargo/git/")
+            || file.contains("/detector/src/")
+        {
+            return false;
+        }
+        if !name.contains("::") || name.starts_with('<') {
+            // A C symbol, or an inlined frame named without its path: keep it when it is in
+            // the application's own sources and not the C library's.
+            return !file.starts_with("./") && !file.contains("glibc") && !file.contains("/libc");
+        }
+    }
     let krate = owning_crate(name);
     if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
         return false;
@@ -317,6 +333,26 @@ mod tests {
         let v = classify(Some(&proc(Some("futex"))), &wait, false, false).unwrap();
         assert_eq!(v.reason, Reason::OnceWait);
         assert!(classify(None, &[], false, false).is_none());
+    }
+
+    #[test]
+    fn files_decide_for_inlined_frames() {
+        let at = |name: &str, file: &str| Frame {
+            function: Some(name.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(1),
+            locks: 0,
+        };
+        assert!(!is_application(&at(
+            "with_mut<tokio::runtime::task::core::Stage<app::f>>",
+            "/root/.cargo/registry/src/index.crates.io-x/tokio-1.54.1/src/loom/std/unsafe_cell.rs"
+        )));
+        assert!(!is_application(&at(
+            "call_once<app::f::{closure_env#1}, ()>",
+            "/rustc/abc/library/core/src/ops/function.rs"
+        )));
+        assert!(is_application(&at("{closure#0}", "sample-apps/src/lib.rs")));
+        assert!(is_application(&at("app::work", "/home/me/app/src/main.rs")));
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub(crate) struct Slot {
     /// Owner's name and `ThreadId`, set at claim time; only the claim and the watchdog's rare
     /// path lock it.
     pub info: Mutex<ThreadInfo>,
+    /// Instrumented locks the owner holds ([`crate::sync`]).
+    pub locks: crate::sync::HeldLocks,
+    /// Where the signal handler leaves a stack sample ([`crate::stack`]).
+    pub sample: crate::stack::SampleBuf,
 }
 
 impl Slot {
@@ -73,6 +77,8 @@ impl Slot {
             generation: AtomicUsize::new(0),
             tid: AtomicI32::new(0),
             info: Mutex::new(ThreadInfo::default()),
+            locks: crate::sync::HeldLocks::new(),
+            sample: crate::stack::SampleBuf::new(),
         }
     }
 
@@ -141,6 +147,7 @@ impl SlotTable {
                 s.flagged.store(NOT_FLAGGED, Ordering::Relaxed);
                 s.ended_seq.store(NOT_FLAGGED, Ordering::Relaxed);
                 s.tid.store(current_tid(), Ordering::Relaxed);
+                s.locks.clear();
                 let current = std::thread::current();
                 if let Ok(mut info) = s.info.lock() {
                     info.thread_id = Some(current.id());
@@ -250,4 +257,11 @@ fn claim_slow(shared: &Arc<Shared>, key: usize) -> Option<&Slot> {
         // Thread-local storage is being torn down: do not watch this thread.
         None
     }
+}
+
+/// The calling thread's slot, whatever runtime it belongs to: for the instrumented locks and the
+/// signal handler. A plain thread-local read, async-signal-safe.
+#[inline]
+pub(crate) fn current_slot_any() -> *const Slot {
+    CURRENT.try_with(|c| c.get().1).unwrap_or(ptr::null())
 }

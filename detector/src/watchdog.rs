@@ -256,14 +256,14 @@ impl Watchdog<'_> {
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
-        let probe = probe::take(self.shared, slot);
-        if probe.stack.is_some() {
-            self.shared.stats.samples.fetch_add(1, Ordering::Relaxed);
-        } else if self.shared.config.stacks != crate::Stacks::Off {
-            self.shared
-                .stats
-                .samples_missed
-                .fetch_add(1, Ordering::Relaxed);
+        let probe = probe::take(self.shared, slot, p.probes.last());
+        if probe.signalled {
+            let counter = if probe.stack.is_some() {
+                &self.shared.stats.samples
+            } else {
+                &self.shared.stats.samples_missed
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
         }
         p.probes.push(probe);
         p.event.samples = p.probes.len() as u32;

@@ -1,1 +1,96 @@
-fn main() {}
+//! `pinwatch`: read a recording made with `PINWATCH_RECORD`.
+//!
+//! `pinwatch print FILE` renders each event like `jfr print --events jdk.VirtualThreadPinned`;
+//! `pinwatch summary FILE` groups them by top application frame like `jfr view pinned-threads`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use pinwatch::report;
+
+#[derive(Parser)]
+#[command(
+    name = "pinwatch",
+    version,
+    about = "Read pinwatch recordings (PINWATCH_RECORD files)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print every event, one block each, stack included (like `jfr print`).
+    Print {
+        /// The recording (JSON lines).
+        file: PathBuf,
+        /// Print the events as JSON lines instead (one per line, as recorded).
+        #[arg(long)]
+        json: bool,
+        /// Only the last report of each pinned poll.
+        #[arg(long)]
+        latest: bool,
+    },
+    /// Group pinned polls by top application frame: count, longest, total, reasons (like
+    /// `jfr view pinned-threads`), sorted by total.
+    Summary {
+        /// The recording (JSON lines).
+        file: PathBuf,
+        /// Print the table as a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let file = match &cli.command {
+        Command::Print { file, .. } | Command::Summary { file, .. } => file,
+    };
+    let rec = match report::read_recording(file) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pinwatch: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    for w in &rec.warnings {
+        eprintln!("pinwatch: warning: {w}");
+    }
+    match cli.command {
+        Command::Print { json, latest, .. } => {
+            let events: Vec<pinwatch::PinnedEvent> = if latest {
+                report::latest_reports(&rec.events)
+                    .into_iter()
+                    .cloned()
+                    .collect()
+            } else {
+                rec.events
+            };
+            if json {
+                for e in &events {
+                    print!("{}", e.to_json_line());
+                }
+            } else {
+                print!("{}", report::render_print(&events));
+            }
+        }
+        Command::Summary { json, .. } => {
+            let rows = report::summarize(&rec.events);
+            if json {
+                match serde_json::to_string_pretty(&rows) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("pinwatch: {e}");
+                        return ExitCode::from(1);
+                    }
+                }
+            } else {
+                print!("{}", report::render_summary(&rows));
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -104,7 +104,7 @@ fn finish(report: Report, resolver: &mut stack::Resolver, stacks: Stacks) -> Pin
     }
     if let Some(last) = probes.last() {
         event.held_locks = last.held.iter().map(|h| h.to_event()).collect();
-        event.lock_holder = last.waiting_for.as_ref().map(|w| w.to_event());
+        event.lock_holder = last.waiting_for.as_ref().and_then(|w| w.to_event());
         stack::mark_lock_frames(&mut last_frames, &last.held);
     }
     event.top_frame = reason::top_frame(&last_frames).cloned();

@@ -1,0 +1,325 @@
+//! Reading a recording back, and the two views of the `pinwatch` CLI: `print` (like
+//! `jfr print --events jdk.VirtualThreadPinned`) and `summary` (like `jfr view pinned-threads`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::event::{PinnedEvent, Reason};
+
+/// A recording that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The file cannot be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line is not a pinwatch event.
+    #[error("{path}:{line}: {message}")]
+    Line {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// What was read from a recording.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Recording {
+    /// Every event, in file order.
+    pub events: Vec<PinnedEvent>,
+    /// Warnings (a truncated last line).
+    pub warnings: Vec<String>,
+}
+
+/// Reads a recording. A bad line is an error naming its number, except a last line without its
+/// newline that does not parse — a recording cut by a crash — which is skipped with a warning.
+pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
+    let text = std::fs::read(path).map_err(|source| ReadError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let text = String::from_utf8_lossy(&text);
+    parse_recording(&text, &path.display().to_string())
+}
+
+/// [`read_recording`] on text; `name` names it in messages.
+pub fn parse_recording(text: &str, name: &str) -> Result<Recording, ReadError> {
+    let mut rec = Recording::default();
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match PinnedEvent::from_json_line(line) {
+            Ok(e) => rec.events.push(e),
+            Err(e) => {
+                let last = i + 1 == lines.len();
+                if last && !complete && matches!(e, crate::event::ParseLineError::Json(_)) {
+                    rec.warnings.push(format!(
+                        "{name}:{}: last line is incomplete (the recording was cut off); skipped",
+                        i + 1
+                    ));
+                } else {
+                    return Err(ReadError::Line {
+                        path: name.to_owned(),
+                        line: i + 1,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(rec)
+}
+
+/// The last report of each pinned poll (a `completed` one supersedes its `in_progress` ones), in
+/// order of first appearance.
+pub fn latest_reports(events: &[PinnedEvent]) -> Vec<&PinnedEvent> {
+    let mut order: Vec<u64> = Vec::new();
+    let mut latest: BTreeMap<u64, &PinnedEvent> = BTreeMap::new();
+    for e in events {
+        if !latest.contains_key(&e.id) {
+            order.push(e.id);
+        }
+        latest.insert(e.id, e);
+    }
+    order.iter().map(|id| latest[id]).collect()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// `pinwatch print`: one block per event, like `jfr print --events jdk.VirtualThreadPinned`.
+pub fn render_print(events: &[PinnedEvent]) -> String {
+    let mut out = String::new();
+    for e in events {
+        let _ = writeln!(out, "pinwatch.Pinned {{");
+        let _ = writeln!(out, "  id = {}", e.id);
+        let _ = writeln!(
+            out,
+            "  state = \"{}\" (report {})",
+            e.state.as_str(),
+            e.report
+        );
+        let _ = writeln!(
+            out,
+            "  startTime = {}",
+            humantime::format_rfc3339_millis(e.start)
+        );
+        let _ = writeln!(out, "  duration = {}", ms(e.duration));
+        let _ = writeln!(out, "  threshold = {}", ms(e.threshold));
+        let task = e.task_id.map_or_else(|| "?".to_owned(), |t| t.to_string());
+        match &e.spawned_at {
+            Some(at) => {
+                let _ = writeln!(out, "  task = {task} spawned at {at}");
+            }
+            None => {
+                let _ = writeln!(out, "  task = {task}");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  carrierThread = \"{}\" (worker {}, tid {})",
+            e.worker.name,
+            e.worker
+                .index
+                .map_or_else(|| "?".to_owned(), |i| i.to_string()),
+            e.worker.tid
+        );
+        let reason = e.reason.map_or("unknown", Reason::as_str);
+        if e.other_reasons.is_empty() {
+            let _ = writeln!(out, "  pinnedReason = \"{reason}\"");
+        } else {
+            let others: Vec<&str> = e.other_reasons.iter().map(|r| r.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "  pinnedReason = \"{reason}\" (also seen: {})",
+                others.join(", ")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  blockingOperation = \"{}\"",
+            e.blocking_operation.as_deref().unwrap_or("unknown")
+        );
+        match &e.top_frame {
+            Some(f) => {
+                let _ = writeln!(out, "  topApplicationFrame = {f}");
+            }
+            None => {
+                let _ = writeln!(out, "  topApplicationFrame = N/A");
+            }
+        }
+        for l in &e.held_locks {
+            let _ = writeln!(out, "  heldLock = {} acquired at {}", l.kind, l.acquired_at);
+        }
+        if let Some(h) = &e.lock_holder {
+            let _ = writeln!(
+                out,
+                "  lockHolder = \"{}\" (tid {}) acquired at {}",
+                h.worker.name, h.worker.tid, h.acquired_at
+            );
+        }
+        if e.stack.is_empty() {
+            let _ = writeln!(out, "  stackTrace = N/A");
+        } else {
+            let _ = writeln!(out, "  stackTrace = [");
+            for f in &e.stack {
+                if f.locks > 0 {
+                    let _ = writeln!(out, "    {f} <== locks:{}", f.locks);
+                } else {
+                    let _ = writeln!(out, "    {f}");
+                }
+            }
+            let _ = writeln!(out, "  ]");
+        }
+        let _ = writeln!(out, "}}");
+    }
+    out
+}
+
+/// One row of `pinwatch summary`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct SummaryRow {
+    /// The top application frame (`function (file:line)`), or `N/A`.
+    pub frame: String,
+    /// Pinned polls.
+    pub count: usize,
+    /// Longest, in ms.
+    pub longest_ms: f64,
+    /// Total, in ms.
+    pub total_ms: f64,
+    /// Reasons and how many polls had each, most first.
+    pub reasons: Vec<(String, usize)>,
+    /// Polls still running at their last report.
+    pub in_progress: usize,
+}
+
+/// `pinwatch summary`: per top application frame, count, longest and total time pinned, and the
+/// reasons, sorted by total; like `jfr view pinned-threads`. Each pinned poll counts once, with
+/// its last report.
+pub fn summarize(events: &[PinnedEvent]) -> Vec<SummaryRow> {
+    let mut rows: BTreeMap<String, SummaryRow> = BTreeMap::new();
+    for e in latest_reports(events) {
+        let frame = e
+            .top_frame
+            .as_ref()
+            .map_or_else(|| "N/A".to_owned(), |f| f.to_string());
+        let row = rows.entry(frame.clone()).or_insert_with(|| SummaryRow {
+            frame,
+            count: 0,
+            longest_ms: 0.0,
+            total_ms: 0.0,
+            reasons: Vec::new(),
+            in_progress: 0,
+        });
+        let d = e.duration.as_secs_f64() * 1e3;
+        row.count += 1;
+        row.total_ms += d;
+        row.longest_ms = row.longest_ms.max(d);
+        if e.state == crate::State::InProgress {
+            row.in_progress += 1;
+        }
+        let r = e.reason.map_or("unknown", Reason::as_str).to_owned();
+        match row.reasons.iter_mut().find(|(name, _)| *name == r) {
+            Some((_, n)) => *n += 1,
+            None => row.reasons.push((r, 1)),
+        }
+    }
+    let mut rows: Vec<SummaryRow> = rows.into_values().collect();
+    for r in &mut rows {
+        r.reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        r.total_ms = (r.total_ms * 10.0).round() / 10.0;
+        r.longest_ms = (r.longest_ms * 10.0).round() / 10.0;
+    }
+    rows.sort_by(|a, b| {
+        b.total_ms
+            .total_cmp(&a.total_ms)
+            .then(a.frame.cmp(&b.frame))
+    });
+    rows
+}
+
+/// The summary as a text table.
+pub fn render_summary(rows: &[SummaryRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Pinned Threads");
+    let _ = writeln!(out);
+    let headers = [
+        "Top Application Frame",
+        "Count",
+        "Longest",
+        "Total",
+        "Reasons",
+    ];
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            let mut reasons: Vec<String> = r
+                .reasons
+                .iter()
+                .map(|(name, n)| format!("{name} {n}"))
+                .collect();
+            if r.in_progress > 0 {
+                reasons.push(format!("({} still in progress)", r.in_progress));
+            }
+            [
+                r.frame.clone(),
+                r.count.to_string(),
+                format!("{:.1} ms", r.longest_ms),
+                format!("{:.1} ms", r.total_ms),
+                reasons.join(", "),
+            ]
+        })
+        .collect();
+    let mut widths = headers.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cols: [&str; 5]| {
+        let mut s = String::new();
+        for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
+            if i == 0 || i == 4 {
+                let _ = write!(s, "{c:<w$}");
+            } else {
+                let _ = write!(s, "{c:>w$}");
+            }
+            if i < 4 {
+                s.push_str("  ");
+            }
+        }
+        s.trim_end().to_owned()
+    };
+    let _ = writeln!(out, "{}", line(headers));
+    let _ = writeln!(
+        out,
+        "{}",
+        line(widths.map(|w| "-".repeat(w)).each_ref().map(|s| s.as_str()))
+    );
+    for row in &cells {
+        let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
+    }
+    if rows.is_empty() {
+        let _ = writeln!(out, "(no pinned polls)");
+    }
+    out
+}

@@ -1,0 +1,138 @@
+//! `tour`: every pinning case, bad and fixed, with pinwatch on. Prints per case the expected
+//! reason, what pinwatch detected, and bad vs fixed time; then a verdict, and the `pinwatch print`
+//! view of one event. Exits non-zero if a bad case was missed or a fixed case produced an event.
+//!
+//! `cargo run --release -p sample-apps --bin tour`
+
+use clap::Parser;
+use sample_apps::{cases, run, table, Variant};
+
+#[derive(Parser)]
+#[command(
+    about = "Run every pinning case, bad and fixed, with pinwatch on, and check what it reports"
+)]
+struct Args {
+    /// Run only these cases (by name).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let all = cases();
+    for name in &args.only {
+        if !all.iter().any(|c| c.name == name) {
+            let names: Vec<&str> = all.iter().map(|c| c.name).collect();
+            eprintln!(
+                "tour: no case named {name:?}; the cases are {}",
+                names.join(", ")
+            );
+            std::process::exit(2);
+        }
+    }
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let mut example = None;
+    for case in all
+        .iter()
+        .filter(|c| args.only.is_empty() || args.only.iter().any(|o| o == c.name))
+    {
+        eprintln!("tour: {} — {}", case.name, case.about);
+        let mut variants = vec![(Variant::Bad, case.expected)];
+        if case.name == "lock_sleep" {
+            variants.push((Variant::PinwatchMutex, pinwatch::Reason::LockHeld));
+        }
+        let fixed = run(case, Variant::Fixed, case.workers, case.tasks.1, false);
+        for (variant, expected) in variants {
+            let bad = run(case, variant, case.workers, case.tasks.1, false);
+            let detected = bad.events.iter().any(|e| e.reason == Some(expected));
+            let ok = detected && fixed.events.is_empty();
+            if !detected {
+                failures.push(format!(
+                    "{} ({variant:?}): expected {expected}, detected {:?}",
+                    case.name,
+                    bad.reasons()
+                ));
+            }
+            let reasons: Vec<String> = bad
+                .reasons()
+                .iter()
+                .map(|(r, n)| format!("{r}×{n}"))
+                .collect();
+            let name = if variant == Variant::Bad {
+                case.name.to_owned()
+            } else {
+                format!("{} (pinwatch Mutex)", case.name)
+            };
+            let metric = match (&bad.metric, &fixed.metric) {
+                (Some((label, b)), Some((_, f))) => {
+                    format!("{label}: {} vs {}", table::ms(*b), table::ms(*f))
+                }
+                _ => String::new(),
+            };
+            rows.push(vec![
+                name,
+                format!("W={} N={}", case.workers, case.tasks.1),
+                expected.to_string(),
+                bad.events.len().to_string(),
+                if reasons.is_empty() {
+                    "-".into()
+                } else {
+                    reasons.join(" ")
+                },
+                bad.top_frame(expected).unwrap_or_else(|| "-".into()),
+                table::ms(bad.elapsed),
+                table::ms(fixed.elapsed),
+                fixed.events.len().to_string(),
+                metric,
+                if ok { "ok".into() } else { "FAIL".into() },
+            ]);
+            if example.is_none() {
+                example = bad
+                    .events
+                    .iter()
+                    .find(|e| e.reason == Some(expected))
+                    .cloned();
+            }
+        }
+        if !fixed.events.is_empty() {
+            failures.push(format!(
+                "{} (fixed): expected no events, got {:?}",
+                case.name,
+                fixed.reasons()
+            ));
+        }
+    }
+    print!(
+        "{}",
+        table::render(
+            &[
+                "case",
+                "size",
+                "expected",
+                "events",
+                "detected",
+                "top frame (bad)",
+                "bad time",
+                "fixed time",
+                "fixed events",
+                "measured",
+                "verdict",
+            ],
+            &rows
+        )
+    );
+    if let Some(e) = example {
+        println!("\nOne event as `pinwatch print` shows it:\n");
+        print!("{}", pinwatch::report::render_print(&[e]));
+    }
+    if failures.is_empty() {
+        println!("\nverdict: every bad case detected with the expected reason; every fixed case clean ({} cases)", rows.len());
+    } else {
+        println!("\nverdict: FAILED");
+        for f in &failures {
+            println!("  {f}");
+        }
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,484 @@
+//! The pinning cases, each with a bad and a fixed variant, run on a pinwatch runtime whose events
+//! are collected. The binaries in `src/bin` and `tour` are thin wrappers around [`run`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use pinwatch::{PinnedEvent, Reason, State};
+
+pub mod table;
+
+/// Which variant of a case to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Variant {
+    /// The pinning code.
+    Bad,
+    /// The same work without pinning.
+    Fixed,
+    /// `lock_sleep` only: the bad code with `pinwatch::sync::Mutex`, reported as `lock_held`.
+    PinwatchMutex,
+}
+
+/// Common command-line options of the sample binaries.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Opts {
+    /// Which variant to run; both `bad` and `fixed` when not given.
+    #[arg(long, value_enum)]
+    pub variant: Option<Variant>,
+    /// Worker threads (default: the case's own, as in the article).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Number of tasks (default: the case's own).
+    #[arg(long)]
+    pub tasks: Option<usize>,
+}
+
+/// What one run of a case measured.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The case's wall time.
+    pub elapsed: Duration,
+    /// A case-specific measurement (e.g. worst lateness of a bystander), if any.
+    pub metric: Option<(String, Duration)>,
+    /// Completed pinned events (one per pinned poll).
+    pub events: Vec<PinnedEvent>,
+}
+
+impl Outcome {
+    /// Reasons and how many completed events had each.
+    pub fn reasons(&self) -> Vec<(Reason, usize)> {
+        let mut v: Vec<(Reason, usize)> = Vec::new();
+        for e in &self.events {
+            if let Some(r) = e.reason {
+                match v.iter_mut().find(|(x, _)| *x == r) {
+                    Some((_, n)) => *n += 1,
+                    None => v.push((r, 1)),
+                }
+            }
+        }
+        v.sort_by_key(|r| std::cmp::Reverse(r.1));
+        v
+    }
+
+    /// The top frame of the first event with `reason`.
+    pub fn top_frame(&self, reason: Reason) -> Option<String> {
+        self.events
+            .iter()
+            .find(|e| e.reason == Some(reason))
+            .and_then(|e| e.top_frame.as_ref())
+            .map(|f| {
+                let file = f.file.as_deref().unwrap_or("?");
+                let file = file.rsplit_once("sample-apps/").map_or(file, |(_, f)| f);
+                format!(
+                    "{} ({}:{})",
+                    f.function.as_deref().unwrap_or("?"),
+                    file,
+                    f.line.unwrap_or(0)
+                )
+            })
+    }
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Option<(String, Duration)>> + Send>>;
+
+/// A pinning case.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// Its name (and binary name).
+    pub name: &'static str,
+    /// What it shows.
+    pub about: &'static str,
+    /// The reason pinwatch must report for the bad variant.
+    pub expected: Reason,
+    /// Workers, as in the article.
+    pub workers: usize,
+    /// Tasks at full size / in the tour.
+    pub tasks: (usize, usize),
+    body: fn(Variant, usize, bool) -> BoxFuture,
+}
+
+/// Every pinning case, in tour order.
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "lock_sleep",
+            about: "N tasks, each with its own std Mutex, sleep 100 ms inside the lock",
+            expected: Reason::Sleep,
+            workers: 2,
+            tasks: (100, 8),
+            body: |v, n, _| Box::pin(lock_sleep(v, n)),
+        },
+        Case {
+            name: "lazy_init",
+            about: "a LazyLock initializer sleeps while 100 bystander tasks sleep 10 ms, 1 worker",
+            expected: Reason::OnceInit,
+            workers: 1,
+            tasks: (100, 100),
+            body: |v, n, full| Box::pin(lazy_init(v, n, full)),
+        },
+        Case {
+            name: "ffi_block",
+            about: "a blocking C call (libc::usleep through FFI) inside a task",
+            expected: Reason::Sleep,
+            workers: 2,
+            tasks: (4, 2),
+            body: |v, n, _| Box::pin(ffi_block(v, n)),
+        },
+        Case {
+            name: "cpu_hog",
+            about: "a long computation on 1 worker while a 10 ms ticker runs",
+            expected: Reason::Cpu,
+            workers: 1,
+            tasks: (1, 1),
+            body: |v, _, full| Box::pin(cpu_hog(v, full)),
+        },
+        Case {
+            name: "blocking_io",
+            about: "std::net blocking reads from a slow server inside tasks",
+            expected: Reason::Io,
+            workers: 2,
+            tasks: (8, 4),
+            body: |v, n, _| Box::pin(blocking_io(v, n)),
+        },
+        Case {
+            name: "lock_contention",
+            about: "tasks contend one std Mutex with a 50 ms critical section",
+            expected: Reason::LockWait,
+            workers: 2,
+            tasks: (8, 4),
+            body: |v, n, _| Box::pin(lock_contention(v, n)),
+        },
+        Case {
+            name: "blocking_wait",
+            about: "std mpsc recv and Condvar wait inside tasks",
+            expected: Reason::Other,
+            workers: 2,
+            tasks: (4, 2),
+            body: |v, n, _| Box::pin(blocking_wait(v, n)),
+        },
+    ]
+}
+
+/// Finds a case by name.
+pub fn case(name: &str) -> Option<Case> {
+    cases().into_iter().find(|c| c.name == name)
+}
+
+/// Runs `case` on a fresh pinwatch runtime (configured from the environment, so that
+/// `PINWATCH_RECORD` works) and collects its completed events.
+pub fn run(case: &Case, variant: Variant, workers: usize, tasks: usize, full: bool) -> Outcome {
+    let events: Arc<Mutex<Vec<PinnedEvent>>> = Arc::default();
+    let sink = Arc::clone(&events);
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(workers).enable_all();
+    let builder = match pinwatch::Builder::from_env() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("pinwatch: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = builder
+        .tracing(false)
+        .sink(move |e: &PinnedEvent| {
+            if e.state == State::Completed {
+                sink.lock().unwrap().push(e.clone());
+            }
+        })
+        .build(&mut tokio)
+        .unwrap_or_else(|e| {
+            eprintln!("pinwatch: {e}");
+            std::process::exit(2);
+        });
+    let start = Instant::now();
+    let body = (case.body)(variant, tasks, full);
+    // The body runs as a task: the `block_on` future itself is not watched.
+    let metric = rt.block_on(rt.spawn(body)).expect("case panicked");
+    let elapsed = start.elapsed();
+    rt.shutdown();
+    let events = std::mem::take(&mut *events.lock().unwrap());
+    Outcome {
+        elapsed,
+        metric,
+        events,
+    }
+}
+
+async fn join_all<T: Send + 'static>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("task panicked"));
+    }
+    out
+}
+
+async fn lock_sleep(variant: Variant, n: usize) -> Option<(String, Duration)> {
+    let handles = (0..n)
+        .map(|_| match variant {
+            Variant::Bad => tokio::spawn(async {
+                let lock = Mutex::new(0u32);
+                let mut g = lock.lock().unwrap();
+                std::thread::sleep(Duration::from_millis(100)); // pinned: sleeps holding a std lock
+                *g += 1;
+            }),
+            Variant::PinwatchMutex => tokio::spawn(async {
+                let lock = pinwatch::sync::Mutex::new(0u32);
+                let mut g = lock.lock().unwrap();
+                std::thread::sleep(Duration::from_millis(100)); // pinned, lock_held
+                *g += 1;
+            }),
+            Variant::Fixed => tokio::spawn(async {
+                let lock = tokio::sync::Mutex::new(0u32);
+                let mut g = lock.lock().await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                *g += 1;
+            }),
+        })
+        .collect();
+    join_all(handles).await;
+    None
+}
+
+async fn lazy_init(variant: Variant, bystanders: usize, full: bool) -> Option<(String, Duration)> {
+    let init_time = if full {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_millis(300)
+    };
+    let start = Instant::now();
+    let init = match variant {
+        Variant::Fixed => {
+            let cell = Arc::new(tokio::sync::OnceCell::<u64>::new());
+            tokio::spawn(async move {
+                *cell
+                    .get_or_init(|| async move {
+                        tokio::time::sleep(init_time).await;
+                        42
+                    })
+                    .await
+            })
+        }
+        _ => {
+            let lazy: Arc<LazyLock<u64, Box<dyn FnOnce() -> u64 + Send>>> =
+                Arc::new(LazyLock::new(Box::new(move || {
+                    std::thread::sleep(init_time); // pinned: a blocking initializer
+                    42
+                })));
+            tokio::spawn(async move { **lazy })
+        }
+    };
+    let handles = (0..bystanders)
+        .map(|_| {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                start.elapsed()
+            })
+        })
+        .collect();
+    let worst = join_all(handles)
+        .await
+        .into_iter()
+        .max()
+        .unwrap_or_default();
+    init.await.expect("init");
+    Some(("bystander worst".into(), worst))
+}
+
+async fn ffi_block(variant: Variant, n: usize) -> Option<(String, Duration)> {
+    let handles = (0..n)
+        .map(|_| match variant {
+            Variant::Fixed => tokio::spawn(async {
+                tokio::task::spawn_blocking(|| c_sleep(Duration::from_millis(200)))
+                    .await
+                    .unwrap();
+            }),
+            _ => tokio::spawn(async {
+                c_sleep(Duration::from_millis(200)); // pinned: a blocking native call
+            }),
+        })
+        .collect();
+    join_all(handles).await;
+    None
+}
+
+/// A blocking C call: `nanosleep` through FFI, resumed after a signal with the time left, as
+/// careful C code does (a bare `usleep` would return early when pinwatch samples the thread).
+fn c_sleep(d: Duration) {
+    let mut req = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    loop {
+        let mut rem = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: both pointers are to live, writable timespecs.
+        let rc = unsafe { libc::nanosleep(&req, &mut rem) };
+        if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+        req = rem;
+    }
+}
+
+fn compute(d: Duration) -> u64 {
+    let start = Instant::now();
+    let mut x = 1u64;
+    while start.elapsed() < d {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        // pinned: CPU
+    }
+    x
+}
+
+async fn cpu_hog(variant: Variant, full: bool) -> Option<(String, Duration)> {
+    let work = if full {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_millis(300)
+    };
+    let ticker = tokio::spawn(async move {
+        let mut worst = Duration::ZERO;
+        let end = Instant::now() + work + Duration::from_millis(100);
+        while Instant::now() < end {
+            let t = Instant::now();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            worst = worst.max(t.elapsed().saturating_sub(Duration::from_millis(10)));
+        }
+        worst
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let job = match variant {
+        Variant::Fixed => tokio::spawn(async move {
+            tokio::task::spawn_blocking(move || compute(work))
+                .await
+                .unwrap()
+        }),
+        _ => tokio::spawn(async move { compute(work) }),
+    };
+    job.await.unwrap();
+    Some(("ticker worst lateness".into(), ticker.await.unwrap()))
+}
+
+/// A server on 127.0.0.1 that answers each connection after 100 ms. Stops after `n` answers.
+fn slow_server(n: usize) -> std::net::SocketAddr {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for _ in 0..n {
+            let Ok((mut conn, _)) = listener.accept() else {
+                return;
+            };
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                let _ = conn.write_all(b"ok\n");
+            });
+        }
+    });
+    addr
+}
+
+async fn blocking_io(variant: Variant, n: usize) -> Option<(String, Duration)> {
+    let addr = slow_server(n);
+    let handles = (0..n)
+        .map(|_| match variant {
+            Variant::Fixed => tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let mut buf = [0u8; 3];
+                s.read_exact(&mut buf).await.unwrap();
+            }),
+            _ => tokio::spawn(async move {
+                use std::io::Read;
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                let mut buf = [0u8; 3];
+                s.read_exact(&mut buf).unwrap(); // pinned: blocking socket read
+            }),
+        })
+        .collect();
+    join_all(handles).await;
+    None
+}
+
+async fn lock_contention(variant: Variant, n: usize) -> Option<(String, Duration)> {
+    let std_lock = Arc::new(Mutex::new(0u64));
+    let tokio_lock = Arc::new(tokio::sync::Mutex::new(0u64));
+    let handles = (0..n)
+        .map(|_| {
+            let (s, t) = (Arc::clone(&std_lock), Arc::clone(&tokio_lock));
+            match variant {
+                Variant::Fixed => tokio::spawn(async move {
+                    let mut g = t.lock().await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    *g += 1;
+                }),
+                _ => tokio::spawn(async move {
+                    let mut g = s.lock().unwrap(); // pinned: waits for a contended std lock
+                    std::thread::sleep(Duration::from_millis(50));
+                    *g += 1;
+                }),
+            }
+        })
+        .collect();
+    join_all(handles).await;
+    None
+}
+
+async fn blocking_wait(variant: Variant, n: usize) -> Option<(String, Duration)> {
+    let mut handles = Vec::new();
+    for i in 0..n {
+        handles.push(match (variant, i % 2) {
+            (Variant::Fixed, 0) => {
+                let (tx, mut rx) = tokio::sync::mpsc::channel::<u32>(1);
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    let _ = tx.blocking_send(1);
+                });
+                tokio::spawn(async move {
+                    rx.recv().await;
+                })
+            }
+            (Variant::Fixed, _) => {
+                let notify = Arc::new(tokio::sync::Notify::new());
+                let n2 = Arc::clone(&notify);
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    n2.notify_one();
+                });
+                tokio::spawn(async move { notify.notified().await })
+            }
+            (_, 0) => {
+                let (tx, rx) = std::sync::mpsc::channel::<u32>();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    let _ = tx.send(1);
+                });
+                tokio::spawn(async move {
+                    let _ = rx.recv(); // pinned: blocking channel receive
+                })
+            }
+            (_, _) => {
+                let pair = Arc::new((Mutex::new(false), Condvar::new()));
+                let p2 = Arc::clone(&pair);
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    *p2.0.lock().unwrap() = true;
+                    p2.1.notify_one();
+                });
+                tokio::spawn(async move {
+                    let (m, cv) = &*pair;
+                    let mut ready = m.lock().unwrap();
+                    while !*ready {
+                        ready = cv.wait(ready).unwrap(); // pinned: Condvar wait
+                    }
+                })
+            }
+        });
+    }
+    join_all(handles).await;
+    None
+}

@@ -18,7 +18,6 @@ pub(crate) struct Shared {
     pub slots: SlotTable,
     pub config: Config,
     pub stats: StatsCounters,
-    pub next_event_id: AtomicU64,
 }
 
 /// Counters behind [`Stats`]. Relaxed: they are totals, read for reporting only.
@@ -242,7 +241,6 @@ impl Builder {
             slots: SlotTable::new(self.config.max_threads),
             config: self.config,
             stats: StatsCounters::default(),
-            next_event_id: AtomicU64::new(1),
         });
         hooks::install(tokio, &shared);
         let rt = tokio.build().map_err(Error::Runtime)?;

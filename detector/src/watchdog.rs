@@ -22,6 +22,10 @@ use crate::probe::{self, Probe};
 use crate::runtime::Shared;
 use crate::slot::{Slot, NOT_FLAGGED};
 
+/// Event ids are unique in the process, across runtimes: a recording shared by several runtimes
+/// (one file, appended to) must not mix their polls up.
+static NEXT_EVENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// What the watchdog sends to the sink thread: an event, plus the raw probes that the sink
 /// thread turns into stack frames and a reason (off the watchdog's path).
 pub(crate) struct Report {
@@ -183,7 +187,7 @@ impl Watchdog<'_> {
         let tid = slot.tid.load(Ordering::Relaxed);
         let elapsed = now.saturating_duration_since(w.after);
         let event = PinnedEvent {
-            id: self.shared.next_event_id.fetch_add(1, Ordering::Relaxed),
+            id: NEXT_EVENT_ID.fetch_add(1, Ordering::Relaxed),
             state: State::InProgress,
             start: SystemTime::now()
                 .checked_sub(elapsed)

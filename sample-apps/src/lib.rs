@@ -482,3 +482,97 @@ async fn blocking_wait(variant: Variant, n: usize) -> Option<(String, Duration)>
     join_all(handles).await;
     None
 }
+
+/// What the article measured for a case, printed beside ours.
+fn article(name: &str) -> &'static str {
+    match name {
+        "lock_sleep" => {
+            "article: 100 tasks on 2 carriers, synchronized 5,022 ms vs ReentrantLock 135 ms; \
+             8 tasks on 4 carriers 2,012 ms vs 1,001 ms. Expected here: N x 100 ms / W vs 100 ms"
+        }
+        "lazy_init" => "article: 1 carrier, 100 bystanders of 10 ms finish at 960 ms vs 11 ms",
+        "ffi_block" => "article: a native call (usleep via FFM) still pins on Java 25",
+        "cpu_hog" => "article: a 2 s computation on one carrier blocks every other task",
+        "blocking_io" => "article: blocking I/O pins a carrier as long as it waits",
+        "lock_contention" => "article: threads waiting for a monitor pin their carriers",
+        "blocking_wait" => "article: a blocking wait inside a virtual thread pins its carrier",
+        _ => "",
+    }
+}
+
+/// `main` of a sample binary: runs the case's variants at full size and prints a table.
+pub fn cli_main(name: &str) {
+    use clap::{Args as _, Command};
+    let case = case(name).unwrap_or_else(|| panic!("no case {name} (this is a bug)"));
+    let cmd = Opts::augment_args(
+        Command::new(case.name)
+            .about(case.about)
+            .after_help(article(case.name)),
+    );
+    let matches = cmd.get_matches();
+    let opts =
+        <Opts as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let workers = opts.workers.unwrap_or(case.workers);
+    let tasks = opts.tasks.unwrap_or(case.tasks.0);
+    if workers == 0 {
+        eprintln!("{name}: --workers must be at least 1");
+        std::process::exit(2);
+    }
+    let variants = match opts.variant {
+        Some(v) => vec![v],
+        None if case.name == "lock_sleep" => {
+            vec![Variant::Bad, Variant::PinwatchMutex, Variant::Fixed]
+        }
+        None => vec![Variant::Bad, Variant::Fixed],
+    };
+    println!("{}: {}", case.name, case.about);
+    println!("{}\n", article(case.name));
+    let mut rows = Vec::new();
+    for v in variants {
+        eprintln!("{name}: running {v:?} with {workers} workers, {tasks} tasks…");
+        let o = run(&case, v, workers, tasks, true);
+        let reasons: Vec<String> = o
+            .reasons()
+            .iter()
+            .map(|(r, n)| format!("{r}×{n}"))
+            .collect();
+        let top = o
+            .reasons()
+            .first()
+            .and_then(|(r, _)| o.top_frame(*r))
+            .unwrap_or_else(|| "-".into());
+        rows.push(vec![
+            format!("{v:?}").to_lowercase(),
+            workers.to_string(),
+            tasks.to_string(),
+            table::ms(o.elapsed),
+            o.metric
+                .as_ref()
+                .map(|(l, d)| format!("{l}: {}", table::ms(*d)))
+                .unwrap_or_default(),
+            o.events.len().to_string(),
+            if reasons.is_empty() {
+                "-".into()
+            } else {
+                reasons.join(" ")
+            },
+            top,
+        ]);
+    }
+    print!(
+        "{}",
+        table::render(
+            &[
+                "variant",
+                "workers",
+                "tasks",
+                "time",
+                "measured",
+                "pinned",
+                "reasons",
+                "top frame"
+            ],
+            &rows
+        )
+    );
+}

@@ -1,0 +1,144 @@
+//! The `pinwatch` CLI: golden output on a checked-in recording (made by `tour` with
+//! `PINWATCH_RECORD`, paths made relative), and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn pinwatch(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// Source line numbers replaced by `N`, so that a golden file survives edits of the sources it
+/// names.
+fn normalise(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find(".rs:") {
+        out.push_str(&rest[..i + 4]);
+        rest = &rest[i + 4..];
+        let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+        if digits > 0 {
+            out.push('N');
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn golden(args: &[&str], file: &str) {
+    let rec = data("recording.jsonl");
+    let mut all = args.to_vec();
+    all.push(rec.to_str().unwrap());
+    let (code, out, err) = pinwatch(&all);
+    assert_eq!(code, 0, "{err}");
+    let want = std::fs::read_to_string(data(file)).unwrap();
+    assert_eq!(
+        normalise(&out),
+        normalise(&want),
+        "output differs from {file}"
+    );
+}
+
+#[test]
+fn print_matches_golden() {
+    golden(&["print"], "print.golden");
+}
+
+#[test]
+fn summary_matches_golden() {
+    golden(&["summary"], "summary.golden");
+}
+
+#[test]
+fn json_outputs_parse() {
+    let rec = data("recording.jsonl");
+    let (code, out, _) = pinwatch(&["summary", "--json", rec.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert!(!rows.is_empty());
+    // Sorted by total time, descending.
+    let totals: Vec<f64> = rows
+        .iter()
+        .map(|r| r["total_ms"].as_f64().unwrap())
+        .collect();
+    assert!(totals.windows(2).all(|w| w[0] >= w[1]), "{totals:?}");
+    let (code, out, _) = pinwatch(&["print", "--json", rec.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let original = std::fs::read_to_string(&rec).unwrap();
+    assert_eq!(out.lines().count(), original.lines().count());
+    for line in out.lines() {
+        pinwatch::PinnedEvent::from_json_line(line).unwrap();
+    }
+}
+
+fn with_lines(lines: &[&str], trailing_newline: bool) -> tempfile::NamedTempFile {
+    let mut text = lines.join("\n");
+    if trailing_newline {
+        text.push('\n');
+    }
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), text).unwrap();
+    f
+}
+
+fn first_lines(n: usize) -> Vec<String> {
+    std::fs::read_to_string(data("recording.jsonl"))
+        .unwrap()
+        .lines()
+        .take(n)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_line_that_is_not_json_is_an_error_with_its_number() {
+    let good = first_lines(2);
+    let f = with_lines(&[&good[0], "this is not json", &good[1]], true);
+    let (code, _, err) = pinwatch(&["print", f.path().to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains(":2:"), "{err}");
+}
+
+#[test]
+fn another_schema_is_an_error_that_says_so() {
+    let good = first_lines(1);
+    let other = good[0].replace("\"schema\":1", "\"schema\":2");
+    let f = with_lines(&[&good[0], &other], true);
+    let (code, _, err) = pinwatch(&["summary", f.path().to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains(":2:") && err.contains("schema 2"), "{err}");
+}
+
+#[test]
+fn a_truncated_last_line_is_skipped_with_a_warning() {
+    let good = first_lines(3);
+    let cut = &good[2][..good[2].len() / 2];
+    let f = with_lines(&[&good[0], &good[1], cut], false);
+    let (code, out, err) = pinwatch(&["print", "--json", f.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning") && err.contains(":3:"), "{err}");
+    assert_eq!(out.lines().count(), 2);
+}
+
+#[test]
+fn a_missing_file_is_an_error_naming_it() {
+    let (code, _, err) = pinwatch(&["print", "/nonexistent/recording.jsonl"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/recording.jsonl"), "{err}");
+}

@@ -48,7 +48,18 @@ pub(crate) fn take(shared: &Shared, slot: &Slot, previous: Option<&Probe>) -> Pr
     } else if unchanged {
         previous.and_then(|p| p.stack.clone())
     } else {
-        crate::stack::sample(slot, tid)
+        crate::stack::sample(slot, tid).map(|sample| {
+            let stats = &shared.stats;
+            let ns = |d: std::time::Duration| d.as_nanos() as u64;
+            let relaxed = std::sync::atomic::Ordering::Relaxed;
+            stats
+                .sample_handler_ns
+                .fetch_add(ns(sample.handler), relaxed);
+            stats
+                .sample_round_trip_ns
+                .fetch_add(ns(sample.round_trip), relaxed);
+            sample.ips
+        })
     };
     let held = crate::sync::held_by(slot);
     let waiting_for = crate::sync::waiting_for(shared, slot);

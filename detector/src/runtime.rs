@@ -30,6 +30,8 @@ pub(crate) struct StatsCounters {
     pub unwatched_threads: AtomicU64,
     pub samples: AtomicU64,
     pub samples_missed: AtomicU64,
+    pub sample_handler_ns: AtomicU64,
+    pub sample_round_trip_ns: AtomicU64,
 }
 
 /// What the detector has done so far. See [`Detector::stats`].
@@ -51,6 +53,10 @@ pub struct Stats {
     pub samples: u64,
     /// Stack samples asked for that did not arrive in time.
     pub samples_missed: u64,
+    /// Total time workers spent in the sampling signal handler (the stall samples cost them).
+    pub sample_handler_time: Duration,
+    /// Total time from sending a sampling signal to reading the sample, on the watchdog.
+    pub sample_round_trip_time: Duration,
 }
 
 impl StatsCounters {
@@ -64,6 +70,8 @@ impl StatsCounters {
             unwatched_threads: r(&self.unwatched_threads),
             samples: r(&self.samples),
             samples_missed: r(&self.samples_missed),
+            sample_handler_time: Duration::from_nanos(r(&self.sample_handler_ns)),
+            sample_round_trip_time: Duration::from_nanos(r(&self.sample_round_trip_ns)),
         }
     }
 }

@@ -32,6 +32,8 @@ pub fn sample_signal() -> libc::c_int {
 pub(crate) struct SampleBuf {
     state: AtomicU8,
     len: AtomicUsize,
+    /// How long the handler ran for the last sample, in ns: the worker's stall per sample.
+    handler_nanos: AtomicUsize,
     ips: [AtomicUsize; MAX_FRAMES],
 }
 
@@ -40,6 +42,7 @@ impl SampleBuf {
         SampleBuf {
             state: AtomicU8::new(IDLE),
             len: AtomicUsize::new(0),
+            handler_nanos: AtomicUsize::new(0),
             ips: [const { AtomicUsize::new(0) }; MAX_FRAMES],
         }
     }
@@ -106,6 +109,7 @@ extern "C" fn handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mut 
             .compare_exchange(REQUESTED, WRITING, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
+            let began = monotonic_nanos();
             let pc = interrupted_pc(ctx);
             let mut n = 0usize;
             let mut seen_pc = pc.is_none();
@@ -129,11 +133,26 @@ extern "C" fn handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mut 
                 });
             }
             buf.len.store(n, Ordering::Relaxed);
+            buf.handler_nanos
+                .store(monotonic_nanos().saturating_sub(began), Ordering::Relaxed);
             buf.state.store(DONE, Ordering::Release);
         }
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// CLOCK_MONOTONIC in ns; `clock_gettime` is async-signal-safe.
+fn monotonic_nanos() -> usize {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as usize)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as usize)
 }
 
 /// The program counter the signal interrupted, from the `ucontext_t`.
@@ -165,9 +184,19 @@ fn interrupted_pc(ctx: *mut libc::c_void) -> Option<usize> {
 /// How long the watchdog waits for a sample before giving up on it.
 const SAMPLE_WAIT: Duration = Duration::from_millis(50);
 
+/// A stack sample and what it cost.
+pub(crate) struct Sample {
+    /// Instruction pointers, innermost first.
+    pub ips: Vec<usize>,
+    /// Time the worker spent in the handler.
+    pub handler: Duration,
+    /// From the signal sent to the sample read, as the watchdog saw it.
+    pub round_trip: Duration,
+}
+
 /// Samples `slot`'s thread (Linux thread id `tid`). Called by the watchdog only. `None` if the
 /// sample did not arrive in time.
-pub(crate) fn sample(slot: &Slot, tid: i32) -> Option<Vec<usize>> {
+pub(crate) fn sample(slot: &Slot, tid: i32) -> Option<Sample> {
     let buf = &slot.sample;
     // A sample that completed after an earlier give-up: discard it.
     let _ = buf
@@ -190,7 +219,8 @@ pub(crate) fn sample(slot: &Slot, tid: i32) -> Option<Vec<usize>> {
             .compare_exchange(REQUESTED, IDLE, Ordering::AcqRel, Ordering::Relaxed);
         return None;
     }
-    let deadline = Instant::now() + SAMPLE_WAIT;
+    let sent = Instant::now();
+    let deadline = sent + SAMPLE_WAIT;
     loop {
         if buf.state.load(Ordering::Acquire) == DONE {
             let n = buf.len.load(Ordering::Relaxed).min(MAX_FRAMES);
@@ -198,8 +228,13 @@ pub(crate) fn sample(slot: &Slot, tid: i32) -> Option<Vec<usize>> {
                 .iter()
                 .map(|ip| ip.load(Ordering::Relaxed))
                 .collect();
+            let handler = Duration::from_nanos(buf.handler_nanos.load(Ordering::Relaxed) as u64);
             buf.state.store(IDLE, Ordering::Release);
-            return Some(ips);
+            return Some(Sample {
+                ips,
+                handler,
+                round_trip: sent.elapsed(),
+            });
         }
         if Instant::now() >= deadline {
             // Withdraw the request if the handler has not started; if it is writing, the next
@@ -209,7 +244,7 @@ pub(crate) fn sample(slot: &Slot, tid: i32) -> Option<Vec<usize>> {
                     .compare_exchange(REQUESTED, IDLE, Ordering::AcqRel, Ordering::Relaxed);
             return None;
         }
-        std::thread::sleep(Duration::from_micros(50));
+        std::thread::sleep(Duration::from_micros(20));
     }
 }
 

@@ -65,9 +65,7 @@ fn main() {
                 format!("{} (pinwatch Mutex)", case.name)
             };
             let metric = match (&bad.metric, &fixed.metric) {
-                (Some((label, b)), Some((_, f))) => {
-                    format!("{label}: {} vs {}", table::ms(*b), table::ms(*f))
-                }
+                (Some(b), Some(f)) => format!("bad: {b}; fixed: {f}"),
                 _ => String::new(),
             };
             rows.push(vec![

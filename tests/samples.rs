@@ -1,0 +1,116 @@
+//! The sample binaries at small sizes: each runs, prints its table, and shows what it should.
+
+use std::process::Command;
+
+/// One sample at a time: two sharing two cores would stretch each other's polls past the
+/// threshold and make a fixed variant look pinned.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn run(bin: &str, args: &[&str]) -> String {
+    let out = Command::new(bin)
+        .args(args)
+        .env_remove("PINWATCH")
+        .env_remove("PINWATCH_RECORD")
+        .env_remove("PINWATCH_THRESHOLD")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{bin} {args:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn row<'a>(table: &'a str, first: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .find(|l| l.split('|').next().map(str::trim) == Some(first))
+        .unwrap_or_else(|| panic!("no row {first:?} in\n{table}"))
+        .split('|')
+        .map(str::trim)
+        .collect()
+}
+
+#[test]
+fn http_server_reports_the_handler_line_and_the_fixed_one_is_clean() {
+    let _serial = serial();
+    let out = run(
+        env!("CARGO_BIN_EXE_http_server"),
+        &["--quick", "--tasks", "20"],
+    );
+    let bad = row(&out, "bad");
+    let fixed = row(&out, "fixed");
+    // variant | workers | tasks | time | measured | pinned | reasons | top frame
+    assert!(bad[5].parse::<u32>().unwrap() > 0, "{out}");
+    assert!(bad[6].contains("sleep"), "{out}");
+    assert!(bad[7].contains("src/http.rs:"), "{out}");
+    assert_eq!(fixed[5], "0", "{out}");
+    let rps = |cell: &str| -> f64 { cell.split(" req/s").next().unwrap().parse().unwrap() };
+    assert!(rps(fixed[4]) > rps(bad[4]) * 3.0, "{out}");
+}
+
+#[test]
+fn io_bench_small() {
+    let _serial = serial();
+    let out = run(env!("CARGO_BIN_EXE_io_bench"), &["--tasks", "1000"]);
+    let tokio = row(&out, "tokio");
+    // mode | tasks | wall time | peak OS threads | peak RSS | notes
+    assert!(tokio[3].parse::<u32>().unwrap() < 50, "{out}");
+    assert_eq!(tokio[5], "pinned polls: 0", "{out}");
+    let threads = row(&out, "thread-per-task");
+    assert!(threads[3].parse::<u32>().unwrap() > 50, "{out}");
+    assert!(row(&out, "pool-200")[2].ends_with("ms"), "{out}");
+}
+
+#[test]
+fn cpu_bench_small() {
+    let _serial = serial();
+    let out = run(
+        env!("CARGO_BIN_EXE_cpu_bench"),
+        &["--tasks", "40", "--limit", "5000", "--rounds", "1"],
+    );
+    for mode in ["tokio tasks", "pool of cores", "rayon"] {
+        assert!(row(&out, mode)[2].ends_with("ms"), "{out}");
+    }
+}
+
+#[test]
+fn semaphore_keeps_the_downstream_within_its_limit() {
+    let _serial = serial();
+    let out = run(
+        env!("CARGO_BIN_EXE_semaphore"),
+        &["--tasks", "400", "--latency", "2ms"],
+    );
+    let fixed = row(&out, "Semaphore(limit)");
+    // variant | tasks | limit | max concurrency | calls over limit | ...
+    assert_eq!(fixed[3], "20", "{out}");
+    assert_eq!(fixed[4], "0", "{out}");
+    let unlimited = row(&out, "no limit");
+    assert!(unlimited[3].parse::<u32>().unwrap() > 20, "{out}");
+}
+
+#[test]
+fn every_case_binary_has_help() {
+    let _serial = serial();
+    for bin in [
+        env!("CARGO_BIN_EXE_lock_sleep"),
+        env!("CARGO_BIN_EXE_lazy_init"),
+        env!("CARGO_BIN_EXE_ffi_block"),
+        env!("CARGO_BIN_EXE_cpu_hog"),
+        env!("CARGO_BIN_EXE_blocking_io"),
+        env!("CARGO_BIN_EXE_lock_contention"),
+        env!("CARGO_BIN_EXE_blocking_wait"),
+        env!("CARGO_BIN_EXE_http_server"),
+    ] {
+        let out = run(bin, &["--help"]);
+        assert!(
+            out.contains("--workers") && out.contains("--variant"),
+            "{out}"
+        );
+    }
+}

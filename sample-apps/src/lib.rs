@@ -142,7 +142,7 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "blocking_io",
-            about: "std::net blocking reads from a slow server inside tasks",
+            about: "std::net and std::fs blocking reads (a slow server, a slow pipe) inside tasks",
             expected: Reason::Io,
             workers: 2,
             tasks: (8, 4),
@@ -167,10 +167,10 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "blocking_wait",
-            about: "std mpsc recv and Condvar wait inside tasks",
+            about: "std mpsc recv, Condvar wait and futures::executor::block_on inside tasks",
             expected: Reason::Other,
             workers: 2,
-            tasks: (4, 2),
+            tasks: (6, 3),
             body: |v, n, _| Box::pin(blocking_wait(v, n)),
         },
     ]
@@ -400,21 +400,64 @@ fn slow_server(n: usize) -> std::net::SocketAddr {
     addr
 }
 
+/// A named pipe whose writer, once a reader has opened it, waits 100 ms and writes a line.
+fn slow_fifo() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "pinwatch-sample-{}-{}.fifo",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: `c` is a valid NUL-terminated path.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        panic!(
+            "mkfifo {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    let p = path.clone();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        // Opening for writing waits for the reader.
+        if let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(&p) {
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = w.write_all(b"ok\n");
+        }
+        let _ = std::fs::remove_file(&p);
+    });
+    path
+}
+
 async fn blocking_io(variant: Variant, n: usize) -> Option<String> {
     let addr = slow_server(n);
     let handles = (0..n)
-        .map(|_| match variant {
-            Variant::Fixed => tokio::spawn(async move {
+        .map(|i| match (variant, i % 2) {
+            (Variant::Fixed, 0) => tokio::spawn(async move {
                 use tokio::io::AsyncReadExt;
                 let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
                 let mut buf = [0u8; 3];
                 s.read_exact(&mut buf).await.unwrap();
             }),
-            _ => tokio::spawn(async move {
+            (Variant::Fixed, _) => tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut f = tokio::fs::File::open(slow_fifo()).await.unwrap();
+                let mut buf = [0u8; 3];
+                f.read_exact(&mut buf).await.unwrap();
+            }),
+            (_, 0) => tokio::spawn(async move {
                 use std::io::Read;
                 let mut s = std::net::TcpStream::connect(addr).unwrap();
                 let mut buf = [0u8; 3];
                 s.read_exact(&mut buf).unwrap(); // pinned: blocking socket read
+            }),
+            (_, _) => tokio::spawn(async move {
+                use std::io::Read;
+                let mut f = std::fs::File::open(slow_fifo()).unwrap(); // pinned: blocking open
+                let mut buf = [0u8; 3];
+                f.read_exact(&mut buf).unwrap(); // pinned: blocking file read
             }),
         })
         .collect();
@@ -446,57 +489,66 @@ async fn lock_contention(variant: Variant, n: usize) -> Option<String> {
     None
 }
 
+/// Runs `f` on a new thread after 100 ms: the event a blocking wait waits for.
+fn after_100ms(f: impl FnOnce() + Send + 'static) {
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        f();
+    });
+}
+
 async fn blocking_wait(variant: Variant, n: usize) -> Option<String> {
-    let mut handles = Vec::new();
-    for i in 0..n {
-        handles.push(match (variant, i % 2) {
-            (Variant::Fixed, 0) => {
+    let handles = (0..n)
+        .map(|i| match (variant, i % 3) {
+            (Variant::Fixed, 0) => tokio::spawn(async {
                 let (tx, mut rx) = tokio::sync::mpsc::channel::<u32>(1);
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(100));
+                after_100ms(move || {
                     let _ = tx.blocking_send(1);
                 });
-                tokio::spawn(async move {
-                    rx.recv().await;
-                })
-            }
-            (Variant::Fixed, _) => {
+                rx.recv().await;
+            }),
+            (Variant::Fixed, 1) => tokio::spawn(async {
                 let notify = Arc::new(tokio::sync::Notify::new());
                 let n2 = Arc::clone(&notify);
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(100));
-                    n2.notify_one();
-                });
-                tokio::spawn(async move { notify.notified().await })
-            }
-            (_, 0) => {
-                let (tx, rx) = std::sync::mpsc::channel::<u32>();
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(100));
+                after_100ms(move || n2.notify_one());
+                notify.notified().await;
+            }),
+            (Variant::Fixed, _) => tokio::spawn(async {
+                let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+                after_100ms(move || {
                     let _ = tx.send(1);
                 });
-                tokio::spawn(async move {
-                    let _ = rx.recv(); // pinned: blocking channel receive
-                })
-            }
-            (_, _) => {
+                let _ = rx.await;
+            }),
+            (_, 0) => tokio::spawn(async {
+                let (tx, rx) = std::sync::mpsc::channel::<u32>();
+                after_100ms(move || {
+                    let _ = tx.send(1);
+                });
+                let _ = rx.recv(); // pinned: blocking channel receive
+            }),
+            (_, 1) => tokio::spawn(async {
                 let pair = Arc::new((Mutex::new(false), Condvar::new()));
                 let p2 = Arc::clone(&pair);
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(100));
+                after_100ms(move || {
                     *p2.0.lock().unwrap() = true;
                     p2.1.notify_one();
                 });
-                tokio::spawn(async move {
-                    let (m, cv) = &*pair;
-                    let mut ready = m.lock().unwrap();
-                    while !*ready {
-                        ready = cv.wait(ready).unwrap(); // pinned: Condvar wait
-                    }
-                })
-            }
-        });
-    }
+                let (m, cv) = &*pair;
+                let mut ready = m.lock().unwrap();
+                while !*ready {
+                    ready = cv.wait(ready).unwrap(); // pinned: Condvar wait
+                }
+            }),
+            (_, _) => tokio::spawn(async {
+                let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+                after_100ms(move || {
+                    let _ = tx.send(1);
+                });
+                let _ = futures::executor::block_on(rx); // pinned: a nested executor
+            }),
+        })
+        .collect();
     join_all(handles).await;
     None
 }

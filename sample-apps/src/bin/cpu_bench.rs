@@ -21,6 +21,10 @@ struct Args {
     /// Each task counts the primes below this.
     #[arg(long, default_value_t = 60_000)]
     limit: u32,
+    /// Threads for every mode: tokio workers, pool threads, rayon threads (default: one per
+    /// core).
+    #[arg(long)]
+    workers: Option<usize>,
     /// Measured rounds (after one warm-up round).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -34,7 +38,13 @@ fn count_primes(limit: u32) -> u32 {
 
 fn main() {
     let args = Args::parse();
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    if args.workers == Some(0) || args.rounds == 0 || args.tasks == 0 {
+        eprintln!("cpu_bench: --workers, --rounds and --tasks must be at least 1");
+        std::process::exit(2);
+    }
+    let cores = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let mut b = tokio::runtime::Builder::new_multi_thread();
     b.worker_threads(cores).enable_all();
     let rt = pinwatch::Builder::new()

@@ -26,6 +26,9 @@ struct Args {
     /// Also run the pool of 200 threads at 100,000 tasks or more (about 50 s each).
     #[arg(long)]
     all: bool,
+    /// tokio worker threads (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
     /// Internal: run one mode in this process and print its result.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -33,8 +36,12 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    if args.workers == Some(0) {
+        eprintln!("io_bench: --workers must be at least 1");
+        std::process::exit(2);
+    }
     if let Some(mode) = &args.child {
-        child(mode, args.tasks[0]);
+        child(mode, args.tasks[0], args.workers);
         return;
     }
     let exe = std::env::current_exe().expect("own path");
@@ -53,10 +60,12 @@ fn main() {
                 continue;
             }
             eprintln!("io_bench: {mode} with {n} tasks…");
-            let out = Command::new(&exe)
-                .args(["--child", mode, "--tasks", &n.to_string()])
-                .output()
-                .expect("run child");
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--child", mode, "--tasks", &n.to_string()]);
+            if let Some(w) = args.workers {
+                cmd.args(["--workers", &w.to_string()]);
+            }
+            let out = cmd.output().expect("run child");
             let text = String::from_utf8_lossy(&out.stdout);
             let f: Vec<&str> = text.split_whitespace().collect();
             if !out.status.success() || f.len() < 3 {
@@ -106,13 +115,16 @@ fn main() {
 }
 
 /// Runs one mode; prints `elapsed_ms peak_threads peak_rss_kib notes…`.
-fn child(mode: &str, n: usize) {
+fn child(mode: &str, n: usize, workers: Option<usize>) {
     let peak = procstat::ThreadPeak::start();
     let start = Instant::now();
     let notes = match mode {
         "tokio" => {
             let mut b = tokio::runtime::Builder::new_multi_thread();
             b.enable_all();
+            if let Some(w) = workers {
+                b.worker_threads(w);
+            }
             let rt = pinwatch::Builder::new()
                 .tracing(false)
                 .build(&mut b)

@@ -12,10 +12,11 @@
 //!
 //! ## One line
 //!
-//! ```no_run
-//! #[pinwatch::main]
+//! ```
+//! #[pinwatch::main(flavor = "current_thread")]
 //! async fn main() {
-//!     // the service, unchanged
+//!     // the service, unchanged; `spawn` the work (the body of `main` itself is not a task)
+//!     tokio::spawn(async { /* … */ }).await.unwrap();
 //! }
 //! ```
 //!

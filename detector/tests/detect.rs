@@ -243,3 +243,18 @@ fn event_storm_drops_and_counts_and_the_app_keeps_running() {
     let delivered = events.all().len() as u64;
     assert!(delivered <= stats.events, "{delivered} > {stats:?}");
 }
+
+#[test]
+fn off_builds_a_plain_runtime() {
+    let _serial = serial();
+    let events = Collected::default();
+    let rt = builder(&events)
+        .enabled(false)
+        .build(&mut multi_thread(2))
+        .unwrap();
+    assert!(rt.detector().is_none());
+    rt.block_on(rt.spawn(async { std::thread::sleep(Duration::from_millis(100)) }))
+        .unwrap();
+    assert_eq!(rt.shutdown(), pinwatch::Stats::default());
+    assert!(events.all().is_empty());
+}

@@ -19,6 +19,10 @@ struct Args {
 #[pinwatch::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
+    // pinwatch reports through `tracing` (target `pinwatch`, WARN): print it.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let stuck = tokio::spawn(async move {
         // Pinned: a blocking receive inside a task.

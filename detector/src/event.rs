@@ -228,6 +228,12 @@ pub struct PinnedEvent {
     pub samples: u32,
     /// 1 for the first report of a poll, 2 for the next, …
     pub report: u32,
+    /// Time the worker spent runnable but waiting for a CPU during the poll (the kernel's
+    /// run-queue delay, counted from a quarter of the threshold on). It is part of `duration`
+    /// but does not count toward the threshold: a worker the machine preempted is late, not
+    /// pinned.
+    #[serde(rename = "cpu_wait_ms", with = "millis", default)]
+    pub cpu_wait: Duration,
 }
 
 /// One line of a recording: the event plus the `schema` and `event` fields.
@@ -401,6 +407,7 @@ mod tests {
             lock_holder: None,
             samples: 1,
             report: 2,
+            cpu_wait: Duration::from_micros(1_500),
         }
     }
 

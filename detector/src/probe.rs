@@ -74,14 +74,37 @@ pub(crate) fn take(shared: &Shared, slot: &Slot, previous: Option<&Probe>) -> Pr
 
 /// Reads the thread's state and current system call. `None` if the thread is gone.
 pub(crate) fn read_proc(tid: i32) -> Option<ProcState> {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
     // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
-    let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+    let state = read_state(tid)?;
     let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok();
     Some(ProcState {
         state,
         syscall: syscall.as_deref().and_then(parse_syscall_file),
     })
+}
+
+/// The thread's scheduler accounting, in ns: time on a CPU and time runnable but waiting for
+/// one (`/proc/self/task/<tid>/schedstat`). The kernel adds a stint to either only when it
+/// ends; a thread waiting for a CPU right now shows none of that wait yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SchedStat {
+    pub on_cpu: u64,
+    pub waiting: u64,
+}
+
+pub(crate) fn read_schedstat(tid: i32) -> Option<SchedStat> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    let mut f = s.split_whitespace();
+    Some(SchedStat {
+        on_cpu: f.next()?.parse().ok()?,
+        waiting: f.next()?.parse().ok()?,
+    })
+}
+
+/// The thread's scheduler state letter (`R`, `S`, `D`, …).
+pub(crate) fn read_state(tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// `/proc/<tid>/syscall` holds `running`, or `-1 sp pc` (blocked, not in a system call), or the

@@ -123,6 +123,13 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             humantime::format_rfc3339_millis(e.start)
         );
         let _ = writeln!(out, "  duration = {}", ms(e.duration));
+        if !e.cpu_wait.is_zero() {
+            let _ = writeln!(
+                out,
+                "  cpuWait = {} (runnable, waiting for a CPU; not counted toward the threshold)",
+                ms(e.cpu_wait)
+            );
+        }
         let _ = writeln!(out, "  threshold = {}", ms(e.threshold));
         let task = e.task_id.map_or_else(|| "?".to_owned(), |t| t.to_string());
         match &e.spawned_at {

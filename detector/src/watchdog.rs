@@ -43,12 +43,17 @@ struct Watch {
     after: Instant,
     /// The current long poll is a `block_in_place` section: not reported.
     dismissed: bool,
+    /// The thread's scheduler accounting when the poll was a quarter of the threshold old:
+    /// time spent after it waiting for a CPU does not count toward the threshold.
+    baseline: Option<Baseline>,
     pinned: Option<Pinned>,
 }
 
 /// A poll reported as pinned and not yet completed.
 struct Pinned {
     seq: u64,
+    tid: i32,
+    baseline: Option<Baseline>,
     event: PinnedEvent,
     start: Instant,
     last_report: Instant,
@@ -123,6 +128,7 @@ impl Watchdog<'_> {
                 first_seen: now,
                 after: prev,
                 dismissed: false,
+                baseline: None,
                 pinned: None,
             });
             return;
@@ -133,20 +139,33 @@ impl Watchdog<'_> {
             w.first_seen = now;
             w.after = prev;
             w.dismissed = false;
+            w.baseline = None;
+            return;
+        }
+        if seq & 1 == 0 || w.pinned.is_some() || w.dismissed {
             return;
         }
         let threshold = self.shared.config.threshold;
-        if seq & 1 == 1
-            && w.pinned.is_none()
-            && !w.dismissed
-            && now.saturating_duration_since(w.first_seen) >= threshold
-        {
-            self.flag(slot, w, seq, now);
+        let age = now.saturating_duration_since(w.first_seen);
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if w.baseline.is_none() && age >= threshold / 4 {
+            w.baseline = probe::read_schedstat(tid).map(|stat| Baseline { at: now, age, stat });
+        }
+        if age >= threshold {
+            // A worker the kernel preempted (an overloaded machine, a CPU quota) is late, but
+            // not pinned by its task: only time on a CPU or blocked counts.
+            let (pinned_for, waited) = match w.baseline {
+                Some(b) => b.pinned_time(now, tid),
+                None => (age, Duration::ZERO),
+            };
+            if pinned_for >= threshold {
+                self.flag(slot, w, seq, now, waited);
+            }
         }
     }
 
     /// A poll just crossed the threshold: decide whether it is pinned, and report it.
-    fn flag(&mut self, slot: &Slot, w: &mut Watch, seq: u64, now: Instant) {
+    fn flag(&mut self, slot: &Slot, w: &mut Watch, seq: u64, now: Instant, waited: Duration) {
         let (thread_id, name) = match slot.info.lock() {
             Ok(info) => (info.thread_id, info.name.clone()),
             Err(_) => (None, String::new()),
@@ -206,9 +225,12 @@ impl Watchdog<'_> {
             lock_holder: None,
             samples: 0,
             report: 1,
+            cpu_wait: waited,
         };
         let mut pinned = Pinned {
             seq,
+            tid,
+            baseline: w.baseline,
             event,
             start: w.after,
             last_report: now,
@@ -242,6 +264,7 @@ impl Watchdog<'_> {
             };
             p.event.state = State::Completed;
             p.event.duration = end.saturating_duration_since(p.start);
+            p.event.cpu_wait = p.event.cpu_wait.max(waited_since(p.baseline, p.tid));
             p.event.report += 1;
             self.send(&p);
             return None;
@@ -252,6 +275,7 @@ impl Watchdog<'_> {
         }
         if now.saturating_duration_since(p.last_report) >= self.shared.config.report_interval {
             p.last_report = now;
+            p.event.cpu_wait = waited_since(p.baseline, p.tid);
             p.event.duration = now.saturating_duration_since(p.start);
             p.event.report += 1;
             self.send(&p);
@@ -291,6 +315,51 @@ impl Watchdog<'_> {
                 self.shared.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+/// The scheduler's view of a poll, taken when it was a quarter of the threshold old.
+#[derive(Clone, Copy)]
+struct Baseline {
+    at: Instant,
+    /// The poll's age then.
+    age: Duration,
+    stat: probe::SchedStat,
+}
+
+/// A stint on a CPU is accounted only when it ends (at the latest at the next tick): allow this
+/// much unaccounted time to a running thread.
+const TICK: Duration = Duration::from_millis(4);
+
+impl Baseline {
+    /// How long the poll has held its worker, not counting time spent waiting for a CPU since
+    /// the baseline; and that waiting time.
+    fn pinned_time(&self, now: Instant, tid: i32) -> (Duration, Duration) {
+        let since = now.saturating_duration_since(self.at);
+        let total = self.age + since;
+        let Some(stat) = probe::read_schedstat(tid) else {
+            return (total, Duration::ZERO);
+        };
+        let on_cpu = Duration::from_nanos(stat.on_cpu.saturating_sub(self.stat.on_cpu));
+        let waited = Duration::from_nanos(stat.waiting.saturating_sub(self.stat.waiting));
+        // Neither on a CPU nor waiting for one, as far as the kernel has accounted yet.
+        let rest = since.saturating_sub(on_cpu + waited);
+        let counted = match probe::read_state(tid) {
+            // Asleep or in a blocking call now: the unaccounted time is that blocked time.
+            Some('S' | 'D') => on_cpu + rest,
+            // Runnable: the unaccounted time may be a wait for a CPU still going on; count
+            // only what a running thread could have left unaccounted.
+            _ => on_cpu + rest.min(TICK),
+        };
+        (self.age + counted, waited)
+    }
+}
+
+/// Time thread `tid` spent waiting for a CPU since `baseline` (zero when unknown).
+fn waited_since(baseline: Option<Baseline>, tid: i32) -> Duration {
+    match (baseline, probe::read_schedstat(tid)) {
+        (Some(b), Some(now)) => Duration::from_nanos(now.waiting.saturating_sub(b.stat.waiting)),
+        _ => Duration::ZERO,
     }
 }
 

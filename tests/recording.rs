@@ -56,33 +56,9 @@ fn a_stuck_worker_is_on_disk_when_the_process_is_killed() {
     assert_eq!(v["event"], "pinned");
 }
 
-#[test]
-fn a_bad_environment_value_stops_the_program_and_names_the_variable() {
-    for (var, value) in [
-        ("PINWATCH_THRESHOLD", "fast"),
-        ("PINWATCH_STACKS", "medium"),
-        ("PINWATCH", "perhaps"),
-    ] {
-        let mut child = deadlock().env(var, value).spawn().unwrap();
-        let status = child.wait().unwrap();
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        assert_eq!(status.code(), Some(2), "{var}={value}: {err}");
-        assert!(err.contains(var) && err.contains(value), "{err}");
-    }
-}
-
-#[test]
-fn an_unwritable_recording_is_an_error_naming_the_path() {
-    let mut child = deadlock()
-        .env("PINWATCH_RECORD", "/nonexistent-dir/pinned.jsonl")
-        .spawn()
-        .unwrap();
+/// Runs `cmd`, which must fail at start-up; its exit code and standard error.
+fn failure(mut cmd: Command) -> (Option<i32>, String) {
+    let mut child = cmd.spawn().unwrap();
     let status = child.wait().unwrap();
     let mut err = String::new();
     child
@@ -91,6 +67,29 @@ fn an_unwritable_recording_is_an_error_naming_the_path() {
         .unwrap()
         .read_to_string(&mut err)
         .unwrap();
-    assert_eq!(status.code(), Some(2), "{err}");
+    (status.code(), err)
+}
+
+#[test]
+fn a_bad_environment_value_stops_the_program_and_names_the_variable() {
+    for (var, value) in [
+        ("PINWATCH_THRESHOLD", "fast"),
+        ("PINWATCH_STACKS", "medium"),
+        ("PINWATCH", "perhaps"),
+    ] {
+        let mut cmd = deadlock();
+        cmd.env(var, value);
+        let (code, err) = failure(cmd);
+        assert_eq!(code, Some(2), "{var}={value}: {err}");
+        assert!(err.contains(var) && err.contains(value), "{err}");
+    }
+}
+
+#[test]
+fn an_unwritable_recording_is_an_error_naming_the_path() {
+    let mut cmd = deadlock();
+    cmd.env("PINWATCH_RECORD", "/nonexistent-dir/pinned.jsonl");
+    let (code, err) = failure(cmd);
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("/nonexistent-dir/pinned.jsonl"), "{err}");
 }

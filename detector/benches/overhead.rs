@@ -94,21 +94,16 @@ fn main() {
     let stats = watched.stats();
     let (mp, mw, me) = (median(&mut p), median(&mut w), median(&mut e));
     println!("yield storm: {tasks} tasks x {yields} yield_now, 2 workers, {rounds} rounds");
-    println!(
-        "plain tokio   median {:8.1} ms  {:6.1} ns/poll",
-        mp.as_secs_f64() * 1e3,
-        mp.as_secs_f64() * 1e9 / polls
-    );
-    println!(
-        "with pinwatch median {:8.1} ms  {:6.1} ns/poll",
-        mw.as_secs_f64() * 1e3,
-        mw.as_secs_f64() * 1e9 / polls
-    );
-    println!(
-        "empty hooks   median {:8.1} ms  {:6.1} ns/poll (tokio's cost of calling hooks)",
-        me.as_secs_f64() * 1e3,
-        me.as_secs_f64() * 1e9 / polls
-    );
+    let line = |label: &str, d: Duration, note: &str| {
+        println!(
+            "{label:<13} median {:8.1} ms  {:6.1} ns/poll{note}",
+            d.as_secs_f64() * 1e3,
+            d.as_secs_f64() * 1e9 / polls
+        )
+    };
+    line("plain tokio", mp, "");
+    line("with pinwatch", mw, "");
+    line("empty hooks", me, " (tokio's cost of calling hooks)");
     println!(
         "ratio {:.3} (overhead {:+.1} %), {:+.1} ns/poll; pinned polls seen: {}",
         mw.as_secs_f64() / mp.as_secs_f64(),

@@ -228,6 +228,53 @@ fn map_result<G, H>(r: LockResult<G>, f: impl FnOnce(G) -> H) -> LockResult<H> {
     }
 }
 
+/// Takes a lock through `try_lock` first; when that would block, records the wait (for
+/// `lock_wait` and its holder) around `lock`. Records the acquisition and wraps the std guard.
+fn acquire<G, H>(
+    lock: usize,
+    kind: Kind,
+    site: &'static Location<'static>,
+    try_lock: impl FnOnce() -> TryLockResult<G>,
+    block: impl FnOnce() -> LockResult<G>,
+    wrap: impl FnOnce(G) -> H,
+) -> LockResult<H> {
+    let r = match try_lock() {
+        Ok(g) => Ok(g),
+        Err(TryLockError::Poisoned(p)) => Err(p),
+        Err(TryLockError::WouldBlock) => {
+            note_waiting(lock, site);
+            let r = block();
+            note_done_waiting();
+            r
+        }
+    };
+    note_acquired(lock, kind, site);
+    map_result(r, wrap)
+}
+
+/// `try_lock` that records the acquisition when it succeeds (poisoned or not).
+fn try_acquire<G, H>(
+    lock: usize,
+    kind: Kind,
+    site: &'static Location<'static>,
+    try_lock: impl FnOnce() -> TryLockResult<G>,
+    wrap: impl FnOnce(G) -> H,
+) -> TryLockResult<H> {
+    match try_lock() {
+        Ok(g) => {
+            note_acquired(lock, kind, site);
+            Ok(wrap(g))
+        }
+        Err(TryLockError::Poisoned(p)) => {
+            note_acquired(lock, kind, site);
+            Err(TryLockError::Poisoned(PoisonError::new(wrap(
+                p.into_inner(),
+            ))))
+        }
+        Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
+    }
+}
+
 /// A `std::sync::Mutex` that tells pinwatch when it is held. Same API and poisoning.
 #[derive(Default)]
 pub struct Mutex<T: ?Sized> {
@@ -262,45 +309,28 @@ impl<T: ?Sized> Mutex<T> {
     /// Like [`std::sync::Mutex::lock`]; records the caller as the acquisition site.
     #[track_caller]
     pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
-        let site = Location::caller();
-        let r = match self.inner.try_lock() {
-            Ok(g) => Ok(g),
-            Err(TryLockError::Poisoned(p)) => Err(p),
-            Err(TryLockError::WouldBlock) => {
-                note_waiting(self.addr(), site);
-                let r = self.inner.lock();
-                note_done_waiting();
-                r
-            }
-        };
-        note_acquired(self.addr(), Kind::Mutex, site);
-        map_result(r, |inner| MutexGuard {
-            inner,
-            lock: self.addr(),
-        })
+        let lock = self.addr();
+        acquire(
+            lock,
+            Kind::Mutex,
+            Location::caller(),
+            || self.inner.try_lock(),
+            || self.inner.lock(),
+            |inner| MutexGuard { inner, lock },
+        )
     }
 
     /// Like [`std::sync::Mutex::try_lock`].
     #[track_caller]
     pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
-        let site = Location::caller();
-        let wrap = |inner| MutexGuard {
-            inner,
-            lock: self.addr(),
-        };
-        match self.inner.try_lock() {
-            Ok(g) => {
-                note_acquired(self.addr(), Kind::Mutex, site);
-                Ok(wrap(g))
-            }
-            Err(TryLockError::Poisoned(p)) => {
-                note_acquired(self.addr(), Kind::Mutex, site);
-                Err(TryLockError::Poisoned(PoisonError::new(wrap(
-                    p.into_inner(),
-                ))))
-            }
-            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
-        }
+        let lock = self.addr();
+        try_acquire(
+            lock,
+            Kind::Mutex,
+            Location::caller(),
+            || self.inner.try_lock(),
+            |inner| MutexGuard { inner, lock },
+        )
     }
 
     /// Like [`std::sync::Mutex::is_poisoned`].
@@ -384,89 +414,55 @@ impl<T: ?Sized> RwLock<T> {
     /// Like [`std::sync::RwLock::read`].
     #[track_caller]
     pub fn read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
-        let site = Location::caller();
-        let r = match self.inner.try_read() {
-            Ok(g) => Ok(g),
-            Err(TryLockError::Poisoned(p)) => Err(p),
-            Err(TryLockError::WouldBlock) => {
-                note_waiting(self.addr(), site);
-                let r = self.inner.read();
-                note_done_waiting();
-                r
-            }
-        };
-        note_acquired(self.addr(), Kind::Read, site);
-        map_result(r, |inner| RwLockReadGuard {
-            inner,
-            lock: self.addr(),
-        })
+        let lock = self.addr();
+        acquire(
+            lock,
+            Kind::Read,
+            Location::caller(),
+            || self.inner.try_read(),
+            || self.inner.read(),
+            |inner| RwLockReadGuard { inner, lock },
+        )
     }
 
     /// Like [`std::sync::RwLock::write`].
     #[track_caller]
     pub fn write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
-        let site = Location::caller();
-        let r = match self.inner.try_write() {
-            Ok(g) => Ok(g),
-            Err(TryLockError::Poisoned(p)) => Err(p),
-            Err(TryLockError::WouldBlock) => {
-                note_waiting(self.addr(), site);
-                let r = self.inner.write();
-                note_done_waiting();
-                r
-            }
-        };
-        note_acquired(self.addr(), Kind::Write, site);
-        map_result(r, |inner| RwLockWriteGuard {
-            inner,
-            lock: self.addr(),
-        })
+        let lock = self.addr();
+        acquire(
+            lock,
+            Kind::Write,
+            Location::caller(),
+            || self.inner.try_write(),
+            || self.inner.write(),
+            |inner| RwLockWriteGuard { inner, lock },
+        )
     }
 
     /// Like [`std::sync::RwLock::try_read`].
     #[track_caller]
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        let site = Location::caller();
-        let wrap = |inner| RwLockReadGuard {
-            inner,
-            lock: self.addr(),
-        };
-        match self.inner.try_read() {
-            Ok(g) => {
-                note_acquired(self.addr(), Kind::Read, site);
-                Ok(wrap(g))
-            }
-            Err(TryLockError::Poisoned(p)) => {
-                note_acquired(self.addr(), Kind::Read, site);
-                Err(TryLockError::Poisoned(PoisonError::new(wrap(
-                    p.into_inner(),
-                ))))
-            }
-            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
-        }
+        let lock = self.addr();
+        try_acquire(
+            lock,
+            Kind::Read,
+            Location::caller(),
+            || self.inner.try_read(),
+            |inner| RwLockReadGuard { inner, lock },
+        )
     }
 
     /// Like [`std::sync::RwLock::try_write`].
     #[track_caller]
     pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
-        let site = Location::caller();
-        let wrap = |inner| RwLockWriteGuard {
-            inner,
-            lock: self.addr(),
-        };
-        match self.inner.try_write() {
-            Ok(g) => {
-                note_acquired(self.addr(), Kind::Write, site);
-                Ok(wrap(g))
-            }
-            Err(TryLockError::Poisoned(p)) => {
-                note_acquired(self.addr(), Kind::Write, site);
-                Err(TryLockError::Poisoned(PoisonError::new(wrap(
-                    p.into_inner(),
-                ))))
-            }
-            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
-        }
+        let lock = self.addr();
+        try_acquire(
+            lock,
+            Kind::Write,
+            Location::caller(),
+            || self.inner.try_write(),
+            |inner| RwLockWriteGuard { inner, lock },
+        )
     }
 
     /// Like [`std::sync::RwLock::is_poisoned`].

@@ -148,11 +148,18 @@ impl SlotTable {
                 s.ended_seq.store(NOT_FLAGGED, Ordering::Relaxed);
                 s.tid.store(current_tid(), Ordering::Relaxed);
                 s.locks.clear();
-                let current = std::thread::current();
+                // `thread::current()` panics once the thread's locals are gone; `claim_slow`
+                // checks they are not, and a hook must not panic whatever happens.
+                let current = std::panic::catch_unwind(std::thread::current).ok();
                 if let Ok(mut info) = s.info.lock() {
-                    info.thread_id = Some(current.id());
+                    info.thread_id = current.as_ref().map(|t| t.id());
                     info.name.clear();
-                    info.name.push_str(current.name().unwrap_or("<unnamed>"));
+                    info.name.push_str(
+                        current
+                            .as_ref()
+                            .and_then(|t| t.name())
+                            .unwrap_or("<unnamed>"),
+                    );
                 }
                 s.state.store(ACTIVE, Ordering::Release);
                 return Some(i);
@@ -221,6 +228,10 @@ pub(crate) fn current_slot(shared: &Arc<Shared>) -> Option<&Slot> {
 #[inline(never)]
 fn claim_slow(shared: &Arc<Shared>, key: usize) -> Option<&Slot> {
     if NO_SLOT_IN.get() == key {
+        return None;
+    }
+    // A thread whose locals are being destroyed is exiting: leave it unwatched.
+    if GUARD.try_with(|_| ()).is_err() {
         return None;
     }
     let index = match shared.slots.claim() {

@@ -280,7 +280,46 @@ impl Resolver {
             });
             out.extend(frames.iter().cloned());
         }
+        qualify_inlined(&mut out);
         out
+    }
+}
+
+/// An inlined closure or async block is named by its debug info without a path
+/// (`{async_block#1}`). The frames that poll it name its environment type with the full path
+/// in their generic arguments (`…<app::handler::{async_block_env#1}, …>`): borrow that path.
+fn qualify_inlined(frames: &mut [crate::event::Frame]) {
+    const KINDS: [(&str, &str); 3] = [
+        ("{async_block#", "{async_block_env#"),
+        ("{closure#", "{closure_env#"),
+        ("{async_fn#", "{async_fn_env#"),
+    ];
+    for i in 0..frames.len() {
+        let Some(name) = frames[i].function.as_deref() else {
+            continue;
+        };
+        let base = name.split('<').next().unwrap_or(name);
+        let Some(env) = KINDS
+            .iter()
+            .find_map(|(kind, env)| base.strip_prefix(kind).map(|rest| format!("{env}{rest}")))
+        else {
+            continue;
+        };
+        if base.contains("::") {
+            continue;
+        }
+        let base = base.to_owned();
+        let path = frames[i + 1..].iter().find_map(|outer| {
+            let outer = outer.function.as_deref()?;
+            let pos = outer.find(&format!("::{env}"))?;
+            let start = outer[..pos]
+                .rfind(['<', ' ', ',', '(', '&', '['])
+                .map_or(0, |p| p + 1);
+            Some(outer[start..pos].to_owned())
+        });
+        if let Some(path) = path {
+            frames[i].function = Some(format!("{path}::{base}"));
+        }
     }
 }
 
@@ -302,5 +341,40 @@ pub(crate) fn mark_lock_frames(frames: &mut [crate::event::Frame], held: &[crate
         {
             f.locks += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Frame;
+
+    fn named(n: &str) -> Frame {
+        Frame {
+            function: Some(n.to_owned()),
+            ..Frame::default()
+        }
+    }
+
+    #[test]
+    fn inlined_blocks_borrow_their_path() {
+        let mut frames = vec![
+            named("std::thread::sleep"),
+            named("{async_block#1}"),
+            named("{closure#0}<app::lock_sleep::{async_fn#0}::{closure#0}::{async_block_env#1}, alloc::sync::Arc<tokio::X>>"),
+            named("{closure#1}"),
+            named("call_once<app::lazy::{async_fn#0}::{closure_env#1}, ()>"),
+            named("{async_block#7}"),
+        ];
+        qualify_inlined(&mut frames);
+        let names: Vec<_> = frames.iter().map(|f| f.function.clone().unwrap()).collect();
+        assert_eq!(
+            names[1],
+            "app::lock_sleep::{async_fn#0}::{closure#0}::{async_block#1}"
+        );
+        assert_eq!(names[3], "app::lazy::{async_fn#0}::{closure#1}");
+        // Nothing outer names it: left alone.
+        assert_eq!(names[5], "{async_block#7}");
+        assert_eq!(names[0], "std::thread::sleep");
     }
 }

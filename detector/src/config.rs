@@ -101,6 +101,26 @@ pub const ENV_VARS: &[EnvVar] = &[
         default: "100ms",
         doc: "a pinned poll's stack is sampled at the threshold, then this often",
     },
+    EnvVar {
+        name: "PINWATCH_SCAN_INTERVAL",
+        default: "2ms",
+        doc: "the watchdog's scan period (never more than a quarter of the threshold)",
+    },
+    EnvVar {
+        name: "PINWATCH_QUEUE_CAPACITY",
+        default: "1024",
+        doc: "events queued for the sinks before new ones are dropped (and counted)",
+    },
+    EnvVar {
+        name: "PINWATCH_MAX_THREADS",
+        default: "256",
+        doc: "threads that can be watched at once",
+    },
+    EnvVar {
+        name: "PINWATCH_TRACING",
+        default: "on",
+        doc: "`off`: no `tracing` WARN event per pinned event",
+    },
 ];
 
 /// The detector's settings. Build one with [`Builder`](crate::Builder) setters or
@@ -210,6 +230,18 @@ impl Config {
         if let Some(v) = read("PINWATCH_SAMPLE_INTERVAL")? {
             self.sample_interval = parse_duration("PINWATCH_SAMPLE_INTERVAL", &v)?;
         }
+        if let Some(v) = read("PINWATCH_SCAN_INTERVAL")? {
+            self.scan_interval = parse_duration("PINWATCH_SCAN_INTERVAL", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_QUEUE_CAPACITY")? {
+            self.queue_capacity = parse_count("PINWATCH_QUEUE_CAPACITY", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_MAX_THREADS")? {
+            self.max_threads = parse_count("PINWATCH_MAX_THREADS", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_TRACING")? {
+            self.tracing = parse_switch("PINWATCH_TRACING", &v)?;
+        }
         Ok(())
     }
 
@@ -230,6 +262,18 @@ fn parse_switch(var: &'static str, v: &str) -> Result<bool, Error> {
             var,
             v.to_owned(),
             "must be `on` or `off`",
+        )),
+    }
+}
+
+fn parse_count(var: &'static str, v: &str) -> Result<usize, Error> {
+    match v.trim().parse::<usize>() {
+        Ok(0) => Err(Error::invalid_env(var, v.to_owned(), "must be at least 1")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(Error::invalid_env(
+            var,
+            v.to_owned(),
+            "is not a whole number; write it like `1024`",
         )),
     }
 }
@@ -283,6 +327,19 @@ mod tests {
             c.sample_interval
         );
         assert_eq!(table["PINWATCH_STACKS"], c.stacks.as_str());
+        assert_eq!(
+            humantime::parse_duration(table["PINWATCH_SCAN_INTERVAL"]).unwrap(),
+            c.scan_interval
+        );
+        assert_eq!(
+            table["PINWATCH_QUEUE_CAPACITY"],
+            c.queue_capacity.to_string()
+        );
+        assert_eq!(table["PINWATCH_MAX_THREADS"], c.max_threads.to_string());
+        assert_eq!(
+            table["PINWATCH_TRACING"],
+            if c.tracing { "on" } else { "off" }
+        );
         assert_eq!(table["PINWATCH"], if c.enabled { "on" } else { "off" });
         assert!(c.record.is_none());
     }
@@ -319,8 +376,14 @@ mod tests {
             ("PINWATCH_RECORD", "/tmp/x.jsonl"),
             ("PINWATCH_STACKS", "full"),
             ("PINWATCH", "off"),
+            ("PINWATCH_SCAN_INTERVAL", "1ms"),
+            ("PINWATCH_QUEUE_CAPACITY", "16"),
+            ("PINWATCH_MAX_THREADS", "8"),
+            ("PINWATCH_TRACING", "off"),
         ])
         .unwrap();
+        assert_eq!(c.scan_interval, Duration::from_millis(1));
+        assert_eq!((c.queue_capacity, c.max_threads, c.tracing), (16, 8, false));
         assert_eq!(c.threshold, Duration::from_millis(5));
         assert_eq!(c.report_interval, Duration::from_millis(250));
         assert_eq!(
@@ -341,6 +404,10 @@ mod tests {
             ("PINWATCH", "maybe"),
             ("PINWATCH_RECORD", ""),
             ("PINWATCH_SAMPLE_INTERVAL", "-1s"),
+            ("PINWATCH_QUEUE_CAPACITY", "lots"),
+            ("PINWATCH_MAX_THREADS", "0"),
+            ("PINWATCH_TRACING", "loud"),
+            ("PINWATCH_SCAN_INTERVAL", "2 parsecs"),
         ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");

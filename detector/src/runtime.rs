@@ -146,7 +146,7 @@ impl Builder {
         self
     }
 
-    /// The watchdog's scan period (default
+    /// The watchdog's scan period (`PINWATCH_SCAN_INTERVAL`, default
     /// [`DEFAULT_SCAN_INTERVAL`](crate::config::DEFAULT_SCAN_INTERVAL), never more than a
     /// quarter of the threshold).
     pub fn scan_interval(mut self, d: Duration) -> Self {
@@ -173,21 +173,22 @@ impl Builder {
         self
     }
 
-    /// Capacity of the queue to the sinks (default
+    /// Capacity of the queue to the sinks (`PINWATCH_QUEUE_CAPACITY`, default
     /// [`DEFAULT_QUEUE_CAPACITY`](crate::config::DEFAULT_QUEUE_CAPACITY)).
     pub fn queue_capacity(mut self, n: usize) -> Self {
         self.config.queue_capacity = n;
         self
     }
 
-    /// How many threads can be watched at once (default
+    /// How many threads can be watched at once (`PINWATCH_MAX_THREADS`, default
     /// [`DEFAULT_MAX_THREADS`](crate::config::DEFAULT_MAX_THREADS)).
     pub fn max_threads(mut self, n: usize) -> Self {
         self.config.max_threads = n;
         self
     }
 
-    /// Emit a `tracing` WARN event (target `pinwatch`) per pinned event (default on).
+    /// Emit a `tracing` WARN event (target `pinwatch`) per pinned event (`PINWATCH_TRACING`,
+    /// default on).
     pub fn tracing(mut self, on: bool) -> Self {
         self.config.tracing = on;
         self

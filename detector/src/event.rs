@@ -142,6 +142,17 @@ pub struct Frame {
     pub locks: u32,
 }
 
+#[cfg(test)]
+impl Frame {
+    /// A frame with just a function name.
+    pub(crate) fn named(name: &str) -> Frame {
+        Frame {
+            function: Some(name.to_owned()),
+            ..Frame::default()
+        }
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }

@@ -246,10 +246,7 @@ mod tests {
     use super::*;
 
     fn f(name: &str) -> Frame {
-        Frame {
-            function: Some(name.to_owned()),
-            ..Frame::default()
-        }
+        Frame::named(name)
     }
 
     fn proc(syscall: Option<&'static str>) -> ProcState {

@@ -350,10 +350,7 @@ mod tests {
     use crate::event::Frame;
 
     fn named(n: &str) -> Frame {
-        Frame {
-            function: Some(n.to_owned()),
-            ..Frame::default()
-        }
+        Frame::named(n)
     }
 
     #[test]

@@ -74,7 +74,6 @@ pub(crate) fn take(shared: &Shared, slot: &Slot, previous: Option<&Probe>) -> Pr
 
 /// Reads the thread's state and current system call. `None` if the thread is gone.
 pub(crate) fn read_proc(tid: i32) -> Option<ProcState> {
-    // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
     let state = read_state(tid)?;
     let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok();
     Some(ProcState {
@@ -104,6 +103,7 @@ pub(crate) fn read_schedstat(tid: i32) -> Option<SchedStat> {
 /// The thread's scheduler state letter (`R`, `S`, `D`, …).
 pub(crate) fn read_state(tid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 

@@ -332,16 +332,24 @@ struct Baseline {
 const TICK: Duration = Duration::from_millis(4);
 
 impl Baseline {
+    /// Time on a CPU and time waiting for one since the baseline, as the kernel has accounted
+    /// them so far. `None` if the thread is gone or the kernel keeps no `schedstat`.
+    fn deltas(&self, tid: i32) -> Option<(Duration, Duration)> {
+        let stat = probe::read_schedstat(tid)?;
+        let d = |now: u64, then: u64| Duration::from_nanos(now.saturating_sub(then));
+        Some((
+            d(stat.on_cpu, self.stat.on_cpu),
+            d(stat.waiting, self.stat.waiting),
+        ))
+    }
+
     /// How long the poll has held its worker, not counting time spent waiting for a CPU since
     /// the baseline; and that waiting time.
     fn pinned_time(&self, now: Instant, tid: i32) -> (Duration, Duration) {
         let since = now.saturating_duration_since(self.at);
-        let total = self.age + since;
-        let Some(stat) = probe::read_schedstat(tid) else {
-            return (total, Duration::ZERO);
+        let Some((on_cpu, waited)) = self.deltas(tid) else {
+            return (self.age + since, Duration::ZERO);
         };
-        let on_cpu = Duration::from_nanos(stat.on_cpu.saturating_sub(self.stat.on_cpu));
-        let waited = Duration::from_nanos(stat.waiting.saturating_sub(self.stat.waiting));
         // Neither on a CPU nor waiting for one, as far as the kernel has accounted yet.
         let rest = since.saturating_sub(on_cpu + waited);
         let counted = match probe::read_state(tid) {
@@ -357,10 +365,9 @@ impl Baseline {
 
 /// Time thread `tid` spent waiting for a CPU since `baseline` (zero when unknown).
 fn waited_since(baseline: Option<Baseline>, tid: i32) -> Duration {
-    match (baseline, probe::read_schedstat(tid)) {
-        (Some(b), Some(now)) => Duration::from_nanos(now.waiting.saturating_sub(b.stat.waiting)),
-        _ => Duration::ZERO,
-    }
+    baseline
+        .and_then(|b| b.deltas(tid))
+        .map_or(Duration::ZERO, |(_, waited)| waited)
 }
 
 enum WorkerIndex {

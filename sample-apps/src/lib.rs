@@ -68,6 +68,20 @@ impl Outcome {
         v
     }
 
+    /// The reasons as a table cell: `sleep×3 lock_wait×1`, or `-` when there are none.
+    pub fn reasons_cell(&self) -> String {
+        let cells: Vec<String> = self
+            .reasons()
+            .iter()
+            .map(|(r, n)| format!("{r}×{n}"))
+            .collect();
+        if cells.is_empty() {
+            "-".into()
+        } else {
+            cells.join(" ")
+        }
+    }
+
     /// The top frame of the first event with `reason`.
     pub fn top_frame(&self, reason: Reason) -> Option<String> {
         self.events
@@ -605,11 +619,6 @@ pub fn cli_main(name: &str) {
     for v in variants {
         eprintln!("{name}: running {v:?} with {workers} workers, {tasks} tasks…");
         let o = run(&case, v, workers, tasks, !opts.quick);
-        let reasons: Vec<String> = o
-            .reasons()
-            .iter()
-            .map(|(r, n)| format!("{r}×{n}"))
-            .collect();
         let top = o
             .reasons()
             .first()
@@ -622,11 +631,7 @@ pub fn cli_main(name: &str) {
             table::ms(o.elapsed),
             o.metric.clone().unwrap_or_default(),
             o.events.len().to_string(),
-            if reasons.is_empty() {
-                "-".into()
-            } else {
-                reasons.join(" ")
-            },
+            o.reasons_cell(),
             top,
         ]);
     }

@@ -54,11 +54,6 @@ fn main() {
                     bad.reasons()
                 ));
             }
-            let reasons: Vec<String> = bad
-                .reasons()
-                .iter()
-                .map(|(r, n)| format!("{r}×{n}"))
-                .collect();
             let name = if variant == Variant::Bad {
                 case.name.to_owned()
             } else {
@@ -73,11 +68,7 @@ fn main() {
                 format!("W={} N={}", case.workers, case.tasks.1),
                 expected.to_string(),
                 bad.events.len().to_string(),
-                if reasons.is_empty() {
-                    "-".into()
-                } else {
-                    reasons.join(" ")
-                },
+                bad.reasons_cell(),
                 bad.top_frame(expected).unwrap_or_else(|| "-".into()),
                 table::ms(bad.elapsed),
                 table::ms(fixed.elapsed),

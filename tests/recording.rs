@@ -36,6 +36,7 @@ fn a_stuck_worker_is_on_disk_when_the_process_is_killed() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    let child_pid = child.id();
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
 
@@ -52,7 +53,9 @@ fn a_stuck_worker_is_on_disk_when_the_process_is_killed() {
         assert!(e.spawned_at.as_ref().unwrap().file.ends_with("deadlock.rs"));
     }
     let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    assert_eq!(v["schema"], 1);
+    assert_eq!(v["schema"], pinwatch::event::RECORD_SCHEMA);
+    assert_eq!(v["pid"], child_pid);
+    assert!(v["run_id"].as_str().is_some_and(|r| r.len() >= 16), "{v}");
     assert_eq!(v["event"], "pinned");
 }
 

@@ -24,7 +24,7 @@ fn spin_for(d: Duration, work: &AtomicU64) {
 fn run(stacks: pinwatch::Stacks, d: Duration) -> (pinwatch::Stats, u64) {
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
     tokio.worker_threads(2).enable_all();
-    let rt = pinwatch::Builder::new()
+    let (rt, detector) = pinwatch::Builder::new()
         .tracing(false)
         .stacks(stacks)
         .threshold(Duration::from_millis(1))
@@ -35,7 +35,8 @@ fn run(stacks: pinwatch::Stacks, d: Duration) -> (pinwatch::Stats, u64) {
     let w = Arc::clone(&work);
     rt.block_on(rt.spawn(async move { spin_for(d, &w) }))
         .unwrap();
-    let stats = rt.shutdown();
+    drop(rt);
+    let stats = detector.shutdown();
     (stats, work.load(Ordering::Relaxed))
 }
 

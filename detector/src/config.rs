@@ -148,6 +148,9 @@ pub struct Config {
     pub max_threads: usize,
     /// Emit a `tracing` WARN event (target `pinwatch`) for every pinned event.
     pub tracing: bool,
+    /// Tests only: the watchdog sleeps this long before every other scan's slot reads, as a
+    /// watchdog preempted or slowed by a probe would.
+    pub(crate) late_scans: Option<Duration>,
 }
 
 impl Default for Config {
@@ -163,6 +166,7 @@ impl Default for Config {
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_threads: DEFAULT_MAX_THREADS,
             tracing: true,
+            late_scans: None,
         }
     }
 }

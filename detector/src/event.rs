@@ -9,8 +9,14 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON-lines recording format. It changes only when a field changes meaning or
-/// disappears; new fields may appear without a bump.
-pub const RECORD_SCHEMA: u32 = 1;
+/// disappears, or a field gains a value old readers reject; new fields may appear without a bump.
+///
+/// Schema 2 added the `retracted` state (and, as new fields, `run_id`, `pid`, `profile`,
+/// `no_stack`). Schema 1 recordings are still read.
+pub const RECORD_SCHEMA: u32 = 2;
+
+/// The oldest schema [`PinnedEvent::from_json_line`] reads.
+pub const OLDEST_READABLE_SCHEMA: u32 = 1;
 
 /// Whether the pinned poll was still running when the event was made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -21,6 +27,10 @@ pub enum State {
     InProgress,
     /// The poll returned: `duration` is its full length.
     Completed,
+    /// The poll turned out not to pin its worker: its thread had handed the worker to another
+    /// thread (`tokio::task::block_in_place`), which tokio tells only after a delay. The earlier
+    /// reports of this poll (same `run_id` and `id`) are void.
+    Retracted,
 }
 
 impl State {
@@ -29,6 +39,7 @@ impl State {
         match self {
             State::InProgress => "in_progress",
             State::Completed => "completed",
+            State::Retracted => "retracted",
         }
     }
 }
@@ -171,6 +182,17 @@ impl fmt::Display for Frame {
     }
 }
 
+/// One line of a pinned poll's profile: a top application frame and how many stack samples of
+/// the poll had it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileEntry {
+    /// The top application frame (the stack's innermost frame when no frame is the
+    /// application's).
+    pub frame: Frame,
+    /// Samples that had it.
+    pub samples: u32,
+}
+
 /// An instrumented lock (`pinwatch::sync`) the pinned worker held.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldLock {
@@ -197,8 +219,16 @@ pub struct LockHolder {
 #[non_exhaustive]
 pub struct PinnedEvent {
     /// Same for every report of one pinned poll (its `in_progress` reports and its `completed`
-    /// one); unique within a process run.
+    /// one); unique within a run (see `run_id`).
     pub id: u64,
+    /// Names the detector run that made the event: a random UUID per detector (one runtime in one
+    /// process). `(run_id, id)` names one pinned poll even when several runs append to one
+    /// recording.
+    #[serde(default)]
+    pub run_id: String,
+    /// The process that made the event.
+    #[serde(default)]
+    pub pid: u32,
     /// Still running, or returned.
     pub state: State,
     /// When the poll started (to within one scan interval, never later than it did).
@@ -225,8 +255,19 @@ pub struct PinnedEvent {
     /// The system call the thread was in (`clock_nanosleep`, `futex`, `read`, …) or `running`.
     pub blocking_operation: Option<String>,
     /// First frame outside std, tokio, pinwatch, libc and the unwinder: JFR's
-    /// `topApplicationFrame`.
+    /// `topApplicationFrame`. When the poll was sampled more than once, the one most samples
+    /// had (where the time went; see `profile`).
     pub top_frame: Option<Frame>,
+    /// Each top frame the samples of this poll had, with how many, most first (only when there
+    /// were several samples).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profile: Vec<ProfileEntry>,
+    /// Why the event has no stack, when it has none: `stacks_off`, `unwinder_not_signal_safe`,
+    /// `signal_blocked` (the thread blocks the sampling signal), `signal_pending` (the thread
+    /// has not taken it: e.g. in uninterruptible sleep), `no_sample` (the thread is gone, or the
+    /// poll ended before the sample was taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_stack: Option<String>,
     /// The sampled stack, innermost first (what `PINWATCH_STACKS` asks for).
     pub stack: Vec<Frame>,
     /// Instrumented locks the worker held.
@@ -275,7 +316,7 @@ impl PinnedEvent {
         let value: serde_json::Value =
             serde_json::from_str(line).map_err(|e| ParseLineError::Json(e.to_string()))?;
         match value.get("schema").and_then(|v| v.as_u64()) {
-            Some(v) if v == RECORD_SCHEMA as u64 => {}
+            Some(v) if (OLDEST_READABLE_SCHEMA as u64..=RECORD_SCHEMA as u64).contains(&v) => {}
             Some(v) => return Err(ParseLineError::Schema(v)),
             None => return Err(ParseLineError::NotAnEvent("no `schema` field".into())),
         }
@@ -331,8 +372,8 @@ pub enum ParseLineError {
     Json(String),
     /// A recording made by a pinwatch with another format.
     #[error(
-        "recording schema {0} is not supported (this pinwatch reads schema {RECORD_SCHEMA}); \
-         read it with the pinwatch version that wrote it"
+        "recording schema {0} is not supported (this pinwatch reads schemas \
+         {OLDEST_READABLE_SCHEMA} to {RECORD_SCHEMA}); read it with the pinwatch version that wrote it"
     )]
     Schema(u64),
     /// JSON, but not a pinned event.
@@ -382,6 +423,8 @@ mod tests {
     fn sample() -> PinnedEvent {
         PinnedEvent {
             id: 7,
+            run_id: "0b6c1f0e-2f0a-4c55-9a55-3b8e7f1d2c10".into(),
+            pid: 4200,
             state: State::Completed,
             start: SystemTime::UNIX_EPOCH + Duration::from_micros(1_780_000_000_123_456),
             duration: Duration::from_micros(100_250),
@@ -406,6 +449,16 @@ mod tests {
                 line: Some(12),
                 locks: 1,
             }),
+            profile: vec![ProfileEntry {
+                frame: Frame {
+                    function: Some("app::handler".into()),
+                    file: Some("src/main.rs".into()),
+                    line: Some(12),
+                    locks: 0,
+                },
+                samples: 2,
+            }],
+            no_stack: None,
             stack: vec![],
             held_locks: vec![HeldLock {
                 kind: "mutex".into(),
@@ -444,6 +497,9 @@ mod tests {
             "top_frame",
             "stack",
             "held_locks",
+            "run_id",
+            "pid",
+            "profile",
         ] {
             assert!(v.get(key).is_some(), "missing {key} in {line}");
         }
@@ -458,7 +514,7 @@ mod tests {
     fn rejects_other_schemas_and_non_events() {
         let line = sample()
             .to_json_line()
-            .replace("\"schema\":1", "\"schema\":99");
+            .replace("\"schema\":2", "\"schema\":99");
         assert!(matches!(
             PinnedEvent::from_json_line(&line),
             Err(ParseLineError::Schema(99))
@@ -471,5 +527,19 @@ mod tests {
             PinnedEvent::from_json_line("{\"schema\":1,"),
             Err(ParseLineError::Json(_))
         ));
+    }
+
+    #[test]
+    fn reads_schema_1_lines() {
+        let line = sample()
+            .to_json_line()
+            .replace("\"schema\":2", "\"schema\":1");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let mut v = v.as_object().unwrap().clone();
+        v.remove("run_id");
+        v.remove("pid");
+        v.remove("profile");
+        let e = PinnedEvent::from_json_line(&serde_json::to_string(&v).unwrap()).unwrap();
+        assert_eq!((e.id, e.run_id.as_str(), e.pid), (7, "", 0));
     }
 }

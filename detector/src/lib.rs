@@ -24,20 +24,35 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pinwatch::Error> {
-//! let rt = pinwatch::Builder::from_env()?
+//! let (rt, detector) = pinwatch::Builder::from_env()?
 //!     .build(tokio::runtime::Builder::new_multi_thread().enable_all())?;
-//! # Ok(()) }
+//! rt.block_on(async { /* the service */ });
+//! drop(rt);
+//! let stats = detector.shutdown(); // last scan, sinks flushed
+//! # let _ = stats; Ok(()) }
 //! ```
+//!
+//! You keep tokio's own `Runtime`; the [`Detector`] is a guard. Code with poll hooks of its own
+//! calls pinwatch's from them ([`PollHooks`], [`Builder::prepare`]).
 //!
 //! Both need `--cfg tokio_unstable` (tokio's poll hooks are unstable API): put
 //! `rustflags = ["--cfg", "tokio_unstable"]` under `[build]` in `.cargo/config.toml`.
 //!
 //! ## The pipeline
 //!
-//! poll ([`hooks`](crate) → a per-thread slot) → watchdog thread (scans the slots, flags polls
-//! past the threshold, probes the thread: `/proc` state and system call, stack sample) → one
-//! bounded queue → sink thread (symbols, reason) → sinks: a `tracing` WARN event (target
-//! `pinwatch`), a JSON-lines recording ([`PinnedEvent`]), and any [`Sink`] you add.
+//! The modules read in the order the data flows, and depend on each other only in that order
+//! (the `layout` test fails on a cycle):
+//!
+//! `poll` (the hooks and per-thread slots: the per-poll path) → `signal` (the sampling signal's
+//! handler and request protocol) → [`sync`] (instrumented locks) → `watch` (the watchdog thread,
+//! `/proc` probes) → one bounded queue → `analyze` (symbols, reasons, top frame; on the export
+//! thread) → [`export`] (sinks: a `tracing` WARN event with target `pinwatch`, a JSON-lines
+//! recording of [`PinnedEvent`]s, and any [`Sink`] you add). `runtime` wires them.
+//!
+//! ## Platforms
+//!
+//! Linux only: the detector reads `/proc/self/task` and samples stacks with a real-time signal.
+//! Elsewhere the crate does not build, with a message saying so.
 //!
 //! ## Configuration
 //!
@@ -46,32 +61,41 @@
 
 #![warn(missing_docs)]
 
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "pinwatch runs on Linux only: it reads /proc/self/task and samples stacks with a real-time \
+     signal. Build the service without it elsewhere (e.g. make the dependency \
+     `[target.'cfg(target_os = \"linux\")'.dependencies]`)"
+);
+
 #[cfg(not(tokio_unstable))]
 compile_error!(
     "pinwatch needs `--cfg tokio_unstable` for tokio's task poll hooks: add \
      `rustflags = [\"--cfg\", \"tokio_unstable\"]` under `[build]` in .cargo/config.toml"
 );
 
+// The pipeline, in the order data flows (see the crate docs).
+mod analyze;
+pub mod export;
+mod poll;
+mod runtime;
+mod signal;
+pub mod sync;
+mod watch;
+
+// Leaves every stage may use.
 pub mod config;
 mod error;
 pub mod event;
-mod hooks;
-mod probe;
-mod reason;
 pub mod report;
-mod runtime;
-pub mod sink;
-mod slot;
-mod stack;
-pub mod sync;
-mod watchdog;
 
 pub use config::{Config, Stacks};
 pub use error::Error;
 pub use event::{PinnedEvent, Reason, State};
-pub use runtime::{Builder, Detector, Runtime, Stats};
-pub use sink::Sink;
-pub use stack::sample_signal;
+pub use export::Sink;
+pub use poll::PollHooks;
+pub use runtime::{Builder, Detector, Prepared, Stats};
+pub use signal::sample_signal;
 
 /// Drop-in for `#[tokio::main]`: builds the runtime with pinwatch watching it, configured from
 /// the environment. Takes the same arguments (`flavor = "multi_thread" | "current_thread"`,
@@ -83,7 +107,10 @@ pub mod __private {
     pub use tokio;
 
     /// What `#[pinwatch::main]` expands to.
-    pub fn main_runtime(current_thread: bool, worker_threads: Option<usize>) -> crate::Runtime {
+    pub fn main_runtime(
+        current_thread: bool,
+        worker_threads: Option<usize>,
+    ) -> (tokio::runtime::Runtime, crate::Detector) {
         let mut tokio = if current_thread {
             tokio::runtime::Builder::new_current_thread()
         } else {

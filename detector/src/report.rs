@@ -87,18 +87,20 @@ pub fn parse_recording(text: &str, name: &str) -> Result<Recording, ReadError> {
     Ok(rec)
 }
 
-/// The last report of each pinned poll (a `completed` one supersedes its `in_progress` ones), in
-/// order of first appearance.
+/// The last report of each pinned poll (a `completed` or `retracted` one supersedes its
+/// `in_progress` ones), in order of first appearance. A poll is named by its run and its id, so
+/// that the runs appended to one recording stay apart.
 pub fn latest_reports(events: &[PinnedEvent]) -> Vec<&PinnedEvent> {
-    let mut order: Vec<u64> = Vec::new();
-    let mut latest: BTreeMap<u64, &PinnedEvent> = BTreeMap::new();
+    let mut order: Vec<(&str, u64)> = Vec::new();
+    let mut latest: BTreeMap<(&str, u64), &PinnedEvent> = BTreeMap::new();
     for e in events {
-        if !latest.contains_key(&e.id) {
-            order.push(e.id);
+        let key = (e.run_id.as_str(), e.id);
+        if !latest.contains_key(&key) {
+            order.push(key);
         }
-        latest.insert(e.id, e);
+        latest.insert(key, e);
     }
-    order.iter().map(|id| latest[id]).collect()
+    order.iter().map(|key| latest[key]).collect()
 }
 
 fn ms(d: Duration) -> String {
@@ -111,6 +113,9 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
     for e in events {
         let _ = writeln!(out, "pinwatch.Pinned {{");
         let _ = writeln!(out, "  id = {}", e.id);
+        if !e.run_id.is_empty() {
+            let _ = writeln!(out, "  run = {} (pid {})", e.run_id, e.pid);
+        }
         let _ = writeln!(
             out,
             "  state = \"{}\" (report {})",
@@ -173,6 +178,13 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
                 let _ = writeln!(out, "  topApplicationFrame = N/A");
             }
         }
+        if !e.profile.is_empty() {
+            let _ = writeln!(out, "  samples = {} [", e.samples);
+            for p in &e.profile {
+                let _ = writeln!(out, "    {:>4}  {}", p.samples, p.frame);
+            }
+            let _ = writeln!(out, "  ]");
+        }
         for l in &e.held_locks {
             let _ = writeln!(out, "  heldLock = {} acquired at {}", l.kind, l.acquired_at);
         }
@@ -184,7 +196,14 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             );
         }
         if e.stack.is_empty() {
-            let _ = writeln!(out, "  stackTrace = N/A");
+            match &e.no_stack {
+                Some(why) => {
+                    let _ = writeln!(out, "  stackTrace = N/A ({why})");
+                }
+                None => {
+                    let _ = writeln!(out, "  stackTrace = N/A");
+                }
+            }
         } else {
             let _ = writeln!(out, "  stackTrace = [");
             for f in &e.stack {
@@ -221,10 +240,13 @@ pub struct SummaryRow {
 
 /// `pinwatch summary`: per top application frame, count, longest and total time pinned, and the
 /// reasons, sorted by total; like `jfr view pinned-threads`. Each pinned poll counts once, with
-/// its last report.
+/// its last report; retracted polls (`block_in_place`) do not count.
 pub fn summarize(events: &[PinnedEvent]) -> Vec<SummaryRow> {
     let mut rows: BTreeMap<String, SummaryRow> = BTreeMap::new();
     for e in latest_reports(events) {
+        if e.state == crate::State::Retracted {
+            continue;
+        }
         let frame = e
             .top_frame
             .as_ref()
@@ -329,4 +351,37 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
         let _ = writeln!(out, "(no pinned polls)");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(run: &str, id: u64, state: &str, ms: f64) -> String {
+        format!(
+            r#"{{"schema":2,"event":"pinned","id":{id},"run_id":"{run}","pid":1,"state":"{state}","start":"2026-11-30T00:00:00Z","duration_ms":{ms},"threshold_ms":20.0,"task_id":1,"spawned_at":null,"worker":{{"index":0,"tid":1,"name":"w"}},"reason":"sleep","blocking_operation":"clock_nanosleep","top_frame":{{"function":"app::f","file":"src/f.rs","line":3}},"stack":[],"held_locks":[],"report":1}}"#
+        )
+    }
+
+    #[test]
+    fn runs_appended_to_one_recording_stay_apart() {
+        let text = [
+            line("run-a", 1, "in_progress", 25.0),
+            line("run-a", 1, "completed", 40.0),
+            line("run-b", 1, "completed", 100.0),
+            line("run-b", 2, "in_progress", 30.0),
+            line("run-b", 2, "retracted", 35.0),
+        ]
+        .join("\n")
+            + "\n";
+        let rec = parse_recording(&text, "rec").unwrap();
+        let latest = latest_reports(&rec.events);
+        assert_eq!(latest.len(), 3);
+        assert_eq!(latest[0].duration, Duration::from_millis(40));
+        assert_eq!(latest[1].duration, Duration::from_millis(100));
+        assert_eq!(latest[2].state, crate::State::Retracted);
+        let rows = summarize(&rec.events);
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].count, rows[0].total_ms), (2, 140.0));
+    }
 }

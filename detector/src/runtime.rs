@@ -1,93 +1,89 @@
-//! The runtime wrapper: [`Builder`] installs the hooks on a `tokio::runtime::Builder`, starts the
-//! watchdog and the sink thread, and returns a [`Runtime`] that stops them when dropped.
+//! Wiring: the only module that knows every stage. [`Builder`] validates the settings, installs
+//! the signal handler, makes the slot table and the [`PollHooks`]; [`Prepared::start`] starts the
+//! watchdog and the export thread for a built runtime and returns the [`Detector`] guard.
+//!
+//! poll (hooks → slots) → watch (watchdog, probes) → one bounded queue → analyze → export.
 
-use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::analyze::Analyzer;
 use crate::config::{Config, Stacks};
-use crate::sink::{self, Sink};
-use crate::slot::SlotTable;
-use crate::{hooks, watchdog, Error};
-
-/// State shared by the hooks, the watchdog and the [`Detector`] handle.
-pub(crate) struct Shared {
-    pub slots: SlotTable,
-    pub config: Config,
-    pub stats: StatsCounters,
-}
-
-/// Counters behind [`Stats`]. Relaxed: they are totals, read for reporting only.
-#[derive(Default)]
-pub(crate) struct StatsCounters {
-    pub pinned_polls: AtomicU64,
-    pub events: AtomicU64,
-    pub dropped: AtomicU64,
-    pub block_in_place: AtomicU64,
-    pub unwatched_threads: AtomicU64,
-    pub samples: AtomicU64,
-    pub samples_missed: AtomicU64,
-    pub sample_handler_ns: AtomicU64,
-    pub sample_round_trip_ns: AtomicU64,
-}
+use crate::export::{self, Fanout, Sink};
+use crate::poll::slot::SlotTable;
+use crate::poll::PollHooks;
+use crate::watch::{self, StatsCounters, Watched};
+use crate::Error;
 
 /// What the detector has done so far. See [`Detector::stats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Polls found running past the threshold.
+    /// Polls found pinning a worker (reported, and not retracted).
     pub pinned_polls: u64,
-    /// Events handed to the sinks (`in_progress` reports and `completed` ones).
+    /// Reports handed to the analysis queue (`in_progress`, `completed`, `retracted`).
     pub events: u64,
-    /// Events dropped because the queue to the sinks was full.
+    /// Events delivered to the sinks (reports of `block_in_place` polls, recognised by their
+    /// stack, are not).
+    pub delivered: u64,
+    /// Reports dropped because the queue to the sinks was full.
     pub dropped: u64,
-    /// Long polls not reported because their thread had handed its worker over in
-    /// `block_in_place`.
+    /// Long polls not reported, or retracted, because their thread had handed its worker over
+    /// in `block_in_place`.
     pub block_in_place: u64,
+    /// Of those, the ones reported before tokio recorded the hand-over, then retracted.
+    pub retracted: u64,
     /// Threads that polled tasks but found no free slot (raise [`Builder::max_threads`]).
     pub unwatched_threads: u64,
-    /// Stack samples taken.
+    /// Stack samples attached to events.
     pub samples: u64,
-    /// Stack samples asked for that did not arrive in time.
+    /// Signals sent that the thread did not answer within the wait (it takes them later, or
+    /// never; they are not sent again meanwhile).
     pub samples_missed: u64,
+    /// Samples that arrived after their poll had ended, and were dropped.
+    pub samples_discarded: u64,
     /// Total time workers spent in the sampling signal handler (the stall samples cost them).
     pub sample_handler_time: Duration,
     /// Total time from sending a sampling signal to reading the sample, on the watchdog.
     pub sample_round_trip_time: Duration,
 }
 
-impl StatsCounters {
-    fn snapshot(&self) -> Stats {
-        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Stats {
-            pinned_polls: r(&self.pinned_polls),
-            events: r(&self.events),
-            dropped: r(&self.dropped),
-            block_in_place: r(&self.block_in_place),
-            unwatched_threads: r(&self.unwatched_threads),
-            samples: r(&self.samples),
-            samples_missed: r(&self.samples_missed),
-            sample_handler_time: Duration::from_nanos(r(&self.sample_handler_ns)),
-            sample_round_trip_time: Duration::from_nanos(r(&self.sample_round_trip_ns)),
-        }
+fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
+    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    Stats {
+        pinned_polls: r(&c.pinned_polls),
+        events: r(&c.events),
+        delivered: r(&c.delivered),
+        dropped: r(&c.dropped),
+        block_in_place: r(&c.block_in_place),
+        retracted: r(&c.retracted),
+        unwatched_threads: r(&table.unwatched_threads),
+        samples: r(&c.samples),
+        samples_missed: r(&c.samples_missed),
+        samples_discarded: r(&c.samples_discarded),
+        sample_handler_time: Duration::from_nanos(r(&c.sample_handler_ns)),
+        sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
     }
 }
 
-/// Configures pinwatch and builds an instrumented tokio runtime.
+/// Configures pinwatch and builds a watched tokio runtime.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), pinwatch::Error> {
-/// let rt = pinwatch::Builder::from_env()?
+/// let (rt, detector) = pinwatch::Builder::from_env()?
 ///     .build(tokio::runtime::Builder::new_multi_thread().enable_all())?;
 /// rt.block_on(async { /* the service */ });
+/// drop(rt); // the runtime first: a poll still running at shutdown is completed
+/// drop(detector); // then the detector: last scan, sinks flushed
 /// # Ok(()) }
 /// ```
 pub struct Builder {
     config: Config,
     sinks: Vec<Box<dyn Sink>>,
+    unwinder_safe: Option<bool>,
 }
 
 impl Default for Builder {
@@ -111,6 +107,7 @@ impl Builder {
         Builder {
             config: Config::default(),
             sinks: Vec::new(),
+            unwinder_safe: None,
         }
     }
 
@@ -126,7 +123,8 @@ impl Builder {
         Ok(self)
     }
 
-    /// Turns the detector on or off (`PINWATCH`). Off builds a plain runtime.
+    /// Turns the detector on or off (`PINWATCH`). Off builds a plain runtime: no hooks, no
+    /// threads.
     pub fn enabled(mut self, on: bool) -> Self {
         self.config.enabled = on;
         self
@@ -194,9 +192,25 @@ impl Builder {
         self
     }
 
-    /// Adds a sink that receives every event, on the sink thread.
+    /// Adds a sink that receives every event, on the export thread.
     pub fn sink(mut self, sink: impl Sink) -> Self {
         self.sinks.push(Box::new(sink));
+        self
+    }
+
+    /// Tests only: the watchdog sleeps `d` before every other scan, as a watchdog slowed by a
+    /// probe or preempted by the kernel would.
+    #[doc(hidden)]
+    pub fn __late_watchdog(mut self, d: Duration) -> Self {
+        self.config.late_scans = Some(d);
+        self
+    }
+
+    /// Tests only: take the unwinder to be async-signal-safe or not, instead of asking the
+    /// dynamic loader.
+    #[doc(hidden)]
+    pub fn __assume_unwinder_signal_safe(mut self, safe: bool) -> Self {
+        self.unwinder_safe = Some(safe);
         self
     }
 
@@ -231,103 +245,217 @@ impl Builder {
         Ok(())
     }
 
-    /// Installs the hooks on `tokio` (replacing any poll hooks set on it), builds the runtime and
-    /// starts the watchdog. With the detector off, builds `tokio` as it is.
-    pub fn build(self, tokio: &mut tokio::runtime::Builder) -> Result<Runtime, Error> {
+    /// Builds `tokio` with pinwatch watching it: installs the poll hooks (replacing any poll
+    /// hooks set on it; see [`prepare`](Self::prepare) to keep yours), builds the runtime, and
+    /// starts the detector. With the detector off, builds `tokio` as it is.
+    ///
+    /// You keep tokio's own `Runtime`. The [`Detector`] is a guard: drop the runtime first, then
+    /// the detector (its drop takes a last scan, so that a poll that was still running is
+    /// completed, and flushes the sinks).
+    pub fn build(
+        self,
+        tokio: &mut tokio::runtime::Builder,
+    ) -> Result<(tokio::runtime::Runtime, Detector), Error> {
+        let prepared = self.prepare()?;
+        prepared.hooks().install(tokio);
+        let rt = tokio.build().map_err(Error::Runtime)?;
+        let detector = prepared.start(rt.handle())?;
+        Ok((rt, detector))
+    }
+
+    /// Validates the settings, opens the sinks and makes the hooks, without touching a tokio
+    /// builder: for code that has poll hooks of its own ([`PollHooks`] shows how to chain them).
+    pub fn prepare(self) -> Result<Prepared, Error> {
         self.validate()?;
-        if !self.config.enabled {
-            return Ok(Runtime {
-                rt: Some(tokio.build().map_err(Error::Runtime)?),
-                detector: None,
+        let config = self.config;
+        if !config.enabled {
+            return Ok(Prepared {
+                hooks: PollHooks::new(None),
+                rest: None,
             });
         }
-        let mut sinks = sink::builtin(&self.config)?;
+        let mut sinks = export::builtin(&config)?;
         sinks.extend(self.sinks);
-        if self.config.stacks != Stacks::Off {
-            crate::stack::install_handler()?;
-        }
-        let shared = Arc::new(Shared {
-            slots: SlotTable::new(self.config.max_threads),
-            config: self.config,
-            stats: StatsCounters::default(),
-        });
-        hooks::install(tokio, &shared);
-        let rt = tokio.build().map_err(Error::Runtime)?;
-        let detector = Detector::start(shared, rt.handle().clone(), sinks)?;
-        Ok(Runtime {
-            rt: Some(rt),
-            detector: Some(detector),
+        let stacks_unavailable = if config.stacks == Stacks::Off {
+            Some("stacks_off")
+        } else {
+            let safe = self
+                .unwinder_safe
+                .unwrap_or_else(crate::signal::unwinder_is_signal_safe_here);
+            if safe {
+                crate::signal::install_handler()?;
+                None
+            } else {
+                warn_unsafe_unwinder();
+                Some("unwinder_not_signal_safe")
+            }
+        };
+        crate::poll::register_membarrier();
+        let table = Arc::new(SlotTable::new(config.max_threads));
+        let watched = Watched::new(Arc::clone(&table), config, stacks_unavailable, run_id());
+        Ok(Prepared {
+            hooks: PollHooks::new(Some(table)),
+            rest: Some((Arc::new(watched), sinks)),
         })
     }
 }
 
-/// A running detector: the watchdog and sink threads of one runtime. Dropping it stops them
-/// after a last scan, and flushes the sinks.
+/// Says once per process why stack samples are off.
+fn warn_unsafe_unwinder() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            target: "pinwatch",
+            "stack samples are off: the unwinder here is not async-signal-safe (it needs glibc \
+             >= 2.35 with libgcc >= 12, for _dl_find_object); pinned polls are still reported, \
+             with reasons from /proc and no stack"
+        );
+    });
+}
+
+/// A random id for a detector run: the kernel's UUID generator, or the pid and the time.
+fn run_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos();
+            format!("{:x}-{nanos:x}", std::process::id())
+        })
+}
+
+/// A configured detector whose hooks can be installed, not yet watching anything. See
+/// [`Builder::prepare`].
+pub struct Prepared {
+    hooks: PollHooks,
+    rest: Option<Pending>,
+}
+
+/// What [`Prepared::start`] starts: the shared state and the sinks.
+type Pending = (Arc<Watched>, Vec<Box<dyn Sink>>);
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("enabled", &self.rest.is_some())
+            .finish()
+    }
+}
+
+impl Prepared {
+    /// The poll hooks (no-ops when pinwatch is off).
+    pub fn hooks(&self) -> PollHooks {
+        self.hooks.clone()
+    }
+
+    /// Starts watching the runtime `handle` belongs to — the one whose builder got
+    /// [`hooks`](Self::hooks): the watchdog thread and the export thread start.
+    pub fn start(self, handle: &tokio::runtime::Handle) -> Result<Detector, Error> {
+        let Some((watched, sinks)) = self.rest else {
+            return Ok(Detector {
+                watched: None,
+                stop: None,
+                watchdog: None,
+                export: None,
+            });
+        };
+        let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
+        let stacks = watched.config.stacks;
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let export_w = Arc::clone(&watched);
+        let export = std::thread::Builder::new()
+            .name("pinwatch-export".into())
+            .spawn(move || {
+                let mut analyzer = Analyzer::new(stacks);
+                let mut fanout = Fanout::new(sinks);
+                for raw in rx {
+                    if let Some(event) = analyzer.filter(raw, &export_w.stats) {
+                        fanout.deliver(&event);
+                        export_w.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                fanout.flush();
+            })
+            .map_err(|source| Error::Thread {
+                what: "export",
+                source,
+            })?;
+        let wd_watched = Arc::clone(&watched);
+        let handle = handle.clone();
+        let watchdog = std::thread::Builder::new()
+            .name("pinwatch-watchdog".into())
+            .spawn(move || watch::run(wd_watched, handle, tx, stop_rx))
+            .map_err(|source| Error::Thread {
+                what: "watchdog",
+                source,
+            })?;
+        Ok(Detector {
+            watched: Some(watched),
+            stop: Some(stop_tx),
+            watchdog: Some(watchdog),
+            export: Some(export),
+        })
+    }
+}
+
+/// A running detector: the watchdog and export threads of one runtime. A guard: dropping it
+/// stops them after a last scan, and flushes the sinks. Drop the runtime before it, so that a
+/// poll still running at shutdown is completed.
 pub struct Detector {
-    shared: Arc<Shared>,
+    watched: Option<Arc<Watched>>,
     stop: Option<mpsc::Sender<()>>,
     watchdog: Option<JoinHandle<()>>,
-    sinks: Option<JoinHandle<()>>,
+    export: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Detector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Detector")
+            .field("enabled", &self.is_enabled())
             .field("stats", &self.stats())
             .finish()
     }
 }
 
 impl Detector {
-    fn start(
-        shared: Arc<Shared>,
-        handle: tokio::runtime::Handle,
-        sinks: Vec<Box<dyn Sink>>,
-    ) -> Result<Detector, Error> {
-        let (event_tx, event_rx) = mpsc::sync_channel(shared.config.queue_capacity);
-        let stacks = shared.config.stacks;
-        let (stop_tx, stop_rx) = mpsc::channel();
-        let sinks = std::thread::Builder::new()
-            .name("pinwatch-sinks".into())
-            .spawn(move || sink::run(event_rx, sinks, stacks))
-            .map_err(|source| Error::Thread {
-                what: "sink",
-                source,
-            })?;
-        let wd_shared = Arc::clone(&shared);
-        let watchdog = std::thread::Builder::new()
-            .name("pinwatch-watchdog".into())
-            .spawn(move || watchdog::run(wd_shared, handle, event_tx, stop_rx))
-            .map_err(|source| Error::Thread {
-                what: "watchdog",
-                source,
-            })?;
-        Ok(Detector {
-            shared,
-            stop: Some(stop_tx),
-            watchdog: Some(watchdog),
-            sinks: Some(sinks),
-        })
+    /// Whether pinwatch is watching (false when it was built off).
+    pub fn is_enabled(&self) -> bool {
+        self.watched.is_some()
     }
 
-    /// Counters so far.
+    /// Counters so far (all zero when off).
     pub fn stats(&self) -> Stats {
-        self.shared.stats.snapshot()
+        self.watched
+            .as_ref()
+            .map(|w| snapshot(&w.stats, &w.table))
+            .unwrap_or_default()
     }
 
-    /// The settings in force.
-    pub fn config(&self) -> &Config {
-        &self.shared.config
+    /// The settings in force (`None` when off).
+    pub fn config(&self) -> Option<&Config> {
+        self.watched.as_ref().map(|w| &w.config)
     }
 
-    /// Stops the watchdog after one last scan, lets the sinks write what is queued, and waits for
-    /// both threads. Called by `Drop`.
-    pub fn shutdown(&mut self) {
+    /// This detector's run id, as in every event's `run_id` (`None` when off).
+    pub fn run_id(&self) -> Option<&str> {
+        self.watched.as_ref().map(|w| w.run_id.as_str())
+    }
+
+    /// Stops the watchdog after one last scan, lets the sinks handle what is queued, flushes
+    /// them, and returns the final [`Stats`]. Dropping the detector does the same.
+    pub fn shutdown(mut self) -> Stats {
+        self.stop_threads();
+        self.stats()
+    }
+
+    fn stop_threads(&mut self) {
         drop(self.stop.take());
         if let Some(w) = self.watchdog.take() {
             let _ = w.join();
         }
-        if let Some(s) = self.sinks.take() {
+        if let Some(s) = self.export.take() {
             let _ = s.join();
         }
     }
@@ -335,82 +463,6 @@ impl Detector {
 
 impl Drop for Detector {
     fn drop(&mut self) {
-        self.shutdown();
-    }
-}
-
-/// A tokio runtime with pinwatch watching it. Derefs to [`tokio::runtime::Runtime`]; dropping it
-/// drops the runtime first (the watchdog keeps reporting while tokio waits for stuck workers),
-/// then stops the detector.
-pub struct Runtime {
-    rt: Option<tokio::runtime::Runtime>,
-    detector: Option<Detector>,
-}
-
-impl std::fmt::Debug for Runtime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime")
-            .field("detector", &self.detector)
-            .finish()
-    }
-}
-
-impl Runtime {
-    /// The detector, `None` when pinwatch is off.
-    pub fn detector(&self) -> Option<&Detector> {
-        self.detector.as_ref()
-    }
-
-    /// [`Stats`] so far (all zero when pinwatch is off).
-    pub fn stats(&self) -> Stats {
-        self.detector
-            .as_ref()
-            .map(Detector::stats)
-            .unwrap_or_default()
-    }
-
-    /// Shuts the runtime down, waiting at most `timeout` for its blocking threads (see
-    /// [`tokio::runtime::Runtime::shutdown_timeout`]); then stops the detector and returns its
-    /// final [`Stats`].
-    pub fn shutdown_timeout(mut self, timeout: Duration) -> Stats {
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_timeout(timeout);
-        }
-        self.finish()
-    }
-
-    /// Drops the runtime, then stops the detector (flushing every sink), and returns the final
-    /// [`Stats`].
-    pub fn shutdown(mut self) -> Stats {
-        drop(self.rt.take());
-        self.finish()
-    }
-
-    fn finish(&mut self) -> Stats {
-        match self.detector.take() {
-            Some(mut d) => {
-                d.shutdown();
-                d.stats()
-            }
-            None => Stats::default(),
-        }
-    }
-}
-
-impl Deref for Runtime {
-    type Target = tokio::runtime::Runtime;
-
-    fn deref(&self) -> &tokio::runtime::Runtime {
-        // `rt` is `None` only inside `shutdown*`, which take `self`.
-        self.rt
-            .as_ref()
-            .expect("pinwatch::Runtime used after shutdown (this is a bug)")
-    }
-}
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        drop(self.rt.take());
-        self.finish();
+        self.stop_threads();
     }
 }

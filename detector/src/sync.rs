@@ -10,15 +10,9 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::panic::Location;
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
-use crate::event::{HeldLock, LockHolder, SourceLocation, Worker};
-use crate::runtime::Shared;
-use crate::slot::{current_slot_any, Slot};
-
-/// How many held locks a slot records; more are counted but not listed.
-const MAX_HELD: usize = 8;
+use crate::poll::slot::{current_slot_any, Slot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -28,167 +22,15 @@ enum Kind {
     Write = 3,
 }
 
-impl Kind {
-    fn from_u8(v: u8) -> Option<Kind> {
-        match v {
-            1 => Some(Kind::Mutex),
-            2 => Some(Kind::Read),
-            3 => Some(Kind::Write),
-            _ => None,
-        }
+/// The name of a lock kind as stored in a slot's lock table (`mutex`, `rwlock_read`,
+/// `rwlock_write`).
+pub(crate) fn kind_name(kind: u8) -> &'static str {
+    match kind {
+        1 => "mutex",
+        2 => "rwlock_read",
+        3 => "rwlock_write",
+        _ => "lock",
     }
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Mutex => "mutex",
-            Kind::Read => "rwlock_read",
-            Kind::Write => "rwlock_write",
-        }
-    }
-}
-
-struct Entry {
-    lock: AtomicUsize,
-    kind: AtomicU8,
-    site: AtomicPtr<Location<'static>>,
-}
-
-/// The locks a slot's thread holds, and the one it waits for. Written by that thread only.
-pub(crate) struct HeldLocks {
-    entries: [Entry; MAX_HELD],
-    waiting: AtomicUsize,
-    waiting_site: AtomicPtr<Location<'static>>,
-}
-
-impl HeldLocks {
-    pub(crate) fn new() -> HeldLocks {
-        HeldLocks {
-            entries: [const {
-                Entry {
-                    lock: AtomicUsize::new(0),
-                    kind: AtomicU8::new(0),
-                    site: AtomicPtr::new(std::ptr::null_mut()),
-                }
-            }; MAX_HELD],
-            waiting: AtomicUsize::new(0),
-            waiting_site: AtomicPtr::new(std::ptr::null_mut()),
-        }
-    }
-
-    pub(crate) fn clear(&self) {
-        for e in &self.entries {
-            e.lock.store(0, Ordering::Relaxed);
-        }
-        self.waiting.store(0, Ordering::Relaxed);
-    }
-
-    fn push(&self, lock: usize, kind: Kind, site: &'static Location<'static>) {
-        if let Some(e) = self
-            .entries
-            .iter()
-            .find(|e| e.lock.load(Ordering::Relaxed) == 0)
-        {
-            e.kind.store(kind as u8, Ordering::Relaxed);
-            e.site.store(site as *const _ as *mut _, Ordering::Relaxed);
-            // Release: a reader that sees the address sees kind and site.
-            e.lock.store(lock, Ordering::Release);
-        }
-    }
-
-    fn remove(&self, lock: usize, kind: Kind) {
-        // The latest matching entry (a read lock can be taken twice).
-        if let Some(e) = self.entries.iter().rev().find(|e| {
-            e.lock.load(Ordering::Relaxed) == lock && e.kind.load(Ordering::Relaxed) == kind as u8
-        }) {
-            e.lock.store(0, Ordering::Release);
-        }
-    }
-
-    fn snapshot(&self) -> Vec<HeldRaw> {
-        self.entries
-            .iter()
-            .filter_map(|e| {
-                let lock = e.lock.load(Ordering::Acquire);
-                if lock == 0 {
-                    return None;
-                }
-                let site = e.site.load(Ordering::Relaxed);
-                let kind = Kind::from_u8(e.kind.load(Ordering::Relaxed))?;
-                if site.is_null() {
-                    return None;
-                }
-                // SAFETY: stored from a `&'static Location<'static>`.
-                let site = unsafe { &*site };
-                Some(HeldRaw { lock, kind, site })
-            })
-            .collect()
-    }
-}
-
-/// A held lock as the watchdog saw it.
-#[derive(Clone, Debug)]
-pub(crate) struct HeldRaw {
-    lock: usize,
-    kind: Kind,
-    pub(crate) site: &'static Location<'static>,
-}
-
-impl HeldRaw {
-    pub(crate) fn to_event(&self) -> HeldLock {
-        HeldLock {
-            kind: self.kind.as_str().to_owned(),
-            acquired_at: SourceLocation::from_std(self.site),
-        }
-    }
-}
-
-/// The instrumented lock a thread waits for, and who holds it.
-#[derive(Clone, Debug)]
-pub(crate) struct WaitRaw {
-    holder: Option<(Worker, &'static Location<'static>)>,
-}
-
-impl WaitRaw {
-    pub(crate) fn to_event(&self) -> Option<LockHolder> {
-        self.holder.as_ref().map(|(w, site)| LockHolder {
-            worker: w.clone(),
-            acquired_at: SourceLocation::from_std(site),
-        })
-    }
-}
-
-pub(crate) fn held_by(slot: &Slot) -> Vec<HeldRaw> {
-    slot.locks.snapshot()
-}
-
-/// The lock `slot`'s thread waits for, with its holder when a watched thread of this runtime
-/// holds it.
-pub(crate) fn waiting_for(shared: &Shared, slot: &Slot) -> Option<WaitRaw> {
-    let lock = slot.locks.waiting.load(Ordering::Acquire);
-    if lock == 0 {
-        return None;
-    }
-    let holder = shared.slots.slots().iter().find_map(|other| {
-        if !other.is_active() || std::ptr::eq(other, slot) {
-            return None;
-        }
-        let held = other
-            .locks
-            .snapshot()
-            .into_iter()
-            .find(|h| h.lock == lock)?;
-        let name = other
-            .info
-            .lock()
-            .map(|i| i.name.clone())
-            .unwrap_or_default();
-        let worker = Worker {
-            index: None,
-            tid: other.tid.load(Ordering::Relaxed),
-            name,
-        };
-        Some((worker, held.site))
-    });
-    Some(WaitRaw { holder })
 }
 
 fn with_slot(f: impl FnOnce(&Slot)) {
@@ -201,24 +43,19 @@ fn with_slot(f: impl FnOnce(&Slot)) {
 }
 
 fn note_acquired(lock: usize, kind: Kind, site: &'static Location<'static>) {
-    with_slot(|s| s.locks.push(lock, kind, site));
+    with_slot(|s| s.locks.push(lock, kind as u8, site));
 }
 
 fn note_released(lock: usize, kind: Kind) {
-    with_slot(|s| s.locks.remove(lock, kind));
+    with_slot(|s| s.locks.remove(lock, kind as u8));
 }
 
-fn note_waiting(lock: usize, site: &'static Location<'static>) {
-    with_slot(|s| {
-        s.locks
-            .waiting_site
-            .store(site as *const _ as *mut _, Ordering::Relaxed);
-        s.locks.waiting.store(lock, Ordering::Release);
-    });
+fn note_waiting(lock: usize) {
+    with_slot(|s| s.locks.set_waiting(lock));
 }
 
 fn note_done_waiting() {
-    with_slot(|s| s.locks.waiting.store(0, Ordering::Release));
+    with_slot(|s| s.locks.set_waiting(0));
 }
 
 fn map_result<G, H>(r: LockResult<G>, f: impl FnOnce(G) -> H) -> LockResult<H> {
@@ -242,7 +79,7 @@ fn acquire<G, H>(
         Ok(g) => Ok(g),
         Err(TryLockError::Poisoned(p)) => Err(p),
         Err(TryLockError::WouldBlock) => {
-            note_waiting(lock, site);
+            note_waiting(lock);
             let r = block();
             note_done_waiting();
             r
@@ -556,17 +393,22 @@ mod tests {
 
     #[test]
     fn held_locks_are_recorded_on_the_slot() {
-        let held = HeldLocks::new();
+        let held = crate::poll::locks::LockTable::new();
         let site = Location::caller();
-        held.push(10, Kind::Mutex, site);
-        held.push(20, Kind::Read, site);
-        held.push(20, Kind::Read, site);
-        assert_eq!(held.snapshot().len(), 3);
-        held.remove(20, Kind::Read);
-        held.remove(10, Kind::Mutex);
-        let left = held.snapshot();
+        held.push(10, Kind::Mutex as u8, site);
+        held.push(20, Kind::Read as u8, site);
+        held.push(20, Kind::Read as u8, site);
+        let snapshot = |t: &crate::poll::locks::LockTable| {
+            let mut v = Vec::new();
+            t.for_each(|e| v.push(e));
+            v
+        };
+        assert_eq!(snapshot(&held).len(), 3);
+        held.remove(20, Kind::Read as u8);
+        held.remove(10, Kind::Mutex as u8);
+        let left = snapshot(&held);
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].lock, 20);
-        assert_eq!(left[0].to_event().kind, "rwlock_read");
+        assert_eq!(kind_name(left[0].kind), "rwlock_read");
     }
 }

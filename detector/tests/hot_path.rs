@@ -1,6 +1,12 @@
-//! The per-poll path never allocates: the same workload (10,000 tasks × 100 polls) is run on a
-//! plain runtime and on a pinwatch runtime, counting allocations made on worker threads. A
-//! per-poll allocation would add a million; claiming a slot adds a handful per worker.
+//! The per-poll path never allocates, locks, makes a system call or panics.
+//!
+//! - Allocations: pinwatch's hooks are called from hooks of this test's own (the composable
+//!   [`pinwatch::PollHooks`]), and a counting allocator counts what is allocated *inside* them:
+//!   exactly zero over a million polls on a real runtime.
+//! - System calls (and so any lock that would wait, and any allocation that would grow the heap):
+//!   a child process runs a million polls through the same hook path under strict seccomp, where
+//!   any system call but `read`, `write`, `exit` and `sigreturn` kills it.
+//! - Locks and panics: the `layout` test keeps lock types and panicking macros out of `poll/`.
 
 mod support;
 
@@ -10,18 +16,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 struct Counting;
 
-static WORKER_ALLOCS: AtomicU64 = AtomicU64::new(0);
+static IN_HOOK_ALLOCS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
-    static IS_WORKER: Cell<bool> = const { Cell::new(false) };
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
 }
 
 // SAFETY: forwards to the system allocator; the bookkeeping touches only a const thread-local
 // without destructor and an atomic, neither of which allocates.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if IS_WORKER.try_with(|w| w.get()).unwrap_or(false) {
-            WORKER_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        if IN_HOOK.try_with(|w| w.get()).unwrap_or(false) {
+            IN_HOOK_ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
@@ -38,8 +44,7 @@ static ALLOC: Counting = Counting;
 const TASKS: usize = 10_000;
 const POLLS: usize = 100;
 
-fn workload(rt: &tokio::runtime::Runtime) -> u64 {
-    // Spawn from this (non-worker) thread so task allocations are not counted.
+fn workload(rt: &tokio::runtime::Runtime) {
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             rt.spawn(async {
@@ -49,48 +54,110 @@ fn workload(rt: &tokio::runtime::Runtime) -> u64 {
             })
         })
         .collect();
-    let before = WORKER_ALLOCS.load(Ordering::Relaxed);
     rt.block_on(async {
         for t in tasks {
             t.await.unwrap();
         }
     });
-    WORKER_ALLOCS.load(Ordering::Relaxed) - before
-}
-
-fn tokio_builder() -> tokio::runtime::Builder {
-    let mut b = tokio::runtime::Builder::new_multi_thread();
-    b.worker_threads(2)
-        .enable_all()
-        .on_thread_start(|| IS_WORKER.with(|w| w.set(true)));
-    b
 }
 
 #[test]
-fn poll_path_does_not_allocate() {
-    let plain = tokio_builder().build().unwrap();
-    let plain_allocs = workload(&plain);
-    drop(plain);
-
+fn hooks_allocate_nothing_on_a_real_runtime() {
     let events = support::Collected::default();
-    let rt = support::builder(&events)
-        .build(&mut tokio_builder())
-        .unwrap();
-    // Warm up: the first poll on each worker claims its slot.
+    let prepared = support::builder(&events).prepare().unwrap();
+    let (before, after) = (prepared.hooks(), prepared.hooks());
+    let polls = std::sync::Arc::new(AtomicU64::new(0));
+    let counted = std::sync::Arc::clone(&polls);
+    let mut tokio = support::multi_thread(2);
+    tokio
+        .on_before_task_poll(move |meta| {
+            IN_HOOK.with(|h| h.set(true));
+            before.before_poll(meta);
+            IN_HOOK.with(|h| h.set(false));
+        })
+        .on_after_task_poll(move |meta| {
+            IN_HOOK.with(|h| h.set(true));
+            after.after_poll(meta);
+            IN_HOOK.with(|h| h.set(false));
+            counted.fetch_add(1, Ordering::Relaxed);
+        });
+    let rt = tokio.build().unwrap();
+    let detector = prepared.start(rt.handle()).unwrap();
+    // Warm up: the first poll on each worker claims its slot (that may allocate: once per
+    // thread, not per poll).
     workload(&rt);
-    let watched_allocs = workload(&rt);
-    let stats = rt.shutdown();
-
-    println!(
-        "worker-thread allocations over {} polls: plain {plain_allocs}, pinwatch {watched_allocs}",
-        TASKS * POLLS
-    );
+    let before_allocs = IN_HOOK_ALLOCS.load(Ordering::Relaxed);
+    let polls_before = polls.load(Ordering::Relaxed);
+    workload(&rt);
+    let allocs = IN_HOOK_ALLOCS.load(Ordering::Relaxed) - before_allocs;
+    let polled = polls.load(Ordering::Relaxed) - polls_before;
+    drop(rt);
+    let stats = detector.shutdown();
+    println!("allocations inside pinwatch's hooks over {polled} polls: {allocs}");
+    // Every task polled 100 times (the very last after-poll hooks may still be running).
+    assert!(polled >= (TASKS * (POLLS - 1)) as u64, "{polled}");
+    assert_eq!(allocs, 0);
     assert!(events.all().is_empty());
     assert_eq!(stats.pinned_polls, 0);
-    // The workload itself allocates on workers only now and then (tokio's internals); any
-    // allocation per poll — or per hundred polls — would be far above this bound.
+}
+
+#[test]
+fn hook_path_makes_no_system_call() {
+    let events = support::Collected::default();
+    let prepared = support::builder(&events).prepare().unwrap();
+    let hooks = prepared.hooks();
+    let location = std::panic::Location::caller();
+    // The claim (first poll on a thread) may allocate and ask the kernel; take it now.
+    hooks.before_poll_raw(1, location);
+    hooks.after_poll_raw();
+
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the child only runs the hook path (atomics and a thread-local read on this same
+    // thread), writes to the pipe and exits; it touches no lock another thread could hold.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let allocs_before = IN_HOOK_ALLOCS.load(Ordering::Relaxed);
+        IN_HOOK.with(|h| h.set(true));
+        // SAFETY: strict seccomp takes no pointers; from here on any system call but read,
+        // write, exit and sigreturn kills this child.
+        unsafe { libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) };
+        for i in 0..1_000_000u64 {
+            hooks.before_poll_raw(i, location);
+            hooks.after_poll_raw();
+        }
+        let allocs = IN_HOOK_ALLOCS.load(Ordering::Relaxed) - allocs_before;
+        let report = allocs.to_le_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to the pipe; then ends this process with
+        // the plain exit system call (exit_group is not allowed in strict mode, and the child
+        // has one thread).
+        unsafe {
+            libc::write(fds[1], report.as_ptr().cast(), report.len());
+            libc::syscall(libc::SYS_exit, 0);
+        }
+        unreachable!();
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    let mut report = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into a live buffer; the write end is closed first so a dead
+    // child gives end of file instead of a hang.
+    let n = unsafe {
+        libc::close(fds[1]);
+        libc::read(fds[0], report.as_mut_ptr().cast(), report.len())
+    };
     assert!(
-        watched_allocs <= plain_allocs + 1_000,
-        "pinwatch runtime allocated {watched_allocs} times on workers, plain {plain_allocs}"
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the hook path was killed under strict seccomp (status {status:#x}): it made a system call"
     );
+    assert_eq!(n, 8);
+    assert_eq!(
+        u64::from_le_bytes(report),
+        0,
+        "allocations in the hook path"
+    );
+    drop(prepared);
 }

@@ -81,7 +81,7 @@ fn preempted_polls_are_not_pinned_but_long_ones_still_are() {
         .worker_threads(1)
         .enable_all()
         .on_thread_start(move || pin_current_thread(cpu));
-    let rt = support::builder(&events).build(&mut tokio).unwrap();
+    let rt = support::watch(support::builder(&events), &mut tokio);
 
     let worst_wall = rt
         .block_on(rt.spawn(async {

@@ -14,11 +14,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn runtime(events: &Collected) -> pinwatch::Runtime {
-    support::builder(events)
-        .stacks(Stacks::Full)
-        .build(&mut multi_thread(2))
-        .unwrap()
+fn runtime(events: &Collected) -> support::Watched {
+    support::watch(
+        support::builder(events).stacks(Stacks::Full),
+        &mut multi_thread(2),
+    )
 }
 
 /// The completed event of task `id`.
@@ -64,16 +64,24 @@ fn sleep() {
 }
 
 #[test]
-fn cpu() {
+fn cpu_top_frame_is_the_hot_line() {
     let _s = serial();
     let events = Collected::default();
-    let rt = runtime(&events);
-    let line = line!() + 5;
+    let rt = support::watch(
+        support::builder(&events)
+            .stacks(Stacks::Full)
+            .sample_interval(Duration::from_millis(10)),
+        &mut multi_thread(2),
+    );
+    const K: u64 = 6364136223846793005;
+    let hot_line = line!() + 6;
     let h = rt.spawn(async {
         let start = Instant::now();
         let mut x = 1u64;
-        while start.elapsed() < Duration::from_millis(300) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        while start.elapsed() < Duration::from_millis(400) {
+            // The hot line: nearly all of the time goes here.
+            x = (0..20_000).fold(x, |x, _| std::hint::black_box(x.wrapping_mul(K) ^ 1));
+            x = std::hint::black_box(x.wrapping_add(1));
         }
         x
     });
@@ -83,14 +91,17 @@ fn cpu() {
     let e = completed_for(&events, id);
     assert_eq!(e.reason, Some(Reason::Cpu), "{e:#?}");
     assert_eq!(e.blocking_operation.as_deref(), Some("running"));
-    let top = e.top_frame.as_ref().expect("top frame");
-    assert!(
-        top.file.as_deref().unwrap().ends_with("reasons.rs"),
-        "{e:#?}"
-    );
-    // The loop is three lines; the sample lands on one of them.
-    let l = top.line.unwrap();
-    assert!((line - 1..=line + 1).contains(&l), "{l} vs {line}: {e:#?}");
+    assert_top_frame_here(&e, hot_line);
+    // Many samples, and the profile says where they were: the hot line first.
+    assert!(e.samples >= 5, "{e:#?}");
+    let first = e
+        .profile
+        .first()
+        .unwrap_or_else(|| panic!("no profile: {e:#?}"));
+    assert_eq!(first.frame.line, Some(hot_line), "{e:#?}");
+    let total: u32 = e.profile.iter().map(|p| p.samples).sum();
+    assert_eq!(total, e.samples, "{e:#?}");
+    assert!(first.samples * 2 > total, "{e:#?}");
 }
 
 #[test]
@@ -131,11 +142,13 @@ fn lock_wait_on_a_std_mutex() {
     let rt = runtime(&events);
     let m = Arc::new(std::sync::Mutex::new(0));
     let m2 = Arc::clone(&m);
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
     let holder = rt.spawn(async move {
         let _g = m2.lock().unwrap();
+        held_tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(400));
     });
-    std::thread::sleep(Duration::from_millis(50));
+    held_rx.recv().unwrap();
     let line = line!() + 1;
     let waiter = rt.spawn(async move { *m.lock().unwrap() += 1 });
     let id = waiter.id();
@@ -157,13 +170,15 @@ fn lock_held_on_a_pinwatch_mutex_and_lock_wait_names_the_holder() {
     let rt = runtime(&events);
     let m = Arc::new(pinwatch::sync::Mutex::new(0));
     let m2 = Arc::clone(&m);
-    let lock_line = line!() + 2;
+    let lock_line = line!() + 3;
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
     let holder = rt.spawn(async move {
         let _g = m2.lock().unwrap();
+        held_tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(400));
     });
     let holder_id = holder.id();
-    std::thread::sleep(Duration::from_millis(50));
+    held_rx.recv().unwrap();
     let waiter = rt.spawn(async move { *m.lock().unwrap() += 1 });
     let waiter_id = waiter.id();
     rt.block_on(async {
@@ -190,7 +205,11 @@ fn lock_held_on_a_pinwatch_mutex_and_lock_wait_names_the_holder() {
     assert_eq!(by.worker.tid, e.worker.tid);
 }
 
+/// Met by the initializer once it runs, and by the test before it starts the bystander.
+static INIT_STARTED: std::sync::Barrier = std::sync::Barrier::new(2);
+
 static SLOW_CONFIG: LazyLock<u32> = LazyLock::new(|| {
+    INIT_STARTED.wait();
     std::thread::sleep(Duration::from_millis(400));
     42
 });
@@ -202,7 +221,7 @@ fn once_init_and_once_wait() {
     let rt = runtime(&events);
     let init = rt.spawn(async { *SLOW_CONFIG });
     let init_id = init.id();
-    std::thread::sleep(Duration::from_millis(50));
+    INIT_STARTED.wait();
     let line = line!() + 1;
     let wait = rt.spawn(async { *SLOW_CONFIG });
     let wait_id = wait.id();

@@ -53,6 +53,47 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Whether the events of a bad variant are what `case` expects: at least `min` with
+    /// `expected`, every one with a reason in `allowed`, and every one with a top frame in the
+    /// sample apps' own code. `Err` says what is wrong.
+    pub fn check(&self, expected: Reason, allowed: &[Reason], min: usize) -> Result<(), String> {
+        let hits = self
+            .events
+            .iter()
+            .filter(|e| e.reason == Some(expected))
+            .count();
+        if hits < min {
+            return Err(format!(
+                "expected at least {min} `{expected}` events, got {hits} ({})",
+                self.reasons_cell()
+            ));
+        }
+        if let Some(e) = self
+            .events
+            .iter()
+            .find(|e| !e.reason.is_some_and(|r| allowed.contains(&r)))
+        {
+            return Err(format!(
+                "an event with reason {:?}, expected one of {allowed:?}: {}",
+                e.reason,
+                e.headline()
+            ));
+        }
+        if let Some(e) = self.events.iter().find(|e| {
+            !e.top_frame
+                .as_ref()
+                .and_then(|f| f.file.as_deref())
+                .is_some_and(|f| f.contains("sample-apps/"))
+        }) {
+            return Err(format!(
+                "an event whose top frame is not in the sample apps: {:?} ({})",
+                e.top_frame,
+                e.headline()
+            ));
+        }
+        Ok(())
+    }
+
     /// Reasons and how many completed events had each.
     pub fn reasons(&self) -> Vec<(Reason, usize)> {
         let mut v: Vec<(Reason, usize)> = Vec::new();
@@ -112,6 +153,10 @@ pub struct Case {
     pub about: &'static str,
     /// The reason pinwatch must report for the bad variant.
     pub expected: Reason,
+    /// The reasons the bad variant's events may have (the expected one among them).
+    pub allowed: &'static [Reason],
+    /// How many of the bad variant's events must have the expected reason, at the tour's size.
+    pub min_expected: usize,
     /// Workers, as in the article.
     pub workers: usize,
     /// Tasks at full size / in the tour.
@@ -126,6 +171,8 @@ pub fn cases() -> Vec<Case> {
             name: "lock_sleep",
             about: "N tasks, each with its own std Mutex, sleep 100 ms inside the lock",
             expected: Reason::Sleep,
+            allowed: &[Reason::Sleep],
+            min_expected: 8,
             workers: 2,
             tasks: (100, 8),
             body: |v, n, _| Box::pin(lock_sleep(v, n)),
@@ -134,6 +181,8 @@ pub fn cases() -> Vec<Case> {
             name: "lazy_init",
             about: "a LazyLock initializer sleeps while 100 bystander tasks sleep 10 ms, 1 worker",
             expected: Reason::OnceInit,
+            allowed: &[Reason::OnceInit],
+            min_expected: 1,
             workers: 1,
             tasks: (100, 100),
             body: |v, n, full| Box::pin(lazy_init(v, n, full)),
@@ -142,6 +191,8 @@ pub fn cases() -> Vec<Case> {
             name: "ffi_block",
             about: "a blocking C call (libc::usleep through FFI) inside a task",
             expected: Reason::Sleep,
+            allowed: &[Reason::Sleep],
+            min_expected: 2,
             workers: 2,
             tasks: (4, 2),
             body: |v, n, _| Box::pin(ffi_block(v, n)),
@@ -150,6 +201,8 @@ pub fn cases() -> Vec<Case> {
             name: "cpu_hog",
             about: "a long computation on 1 worker while a 10 ms ticker runs",
             expected: Reason::Cpu,
+            allowed: &[Reason::Cpu],
+            min_expected: 1,
             workers: 1,
             tasks: (1, 1),
             body: |v, _, full| Box::pin(cpu_hog(v, full)),
@@ -158,6 +211,8 @@ pub fn cases() -> Vec<Case> {
             name: "blocking_io",
             about: "std::net and std::fs blocking reads (a slow server, a slow pipe) inside tasks",
             expected: Reason::Io,
+            allowed: &[Reason::Io],
+            min_expected: 4,
             workers: 2,
             tasks: (8, 4),
             body: |v, n, _| Box::pin(blocking_io(v, n)),
@@ -166,6 +221,8 @@ pub fn cases() -> Vec<Case> {
             name: "lock_contention",
             about: "tasks contend one std Mutex with a 50 ms critical section",
             expected: Reason::LockWait,
+            allowed: &[Reason::LockWait, Reason::Sleep],
+            min_expected: 1,
             workers: 2,
             tasks: (8, 4),
             body: |v, n, _| Box::pin(lock_contention(v, n)),
@@ -175,6 +232,8 @@ pub fn cases() -> Vec<Case> {
             about:
                 "an axum handler waits 100 ms for a fake database, under 100 connections of load",
             expected: Reason::Sleep,
+            allowed: &[Reason::Sleep],
+            min_expected: 2,
             workers: 2,
             tasks: (100, 100),
             body: |v, n, full| Box::pin(http::run(v, n, full)),
@@ -183,6 +242,8 @@ pub fn cases() -> Vec<Case> {
             name: "blocking_wait",
             about: "std mpsc recv, Condvar wait and futures::executor::block_on inside tasks",
             expected: Reason::Other,
+            allowed: &[Reason::Other],
+            min_expected: 3,
             workers: 2,
             tasks: (6, 3),
             body: |v, n, _| Box::pin(blocking_wait(v, n)),
@@ -209,7 +270,7 @@ pub fn run(case: &Case, variant: Variant, workers: usize, tasks: usize, full: bo
             std::process::exit(2);
         }
     };
-    let rt = builder
+    let (rt, detector) = builder
         .tracing(false)
         .sink(move |e: &PinnedEvent| {
             if e.state == State::Completed {
@@ -226,7 +287,8 @@ pub fn run(case: &Case, variant: Variant, workers: usize, tasks: usize, full: bo
     // The body runs as a task: the `block_on` future itself is not watched.
     let metric = rt.block_on(rt.spawn(body)).expect("case panicked");
     let elapsed = start.elapsed();
-    rt.shutdown();
+    drop(rt);
+    detector.shutdown();
     let events = std::mem::take(&mut *events.lock().unwrap());
     Outcome {
         elapsed,

@@ -91,7 +91,13 @@ fn expand(
         #(#attrs)*
         #vis #sig {
             let body = async #body;
-            ::pinwatch::__private::main_runtime(#current_thread, #workers).block_on(body)
+            let (runtime, detector) = ::pinwatch::__private::main_runtime(#current_thread, #workers);
+            let output = runtime.block_on(body);
+            // The runtime first, so that a poll still running at shutdown is completed; then the
+            // detector: a last scan, the sinks flushed.
+            ::core::mem::drop(runtime);
+            ::core::mem::drop(detector);
+            output
         }
     })
 }

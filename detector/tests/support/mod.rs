@@ -51,6 +51,37 @@ pub fn builder(events: &Collected) -> pinwatch::Builder {
     pinwatch::Builder::new().tracing(false).sink(events.sink())
 }
 
+/// A tokio runtime and its detector, dropped in that order. Derefs to the runtime.
+pub struct Watched {
+    pub rt: tokio::runtime::Runtime,
+    pub detector: pinwatch::Detector,
+}
+
+impl std::ops::Deref for Watched {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+}
+
+impl Watched {
+    /// Drops the runtime, then stops the detector; its final stats.
+    pub fn shutdown(self) -> pinwatch::Stats {
+        drop(self.rt);
+        self.detector.shutdown()
+    }
+
+    pub fn stats(&self) -> pinwatch::Stats {
+        self.detector.stats()
+    }
+}
+
+/// Builds `tokio` with `builder` watching it.
+pub fn watch(builder: pinwatch::Builder, tokio: &mut tokio::runtime::Builder) -> Watched {
+    let (rt, detector) = builder.build(tokio).expect("pinwatch runtime");
+    Watched { rt, detector }
+}
+
 pub fn multi_thread(workers: usize) -> tokio::runtime::Builder {
     let mut b = tokio::runtime::Builder::new_multi_thread();
     b.worker_threads(workers).enable_all();

@@ -47,7 +47,7 @@ fn main() {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let mut b = tokio::runtime::Builder::new_multi_thread();
     b.worker_threads(cores).enable_all();
-    let rt = pinwatch::Builder::new()
+    let (rt, detector) = pinwatch::Builder::new()
         .tracing(false)
         .build(&mut b)
         .expect("runtime");
@@ -144,6 +144,6 @@ fn main() {
     );
     println!(
         "pinned polls reported by pinwatch: {}",
-        rt.stats().pinned_polls
+        detector.stats().pinned_polls
     );
 }

@@ -125,7 +125,7 @@ fn child(mode: &str, n: usize, workers: Option<usize>) {
             if let Some(w) = workers {
                 b.worker_threads(w);
             }
-            let rt = pinwatch::Builder::new()
+            let (rt, detector) = pinwatch::Builder::new()
                 .tracing(false)
                 .build(&mut b)
                 .expect("runtime");
@@ -137,7 +137,7 @@ fn child(mode: &str, n: usize, workers: Option<usize>) {
                     h.await.unwrap();
                 }
             });
-            let stats = rt.stats();
+            let stats = detector.stats();
             format!("pinned polls: {}", stats.pinned_polls)
         }
         "thread-per-task" => {

@@ -69,7 +69,7 @@ fn main() {
     for v in variants {
         let mut b = tokio::runtime::Builder::new_multi_thread();
         b.worker_threads(args.workers).enable_all();
-        let rt = pinwatch::Builder::new()
+        let (rt, detector) = pinwatch::Builder::new()
             .tracing(false)
             .build(&mut b)
             .expect("runtime");
@@ -97,8 +97,9 @@ fn main() {
             }
         });
         let elapsed = start.elapsed();
-        let pinned = rt.stats().pinned_polls;
+        let pinned = detector.stats().pinned_polls;
         drop(rt);
+        drop(detector);
         let expected = args.latency * (args.tasks.div_ceil(args.limit) as u32);
         rows.push(vec![
             if v == "fixed" {

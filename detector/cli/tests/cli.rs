@@ -118,11 +118,14 @@ fn a_line_that_is_not_json_is_an_error_with_its_number() {
 #[test]
 fn another_schema_is_an_error_that_says_so() {
     let good = first_lines(1);
-    let other = good[0].replace("\"schema\":1", "\"schema\":2");
+    let other = good[0]
+        .replace("\"schema\":1,", "\"schema\":99,")
+        .replace("\"schema\":2,", "\"schema\":99,");
+    assert_ne!(other, good[0]);
     let f = with_lines(&[&good[0], &other], true);
     let (code, _, err) = pinwatch(&["summary", f.path().to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert!(err.contains(":2:") && err.contains("schema 2"), "{err}");
+    assert!(err.contains(":2:") && err.contains("schema 99"), "{err}");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! the thread is doing and what its stack shows.
 
 use crate::event::{Frame, Reason};
-use crate::probe::ProcState;
+use crate::watch::probe::ProcState;
 
 /// The verdict on one probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -236,7 +236,28 @@ fn owning_crate(name: &str) -> &str {
     &s[..end]
 }
 
+/// Whether the stack is inside `tokio::task::block_in_place`: the thread has told the runtime it
+/// is about to block, and tokio moves its worker to another thread (and records that only once
+/// the other thread runs — later, under load).
+pub(crate) fn in_block_in_place(frames: &[Frame]) -> bool {
+    frames.iter().any(|f| {
+        let Some(name) = f.function.as_deref() else {
+            return false;
+        };
+        let from_tokio = name.starts_with("tokio::")
+            || f.file
+                .as_deref()
+                .is_some_and(|file| file.contains("/tokio-"));
+        from_tokio
+            && name
+                .split('<')
+                .next()
+                .is_some_and(|n| n.ends_with("block_in_place"))
+    })
+}
+
 /// The first application frame, innermost first: JFR's `topApplicationFrame`.
+#[cfg(test)]
 pub(crate) fn top_frame(frames: &[Frame]) -> Option<&Frame> {
     frames.iter().find(|f| is_application(f))
 }
@@ -350,6 +371,25 @@ mod tests {
         )));
         assert!(is_application(&at("{closure#0}", "sample-apps/src/lib.rs")));
         assert!(is_application(&at("app::work", "/home/me/app/src/main.rs")));
+    }
+
+    #[test]
+    fn block_in_place_frames() {
+        let inlined = Frame {
+            function: Some("block_in_place<app::f::{closure_env#0}, ()>".into()),
+            file: Some("/root/.cargo/registry/src/x/tokio-1.54.1/src/task/blocking.rs".into()),
+            line: Some(80),
+            locks: 0,
+        };
+        assert!(in_block_in_place(&[f("std::thread::sleep"), inlined]));
+        assert!(in_block_in_place(&[f(
+            "tokio::runtime::scheduler::multi_thread::worker::block_in_place"
+        )]));
+        assert!(!in_block_in_place(&[f("app::block_in_place")]));
+        assert!(!in_block_in_place(&[
+            f("std::thread::sleep"),
+            f("app::work")
+        ]));
     }
 
     #[test]

@@ -1,0 +1,267 @@
+//! Analysis, off the hot path and off the watchdog: raw reports (instruction pointers, `/proc`
+//! readings, held-lock entries) become finished [`PinnedEvent`]s — frames, a reason, the top
+//! application frame and a profile of where a long pin's samples were.
+
+pub(crate) mod reason;
+mod symbols;
+
+use crate::config::Stacks;
+use crate::event::{
+    Frame, HeldLock, LockHolder, PinnedEvent, ProfileEntry, Reason, SourceLocation, State, Worker,
+};
+use crate::watch::{RawReport, StatsCounters};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+/// Turns raw reports into events. Keeps a symbol cache across reports.
+pub(crate) struct Analyzer {
+    resolver: symbols::Resolver,
+    stacks: Stacks,
+    /// Polls whose stack showed `block_in_place`: their later reports are dropped.
+    in_block_in_place: HashSet<u64>,
+    /// Polls with a report delivered and not yet completed.
+    open: HashSet<u64>,
+    /// Whether the latest sample of the report just analysed was inside `block_in_place`.
+    last_sample_in_block_in_place: bool,
+}
+
+impl Analyzer {
+    pub(crate) fn new(stacks: Stacks) -> Analyzer {
+        Analyzer {
+            resolver: symbols::Resolver::default(),
+            stacks,
+            in_block_in_place: HashSet::new(),
+            open: HashSet::new(),
+            last_sample_in_block_in_place: false,
+        }
+    }
+
+    /// [`analyze`](Self::analyze), except for polls whose stack shows they are inside
+    /// `tokio::task::block_in_place` — not pinning, though tokio had not yet recorded the worker's
+    /// hand-over when the watchdog checked (it records it only once another thread runs the
+    /// worker). Those give no event, or one `retracted` event when an earlier report of theirs
+    /// had gone out.
+    pub(crate) fn filter(
+        &mut self,
+        report: RawReport,
+        stats: &StatsCounters,
+    ) -> Option<PinnedEvent> {
+        let id = report.event.id;
+        let state = report.event.state;
+        if self.in_block_in_place.contains(&id) {
+            // Already counted and dealt with.
+            if state != State::InProgress {
+                self.in_block_in_place.remove(&id);
+            }
+            return None;
+        }
+        let not_pinning = |stats: &StatsCounters| {
+            stats.block_in_place.fetch_add(1, Ordering::Relaxed);
+            stats.pinned_polls.fetch_sub(1, Ordering::Relaxed);
+        };
+        let mut event = self.analyze(report);
+        match state {
+            State::Retracted => {
+                // The watchdog saw the hand-over in tokio's metrics.
+                not_pinning(stats);
+                stats.retracted.fetch_add(1, Ordering::Relaxed);
+                self.open.remove(&id);
+                Some(event)
+            }
+            State::InProgress if self.last_sample_in_block_in_place => {
+                not_pinning(stats);
+                self.in_block_in_place.insert(id);
+                if !self.open.remove(&id) {
+                    return None;
+                }
+                stats.retracted.fetch_add(1, Ordering::Relaxed);
+                event.state = State::Retracted;
+                Some(event)
+            }
+            State::InProgress => {
+                self.open.insert(id);
+                Some(event)
+            }
+            State::Completed => {
+                self.open.remove(&id);
+                Some(event)
+            }
+        }
+    }
+
+    /// Resolves the probes' stacks, classifies each probe (the dominant reason wins, the others
+    /// are listed), and picks the top frame most samples had.
+    pub(crate) fn analyze(&mut self, report: RawReport) -> PinnedEvent {
+        let RawReport { mut event, probes } = report;
+        let mut verdicts = Vec::with_capacity(probes.len());
+        // Per sampled probe: its frames and its top frame's index in them.
+        let mut sampled: Vec<(usize, Vec<Frame>, Option<usize>)> = Vec::new();
+        for (i, probe) in probes.iter().enumerate() {
+            let frames = match &probe.stack {
+                Some(ips) => self.resolver.resolve(ips),
+                None => Vec::new(),
+            };
+            verdicts.extend(reason::classify(
+                probe.proc.as_ref(),
+                &frames,
+                !probe.held.is_empty(),
+                probe.waiting_for.is_some(),
+            ));
+            if probe.stack.is_some() {
+                let top = frames.iter().position(reason::is_application);
+                sampled.push((i, frames, top));
+            }
+        }
+        self.last_sample_in_block_in_place = sampled
+            .last()
+            .is_some_and(|(_, frames, _)| reason::in_block_in_place(frames));
+        if let Some((best, others, op)) = dominant(&verdicts) {
+            event.reason = Some(best);
+            event.other_reasons = others;
+            event.blocking_operation = Some(op);
+        }
+        let last = probes.last();
+        if let Some(last) = last {
+            event.held_locks = last.held.iter().map(held_lock).collect();
+            event.lock_holder =
+                last.waiting_for
+                    .as_ref()
+                    .and_then(|h| h.as_ref())
+                    .map(|h| LockHolder {
+                        worker: Worker {
+                            index: None,
+                            tid: h.tid,
+                            name: h.name.clone(),
+                        },
+                        acquired_at: SourceLocation::from_std(h.site),
+                    });
+        }
+        let (profile, chosen) = profile(&sampled);
+        if profile.len() > 1 || profile.first().is_some_and(|p| p.samples > 1) {
+            event.profile = profile;
+        }
+        match chosen {
+            Some(k) => {
+                let (i, mut frames, top) = sampled.swap_remove(k);
+                symbols::mark_lock_frames(&mut frames, &probes[i].held);
+                event.top_frame = top.map(|t| frames[t].clone());
+                event.stack = match self.stacks {
+                    Stacks::Full => frames,
+                    Stacks::Short => frames
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(j, f)| f.locks > 0 || Some(*j) == top)
+                        .map(|(_, f)| f)
+                        .collect(),
+                    Stacks::Off => Vec::new(),
+                };
+            }
+            None => {
+                event.no_stack = Some(
+                    last.and_then(|p| p.no_stack)
+                        .unwrap_or("no_sample")
+                        .to_owned(),
+                );
+            }
+        }
+        event
+    }
+}
+
+fn held_lock(h: &crate::poll::locks::HeldEntry) -> HeldLock {
+    HeldLock {
+        kind: crate::sync::kind_name(h.kind).to_owned(),
+        acquired_at: SourceLocation::from_std(h.site),
+    }
+}
+
+/// The dominant reason (most probes; on a tie the latest), the others seen, and the blocking
+/// operation of the latest probe with the dominant reason.
+fn dominant(verdicts: &[reason::Verdict]) -> Option<(Reason, Vec<Reason>, String)> {
+    let mut counts: Vec<(Reason, usize, usize)> = Vec::new();
+    for (i, v) in verdicts.iter().enumerate() {
+        match counts.iter_mut().find(|(r, _, _)| *r == v.reason) {
+            Some((_, n, last)) => {
+                *n += 1;
+                *last = i;
+            }
+            None => counts.push((v.reason, 1, i)),
+        }
+    }
+    let &(best, _, last) = counts.iter().max_by_key(|(_, n, last)| (*n, *last))?;
+    let others = counts
+        .iter()
+        .map(|(r, _, _)| *r)
+        .filter(|r| *r != best)
+        .collect();
+    Some((best, others, verdicts[last].operation.clone()))
+}
+
+/// The samples' top frames with their counts, most first, and which sample to show: the latest
+/// one whose top frame is the most common. A frame known to the line beats one without a line
+/// on a tie; a sample with no application frame counts under its innermost frame.
+fn profile(sampled: &[(usize, Vec<Frame>, Option<usize>)]) -> (Vec<ProfileEntry>, Option<usize>) {
+    let mut entries: Vec<(ProfileEntry, usize)> = Vec::new();
+    for (k, (_, frames, top)) in sampled.iter().enumerate() {
+        let Some(frame) = top.map(|t| &frames[t]).or(frames.first()) else {
+            continue;
+        };
+        let mut frame = frame.clone();
+        frame.locks = 0;
+        match entries.iter_mut().find(|(e, _)| e.frame == frame) {
+            Some((e, latest)) => {
+                e.samples += 1;
+                *latest = k;
+            }
+            None => entries.push((ProfileEntry { frame, samples: 1 }, k)),
+        }
+    }
+    let chosen = entries
+        .iter()
+        .max_by_key(|(e, latest)| (e.samples, e.frame.line.is_some(), *latest))
+        .map(|(_, k)| *k)
+        .or_else(|| sampled.len().checked_sub(1));
+    entries.sort_by(|a, b| b.0.samples.cmp(&a.0.samples).then(a.1.cmp(&b.1)));
+    (entries.into_iter().map(|(e, _)| e).collect(), chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(function: &str, line: Option<u32>) -> Frame {
+        Frame {
+            function: Some(function.to_owned()),
+            file: Some("src/app.rs".to_owned()),
+            line,
+            locks: 0,
+        }
+    }
+
+    #[test]
+    fn the_top_frame_is_where_most_samples_were() {
+        let hot = at("app::hot_loop", Some(10));
+        let tail = at("app::hot_loop", Some(14));
+        let std = Frame::named("std::time::Instant::now");
+        let sampled = vec![
+            (0, vec![std.clone(), hot.clone()], Some(1)),
+            (1, vec![hot.clone()], Some(0)),
+            (2, vec![hot.clone()], Some(0)),
+            (3, vec![tail.clone()], Some(0)),
+        ];
+        let (profile, chosen) = profile(&sampled);
+        assert_eq!(chosen, Some(2));
+        assert_eq!(profile.len(), 2);
+        assert_eq!((profile[0].frame.line, profile[0].samples), (Some(10), 3));
+        assert_eq!((profile[1].frame.line, profile[1].samples), (Some(14), 1));
+    }
+
+    #[test]
+    fn a_frame_with_a_line_wins_a_tie() {
+        let lineless = at("app::f", None);
+        let known = at("app::f", Some(3));
+        let sampled = vec![(0, vec![known], Some(0)), (1, vec![lineless], Some(0))];
+        assert_eq!(profile(&sampled).1, Some(0));
+        assert_eq!(profile(&[]).1, None);
+    }
+}

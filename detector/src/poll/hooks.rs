@@ -1,0 +1,117 @@
+//! The tokio poll hooks: the per-poll path.
+//!
+//! Before a poll: a thread-local load, a compiler-only fence on x86, two relaxed stores and a
+//! release store. After a poll: a release store, a compiler fence and a relaxed load; only when
+//! the watchdog has flagged the poll as pinned does it read the clock. No allocation, no lock, no
+//! system call, nothing that can panic — the `hot_path` tests prove it (a counting allocator
+//! inside the hooks; the hooks run under strict seccomp).
+
+use std::panic::Location;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::runtime::TaskMeta;
+
+use super::slot::{current_slot, Slot, SlotTable};
+
+/// pinwatch's two poll hooks, for a tokio runtime builder.
+///
+/// [`Builder::build`](crate::Builder::build) installs them for you. If you have poll hooks of
+/// your own, install yours and call these from them (they are cheap to clone):
+///
+/// ```no_run
+/// # fn main() -> Result<(), pinwatch::Error> {
+/// let prepared = pinwatch::Builder::from_env()?.prepare()?;
+/// let (before, after) = (prepared.hooks(), prepared.hooks());
+/// let mut tokio = tokio::runtime::Builder::new_multi_thread();
+/// tokio
+///     .enable_all()
+///     .on_before_task_poll(move |meta| {
+///         before.before_poll(meta);
+///         // your own hook
+///     })
+///     .on_after_task_poll(move |meta| {
+///         // your own hook
+///         after.after_poll(meta);
+///     });
+/// let rt = tokio.build().expect("tokio runtime");
+/// let detector = prepared.start(rt.handle())?;
+/// # drop(rt); drop(detector);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PollHooks {
+    table: Option<Arc<SlotTable>>,
+}
+
+impl std::fmt::Debug for PollHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PollHooks")
+            .field("enabled", &self.table.is_some())
+            .finish()
+    }
+}
+
+impl PollHooks {
+    pub(crate) fn new(table: Option<Arc<SlotTable>>) -> PollHooks {
+        PollHooks { table }
+    }
+
+    /// Installs both hooks on `builder`, replacing any poll hooks set on it before. Does nothing
+    /// when pinwatch is off.
+    pub fn install(&self, builder: &mut tokio::runtime::Builder) {
+        if self.table.is_none() {
+            return;
+        }
+        let (before, after) = (self.clone(), self.clone());
+        builder
+            .on_before_task_poll(move |meta| before.before_poll(meta))
+            .on_after_task_poll(move |meta| after.after_poll(meta));
+    }
+
+    /// Call from `on_before_task_poll`.
+    #[inline]
+    pub fn before_poll(&self, meta: &TaskMeta<'_>) {
+        self.before_poll_raw(super::id_u64(&meta.id()), meta.spawned_at());
+    }
+
+    /// Call from `on_after_task_poll`.
+    #[inline]
+    pub fn after_poll(&self, _meta: &TaskMeta<'_>) {
+        self.after_poll_raw();
+    }
+
+    /// [`before_poll`](Self::before_poll) with the task's id as a number. For tests that drive
+    /// the hooks without tokio.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn before_poll_raw(&self, task_id: u64, spawned_at: &'static Location<'static>) {
+        if let Some(table) = &self.table {
+            if let Some(slot) = current_slot(table) {
+                slot.poll
+                    .begin(task_id, spawned_at as *const Location<'static> as usize);
+            }
+        }
+    }
+
+    /// [`after_poll`](Self::after_poll) without tokio's `TaskMeta`. For tests.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn after_poll_raw(&self) {
+        if let Some(table) = &self.table {
+            if let Some(slot) = current_slot(table) {
+                if let Some(seq) = slot.poll.end() {
+                    pinned_poll_ended(table, slot, seq);
+                }
+            }
+        }
+    }
+}
+
+/// Rare path: the poll that just returned was flagged as pinned; record its exact end.
+#[cold]
+#[inline(never)]
+fn pinned_poll_ended(table: &SlotTable, slot: &Slot, seq: u64) {
+    slot.poll
+        .record_end(seq, table.nanos_since_base(Instant::now()));
+}

@@ -1,0 +1,151 @@
+//! The poll protocol between a worker and the watchdog, on one [`PollCell`].
+//!
+//! The worker (the cell's owner) marks each poll: [`PollCell::begin`] publishes the task and an
+//! odd poll counter, [`PollCell::end`] an even one. The counter never goes back — not even when
+//! the slot passes to another thread — so "the same odd counter twice" always means "the same
+//! poll, still running".
+//!
+//! - Reading the running poll's task is a seqlock read ([`PollCell::read`]): the counter, the
+//!   data, `fence(Acquire)`, the counter again. The worker's `fence(Release)` before it writes
+//!   the data of the next poll makes a torn read visible as a changed counter.
+//! - Flagging ([`PollCell::flag`]) and ending a poll form a store-buffering pair; an asymmetric
+//!   fence (see [`atomic`](super::atomic)) makes sure that if the watchdog still sees the poll
+//!   running after flagging it, the worker sees the flag when it ends it and records the end.
+//!
+//! This file is compiled twice: in the library, and in the loom model
+//! (`detector/tests/loom_poll.rs`), which checks these claims over every interleaving.
+
+use super::atomic::{fence, heavy_fence, light_fence, AtomicU64, AtomicUsize, Ordering};
+
+/// No poll of the cell is flagged.
+pub const NOT_FLAGGED: u64 = u64::MAX;
+
+/// What the watchdog read of a running poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The poll counter (odd).
+    pub seq: u64,
+    /// The task's id.
+    pub task_id: u64,
+    /// The task's spawn location, as an address (`&'static Location<'static>`), or 0.
+    pub spawned_at: usize,
+}
+
+/// One thread's poll state.
+pub struct PollCell {
+    seq: AtomicU64,
+    task_id: AtomicU64,
+    spawned_at: AtomicUsize,
+    flagged: AtomicU64,
+    ended_seq: AtomicU64,
+    end_nanos: AtomicU64,
+}
+
+impl Default for PollCell {
+    fn default() -> Self {
+        PollCell::new()
+    }
+}
+
+impl PollCell {
+    /// A cell with no poll yet.
+    pub fn new() -> PollCell {
+        PollCell {
+            seq: AtomicU64::new(0),
+            task_id: AtomicU64::new(0),
+            spawned_at: AtomicUsize::new(0),
+            flagged: AtomicU64::new(NOT_FLAGGED),
+            ended_seq: AtomicU64::new(NOT_FLAGGED),
+            end_nanos: AtomicU64::new(0),
+        }
+    }
+
+    // ---- the owner's side: every poll ----
+
+    /// A poll of `task_id` (spawned at `spawned_at`) starts. Owner only.
+    #[inline(always)]
+    pub fn begin(&self, task_id: u64, spawned_at: usize) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        // Order the previous `seq` store (the end of the last poll) before the data stores: a
+        // watchdog whose seqlock read sees this poll's data then sees the counter moved.
+        fence(Ordering::Release);
+        self.task_id.store(task_id, Ordering::Relaxed);
+        self.spawned_at.store(spawned_at, Ordering::Relaxed);
+        // The next odd value (a begin without an end — a slot claimed mid-poll — still moves).
+        self.seq.store((seq + 1) | 1, Ordering::Release);
+    }
+
+    /// The poll ends. Owner only. Returns its counter when the watchdog flagged it: the caller
+    /// then reads the clock and calls [`record_end`](Self::record_end).
+    #[inline(always)]
+    pub fn end(&self) -> Option<u64> {
+        let seq = self.seq.load(Ordering::Relaxed);
+        if seq & 1 == 0 {
+            return None;
+        }
+        self.seq.store(seq + 1, Ordering::Release);
+        light_fence();
+        (self.flagged.load(Ordering::Relaxed) == seq).then_some(seq)
+    }
+
+    /// Records when flagged poll `seq` ended (ns on the detector's clock). Owner only.
+    pub fn record_end(&self, seq: u64, nanos: u64) {
+        // Mark the slot busy first, so that a reader never pairs `seq` with another end time.
+        self.ended_seq.store(NOT_FLAGGED, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.end_nanos.store(nanos, Ordering::Relaxed);
+        self.ended_seq.store(seq, Ordering::Release);
+    }
+
+    /// Makes the counter even if a poll was left open: the owner is going away. Owner only.
+    pub fn close(&self) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        if seq & 1 == 1 {
+            self.seq.store(seq + 1, Ordering::Release);
+        }
+    }
+
+    // ---- the watchdog's side ----
+
+    /// The poll counter now.
+    #[inline]
+    pub fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+
+    /// The running poll's task, read consistently; `None` when no poll runs or it changed
+    /// during the read.
+    pub fn read(&self) -> Option<Snapshot> {
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq & 1 == 0 {
+            return None;
+        }
+        let task_id = self.task_id.load(Ordering::Relaxed);
+        let spawned_at = self.spawned_at.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == seq).then_some(Snapshot {
+            seq,
+            task_id,
+            spawned_at,
+        })
+    }
+
+    /// Flags poll `seq` as pinned. `true`: it was still running once the flag was visible to the
+    /// owner, which will then record its end. `false`: it had ended (the owner may not have seen
+    /// the flag; the end is then known only as "before now").
+    pub fn flag(&self, seq: u64) -> bool {
+        self.flagged.store(seq, Ordering::Relaxed);
+        heavy_fence();
+        self.seq.load(Ordering::Relaxed) == seq
+    }
+
+    /// When flagged poll `seq` ended, if the owner has recorded it.
+    pub fn ended(&self, seq: u64) -> Option<u64> {
+        if self.ended_seq.load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let nanos = self.end_nanos.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        (self.ended_seq.load(Ordering::Relaxed) == seq).then_some(nanos)
+    }
+}

@@ -1,0 +1,455 @@
+//! The watchdog thread: scans the slots every few milliseconds and reports polls that run past
+//! the threshold while they are still running.
+//!
+//! For each slot it remembers the last poll counter it saw and when. A slot whose counter is odd
+//! and unchanged for at least the threshold is running one poll that long: the watchdog flags it
+//! (so that the after-poll hook reads the clock when it returns), probes the thread (state,
+//! system call, stack) and sends an `in_progress` report; it sends it again every report interval
+//! while the poll stays stuck, and a `completed` one with the exact end once the poll returns.
+//!
+//! Every time is taken next to the counter load it belongs to, per slot: a watchdog made late by
+//! a slow probe or by the kernel never ages a poll by its own lateness. The poll's start is
+//! bounded by looks at its slot: it began after the last look that saw another counter. That
+//! bound is what `start` and `duration` report, so a duration is never shorter than the real one.
+
+pub(crate) mod probe;
+mod workers;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::runtime::Handle;
+
+use crate::config::Config;
+use crate::event::{PinnedEvent, SourceLocation, State, Worker};
+use crate::poll::slot::{NameBuf, Slot, SlotTable};
+use probe::Probe;
+use workers::Owner;
+
+/// What the watchdog shares with the hooks' table and the detector handle.
+pub(crate) struct Watched {
+    pub table: Arc<SlotTable>,
+    pub config: Config,
+    pub stats: StatsCounters,
+    /// Why no stack can be sampled at all (`stacks_off`, `unwinder_not_signal_safe`), if so.
+    pub stacks_unavailable: Option<&'static str>,
+    /// Names this detector's events (see [`PinnedEvent::run_id`]).
+    pub run_id: String,
+    next_id: AtomicU64,
+}
+
+impl Watched {
+    pub(crate) fn new(
+        table: Arc<SlotTable>,
+        config: Config,
+        stacks_unavailable: Option<&'static str>,
+        run_id: String,
+    ) -> Watched {
+        Watched {
+            table,
+            config,
+            stats: StatsCounters::default(),
+            stacks_unavailable,
+            run_id,
+            next_id: AtomicU64::new(1),
+        }
+    }
+}
+
+/// Counters behind [`crate::Stats`]. Relaxed: they are totals, read for reporting only.
+#[derive(Default)]
+pub(crate) struct StatsCounters {
+    pub pinned_polls: AtomicU64,
+    pub events: AtomicU64,
+    pub dropped: AtomicU64,
+    pub block_in_place: AtomicU64,
+    pub retracted: AtomicU64,
+    pub samples: AtomicU64,
+    pub samples_missed: AtomicU64,
+    pub samples_discarded: AtomicU64,
+    pub sample_handler_ns: AtomicU64,
+    pub sample_round_trip_ns: AtomicU64,
+    pub delivered: AtomicU64,
+}
+
+/// What the watchdog sends on: the event as far as the watchdog knows it, plus the raw probes
+/// that [`crate::analyze`] turns into frames, a reason and a profile.
+pub(crate) struct RawReport {
+    pub event: PinnedEvent,
+    pub probes: Vec<Probe>,
+}
+
+/// The watchdog's memory of one slot.
+struct Watch {
+    seq: u64,
+    /// Just after the load that first saw `seq`.
+    first_seen: Instant,
+    /// Just before the last load that saw another counter: the poll started after it.
+    after: Instant,
+    /// The thread has handed its worker over (`block_in_place`): not pinning while that lasts.
+    handed_off: bool,
+    /// The thread's scheduler accounting when the poll was a quarter of the threshold old:
+    /// time spent after it waiting for a CPU does not count toward the threshold.
+    baseline: Option<Baseline>,
+    pinned: Option<Pinned>,
+}
+
+/// A poll reported as pinned and not yet completed.
+struct Pinned {
+    seq: u64,
+    tid: i32,
+    thread: u64,
+    baseline: Option<Baseline>,
+    event: PinnedEvent,
+    start: Instant,
+    last_report: Instant,
+    last_sample: Instant,
+    probes: Vec<Probe>,
+}
+
+pub(crate) fn run(
+    w: Arc<Watched>,
+    handle: Handle,
+    tx: mpsc::SyncSender<RawReport>,
+    stop: mpsc::Receiver<()>,
+) {
+    let interval = w.config.effective_scan_interval();
+    let n = w.table.slots().len();
+    let mut watches: Vec<Option<Watch>> = (0..n).map(|_| None).collect();
+    // Just before the last look at each slot. The hooks may run before this thread does: the
+    // first lower bound is the moment the slots were made, before the runtime existed.
+    let mut last_look: Vec<Instant> = vec![w.table.base; n];
+    let mut wd = Watchdog {
+        w: &w,
+        handle: &handle,
+        tx: &tx,
+    };
+    let mut scans = 0u64;
+    loop {
+        let stopping = match stop.recv_timeout(interval) {
+            Err(mpsc::RecvTimeoutError::Timeout) => false,
+            // Sender dropped: the detector is stopping. Scan once more to complete what ended.
+            _ => true,
+        };
+        scans += 1;
+        if let Some(late) = w.config.late_scans {
+            if scans % 2 == 0 {
+                std::thread::sleep(late);
+            }
+        }
+        for ((slot, watch), look) in w
+            .table
+            .slots()
+            .iter()
+            .zip(watches.iter_mut())
+            .zip(last_look.iter_mut())
+        {
+            wd.scan_slot(slot, watch, look);
+        }
+        if stopping {
+            // Whatever is still flagged never returned: its last report stands.
+            return;
+        }
+    }
+}
+
+struct Watchdog<'a> {
+    w: &'a Watched,
+    handle: &'a Handle,
+    tx: &'a mpsc::SyncSender<RawReport>,
+}
+
+impl Watchdog<'_> {
+    fn scan_slot(&mut self, slot: &Slot, watch: &mut Option<Watch>, last_look: &mut Instant) {
+        let before = Instant::now();
+        let active = slot.is_active();
+        let seq = slot.poll.seq();
+        let now = Instant::now();
+        let prev_look = std::mem::replace(last_look, before);
+        if let Some(wt) = watch.as_mut() {
+            if let Some(p) = wt.pinned.take() {
+                wt.pinned = self.follow_pinned(slot, p, seq, now);
+                if wt.pinned.is_none() && wt.seq == seq && seq & 1 == 1 {
+                    // Retracted while the same poll runs on: it is in `block_in_place`.
+                    wt.handed_off = true;
+                }
+            }
+        }
+        if !active {
+            if watch.as_ref().is_some_and(|w| w.pinned.is_none()) {
+                *watch = None;
+            }
+            return;
+        }
+        let Some(wt) = watch.as_mut() else {
+            *watch = Some(Watch {
+                seq,
+                first_seen: now,
+                after: prev_look,
+                handed_off: false,
+                baseline: None,
+                pinned: None,
+            });
+            return;
+        };
+        if seq != wt.seq {
+            // Counters never repeat, not even across owners of the slot: another poll.
+            wt.seq = seq;
+            wt.first_seen = now;
+            wt.after = prev_look;
+            wt.handed_off = false;
+            wt.baseline = None;
+            return;
+        }
+        if seq & 1 == 0 || wt.pinned.is_some() {
+            return;
+        }
+        if wt.handed_off {
+            // Still in `block_in_place`? Once the thread has a worker again, the rest of the
+            // poll holds that worker: time it from here.
+            let thread = slot.thread.load(Ordering::Relaxed);
+            if workers::owner(self.handle, thread) != Owner::HandedOff {
+                wt.handed_off = false;
+                wt.first_seen = now;
+                wt.after = prev_look;
+                wt.baseline = None;
+            }
+            return;
+        }
+        let threshold = self.w.config.threshold;
+        let age = before.saturating_duration_since(wt.first_seen);
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if wt.baseline.is_none() && age >= threshold / 4 {
+            wt.baseline = probe::read_schedstat(tid).map(|stat| Baseline {
+                at: Instant::now(),
+                age,
+                stat,
+            });
+        }
+        if age >= threshold {
+            // A worker the kernel preempted (an overloaded machine, a CPU quota) is late, but
+            // not pinned by its task: only time on a CPU or blocked counts.
+            let (pinned_for, waited) = match wt.baseline {
+                Some(b) => b.pinned_time(Instant::now(), tid),
+                None => (age, Duration::ZERO),
+            };
+            if pinned_for >= threshold {
+                self.flag(slot, wt, seq, waited);
+            }
+        }
+    }
+
+    /// A poll just crossed the threshold: decide whether it is pinned, and report it.
+    fn flag(&mut self, slot: &Slot, wt: &mut Watch, seq: u64, waited: Duration) {
+        // The task and the owner, read between two loads of the counter: all of poll `seq`.
+        let Some(snap) = slot.poll.read() else { return };
+        let tid = slot.tid.load(Ordering::Relaxed);
+        let thread = slot.thread.load(Ordering::Relaxed);
+        let mut name: NameBuf = [0; 48];
+        let name_len = slot.name_into(&mut name);
+        if snap.seq != seq || slot.poll.seq() != seq {
+            return;
+        }
+        let index = match workers::owner(self.handle, thread) {
+            Owner::Worker(i) => i,
+            Owner::HandedOff => {
+                // The thread gave its worker to another thread in `block_in_place`: a blocking
+                // section the runtime planned for, not a pinned worker.
+                wt.handed_off = true;
+                self.w.stats.block_in_place.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        if !slot.poll.flag(seq) {
+            // It returned as it was being flagged: not worth a report.
+            return;
+        }
+        let spawned_at = if snap.spawned_at == 0 {
+            None
+        } else {
+            // SAFETY: the address was stored from a `&'static Location<'static>` by the
+            // before-poll hook, and locations are never freed.
+            Some(SourceLocation::from_std(unsafe {
+                &*(snap.spawned_at as *const std::panic::Location<'static>)
+            }))
+        };
+        self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(wt.after);
+        let event = PinnedEvent {
+            id: self.w.next_id.fetch_add(1, Ordering::Relaxed),
+            run_id: self.w.run_id.clone(),
+            pid: std::process::id(),
+            state: State::InProgress,
+            start: SystemTime::now()
+                .checked_sub(elapsed)
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+            duration: elapsed,
+            threshold: self.w.config.threshold,
+            task_id: Some(snap.task_id),
+            spawned_at,
+            worker: Worker {
+                index: Some(index),
+                tid,
+                name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
+            },
+            reason: None,
+            other_reasons: Vec::new(),
+            blocking_operation: None,
+            top_frame: None,
+            profile: Vec::new(),
+            no_stack: None,
+            stack: Vec::new(),
+            held_locks: Vec::new(),
+            lock_holder: None,
+            samples: 0,
+            report: 1,
+            cpu_wait: waited,
+        };
+        let mut pinned = Pinned {
+            seq,
+            tid,
+            thread,
+            baseline: wt.baseline,
+            event,
+            start: wt.after,
+            last_report: now,
+            last_sample: now,
+            probes: Vec::new(),
+        };
+        self.probe(slot, &mut pinned);
+        self.send(&pinned);
+        wt.pinned = Some(pinned);
+    }
+
+    /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.
+    /// Returns it while it is still running and pinning. `seq` is the counter just loaded.
+    fn follow_pinned(
+        &mut self,
+        slot: &Slot,
+        mut p: Pinned,
+        seq: u64,
+        now: Instant,
+    ) -> Option<Pinned> {
+        let ended = slot.poll.ended(p.seq);
+        if ended.is_some() || seq != p.seq {
+            let end = match ended {
+                Some(nanos) => self.w.table.base + Duration::from_nanos(nanos),
+                // The end time was missed (the thread went away mid-poll): this look is the
+                // tightest bound left.
+                None => now,
+            };
+            if !slot.is_active() || slot.tid.load(Ordering::Relaxed) != p.tid {
+                // Do not leave a request to a thread that is gone on the slot.
+                crate::signal::withdraw(slot);
+            }
+            p.event.state = State::Completed;
+            p.event.duration = end.saturating_duration_since(p.start);
+            p.event.cpu_wait = p.event.cpu_wait.max(waited_since(p.baseline, p.tid));
+            p.event.report += 1;
+            self.send(&p);
+            return None;
+        }
+        if workers::owner(self.handle, p.thread) == Owner::HandedOff {
+            // tokio has now recorded that this thread handed its worker over: the poll was in
+            // `block_in_place` all along (the hand-over is recorded late under load). The
+            // analysis counts it.
+            p.event.state = State::Retracted;
+            p.event.duration = now.saturating_duration_since(p.start);
+            p.event.report += 1;
+            self.send(&p);
+            return None;
+        }
+        if now.saturating_duration_since(p.last_sample) >= self.w.config.sample_interval {
+            p.last_sample = now;
+            self.probe(slot, &mut p);
+        }
+        if now.saturating_duration_since(p.last_report) >= self.w.config.report_interval {
+            p.last_report = now;
+            p.event.cpu_wait = waited_since(p.baseline, p.tid);
+            p.event.duration = now.saturating_duration_since(p.start);
+            p.event.report += 1;
+            self.send(&p);
+        }
+        Some(p)
+    }
+
+    fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
+        let probe = probe::take(self.w, slot, p.seq, p.probes.last());
+        p.probes.push(probe);
+        p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;
+        // Bound the memory of a poll stuck for hours: keep the first samples and the latest.
+        const KEEP: usize = 64;
+        if p.probes.len() > KEEP {
+            p.probes.remove(KEEP / 2);
+        }
+    }
+
+    fn send(&mut self, p: &Pinned) {
+        let report = RawReport {
+            event: p.event.clone(),
+            probes: p.probes.clone(),
+        };
+        match self.tx.try_send(report) {
+            Ok(()) => {
+                self.w.stats.events.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.w.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The scheduler's view of a poll, taken when it was a quarter of the threshold old.
+#[derive(Clone, Copy)]
+struct Baseline {
+    at: Instant,
+    /// The poll's age then.
+    age: Duration,
+    stat: probe::SchedStat,
+}
+
+/// A stint on a CPU is accounted only when it ends (at the latest at the next tick): allow this
+/// much unaccounted time to a running thread.
+const TICK: Duration = Duration::from_millis(4);
+
+impl Baseline {
+    /// Time on a CPU and time waiting for one since the baseline, as the kernel has accounted
+    /// them so far. `None` if the thread is gone or the kernel keeps no `schedstat`.
+    fn deltas(&self, tid: i32) -> Option<(Duration, Duration)> {
+        let stat = probe::read_schedstat(tid)?;
+        let d = |now: u64, then: u64| Duration::from_nanos(now.saturating_sub(then));
+        Some((
+            d(stat.on_cpu, self.stat.on_cpu),
+            d(stat.waiting, self.stat.waiting),
+        ))
+    }
+
+    /// How long the poll has held its worker, not counting time spent waiting for a CPU since
+    /// the baseline; and that waiting time.
+    fn pinned_time(&self, now: Instant, tid: i32) -> (Duration, Duration) {
+        let since = now.saturating_duration_since(self.at);
+        let Some((on_cpu, waited)) = self.deltas(tid) else {
+            return (self.age + since, Duration::ZERO);
+        };
+        // Neither on a CPU nor waiting for one, as far as the kernel has accounted yet.
+        let rest = since.saturating_sub(on_cpu + waited);
+        let counted = match probe::read_state(tid) {
+            // Asleep or in a blocking call now: the unaccounted time is that blocked time.
+            Some('S' | 'D') => on_cpu + rest,
+            // Runnable: the unaccounted time may be a wait for a CPU still going on; count
+            // only what a running thread could have left unaccounted.
+            _ => on_cpu + rest.min(TICK),
+        };
+        (self.age + counted, waited)
+    }
+}
+
+/// Time thread `tid` spent waiting for a CPU since `baseline` (zero when unknown).
+fn waited_since(baseline: Option<Baseline>, tid: i32) -> Duration {
+    baseline
+        .and_then(|b| b.deltas(tid))
+        .map_or(Duration::ZERO, |(_, waited)| waited)
+}

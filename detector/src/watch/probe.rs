@@ -1,0 +1,462 @@
+//! Probing a pinned thread from the watchdog: its scheduler state and system call from `/proc`,
+//! whether it blocks the sampling signal, and a stack sample ([`crate::signal`]). Runs on the
+//! watchdog thread, never on a worker.
+
+use std::sync::atomic::Ordering;
+
+use super::{StatsCounters, Watched};
+use crate::poll::locks::HeldEntry;
+use crate::poll::slot::{NameBuf, Slot};
+use crate::signal;
+
+/// The thread's state as `/proc/self/task/<tid>/stat` and `syscall` tell it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ProcState {
+    /// `R` running, `S` sleeping, `D` disk sleep, …
+    pub state: char,
+    /// `None` while running in user space; `Some(name)` while in a system call.
+    pub syscall: Option<&'static str>,
+}
+
+/// The holder of an instrumented lock another thread waits for.
+#[derive(Clone, Debug)]
+pub(crate) struct Holder {
+    pub tid: i32,
+    pub name: String,
+    pub site: &'static std::panic::Location<'static>,
+}
+
+/// One look at a pinned thread.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Probe {
+    pub proc: Option<ProcState>,
+    /// Instruction pointers, innermost first, when a stack sample of this poll arrived.
+    pub stack: Option<Vec<usize>>,
+    /// Why there is no stack, when there is none.
+    pub no_stack: Option<&'static str>,
+    /// Instrumented locks held, see [`crate::sync`].
+    pub held: Vec<HeldEntry>,
+    /// The thread waits for an instrumented lock: `Some(holder)`, the holder when a watched
+    /// thread of this detector holds it.
+    pub waiting_for: Option<Option<Holder>>,
+    /// Whether a signal was sent for this probe.
+    pub signalled: bool,
+}
+
+/// Takes one probe of `slot`'s thread, running poll `seq`. A thread still blocked in the same
+/// system call as at the `previous` probe is not signalled again — its stack has not moved, and
+/// each signal interrupts the call (see the README's "Signals") — the previous stack stands.
+pub(crate) fn take(w: &Watched, slot: &Slot, seq: u64, previous: Option<&Probe>) -> Probe {
+    let tid = slot.tid.load(Ordering::Relaxed);
+    // Read /proc before the signal: the sample interrupts the system call for a moment.
+    let proc = read_proc(tid);
+    let unchanged = match (previous, &proc) {
+        (Some(prev), Some(now)) => {
+            now.syscall.is_some()
+                && prev.proc.as_ref().map(|p| p.syscall) == Some(now.syscall)
+                && prev.stack.is_some()
+        }
+        _ => false,
+    };
+    let mut probe = Probe {
+        proc,
+        held: held_by(slot),
+        waiting_for: waiting_for(w, slot),
+        ..Probe::default()
+    };
+    if let Some(why) = w.stacks_unavailable {
+        probe.no_stack = Some(why);
+    } else if unchanged {
+        probe.stack = previous.and_then(|p| p.stack.clone());
+    } else if signal::outstanding(slot) {
+        probe.no_stack = Some("signal_pending");
+    } else if blocks_signal(tid, signal::sample_signal()) == Some(true) {
+        probe.no_stack = Some("signal_blocked");
+    } else {
+        sample(w, slot, tid, seq, &mut probe);
+    }
+    probe
+}
+
+fn sample(w: &Watched, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe) {
+    let stats: &StatsCounters = &w.stats;
+    // Two tries at most: the first may return a sample an earlier request left behind.
+    for _ in 0..2 {
+        match signal::request(slot, tid) {
+            signal::Outcome::Sample(s) => {
+                let fresh = !s.round_trip.is_zero();
+                if fresh {
+                    probe.signalled = true;
+                }
+                if s.seq != seq {
+                    // It belongs to another poll (it ran after this one ended, or is left over
+                    // from an earlier request): never attach it.
+                    stats.samples_discarded.fetch_add(1, Ordering::Relaxed);
+                    if fresh {
+                        probe.no_stack = Some("no_sample");
+                        return;
+                    }
+                    continue;
+                }
+                stats.samples.fetch_add(1, Ordering::Relaxed);
+                let ns = |d: std::time::Duration| d.as_nanos() as u64;
+                stats
+                    .sample_handler_ns
+                    .fetch_add(ns(s.handler), Ordering::Relaxed);
+                stats
+                    .sample_round_trip_ns
+                    .fetch_add(ns(s.round_trip), Ordering::Relaxed);
+                probe.stack = Some(s.ips);
+                return;
+            }
+            signal::Outcome::Pending => {
+                probe.no_stack = Some("signal_pending");
+                return;
+            }
+            signal::Outcome::Sent => {
+                probe.signalled = true;
+                stats.samples_missed.fetch_add(1, Ordering::Relaxed);
+                probe.no_stack = Some("signal_pending");
+                return;
+            }
+            signal::Outcome::Failed => {
+                probe.no_stack = Some("no_sample");
+                return;
+            }
+        }
+    }
+    probe.no_stack = Some("no_sample");
+}
+
+fn held_by(slot: &Slot) -> Vec<HeldEntry> {
+    let mut v = Vec::new();
+    slot.locks.for_each(|e| v.push(e));
+    v
+}
+
+/// The instrumented lock `slot`'s thread waits for, with its holder when a watched thread of
+/// this detector holds it.
+fn waiting_for(w: &Watched, slot: &Slot) -> Option<Option<Holder>> {
+    let lock = slot.locks.waiting();
+    if lock == 0 {
+        return None;
+    }
+    let holder = w.table.slots().iter().find_map(|other| {
+        if !other.is_active() || std::ptr::eq(other, slot) {
+            return None;
+        }
+        let mut site = None;
+        other.locks.for_each(|e| {
+            if e.lock == lock && site.is_none() {
+                site = Some(e.site);
+            }
+        });
+        let mut name: NameBuf = [0; 48];
+        let n = other.name_into(&mut name);
+        Some(Holder {
+            tid: other.tid.load(Ordering::Relaxed),
+            name: String::from_utf8_lossy(&name[..n]).into_owned(),
+            site: site?,
+        })
+    });
+    Some(holder)
+}
+
+/// Whether thread `tid` blocks signal `sig` (`SigBlk` in `/proc/self/task/<tid>/status`).
+/// `None` if it cannot be read.
+pub(crate) fn blocks_signal(tid: i32, sig: libc::c_int) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))?
+        .trim();
+    Some(mask_has(mask, sig))
+}
+
+/// Whether the hexadecimal signal mask `mask` (as `/proc` prints it) has signal `sig`.
+fn mask_has(mask: &str, sig: libc::c_int) -> bool {
+    let bit = (sig - 1) as usize;
+    // Least significant digit last; each digit holds four signals.
+    let digits = mask.as_bytes();
+    let Some(&d) = digits.len().checked_sub(1 + bit / 4).map(|i| &digits[i]) else {
+        return false;
+    };
+    (d as char)
+        .to_digit(16)
+        .is_some_and(|v| v & (1 << (bit % 4)) != 0)
+}
+
+/// Reads the thread's state and current system call. `None` if the thread is gone.
+pub(crate) fn read_proc(tid: i32) -> Option<ProcState> {
+    let state = read_state(tid)?;
+    let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok();
+    Some(ProcState {
+        state,
+        syscall: syscall.as_deref().and_then(parse_syscall_file),
+    })
+}
+
+/// The thread's scheduler accounting, in ns: time on a CPU and time runnable but waiting for
+/// one (`/proc/self/task/<tid>/schedstat`). The kernel adds a stint to either only when it
+/// ends; a thread waiting for a CPU right now shows none of that wait yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SchedStat {
+    pub on_cpu: u64,
+    pub waiting: u64,
+}
+
+pub(crate) fn read_schedstat(tid: i32) -> Option<SchedStat> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    let mut f = s.split_whitespace();
+    Some(SchedStat {
+        on_cpu: f.next()?.parse().ok()?,
+        waiting: f.next()?.parse().ok()?,
+    })
+}
+
+/// The thread's scheduler state letter (`R`, `S`, `D`, …).
+pub(crate) fn read_state(tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// `/proc/<tid>/syscall` holds `running`, or `-1 sp pc` (blocked, not in a system call), or the
+/// system call number and its arguments.
+fn parse_syscall_file(s: &str) -> Option<&'static str> {
+    let first = s.split_whitespace().next()?;
+    if first == "running" {
+        return None;
+    }
+    let nr: i64 = first.parse().ok()?;
+    if nr < 0 {
+        return None;
+    }
+    Some(syscall_name(nr))
+}
+
+/// The name of system call `nr` on this architecture, for the ones a pinned worker is found in.
+pub(crate) fn syscall_name(nr: i64) -> &'static str {
+    macro_rules! names {
+        ($($name:ident),* $(,)?) => {
+            $( if nr == libc::$name as i64 { return &stringify!($name)[4..]; } )*
+        };
+    }
+    names!(
+        SYS_read,
+        SYS_write,
+        SYS_readv,
+        SYS_writev,
+        SYS_pread64,
+        SYS_pwrite64,
+        SYS_preadv,
+        SYS_pwritev,
+        SYS_recvfrom,
+        SYS_sendto,
+        SYS_recvmsg,
+        SYS_sendmsg,
+        SYS_recvmmsg,
+        SYS_sendmmsg,
+        SYS_connect,
+        SYS_accept,
+        SYS_accept4,
+        SYS_ppoll,
+        SYS_pselect6,
+        SYS_epoll_pwait,
+        SYS_fsync,
+        SYS_fdatasync,
+        SYS_sync_file_range,
+        SYS_openat,
+        SYS_close,
+        SYS_sendfile,
+        SYS_splice,
+        SYS_getrandom,
+        SYS_flock,
+        SYS_fcntl,
+        SYS_ioctl,
+        SYS_nanosleep,
+        SYS_clock_nanosleep,
+        SYS_futex,
+        SYS_wait4,
+        SYS_waitid,
+        SYS_rt_sigsuspend,
+        SYS_rt_sigtimedwait,
+        SYS_sched_yield,
+        SYS_mmap,
+        SYS_munmap,
+        SYS_madvise,
+        SYS_getdents64,
+        SYS_statx,
+        SYS_newfstatat,
+        SYS_unlinkat,
+        SYS_renameat,
+        SYS_mkdirat,
+        SYS_ftruncate,
+        SYS_fallocate,
+        SYS_io_uring_enter,
+        SYS_io_getevents,
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        names!(
+            SYS_open,
+            SYS_poll,
+            SYS_select,
+            SYS_epoll_wait,
+            SYS_pause,
+            SYS_stat,
+            SYS_lstat,
+            SYS_fstat,
+            SYS_unlink,
+            SYS_rename,
+            SYS_mkdir,
+        );
+    }
+    "unknown"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_file_forms() {
+        assert_eq!(parse_syscall_file("running\n"), None);
+        assert_eq!(parse_syscall_file("-1 0x7ffd 0x7f00\n"), None);
+        let line = format!("{} 0x0 0x1 0x2 0x3 0x4 0x5 0x7ff 0x7f0\n", libc::SYS_futex);
+        assert_eq!(parse_syscall_file(&line), Some("futex"));
+        let line = format!("{} 0x0\n", libc::SYS_clock_nanosleep);
+        assert_eq!(parse_syscall_file(&line), Some("clock_nanosleep"));
+        assert_eq!(syscall_name(100_000), "unknown");
+    }
+
+    /// A sample that arrives after its poll ended — the thread took the signal only in its next
+    /// poll — is never attached to the earlier poll.
+    #[test]
+    fn a_sample_of_another_poll_is_never_attached() {
+        use crate::poll::slot::SlotTable;
+        use std::sync::{mpsc, Arc};
+        crate::signal::install_handler().unwrap();
+        let table = Arc::new(SlotTable::new(4));
+        let hooks = crate::poll::PollHooks::new(Some(Arc::clone(&table)));
+        let watched = Watched::new(
+            Arc::clone(&table),
+            crate::Config::default(),
+            None,
+            "test".into(),
+        );
+        let (to_worker, worker_rx) = mpsc::channel::<()>();
+        let (to_test, test_rx) = mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            let here = std::panic::Location::caller();
+            // SAFETY: blocks one signal on this thread; unblocked below.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, signal::sample_signal());
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            hooks.before_poll_raw(1, here); // poll 1: the signal cannot reach it
+            to_test.send(()).unwrap();
+            worker_rx.recv().unwrap();
+            hooks.after_poll_raw();
+            hooks.before_poll_raw(2, here); // poll 2 takes the signal
+                                            // SAFETY: unblocks what was blocked above; the handler runs now.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, signal::sample_signal());
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            }
+            to_test.send(()).unwrap();
+            worker_rx.recv().unwrap();
+            hooks.after_poll_raw();
+        });
+        test_rx.recv().unwrap();
+        let slot = table.slots().iter().find(|s| s.is_active()).unwrap();
+        let seq1 = slot.poll.seq();
+        // Asked while poll 1 runs (bypassing the SigBlk check, as a race with the mask would):
+        // no answer, and the request stays outstanding.
+        assert!(matches!(
+            signal::request(slot, slot.tid.load(Ordering::Relaxed)),
+            signal::Outcome::Sent
+        ));
+        to_worker.send(()).unwrap();
+        test_rx.recv().unwrap();
+        // The handler has run in poll 2: a probe for poll 1 must not take its stack.
+        let probe = take(&watched, slot, seq1, None);
+        assert!(probe.stack.is_none(), "{probe:?}");
+        assert_eq!(probe.no_stack, Some("no_sample"));
+        assert!(watched.stats.samples_discarded.load(Ordering::Relaxed) >= 1);
+        // The same probe for the poll that is running does get a stack.
+        let seq2 = slot.poll.seq();
+        assert_ne!(seq1, seq2);
+        let probe = take(&watched, slot, seq2, None);
+        assert!(probe.stack.is_some(), "{probe:?}");
+        to_worker.send(()).unwrap();
+        worker.join().unwrap();
+    }
+
+    #[test]
+    fn signal_masks() {
+        assert!(mask_has("0000000000000001", 1));
+        assert!(!mask_has("0000000000000001", 2));
+        // SIGRTMIN+6 is 40 with glibc: bit 39, digit 9 from the right, value 8.
+        assert!(mask_has("0000008000000000", 40));
+        assert!(!mask_has("0000004000000000", 40));
+        assert!(!mask_has("", 40));
+    }
+
+    #[test]
+    fn sees_a_thread_that_blocks_the_sampling_signal() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: a zeroed sigset is valid input for sigemptyset; we block one signal on
+            // this thread only.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, crate::signal::sample_signal());
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            tx.send(crate::poll::slot::current_tid()).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        assert_eq!(
+            blocks_signal(tid, crate::signal::sample_signal()),
+            Some(true)
+        );
+        let me = crate::poll::slot::current_tid();
+        assert_eq!(
+            blocks_signal(me, crate::signal::sample_signal()),
+            Some(false)
+        );
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn reads_a_sleeping_thread() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tx.send(crate::poll::slot::current_tid()).unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        });
+        let tid = rx.recv().unwrap();
+        // Until the thread is in its sleep (bounded: a loaded machine may take a while).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1900);
+        let p = loop {
+            let p = read_proc(tid).expect("/proc entry of a live thread");
+            if p.syscall.is_some() || std::time::Instant::now() > deadline {
+                break p;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(p.state, 'S');
+        assert_eq!(p.syscall, Some("clock_nanosleep"));
+        t.join().unwrap();
+        assert!(read_proc(i32::MAX).is_none());
+    }
+}

@@ -1,0 +1,138 @@
+//! The poll protocol (`src/poll/protocol.rs`, compiled here against loom's atomics) over every
+//! interleaving loom explores: a worker's polls against the watchdog's read, flag and
+//! completion.
+//!
+//! The asymmetric fence (a compiler fence on the worker, `membarrier` on the watchdog) is
+//! modelled as `fence(SeqCst)` on both sides: membarrier makes every running thread execute a
+//! full barrier, which is what a SeqCst fence on the worker's side at that point would give.
+
+#[allow(dead_code)]
+mod atomic {
+    pub use loom::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+
+    pub fn light_fence() {
+        fence(Ordering::SeqCst);
+    }
+
+    pub fn heavy_fence() {
+        fence(Ordering::SeqCst);
+    }
+}
+
+#[allow(dead_code)]
+#[path = "../src/poll/protocol.rs"]
+mod protocol;
+
+use loom::sync::Arc;
+use loom::thread;
+use protocol::PollCell;
+
+/// Task ids and spawn locations of poll k (1-based): distinct per poll, so a torn read shows.
+fn task(k: u64) -> (u64, usize) {
+    (100 + k, 1000 + k as usize)
+}
+
+#[test]
+fn a_read_never_mixes_two_polls() {
+    loom::model(|| {
+        let cell = Arc::new(PollCell::new());
+        let worker = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || {
+                for k in 1..=2 {
+                    let (id, at) = task(k);
+                    cell.begin(id, at);
+                    let _ = cell.end();
+                }
+            })
+        };
+        if let Some(snap) = cell.read() {
+            // Poll k has counter 2k - 1; its data must be poll k's.
+            let k = snap.seq.div_ceil(2);
+            assert_eq!((snap.task_id, snap.spawned_at), task(k), "{snap:?}");
+        }
+        worker.join().unwrap();
+    });
+}
+
+#[test]
+fn a_flag_that_finds_the_poll_running_is_seen_when_it_ends() {
+    loom::model(|| {
+        let cell = Arc::new(PollCell::new());
+        let (id, at) = task(1);
+        cell.begin(id, at);
+        let worker = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || {
+                // The end of poll 1: returns its counter if it saw the flag, and records the
+                // end as the after-poll hook does.
+                let flagged = cell.end();
+                if let Some(seq) = flagged {
+                    cell.record_end(seq, 42);
+                }
+                // The next poll must not inherit the flag.
+                let (id, at) = task(2);
+                cell.begin(id, at);
+                let again = cell.end();
+                (flagged, again)
+            })
+        };
+        let still_running = cell.flag(1);
+        let (flagged, again) = worker.join().unwrap();
+        assert_eq!(again, None, "poll 2 was never flagged");
+        if still_running {
+            // No store-buffering miss: the worker saw the flag and recorded the end.
+            assert_eq!(flagged, Some(1));
+            assert_eq!(cell.ended(1), Some(42));
+        }
+        assert_eq!(cell.ended(3), None);
+    });
+}
+
+#[test]
+fn completion_reads_the_end_of_the_right_poll() {
+    loom::model(|| {
+        let cell = Arc::new(PollCell::new());
+        let worker = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || {
+                for k in 1..=2u64 {
+                    let (id, at) = task(k);
+                    cell.begin(id, at);
+                    let seq = 2 * k - 1;
+                    // Both polls flagged: their ends are recorded one after the other.
+                    cell.record_end(seq, 10 * k);
+                    let _ = cell.end();
+                }
+            })
+        };
+        // Whatever interleaving, an end read for poll 1 is poll 1's.
+        if let Some(nanos) = cell.ended(1) {
+            assert_eq!(nanos, 10);
+        }
+        worker.join().unwrap();
+        assert_eq!(cell.ended(3), Some(20));
+    });
+}
+
+#[test]
+fn the_counter_never_repeats() {
+    loom::model(|| {
+        let cell = PollCell::new();
+        let mut seen = Vec::new();
+        for k in 0..3 {
+            let (id, at) = task(k);
+            cell.begin(id, at);
+            seen.push(cell.seq());
+            if k == 1 {
+                // The owner went away mid-poll (slot released), and a new one begins.
+                cell.close();
+            } else {
+                let _ = cell.end();
+            }
+        }
+        seen.dedup();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(seen.iter().all(|s| s & 1 == 1), "{seen:?}");
+    });
+}

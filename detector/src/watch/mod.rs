@@ -223,7 +223,11 @@ impl Watchdog<'_> {
         if wt.baseline.is_none() && age >= threshold / 4 {
             wt.baseline = probe::read_schedstat(tid).map(|stat| Baseline {
                 at: Instant::now(),
-                age,
+                // What the poll did before the baseline is unknown: on a CPU, blocked, or
+                // waiting for a CPU. Credit it with at most what a timely look would have seen
+                // (a quarter of the threshold); a watchdog that looks late — preempted on a
+                // loaded machine — must not turn a preempted worker's wait into a pin.
+                age: age.min(threshold / 4),
                 stat,
             });
         }
@@ -406,7 +410,7 @@ impl Watchdog<'_> {
 #[derive(Clone, Copy)]
 struct Baseline {
     at: Instant,
-    /// The poll's age then.
+    /// The poll's age then, credited toward the threshold (at most a quarter of it).
     age: Duration,
     stat: probe::SchedStat,
 }

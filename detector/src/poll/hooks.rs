@@ -60,13 +60,14 @@ impl PollHooks {
     /// Installs both hooks on `builder`, replacing any poll hooks set on it before. Does nothing
     /// when pinwatch is off.
     pub fn install(&self, builder: &mut tokio::runtime::Builder) {
-        if self.table.is_none() {
-            return;
-        }
-        let (before, after) = (self.clone(), self.clone());
+        let Some(table) = &self.table else { return };
+        // The closures hold the table itself: no "is pinwatch on" test per poll.
+        let (before, after) = (Arc::clone(table), Arc::clone(table));
         builder
-            .on_before_task_poll(move |meta| before.before_poll(meta))
-            .on_after_task_poll(move |meta| after.after_poll(meta));
+            .on_before_task_poll(move |meta| {
+                before_poll(&before, super::id_u64(&meta.id()), meta.spawned_at())
+            })
+            .on_after_task_poll(move |_| after_poll(&after));
     }
 
     /// Call from `on_before_task_poll`.
@@ -87,10 +88,7 @@ impl PollHooks {
     #[inline(always)]
     pub fn before_poll_raw(&self, task_id: u64, spawned_at: &'static Location<'static>) {
         if let Some(table) = &self.table {
-            if let Some(slot) = current_slot(table) {
-                slot.poll
-                    .begin(task_id, spawned_at as *const Location<'static> as usize);
-            }
+            before_poll(table, task_id, spawned_at);
         }
     }
 
@@ -99,11 +97,24 @@ impl PollHooks {
     #[inline(always)]
     pub fn after_poll_raw(&self) {
         if let Some(table) = &self.table {
-            if let Some(slot) = current_slot(table) {
-                if let Some(seq) = slot.poll.end() {
-                    pinned_poll_ended(table, slot, seq);
-                }
-            }
+            after_poll(table);
+        }
+    }
+}
+
+#[inline(always)]
+fn before_poll(table: &Arc<SlotTable>, task_id: u64, spawned_at: &'static Location<'static>) {
+    if let Some(slot) = current_slot(table) {
+        slot.poll
+            .begin(task_id, spawned_at as *const Location<'static> as usize);
+    }
+}
+
+#[inline(always)]
+fn after_poll(table: &Arc<SlotTable>) {
+    if let Some(slot) = current_slot(table) {
+        if let Some(seq) = slot.poll.end() {
+            pinned_poll_ended(table, slot, seq);
         }
     }
 }

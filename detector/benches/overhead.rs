@@ -93,20 +93,8 @@ fn main() {
     }
     let stats = detector.stats();
     // The median of per-round ratios: each round's three runs share the machine's load.
-    let mut ratios: Vec<f64> = p
-        .iter()
-        .zip(&w)
-        .map(|(p, w)| w.as_secs_f64() / p.as_secs_f64())
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    let round_ratio = ratios[ratios.len() / 2];
-    let mut hook_ratios: Vec<f64> = e
-        .iter()
-        .zip(&w)
-        .map(|(e, w)| w.as_secs_f64() / e.as_secs_f64())
-        .collect();
-    hook_ratios.sort_by(f64::total_cmp);
-    let hook_ratio = hook_ratios[hook_ratios.len() / 2];
+    let round_ratio = median_ratio(&w, &p);
+    let hook_ratio = median_ratio(&w, &e);
     let (mp, mw, me) = (median(&mut p), median(&mut w), median(&mut e));
     println!("yield storm: {tasks} tasks x {yields} yield_now, 2 workers, {rounds} rounds");
     let line = |label: &str, d: Duration, note: &str| {
@@ -133,4 +121,15 @@ fn main() {
     );
     drop(watched);
     drop(detector);
+}
+
+/// The median over rounds of `num[i] / den[i]`.
+fn median_ratio(num: &[Duration], den: &[Duration]) -> f64 {
+    let mut ratios: Vec<f64> = num
+        .iter()
+        .zip(den)
+        .map(|(n, d)| n.as_secs_f64() / d.as_secs_f64())
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
 }

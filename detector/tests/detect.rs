@@ -371,34 +371,43 @@ fn a_worker_that_blocks_the_sampling_signal_is_signalled_at_most_once_and_report
 {
     let _serial = serial();
     let events = Collected::default();
+    fn sampling_set() -> libc::sigset_t {
+        // SAFETY: a zeroed sigset is valid input for sigemptyset; both calls only write `set`.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, pinwatch::sample_signal());
+            set
+        }
+    }
+    // Workers that block the signal from their first instruction — the "block every signal,
+    // `sigwait` in one thread" pattern.
+    let mut tokio = multi_thread(2);
+    tokio.on_thread_start(|| {
+        let set = sampling_set();
+        // SAFETY: changes this thread's own mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    });
     let rt = support::watch(
         builder(&events).sample_interval(Duration::from_millis(10)),
-        &mut multi_thread(2),
+        &mut tokio,
     );
     let h = rt.spawn(async {
-        let sig = pinwatch::sample_signal();
-        // SAFETY: plain sigset manipulation on this thread; restored below.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, sig);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-        }
         // Pinned for 300 ms — 30 sample intervals — with the signal blocked.
         std::thread::sleep(Duration::from_millis(300));
         // Take every queued instance of the signal while it is still blocked, counting them.
+        let set = sampling_set();
         let zero = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
         let mut queued = 0;
         // SAFETY: `set` is a valid sigset, `zero` a valid timespec; a null siginfo is allowed.
-        while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) } == sig {
+        while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) }
+            == pinwatch::sample_signal()
+        {
             queued += 1;
         }
-        // SAFETY: restores this thread's mask.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
         queued
     });
     let id: u64 = h.id().to_string().parse().unwrap();

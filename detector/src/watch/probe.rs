@@ -66,11 +66,25 @@ pub(crate) fn take(w: &Watched, slot: &Slot, seq: u64, previous: Option<&Probe>)
     };
     if let Some(why) = w.stacks_unavailable {
         probe.no_stack = Some(why);
-    } else if unchanged {
+        return probe;
+    }
+    if unchanged {
         probe.stack = previous.and_then(|p| p.stack.clone());
-    } else if signal::outstanding(slot) {
-        probe.no_stack = Some("signal_pending");
-    } else if blocks_signal(tid, signal::sample_signal()) == Some(true) {
+        return probe;
+    }
+    let status = signal_status(tid, signal::sample_signal());
+    if signal::outstanding(slot) && status.is_some_and(|s| !s.pending) {
+        // Outstanding, yet no longer pending: the thread took the signal without running the
+        // handler (`sigwait`), or is about to run it. Either way a new request may go out.
+        signal::withdraw(slot);
+    }
+    if signal::outstanding(slot) {
+        probe.no_stack = Some(if status.is_some_and(|s| s.blocked) {
+            "signal_blocked"
+        } else {
+            "signal_pending"
+        });
+    } else if status.is_some_and(|s| s.blocked) {
         probe.no_stack = Some("signal_blocked");
     } else {
         sample(w, slot, tid, seq, &mut probe);
@@ -162,15 +176,29 @@ fn waiting_for(w: &Watched, slot: &Slot) -> Option<Option<Holder>> {
     Some(holder)
 }
 
-/// Whether thread `tid` blocks signal `sig` (`SigBlk` in `/proc/self/task/<tid>/status`).
-/// `None` if it cannot be read.
-pub(crate) fn blocks_signal(tid: i32, sig: libc::c_int) -> Option<bool> {
+/// A thread's view of one signal (`/proc/self/task/<tid>/status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SignalStatus {
+    /// In the thread's mask (`SigBlk`).
+    pub blocked: bool,
+    /// Sent to the thread and not yet taken (`SigPnd`).
+    pub pending: bool,
+}
+
+/// Whether thread `tid` blocks signal `sig`, and whether one is pending for it. `None` if the
+/// status cannot be read.
+pub(crate) fn signal_status(tid: i32, sig: libc::c_int) -> Option<SignalStatus> {
     let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
-    let mask = status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigBlk:"))?
-        .trim();
-    Some(mask_has(mask, sig))
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| mask_has(v.trim(), sig))
+    };
+    Some(SignalStatus {
+        blocked: field("SigBlk:")?,
+        pending: field("SigPnd:")?,
+    })
 }
 
 /// Whether the hexadecimal signal mask `mask` (as `/proc` prints it) has signal `sig`.
@@ -424,15 +452,15 @@ mod tests {
             done_rx.recv().unwrap();
         });
         let tid = rx.recv().unwrap();
-        assert_eq!(
-            blocks_signal(tid, crate::signal::sample_signal()),
-            Some(true)
-        );
+        // The handler does nothing without a request; without it the signal would kill us.
+        crate::signal::install_handler().unwrap();
+        let sig = crate::signal::sample_signal();
+        assert!(signal_status(tid, sig).is_some_and(|s| s.blocked && !s.pending));
+        // SAFETY: sends the (blocked, so pending) signal to that thread.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) };
+        assert!(signal_status(tid, sig).is_some_and(|s| s.blocked && s.pending));
         let me = crate::poll::slot::current_tid();
-        assert_eq!(
-            blocks_signal(me, crate::signal::sample_signal()),
-            Some(false)
-        );
+        assert!(signal_status(me, sig).is_some_and(|s| !s.blocked));
         done_tx.send(()).unwrap();
         t.join().unwrap();
     }

@@ -1,7 +1,7 @@
 //! Overhead of pinwatch's poll hooks on a yield storm: 200,000 tasks × 10 `yield_now` on two
-//! workers, on a plain tokio runtime (no hooks installed) and on a pinwatch runtime,
-//! alternating, several rounds. Prints medians, the ratio and ns per poll; never fails on
-//! timing.
+//! workers, on a plain tokio runtime (no hooks installed), tokio with two empty poll hooks, a
+//! pinwatch runtime, and one with the Prometheus exporter on and scraped, rotating, several
+//! rounds. Prints medians, per-round ratios and ns per poll; never fails on timing.
 //!
 //! `cargo bench -p pinwatch --bench overhead` (`-- --rounds N --tasks N` to change the size).
 
@@ -66,61 +66,89 @@ fn main() {
         .tracing(false)
         .build(&mut tokio_builder())
         .unwrap();
+    // The exporter on: its endpoint serving, scraped every 100 ms while the storm runs.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (exported, exporting) = pinwatch::Builder::new()
+        .tracing(false)
+        .prometheus_addr(([127, 0, 0, 1], port).into())
+        .build(&mut tokio_builder())
+        .unwrap();
+    let scraping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let scraper = {
+        let scraping = std::sync::Arc::clone(&scraping);
+        std::thread::spawn(move || {
+            let mut scrapes = 0u64;
+            while scraping.load(std::sync::atomic::Ordering::Relaxed) {
+                use std::io::{Read, Write};
+                if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                    let _ = c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+                    let _ = c.read_to_end(&mut Vec::new());
+                    scrapes += 1;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            scrapes
+        })
+    };
+    let configs: [(&str, &tokio::runtime::Runtime, &str); 4] = [
+        ("plain tokio", &plain, ""),
+        ("empty hooks", &empty, " (tokio's cost of calling hooks)"),
+        ("pinwatch", &watched, ""),
+        (
+            "+ prometheus",
+            &exported,
+            " (endpoint on, scraped every 100 ms)",
+        ),
+    ];
     // Warm-up: thread pools, allocator, slots.
-    storm(&plain, tasks / 4, yields);
-    storm(&watched, tasks / 4, yields);
-    storm(&empty, tasks / 4, yields);
-
-    let mut p = Vec::new();
-    let mut w = Vec::new();
-    let mut e = Vec::new();
+    for (_, rt, _) in &configs {
+        storm(rt, tasks / 4, yields);
+    }
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); configs.len()];
     for round in 0..rounds {
         // Rotate the order, so drift in machine load hits all alike.
-        for k in 0..3 {
-            match (round + k) % 3 {
-                0 => p.push(storm(&plain, tasks, yields)),
-                1 => w.push(storm(&watched, tasks, yields)),
-                _ => e.push(storm(&empty, tasks, yields)),
-            }
+        for k in 0..configs.len() {
+            let i = (round + k) % configs.len();
+            times[i].push(storm(configs[i].1, tasks, yields));
         }
-        eprintln!(
-            "round {}/{rounds}: plain {:.1} ms, pinwatch {:.1} ms, empty hooks {:.1} ms",
-            round + 1,
-            p[round].as_secs_f64() * 1e3,
-            w[round].as_secs_f64() * 1e3,
-            e[round].as_secs_f64() * 1e3
+        let line: Vec<String> = configs
+            .iter()
+            .zip(&times)
+            .map(|((name, _, _), t)| format!("{name} {:.1} ms", t[round].as_secs_f64() * 1e3))
+            .collect();
+        eprintln!("round {}/{rounds}: {}", round + 1, line.join(", "));
+    }
+    scraping.store(false, std::sync::atomic::Ordering::Relaxed);
+    let scrapes = scraper.join().unwrap();
+    println!("yield storm: {tasks} tasks x {yields} yield_now, 2 workers, {rounds} rounds");
+    let base = times[0].clone();
+    for ((name, _, note), t) in configs.iter().zip(&times) {
+        // The median of per-round ratios: each round's runs share the machine's load.
+        let ratio = median_ratio(t, &base);
+        let m = median(&mut t.clone());
+        println!(
+            "{name:<13} median {:8.1} ms  {:6.1} ns/poll  per-round ratio to plain {:+6.1} %{note}",
+            m.as_secs_f64() * 1e3,
+            m.as_secs_f64() * 1e9 / polls,
+            (ratio - 1.0) * 100.0
         );
     }
-    let stats = detector.stats();
-    // The median of per-round ratios: each round's three runs share the machine's load.
-    let round_ratio = median_ratio(&w, &p);
-    let hook_ratio = median_ratio(&w, &e);
-    let (mp, mw, me) = (median(&mut p), median(&mut w), median(&mut e));
-    println!("yield storm: {tasks} tasks x {yields} yield_now, 2 workers, {rounds} rounds");
-    let line = |label: &str, d: Duration, note: &str| {
-        println!(
-            "{label:<13} median {:8.1} ms  {:6.1} ns/poll{note}",
-            d.as_secs_f64() * 1e3,
-            d.as_secs_f64() * 1e9 / polls
-        )
-    };
-    line("plain tokio", mp, "");
-    line("with pinwatch", mw, "");
-    line("empty hooks", me, " (tokio's cost of calling hooks)");
     println!(
-        "ratio {:.3} (overhead {:+.1} %), {:+.1} ns/poll; pinned polls seen: {}",
-        mw.as_secs_f64() / mp.as_secs_f64(),
-        (mw.as_secs_f64() / mp.as_secs_f64() - 1.0) * 100.0,
-        (mw.as_secs_f64() - mp.as_secs_f64()) * 1e9 / polls,
-        stats.pinned_polls
+        "pinwatch vs empty hooks (per-round ratio) {:+.1} %; exporter on vs off {:+.1} %",
+        (median_ratio(&times[2], &times[1]) - 1.0) * 100.0,
+        (median_ratio(&times[3], &times[2]) - 1.0) * 100.0
     );
     println!(
-        "median of per-round ratios: pinwatch / plain {:+.1} %, pinwatch / empty hooks {:+.1} %",
-        (round_ratio - 1.0) * 100.0,
-        (hook_ratio - 1.0) * 100.0
+        "pinned polls seen: {} and {}; scrapes answered: {scrapes}",
+        detector.stats().pinned_polls,
+        exporting.stats().pinned_polls
     );
-    drop(watched);
-    drop(detector);
+    drop((watched, exported, plain, empty));
+    drop((detector, exporting));
 }
 
 /// The median over rounds of `num[i] / den[i]`.

@@ -33,6 +33,10 @@ pub const DEFAULT_MAX_THREADS: usize = 256;
 /// Default interval between stack samples of a poll that stays pinned.
 pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Default bound on distinct `location` label values of
+/// `pinwatch_pins_by_location_total`; further locations are counted as `location="other"`.
+pub const DEFAULT_PROMETHEUS_MAX_LOCATIONS: usize = 50;
+
 /// How much stack context an event carries (`PINWATCH_STACKS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -121,6 +125,19 @@ pub const ENV_VARS: &[EnvVar] = &[
         default: "on",
         doc: "`off`: no `tracing` WARN event per pinned event",
     },
+    EnvVar {
+        name: "PINWATCH_PROMETHEUS_ADDR",
+        default: "",
+        doc: "serve Prometheus metrics at `http://ADDR/metrics` from a thread of pinwatch's own \
+              (e.g. `127.0.0.1:9464`; a non-loopback address listens beyond this host); unset: \
+              no endpoint. Needs the `prometheus` cargo feature (on by default)",
+    },
+    EnvVar {
+        name: "PINWATCH_PROMETHEUS_MAX_LOCATIONS",
+        default: "50",
+        doc: "distinct `location` values of `pinwatch_pins_by_location_total`; later locations \
+              count as `other`",
+    },
 ];
 
 /// The detector's settings. Build one with [`Builder`](crate::Builder) setters or
@@ -148,6 +165,10 @@ pub struct Config {
     pub max_threads: usize,
     /// Emit a `tracing` WARN event (target `pinwatch`) for every pinned event.
     pub tracing: bool,
+    /// Where to serve Prometheus metrics (`PINWATCH_PROMETHEUS_ADDR`), if anywhere.
+    pub prometheus_addr: Option<std::net::SocketAddr>,
+    /// See [`DEFAULT_PROMETHEUS_MAX_LOCATIONS`].
+    pub prometheus_max_locations: usize,
     /// Tests only: the watchdog sleeps this long before every other scan's slot reads, as a
     /// watchdog preempted or slowed by a probe would.
     pub(crate) late_scans: Option<Duration>,
@@ -166,6 +187,8 @@ impl Default for Config {
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_threads: DEFAULT_MAX_THREADS,
             tracing: true,
+            prometheus_addr: None,
+            prometheus_max_locations: DEFAULT_PROMETHEUS_MAX_LOCATIONS,
             late_scans: None,
         }
     }
@@ -245,6 +268,18 @@ impl Config {
         }
         if let Some(v) = read("PINWATCH_TRACING")? {
             self.tracing = parse_switch("PINWATCH_TRACING", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_PROMETHEUS_ADDR")? {
+            self.prometheus_addr = Some(v.trim().parse().map_err(|e| {
+                Error::invalid_env(
+                    "PINWATCH_PROMETHEUS_ADDR",
+                    v.clone(),
+                    format!("is not an address ({e}); write it like `127.0.0.1:9464`"),
+                )
+            })?);
+        }
+        if let Some(v) = read("PINWATCH_PROMETHEUS_MAX_LOCATIONS")? {
+            self.prometheus_max_locations = parse_count("PINWATCH_PROMETHEUS_MAX_LOCATIONS", &v)?;
         }
         Ok(())
     }
@@ -346,6 +381,12 @@ mod tests {
         );
         assert_eq!(table["PINWATCH"], if c.enabled { "on" } else { "off" });
         assert!(c.record.is_none());
+        assert!(c.prometheus_addr.is_none());
+        assert_eq!(table["PINWATCH_PROMETHEUS_ADDR"], "");
+        assert_eq!(
+            table["PINWATCH_PROMETHEUS_MAX_LOCATIONS"],
+            c.prometheus_max_locations.to_string()
+        );
     }
 
     #[test]
@@ -384,8 +425,12 @@ mod tests {
             ("PINWATCH_QUEUE_CAPACITY", "16"),
             ("PINWATCH_MAX_THREADS", "8"),
             ("PINWATCH_TRACING", "off"),
+            ("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:9464"),
+            ("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "7"),
         ])
         .unwrap();
+        assert_eq!(c.prometheus_addr, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(c.prometheus_max_locations, 7);
         assert_eq!(c.scan_interval, Duration::from_millis(1));
         assert_eq!((c.queue_capacity, c.max_threads, c.tracing), (16, 8, false));
         assert_eq!(c.threshold, Duration::from_millis(5));
@@ -412,6 +457,9 @@ mod tests {
             ("PINWATCH_MAX_THREADS", "0"),
             ("PINWATCH_TRACING", "loud"),
             ("PINWATCH_SCAN_INTERVAL", "2 parsecs"),
+            ("PINWATCH_PROMETHEUS_ADDR", "localhost"),
+            ("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:99999"),
+            ("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "0"),
         ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");

@@ -36,6 +36,28 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A setting asks for an exporter that this build of pinwatch does not have.
+    #[error(
+        "{var} is set, but this pinwatch was built without the `{feature}` cargo feature; \
+         enable it (`pinwatch = {{ features = [\"{feature}\"] }}`) or unset {var}"
+    )]
+    MissingFeature {
+        /// The variable that asked for it.
+        var: &'static str,
+        /// The cargo feature.
+        feature: &'static str,
+    },
+    /// The Prometheus endpoint cannot listen.
+    #[error(
+        "PINWATCH_PROMETHEUS_ADDR={addr}: cannot listen there ({reason}); pick a free port, or \
+         unset the variable"
+    )]
+    PrometheusListen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        reason: String,
+    },
     /// tokio could not build the runtime.
     #[error("building the tokio runtime failed: {0}")]
     Runtime(#[source] std::io::Error),

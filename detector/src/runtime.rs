@@ -84,6 +84,8 @@ pub struct Builder {
     config: Config,
     sinks: Vec<Box<dyn Sink>>,
     unwinder_safe: Option<bool>,
+    #[cfg(feature = "prometheus")]
+    prometheus_registry: Option<prometheus::Registry>,
 }
 
 impl Default for Builder {
@@ -108,6 +110,8 @@ impl Builder {
             config: Config::default(),
             sinks: Vec::new(),
             unwinder_safe: None,
+            #[cfg(feature = "prometheus")]
+            prometheus_registry: None,
         }
     }
 
@@ -198,6 +202,30 @@ impl Builder {
         self
     }
 
+    /// Serves Prometheus metrics at `http://addr/metrics` from a thread of pinwatch's own
+    /// (`PINWATCH_PROMETHEUS_ADDR`). It answers while every worker is pinned.
+    #[cfg(feature = "prometheus")]
+    pub fn prometheus_addr(mut self, addr: std::net::SocketAddr) -> Self {
+        self.config.prometheus_addr = Some(addr);
+        self
+    }
+
+    /// Registers pinwatch's metrics ([`export::prometheus::METRICS`]) into `registry`, for a
+    /// service that already serves its own `/metrics`.
+    #[cfg(feature = "prometheus")]
+    pub fn prometheus_registry(mut self, registry: &prometheus::Registry) -> Self {
+        self.prometheus_registry = Some(registry.clone());
+        self
+    }
+
+    /// Bound on the distinct `location` values of `pinwatch_pins_by_location_total`
+    /// (`PINWATCH_PROMETHEUS_MAX_LOCATIONS`, default
+    /// [`DEFAULT_PROMETHEUS_MAX_LOCATIONS`](crate::config::DEFAULT_PROMETHEUS_MAX_LOCATIONS)).
+    pub fn prometheus_max_locations(mut self, n: usize) -> Self {
+        self.config.prometheus_max_locations = n;
+        self
+    }
+
     /// Tests only: the watchdog sleeps `d` before every other scan, as a watchdog slowed by a
     /// probe or preempted by the kernel would.
     #[doc(hidden)]
@@ -241,6 +269,15 @@ impl Builder {
         }
         if c.max_threads == 0 {
             return bad("max_threads", "must be at least 1");
+        }
+        if c.prometheus_max_locations == 0 {
+            return bad("prometheus_max_locations", "must be at least 1");
+        }
+        if c.prometheus_addr.is_some() && !cfg!(feature = "prometheus") {
+            return Err(Error::MissingFeature {
+                var: "PINWATCH_PROMETHEUS_ADDR",
+                feature: "prometheus",
+            });
         }
         Ok(())
     }
@@ -295,7 +332,12 @@ impl Builder {
         let watched = Watched::new(Arc::clone(&table), config, stacks_unavailable, run_id());
         Ok(Prepared {
             hooks: PollHooks::new(Some(table)),
-            rest: Some((Arc::new(watched), sinks)),
+            rest: Some(Pending {
+                watched: Arc::new(watched),
+                sinks,
+                #[cfg(feature = "prometheus")]
+                prometheus_registry: self.prometheus_registry,
+            }),
         })
     }
 }
@@ -333,8 +375,13 @@ pub struct Prepared {
     rest: Option<Pending>,
 }
 
-/// What [`Prepared::start`] starts: the shared state and the sinks.
-type Pending = (Arc<Watched>, Vec<Box<dyn Sink>>);
+/// What [`Prepared::start`] starts.
+struct Pending {
+    watched: Arc<Watched>,
+    sinks: Vec<Box<dyn Sink>>,
+    #[cfg(feature = "prometheus")]
+    prometheus_registry: Option<prometheus::Registry>,
+}
 
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -353,14 +400,27 @@ impl Prepared {
     /// Starts watching the runtime `handle` belongs to — the one whose builder got
     /// [`hooks`](Self::hooks): the watchdog thread and the export thread start.
     pub fn start(self, handle: &tokio::runtime::Handle) -> Result<Detector, Error> {
-        let Some((watched, sinks)) = self.rest else {
+        let Some(pending) = self.rest else {
             return Ok(Detector {
                 watched: None,
                 stop: None,
                 watchdog: None,
                 export: None,
+                #[cfg(feature = "prometheus")]
+                prometheus: None,
             });
         };
+        #[allow(unused_mut)]
+        let Pending {
+            watched, mut sinks, ..
+        } = pending;
+        #[cfg(feature = "prometheus")]
+        let prometheus = start_prometheus(
+            &watched,
+            handle,
+            pending.prometheus_registry.as_ref(),
+            &mut sinks,
+        )?;
         let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
         let stacks = watched.config.stacks;
         let (stop_tx, stop_rx) = mpsc::channel();
@@ -396,8 +456,64 @@ impl Prepared {
             stop: Some(stop_tx),
             watchdog: Some(watchdog),
             export: Some(export),
+            #[cfg(feature = "prometheus")]
+            prometheus,
         })
     }
+}
+
+/// The Prometheus collector (when asked for), its sink, and its endpoint.
+#[cfg(feature = "prometheus")]
+type PrometheusParts = Option<(
+    export::prometheus::PinwatchCollector,
+    Option<export::prometheus::Endpoint>,
+)>;
+
+#[cfg(feature = "prometheus")]
+fn start_prometheus(
+    watched: &Arc<Watched>,
+    handle: &tokio::runtime::Handle,
+    registry: Option<&prometheus::Registry>,
+    sinks: &mut Vec<Box<dyn Sink>>,
+) -> Result<PrometheusParts, Error> {
+    let addr = watched.config.prometheus_addr;
+    if addr.is_none() && registry.is_none() {
+        return Ok(None);
+    }
+    let live_w = Arc::clone(watched);
+    let handle = handle.clone();
+    let live: export::prometheus::LiveFn = Arc::new(move || export::prometheus::Live {
+        pinned: live_w.pinned_now(),
+        workers: handle.metrics().num_workers(),
+        queue_dropped: live_w.stats.dropped.load(Ordering::Relaxed),
+    });
+    let collector = export::prometheus::PinwatchCollector::new(
+        watched.config.threshold,
+        watched.config.prometheus_max_locations,
+        watched.run_id.clone(),
+        live,
+    )
+    .map_err(|e| Error::InvalidSetting {
+        setting: "prometheus",
+        reason: e.to_string(),
+    })?;
+    if let Some(registry) = registry {
+        registry
+            .register(Box::new(collector.clone()))
+            .map_err(|e| Error::InvalidSetting {
+                setting: "prometheus_registry",
+                reason: format!("cannot register pinwatch's metrics: {e}"),
+            })?;
+    }
+    sinks.push(Box::new(collector.sink()));
+    let endpoint = match addr {
+        Some(addr) => Some(export::prometheus::Endpoint::serve(
+            addr,
+            collector.clone(),
+        )?),
+        None => None,
+    };
+    Ok(Some((collector, endpoint)))
 }
 
 /// A running detector: the watchdog and export threads of one runtime. A guard: dropping it
@@ -408,6 +524,8 @@ pub struct Detector {
     stop: Option<mpsc::Sender<()>>,
     watchdog: Option<JoinHandle<()>>,
     export: Option<JoinHandle<()>>,
+    #[cfg(feature = "prometheus")]
+    prometheus: PrometheusParts,
 }
 
 impl std::fmt::Debug for Detector {
@@ -443,6 +561,12 @@ impl Detector {
         self.watched.as_ref().map(|w| w.run_id.as_str())
     }
 
+    /// pinwatch's Prometheus metrics, when the endpoint or a registry was asked for.
+    #[cfg(feature = "prometheus")]
+    pub fn prometheus(&self) -> Option<&export::prometheus::PinwatchCollector> {
+        self.prometheus.as_ref().map(|(c, _)| c)
+    }
+
     /// Stops the watchdog after one last scan, lets the sinks handle what is queued, flushes
     /// them, and returns the final [`Stats`]. Dropping the detector does the same.
     pub fn shutdown(mut self) -> Stats {
@@ -451,6 +575,10 @@ impl Detector {
     }
 
     fn stop_threads(&mut self) {
+        #[cfg(feature = "prometheus")]
+        if let Some((_, endpoint)) = self.prometheus.as_mut() {
+            drop(endpoint.take());
+        }
         drop(self.stop.take());
         if let Some(w) = self.watchdog.take() {
             let _ = w.join();
@@ -464,5 +592,21 @@ impl Detector {
 impl Drop for Detector {
     fn drop(&mut self) {
         self.stop_threads();
+    }
+}
+
+#[cfg(all(test, not(feature = "prometheus")))]
+mod tests {
+    #[test]
+    fn the_prometheus_variable_without_the_feature_names_both() {
+        let mut b = super::Builder::new();
+        b.config
+            .apply_env(|n| (n == "PINWATCH_PROMETHEUS_ADDR").then(|| "127.0.0.1:9464".into()))
+            .unwrap();
+        let err = b.prepare().unwrap_err().to_string();
+        assert!(
+            err.contains("PINWATCH_PROMETHEUS_ADDR") && err.contains("`prometheus` cargo feature"),
+            "{err}"
+        );
     }
 }

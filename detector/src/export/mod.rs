@@ -2,6 +2,8 @@
 //! pinwatch's own export thread (never on the watched runtime, never on the watchdog). Adding a
 //! way out is adding a file here and a line in `builtin`.
 
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 mod record;
 mod tracing;
 

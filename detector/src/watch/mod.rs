@@ -37,6 +37,33 @@ pub(crate) struct Watched {
     /// Names this detector's events (see [`PinnedEvent::run_id`]).
     pub run_id: String,
     next_id: AtomicU64,
+    /// Per slot, the pin running there now: for live views (metrics) that must not wait for
+    /// the export thread.
+    live: Box<[LivePin]>,
+}
+
+/// The pin a slot runs now, as the watchdog last saw it.
+struct LivePin {
+    /// Its event id; 0 when the slot is not pinned.
+    id: AtomicU64,
+    /// When it started, in ns since the slot table's base.
+    start: AtomicU64,
+}
+
+impl Watched {
+    /// Each pin running now: its event id and how long it has run.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn pinned_now(&self) -> Vec<(u64, Duration)> {
+        let now = self.table.nanos_since_base(Instant::now());
+        self.live
+            .iter()
+            .filter_map(|p| {
+                let id = p.id.load(Ordering::Acquire);
+                let start = p.start.load(Ordering::Relaxed);
+                (id != 0).then(|| (id, Duration::from_nanos(now.saturating_sub(start))))
+            })
+            .collect()
+    }
 }
 
 impl Watched {
@@ -46,6 +73,12 @@ impl Watched {
         stacks_unavailable: Option<&'static str>,
         run_id: String,
     ) -> Watched {
+        let live = (0..table.slots().len())
+            .map(|_| LivePin {
+                id: AtomicU64::new(0),
+                start: AtomicU64::new(0),
+            })
+            .collect();
         Watched {
             table,
             config,
@@ -53,6 +86,7 @@ impl Watched {
             stacks_unavailable,
             run_id,
             next_id: AtomicU64::new(1),
+            live,
         }
     }
 }
@@ -138,14 +172,24 @@ pub(crate) fn run(
                 std::thread::sleep(late);
             }
         }
-        for ((slot, watch), look) in w
+        for (((slot, watch), look), live) in w
             .table
             .slots()
             .iter()
             .zip(watches.iter_mut())
             .zip(last_look.iter_mut())
+            .zip(w.live.iter())
         {
             wd.scan_slot(slot, watch, look);
+            let pinned = watch.as_ref().and_then(|wt| wt.pinned.as_ref());
+            let id = pinned.map_or(0, |p| p.event.id);
+            if live.id.load(Ordering::Relaxed) != id {
+                if let Some(p) = pinned {
+                    live.start
+                        .store(w.table.nanos_since_base(p.start), Ordering::Relaxed);
+                }
+                live.id.store(id, Ordering::Release);
+            }
         }
         if stopping {
             // Whatever is still flagged never returned: its last report stands.

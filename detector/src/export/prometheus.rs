@@ -1,0 +1,624 @@
+//! Prometheus: pinwatch's metrics, updated from the export thread and read live at each scrape;
+//! an HTTP endpoint on a thread of pinwatch's own (never on the watched runtime: it must answer
+//! while every worker is pinned); or a collector for a `prometheus::Registry` of yours.
+//!
+//! [`METRICS`] lists every metric with its type and meaning; the README's table, the dashboards
+//! and the alert rules are checked against it by tests.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{
+    CounterVec, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
+};
+
+use super::Sink;
+use crate::event::{PinnedEvent, Reason, State};
+use crate::Error;
+
+/// One exported metric: name, type and meaning.
+#[derive(Clone, Copy, Debug)]
+pub struct MetricDoc {
+    /// Its name.
+    pub name: &'static str,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// Its labels.
+    pub labels: &'static [&'static str],
+    /// What it means.
+    pub help: &'static str,
+}
+
+/// Every metric pinwatch exports.
+pub const METRICS: &[MetricDoc] = &[
+    MetricDoc {
+        name: "pinwatch_pins_total",
+        kind: "counter",
+        labels: &["reason"],
+        help: "Polls that pinned a worker past the threshold, counted when first reported (a pin that never ends counts too).",
+    },
+    MetricDoc {
+        name: "pinwatch_pin_duration_seconds",
+        kind: "histogram",
+        labels: &["reason"],
+        help: "Duration of completed pins.",
+    },
+    MetricDoc {
+        name: "pinwatch_pinned_seconds_total",
+        kind: "counter",
+        labels: &["reason"],
+        help: "Worker-seconds lost to pins, advanced live while a pin runs.",
+    },
+    MetricDoc {
+        name: "pinwatch_workers_pinned",
+        kind: "gauge",
+        labels: &[],
+        help: "Workers pinned right now.",
+    },
+    MetricDoc {
+        name: "pinwatch_workers",
+        kind: "gauge",
+        labels: &[],
+        help: "Workers of the watched runtime.",
+    },
+    MetricDoc {
+        name: "pinwatch_oldest_pin_seconds",
+        kind: "gauge",
+        labels: &[],
+        help: "Age of the oldest pin still running; 0 when none runs.",
+    },
+    MetricDoc {
+        name: "pinwatch_pins_by_location_total",
+        kind: "counter",
+        labels: &["location"],
+        help: "Pins per top application frame (file:line, or the function without debug info); at most PINWATCH_PROMETHEUS_MAX_LOCATIONS values, \"other\" among them.",
+    },
+    MetricDoc {
+        name: "pinwatch_events_dropped_total",
+        kind: "counter",
+        labels: &["sink"],
+        help: "Pin reports dropped: sink=\"queue\" when the queue to the export thread was full.",
+    },
+    MetricDoc {
+        name: "pinwatch_threshold_seconds",
+        kind: "gauge",
+        labels: &[],
+        help: "The pinning threshold in force.",
+    },
+    MetricDoc {
+        name: "pinwatch_build_info",
+        kind: "gauge",
+        labels: &["version"],
+        help: "Always 1; the pinwatch version as a label.",
+    },
+];
+
+fn help(name: &str) -> &'static str {
+    METRICS
+        .iter()
+        .find(|m| m.name == name)
+        .map_or("", |m| m.help)
+}
+
+/// Histogram buckets: from 25 ms (just past the default threshold) to a minute.
+pub const DURATION_BUCKETS: &[f64] =
+    &[0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// What the exporter reads at each scrape, from the watchdog.
+pub(crate) struct Live {
+    /// Each pin running now: event id and age.
+    pub pinned: Vec<(u64, Duration)>,
+    /// Workers of the runtime.
+    pub workers: usize,
+    /// Reports the queue dropped so far.
+    pub queue_dropped: u64,
+}
+
+/// Reads [`Live`]. Called on the scraping thread.
+pub(crate) type LiveFn = Arc<dyn Fn() -> Live + Send + Sync>;
+
+struct Metrics {
+    pins: IntCounterVec,
+    durations: HistogramVec,
+    pinned_seconds: CounterVec,
+    workers_pinned: IntGauge,
+    workers: IntGauge,
+    oldest: Gauge,
+    by_location: IntCounterVec,
+    dropped: IntCounterVec,
+    threshold: Gauge,
+    build_info: IntGaugeVec,
+}
+
+/// A pin seen by the export thread and not yet completed.
+struct Open {
+    reason: &'static str,
+    /// How much of it `pinned_seconds` already holds.
+    accounted: Duration,
+}
+
+struct State_ {
+    open: HashMap<(String, u64), Open>,
+    /// Pins already counted, by (run, id); forgotten when they complete.
+    counted: HashSet<(String, u64)>,
+    locations: HashSet<String>,
+}
+
+struct Inner {
+    metrics: Metrics,
+    state: Mutex<State_>,
+    live: LiveFn,
+    run_id: String,
+    max_locations: usize,
+    descs: Vec<Desc>,
+}
+
+/// pinwatch's metrics as a `prometheus` collector. Register it into your own registry
+/// ([`Builder::prometheus_registry`](crate::Builder::prometheus_registry)) or let pinwatch
+/// serve it (`PINWATCH_PROMETHEUS_ADDR`).
+#[derive(Clone)]
+pub struct PinwatchCollector {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PinwatchCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinwatchCollector").finish_non_exhaustive()
+    }
+}
+
+fn reason_label(r: Option<Reason>) -> &'static str {
+    r.map_or("other", Reason::as_str)
+}
+
+impl PinwatchCollector {
+    pub(crate) fn new(
+        threshold: Duration,
+        max_locations: usize,
+        run_id: String,
+        live: LiveFn,
+    ) -> Result<PinwatchCollector, prometheus::Error> {
+        let opts = |name: &str| Opts::new(name, help(name));
+        let metrics = Metrics {
+            pins: IntCounterVec::new(opts("pinwatch_pins_total"), &["reason"])?,
+            durations: HistogramVec::new(
+                HistogramOpts::new(
+                    "pinwatch_pin_duration_seconds",
+                    help("pinwatch_pin_duration_seconds"),
+                )
+                .buckets(DURATION_BUCKETS.to_vec()),
+                &["reason"],
+            )?,
+            pinned_seconds: CounterVec::new(opts("pinwatch_pinned_seconds_total"), &["reason"])?,
+            workers_pinned: IntGauge::with_opts(opts("pinwatch_workers_pinned"))?,
+            workers: IntGauge::with_opts(opts("pinwatch_workers"))?,
+            oldest: Gauge::with_opts(opts("pinwatch_oldest_pin_seconds"))?,
+            by_location: IntCounterVec::new(
+                opts("pinwatch_pins_by_location_total"),
+                &["location"],
+            )?,
+            dropped: IntCounterVec::new(opts("pinwatch_events_dropped_total"), &["sink"])?,
+            threshold: Gauge::with_opts(opts("pinwatch_threshold_seconds"))?,
+            build_info: IntGaugeVec::new(opts("pinwatch_build_info"), &["version"])?,
+        };
+        // Every reason exists at 0 from the start, so that rate() and alerts work before the
+        // first pin.
+        for r in Reason::ALL {
+            metrics.pins.with_label_values(&[r.as_str()]);
+            metrics.durations.with_label_values(&[r.as_str()]);
+            metrics.pinned_seconds.with_label_values(&[r.as_str()]);
+        }
+        metrics.dropped.with_label_values(&["queue"]);
+        metrics.by_location.with_label_values(&["other"]);
+        metrics.threshold.set(threshold.as_secs_f64());
+        metrics
+            .build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        let collectors: [&dyn Collector; 10] = [
+            &metrics.pins,
+            &metrics.durations,
+            &metrics.pinned_seconds,
+            &metrics.workers_pinned,
+            &metrics.workers,
+            &metrics.oldest,
+            &metrics.by_location,
+            &metrics.dropped,
+            &metrics.threshold,
+            &metrics.build_info,
+        ];
+        let descs = collectors
+            .iter()
+            .flat_map(|c| c.desc().into_iter().cloned())
+            .collect();
+        Ok(PinwatchCollector {
+            inner: Arc::new(Inner {
+                metrics,
+                state: Mutex::new(State_ {
+                    open: HashMap::new(),
+                    counted: HashSet::new(),
+                    locations: HashSet::new(),
+                }),
+                live,
+                run_id,
+                max_locations,
+                descs,
+            }),
+        })
+    }
+
+    /// A sink feeding this collector (runs on the export thread).
+    pub(crate) fn sink(&self) -> PrometheusSink {
+        PrometheusSink {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
+    /// Brings the live values up to now: workers pinned, the oldest pin, the worker-seconds of
+    /// pins still running, drops.
+    fn refresh(&self) {
+        let inner = &self.inner;
+        let live = (inner.live)();
+        let m = &inner.metrics;
+        m.workers.set(live.workers as i64);
+        m.workers_pinned.set(live.pinned.len() as i64);
+        m.oldest.set(
+            live.pinned
+                .iter()
+                .map(|(_, age)| age.as_secs_f64())
+                .fold(0.0, f64::max),
+        );
+        let dropped = m.dropped.with_label_values(&["queue"]);
+        let seen = dropped.get();
+        if live.queue_dropped > seen {
+            dropped.inc_by(live.queue_dropped - seen);
+        }
+        let Ok(mut state) = inner.state.lock() else {
+            return;
+        };
+        for (id, age) in &live.pinned {
+            if let Some(open) = state.open.get_mut(&(inner.run_id.clone(), *id)) {
+                if *age > open.accounted {
+                    m.pinned_seconds
+                        .with_label_values(&[open.reason])
+                        .inc_by((*age - open.accounted).as_secs_f64());
+                    open.accounted = *age;
+                }
+            }
+        }
+    }
+
+    /// The metrics in Prometheus' text format.
+    pub fn render(&self) -> String {
+        let families = self.collect();
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&families, &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Collector for PinwatchCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.inner.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.refresh();
+        let m = &self.inner.metrics;
+        let collectors: [&dyn Collector; 10] = [
+            &m.pins,
+            &m.durations,
+            &m.pinned_seconds,
+            &m.workers_pinned,
+            &m.workers,
+            &m.oldest,
+            &m.by_location,
+            &m.dropped,
+            &m.threshold,
+            &m.build_info,
+        ];
+        collectors.iter().flat_map(|c| c.collect()).collect()
+    }
+}
+
+/// Feeds a [`PinwatchCollector`] with finished events.
+pub(crate) struct PrometheusSink {
+    inner: Arc<Inner>,
+}
+
+impl Sink for PrometheusSink {
+    fn event(&mut self, e: &PinnedEvent) {
+        let inner = &self.inner;
+        let m = &inner.metrics;
+        let reason = reason_label(e.reason);
+        let Ok(mut state) = inner.state.lock() else {
+            return;
+        };
+        let key = (e.run_id.clone(), e.id);
+        if e.state != State::Retracted && state.counted.insert(key.clone()) {
+            m.pins.with_label_values(&[reason]).inc();
+            let location = e.top_frame.as_ref().map_or_else(
+                || "unknown".to_owned(),
+                |f| match (&f.file, f.line) {
+                    (Some(file), Some(line)) => format!("{file}:{line}"),
+                    _ => f.function.clone().unwrap_or_else(|| "unknown".to_owned()),
+                },
+            );
+            let location = if state.locations.contains(&location)
+                || state.locations.len() < inner.max_locations.saturating_sub(1)
+            {
+                state.locations.insert(location.clone());
+                location
+            } else {
+                "other".to_owned()
+            };
+            m.by_location.with_label_values(&[&location]).inc();
+        }
+        let accounted = match state.open.get(&key) {
+            Some(open) => open.accounted,
+            None => Duration::ZERO,
+        };
+        match e.state {
+            State::InProgress => {
+                // The reason can sharpen with more samples: later time goes to the latest.
+                if e.duration > accounted {
+                    m.pinned_seconds
+                        .with_label_values(&[reason])
+                        .inc_by((e.duration - accounted).as_secs_f64());
+                }
+                state.open.insert(
+                    key,
+                    Open {
+                        reason,
+                        accounted: e.duration.max(accounted),
+                    },
+                );
+            }
+            State::Completed | State::Retracted => {
+                if e.duration > accounted {
+                    m.pinned_seconds
+                        .with_label_values(&[reason])
+                        .inc_by((e.duration - accounted).as_secs_f64());
+                }
+                if e.state == State::Completed {
+                    m.durations
+                        .with_label_values(&[reason])
+                        .observe(e.duration.as_secs_f64());
+                }
+                state.open.remove(&key);
+                state.counted.remove(&key);
+            }
+        }
+    }
+}
+
+/// `GET /metrics` on a thread of pinwatch's own.
+pub(crate) struct Endpoint {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Endpoint {
+    /// Listens on `addr` and serves `collector` until dropped.
+    pub(crate) fn serve(
+        addr: std::net::SocketAddr,
+        collector: PinwatchCollector,
+    ) -> Result<Endpoint, Error> {
+        let server = tiny_http::Server::http(addr).map_err(|e| Error::PrometheusListen {
+            addr,
+            reason: e.to_string(),
+        })?;
+        let server = Arc::new(server);
+        let registry = Registry::new();
+        registry
+            .register(Box::new(collector))
+            .map_err(|e| Error::PrometheusListen {
+                addr,
+                reason: e.to_string(),
+            })?;
+        let srv = Arc::clone(&server);
+        let thread = std::thread::Builder::new()
+            .name("pinwatch-prometheus".into())
+            .spawn(move || {
+                for request in srv.incoming_requests() {
+                    let path = request.url().split('?').next().unwrap_or("");
+                    let response = if path == "/metrics" {
+                        let mut body = Vec::new();
+                        let _ = TextEncoder::new().encode(&registry.gather(), &mut body);
+                        let header = tiny_http::Header::from_bytes(
+                            &b"Content-Type"[..],
+                            &b"text/plain; version=0.0.4; charset=utf-8"[..],
+                        )
+                        .ok();
+                        let mut r = tiny_http::Response::from_data(body);
+                        if let Some(h) = header {
+                            r.add_header(h);
+                        }
+                        r
+                    } else {
+                        tiny_http::Response::from_data(&b"pinwatch: try /metrics\n"[..])
+                            .with_status_code(404)
+                    };
+                    let _ = request.respond(response);
+                }
+            })
+            .map_err(|source| Error::Thread {
+                what: "prometheus",
+                source,
+            })?;
+        Ok(Endpoint {
+            server,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Frame, Worker};
+    use std::time::SystemTime;
+
+    fn event(id: u64, state: State, reason: Reason, ms: u64, line: u32) -> PinnedEvent {
+        PinnedEvent {
+            id,
+            run_id: "run".into(),
+            pid: 1,
+            state,
+            start: SystemTime::now(),
+            duration: Duration::from_millis(ms),
+            threshold: Duration::from_millis(20),
+            task_id: Some(id),
+            spawned_at: None,
+            worker: Worker {
+                index: Some(0),
+                tid: 1,
+                name: "w".into(),
+            },
+            reason: Some(reason),
+            other_reasons: vec![],
+            blocking_operation: None,
+            top_frame: Some(Frame {
+                function: Some("app::f".into()),
+                file: Some("src/app.rs".into()),
+                line: Some(line),
+                locks: 0,
+            }),
+            profile: vec![],
+            no_stack: None,
+            stack: vec![],
+            held_locks: vec![],
+            lock_holder: None,
+            samples: 1,
+            report: 1,
+            cpu_wait: Duration::ZERO,
+        }
+    }
+
+    fn collector(
+        live: Arc<Mutex<Vec<(u64, Duration)>>>,
+        max_locations: usize,
+    ) -> PinwatchCollector {
+        PinwatchCollector::new(
+            Duration::from_millis(20),
+            max_locations,
+            "run".into(),
+            Arc::new(move || Live {
+                pinned: live.lock().unwrap().clone(),
+                workers: 2,
+                queue_dropped: 3,
+            }),
+        )
+        .unwrap()
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    }
+
+    #[test]
+    fn a_pin_counts_once_and_its_time_advances_live_and_never_goes_back() {
+        let live = Arc::new(Mutex::new(vec![]));
+        let c = collector(Arc::clone(&live), 50);
+        let mut sink = c.sink();
+        let pinned = "pinwatch_pinned_seconds_total{reason=\"sleep\"}";
+        sink.event(&event(1, State::InProgress, Reason::Sleep, 25, 3));
+        *live.lock().unwrap() = vec![(1, Duration::from_millis(500))];
+        let t = c.render();
+        assert_eq!(value(&t, "pinwatch_pins_total{reason=\"sleep\"}"), 1.0);
+        assert_eq!(value(&t, "pinwatch_workers_pinned"), 1.0);
+        assert_eq!(value(&t, "pinwatch_oldest_pin_seconds"), 0.5);
+        assert!((value(&t, pinned) - 0.5).abs() < 1e-9, "{t}");
+        // A later report of the same pin does not count it again, nor go back in time.
+        sink.event(&event(1, State::InProgress, Reason::Sleep, 300, 3));
+        *live.lock().unwrap() = vec![];
+        let t = c.render();
+        assert_eq!(value(&t, "pinwatch_pins_total{reason=\"sleep\"}"), 1.0);
+        assert!((value(&t, pinned) - 0.5).abs() < 1e-9, "{t}");
+        sink.event(&event(1, State::Completed, Reason::Sleep, 700, 3));
+        let t = c.render();
+        assert!((value(&t, pinned) - 0.7).abs() < 1e-9, "{t}");
+        assert_eq!(
+            value(&t, "pinwatch_pin_duration_seconds_count{reason=\"sleep\"}"),
+            1.0
+        );
+        assert_eq!(
+            value(
+                &t,
+                "pinwatch_pin_duration_seconds_bucket{reason=\"sleep\",le=\"1\"}"
+            ),
+            1.0
+        );
+        assert_eq!(value(&t, "pinwatch_workers_pinned"), 0.0);
+        assert_eq!(
+            value(&t, "pinwatch_events_dropped_total{sink=\"queue\"}"),
+            3.0
+        );
+        assert_eq!(value(&t, "pinwatch_workers"), 2.0);
+    }
+
+    #[test]
+    fn locations_are_bounded() {
+        let c = collector(Arc::default(), 3);
+        let mut sink = c.sink();
+        for id in 1..=10 {
+            sink.event(&event(id, State::Completed, Reason::Cpu, 30, id as u32));
+        }
+        let t = c.render();
+        let locations: Vec<&str> = t
+            .lines()
+            .filter(|l| l.starts_with("pinwatch_pins_by_location_total{"))
+            .collect();
+        assert_eq!(locations.len(), 3, "{t}");
+        assert_eq!(
+            value(&t, "pinwatch_pins_by_location_total{location=\"other\"}"),
+            8.0
+        );
+        assert_eq!(
+            value(
+                &t,
+                "pinwatch_pins_by_location_total{location=\"src/app.rs:1\"}"
+            ),
+            1.0
+        );
+    }
+
+    #[test]
+    fn registers_into_a_registry_of_yours() {
+        let c = collector(Arc::default(), 50);
+        let registry = Registry::new();
+        registry.register(Box::new(c.clone())).unwrap();
+        c.sink()
+            .event(&event(1, State::Completed, Reason::Io, 40, 3));
+        let families = registry.gather();
+        let pins = families
+            .iter()
+            .find(|f| f.name() == "pinwatch_pins_total")
+            .unwrap();
+        assert_eq!(pins.get_metric().len(), Reason::ALL.len());
+        let names: Vec<&str> = families.iter().map(|f| f.name()).collect();
+        for m in METRICS {
+            assert!(
+                names.contains(&m.name),
+                "{} not gathered: {names:?}",
+                m.name
+            );
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! The Prometheus exporter, the Grafana dashboard and the alert rules, against real parts:
+//! `pin_service` (a sample app that pins) serving `/metrics`, a real Prometheus scraping it
+//! every second, promtool and amtool, and a real Alertmanager delivering to a webhook in this
+//! test.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pinwatch::export::prometheus::METRICS;
+use support::{get, pin_service, sample, wait_for, Prometheus};
+
+fn scrape(port: u16) -> String {
+    let (status, body) = get(
+        &format!("http://127.0.0.1:{port}/metrics"),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[test]
+fn every_metric_is_exported_and_every_reason_exists_before_the_first_pin() {
+    let (_svc, port) = pin_service(&["--quiet"]);
+    let text = scrape(port);
+    for m in METRICS {
+        assert!(
+            text.contains(&format!("# TYPE {} {}\n", m.name, m.kind)),
+            "{} ({}) missing:\n{text}",
+            m.name,
+            m.kind
+        );
+    }
+    for r in pinwatch::Reason::ALL {
+        let series = format!("pinwatch_pins_total{{reason=\"{r}\"}}");
+        assert_eq!(sample(&text, &series), Some(0.0), "{series} in\n{text}");
+    }
+    assert_eq!(sample(&text, "pinwatch_workers"), Some(3.0), "{text}");
+    assert_eq!(
+        sample(&text, "pinwatch_workers_pinned"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "pinwatch_threshold_seconds"), Some(0.02));
+    // Nothing unbounded becomes a label: no task id, no free text.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(!line.contains("task"), "{line}");
+    }
+}
+
+#[test]
+fn a_scrape_answers_promptly_while_every_worker_is_pinned_and_shows_them() {
+    let (_svc, port) = pin_service(&["--stuck", "3", "--quiet"]);
+    // The watchdog's view (workers pinned) is live; the by-reason figures wait for the export
+    // thread to analyse each pin's first report (its first symbol lookups take a moment).
+    let text = wait_for("all 3 workers pinned", Duration::from_secs(30), || {
+        let t = scrape(port);
+        (sample(&t, "pinwatch_workers_pinned") == Some(3.0)
+            && sample(&t, "pinwatch_pins_total{reason=\"other\"}") == Some(3.0))
+        .then_some(t)
+    });
+    assert_eq!(sample(&text, "pinwatch_workers"), Some(3.0));
+    // The endpoint runs on pinwatch's own thread: with every worker stuck it still answers,
+    // and the stuck workers' time keeps growing.
+    let before = sample(&text, "pinwatch_oldest_pin_seconds").unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let t0 = Instant::now();
+    let text = scrape(port);
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(5), "scrape took {took:?}");
+    let after = sample(&text, "pinwatch_oldest_pin_seconds").unwrap();
+    assert!(after >= before + 1.0, "{before} -> {after}");
+    let other = sample(&text, "pinwatch_pinned_seconds_total{reason=\"other\"}").unwrap();
+    assert!(
+        other >= 3.0 * before,
+        "{other} worker-seconds, 3 workers for {before} s"
+    );
+    assert_eq!(
+        sample(&text, "pinwatch_pins_total{reason=\"other\"}"),
+        Some(3.0),
+        "{text}"
+    );
+}
+
+/// Runs `pin_service` with `env`, which must stop it at start-up: exit code and stderr.
+fn start_up_failure(env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pin_service"))
+        .args(["--quiet", "--for", "1s"])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_bad_address_or_a_port_in_use_stops_the_program_naming_the_variable() {
+    let (code, err) = start_up_failure(&[("PINWATCH_PROMETHEUS_ADDR", "localhost")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("PINWATCH_PROMETHEUS_ADDR=\"localhost\"") && err.contains("127.0.0.1:9464"),
+        "{err}"
+    );
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, err) = start_up_failure(&[("PINWATCH_PROMETHEUS_ADDR", &addr)]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("PINWATCH_PROMETHEUS_ADDR={addr}")) && err.contains("free port"),
+        "{err}"
+    );
+}
+
+/// Every `pinwatch_*` metric a text names, with histogram suffixes taken off.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("pinwatch_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        // Recording-rule names (`job_instance:pinwatch_…:rate5m`) are not exported metrics.
+        let in_rule_name = i > 0 && rest.as_bytes()[i - 1] == b':';
+        if !in_rule_name {
+            names.push(base.to_owned());
+        }
+        rest = &tail[end..];
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn dashboard() -> serde_json::Value {
+    let text = std::fs::read_to_string(support::repo().join("dashboards/pinwatch.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn dashboards_and_rules_name_only_exported_metrics() {
+    let known: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+    for file in [
+        "dashboards/pinwatch.json",
+        "deploy/prometheus/pinwatch-rules.yml",
+    ] {
+        let text = std::fs::read_to_string(support::repo().join(file)).unwrap();
+        let names = metric_names(&text);
+        assert!(!names.is_empty(), "{file}");
+        for n in names {
+            assert!(
+                known.contains(&n.as_str()),
+                "{file} uses {n}, which is not exported"
+            );
+        }
+    }
+    // Importable as is: a uid, a title, a schema version, a datasource variable and no
+    // hard-coded datasource.
+    let d = dashboard();
+    assert_eq!(d["uid"], "pinwatch");
+    assert!(d["title"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(d["schemaVersion"].as_u64().is_some());
+    let vars: Vec<&str> = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(vars, ["datasource", "job", "instance"]);
+    for p in d["panels"].as_array().unwrap() {
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
+    }
+}
+
+/// Every panel's every query, with the dashboard's variables substituted as Grafana would.
+fn panel_queries(job: &str, instance: &str) -> Vec<(String, String)> {
+    let d = dashboard();
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "10s")
+                .replace("$__range", "1m")
+                .replace("$job", job)
+                .replace("$instance", instance);
+            out.push((p["title"].as_str().unwrap().to_owned(), expr));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
+    let (_svc, port) = pin_service(&["--stuck", "1"]);
+    let target = format!("127.0.0.1:{port}");
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         scrape_configs:\n  - job_name: pin_service\n    static_configs:\n      - targets: [\"{target}\"]\n"
+    );
+    let prom = Prometheus::start(&config, &[]);
+    // Enough scrapes for rates over 10 s, and completed pins in that window.
+    wait_for(
+        "pins in Prometheus",
+        Duration::from_secs(90),
+        || -> Option<()> {
+            let v = prom
+                .query("sum(increase(pinwatch_pin_duration_seconds_count[10s])) > 0")
+                .ok()?;
+            let n = v["result"].as_array()?.len();
+            let up = prom.query("count_over_time(up[30s]) >= 12").ok()?;
+            (n > 0 && !up["result"].as_array()?.is_empty()).then_some(())
+        },
+    );
+    // The variables' own queries.
+    let jobs = prom.api("label/job/values?match[]=pinwatch_workers");
+    assert_eq!(jobs, serde_json::json!(["pin_service"]), "{}", prom.log());
+    let mut empty = Vec::new();
+    let queries = panel_queries("pin_service", &target);
+    assert!(queries.len() >= 12);
+    for (title, expr) in &queries {
+        match prom.query(expr) {
+            Ok(data) => {
+                let result = data["result"].as_array().cloned().unwrap_or_default();
+                let has_number = result.iter().any(|r| {
+                    r["value"][1]
+                        .as_str()
+                        .is_some_and(|v| v.parse::<f64>().is_ok_and(f64::is_finite))
+                });
+                if !has_number {
+                    empty.push(format!("{title}: {expr} → {data}"));
+                }
+            }
+            Err(e) => empty.push(format!("{title}: {e}")),
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "panels without data:\n{}",
+        empty.join("\n")
+    );
+    // And the variables restrict: another job's selection is empty.
+    let (title, expr) = &panel_queries("nobody", ".*")[0];
+    let data = prom.query(expr).unwrap();
+    assert!(
+        data["result"].as_array().unwrap().is_empty() || data["result"][0]["value"][1] == "0",
+        "{title}: {data}"
+    );
+}
+
+fn run_tool(dir: &std::path::Path, tool: &str, package: &str, args: &[&str]) -> String {
+    let bin = support::system_binary(tool, package);
+    let out = Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{tool} {args:?}:\n{text}");
+    text
+}
+
+#[test]
+fn rules_and_configs_pass_promtool_and_amtool() {
+    let deploy = support::repo().join("deploy");
+    let prom = deploy.join("prometheus");
+    let out = run_tool(
+        &prom,
+        "promtool",
+        "prometheus",
+        &["check", "rules", "pinwatch-rules.yml"],
+    );
+    assert!(out.contains("SUCCESS: 9 rules found"), "{out}");
+    let out = run_tool(
+        &prom,
+        "promtool",
+        "prometheus",
+        &["test", "rules", "pinwatch-rules.test.yml"],
+    );
+    assert!(out.contains("SUCCESS"), "{out}");
+    // Every alert has a unit test.
+    let rules = std::fs::read_to_string(prom.join("pinwatch-rules.yml")).unwrap();
+    let tests = std::fs::read_to_string(prom.join("pinwatch-rules.test.yml")).unwrap();
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert_eq!(alerts.len(), 6, "{alerts:?}");
+    for a in &alerts {
+        assert!(
+            tests.contains(&format!("alertname: {a}\n")),
+            "no unit test for {a}"
+        );
+        assert!(
+            rules.contains(&format!("deploy/README.md#{}", a.to_lowercase())),
+            "no runbook link for {a}"
+        );
+        let runbooks = std::fs::read_to_string(deploy.join("README.md")).unwrap();
+        assert!(
+            runbooks.contains(&format!("### {a}")),
+            "no runbook section for {a}"
+        );
+    }
+    run_tool(
+        &prom,
+        "promtool",
+        "prometheus",
+        &["check", "config", "prometheus.yml"],
+    );
+    run_tool(
+        &deploy.join("alertmanager"),
+        "amtool",
+        "prometheus-alertmanager",
+        &["check-config", "alertmanager.yml"],
+    );
+}
+
+/// A webhook receiver on loopback: the first Alertmanager notification's JSON.
+fn webhook() -> (u16, std::sync::mpsc::Receiver<serde_json::Value>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(20) {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            if let Ok(v) = serde_json::from_slice(&body) {
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn a_stuck_service_pages_through_a_real_alertmanager() {
+    let (hook_port, notifications) = webhook();
+    // Alertmanager, clustering off (it would listen beyond loopback), routing to the webhook.
+    let am_bin = support::system_binary("prometheus-alertmanager", "prometheus-alertmanager");
+    let am_dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        am_dir.path().join("alertmanager.yml"),
+        format!(
+            "route:\n  receiver: hook\n  group_by: [alertname, instance]\n  group_wait: 1s\n  group_interval: 1s\n\
+             receivers:\n  - name: hook\n    webhook_configs:\n      - url: http://127.0.0.1:{hook_port}/alert\n"
+        ),
+    )
+    .unwrap();
+    let am_port = support::free_port();
+    let am = Command::new(am_bin)
+        .arg(format!(
+            "--config.file={}",
+            am_dir.path().join("alertmanager.yml").display()
+        ))
+        .arg(format!(
+            "--storage.path={}",
+            am_dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{am_port}"))
+        .arg("--cluster.listen-address=")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(am_dir.path().join("am.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _am = support::Proc {
+        child: am,
+        name: "alertmanager".into(),
+    };
+    wait_for("Alertmanager ready", Duration::from_secs(60), || {
+        get(
+            &format!("http://127.0.0.1:{am_port}/-/ready"),
+            Duration::from_secs(2),
+        )
+        .ok()
+        .filter(|(s, _)| *s == 200)
+    });
+
+    // The service: every worker stuck for good.
+    let (_svc, port) = pin_service(&["--stuck", "3", "--quiet"]);
+    // The repository's rules, with their `for:` shortened so the test takes seconds, not
+    // minutes; expressions, labels and annotations as they are.
+    let rules =
+        std::fs::read_to_string(support::repo().join("deploy/prometheus/pinwatch-rules.yml"))
+            .unwrap()
+            .replace("for: 1m", "for: 2s")
+            .replace("for: 30s", "for: 2s");
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         rule_files: [pinwatch-rules.yml]\n\
+         alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: [\"127.0.0.1:{am_port}\"]\n\
+         scrape_configs:\n  - job_name: api\n    static_configs:\n      - targets: [\"127.0.0.1:{port}\"]\n"
+    );
+    let prom = Prometheus::start(&config, &[("pinwatch-rules.yml", &rules)]);
+
+    // The worker-stuck alert needs a pin older than 10 s: it reaches `firing`, then the
+    // webhook. All workers pinned fires first.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    let stuck = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "no PinwatchWorkerStuck notification; got {seen:#?}\n{}",
+            prom.log()
+        );
+        let Ok(n) = notifications.recv_timeout(left) else {
+            continue;
+        };
+        let alerts = n["alerts"].as_array().cloned().unwrap_or_default();
+        if let Some(a) = alerts
+            .iter()
+            .find(|a| a["labels"]["alertname"] == "PinwatchWorkerStuck" && a["status"] == "firing")
+        {
+            break a.clone();
+        }
+        seen.push(n);
+    };
+    let instance = format!("127.0.0.1:{port}");
+    assert_eq!(stuck["labels"]["severity"], "critical", "{stuck}");
+    assert_eq!(stuck["labels"]["instance"], instance.as_str(), "{stuck}");
+    assert_eq!(stuck["labels"]["job"], "api", "{stuck}");
+    let summary = stuck["annotations"]["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with(&format!("A tokio worker of {instance} has been pinned for")),
+        "{summary}"
+    );
+    assert!(
+        stuck["annotations"]["runbook_url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("#pinwatchworkerstuck")),
+        "{stuck}"
+    );
+    // The all-workers alert went the same way, naming the worker count.
+    let firing = prom.api("alerts");
+    let all = firing["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["labels"]["alertname"] == "PinwatchAllWorkersPinned")
+        .cloned()
+        .unwrap_or_else(|| panic!("{firing}"));
+    assert_eq!(all["state"], "firing", "{all}");
+    assert_eq!(
+        all["annotations"]["summary"],
+        format!("All 3 tokio workers of {instance} are pinned").as_str()
+    );
+}
+
+#[test]
+fn kubernetes_manifests_validate_and_the_prometheusrule_is_the_rules_file() {
+    let k8s = support::repo().join("deploy/kubernetes");
+    let bin = which("kubernetes-validate")
+        .expect("kubernetes-validate is missing: `pip install kubernetes-validate` (.ci/run does)");
+    let out = Command::new(bin)
+        .args(["--strict", "service.yaml"])
+        .current_dir(&k8s)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("passed for resource deployment/api")
+            && text.contains("passed for resource service/api"),
+        "{text}"
+    );
+    // The PrometheusRule's spec is the rules file, and promtool accepts it as one.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.yml");
+    let script = format!(
+        "import yaml, sys\n\
+         rule = yaml.safe_load(open('{k8s}/prometheusrule.yaml'))\n\
+         rules = yaml.safe_load(open('{k8s}/../prometheus/pinwatch-rules.yml'))\n\
+         assert rule['kind'] == 'PrometheusRule', rule['kind']\n\
+         assert rule['spec'] == rules, 'prometheusrule.yaml differs from pinwatch-rules.yml'\n\
+         yaml.safe_dump(rule['spec'], open('{spec}', 'w'))\n",
+        k8s = k8s.display(),
+        spec = spec.display()
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run_tool(
+        dir.path(),
+        "promtool",
+        "prometheus",
+        &["check", "rules", "spec.yml"],
+    );
+    assert!(out.contains("SUCCESS: 9 rules found"), "{out}");
+}
+
+/// A program on the PATH.
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+#[test]
+fn the_readme_metric_table_is_the_exported_list() {
+    let readme = std::fs::read_to_string(support::repo().join("README.md")).unwrap();
+    let rows: Vec<(String, String)> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `pinwatch_"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells[1].trim_matches('`');
+            let name = name.split('{').next().unwrap().to_owned();
+            (name, cells[2].to_owned())
+        })
+        .collect();
+    let code: Vec<(String, String)> = METRICS
+        .iter()
+        .map(|m| (m.name.to_owned(), m.kind.to_owned()))
+        .collect();
+    assert_eq!(rows, code, "README metric table and METRICS differ");
+}

@@ -1,0 +1,193 @@
+//! The end-to-end tests' harness: child processes that die with the test, free loopback ports,
+//! and real servers (Prometheus, Alertmanager) started from Debian's packages, which `.ci/run`
+//! installs. A missing server binary fails the test that needs it: nothing is skipped.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (the OS picks it; the listener is closed again).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// GET `url`: status and body.
+pub fn get(url: &str, timeout: Duration) -> Result<(u16, String), String> {
+    let mut r = agent(timeout).get(url).call().map_err(|e| e.to_string())?;
+    let status = r.status().as_u16();
+    let body = r.body_mut().read_to_string().map_err(|e| e.to_string())?;
+    Ok((status, body))
+}
+
+/// Calls `f` until it returns `Some`, at most `timeout` long; panics with `what` otherwise.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A server binary from the system, with a message saying how to get it when it is missing.
+pub fn system_binary(name: &str, package: &str) -> PathBuf {
+    let path = Path::new("/usr/bin").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: install Debian's `{package}` package (`.ci/run` does)",
+        path.display()
+    );
+    path
+}
+
+/// `pin_service` (a sample app that pins its workers) with its Prometheus endpoint on a free
+/// port; returns once `/metrics` answers.
+pub fn pin_service(args: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_pin_service"))
+        .args(args)
+        .env("PINWATCH_PROMETHEUS_ADDR", format!("127.0.0.1:{port}"))
+        .env("PINWATCH_TRACING", "off")
+        .env_remove("PINWATCH")
+        .env_remove("PINWATCH_THRESHOLD")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let proc = Proc {
+        child,
+        name: "pin_service".into(),
+    };
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    wait_for("pin_service's /metrics", Duration::from_secs(60), || {
+        get(&url, Duration::from_secs(2))
+            .ok()
+            .filter(|(s, _)| *s == 200)
+    });
+    (proc, port)
+}
+
+/// The value of the sample `name` (labels included, as in the text format) in `metrics`.
+pub fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// A real Prometheus on a free loopback port, with its own data directory.
+pub struct Prometheus {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    _proc: Proc,
+}
+
+impl Prometheus {
+    /// Starts Prometheus with `config` (YAML) and the files `extra` (name, text) beside it;
+    /// returns once it is ready.
+    pub fn start(config: &str, extra: &[(&str, &str)]) -> Prometheus {
+        let bin = system_binary("prometheus", "prometheus");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        for (name, text) in extra {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let port = free_port();
+        let child = Command::new(bin)
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let proc = Proc {
+            child,
+            name: "prometheus".into(),
+        };
+        let ready = format!("http://127.0.0.1:{port}/-/ready");
+        wait_for("Prometheus to be ready", Duration::from_secs(60), || {
+            get(&ready, Duration::from_secs(2))
+                .ok()
+                .filter(|(s, _)| *s == 200)
+        });
+        Prometheus {
+            port,
+            dir,
+            _proc: proc,
+        }
+    }
+
+    /// An instant query; the `data` of a successful answer.
+    pub fn query(&self, expr: &str) -> Result<serde_json::Value, String> {
+        let mut r = agent(Duration::from_secs(10))
+            .get(format!("http://127.0.0.1:{}/api/v1/query", self.port))
+            .query("query", expr)
+            .call()
+            .map_err(|e| e.to_string())?;
+        let body = r.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        if v["status"] != "success" {
+            return Err(format!("{expr}: {body}"));
+        }
+        Ok(v["data"].clone())
+    }
+
+    /// `GET /api/v1/<path>`'s `data`.
+    pub fn api(&self, path: &str) -> serde_json::Value {
+        let (_, body) = get(
+            &format!("http://127.0.0.1:{}/api/v1/{path}", self.port),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["data"].clone()
+    }
+
+    /// Prometheus' own log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+/// The repository's root folder.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}

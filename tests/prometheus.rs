@@ -379,33 +379,21 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
     )
     .unwrap();
     let am_port = support::free_port();
-    let am = Command::new(am_bin)
-        .arg(format!(
-            "--config.file={}",
-            am_dir.path().join("alertmanager.yml").display()
-        ))
-        .arg(format!(
-            "--storage.path={}",
-            am_dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{am_port}"))
-        .arg("--cluster.listen-address=")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(am_dir.path().join("am.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let _am = support::Proc {
-        child: am,
-        name: "alertmanager".into(),
-    };
-    wait_for("Alertmanager ready", Duration::from_secs(60), || {
-        get(
-            &format!("http://127.0.0.1:{am_port}/-/ready"),
-            Duration::from_secs(2),
-        )
-        .ok()
-        .filter(|(s, _)| *s == 200)
-    });
+    let _am = support::start_server(
+        "alertmanager",
+        &am_bin,
+        &[
+            format!(
+                "--config.file={}",
+                am_dir.path().join("alertmanager.yml").display()
+            ),
+            format!("--storage.path={}", am_dir.path().join("data").display()),
+            format!("--web.listen-address=127.0.0.1:{am_port}"),
+            "--cluster.listen-address=".into(),
+        ],
+        &am_dir.path().join("am.log"),
+        am_port,
+    );
 
     // The service: every worker stuck for good.
     let (_svc, port) = pin_service(&["--stuck", "3", "--quiet"]);

@@ -124,30 +124,20 @@ impl Prometheus {
             std::fs::write(dir.path().join(name), text).unwrap();
         }
         let port = free_port();
-        let child = Command::new(bin)
-            .arg(format!(
-                "--config.file={}",
-                dir.path().join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let proc = Proc {
-            child,
-            name: "prometheus".into(),
-        };
-        let ready = format!("http://127.0.0.1:{port}/-/ready");
-        wait_for("Prometheus to be ready", Duration::from_secs(60), || {
-            get(&ready, Duration::from_secs(2))
-                .ok()
-                .filter(|(s, _)| *s == 200)
-        });
+        let proc = start_server(
+            "prometheus",
+            &bin,
+            &[
+                format!(
+                    "--config.file={}",
+                    dir.path().join("prometheus.yml").display()
+                ),
+                format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+            ],
+            &dir.path().join("prometheus.log"),
+            port,
+        );
         Prometheus {
             port,
             dir,
@@ -190,4 +180,30 @@ impl Prometheus {
 /// The repository's root folder.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Starts a server binary with `args`, its output to `log`, and waits (bounded) until
+/// `http://127.0.0.1:{port}/-/ready` answers 200, as Prometheus and Alertmanager do.
+pub fn start_server(name: &str, bin: &Path, args: &[String], log: &Path, port: u16) -> Proc {
+    let child = Command::new(bin)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let proc = Proc {
+        child,
+        name: name.into(),
+    };
+    let ready = format!("http://127.0.0.1:{port}/-/ready");
+    wait_for(
+        &format!("{name} to be ready"),
+        Duration::from_secs(60),
+        || {
+            get(&ready, Duration::from_secs(2))
+                .ok()
+                .filter(|(s, _)| *s == 200)
+        },
+    );
+    proc
 }

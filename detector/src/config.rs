@@ -133,6 +133,14 @@ pub const ENV_VARS: &[EnvVar] = &[
               no endpoint. Needs the `prometheus` cargo feature (on by default)",
     },
     EnvVar {
+        name: "PINWATCH_OTLP",
+        default: "off",
+        doc: "`on`: send pin reports as OpenTelemetry log records and pinwatch's metrics over \
+              OTLP, configured by the standard `OTEL_EXPORTER_OTLP_*`, `OTEL_SERVICE_NAME`, \
+              `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_METRIC_EXPORT_INTERVAL`. Needs the `otlp` cargo \
+              feature",
+    },
+    EnvVar {
         name: "PINWATCH_PROMETHEUS_MAX_LOCATIONS",
         default: "50",
         doc: "distinct `location` values of `pinwatch_pins_by_location_total`; later locations \
@@ -167,8 +175,10 @@ pub struct Config {
     pub tracing: bool,
     /// Where to serve Prometheus metrics (`PINWATCH_PROMETHEUS_ADDR`), if anywhere.
     pub prometheus_addr: Option<std::net::SocketAddr>,
-    /// See [`DEFAULT_PROMETHEUS_MAX_LOCATIONS`].
+    /// See [`DEFAULT_PROMETHEUS_MAX_LOCATIONS`]; bounds the OTLP `location` attribute too.
     pub prometheus_max_locations: usize,
+    /// Send events and metrics over OTLP (`PINWATCH_OTLP`).
+    pub otlp: bool,
     /// Tests only: the watchdog sleeps this long before every other scan's slot reads, as a
     /// watchdog preempted or slowed by a probe would.
     pub(crate) late_scans: Option<Duration>,
@@ -189,6 +199,7 @@ impl Default for Config {
             tracing: true,
             prometheus_addr: None,
             prometheus_max_locations: DEFAULT_PROMETHEUS_MAX_LOCATIONS,
+            otlp: false,
             late_scans: None,
         }
     }
@@ -277,6 +288,9 @@ impl Config {
                     format!("is not an address ({e}); write it like `127.0.0.1:9464`"),
                 )
             })?);
+        }
+        if let Some(v) = read("PINWATCH_OTLP")? {
+            self.otlp = parse_switch("PINWATCH_OTLP", &v)?;
         }
         if let Some(v) = read("PINWATCH_PROMETHEUS_MAX_LOCATIONS")? {
             self.prometheus_max_locations = parse_count("PINWATCH_PROMETHEUS_MAX_LOCATIONS", &v)?;
@@ -382,6 +396,7 @@ mod tests {
         assert_eq!(table["PINWATCH"], if c.enabled { "on" } else { "off" });
         assert!(c.record.is_none());
         assert!(c.prometheus_addr.is_none());
+        assert_eq!(table["PINWATCH_OTLP"], if c.otlp { "on" } else { "off" });
         assert_eq!(table["PINWATCH_PROMETHEUS_ADDR"], "");
         assert_eq!(
             table["PINWATCH_PROMETHEUS_MAX_LOCATIONS"],
@@ -460,6 +475,7 @@ mod tests {
             ("PINWATCH_PROMETHEUS_ADDR", "localhost"),
             ("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:99999"),
             ("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "0"),
+            ("PINWATCH_OTLP", "grpc"),
         ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");

@@ -58,6 +58,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The OTLP exporter cannot start (a bad `OTEL_EXPORTER_OTLP_*` value, or its client).
+    #[error("OTLP exporter: {0}")]
+    Otlp(String),
     /// tokio could not build the runtime.
     #[error("building the tokio runtime failed: {0}")]
     Runtime(#[source] std::io::Error),

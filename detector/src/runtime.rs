@@ -218,6 +218,14 @@ impl Builder {
         self
     }
 
+    /// Sends pin reports as OpenTelemetry log records, and pinwatch's metrics, over OTLP
+    /// (`PINWATCH_OTLP=on`); the standard `OTEL_*` variables configure where and how.
+    #[cfg(feature = "otlp")]
+    pub fn otlp(mut self, on: bool) -> Self {
+        self.config.otlp = on;
+        self
+    }
+
     /// Bound on the distinct `location` values of `pinwatch_pins_by_location_total`
     /// (`PINWATCH_PROMETHEUS_MAX_LOCATIONS`, default
     /// [`DEFAULT_PROMETHEUS_MAX_LOCATIONS`](crate::config::DEFAULT_PROMETHEUS_MAX_LOCATIONS)).
@@ -272,6 +280,12 @@ impl Builder {
         }
         if c.prometheus_max_locations == 0 {
             return bad("prometheus_max_locations", "must be at least 1");
+        }
+        if c.otlp && !cfg!(feature = "otlp") {
+            return Err(Error::MissingFeature {
+                var: "PINWATCH_OTLP",
+                feature: "otlp",
+            });
         }
         if c.prometheus_addr.is_some() && !cfg!(feature = "prometheus") {
             return Err(Error::MissingFeature {
@@ -408,16 +422,38 @@ impl Prepared {
                 export: None,
                 #[cfg(feature = "prometheus")]
                 prometheus: None,
+                #[cfg(feature = "otlp")]
+                otlp: None,
             });
         };
         #[allow(unused_mut)]
         let Pending {
             watched, mut sinks, ..
         } = pending;
+        #[cfg(feature = "otlp")]
+        let otlp = if watched.config.otlp {
+            let o = export::otlp::Otlp::start(
+                watched.config.threshold,
+                watched.config.prometheus_max_locations,
+                watched.config.queue_capacity,
+                live(&watched, handle, None),
+            )?;
+            sinks.push(Box::new(o.sink()));
+            Some(o)
+        } else {
+            None
+        };
         #[cfg(feature = "prometheus")]
         let prometheus = start_prometheus(
             &watched,
-            handle,
+            live(
+                &watched,
+                handle,
+                #[cfg(feature = "otlp")]
+                otlp.as_ref().map(|o| o.drop_counter()),
+                #[cfg(not(feature = "otlp"))]
+                None,
+            ),
             pending.prometheus_registry.as_ref(),
             &mut sinks,
         )?;
@@ -458,8 +494,27 @@ impl Prepared {
             export: Some(export),
             #[cfg(feature = "prometheus")]
             prometheus,
+            #[cfg(feature = "otlp")]
+            otlp,
         })
     }
+}
+
+/// What metrics exporters read live: the watchdog's pins, the runtime's workers, the drops.
+#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+fn live(
+    watched: &Arc<Watched>,
+    handle: &tokio::runtime::Handle,
+    otlp_dropped: Option<Arc<std::sync::atomic::AtomicU64>>,
+) -> export::LiveFn {
+    let w = Arc::clone(watched);
+    let handle = handle.clone();
+    Arc::new(move || export::Live {
+        pinned: w.pinned_now(),
+        workers: handle.metrics().num_workers(),
+        queue_dropped: w.stats.dropped.load(Ordering::Relaxed),
+        otlp_dropped: otlp_dropped.as_ref().map(|d| d.load(Ordering::Relaxed)),
+    })
 }
 
 /// The Prometheus collector (when asked for), its sink, and its endpoint.
@@ -472,7 +527,7 @@ type PrometheusParts = Option<(
 #[cfg(feature = "prometheus")]
 fn start_prometheus(
     watched: &Arc<Watched>,
-    handle: &tokio::runtime::Handle,
+    live: export::LiveFn,
     registry: Option<&prometheus::Registry>,
     sinks: &mut Vec<Box<dyn Sink>>,
 ) -> Result<PrometheusParts, Error> {
@@ -480,13 +535,6 @@ fn start_prometheus(
     if addr.is_none() && registry.is_none() {
         return Ok(None);
     }
-    let live_w = Arc::clone(watched);
-    let handle = handle.clone();
-    let live: export::prometheus::LiveFn = Arc::new(move || export::prometheus::Live {
-        pinned: live_w.pinned_now(),
-        workers: handle.metrics().num_workers(),
-        queue_dropped: live_w.stats.dropped.load(Ordering::Relaxed),
-    });
     let collector = export::prometheus::PinwatchCollector::new(
         watched.config.threshold,
         watched.config.prometheus_max_locations,
@@ -526,6 +574,8 @@ pub struct Detector {
     export: Option<JoinHandle<()>>,
     #[cfg(feature = "prometheus")]
     prometheus: PrometheusParts,
+    #[cfg(feature = "otlp")]
+    otlp: Option<export::otlp::Otlp>,
 }
 
 impl std::fmt::Debug for Detector {
@@ -586,12 +636,32 @@ impl Detector {
         if let Some(s) = self.export.take() {
             let _ = s.join();
         }
+        // After the export thread (its sinks are flushed): the OTLP thread sends what is
+        // queued, then stops.
+        #[cfg(feature = "otlp")]
+        drop(self.otlp.take());
     }
 }
 
 impl Drop for Detector {
     fn drop(&mut self) {
         self.stop_threads();
+    }
+}
+
+#[cfg(all(test, not(feature = "otlp")))]
+mod otlp_tests {
+    #[test]
+    fn the_otlp_variable_without_the_feature_names_both() {
+        let mut b = super::Builder::new();
+        b.config
+            .apply_env(|n| (n == "PINWATCH_OTLP").then(|| "on".into()))
+            .unwrap();
+        let err = b.prepare().unwrap_err().to_string();
+        assert!(
+            err.contains("PINWATCH_OTLP") && err.contains("`otlp` cargo feature"),
+            "{err}"
+        );
     }
 }
 

@@ -2,6 +2,8 @@
 //! pinwatch's own export thread (never on the watched runtime, never on the watchdog). Adding a
 //! way out is adding a file here and a line in `builtin`.
 
+#[cfg(feature = "otlp")]
+pub mod otlp;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
 mod record;
@@ -44,6 +46,41 @@ pub(crate) fn builtin(config: &Config) -> Result<Vec<Box<dyn Sink>>, Error> {
         sinks.push(Box::new(RecordSink::open(path)?));
     }
     Ok(sinks)
+}
+
+/// What a metrics exporter reads live, from the watchdog (never waiting for the export thread).
+#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+pub(crate) struct Live {
+    /// Each pin running now: event id and age.
+    pub pinned: Vec<(u64, std::time::Duration)>,
+    /// Workers of the runtime.
+    pub workers: usize,
+    /// Reports the queue dropped so far.
+    pub queue_dropped: u64,
+    /// Events the OTLP exporter's queue dropped so far, when it runs.
+    pub otlp_dropped: Option<u64>,
+}
+
+/// Reads [`Live`]; called on an exporter's own thread.
+#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+pub(crate) type LiveFn = std::sync::Arc<dyn Fn() -> Live + Send + Sync>;
+
+/// Pin-duration histogram buckets, in seconds: from 25 ms (just past the default threshold) to a
+/// minute. Prometheus and OTLP use the same.
+pub const DURATION_BUCKETS: &[f64] =
+    &[0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// The `location` label of a pin: its top frame's `file:line`, else its function, else
+/// `unknown`.
+#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+pub(crate) fn location_label(e: &PinnedEvent) -> String {
+    e.top_frame.as_ref().map_or_else(
+        || "unknown".to_owned(),
+        |f| match (&f.file, f.line) {
+            (Some(file), Some(line)) => format!("{file}:{line}"),
+            _ => f.function.clone().unwrap_or_else(|| "unknown".to_owned()),
+        },
+    )
 }
 
 /// Every sink, in order.

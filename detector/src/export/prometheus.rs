@@ -109,18 +109,9 @@ fn help(name: &str) -> &'static str {
 pub const DURATION_BUCKETS: &[f64] =
     &[0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
-/// What the exporter reads at each scrape, from the watchdog.
-pub(crate) struct Live {
-    /// Each pin running now: event id and age.
-    pub pinned: Vec<(u64, Duration)>,
-    /// Workers of the runtime.
-    pub workers: usize,
-    /// Reports the queue dropped so far.
-    pub queue_dropped: u64,
-}
-
-/// Reads [`Live`]. Called on the scraping thread.
-pub(crate) type LiveFn = Arc<dyn Fn() -> Live + Send + Sync>;
+#[cfg(test)]
+use super::Live;
+pub(crate) use super::LiveFn;
 
 struct Metrics {
     pins: IntCounterVec,
@@ -273,10 +264,16 @@ impl PinwatchCollector {
                 .map(|(_, age)| age.as_secs_f64())
                 .fold(0.0, f64::max),
         );
-        let dropped = m.dropped.with_label_values(&["queue"]);
-        let seen = dropped.get();
-        if live.queue_dropped > seen {
-            dropped.inc_by(live.queue_dropped - seen);
+        for (sink, total) in [
+            ("queue", Some(live.queue_dropped)),
+            ("otlp", live.otlp_dropped),
+        ] {
+            let Some(total) = total else { continue };
+            let dropped = m.dropped.with_label_values(&[sink]);
+            let seen = dropped.get();
+            if total > seen {
+                dropped.inc_by(total - seen);
+            }
         }
         let Ok(mut state) = inner.state.lock() else {
             return;
@@ -342,13 +339,7 @@ impl Sink for PrometheusSink {
         let key = (e.run_id.clone(), e.id);
         if e.state != State::Retracted && state.counted.insert(key.clone()) {
             m.pins.with_label_values(&[reason]).inc();
-            let location = e.top_frame.as_ref().map_or_else(
-                || "unknown".to_owned(),
-                |f| match (&f.file, f.line) {
-                    (Some(file), Some(line)) => format!("{file}:{line}"),
-                    _ => f.function.clone().unwrap_or_else(|| "unknown".to_owned()),
-                },
-            );
+            let location = super::location_label(e);
             let location = if state.locations.contains(&location)
                 || state.locations.len() < inner.max_locations.saturating_sub(1)
             {
@@ -521,6 +512,7 @@ mod tests {
                 pinned: live.lock().unwrap().clone(),
                 workers: 2,
                 queue_dropped: 3,
+                otlp_dropped: None,
             }),
         )
         .unwrap()

@@ -1,0 +1,535 @@
+//! OTLP: each pin report as an OpenTelemetry log record, and pinwatch's metrics, sent to an
+//! OpenTelemetry Collector (or a vendor) over http/protobuf (the default) or grpc.
+//!
+//! Configured by the standard variables: `OTEL_EXPORTER_OTLP_ENDPOINT`, `_PROTOCOL`, `_HEADERS`,
+//! `_TIMEOUT` (and their `_LOGS_` / `_METRICS_` forms), `OTEL_SERVICE_NAME`,
+//! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_METRIC_EXPORT_INTERVAL`.
+//!
+//! Never on the watched runtime: the OTLP clients run on threads of pinwatch's own (a runtime of
+//! one worker for grpc; the SDK's own reader thread for metrics). The export thread only
+//! `try_send`s each event into a bounded queue; a collector that is down, refuses or hangs
+//! fills that queue, and what does not fit is dropped and counted
+//! (`pinwatch_events_dropped_total{sink="otlp"}`) — it never slows the watchdog or the app.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
+use opentelemetry::metrics::MeterProvider;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{LogExporter, MetricExporter, WithExportConfig};
+use opentelemetry_sdk::logs::SdkLoggerProvider;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::Resource;
+
+use super::{LiveFn, Sink};
+use crate::event::{PinnedEvent, Reason, State};
+use crate::Error;
+
+/// The OTLP log record's event name.
+pub const EVENT_NAME: &str = "pinwatch.worker.pinned";
+
+/// The wire protocol, from `OTEL_EXPORTER_OTLP_[LOGS_|METRICS_]PROTOCOL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    HttpProtobuf,
+    Grpc,
+}
+
+/// The protocol for `signal` (`LOGS` or `METRICS`): the signal's own variable, else the
+/// general one, else http/protobuf. `get` stands for `std::env::var`.
+pub(crate) fn protocol(
+    signal: &str,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Protocol, Error> {
+    let specific = format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL");
+    let (var, value) = match get(&specific) {
+        Some(v) => (specific, v),
+        None => match get("OTEL_EXPORTER_OTLP_PROTOCOL") {
+            Some(v) => ("OTEL_EXPORTER_OTLP_PROTOCOL".to_owned(), v),
+            None => return Ok(Protocol::HttpProtobuf),
+        },
+    };
+    match value.trim() {
+        "http/protobuf" | "" => Ok(Protocol::HttpProtobuf),
+        "grpc" => Ok(Protocol::Grpc),
+        _ => Err(Error::Otlp(format!(
+            "{var}={value:?} is not supported; use `http/protobuf` or `grpc`"
+        ))),
+    }
+}
+
+/// Live state the metric callbacks read.
+struct MetricState {
+    /// Worker-seconds of completed pins, by reason.
+    completed: [f64; 8],
+    /// Pins running as last reported: id → (reason index, duration so far).
+    open: std::collections::HashMap<u64, (usize, Duration)>,
+}
+
+fn reason_index(r: Option<Reason>) -> usize {
+    let r = r.unwrap_or(Reason::Other);
+    Reason::ALL.iter().position(|x| *x == r).unwrap_or(7)
+}
+
+/// The running OTLP exporter: its thread, queue and providers.
+pub(crate) struct Otlp {
+    tx: Option<mpsc::SyncSender<PinnedEvent>>,
+    thread: Option<JoinHandle<()>>,
+    meters: SdkMeterProvider,
+    dropped: Arc<AtomicU64>,
+    _runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Otlp {
+    /// Starts the exporter: a bounded queue, a thread that sends each event as a log record,
+    /// and a meter provider whose reader thread exports the metrics.
+    /// `queue`: events queued for the OTLP thread before new ones are dropped (the detector's
+    /// queue capacity).
+    pub(crate) fn start(
+        threshold: Duration,
+        max_locations: usize,
+        queue: usize,
+        live: LiveFn,
+    ) -> Result<Otlp, Error> {
+        let env = |n: &str| std::env::var(n).ok();
+        let logs_protocol = protocol("LOGS", env)?;
+        let metrics_protocol = protocol("METRICS", env)?;
+        // A runtime of pinwatch's own for the grpc client (tonic needs one); never the app's.
+        let runtime = if logs_protocol == Protocol::Grpc || metrics_protocol == Protocol::Grpc {
+            Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("pinwatch-otlp-io")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| {
+                        Error::Otlp(format!("cannot start the OTLP client runtime: {e}"))
+                    })?,
+            )
+        } else {
+            None
+        };
+        let _entered = runtime.as_ref().map(|r| r.enter());
+        let resource = Resource::builder().build();
+        let log_exporter = match logs_protocol {
+            Protocol::HttpProtobuf => LogExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .build(),
+            Protocol::Grpc => LogExporter::builder().with_tonic().build(),
+        }
+        .map_err(|e| Error::Otlp(format!("cannot build the OTLP log exporter: {e}")))?;
+        let metric_exporter = match metrics_protocol {
+            Protocol::HttpProtobuf => MetricExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .build(),
+            Protocol::Grpc => MetricExporter::builder().with_tonic().build(),
+        }
+        .map_err(|e| Error::Otlp(format!("cannot build the OTLP metric exporter: {e}")))?;
+        let logs = SdkLoggerProvider::builder()
+            .with_resource(resource.clone())
+            .with_simple_exporter(log_exporter)
+            .build();
+        let meters = SdkMeterProvider::builder()
+            .with_resource(resource)
+            .with_reader(PeriodicReader::builder(metric_exporter).build())
+            .build();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let state = Arc::new(Mutex::new(MetricState {
+            completed: [0.0; 8],
+            open: std::collections::HashMap::new(),
+        }));
+        register_metrics(
+            &meters,
+            threshold,
+            live,
+            Arc::clone(&state),
+            Arc::clone(&dropped),
+        );
+        let mut instruments = Instruments::new(&meters, max_locations);
+        let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
+        let handle = runtime.as_ref().map(|r| r.handle().clone());
+        let thread = std::thread::Builder::new()
+            .name("pinwatch-otlp".into())
+            .spawn(move || {
+                let _entered = handle.as_ref().map(|h| h.enter());
+                let logger = logs.logger("pinwatch");
+                for e in rx {
+                    emit(&logger, &e);
+                    record(&state, &e);
+                    instruments.record(&e);
+                }
+                let _ = logs.shutdown();
+            })
+            .map_err(|source| Error::Thread {
+                what: "otlp",
+                source,
+            })?;
+        Ok(Otlp {
+            tx: Some(tx),
+            thread: Some(thread),
+            meters,
+            dropped,
+            _runtime: runtime,
+        })
+    }
+
+    /// The sink that feeds the queue (on the export thread: never waits).
+    pub(crate) fn sink(&self) -> OtlpSink {
+        OtlpSink {
+            tx: self.tx.clone(),
+            dropped: Arc::clone(&self.dropped),
+        }
+    }
+
+    /// The counter of events the OTLP queue dropped.
+    pub(crate) fn drop_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.dropped)
+    }
+}
+
+impl Drop for Otlp {
+    fn drop(&mut self) {
+        // The sink's clone of the sender goes with the export thread; once both are gone the
+        // OTLP thread sends what is queued and stops.
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = self.meters.shutdown();
+    }
+}
+
+/// Hands events to the OTLP thread.
+pub(crate) struct OtlpSink {
+    tx: Option<mpsc::SyncSender<PinnedEvent>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Sink for OtlpSink {
+    fn event(&mut self, event: &PinnedEvent) {
+        if let Some(tx) = &self.tx {
+            if tx.try_send(event.clone()).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        drop(self.tx.take());
+    }
+}
+
+fn record(state: &Mutex<MetricState>, e: &PinnedEvent) {
+    let Ok(mut s) = state.lock() else { return };
+    let r = reason_index(e.reason);
+    match e.state {
+        State::InProgress => {
+            s.open.insert(e.id, (r, e.duration));
+        }
+        State::Completed | State::Retracted => {
+            s.open.remove(&e.id);
+            s.completed[r] += e.duration.as_secs_f64();
+        }
+    }
+}
+
+/// One report as a log record: semantic conventions for the code location, `pinwatch.*` for the
+/// rest.
+fn emit(logger: &impl Logger, e: &PinnedEvent) {
+    let mut rec = logger.create_log_record();
+    rec.set_event_name(EVENT_NAME);
+    rec.set_severity_number(Severity::Warn);
+    rec.set_severity_text("WARN");
+    rec.set_timestamp(e.start);
+    rec.set_observed_timestamp(SystemTime::now());
+    rec.set_body(AnyValue::from(e.headline()));
+    let mut attrs: Vec<(&'static str, AnyValue)> = vec![
+        kv("pinwatch.state", e.state.as_str()),
+        kv("pinwatch.pin.duration", e.duration.as_secs_f64()),
+        kv("pinwatch.threshold", e.threshold.as_secs_f64()),
+        kv(
+            "pinwatch.reason",
+            e.reason.map_or("unknown", Reason::as_str),
+        ),
+        kv("pinwatch.run.id", e.run_id.clone()),
+        kv("pinwatch.event.id", e.id as i64),
+        kv("pinwatch.report", i64::from(e.report)),
+        kv("thread.id", i64::from(e.worker.tid)),
+        kv("thread.name", e.worker.name.clone()),
+    ];
+    if let Some(op) = &e.blocking_operation {
+        attrs.push(kv("pinwatch.blocking_operation", op.clone()));
+    }
+    if let Some(t) = e.task_id {
+        attrs.push(kv("pinwatch.task.id", t as i64));
+    }
+    if let Some(at) = &e.spawned_at {
+        attrs.push(kv("pinwatch.task.spawn.file", at.file.clone()));
+        attrs.push(kv("pinwatch.task.spawn.line", i64::from(at.line)));
+        attrs.push(kv("pinwatch.task.spawn.column", i64::from(at.column)));
+    }
+    if let Some(i) = e.worker.index {
+        attrs.push(kv("pinwatch.worker.index", i as i64));
+    }
+    if let Some(f) = &e.top_frame {
+        if let Some(func) = &f.function {
+            attrs.push(kv("code.function.name", func.clone()));
+        }
+        if let Some(file) = &f.file {
+            attrs.push(kv("code.file.path", file.clone()));
+        }
+        if let Some(line) = f.line {
+            attrs.push(kv("code.line.number", i64::from(line)));
+        }
+    }
+    if !e.stack.is_empty() {
+        let trace: Vec<String> = e.stack.iter().map(|f| f.to_string()).collect();
+        attrs.push(kv("code.stacktrace", trace.join("\n")));
+    }
+    if !e.held_locks.is_empty() {
+        let held: Vec<String> = e
+            .held_locks
+            .iter()
+            .map(|l| format!("{} at {}", l.kind, l.acquired_at))
+            .collect();
+        attrs.push(kv("pinwatch.held_locks", held.join("; ")));
+    }
+    for (key, value) in attrs {
+        rec.add_attribute(key, value);
+    }
+    logger.emit(rec);
+}
+
+fn kv(key: &'static str, value: impl Into<AnyValue>) -> (&'static str, AnyValue) {
+    (key, value.into())
+}
+
+/// pinwatch's metrics, named so that the standard OTLP → Prometheus translation gives the
+/// Prometheus exporter's names (`pinwatch.pins` with unit `{pin}` → `pinwatch_pins_total`,
+/// `pinwatch.pin.duration` in `s` → `pinwatch_pin_duration_seconds`, …).
+fn register_metrics(
+    meters: &SdkMeterProvider,
+    threshold: Duration,
+    live: LiveFn,
+    state: Arc<Mutex<MetricState>>,
+    dropped: Arc<AtomicU64>,
+) {
+    let meter = meters.meter("pinwatch");
+    let reasons: Vec<KeyValue> = Reason::ALL
+        .iter()
+        .map(|r| KeyValue::new("reason", r.as_str()))
+        .collect();
+    {
+        let state = Arc::clone(&state);
+        let live = Arc::clone(&live);
+        let reasons = reasons.clone();
+        let _ = meter
+            .f64_observable_counter("pinwatch.pinned")
+            .with_unit("s")
+            .with_description("Worker-seconds lost to pins, advanced live while a pin runs.")
+            .with_callback(move |obs| {
+                let Ok(s) = state.lock() else { return };
+                let ages = (live)().pinned;
+                let mut total = s.completed;
+                for (id, (r, reported)) in &s.open {
+                    let age = ages
+                        .iter()
+                        .find(|(i, _)| i == id)
+                        .map_or(*reported, |(_, a)| (*a).max(*reported));
+                    total[*r] += age.as_secs_f64();
+                }
+                for (kv, v) in reasons.iter().zip(total) {
+                    obs.observe(v, std::slice::from_ref(kv));
+                }
+            })
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
+            .u64_observable_gauge("pinwatch.workers.pinned")
+            .with_unit("{worker}")
+            .with_description("Workers pinned right now.")
+            .with_callback(move |obs| obs.observe((live)().pinned.len() as u64, &[]))
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
+            .u64_observable_gauge("pinwatch.workers")
+            .with_unit("{worker}")
+            .with_description("Workers of the watched runtime.")
+            .with_callback(move |obs| obs.observe((live)().workers as u64, &[]))
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
+            .f64_observable_gauge("pinwatch.oldest_pin")
+            .with_unit("s")
+            .with_description("Age of the oldest pin still running; 0 when none runs.")
+            .with_callback(move |obs| {
+                let oldest = (live)()
+                    .pinned
+                    .iter()
+                    .map(|(_, a)| a.as_secs_f64())
+                    .fold(0.0, f64::max);
+                obs.observe(oldest, &[])
+            })
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let dropped = Arc::clone(&dropped);
+        let _ = meter
+            .u64_observable_counter("pinwatch.events.dropped")
+            .with_unit("{event}")
+            .with_description("Pin reports dropped, by where.")
+            .with_callback(move |obs| {
+                obs.observe((live)().queue_dropped, &[KeyValue::new("sink", "queue")]);
+                obs.observe(
+                    dropped.load(Ordering::Relaxed),
+                    &[KeyValue::new("sink", "otlp")],
+                );
+            })
+            .build();
+    }
+    let threshold = threshold.as_secs_f64();
+    let _ = meter
+        .f64_observable_gauge("pinwatch.threshold")
+        .with_unit("s")
+        .with_description("The pinning threshold in force.")
+        .with_callback(move |obs| obs.observe(threshold, &[]))
+        .build();
+    let _ = meter
+        .u64_observable_gauge("pinwatch.build.info")
+        .with_description("Always 1; the pinwatch version as an attribute.")
+        .with_callback(|obs| obs.observe(1, &[KeyValue::new("version", env!("CARGO_PKG_VERSION"))]))
+        .build();
+}
+
+/// The instruments driven by the event stream, on the OTLP thread.
+struct Instruments {
+    pins: opentelemetry::metrics::Counter<u64>,
+    durations: opentelemetry::metrics::Histogram<f64>,
+    by_location: opentelemetry::metrics::Counter<u64>,
+    reasons: Vec<KeyValue>,
+    counted: std::collections::HashSet<u64>,
+    locations: std::collections::HashSet<String>,
+    max_locations: usize,
+}
+
+impl Instruments {
+    fn new(meters: &SdkMeterProvider, max_locations: usize) -> Instruments {
+        let meter = meters.meter("pinwatch");
+        let reasons: Vec<KeyValue> = Reason::ALL
+            .iter()
+            .map(|r| KeyValue::new("reason", r.as_str()))
+            .collect();
+        let pins = meter
+            .u64_counter("pinwatch.pins")
+            .with_unit("{pin}")
+            .with_description(
+                "Polls that pinned a worker past the threshold, counted when first reported.",
+            )
+            .build();
+        let durations = meter
+            .f64_histogram("pinwatch.pin.duration")
+            .with_unit("s")
+            .with_description("Duration of completed pins.")
+            .with_boundaries(super::DURATION_BUCKETS.to_vec())
+            .build();
+        let by_location = meter
+            .u64_counter("pinwatch.pins_by_location")
+            .with_unit("{pin}")
+            .with_description("Pins per top application frame; bounded, then \"other\".")
+            .build();
+        // Every reason exists at 0 from the start.
+        for kv in &reasons {
+            pins.add(0, std::slice::from_ref(kv));
+        }
+        by_location.add(0, &[KeyValue::new("location", "other")]);
+        Instruments {
+            pins,
+            durations,
+            by_location,
+            reasons,
+            counted: std::collections::HashSet::new(),
+            locations: std::collections::HashSet::new(),
+            max_locations,
+        }
+    }
+
+    fn record(&mut self, e: &PinnedEvent) {
+        let reason = &self.reasons[reason_index(e.reason)];
+        if e.state != State::Retracted && self.counted.insert(e.id) {
+            self.pins.add(1, std::slice::from_ref(reason));
+            let location = super::location_label(e);
+            let location = if self.locations.contains(&location)
+                || self.locations.len() < self.max_locations.saturating_sub(1)
+            {
+                self.locations.insert(location.clone());
+                location
+            } else {
+                "other".to_owned()
+            };
+            self.by_location
+                .add(1, &[KeyValue::new("location", location)]);
+        }
+        if e.state != State::InProgress {
+            self.counted.remove(&e.id);
+        }
+        if e.state == State::Completed {
+            self.durations
+                .record(e.duration.as_secs_f64(), std::slice::from_ref(reason));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_protocol_comes_from_the_signal_variable_then_the_general_one() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(protocol("LOGS", env(&[])).unwrap(), Protocol::HttpProtobuf);
+        assert_eq!(
+            protocol("LOGS", env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])).unwrap(),
+            Protocol::Grpc
+        );
+        assert_eq!(
+            protocol(
+                "METRICS",
+                env(&[
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                    ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
+                ])
+            )
+            .unwrap(),
+            Protocol::HttpProtobuf
+        );
+        let err = protocol(
+            "LOGS",
+            env(&[("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "http/json")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL=\"http/json\"") && err.contains("grpc"),
+            "{err}"
+        );
+    }
+}

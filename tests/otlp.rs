@@ -1,0 +1,412 @@
+//! The OTLP exporter against in-process receivers built on `opentelemetry-proto`: an OTLP/HTTP
+//! one (protobuf over HTTP) and an OTLP/gRPC one (tonic), each decoding what `pin_service` (a
+//! sample app that pins) sends with `PINWATCH_OTLP=on` and the standard `OTEL_*` variables; and a
+//! collector that hangs, which must cost the app nothing but counted drops.
+
+mod support;
+
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    logs_service_server::{LogsService, LogsServiceServer},
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    metrics_service_server::{MetricsService, MetricsServiceServer},
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use prost::Message;
+use support::{wait_for, Proc};
+
+#[derive(Default)]
+struct Received {
+    logs: Vec<ExportLogsServiceRequest>,
+    metrics: Vec<ExportMetricsServiceRequest>,
+}
+
+type Shared = Arc<Mutex<Received>>;
+
+/// An OTLP/HTTP receiver on loopback: `POST /v1/logs` and `/v1/metrics`, protobuf bodies.
+fn http_receiver() -> (u16, Shared) {
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let port = server.server_addr().to_ip().unwrap().port();
+    let got: Shared = Arc::default();
+    let store = Arc::clone(&got);
+    std::thread::spawn(move || {
+        for mut req in server.incoming_requests() {
+            let mut body = Vec::new();
+            let _ = req.as_reader().read_to_end(&mut body);
+            let ok = match req.url() {
+                "/v1/logs" => ExportLogsServiceRequest::decode(body.as_slice())
+                    .map(|r| store.lock().unwrap().logs.push(r))
+                    .is_ok(),
+                "/v1/metrics" => ExportMetricsServiceRequest::decode(body.as_slice())
+                    .map(|r| store.lock().unwrap().metrics.push(r))
+                    .is_ok(),
+                _ => false,
+            };
+            let response = if ok {
+                tiny_http::Response::from_data(Vec::new()).with_header(
+                    tiny_http::Header::from_bytes(
+                        &b"Content-Type"[..],
+                        &b"application/x-protobuf"[..],
+                    )
+                    .unwrap(),
+                )
+            } else {
+                tiny_http::Response::from_data(Vec::new()).with_status_code(400)
+            };
+            let _ = req.respond(response);
+        }
+    });
+    (port, got)
+}
+
+struct Grpc(Shared);
+
+#[tonic::async_trait]
+impl LogsService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        self.0.lock().unwrap().logs.push(request.into_inner());
+        Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.0.lock().unwrap().metrics.push(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+/// An OTLP/gRPC receiver on loopback, on a runtime of the test's own.
+fn grpc_receiver() -> (u16, Shared, tokio::runtime::Runtime) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let got: Shared = Arc::default();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (logs, metrics) = (Grpc(Arc::clone(&got)), Grpc(Arc::clone(&got)));
+    rt.spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(LogsServiceServer::new(logs))
+            .add_service(MetricsServiceServer::new(metrics))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await;
+    });
+    (port, got, rt)
+}
+
+fn pin_service(env: &[(&str, String)], args: &[&str]) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_pin_service"))
+        .args(args)
+        .env("PINWATCH_OTLP", "on")
+        .env("PINWATCH_TRACING", "off")
+        .env("OTEL_SERVICE_NAME", "pin-test")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=ci")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "500")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    Proc {
+        child,
+        name: "pin_service".into(),
+    }
+}
+
+fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
+    attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v: &AnyValue| v.value.as_ref())
+}
+
+fn string<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    match attr(attrs, key)? {
+        any_value::Value::StringValue(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn records(got: &Shared) -> Vec<LogRecord> {
+    got.lock()
+        .unwrap()
+        .logs
+        .iter()
+        .flat_map(|r| &r.resource_logs)
+        .flat_map(|r| &r.scope_logs)
+        .flat_map(|s| s.log_records.clone())
+        .collect()
+}
+
+fn metric_names(got: &Shared) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = got
+        .lock()
+        .unwrap()
+        .metrics
+        .iter()
+        .flat_map(|r| &r.resource_metrics)
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .map(|m| (m.name.clone(), m.unit.clone()))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The OpenTelemetry names and units whose standard translation gives the Prometheus
+/// exporter's metric names.
+const OTEL_METRICS: &[(&str, &str, &str)] = &[
+    ("pinwatch.pins", "{pin}", "pinwatch_pins_total"),
+    (
+        "pinwatch.pin.duration",
+        "s",
+        "pinwatch_pin_duration_seconds",
+    ),
+    ("pinwatch.pinned", "s", "pinwatch_pinned_seconds_total"),
+    (
+        "pinwatch.workers.pinned",
+        "{worker}",
+        "pinwatch_workers_pinned",
+    ),
+    ("pinwatch.workers", "{worker}", "pinwatch_workers"),
+    ("pinwatch.oldest_pin", "s", "pinwatch_oldest_pin_seconds"),
+    (
+        "pinwatch.pins_by_location",
+        "{pin}",
+        "pinwatch_pins_by_location_total",
+    ),
+    (
+        "pinwatch.events.dropped",
+        "{event}",
+        "pinwatch_events_dropped_total",
+    ),
+    ("pinwatch.threshold", "s", "pinwatch_threshold_seconds"),
+    ("pinwatch.build.info", "", "pinwatch_build_info"),
+];
+
+fn check_delivery(got: &Shared) {
+    // A completed sleep pin with its code location, and the stuck worker's in_progress report.
+    let done = wait_for("log records of both kinds", Duration::from_secs(90), || {
+        let recs = records(got);
+        let sleep = recs.iter().find(|r| {
+            string(&r.attributes, "pinwatch.reason") == Some("sleep")
+                && string(&r.attributes, "pinwatch.state") == Some("completed")
+        })?;
+        let stuck = recs.iter().find(|r| {
+            string(&r.attributes, "pinwatch.reason") == Some("other")
+                && string(&r.attributes, "pinwatch.state") == Some("in_progress")
+        })?;
+        let names = metric_names(got);
+        (OTEL_METRICS
+            .iter()
+            .all(|(n, _, _)| names.iter().any(|(m, _)| m == n)))
+        .then(|| (sleep.clone(), stuck.clone()))
+    });
+    let (sleep, stuck) = done;
+    for r in [&sleep, &stuck] {
+        assert_eq!(r.event_name, "pinwatch.worker.pinned", "{r:?}");
+        assert_eq!(r.severity_number, 13, "WARN: {r:?}");
+        assert!(
+            r.time_unix_nano > 0 && r.time_unix_nano <= r.observed_time_unix_nano,
+            "{r:?}"
+        );
+        assert!(string(&r.attributes, "pinwatch.run.id").is_some_and(|s| s.len() >= 16));
+        assert!(string(&r.attributes, "thread.name").is_some(), "{r:?}");
+        let body = match r.body.as_ref().and_then(|b| b.value.as_ref()) {
+            Some(any_value::Value::StringValue(s)) => s.clone(),
+            other => panic!("body {other:?}"),
+        };
+        assert!(body.starts_with("pinned "), "{body}");
+    }
+    assert!(
+        string(&sleep.attributes, "code.file.path").is_some_and(|f| f.ends_with("pin_service.rs")),
+        "{sleep:?}"
+    );
+    assert!(
+        matches!(attr(&sleep.attributes, "code.line.number"), Some(any_value::Value::IntValue(l)) if *l > 0),
+        "{sleep:?}"
+    );
+    assert!(
+        string(&sleep.attributes, "code.function.name").is_some(),
+        "{sleep:?}"
+    );
+    assert!(
+        matches!(attr(&sleep.attributes, "pinwatch.pin.duration"), Some(any_value::Value::DoubleValue(d)) if *d >= 0.02),
+        "{sleep:?}"
+    );
+    assert_eq!(
+        string(&stuck.attributes, "pinwatch.blocking_operation"),
+        Some("futex")
+    );
+    // The resource, from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+    let g = got.lock().unwrap();
+    let resource = g.logs[0].resource_logs[0].resource.as_ref().unwrap();
+    assert_eq!(
+        string(&resource.attributes, "service.name"),
+        Some("pin-test")
+    );
+    assert_eq!(
+        string(&resource.attributes, "deployment.environment.name"),
+        Some("ci")
+    );
+    drop(g);
+    // Metric names and units, as the Prometheus translation needs them.
+    let names = metric_names(got);
+    for (n, unit, _) in OTEL_METRICS {
+        assert!(
+            names.contains(&(n.to_string(), unit.to_string())),
+            "{n} [{unit}] not in {names:?}"
+        );
+    }
+}
+
+#[test]
+fn events_and_metrics_reach_an_otlp_http_receiver() {
+    let (port, got) = http_receiver();
+    let _svc = pin_service(
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        )],
+        &["--stuck", "1"],
+    );
+    check_delivery(&got);
+}
+
+#[test]
+fn events_and_metrics_reach_an_otlp_grpc_receiver() {
+    let (port, got, _rt) = grpc_receiver();
+    let _svc = pin_service(
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{port}"),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+        ],
+        &["--stuck", "1"],
+    );
+    check_delivery(&got);
+}
+
+#[test]
+fn the_otel_names_translate_to_the_prometheus_names() {
+    let prometheus: Vec<&str> = pinwatch::export::prometheus::METRICS
+        .iter()
+        .map(|m| m.name)
+        .collect();
+    let otel: Vec<&str> = OTEL_METRICS.iter().map(|(_, _, p)| *p).collect();
+    assert_eq!(otel, prometheus);
+    for (name, unit, expected) in OTEL_METRICS {
+        // The OTLP → Prometheus translation: dots to underscores, the unit's word appended
+        // (annotations in braces dropped), `_total` on counters.
+        let mut p = name.replace('.', "_");
+        if *unit == "s" && !p.ends_with("_seconds") {
+            p.push_str("_seconds");
+        }
+        let kind = pinwatch::export::prometheus::METRICS
+            .iter()
+            .find(|m| m.name == *expected)
+            .unwrap()
+            .kind;
+        if kind == "counter" {
+            p.push_str("_total");
+        }
+        assert_eq!(&p, expected, "{name} [{unit}]");
+    }
+}
+
+#[test]
+fn a_collector_that_hangs_costs_the_app_nothing_but_counted_drops() {
+    // Accepts connections and never answers.
+    let hang = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hang_port = hang.local_addr().unwrap().port();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&held);
+    std::thread::spawn(move || {
+        for c in hang.incoming().flatten() {
+            keep.lock().unwrap().push(c);
+        }
+    });
+    let prom_port = support::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec.jsonl");
+    let svc = pin_service(
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{hang_port}"),
+            ),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000".into()),
+            ("PINWATCH_QUEUE_CAPACITY", "8".into()),
+            ("PINWATCH_PROMETHEUS_ADDR", format!("127.0.0.1:{prom_port}")),
+            ("PINWATCH_RECORD", rec.display().to_string()),
+        ],
+        &[],
+    );
+    let metrics = format!("http://127.0.0.1:{prom_port}/metrics");
+    let rss = |pid: u32| -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let pid = svc.child.id();
+    let scrape = || {
+        support::get(&metrics, Duration::from_secs(5))
+            .ok()
+            .map(|(_, b)| b)
+    };
+    let first = wait_for("the first analysed pins", Duration::from_secs(60), || {
+        let t = scrape()?;
+        (support::sample(&t, "pinwatch_pins_total{reason=\"sleep\"}")? > 0.0).then_some(t)
+    });
+    let pins_start = support::sample(&first, "pinwatch_pins_total{reason=\"sleep\"}").unwrap();
+    // Drops while the collector hangs; the app and every other sink go on.
+    let text = wait_for("OTLP drops", Duration::from_secs(90), || {
+        let t0 = Instant::now();
+        let t = scrape()?;
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "scrape took {:?}",
+            t0.elapsed()
+        );
+        (support::sample(&t, "pinwatch_events_dropped_total{sink=\"otlp\"}")? > 0.0).then_some(t)
+    });
+    // Memory stays bounded while the collector keeps hanging: every queue is full already.
+    let rss_start = rss(pid);
+    let dropped = |t: &str| support::sample(t, "pinwatch_events_dropped_total{sink=\"otlp\"}");
+    let before = dropped(&text).unwrap();
+    let text = wait_for("more OTLP drops", Duration::from_secs(60), || {
+        let t = scrape()?;
+        (dropped(&t)? >= before + 20.0).then_some(t)
+    });
+    let grown = rss(pid).saturating_sub(rss_start);
+    assert!(grown < 16 * 1024, "RSS grew by {grown} KiB while dropping");
+    // The app and the other sinks went on: more pins counted, every report recorded.
+    let pins = support::sample(&text, "pinwatch_pins_total{reason=\"sleep\"}").unwrap();
+    assert!(pins > pins_start, "pins stopped at {pins}");
+    let recorded = std::fs::read_to_string(&rec).unwrap().lines().count();
+    assert!(
+        recorded as f64 >= pins,
+        "{recorded} recorded lines, {pins} pins"
+    );
+}

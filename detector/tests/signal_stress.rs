@@ -91,13 +91,17 @@ fn ten_thousand_samples_of_allocating_and_locking_workers() {
     println!("{stats:?}");
     assert!(stats.samples >= 10_000, "{stats:?}");
 
-    // What the samples held: every profile entry is one of the two tasks (a line of their loops,
-    // or code inlined into them), and some of the stacks shown were taken inside the allocator.
+    // What the samples held: the profile entries are the two tasks (a line of their loops, or
+    // code inlined into them), and some of the stacks shown were taken inside the allocator.
+    // A sample whose frames resolve to nothing of the application (an unwind cut short in code
+    // without unwind tables or line info) counts under its innermost frame: allowed, rarely.
     let events = events.all();
     assert!(events.len() > 10, "{}", events.len());
     let mut in_allocator = 0;
+    let (mut total, mut outside) = (0u32, Vec::new());
     for e in &events {
         for p in &e.profile {
+            total += p.samples;
             let file = p.frame.file.as_deref().unwrap_or("");
             let line = p.frame.line.unwrap_or(0);
             let near = |start: u32| (start..start + 14).contains(&line);
@@ -108,7 +112,9 @@ fn ten_thousand_samples_of_allocating_and_locking_workers() {
                 .function
                 .as_deref()
                 .is_some_and(|f| f.starts_with("signal_stress::"));
-            assert!(in_loop || in_task, "a sample outside the tasks: {p:?}");
+            if !(in_loop || in_task) {
+                outside.push(p.clone());
+            }
         }
         let allocating = e.stack.iter().any(|f| {
             f.function.as_deref().is_some_and(|n| {

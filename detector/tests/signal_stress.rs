@@ -123,11 +123,18 @@ fn ten_thousand_samples_of_allocating_and_locking_workers() {
         });
         in_allocator += usize::from(allocating);
     }
+    let stray: u32 = outside.iter().map(|p| p.samples).sum();
     println!(
-        "{} events, {in_allocator} with a stack inside the allocator",
+        "{} events, {in_allocator} with a stack inside the allocator; {stray} of {total} \
+         profile samples outside the tasks: {outside:?}",
         events.len()
     );
     assert!(in_allocator > 0, "no sample was taken inside the allocator");
+    assert!(total > 1000, "{total} profile samples");
+    assert!(
+        stray * 100 <= total,
+        "{stray} of {total} samples outside the tasks: {outside:#?}"
+    );
 }
 
 struct StopOnDrop(Arc<AtomicBool>);

@@ -130,15 +130,18 @@ impl Otlp {
             Protocol::Grpc => MetricExporter::builder().with_tonic().build(),
         }
         .map_err(|e| Error::Otlp(format!("cannot build the OTLP metric exporter: {e}")))?;
+        let dropped = Arc::new(AtomicU64::new(0));
         let logs = SdkLoggerProvider::builder()
             .with_resource(resource.clone())
-            .with_simple_exporter(log_exporter)
+            .with_simple_exporter(Counting {
+                inner: log_exporter,
+                failed: Arc::clone(&dropped),
+            })
             .build();
         let meters = SdkMeterProvider::builder()
             .with_resource(resource)
             .with_reader(PeriodicReader::builder(metric_exporter).build())
             .build();
-        let dropped = Arc::new(AtomicU64::new(0));
         let state = Arc::new(Mutex::new(MetricState {
             completed: [0.0; 8],
             open: std::collections::HashMap::new(),
@@ -201,6 +204,36 @@ impl Drop for Otlp {
             let _ = t.join();
         }
         let _ = self.meters.shutdown();
+    }
+}
+
+/// The OTLP log exporter, counting the records that did not reach the collector (refused,
+/// unreachable, timed out) with the queue's drops.
+#[derive(Debug)]
+struct Counting {
+    inner: LogExporter,
+    failed: Arc<AtomicU64>,
+}
+
+impl opentelemetry_sdk::logs::LogExporter for Counting {
+    async fn export(
+        &self,
+        batch: opentelemetry_sdk::logs::LogBatch<'_>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let n = batch.iter().count() as u64;
+        let result = self.inner.export(batch).await;
+        if result.is_err() {
+            self.failed.fetch_add(n, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
     }
 }
 

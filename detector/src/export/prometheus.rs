@@ -82,7 +82,7 @@ pub const METRICS: &[MetricDoc] = &[
         name: "pinwatch_events_dropped_total",
         kind: "counter",
         labels: &["sink"],
-        help: "Pin reports dropped: sink=\"queue\" when the queue to the export thread was full.",
+        help: "Pin reports lost: sink=\"queue\" when the queue to the export thread was full, sink=\"otlp\" when the OTLP exporter's queue was full or its collector did not take them.",
     },
     MetricDoc {
         name: "pinwatch_threshold_seconds",

@@ -566,13 +566,5 @@ fn the_collector_config_feeds_the_prometheus_exporter_and_a_logs_pipeline() {
          assert 'pinwatch.worker.pinned' in str(c['processors'])\n",
         path.display()
     );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::python(&script);
 }

@@ -497,15 +497,7 @@ fn kubernetes_manifests_validate_and_the_prometheusrule_is_the_rules_file() {
         k8s = k8s.display(),
         spec = spec.display()
     );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::python(&script);
     let out = run_tool(
         dir.path(),
         "promtool",

@@ -207,3 +207,17 @@ pub fn start_server(name: &str, bin: &Path, args: &[String], log: &Path, port: u
     );
     proc
 }
+
+/// Runs a Python 3 script (the YAML checks use PyYAML, which `.ci/run` installs); fails the
+/// test with its standard error if it fails.
+pub fn python(script: &str) {
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -538,7 +538,6 @@ fn start_prometheus(
     let collector = export::prometheus::PinwatchCollector::new(
         watched.config.threshold,
         watched.config.prometheus_max_locations,
-        watched.run_id.clone(),
         live,
     )
     .map_err(|e| Error::InvalidSetting {

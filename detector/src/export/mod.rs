@@ -70,17 +70,54 @@ pub(crate) type LiveFn = std::sync::Arc<dyn Fn() -> Live + Send + Sync>;
 pub const DURATION_BUCKETS: &[f64] =
     &[0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
-/// The `location` label of a pin: its top frame's `file:line`, else its function, else
-/// `unknown`.
+/// What the metrics exporters share about counting pins: each pin counts once, at its first
+/// report that is not a retraction, under a `location` label drawn from a bounded set (its top
+/// frame's `file:line`, else its function, else `unknown`; past the bound, `other`). A metrics
+/// exporter serves one detector, so a pin is named by its event id alone.
 #[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
-pub(crate) fn location_label(e: &PinnedEvent) -> String {
-    e.top_frame.as_ref().map_or_else(
-        || "unknown".to_owned(),
-        |f| match (&f.file, f.line) {
-            (Some(file), Some(line)) => format!("{file}:{line}"),
-            _ => f.function.clone().unwrap_or_else(|| "unknown".to_owned()),
-        },
-    )
+pub(crate) struct PinCounter {
+    /// Pins already counted and not yet completed.
+    counted: std::collections::HashSet<u64>,
+    locations: std::collections::HashSet<String>,
+    max_locations: usize,
+}
+
+#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+impl PinCounter {
+    pub(crate) fn new(max_locations: usize) -> PinCounter {
+        PinCounter {
+            counted: std::collections::HashSet::new(),
+            locations: std::collections::HashSet::new(),
+            max_locations,
+        }
+    }
+
+    /// The location label when `e` is the first countable report of its pin, `None` otherwise.
+    /// A completed or retracted pin is forgotten.
+    pub(crate) fn first_report(&mut self, e: &PinnedEvent) -> Option<String> {
+        let first = e.state != crate::event::State::Retracted && self.counted.insert(e.id);
+        if e.state != crate::event::State::InProgress {
+            self.counted.remove(&e.id);
+        }
+        first.then(|| {
+            let location = e.top_frame.as_ref().map_or_else(
+                || "unknown".to_owned(),
+                |f| match (&f.file, f.line) {
+                    (Some(file), Some(line)) => format!("{file}:{line}"),
+                    _ => f.function.clone().unwrap_or_else(|| "unknown".to_owned()),
+                },
+            );
+            // `other` is one of the bounded values.
+            if self.locations.contains(&location)
+                || self.locations.len() < self.max_locations.saturating_sub(1)
+            {
+                self.locations.insert(location.clone());
+                location
+            } else {
+                "other".to_owned()
+            }
+        })
+    }
 }
 
 /// Every sink, in order.

@@ -452,9 +452,7 @@ struct Instruments {
     durations: opentelemetry::metrics::Histogram<f64>,
     by_location: opentelemetry::metrics::Counter<u64>,
     reasons: Vec<KeyValue>,
-    counted: std::collections::HashSet<u64>,
-    locations: std::collections::HashSet<String>,
-    max_locations: usize,
+    pins_seen: super::PinCounter,
 }
 
 impl Instruments {
@@ -492,30 +490,16 @@ impl Instruments {
             durations,
             by_location,
             reasons,
-            counted: std::collections::HashSet::new(),
-            locations: std::collections::HashSet::new(),
-            max_locations,
+            pins_seen: super::PinCounter::new(max_locations),
         }
     }
 
     fn record(&mut self, e: &PinnedEvent) {
         let reason = &self.reasons[reason_index(e.reason)];
-        if e.state != State::Retracted && self.counted.insert(e.id) {
+        if let Some(location) = self.pins_seen.first_report(e) {
             self.pins.add(1, std::slice::from_ref(reason));
-            let location = super::location_label(e);
-            let location = if self.locations.contains(&location)
-                || self.locations.len() < self.max_locations.saturating_sub(1)
-            {
-                self.locations.insert(location.clone());
-                location
-            } else {
-                "other".to_owned()
-            };
             self.by_location
                 .add(1, &[KeyValue::new("location", location)]);
-        }
-        if e.state != State::InProgress {
-            self.counted.remove(&e.id);
         }
         if e.state == State::Completed {
             self.durations

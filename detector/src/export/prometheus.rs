@@ -5,7 +5,7 @@
 //! [`METRICS`] lists every metric with its type and meaning; the README's table, the dashboards
 //! and the alert rules are checked against it by tests.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -134,18 +134,16 @@ struct Open {
 }
 
 struct State_ {
-    open: HashMap<(String, u64), Open>,
-    /// Pins already counted, by (run, id); forgotten when they complete.
-    counted: HashSet<(String, u64)>,
-    locations: HashSet<String>,
+    /// By event id: a collector serves one detector.
+    open: HashMap<u64, Open>,
+    /// Pins already counted, and the bounded location labels.
+    pins_seen: super::PinCounter,
 }
 
 struct Inner {
     metrics: Metrics,
     state: Mutex<State_>,
     live: LiveFn,
-    run_id: String,
-    max_locations: usize,
     descs: Vec<Desc>,
 }
 
@@ -171,7 +169,6 @@ impl PinwatchCollector {
     pub(crate) fn new(
         threshold: Duration,
         max_locations: usize,
-        run_id: String,
         live: LiveFn,
     ) -> Result<PinwatchCollector, prometheus::Error> {
         let opts = |name: &str| Opts::new(name, help(name));
@@ -232,12 +229,9 @@ impl PinwatchCollector {
                 metrics,
                 state: Mutex::new(State_ {
                     open: HashMap::new(),
-                    counted: HashSet::new(),
-                    locations: HashSet::new(),
+                    pins_seen: super::PinCounter::new(max_locations),
                 }),
                 live,
-                run_id,
-                max_locations,
                 descs,
             }),
         })
@@ -279,7 +273,7 @@ impl PinwatchCollector {
             return;
         };
         for (id, age) in &live.pinned {
-            if let Some(open) = state.open.get_mut(&(inner.run_id.clone(), *id)) {
+            if let Some(open) = state.open.get_mut(id) {
                 if *age > open.accounted {
                     m.pinned_seconds
                         .with_label_values(&[open.reason])
@@ -336,18 +330,9 @@ impl Sink for PrometheusSink {
         let Ok(mut state) = inner.state.lock() else {
             return;
         };
-        let key = (e.run_id.clone(), e.id);
-        if e.state != State::Retracted && state.counted.insert(key.clone()) {
+        let key = e.id;
+        if let Some(location) = state.pins_seen.first_report(e) {
             m.pins.with_label_values(&[reason]).inc();
-            let location = super::location_label(e);
-            let location = if state.locations.contains(&location)
-                || state.locations.len() < inner.max_locations.saturating_sub(1)
-            {
-                state.locations.insert(location.clone());
-                location
-            } else {
-                "other".to_owned()
-            };
             m.by_location.with_label_values(&[&location]).inc();
         }
         let accounted = match state.open.get(&key) {
@@ -382,7 +367,6 @@ impl Sink for PrometheusSink {
                         .observe(e.duration.as_secs_f64());
                 }
                 state.open.remove(&key);
-                state.counted.remove(&key);
             }
         }
     }
@@ -507,7 +491,6 @@ mod tests {
         PinwatchCollector::new(
             Duration::from_millis(20),
             max_locations,
-            "run".into(),
             Arc::new(move || Live {
                 pinned: live.lock().unwrap().clone(),
                 workers: 2,

@@ -8,6 +8,10 @@
 //!
 //! The difference of the two totals divided by the difference in polls (tasks × 11) is the
 //! cost of one poll; do the same with `plain` and `hooks` (two empty poll hooks) to compare.
+//!
+//! Built with `--features console`, `console` runs pinwatch with `PINWATCH_CONSOLE=on`'s setup
+//! (tokio-console's layer installed, its server listening on `TOKIO_CONSOLE_BIND`). Every mode
+//! prints the storm's wall time.
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -28,11 +32,24 @@ fn main() {
                 .expect("runtime");
             (rt, Some(d))
         }
+        #[cfg(feature = "console")]
+        "console" => {
+            let (rt, d) = pinwatch::Builder::new()
+                .tracing(false)
+                .console(pinwatch::Console::On)
+                .build(&mut tokio)
+                .expect("runtime");
+            (rt, Some(d))
+        }
         other => {
-            eprintln!("yield_storm: unknown mode {other:?}; use plain, hooks or pinwatch");
+            eprintln!(
+                "yield_storm: unknown mode {other:?}; use plain, hooks, pinwatch or (built with \
+                 the `console` feature) console"
+            );
             std::process::exit(2);
         }
     };
+    let start = std::time::Instant::now();
     rt.block_on(async {
         let handles: Vec<_> = (0..tasks)
             .map(|_| {
@@ -47,7 +64,13 @@ fn main() {
             h.await.expect("task");
         }
     });
+    let elapsed = start.elapsed();
     drop(rt);
+    println!(
+        "{mode}: {tasks} tasks x 10 yields in {:.1} ms ({:.0} ns per poll)",
+        elapsed.as_secs_f64() * 1e3,
+        elapsed.as_secs_f64() * 1e9 / (tasks * 11) as f64
+    );
     if let Some(d) = detector {
         println!("{:?}", d.shutdown());
     }

@@ -61,6 +61,33 @@ impl Stacks {
     }
 }
 
+/// What `PINWATCH_CONSOLE` turns on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Console {
+    /// No console resources.
+    #[default]
+    Off,
+    /// Install the process's `tracing` subscriber with tokio-console's layer (its server on a
+    /// thread of its own, `TOKIO_CONSOLE_BIND`, default `127.0.0.1:6669`) and a `fmt` layer
+    /// filtered by `RUST_LOG` (default `warn`), and keep one console resource per worker.
+    On,
+    /// Only the per-worker resources: the service installs its own subscriber, with
+    /// `console_subscriber::spawn()` as one of its layers.
+    Resources,
+}
+
+impl Console {
+    /// The spelling used by `PINWATCH_CONSOLE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Console::Off => "off",
+            Console::On => "on",
+            Console::Resources => "resources",
+        }
+    }
+}
+
 /// One environment variable pinwatch reads: its name, default and meaning. [`ENV_VARS`] lists
 /// them all; the README's configuration table is checked against it by a test.
 #[derive(Clone, Copy, Debug)]
@@ -141,6 +168,15 @@ pub const ENV_VARS: &[EnvVar] = &[
               feature",
     },
     EnvVar {
+        name: "PINWATCH_CONSOLE",
+        default: "off",
+        doc: "`on`: serve tokio-console (installs the process's `tracing` subscriber: the console \
+              layer, `TOKIO_CONSOLE_BIND` default `127.0.0.1:6669`, plus a `fmt` layer filtered \
+              by `RUST_LOG`, default `warn`) with one resource per worker showing who pins it; \
+              `resources`: only the worker resources, for a service whose own subscriber has \
+              the console layer. Needs the `console` cargo feature",
+    },
+    EnvVar {
         name: "PINWATCH_PROMETHEUS_MAX_LOCATIONS",
         default: "50",
         doc: "distinct `location` values of `pinwatch_pins_by_location_total`; later locations \
@@ -179,6 +215,8 @@ pub struct Config {
     pub prometheus_max_locations: usize,
     /// Send events and metrics over OTLP (`PINWATCH_OTLP`).
     pub otlp: bool,
+    /// See [`Console`].
+    pub console: Console,
     /// Tests only: the watchdog sleeps this long before every other scan's slot reads, as a
     /// watchdog preempted or slowed by a probe would.
     pub(crate) late_scans: Option<Duration>,
@@ -200,6 +238,7 @@ impl Default for Config {
             prometheus_addr: None,
             prometheus_max_locations: DEFAULT_PROMETHEUS_MAX_LOCATIONS,
             otlp: false,
+            console: Console::Off,
             late_scans: None,
         }
     }
@@ -291,6 +330,20 @@ impl Config {
         }
         if let Some(v) = read("PINWATCH_OTLP")? {
             self.otlp = parse_switch("PINWATCH_OTLP", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_CONSOLE")? {
+            self.console = match v.trim().to_ascii_lowercase().as_str() {
+                "on" | "1" | "true" | "yes" => Console::On,
+                "off" | "0" | "false" | "no" => Console::Off,
+                "resources" => Console::Resources,
+                _ => {
+                    return Err(Error::invalid_env(
+                        "PINWATCH_CONSOLE",
+                        v,
+                        "must be `on`, `resources` or `off`",
+                    ))
+                }
+            };
         }
         if let Some(v) = read("PINWATCH_PROMETHEUS_MAX_LOCATIONS")? {
             self.prometheus_max_locations = parse_count("PINWATCH_PROMETHEUS_MAX_LOCATIONS", &v)?;
@@ -398,6 +451,7 @@ mod tests {
         assert!(c.prometheus_addr.is_none());
         assert_eq!(table["PINWATCH_OTLP"], if c.otlp { "on" } else { "off" });
         assert_eq!(table["PINWATCH_PROMETHEUS_ADDR"], "");
+        assert_eq!(table["PINWATCH_CONSOLE"], c.console.as_str());
         assert_eq!(
             table["PINWATCH_PROMETHEUS_MAX_LOCATIONS"],
             c.prometheus_max_locations.to_string()
@@ -442,8 +496,10 @@ mod tests {
             ("PINWATCH_TRACING", "off"),
             ("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:9464"),
             ("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "7"),
+            ("PINWATCH_CONSOLE", "resources"),
         ])
         .unwrap();
+        assert_eq!(c.console, Console::Resources);
         assert_eq!(c.prometheus_addr, Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!(c.prometheus_max_locations, 7);
         assert_eq!(c.scan_interval, Duration::from_millis(1));
@@ -476,6 +532,7 @@ mod tests {
             ("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:99999"),
             ("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "0"),
             ("PINWATCH_OTLP", "grpc"),
+            ("PINWATCH_CONSOLE", "loud"),
         ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");

@@ -61,6 +61,9 @@ pub enum Error {
     /// The OTLP exporter cannot start (a bad `OTEL_EXPORTER_OTLP_*` value, or its client).
     #[error("OTLP exporter: {0}")]
     Otlp(String),
+    /// tokio-console's server or resources cannot start.
+    #[error("tokio-console: {0}")]
+    Console(String),
     /// tokio could not build the runtime.
     #[error("building the tokio runtime failed: {0}")]
     Runtime(#[source] std::io::Error),

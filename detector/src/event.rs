@@ -154,6 +154,52 @@ pub struct Frame {
 }
 
 #[cfg(test)]
+impl PinnedEvent {
+    /// An event of worker 0 whose task id is its id, with a top frame at `src/app.rs:line`.
+    pub(crate) fn for_test(
+        id: u64,
+        state: State,
+        reason: Reason,
+        ms: u64,
+        line: u32,
+    ) -> PinnedEvent {
+        PinnedEvent {
+            id,
+            run_id: "run".into(),
+            pid: 1,
+            state,
+            start: SystemTime::now(),
+            duration: Duration::from_millis(ms),
+            threshold: Duration::from_millis(20),
+            task_id: Some(id),
+            spawned_at: None,
+            worker: Worker {
+                index: Some(0),
+                tid: 1,
+                name: "w".into(),
+            },
+            reason: Some(reason),
+            other_reasons: vec![],
+            blocking_operation: None,
+            top_frame: Some(Frame {
+                function: Some("app::f".into()),
+                file: Some("src/app.rs".into()),
+                line: Some(line),
+                locks: 0,
+            }),
+            profile: vec![],
+            no_stack: None,
+            stack: vec![],
+            held_locks: vec![],
+            lock_holder: None,
+            samples: 1,
+            report: 1,
+            cpu_wait: Duration::ZERO,
+        }
+    }
+}
+
+#[cfg(test)]
 impl Frame {
     /// A frame with just a function name.
     pub(crate) fn named(name: &str) -> Frame {

@@ -47,7 +47,8 @@
 //! handler and request protocol) → [`sync`] (instrumented locks) → `watch` (the watchdog thread,
 //! `/proc` probes) → one bounded queue → `analyze` (symbols, reasons, top frame; on the export
 //! thread) → [`export`] (sinks: a `tracing` WARN event with target `pinwatch`, a JSON-lines
-//! recording of [`PinnedEvent`]s, and any [`Sink`] you add). `runtime` wires them.
+//! recording of [`PinnedEvent`]s, and any [`Sink`] you add; with cargo features, Prometheus,
+//! OTLP and tokio-console). `runtime` wires them.
 //!
 //! ## Platforms
 //!
@@ -89,7 +90,7 @@ mod error;
 pub mod event;
 pub mod report;
 
-pub use config::{Config, Stacks};
+pub use config::{Config, Console, Stacks};
 pub use error::Error;
 pub use event::{PinnedEvent, Reason, State};
 pub use export::Sink;
@@ -107,6 +108,7 @@ pub mod __private {
     pub use tokio;
 
     /// What `#[pinwatch::main]` expands to.
+    #[track_caller]
     pub fn main_runtime(
         current_thread: bool,
         worker_threads: Option<usize>,
@@ -120,7 +122,13 @@ pub mod __private {
         if let Some(n) = worker_threads {
             tokio.worker_threads(n);
         }
-        match crate::Builder::from_env().and_then(|b| b.build(&mut tokio)) {
+        // No closure between here and `build`: it takes the caller's location (`track_caller`),
+        // the user's `#[pinwatch::main]`, for the console resources.
+        let built = match crate::Builder::from_env() {
+            Ok(b) => b.build(&mut tokio),
+            Err(e) => Err(e),
+        };
+        match built {
             Ok(rt) => rt,
             Err(e) => {
                 eprintln!("pinwatch: {e}");

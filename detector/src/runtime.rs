@@ -11,6 +11,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::analyze::Analyzer;
+#[allow(unused_imports)]
+use crate::config::Console;
 use crate::config::{Config, Stacks};
 use crate::export::{self, Fanout, Sink};
 use crate::poll::slot::SlotTable;
@@ -226,6 +228,15 @@ impl Builder {
         self
     }
 
+    /// Serves tokio-console and keeps one console resource per worker ([`Console::On`]), or
+    /// only the resources, for a subscriber of yours with the console layer
+    /// ([`Console::Resources`]) (`PINWATCH_CONSOLE`).
+    #[cfg(feature = "console")]
+    pub fn console(mut self, mode: Console) -> Self {
+        self.config.console = mode;
+        self
+    }
+
     /// Bound on the distinct `location` values of `pinwatch_pins_by_location_total`
     /// (`PINWATCH_PROMETHEUS_MAX_LOCATIONS`, default
     /// [`DEFAULT_PROMETHEUS_MAX_LOCATIONS`](crate::config::DEFAULT_PROMETHEUS_MAX_LOCATIONS)).
@@ -287,6 +298,12 @@ impl Builder {
                 feature: "otlp",
             });
         }
+        if c.console != Console::Off && !cfg!(feature = "console") {
+            return Err(Error::MissingFeature {
+                var: "PINWATCH_CONSOLE",
+                feature: "console",
+            });
+        }
         if c.prometheus_addr.is_some() && !cfg!(feature = "prometheus") {
             return Err(Error::MissingFeature {
                 var: "PINWATCH_PROMETHEUS_ADDR",
@@ -303,6 +320,7 @@ impl Builder {
     /// You keep tokio's own `Runtime`. The [`Detector`] is a guard: drop the runtime first, then
     /// the detector (its drop takes a last scan, so that a poll that was still running is
     /// completed, and flushes the sinks).
+    #[track_caller]
     pub fn build(
         self,
         tokio: &mut tokio::runtime::Builder,
@@ -316,13 +334,16 @@ impl Builder {
 
     /// Validates the settings, opens the sinks and makes the hooks, without touching a tokio
     /// builder: for code that has poll hooks of its own ([`PollHooks`] shows how to chain them).
+    #[track_caller]
     pub fn prepare(self) -> Result<Prepared, Error> {
+        let built_at = std::panic::Location::caller();
         self.validate()?;
         let config = self.config;
         if !config.enabled {
             return Ok(Prepared {
                 hooks: PollHooks::new(None),
                 rest: None,
+                built_at,
             });
         }
         let mut sinks = export::builtin(&config)?;
@@ -346,6 +367,7 @@ impl Builder {
         let watched = Watched::new(Arc::clone(&table), config, stacks_unavailable, run_id());
         Ok(Prepared {
             hooks: PollHooks::new(Some(table)),
+            built_at,
             rest: Some(Pending {
                 watched: Arc::new(watched),
                 sinks,
@@ -387,6 +409,9 @@ fn run_id() -> String {
 pub struct Prepared {
     hooks: PollHooks,
     rest: Option<Pending>,
+    /// Where the runtime was built (the console resources' location).
+    #[cfg_attr(not(feature = "console"), allow(dead_code))]
+    built_at: &'static std::panic::Location<'static>,
 }
 
 /// What [`Prepared::start`] starts.
@@ -424,6 +449,8 @@ impl Prepared {
                 prometheus: None,
                 #[cfg(feature = "otlp")]
                 otlp: None,
+                #[cfg(feature = "console")]
+                console: None,
             });
         };
         #[allow(unused_mut)]
@@ -457,6 +484,22 @@ impl Prepared {
             pending.prometheus_registry.as_ref(),
             &mut sinks,
         )?;
+        #[cfg(feature = "console")]
+        let console = if watched.config.console == Console::Off {
+            None
+        } else {
+            if watched.config.console == Console::On {
+                export::console::install_server()?;
+            }
+            let c = export::console::Console::start(
+                handle.metrics().num_workers(),
+                self.built_at,
+                watched.config.queue_capacity,
+                live(&watched, handle, None),
+            )?;
+            sinks.push(Box::new(c.sink()));
+            Some(c)
+        };
         let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
         let stacks = watched.config.stacks;
         let (stop_tx, stop_rx) = mpsc::channel();
@@ -496,12 +539,17 @@ impl Prepared {
             prometheus,
             #[cfg(feature = "otlp")]
             otlp,
+            #[cfg(feature = "console")]
+            console,
         })
     }
 }
 
 /// What metrics exporters read live: the watchdog's pins, the runtime's workers, the drops.
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "prometheus", feature = "otlp", feature = "console")),
+    allow(dead_code)
+)]
 fn live(
     watched: &Arc<Watched>,
     handle: &tokio::runtime::Handle,
@@ -575,6 +623,8 @@ pub struct Detector {
     prometheus: PrometheusParts,
     #[cfg(feature = "otlp")]
     otlp: Option<export::otlp::Otlp>,
+    #[cfg(feature = "console")]
+    console: Option<export::console::Console>,
 }
 
 impl std::fmt::Debug for Detector {
@@ -639,12 +689,30 @@ impl Detector {
         // queued, then stops.
         #[cfg(feature = "otlp")]
         drop(self.otlp.take());
+        #[cfg(feature = "console")]
+        drop(self.console.take());
     }
 }
 
 impl Drop for Detector {
     fn drop(&mut self) {
         self.stop_threads();
+    }
+}
+
+#[cfg(all(test, not(feature = "console")))]
+mod console_tests {
+    #[test]
+    fn the_console_variable_without_the_feature_names_both() {
+        let mut b = super::Builder::new();
+        b.config
+            .apply_env(|n| (n == "PINWATCH_CONSOLE").then(|| "on".into()))
+            .unwrap();
+        let err = b.prepare().unwrap_err().to_string();
+        assert!(
+            err.contains("PINWATCH_CONSOLE") && err.contains("`console` cargo feature"),
+            "{err}"
+        );
     }
 }
 

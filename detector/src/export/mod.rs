@@ -2,6 +2,8 @@
 //! pinwatch's own export thread (never on the watched runtime, never on the watchdog). Adding a
 //! way out is adding a file here and a line in `builtin`.
 
+#[cfg(feature = "console")]
+pub mod console;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 #[cfg(feature = "prometheus")]
@@ -49,7 +51,10 @@ pub(crate) fn builtin(config: &Config) -> Result<Vec<Box<dyn Sink>>, Error> {
 }
 
 /// What a metrics exporter reads live, from the watchdog (never waiting for the export thread).
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "prometheus", feature = "otlp", feature = "console")),
+    allow(dead_code)
+)]
 pub(crate) struct Live {
     /// Each pin running now: event id and age.
     pub pinned: Vec<(u64, std::time::Duration)>,
@@ -62,7 +67,10 @@ pub(crate) struct Live {
 }
 
 /// Reads [`Live`]; called on an exporter's own thread.
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "prometheus", feature = "otlp", feature = "console")),
+    allow(dead_code)
+)]
 pub(crate) type LiveFn = std::sync::Arc<dyn Fn() -> Live + Send + Sync>;
 
 /// Pin-duration histogram buckets, in seconds: from 25 ms (just past the default threshold) to a

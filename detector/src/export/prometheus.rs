@@ -445,43 +445,9 @@ impl Drop for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Frame, Worker};
-    use std::time::SystemTime;
 
     fn event(id: u64, state: State, reason: Reason, ms: u64, line: u32) -> PinnedEvent {
-        PinnedEvent {
-            id,
-            run_id: "run".into(),
-            pid: 1,
-            state,
-            start: SystemTime::now(),
-            duration: Duration::from_millis(ms),
-            threshold: Duration::from_millis(20),
-            task_id: Some(id),
-            spawned_at: None,
-            worker: Worker {
-                index: Some(0),
-                tid: 1,
-                name: "w".into(),
-            },
-            reason: Some(reason),
-            other_reasons: vec![],
-            blocking_operation: None,
-            top_frame: Some(Frame {
-                function: Some("app::f".into()),
-                file: Some("src/app.rs".into()),
-                line: Some(line),
-                locks: 0,
-            }),
-            profile: vec![],
-            no_stack: None,
-            stack: vec![],
-            held_locks: vec![],
-            lock_holder: None,
-            samples: 1,
-            report: 1,
-            cpu_wait: Duration::ZERO,
-        }
+        PinnedEvent::for_test(id, state, reason, ms, line)
     }
 
     fn collector(

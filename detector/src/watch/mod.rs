@@ -52,7 +52,10 @@ struct LivePin {
 
 impl Watched {
     /// Each pin running now: its event id and how long it has run.
-    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "prometheus", feature = "otlp", feature = "console")),
+        allow(dead_code)
+    )]
     pub(crate) fn pinned_now(&self) -> Vec<(u64, Duration)> {
         let now = self.table.nanos_since_base(Instant::now());
         self.live

@@ -1,0 +1,485 @@
+//! tokio-console: one console resource per worker, showing live who pins it.
+//!
+//! console-subscriber takes resources from any crate: a span named `runtime.resource` with the
+//! string fields `concrete_type` and `kind` (and `loc.file`, `loc.line`, `loc.col`) is a
+//! resource; an event with target `runtime::resource::state_update`, emitted while that span is
+//! entered, sets one attribute of it (one field per event; numbers carry `.op` = `override` and
+//! `.unit`). An attribute keeps the type it was first given, so every attribute is set once at
+//! creation and then only overridden.
+//!
+//! Everything runs on a thread of pinwatch's own (`pinwatch-console`): the export thread hands
+//! it each event through a bounded queue (`try_send`: never waits), and it reads the watchdog's
+//! live pins every [`TICK`] to keep `pinned_for` current. Nothing here touches the per-poll path.
+//!
+//! The spans are made against the process's global `tracing` dispatcher. A service that installs
+//! its subscriber after pinwatch starts (the body of `#[pinwatch::main]` runs after the runtime
+//! is built) still gets them: while they are disabled, the thread makes them again every tick.
+
+use std::collections::HashMap;
+use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{LiveFn, Sink};
+use crate::event::{PinnedEvent, State};
+use crate::Error;
+
+/// The resources' `kind`, as the console shows it.
+pub const KIND: &str = "pinwatch.worker";
+
+/// The resources' `concrete_type`.
+pub const CONCRETE_TYPE: &str = "pinwatch::Worker";
+
+/// How often a pinned worker's `pinned_for` is brought up to date.
+pub const TICK: Duration = Duration::from_millis(250);
+
+/// What a worker's resource shows: the attributes, in the order they are first set.
+#[derive(Clone, Debug, PartialEq)]
+struct View {
+    pinned: bool,
+    pinned_for_ms: u64,
+    /// tokio's id of the task holding the worker; 0 when none.
+    task_id: u64,
+    reason: String,
+    blocking_op: String,
+    /// `file:line function`, the file relative to the working directory when it is under it
+    /// (the console's table cuts long attributes: the place first).
+    top_frame: String,
+    /// Pins of this worker so far (retracted ones taken back).
+    pins: u64,
+    /// Time this worker spent pinned, over the pins that ended.
+    pinned_total_ms: u64,
+}
+
+/// Shown for a text attribute of a worker that is not pinned.
+const NONE: &str = "-";
+
+impl View {
+    fn idle(pins: u64, pinned_total_ms: u64) -> View {
+        View {
+            pinned: false,
+            pinned_for_ms: 0,
+            task_id: 0,
+            reason: NONE.to_owned(),
+            blocking_op: NONE.to_owned(),
+            top_frame: NONE.to_owned(),
+            pins,
+            pinned_total_ms,
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One worker's resource and what it shows.
+struct WorkerResource {
+    index: usize,
+    span: tracing::Span,
+    view: View,
+    /// The pin shown, with when its last event came.
+    current: Option<(u64, Instant)>,
+    /// Pins counted in `pins` whose end has not come yet.
+    open: std::collections::HashSet<u64>,
+    cwd: Option<std::path::PathBuf>,
+}
+
+/// A frame as `file:line function`, the file relative to `cwd` when it is under it.
+fn frame_text(f: &crate::event::Frame, cwd: &Option<std::path::PathBuf>) -> String {
+    let function = f.function.as_deref().unwrap_or("<unknown>");
+    let Some(file) = &f.file else {
+        return function.to_owned();
+    };
+    let path = std::path::Path::new(file);
+    let file = cwd
+        .as_deref()
+        .and_then(|c| path.strip_prefix(c).ok())
+        .unwrap_or(path)
+        .display();
+    match f.line {
+        Some(line) => format!("{file}:{line} {function}"),
+        None => format!("{file} {function}"),
+    }
+}
+
+impl WorkerResource {
+    fn new(index: usize, at: &'static Location<'static>) -> WorkerResource {
+        let mut r = WorkerResource {
+            index,
+            span: tracing::Span::none(),
+            view: View::idle(0, 0),
+            current: None,
+            open: std::collections::HashSet::new(),
+            cwd: std::env::current_dir().ok(),
+        };
+        r.make_span(at);
+        r
+    }
+
+    /// (Re)makes the span, and sets every attribute on it.
+    fn make_span(&mut self, at: &'static Location<'static>) {
+        self.span = tracing::trace_span!(
+            parent: None,
+            "runtime.resource",
+            concrete_type = CONCRETE_TYPE,
+            kind = KIND,
+            loc.file = at.file(),
+            loc.line = at.line(),
+            loc.col = at.column(),
+            is_internal = false,
+            inherits_child_attrs = false,
+            worker = self.index,
+        );
+        let view = self.view.clone();
+        self.emit(&view, None);
+    }
+
+    /// Sets what differs between `old` (all of it when `None`) and `new`.
+    fn emit(&self, new: &View, old: Option<&View>) {
+        if self.span.is_disabled() {
+            return;
+        }
+        let _in = self.span.enter();
+        macro_rules! update {
+            ($($field:tt)+) => {
+                tracing::trace!(target: "runtime::resource::state_update", $($field)+)
+            };
+        }
+        if old.is_none_or(|o| o.pinned != new.pinned) {
+            update!(pinned = new.pinned);
+        }
+        if old.is_none_or(|o| o.pinned_for_ms != new.pinned_for_ms) {
+            update!(
+                pinned_for = new.pinned_for_ms,
+                pinned_for.unit = "ms",
+                pinned_for.op = "override"
+            );
+        }
+        if old.is_none_or(|o| o.task_id != new.task_id) {
+            update!(task_id = new.task_id, task_id.op = "override");
+        }
+        if old.is_none_or(|o| o.reason != new.reason) {
+            update!(reason = new.reason.as_str());
+        }
+        if old.is_none_or(|o| o.blocking_op != new.blocking_op) {
+            update!(blocking_op = new.blocking_op.as_str());
+        }
+        if old.is_none_or(|o| o.top_frame != new.top_frame) {
+            update!(top_frame = new.top_frame.as_str());
+        }
+        if old.is_none_or(|o| o.pins != new.pins) {
+            update!(pins = new.pins, pins.op = "override");
+        }
+        if old.is_none_or(|o| o.pinned_total_ms != new.pinned_total_ms) {
+            update!(
+                pinned_total = new.pinned_total_ms,
+                pinned_total.unit = "ms",
+                pinned_total.op = "override"
+            );
+        }
+    }
+
+    fn set(&mut self, new: View) {
+        if new != self.view {
+            self.emit(&new, Some(&self.view));
+            self.view = new;
+        }
+    }
+
+    /// Applies one event of a pin of this worker.
+    fn event(&mut self, e: &PinnedEvent) {
+        match e.state {
+            State::InProgress => {
+                let pins = self.view.pins + u64::from(self.open.insert(e.id));
+                let view = View {
+                    pinned: true,
+                    pinned_for_ms: ms(e.duration),
+                    task_id: e.task_id.unwrap_or(0),
+                    reason: e.reason.map_or(NONE, |r| r.as_str()).to_owned(),
+                    blocking_op: e.blocking_operation.clone().unwrap_or_else(|| NONE.into()),
+                    top_frame: e
+                        .top_frame
+                        .as_ref()
+                        .map_or_else(|| NONE.to_owned(), |f| frame_text(f, &self.cwd)),
+                    pins,
+                    pinned_total_ms: self.view.pinned_total_ms,
+                };
+                self.current = Some((e.id, Instant::now()));
+                self.set(view);
+            }
+            State::Completed => {
+                // A pin whose in-progress reports were all dropped still counts.
+                let pins = self.view.pins + u64::from(!self.open.remove(&e.id));
+                let total = self.view.pinned_total_ms.saturating_add(ms(e.duration));
+                self.end(e.id, View::idle(pins, total));
+            }
+            State::Retracted => {
+                let pins = self
+                    .view
+                    .pins
+                    .saturating_sub(u64::from(self.open.remove(&e.id)));
+                self.end(e.id, View::idle(pins, self.view.pinned_total_ms));
+            }
+        }
+    }
+
+    /// The pin `id` ended: show `idle`, unless another pin is shown by now.
+    fn end(&mut self, id: u64, idle: View) {
+        match self.current {
+            Some((shown, _)) if shown != id => {
+                // An older pin of this worker ended after a newer one began (reports crossed):
+                // count it, keep showing the newer one.
+                let mut v = self.view.clone();
+                v.pins = idle.pins;
+                v.pinned_total_ms = idle.pinned_total_ms;
+                self.set(v);
+            }
+            _ => {
+                self.current = None;
+                self.set(idle);
+            }
+        }
+    }
+
+    /// Brings `pinned_for` up to date from the watchdog's live pins; a pin the watchdog no
+    /// longer sees, whose end never came (dropped from the queue), ends here.
+    fn tick(&mut self, live: &HashMap<u64, Duration>) {
+        let Some((id, last)) = self.current else {
+            return;
+        };
+        match live.get(&id) {
+            Some(age) => {
+                let mut v = self.view.clone();
+                v.pinned_for_ms = ms(*age);
+                self.set(v);
+            }
+            None if last.elapsed() > 4 * TICK => {
+                // Kept in `open`: if its end comes after all, it is not counted twice.
+                self.current = None;
+                let idle = View::idle(self.view.pins, self.view.pinned_total_ms);
+                self.set(idle);
+            }
+            None => {}
+        }
+    }
+}
+
+/// The console's resource thread and its queue.
+pub(crate) struct Console {
+    tx: Option<mpsc::SyncSender<PinnedEvent>>,
+    thread: Option<JoinHandle<()>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Console {
+    /// Starts the thread that keeps one resource per worker (`workers` of them; more appear if
+    /// events name higher indexes). `at`: the resources' location (where the runtime was built).
+    pub(crate) fn start(
+        workers: usize,
+        at: &'static Location<'static>,
+        queue: usize,
+        live: LiveFn,
+    ) -> Result<Console, Error> {
+        let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
+        let thread = std::thread::Builder::new()
+            .name("pinwatch-console".into())
+            .spawn(move || run(rx, workers, at, live))
+            .map_err(|source| Error::Thread {
+                what: "console",
+                source,
+            })?;
+        Ok(Console {
+            tx: Some(tx),
+            thread: Some(thread),
+            dropped: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The sink the export thread hands events to.
+    pub(crate) fn sink(&self) -> ConsoleSink {
+        ConsoleSink {
+            tx: self.tx.clone(),
+            dropped: Arc::clone(&self.dropped),
+        }
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(
+    rx: mpsc::Receiver<PinnedEvent>,
+    workers: usize,
+    at: &'static Location<'static>,
+    live: LiveFn,
+) {
+    let mut resources: Vec<WorkerResource> =
+        (0..workers).map(|i| WorkerResource::new(i, at)).collect();
+    let mut next_tick = Instant::now() + TICK;
+    loop {
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok(e) => {
+                let Some(index) = e.worker.index else {
+                    continue;
+                };
+                while resources.len() <= index {
+                    let i = resources.len();
+                    resources.push(WorkerResource::new(i, at));
+                }
+                resources[index].event(&e);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                next_tick = Instant::now() + TICK;
+                for r in resources.iter_mut().filter(|r| r.span.is_disabled()) {
+                    r.make_span(at);
+                }
+                if resources.iter().any(|r| r.current.is_some()) {
+                    let pinned: HashMap<u64, Duration> = live().pinned.into_iter().collect();
+                    for r in resources.iter_mut() {
+                        r.tick(&pinned);
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Hands each event to the console thread; never waits.
+pub(crate) struct ConsoleSink {
+    tx: Option<mpsc::SyncSender<PinnedEvent>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Sink for ConsoleSink {
+    fn event(&mut self, event: &PinnedEvent) {
+        if let Some(tx) = &self.tx {
+            if tx.try_send(event.clone()).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        drop(self.tx.take());
+    }
+}
+
+/// Installs the process's `tracing` subscriber, as `console_subscriber::init` does: the console
+/// layer (its server on a thread of its own, configured by `TOKIO_CONSOLE_BIND` and the other
+/// `TOKIO_CONSOLE_*` variables) and a `fmt` layer to stderr filtered by `RUST_LOG` (default:
+/// `warn`, so that pinwatch's own reports show).
+pub(crate) fn install_server() -> Result<(), Error> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) => tracing_subscriber::EnvFilter::try_new(&v).map_err(|e| {
+            Error::Console(format!(
+                "RUST_LOG={v:?} is not a filter ({e}); write it like `warn` or `info,my_app=debug`"
+            ))
+        })?,
+        Err(_) => tracing_subscriber::EnvFilter::new("warn"),
+    };
+    // console-subscriber's server panics on its own thread when it cannot listen, and the
+    // service would run on without a console: find out here, and say what to do.
+    let bind = std::env::var("TOKIO_CONSOLE_BIND").unwrap_or_else(|_| "127.0.0.1:6669".into());
+    if let Err(e) = std::net::TcpListener::bind(bind.as_str()) {
+        return Err(Error::Console(format!(
+            "PINWATCH_CONSOLE=on: the console server cannot listen on {bind} ({e}); set \
+             TOKIO_CONSOLE_BIND to a free address, e.g. 127.0.0.1:6670"
+        )));
+    }
+    let subscriber = tracing_subscriber::registry()
+        .with(
+            console_subscriber::ConsoleLayer::builder()
+                .with_default_env()
+                .spawn(),
+        )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
+        );
+    tracing::subscriber::set_global_default(subscriber).map_err(|_| {
+        Error::Console(
+            "PINWATCH_CONSOLE=on installs the process's tracing subscriber, but one is already \
+             installed; add `console_subscriber::spawn()` as a layer of yours and set \
+             PINWATCH_CONSOLE=resources instead"
+                .to_owned(),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Reason;
+
+    fn worker() -> WorkerResource {
+        // No subscriber in unit tests: the span is disabled and only the view changes.
+        WorkerResource::new(0, Location::caller())
+    }
+
+    fn event(id: u64, state: State, ms: u64) -> PinnedEvent {
+        PinnedEvent::for_test(id, state, Reason::Sleep, ms, 7)
+    }
+
+    #[test]
+    fn a_pin_shows_while_it_lasts_and_counts_once() {
+        let mut w = worker();
+        w.event(&event(1, State::InProgress, 25));
+        w.event(&event(1, State::InProgress, 1025));
+        assert!(w.view.pinned);
+        assert_eq!((w.view.task_id, w.view.pins), (1, 1));
+        assert_eq!(w.view.reason, "sleep");
+        assert_eq!(w.view.pinned_for_ms, 1025);
+        assert!(
+            w.view.top_frame.starts_with("src/app.rs:7 app::f"),
+            "{:?}",
+            w.view
+        );
+        let live = HashMap::from([(1, Duration::from_millis(1300))]);
+        w.tick(&live);
+        assert_eq!(w.view.pinned_for_ms, 1300);
+        w.event(&event(1, State::Completed, 1500));
+        assert_eq!(w.view, View::idle(1, 1500));
+    }
+
+    #[test]
+    fn a_retracted_pin_is_taken_back() {
+        let mut w = worker();
+        w.event(&event(1, State::InProgress, 25));
+        w.event(&event(1, State::Retracted, 40));
+        assert_eq!(w.view, View::idle(0, 0));
+    }
+
+    #[test]
+    fn a_short_pin_seen_only_completed_counts() {
+        let mut w = worker();
+        w.event(&event(3, State::Completed, 30));
+        assert_eq!(w.view, View::idle(1, 30));
+    }
+
+    #[test]
+    fn an_older_pin_ending_late_leaves_the_newer_one_shown() {
+        let mut w = worker();
+        w.event(&event(1, State::InProgress, 25));
+        w.event(&event(2, State::InProgress, 25));
+        w.event(&event(1, State::Completed, 60));
+        assert!(w.view.pinned);
+        assert_eq!(
+            (w.view.task_id, w.view.pins, w.view.pinned_total_ms),
+            (2, 2, 60)
+        );
+    }
+}

@@ -156,6 +156,10 @@ pub struct Frame {
 #[cfg(test)]
 impl PinnedEvent {
     /// An event of worker 0 whose task id is its id, with a top frame at `src/app.rs:line`.
+    #[cfg_attr(
+        not(any(feature = "prometheus", feature = "console")),
+        allow(dead_code)
+    )]
     pub(crate) fn for_test(
         id: u64,
         state: State,

@@ -1,0 +1,615 @@
+//! One measurement in a process of its own: one configuration (a runtime and the tool on it),
+//! one workload, one JSON line of results on stdout. A process each, because some tools install
+//! the process's `tracing` subscriber and none can be taken off again.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+/// A runtime and the tool watching it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Config {
+    /// tokio, no hooks.
+    Plain,
+    /// tokio with two empty poll hooks: tokio's own cost of calling them.
+    Hooks,
+    /// tokio with one empty poll hook (before the poll only): what a design that needs one
+    /// hook would start from.
+    Hook1,
+    /// pinwatch with its defaults.
+    Pinwatch,
+    /// pinwatch with the JSON-lines recording, the Prometheus endpoint (scraped every second)
+    /// and OTLP (to a receiver in the process, metrics every second) all on.
+    PinwatchAll,
+    /// tokio-metrics' `TaskMonitor` instrumenting every spawned task.
+    TokioMetrics,
+    /// tokio, no hooks, from the build with tokio's `tracing` feature: that feature's floor.
+    PlainTracing,
+    /// console-subscriber's layer, what `tokio-console` users run.
+    Console,
+    /// pinwatch with `PINWATCH_CONSOLE=on`: console-subscriber plus pinwatch's worker resources.
+    PinwatchConsole,
+    /// tokio-blocked's layer (reports polls longer than 20 ms, after they return).
+    TokioBlocked,
+}
+
+impl Config {
+    /// In table order.
+    pub const ALL: [Config; 10] = [
+        Config::Plain,
+        Config::Hook1,
+        Config::Hooks,
+        Config::Pinwatch,
+        Config::PinwatchAll,
+        Config::TokioMetrics,
+        Config::PlainTracing,
+        Config::Console,
+        Config::PinwatchConsole,
+        Config::TokioBlocked,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Config::Plain => "plain",
+            Config::Hooks => "hooks",
+            Config::Hook1 => "hook1",
+            Config::Pinwatch => "pinwatch",
+            Config::PinwatchAll => "pinwatch-all",
+            Config::TokioMetrics => "tokio-metrics",
+            Config::PlainTracing => "plain-tracing",
+            Config::Console => "console",
+            Config::PinwatchConsole => "pinwatch-console",
+            Config::TokioBlocked => "tokio-blocked",
+        }
+    }
+
+    /// What the table calls it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Config::Plain => "plain tokio",
+            Config::Hooks => "tokio + 2 empty poll hooks",
+            Config::Hook1 => "tokio + 1 empty poll hook (before only)",
+            Config::Pinwatch => "pinwatch (defaults)",
+            Config::PinwatchAll => "pinwatch + recording + Prometheus + OTLP",
+            Config::TokioMetrics => "tokio-metrics TaskMonitor on every task",
+            Config::PlainTracing => "plain tokio, `tracing` feature built in",
+            Config::Console => "console-subscriber",
+            Config::PinwatchConsole => "pinwatch + `PINWATCH_CONSOLE=on`",
+            Config::TokioBlocked => "tokio-blocked",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Config> {
+        Config::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// Needs the build with tokio's `tracing` feature (the `tracing-tools` cargo feature).
+    pub fn needs_tracing(self) -> bool {
+        matches!(
+            self,
+            Config::PlainTracing | Config::Console | Config::PinwatchConsole | Config::TokioBlocked
+        )
+    }
+
+    /// Reports a stuck worker while it is stuck (so its detection latency can be measured).
+    pub fn reports_stuck(self) -> bool {
+        matches!(
+            self,
+            Config::Pinwatch | Config::PinwatchAll | Config::PinwatchConsole
+        )
+    }
+}
+
+/// What runs on the runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// N tasks × 10 `yield_now`: the per-poll cost, nothing else.
+    Storm,
+    /// An axum service under a fixed-rate keep-alive load from a client on its own runtime.
+    Http,
+    /// The same, with one request in 500 pinning its worker for 30 ms (`std::thread::sleep`).
+    Mixed,
+    /// A task blocks its worker for good: how long until the tool says so.
+    Stuck,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 4] = [
+        Workload::Storm,
+        Workload::Http,
+        Workload::Mixed,
+        Workload::Stuck,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Storm => "storm",
+            Workload::Http => "http",
+            Workload::Mixed => "mixed",
+            Workload::Stuck => "stuck",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == s)
+    }
+}
+
+/// Sizes of the workloads.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    pub tasks: usize,
+    pub http: Duration,
+    pub rate: u32,
+    pub conns: usize,
+}
+
+/// One request in this many pins its worker in the mixed workload.
+const PIN_EVERY: u64 = 500;
+const PIN_FOR: Duration = Duration::from_millis(30);
+
+/// Spawns the workload's tasks, through tokio-metrics' monitor when that is the configuration.
+#[derive(Clone)]
+struct Spawner(Option<tokio_metrics::TaskMonitor>);
+
+impl Spawner {
+    fn spawn<F>(&self, f: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.0 {
+            Some(m) => tokio::spawn(m.instrument(f)),
+            None => tokio::spawn(f),
+        }
+    }
+}
+
+/// The configuration, set up: the runtime, and what must live as long as it.
+struct Setup {
+    rt: tokio::runtime::Runtime,
+    spawner: Spawner,
+    detector: Option<pinwatch::Detector>,
+    /// When a pinwatch sink first got an `in_progress` event of each task, by task id.
+    first_report: Arc<Mutex<std::collections::HashMap<u64, Instant>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    helpers: Vec<std::thread::JoinHandle<()>>,
+    record: Option<std::path::PathBuf>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn setup(config: Config) -> Setup {
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2).enable_all();
+    let first_report = Arc::new(Mutex::new(std::collections::HashMap::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut helpers = Vec::new();
+    let mut record = None;
+    let first = Arc::clone(&first_report);
+    let sink = move |e: &pinwatch::PinnedEvent| {
+        if let (pinwatch::State::InProgress, Some(task)) = (e.state, e.task_id) {
+            let mut f = first.lock().unwrap_or_else(|p| p.into_inner());
+            f.entry(task).or_insert_with(Instant::now);
+        }
+    };
+    let (rt, detector) = match config {
+        Config::Plain | Config::TokioMetrics | Config::PlainTracing => {
+            (tokio.build().expect("runtime"), None)
+        }
+        Config::Console | Config::TokioBlocked => {
+            install_tracing_tool(config);
+            (tokio.build().expect("runtime"), None)
+        }
+        Config::Hooks => {
+            tokio.on_before_task_poll(|_| {}).on_after_task_poll(|_| {});
+            (tokio.build().expect("runtime"), None)
+        }
+        Config::Hook1 => {
+            tokio.on_before_task_poll(|_| {});
+            (tokio.build().expect("runtime"), None)
+        }
+        Config::Pinwatch => {
+            let (rt, d) = pinwatch::Builder::new()
+                .sink(sink)
+                .build(&mut tokio)
+                .expect("pinwatch");
+            (rt, Some(d))
+        }
+        Config::PinwatchConsole => pinwatch_console(&mut tokio, sink),
+        Config::PinwatchAll => {
+            let otlp = otlp_receiver(&stop, &mut helpers);
+            // Read by the OpenTelemetry SDK when the exporter starts, before any thread of
+            // this process exists but the receiver's.
+            std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}"));
+            std::env::set_var("OTEL_METRIC_EXPORT_INTERVAL", "1000");
+            let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            let path =
+                std::env::temp_dir().join(format!("pinwatch-bench-{}.jsonl", std::process::id()));
+            record = Some(path.clone());
+            let (rt, d) = pinwatch::Builder::new()
+                .sink(sink)
+                .record(path)
+                .prometheus_addr(metrics)
+                .otlp(true)
+                .build(&mut tokio)
+                .expect("pinwatch");
+            helpers.push(scraper(metrics, Arc::clone(&stop)));
+            (rt, Some(d))
+        }
+    };
+    let spawner = Spawner((config == Config::TokioMetrics).then(tokio_metrics::TaskMonitor::new));
+    Setup {
+        rt,
+        spawner,
+        detector,
+        first_report,
+        stop,
+        helpers,
+        record,
+    }
+}
+
+#[cfg(feature = "tracing-tools")]
+fn install_tracing_tool(config: Config) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    match config {
+        Config::Console => tracing_subscriber::registry()
+            .with(
+                console_subscriber::ConsoleLayer::builder()
+                    .server_addr(([127, 0, 0, 1], free_port()))
+                    .spawn(),
+            )
+            .init(),
+        _ => tracing_subscriber::registry()
+            .with(
+                tokio_blocked::TokioBlockedLayer::new()
+                    .with_warn_busy_single_poll(Some(Duration::from_millis(20))),
+            )
+            .init(),
+    }
+}
+
+#[cfg(not(feature = "tracing-tools"))]
+fn install_tracing_tool(config: Config) {
+    eprintln!(
+        "compare: {} needs the build with the `tracing-tools` feature",
+        config.name()
+    );
+    std::process::exit(2);
+}
+
+#[cfg(feature = "tracing-tools")]
+fn pinwatch_console(
+    tokio: &mut tokio::runtime::Builder,
+    sink: impl pinwatch::Sink,
+) -> (tokio::runtime::Runtime, Option<pinwatch::Detector>) {
+    std::env::set_var("TOKIO_CONSOLE_BIND", format!("127.0.0.1:{}", free_port()));
+    let (rt, d) = pinwatch::Builder::new()
+        .sink(sink)
+        .console(pinwatch::Console::On)
+        .build(tokio)
+        .expect("pinwatch");
+    (rt, Some(d))
+}
+
+#[cfg(not(feature = "tracing-tools"))]
+fn pinwatch_console(
+    _: &mut tokio::runtime::Builder,
+    _: impl pinwatch::Sink,
+) -> (tokio::runtime::Runtime, Option<pinwatch::Detector>) {
+    install_tracing_tool(Config::PinwatchConsole);
+    unreachable!()
+}
+
+/// An OTLP/HTTP receiver that takes everything (an empty protobuf answer is a valid export
+/// response), on a thread of its own.
+fn otlp_receiver(
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+    helpers: &mut Vec<std::thread::JoinHandle<()>>,
+) -> SocketAddr {
+    let server = tiny_http::Server::http("127.0.0.1:0").expect("OTLP receiver");
+    let addr = server.server_addr().to_ip().expect("an IP address");
+    let stop = Arc::clone(stop);
+    helpers.push(std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(Some(mut req)) = server.recv_timeout(Duration::from_millis(100)) {
+                let _ = std::io::copy(req.as_reader(), &mut std::io::sink());
+                let header =
+                    tiny_http::Header::from_bytes("Content-Type", "application/x-protobuf")
+                        .expect("header");
+                let _ = req.respond(tiny_http::Response::empty(200).with_header(header));
+            }
+        }
+    }));
+    addr
+}
+
+/// Scrapes `/metrics` every second, as a (busy) Prometheus would.
+fn scraper(
+    addr: SocketAddr,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n");
+                let _ = s.read_to_end(&mut Vec::new());
+            }
+            for _ in 0..10 {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    })
+}
+
+/// Runs `workload` on `config` and returns its results.
+pub fn run(config: Config, workload: Workload, sizes: Sizes) -> serde_json::Value {
+    let s = setup(config);
+    let mut out = match workload {
+        Workload::Storm => storm(&s, sizes.tasks),
+        Workload::Http => http(&s, sizes, false),
+        Workload::Mixed => http(&s, sizes, true),
+        Workload::Stuck => stuck(&s),
+    };
+    let monitored = s
+        .spawner
+        .0
+        .as_ref()
+        .map(|m| m.cumulative().instrumented_count);
+    let polls: u64 = {
+        let m = s.rt.metrics();
+        (0..m.num_workers()).map(|i| m.worker_poll_count(i)).sum()
+    };
+    let Setup {
+        rt,
+        detector,
+        stop,
+        helpers,
+        record,
+        ..
+    } = s;
+    drop(rt);
+    let stats = detector.map(|d| d.shutdown());
+    stop.store(true, Ordering::Relaxed);
+    for h in helpers {
+        let _ = h.join();
+    }
+    if let Some(path) = record {
+        let _ = std::fs::remove_file(path);
+    }
+    out["config"] = json!(config.name());
+    out["workload"] = json!(workload.name());
+    out["polls"] = json!(polls);
+    out["peak_rss_kib"] = json!(peak_rss_kib());
+    out["pinned_polls"] = json!(stats.map(|s| s.pinned_polls));
+    out["monitored_tasks"] = json!(monitored);
+    out
+}
+
+fn storm(s: &Setup, tasks: usize) -> serde_json::Value {
+    let sp = s.spawner.clone();
+    let start = Instant::now();
+    s.rt.block_on(async move {
+        let handles: Vec<_> = (0..tasks)
+            .map(|_| {
+                sp.spawn(async {
+                    for _ in 0..10 {
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.await.expect("storm task");
+        }
+    });
+    json!({ "wall_ms": start.elapsed().as_secs_f64() * 1e3, "task_polls": tasks * 11 })
+}
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is always valid.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The service: `GET /` answers `ok`; in the mixed workload one request in [`PIN_EVERY`] sleeps
+/// [`PIN_FOR`] on its worker first. Served by an accept loop of our own so that every
+/// connection task goes through the spawner (tokio-metrics sees them all).
+fn serve(s: &Setup, pins: bool) -> SocketAddr {
+    use axum::routing::get;
+    let counter = Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new().route(
+        "/",
+        get(move || {
+            let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+            async move {
+                if pins && n % PIN_EVERY == 0 {
+                    std::thread::sleep(PIN_FOR);
+                }
+                "ok"
+            }
+        }),
+    );
+    let sp = s.spawner.clone();
+    let listener =
+        s.rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("listen");
+    let addr = listener.local_addr().expect("address");
+    let sp2 = sp.clone();
+    let _guard = s.rt.enter();
+    sp.spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+            sp2.spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
+    let addr = serve(s, pins);
+    let cpu0 = cpu_time();
+    let (latencies, elapsed) = load(addr, sizes);
+    let cpu = cpu_time() - cpu0;
+    let mut l = latencies;
+    l.sort_unstable();
+    let pct = |p: f64| {
+        l.get(((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    json!({
+        "requests": l.len(),
+        "req_per_s": l.len() as f64 / elapsed.as_secs_f64(),
+        "p50_us": pct(0.50),
+        "p99_us": pct(0.99),
+        "cpu_us_per_req": cpu.as_secs_f64() * 1e6 / l.len().max(1) as f64,
+    })
+}
+
+/// The client: `conns` keep-alive connections on a runtime of its own (one thread), together
+/// sending `rate` requests a second on a fixed schedule for `sizes.http`. A latency is counted
+/// from when the request was due, not when it went out, so a stalled server is not hidden by
+/// a client that waited for it.
+fn load(addr: SocketAddr, sizes: Sizes) -> (Vec<u32>, Duration) {
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                client.block_on(async {
+                    let period = Duration::from_secs_f64(sizes.conns as f64 / sizes.rate as f64);
+                    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+                    let end = start + sizes.http;
+                    let mut tasks = Vec::new();
+                    for c in 0..sizes.conns {
+                        let offset = period.mul_f64(c as f64 / sizes.conns as f64);
+                        tasks.push(tokio::spawn(connection(addr, start + offset, end, period)));
+                    }
+                    let mut all = Vec::new();
+                    for t in tasks {
+                        all.extend(t.await.expect("client connection"));
+                    }
+                    (all, sizes.http)
+                })
+            })
+            .join()
+            .expect("client thread")
+    })
+}
+
+async fn connection(
+    addr: SocketAddr,
+    mut due: tokio::time::Instant,
+    end: tokio::time::Instant,
+    period: Duration,
+) -> Vec<u32> {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(conn);
+    let mut latencies = Vec::new();
+    while due < end {
+        tokio::time::sleep_until(due).await;
+        let req = hyper::Request::get("/")
+            .header(hyper::header::HOST, "bench")
+            .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+            .expect("request");
+        let resp = sender.send_request(req).await.expect("response");
+        let _ = resp.into_body().collect().await.expect("body");
+        latencies.push(due.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        due += period;
+    }
+    latencies
+}
+
+/// Blocks a worker until the tool reports it, twice: the first report of a process loads the
+/// debug info that symbols need (once), the second shows the steady state.
+fn stuck(s: &Setup) -> serde_json::Value {
+    let cold = stuck_once(s);
+    let warm = stuck_once(s);
+    json!({ "detect_cold_ms": cold, "detect_ms": warm })
+}
+
+/// Blocks a worker, waits (bounded) for the tool's first `in_progress` report, releases it:
+/// milliseconds from blocking to the report.
+fn stuck_once(s: &Setup) -> Option<f64> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (blocked_tx, blocked_rx) = std::sync::mpsc::channel::<Instant>();
+    let _guard = s.rt.enter();
+    let task = s.spawner.spawn(async move {
+        let _ = blocked_tx.send(Instant::now());
+        let _ = rx.recv();
+    });
+    let id: u64 = task
+        .id()
+        .to_string()
+        .parse()
+        .expect("a task id is a number");
+    let blocked_at = blocked_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the stuck task ran");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reported = loop {
+        let first = s
+            .first_report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .copied();
+        if let Some(t) = first {
+            break Some(t);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let _ = tx.send(());
+    let _ = s.rt.block_on(task);
+    reported.map(|t| t.saturating_duration_since(blocked_at).as_secs_f64() * 1e3)
+}

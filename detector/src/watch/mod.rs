@@ -175,6 +175,9 @@ pub(crate) fn run(
                 std::thread::sleep(late);
             }
         }
+        // Before every load of this scan: the look time of the slots nobody holds (most of the
+        // table), so that only the few in use read the clock next to their own loads.
+        let scan_start = Instant::now();
         for (((slot, watch), look), live) in w
             .table
             .slots()
@@ -183,6 +186,12 @@ pub(crate) fn run(
             .zip(last_look.iter_mut())
             .zip(w.live.iter())
         {
+            if watch.is_none() && !slot.is_active() {
+                // Free and not followed: nothing to time. A thread that takes the slot after
+                // this load starts its polls after `scan_start`.
+                *look = scan_start;
+                continue;
+            }
             wd.scan_slot(slot, watch, look);
             let pinned = watch.as_ref().and_then(|wt| wt.pinned.as_ref());
             let id = pinned.map_or(0, |p| p.event.id);

@@ -176,6 +176,7 @@ impl PinnedEvent {
             duration: Duration::from_millis(ms),
             threshold: Duration::from_millis(20),
             task_id: Some(id),
+            block_on: false,
             spawned_at: None,
             worker: Worker {
                 index: Some(0),
@@ -291,8 +292,13 @@ pub struct PinnedEvent {
     /// The threshold in force.
     #[serde(rename = "threshold_ms", with = "millis")]
     pub threshold: Duration,
-    /// tokio's task id.
+    /// tokio's task id (none for a `block_on` body).
     pub task_id: Option<u64>,
+    /// The pinned poll was the `block_on` future's own (the body of `#[pinwatch::main]` or of
+    /// `#[pinwatch::test]`), not a task's: `spawned_at` is where that body is, `worker.index`
+    /// is none (on a multi-thread runtime the body's thread is not one of the workers).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub block_on: bool,
     /// Where the task was spawned.
     pub spawned_at: Option<SourceLocation>,
     /// The pinned worker.
@@ -386,14 +392,24 @@ impl PinnedEvent {
     /// A one-line summary, like the first line of `jdk.tracePinnedThreads` output.
     pub fn headline(&self) -> String {
         let mut s = format!(
-            "pinned {} for {:.1} ms: task {} ",
+            "pinned {} for {:.1} ms: ",
             self.state.as_str(),
             self.duration.as_secs_f64() * 1e3,
-            self.task_id
-                .map_or_else(|| "?".to_owned(), |t| t.to_string()),
         );
-        if let Some(at) = &self.spawned_at {
-            s.push_str(&format!("(spawned at {at}) "));
+        if self.block_on {
+            s.push_str("the block_on body ");
+            if let Some(at) = &self.spawned_at {
+                s.push_str(&format!("(at {at}) "));
+            }
+        } else {
+            s.push_str(&format!(
+                "task {} ",
+                self.task_id
+                    .map_or_else(|| "?".to_owned(), |t| t.to_string())
+            ));
+            if let Some(at) = &self.spawned_at {
+                s.push_str(&format!("(spawned at {at}) "));
+            }
         }
         s.push_str(&format!(
             "held worker {} ({}, tid {})",
@@ -480,6 +496,7 @@ mod tests {
             duration: Duration::from_micros(100_250),
             threshold: Duration::from_millis(20),
             task_id: Some(12),
+            block_on: false,
             spawned_at: Some(SourceLocation {
                 file: "src/main.rs".into(),
                 line: 10,

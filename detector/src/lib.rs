@@ -15,7 +15,7 @@
 //! ```
 //! #[pinwatch::main(flavor = "current_thread")]
 //! async fn main() {
-//!     // the service, unchanged; `spawn` the work (the body of `main` itself is not a task)
+//!     // the service, unchanged (the body is watched too, though it is not a task)
 //!     tokio::spawn(async { /* … */ }).await.unwrap();
 //! }
 //! ```
@@ -83,6 +83,8 @@ mod runtime;
 mod signal;
 pub mod sync;
 mod watch;
+// Runs a future on a watched runtime, for tests.
+pub mod testing;
 
 // Leaves every stage may use.
 pub mod config;
@@ -103,9 +105,26 @@ pub use signal::sample_signal;
 /// `worker_threads = N`). A bad `PINWATCH_*` value stops the program with a message naming it.
 pub use pinwatch_macros::main;
 
+/// Drop-in for `#[tokio::test]` that fails the test when a poll pins a worker — the test body's
+/// own polls included. Takes `#[tokio::test]`'s arguments (`flavor`, `worker_threads`,
+/// `start_paused`) and pinwatch's: `threshold = "50ms"`, `allow = "cpu, sleep"` (reasons that do
+/// not count), `stacks = "full"`. The `PINWATCH_*` environment applies under them. See
+/// [`testing`].
+pub use pinwatch_macros::test;
+
 #[doc(hidden)]
 pub mod __private {
     pub use tokio;
+
+    /// What `#[pinwatch::test]` expands to: runs the test, fails it on a pin.
+    #[track_caller]
+    pub fn test_main<F: std::future::Future>(check: crate::testing::Check, body: F) -> F::Output {
+        let (out, pins) = check.run(body);
+        if !pins.is_empty() {
+            panic!("{}", crate::testing::render(&pins));
+        }
+        out
+    }
 
     /// What `#[pinwatch::main]` expands to.
     #[track_caller]

@@ -660,6 +660,26 @@ impl Detector {
         self.watched.as_ref().map(|w| w.run_id.as_str())
     }
 
+    /// Watches `fut`, the future you hand to `Runtime::block_on`: tokio's task hooks never see
+    /// it (`#[pinwatch::main]` and `#[pinwatch::test]` wrap their bodies with it). Its polls are
+    /// timed like a task's, in the calling thread's slot, and reported with `block_on: true`
+    /// and this call's location. Poll it on one thread (as `block_on` does).
+    #[track_caller]
+    pub fn watch_block_on<F: std::future::Future>(
+        &self,
+        fut: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        self.watch_block_on_at(std::panic::Location::caller(), fut)
+    }
+
+    pub(crate) fn watch_block_on_at<F: std::future::Future>(
+        &self,
+        at: &'static std::panic::Location<'static>,
+        fut: F,
+    ) -> crate::poll::WatchBody<F> {
+        crate::poll::WatchBody::new(self.watched.as_ref().map(|w| Arc::clone(&w.table)), at, fut)
+    }
+
     /// pinwatch's Prometheus metrics, when the endpoint or a registry was asked for.
     #[cfg(feature = "prometheus")]
     pub fn prometheus(&self) -> Option<&export::prometheus::PinwatchCollector> {

@@ -453,3 +453,78 @@ fn without_a_signal_safe_unwinder_events_come_without_stacks_and_say_why() {
     assert_eq!(e.reason, Some(pinwatch::Reason::Sleep), "{e:#?}");
     assert_eq!(stats.samples, 0, "{stats:?}");
 }
+
+#[test]
+fn a_watched_block_on_body_is_reported_as_the_body() {
+    let _serial = serial();
+    for (flavor, mut tokio) in [
+        ("multi_thread", multi_thread(2)),
+        ("current_thread", current_thread()),
+    ] {
+        let events = Collected::default();
+        let rt = support::watch(builder(&events), &mut tokio);
+        let line = line!() + 1;
+        let body = rt.detector.watch_block_on(async {
+            std::thread::sleep(Duration::from_millis(100));
+            tokio::spawn(async {}).await.unwrap();
+        });
+        rt.block_on(body);
+        // Unwatched, the same blocking is not seen: tokio's hooks see tasks only.
+        rt.block_on(async { std::thread::sleep(Duration::from_millis(100)) });
+        let stats = rt.shutdown();
+        let completed = events.completed();
+        assert_eq!(completed.len(), 1, "{flavor}: {:#?}", events.all());
+        let e = &completed[0];
+        assert!(e.block_on, "{flavor}: {e:?}");
+        assert_eq!(e.task_id, None, "{flavor}");
+        let at = e.spawned_at.as_ref().unwrap();
+        assert!(
+            at.file.ends_with("detect.rs") && at.line == line,
+            "{flavor}: {at}"
+        );
+        // On a multi-thread runtime the body's thread is no worker; on a current-thread one it
+        // is worker 0.
+        let index = if flavor == "current_thread" {
+            Some(0)
+        } else {
+            None
+        };
+        assert_eq!(e.worker.index, index, "{flavor}");
+        assert!(
+            e.headline().contains("the block_on body (at "),
+            "{}",
+            e.headline()
+        );
+        assert_eq!(stats.pinned_polls, 1, "{flavor}");
+    }
+}
+
+#[test]
+fn check_returns_the_pins_and_panics_go_on() {
+    let _serial = serial();
+    let check = pinwatch::testing::Check::new()
+        .multi_thread(Some(2))
+        .threshold(Duration::from_millis(30));
+    let (out, pins) = check.run(async {
+        tokio::spawn(async { std::thread::sleep(Duration::from_millis(120)) })
+            .await
+            .unwrap();
+        7
+    });
+    assert_eq!(out, 7);
+    assert_eq!(pins.len(), 1, "{pins:#?}");
+    assert_eq!(pins[0].state, State::Completed);
+    assert_eq!(pins[0].threshold, Duration::from_millis(30));
+    assert!(pinwatch::testing::render(&pins).starts_with("1 poll pinned a worker for 30ms"));
+    // Allowed reasons do not count.
+    let ((), pins) = pinwatch::testing::Check::new()
+        .allow(pinwatch::Reason::Sleep)
+        .run(async { std::thread::sleep(Duration::from_millis(100)) });
+    assert!(pins.is_empty(), "{pins:#?}");
+    // A panicking body: the panic goes on, with its own payload.
+    let caught = std::panic::catch_unwind(|| {
+        pinwatch::testing::Check::new().run(async { panic!("its own") })
+    });
+    let payload = caught.unwrap_err();
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"its own"));
+}

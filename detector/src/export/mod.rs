@@ -18,6 +18,7 @@ use crate::event::PinnedEvent;
 use crate::Error;
 
 pub use record::RecordSink;
+pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
 
 /// Receives finished events, one at a time, on pinwatch's export thread.

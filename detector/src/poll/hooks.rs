@@ -6,8 +6,11 @@
 //! system call, nothing that can panic — the `hot_path` tests prove it (a counting allocator
 //! inside the hooks; the hooks run under strict seccomp).
 
+use std::future::Future;
 use std::panic::Location;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use tokio::runtime::TaskMeta;
@@ -99,6 +102,51 @@ impl PollHooks {
         if let Some(table) = &self.table {
             after_poll(table);
         }
+    }
+}
+
+/// A future whose polls are marked like a task's: for the `block_on` future (the body of
+/// `main` or of a test), which tokio's task hooks never see. It is polled on one thread, the
+/// one calling `block_on`, and is reported as task id [`super::BODY_TASK_ID`].
+pub(crate) struct WatchBody<F> {
+    table: Option<Arc<SlotTable>>,
+    at: &'static Location<'static>,
+    fut: Pin<Box<F>>,
+}
+
+impl<F> WatchBody<F> {
+    pub(crate) fn new(
+        table: Option<Arc<SlotTable>>,
+        at: &'static Location<'static>,
+        fut: F,
+    ) -> WatchBody<F> {
+        WatchBody {
+            table,
+            at,
+            fut: Box::pin(fut),
+        }
+    }
+}
+
+impl<F: Future> Future for WatchBody<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // `WatchBody` is `Unpin`: the future it polls is boxed.
+        let this = self.get_mut();
+        let Some(table) = &this.table else {
+            return this.fut.as_mut().poll(cx);
+        };
+        /// Ends the poll also when the body panics.
+        struct End<'a>(&'a Arc<SlotTable>);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                after_poll(self.0);
+            }
+        }
+        before_poll(table, super::BODY_TASK_ID, this.at);
+        let _end = End(table);
+        this.fut.as_mut().poll(cx)
     }
 }
 

@@ -11,6 +11,10 @@ pub(crate) mod slot;
 
 pub(crate) use atomic::register as register_membarrier;
 pub use hooks::PollHooks;
+pub(crate) use hooks::WatchBody;
+
+/// The task id a watched `block_on` body's polls carry in their slot (tokio's ids start at 1).
+pub(crate) const BODY_TASK_ID: u64 = 0;
 
 use std::hash::{Hash, Hasher};
 

@@ -311,8 +311,12 @@ impl Watchdog<'_> {
         if snap.seq != seq || slot.poll.seq() != seq {
             return;
         }
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
         let index = match workers::owner(self.handle, thread) {
-            Owner::Worker(i) => i,
+            Owner::Worker(i) => Some(i),
+            // A `block_on` body on a multi-thread runtime: its thread owns no worker, and
+            // blocking it stops the body (on a current-thread runtime it is worker 0).
+            Owner::HandedOff if body => None,
             Owner::HandedOff => {
                 // The thread gave its worker to another thread in `block_in_place`: a blocking
                 // section the runtime planned for, not a pinned worker.
@@ -347,10 +351,11 @@ impl Watchdog<'_> {
                 .unwrap_or(SystemTime::UNIX_EPOCH),
             duration: elapsed,
             threshold: self.w.config.threshold,
-            task_id: Some(snap.task_id),
+            task_id: (!body).then_some(snap.task_id),
+            block_on: body,
             spawned_at,
             worker: Worker {
-                index: Some(index),
+                index,
                 tid,
                 name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
             },
@@ -411,7 +416,7 @@ impl Watchdog<'_> {
             self.send(&p);
             return None;
         }
-        if workers::owner(self.handle, p.thread) == Owner::HandedOff {
+        if !p.event.block_on && workers::owner(self.handle, p.thread) == Owner::HandedOff {
             // tokio has now recorded that this thread handed its worker over: the poll was in
             // `block_in_place` all along (the hand-over is recorded late under load). The
             // analysis counts it.

@@ -35,7 +35,7 @@ async fn main() {
         );
         std::process::exit(2);
     }
-    // The work runs as a task: the body of `main` is not watched.
+    // The work runs as a task, as in a service.
     tokio::spawn(serve(args)).await.expect("service");
 }
 

@@ -1,0 +1,221 @@
+//! Pinning checks for tests: what `#[pinwatch::test]` runs, and [`Check`] for harnesses of your
+//! own.
+//!
+//! A test runs on a runtime of its own with a detector of its own (tests that run in parallel
+//! never see each other's pins), its body watched too: the body of a `#[tokio::test]` is the
+//! runtime's `block_on` future, which tokio's task hooks never see, and most test code runs
+//! right there.
+//!
+//! ```
+//! # #[cfg(tokio_unstable)] {
+//! let ((), pins) = pinwatch::testing::Check::new().run(async {
+//!     tokio::spawn(async { /* code under test */ }).await.unwrap();
+//! });
+//! assert!(pins.is_empty(), "{}", pinwatch::testing::render(&pins));
+//! # }
+//! ```
+
+use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe, Location};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::config::Stacks;
+use crate::event::{PinnedEvent, Reason, State};
+
+/// How many pins [`render`] shows in full.
+pub const SHOWN_IN_FULL: usize = 5;
+
+/// How a watched test runs and what it tolerates. The `PINWATCH_*` environment applies first;
+/// what is set here wins.
+#[derive(Clone, Debug, Default)]
+pub struct Check {
+    /// `None`: a current-thread runtime (`#[tokio::test]`'s default); `Some(n)`: multi-thread,
+    /// with `n` workers (tokio's default when `None`).
+    multi_thread: Option<Option<usize>>,
+    threshold: Option<Duration>,
+    allow: Vec<Reason>,
+    stacks: Option<Stacks>,
+    tokio: Option<fn(&mut tokio::runtime::Builder)>,
+}
+
+impl Check {
+    /// A current-thread runtime, the production threshold (20 ms), nothing tolerated.
+    pub fn new() -> Check {
+        Check::default()
+    }
+
+    /// A multi-thread runtime, with `workers` workers (tokio's default when `None`).
+    pub fn multi_thread(mut self, workers: Option<usize>) -> Check {
+        self.multi_thread = Some(workers);
+        self
+    }
+
+    /// A poll running at least this long pins (default: `PINWATCH_THRESHOLD`, else 20 ms).
+    pub fn threshold(mut self, d: Duration) -> Check {
+        self.threshold = Some(d);
+        self
+    }
+
+    /// Pins for this reason do not count.
+    pub fn allow(mut self, reason: Reason) -> Check {
+        self.allow.push(reason);
+        self
+    }
+
+    /// How much of the stack the pins carry.
+    pub fn stacks(mut self, stacks: Stacks) -> Check {
+        self.stacks = Some(stacks);
+        self
+    }
+
+    /// Configures tokio's builder further, after pinwatch's settings (e.g.
+    /// `|b| { b.start_paused(true); }`, with tokio's `test-util` feature).
+    pub fn tokio(mut self, configure: fn(&mut tokio::runtime::Builder)) -> Check {
+        self.tokio = Some(configure);
+        self
+    }
+
+    /// Runs `fut` to completion on a watched runtime of its own, the future itself watched as
+    /// well, and returns its output and the pins (the last report of each pinned poll, retracted
+    /// ones and allowed reasons left out, in the order they started). If `fut` panics, the pins
+    /// are printed to stderr and the panic goes on.
+    ///
+    /// # Panics
+    ///
+    /// When a `PINWATCH_*` variable holds a bad value, or the runtime cannot be built.
+    #[track_caller]
+    pub fn run<F: Future>(self, fut: F) -> (F::Output, Vec<PinnedEvent>) {
+        let at = Location::caller();
+        let mut tokio = match self.multi_thread {
+            None => tokio::runtime::Builder::new_current_thread(),
+            Some(workers) => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                if let Some(n) = workers {
+                    b.worker_threads(n);
+                }
+                b
+            }
+        };
+        tokio.enable_all();
+        if let Some(configure) = self.tokio {
+            configure(&mut tokio);
+        }
+        let mut builder = crate::Builder::from_env().unwrap_or_else(|e| panic!("pinwatch: {e}"));
+        if let Some(t) = self.threshold {
+            builder = builder.threshold(t);
+        }
+        if let Some(s) = self.stacks {
+            builder = builder.stacks(s);
+        }
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink_events = Arc::clone(&events);
+        builder = builder.sink(move |e: &PinnedEvent| {
+            sink_events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.clone());
+        });
+        let (rt, detector) = builder
+            .build(&mut tokio)
+            .unwrap_or_else(|e| panic!("pinwatch: {e}"));
+        let body = detector.watch_block_on_at(at, fut);
+        let result = catch_unwind(AssertUnwindSafe(|| rt.block_on(body)));
+        // The runtime first (a poll still running is completed), then the detector: a last
+        // scan, every event delivered.
+        drop(rt);
+        drop(detector);
+        let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
+        let pins = pins(events, &self.allow);
+        match result {
+            Ok(out) => (out, pins),
+            Err(panic) => {
+                if !pins.is_empty() {
+                    eprintln!("{}", render(&pins));
+                }
+                resume_unwind(panic)
+            }
+        }
+    }
+}
+
+/// The last report of each pinned poll, without retracted ones and `allow`ed reasons, by start.
+fn pins(events: Vec<PinnedEvent>, allow: &[Reason]) -> Vec<PinnedEvent> {
+    let mut last: Vec<PinnedEvent> = Vec::new();
+    for e in events {
+        match last.iter_mut().find(|p| p.id == e.id) {
+            Some(p) => *p = e,
+            None => last.push(e),
+        }
+    }
+    last.retain(|e| e.state != State::Retracted && !e.reason.is_some_and(|r| allow.contains(&r)));
+    last.sort_by_key(|e| e.start);
+    last
+}
+
+/// The pins as a test failure message: a count, the first [`SHOWN_IN_FULL`] as the `tracing`
+/// line shows them (task, spawn location, worker, reason, blocking operation, stack or top
+/// frame) with their held locks, and how many more.
+pub fn render(pins: &[PinnedEvent]) -> String {
+    let Some(first) = pins.first() else {
+        return "no poll pinned a worker".to_owned();
+    };
+    let mut s = format!(
+        "{} poll{} pinned a worker for {} or more:",
+        pins.len(),
+        if pins.len() == 1 { "" } else { "s" },
+        humantime::format_duration(first.threshold)
+    );
+    for e in pins.iter().take(SHOWN_IN_FULL) {
+        s.push_str("\n\n");
+        s.push_str(&crate::export::render_text(e));
+        for l in &e.held_locks {
+            s.push_str(&format!(
+                "\n    holding a {} acquired at {}",
+                l.kind, l.acquired_at
+            ));
+        }
+    }
+    if pins.len() > SHOWN_IN_FULL {
+        s.push_str(&format!("\n\n… and {} more", pins.len() - SHOWN_IN_FULL));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_keep_the_last_report_and_drop_retracted_and_allowed() {
+        let events = vec![
+            PinnedEvent::for_test(1, State::InProgress, Reason::Sleep, 25, 1),
+            PinnedEvent::for_test(2, State::InProgress, Reason::Cpu, 25, 2),
+            PinnedEvent::for_test(1, State::Completed, Reason::Sleep, 40, 1),
+            PinnedEvent::for_test(3, State::InProgress, Reason::Io, 25, 3),
+            PinnedEvent::for_test(3, State::Retracted, Reason::Io, 30, 3),
+        ];
+        let p = pins(events.clone(), &[]);
+        let mut ids: Vec<u64> = p.iter().map(|e| e.id).collect();
+        ids.sort();
+        assert_eq!(ids, [1, 2]);
+        let one = p.iter().find(|e| e.id == 1).unwrap();
+        assert_eq!(one.state, State::Completed);
+        assert_eq!(pins(events, &[Reason::Cpu]).len(), 1);
+    }
+
+    #[test]
+    fn render_counts_and_cuts() {
+        let many: Vec<_> = (1..=7)
+            .map(|i| PinnedEvent::for_test(i, State::Completed, Reason::Sleep, 30, 10 + i as u32))
+            .collect();
+        let text = render(&many);
+        assert!(
+            text.starts_with("7 polls pinned a worker for 20ms or more:"),
+            "{text}"
+        );
+        assert!(text.contains("src/app.rs:15"), "{text}");
+        assert!(!text.contains("src/app.rs:16"), "{text}");
+        assert!(text.ends_with("… and 2 more"), "{text}");
+    }
+}

@@ -23,63 +23,22 @@ fn expand(
 ) -> syn::Result<proc_macro2::TokenStream> {
     let mut func: ItemFn = syn::parse2(item)?;
     let args = Punctuated::<MetaNameValue, Token![,]>::parse_terminated.parse2(args)?;
-    let mut current_thread = false;
-    let mut worker_threads: Option<usize> = None;
-    for arg in args {
-        let name = arg
-            .path
-            .get_ident()
-            .map(|i| i.to_string())
-            .unwrap_or_default();
-        match name.as_str() {
-            "flavor" => match lit(&arg.value) {
-                Some(Lit::Str(s)) if s.value() == "current_thread" => current_thread = true,
-                Some(Lit::Str(s)) if s.value() == "multi_thread" => current_thread = false,
-                _ => {
-                    return Err(syn::Error::new_spanned(
-                        &arg.value,
-                        "flavor must be \"multi_thread\" or \"current_thread\"",
-                    ))
-                }
-            },
-            "worker_threads" => match lit(&arg.value) {
-                Some(Lit::Int(i)) => {
-                    let n: usize = i.base10_parse()?;
-                    if n == 0 {
-                        return Err(syn::Error::new_spanned(
-                            i,
-                            "worker_threads must be at least 1",
-                        ));
-                    }
-                    worker_threads = Some(n);
-                }
-                _ => {
-                    return Err(syn::Error::new_spanned(
-                        &arg.value,
-                        "worker_threads must be an integer",
-                    ))
-                }
-            },
-            _ => {
-                return Err(syn::Error::new_spanned(
-                    &arg.path,
-                    "unknown argument; #[pinwatch::main] takes `flavor` and `worker_threads`",
-                ))
-            }
+    let mut flavor = Flavor {
+        multi_thread: true,
+        worker_threads: None,
+    };
+    for arg in &args {
+        if !flavor.take(arg)? {
+            return Err(syn::Error::new_spanned(
+                &arg.path,
+                "unknown argument; #[pinwatch::main] takes `flavor` and `worker_threads`",
+            ));
         }
     }
-    if current_thread && worker_threads.is_some() {
-        return Err(syn::Error::new(
-            proc_macro2::Span::call_site(),
-            "worker_threads cannot be set with flavor = \"current_thread\"",
-        ));
-    }
-    if func.sig.asyncness.take().is_none() {
-        return Err(syn::Error::new_spanned(
-            func.sig.fn_token,
-            "#[pinwatch::main] goes on an `async fn`",
-        ));
-    }
+    flavor.check()?;
+    take_async(&mut func, "#[pinwatch::main]")?;
+    let current_thread = !flavor.multi_thread;
+    let worker_threads = flavor.worker_threads;
     let body = &func.block;
     let workers = match worker_threads {
         Some(n) => quote!(::core::option::Option::Some(#n)),
@@ -103,6 +62,64 @@ fn expand(
             output
         }
     })
+}
+
+/// `flavor` and `worker_threads`, as `#[tokio::main]` and `#[tokio::test]` take them.
+struct Flavor {
+    multi_thread: bool,
+    worker_threads: Option<usize>,
+}
+
+impl Flavor {
+    /// Takes `arg` if it is one of these two; `false` if it is not.
+    fn take(&mut self, arg: &MetaNameValue) -> syn::Result<bool> {
+        match arg.path.get_ident().map(|i| i.to_string()).as_deref() {
+            Some("flavor") => match lit(&arg.value) {
+                Some(Lit::Str(s)) if s.value() == "current_thread" => self.multi_thread = false,
+                Some(Lit::Str(s)) if s.value() == "multi_thread" => self.multi_thread = true,
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &arg.value,
+                        "flavor must be \"multi_thread\" or \"current_thread\"",
+                    ))
+                }
+            },
+            Some("worker_threads") => match lit(&arg.value) {
+                Some(Lit::Int(i)) if i.base10_parse::<usize>()? > 0 => {
+                    self.worker_threads = Some(i.base10_parse()?)
+                }
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &arg.value,
+                        "worker_threads must be an integer of at least 1",
+                    ))
+                }
+            },
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn check(&self) -> syn::Result<()> {
+        if !self.multi_thread && self.worker_threads.is_some() {
+            return Err(syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "worker_threads needs flavor = \"multi_thread\"",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Makes `func` synchronous; an error if it was not `async`.
+fn take_async(func: &mut ItemFn, what: &str) -> syn::Result<()> {
+    if func.sig.asyncness.take().is_none() {
+        return Err(syn::Error::new_spanned(
+            func.sig.fn_token,
+            format!("{what} goes on an `async fn`"),
+        ));
+    }
+    Ok(())
 }
 
 fn lit(e: &Expr) -> Option<&Lit> {
@@ -151,37 +168,21 @@ fn expand_test(
 ) -> syn::Result<proc_macro2::TokenStream> {
     let mut func: ItemFn = syn::parse2(item)?;
     let args = Punctuated::<MetaNameValue, Token![,]>::parse_terminated.parse2(args)?;
-    let mut multi_thread = false;
-    let mut worker_threads: Option<usize> = None;
+    let mut flavor = Flavor {
+        multi_thread: false,
+        worker_threads: None,
+    };
     let mut settings = Vec::new();
     for arg in &args {
+        if flavor.take(arg)? {
+            continue;
+        }
         let name = arg
             .path
             .get_ident()
             .map(|i| i.to_string())
             .unwrap_or_default();
         match name.as_str() {
-            "flavor" => match str_arg(arg, "flavor")?.value().as_str() {
-                "current_thread" => multi_thread = false,
-                "multi_thread" => multi_thread = true,
-                _ => {
-                    return Err(syn::Error::new_spanned(
-                        &arg.value,
-                        "flavor must be \"multi_thread\" or \"current_thread\"",
-                    ))
-                }
-            },
-            "worker_threads" => match lit(&arg.value) {
-                Some(Lit::Int(i)) if i.base10_parse::<usize>()? > 0 => {
-                    worker_threads = Some(i.base10_parse()?)
-                }
-                _ => {
-                    return Err(syn::Error::new_spanned(
-                        &arg.value,
-                        "worker_threads must be an integer of at least 1",
-                    ))
-                }
-            },
             "start_paused" => match lit(&arg.value) {
                 Some(Lit::Bool(b)) if b.value => settings.push(quote!(
                     .tokio(|b| { b.start_paused(true); })
@@ -257,26 +258,16 @@ fn expand_test(
             }
         }
     }
-    if !multi_thread && worker_threads.is_some() {
-        return Err(syn::Error::new(
-            proc_macro2::Span::call_site(),
-            "worker_threads needs flavor = \"multi_thread\"",
-        ));
-    }
-    if func.sig.asyncness.take().is_none() {
-        return Err(syn::Error::new_spanned(
-            func.sig.fn_token,
-            "#[pinwatch::test] goes on an `async fn`",
-        ));
-    }
+    flavor.check()?;
+    take_async(&mut func, "#[pinwatch::test]")?;
     if !func.sig.inputs.is_empty() {
         return Err(syn::Error::new_spanned(
             &func.sig.inputs,
             "a test function takes no arguments",
         ));
     }
-    if multi_thread {
-        let workers = match worker_threads {
+    if flavor.multi_thread {
+        let workers = match flavor.worker_threads {
             Some(n) => quote!(::core::option::Option::Some(#n)),
             None => quote!(::core::option::Option::None),
         };

@@ -17,12 +17,12 @@
 
 use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{LiveFn, Sink};
+use super::{LiveFn, QueueSink};
 use crate::event::{PinnedEvent, State};
 use crate::Error;
 
@@ -299,11 +299,8 @@ impl Console {
     }
 
     /// The sink the export thread hands events to.
-    pub(crate) fn sink(&self) -> ConsoleSink {
-        ConsoleSink {
-            tx: self.tx.clone(),
-            dropped: Arc::clone(&self.dropped),
-        }
+    pub(crate) fn sink(&self) -> QueueSink {
+        QueueSink::new(self.tx.clone(), Arc::clone(&self.dropped))
     }
 }
 
@@ -352,26 +349,6 @@ fn run(
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
-    }
-}
-
-/// Hands each event to the console thread; never waits.
-pub(crate) struct ConsoleSink {
-    tx: Option<mpsc::SyncSender<PinnedEvent>>,
-    dropped: Arc<AtomicU64>,
-}
-
-impl Sink for ConsoleSink {
-    fn event(&mut self, event: &PinnedEvent) {
-        if let Some(tx) = &self.tx {
-            if tx.try_send(event.clone()).is_err() {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn flush(&mut self) {
-        drop(self.tx.take());
     }
 }
 

@@ -129,6 +129,40 @@ impl PinCounter {
     }
 }
 
+/// Hands each event to an exporter thread of pinwatch's own through a bounded queue, and never
+/// waits: what does not fit is dropped and counted. `flush` closes the queue, which ends the
+/// thread's loop.
+#[cfg_attr(not(any(feature = "otlp", feature = "console")), allow(dead_code))]
+pub(crate) struct QueueSink {
+    tx: Option<std::sync::mpsc::SyncSender<PinnedEvent>>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[cfg_attr(not(any(feature = "otlp", feature = "console")), allow(dead_code))]
+impl QueueSink {
+    pub(crate) fn new(
+        tx: Option<std::sync::mpsc::SyncSender<PinnedEvent>>,
+        dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> QueueSink {
+        QueueSink { tx, dropped }
+    }
+}
+
+impl Sink for QueueSink {
+    fn event(&mut self, event: &PinnedEvent) {
+        if let Some(tx) = &self.tx {
+            if tx.try_send(event.clone()).is_err() {
+                self.dropped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        drop(self.tx.take());
+    }
+}
+
 /// Every sink, in order.
 pub(crate) struct Fanout {
     sinks: Vec<Box<dyn Sink>>,

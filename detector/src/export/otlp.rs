@@ -24,7 +24,7 @@ use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
-use super::{LiveFn, Sink};
+use super::{LiveFn, QueueSink};
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;
 
@@ -182,11 +182,8 @@ impl Otlp {
     }
 
     /// The sink that feeds the queue (on the export thread: never waits).
-    pub(crate) fn sink(&self) -> OtlpSink {
-        OtlpSink {
-            tx: self.tx.clone(),
-            dropped: Arc::clone(&self.dropped),
-        }
+    pub(crate) fn sink(&self) -> QueueSink {
+        QueueSink::new(self.tx.clone(), Arc::clone(&self.dropped))
     }
 
     /// The counter of events the OTLP queue dropped.
@@ -234,26 +231,6 @@ impl opentelemetry_sdk::logs::LogExporter for Counting {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
-    }
-}
-
-/// Hands events to the OTLP thread.
-pub(crate) struct OtlpSink {
-    tx: Option<mpsc::SyncSender<PinnedEvent>>,
-    dropped: Arc<AtomicU64>,
-}
-
-impl Sink for OtlpSink {
-    fn event(&mut self, event: &PinnedEvent) {
-        if let Some(tx) = &self.tx {
-            if tx.try_send(event.clone()).is_err() {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn flush(&mut self) {
-        drop(self.tx.take());
     }
 }
 

@@ -332,11 +332,11 @@ impl Config {
             self.otlp = parse_switch("PINWATCH_OTLP", &v)?;
         }
         if let Some(v) = read("PINWATCH_CONSOLE")? {
-            self.console = match v.trim().to_ascii_lowercase().as_str() {
-                "on" | "1" | "true" | "yes" => Console::On,
-                "off" | "0" | "false" | "no" => Console::Off,
-                "resources" => Console::Resources,
-                _ => {
+            self.console = match (v.trim().eq_ignore_ascii_case("resources"), switch(&v)) {
+                (true, _) => Console::Resources,
+                (_, Some(true)) => Console::On,
+                (_, Some(false)) => Console::Off,
+                (_, None) => {
                     return Err(Error::invalid_env(
                         "PINWATCH_CONSOLE",
                         v,
@@ -360,16 +360,17 @@ impl Config {
     }
 }
 
-fn parse_switch(var: &'static str, v: &str) -> Result<bool, Error> {
+/// The spellings of on and off every switch variable accepts.
+fn switch(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
-        "on" | "1" | "true" | "yes" => Ok(true),
-        "off" | "0" | "false" | "no" => Ok(false),
-        _ => Err(Error::invalid_env(
-            var,
-            v.to_owned(),
-            "must be `on` or `off`",
-        )),
+        "on" | "1" | "true" | "yes" => Some(true),
+        "off" | "0" | "false" | "no" => Some(false),
+        _ => None,
     }
+}
+
+fn parse_switch(var: &'static str, v: &str) -> Result<bool, Error> {
+    switch(v).ok_or_else(|| Error::invalid_env(var, v.to_owned(), "must be `on` or `off`"))
 }
 
 fn parse_count(var: &'static str, v: &str) -> Result<usize, Error> {

@@ -132,15 +132,7 @@ pub mod __private {
         current_thread: bool,
         worker_threads: Option<usize>,
     ) -> (tokio::runtime::Runtime, crate::Detector) {
-        let mut tokio = if current_thread {
-            tokio::runtime::Builder::new_current_thread()
-        } else {
-            tokio::runtime::Builder::new_multi_thread()
-        };
-        tokio.enable_all();
-        if let Some(n) = worker_threads {
-            tokio.worker_threads(n);
-        }
+        let mut tokio = crate::runtime::tokio_builder((!current_thread).then_some(worker_threads));
         // No closure between here and `build`: it takes the caller's location (`track_caller`),
         // the user's `#[pinwatch::main]`, for the console resources.
         let built = match crate::Builder::from_env() {

@@ -292,23 +292,25 @@ impl Builder {
         if c.prometheus_max_locations == 0 {
             return bad("prometheus_max_locations", "must be at least 1");
         }
-        if c.otlp && !cfg!(feature = "otlp") {
-            return Err(Error::MissingFeature {
-                var: "PINWATCH_OTLP",
-                feature: "otlp",
-            });
-        }
-        if c.console != Console::Off && !cfg!(feature = "console") {
-            return Err(Error::MissingFeature {
-                var: "PINWATCH_CONSOLE",
-                feature: "console",
-            });
-        }
-        if c.prometheus_addr.is_some() && !cfg!(feature = "prometheus") {
-            return Err(Error::MissingFeature {
-                var: "PINWATCH_PROMETHEUS_ADDR",
-                feature: "prometheus",
-            });
+        // (asked for, its variable, its cargo feature, built with it)
+        for (asked, var, feature, built) in [
+            (c.otlp, "PINWATCH_OTLP", "otlp", cfg!(feature = "otlp")),
+            (
+                c.console != Console::Off,
+                "PINWATCH_CONSOLE",
+                "console",
+                cfg!(feature = "console"),
+            ),
+            (
+                c.prometheus_addr.is_some(),
+                "PINWATCH_PROMETHEUS_ADDR",
+                "prometheus",
+                cfg!(feature = "prometheus"),
+            ),
+        ] {
+            if asked && !built {
+                return Err(Error::MissingFeature { var, feature });
+            }
         }
         Ok(())
     }
@@ -376,6 +378,24 @@ impl Builder {
             }),
         })
     }
+}
+
+/// tokio's builder as `#[tokio::main]` and `#[tokio::test]` make it, everything enabled: `None`
+/// is a current-thread runtime, `Some(workers)` a multi-thread one with that many workers
+/// (tokio's default when `None`).
+pub(crate) fn tokio_builder(multi_thread: Option<Option<usize>>) -> tokio::runtime::Builder {
+    let mut tokio = match multi_thread {
+        None => tokio::runtime::Builder::new_current_thread(),
+        Some(workers) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = workers {
+                b.worker_threads(n);
+            }
+            b
+        }
+    };
+    tokio.enable_all();
+    tokio
 }
 
 /// Says once per process why stack samples are off.
@@ -720,50 +740,40 @@ impl Drop for Detector {
     }
 }
 
-#[cfg(all(test, not(feature = "console")))]
-mod console_tests {
+#[cfg(test)]
+mod tests {
+    /// Building with `var=value` in a build without `feature` fails naming both.
+    #[cfg_attr(
+        all(feature = "console", feature = "otlp", feature = "prometheus"),
+        allow(dead_code)
+    )]
+    fn missing_feature_is_named(var: &str, value: &str, feature: &str) {
+        let mut b = super::Builder::new();
+        b.config
+            .apply_env(|n| (n == var).then(|| value.into()))
+            .unwrap();
+        let err = b.prepare().unwrap_err().to_string();
+        assert!(
+            err.contains(var) && err.contains(&format!("`{feature}` cargo feature")),
+            "{err}"
+        );
+    }
+
+    #[cfg(not(feature = "console"))]
     #[test]
     fn the_console_variable_without_the_feature_names_both() {
-        let mut b = super::Builder::new();
-        b.config
-            .apply_env(|n| (n == "PINWATCH_CONSOLE").then(|| "on".into()))
-            .unwrap();
-        let err = b.prepare().unwrap_err().to_string();
-        assert!(
-            err.contains("PINWATCH_CONSOLE") && err.contains("`console` cargo feature"),
-            "{err}"
-        );
+        missing_feature_is_named("PINWATCH_CONSOLE", "on", "console");
     }
-}
 
-#[cfg(all(test, not(feature = "otlp")))]
-mod otlp_tests {
+    #[cfg(not(feature = "otlp"))]
     #[test]
     fn the_otlp_variable_without_the_feature_names_both() {
-        let mut b = super::Builder::new();
-        b.config
-            .apply_env(|n| (n == "PINWATCH_OTLP").then(|| "on".into()))
-            .unwrap();
-        let err = b.prepare().unwrap_err().to_string();
-        assert!(
-            err.contains("PINWATCH_OTLP") && err.contains("`otlp` cargo feature"),
-            "{err}"
-        );
+        missing_feature_is_named("PINWATCH_OTLP", "on", "otlp");
     }
-}
 
-#[cfg(all(test, not(feature = "prometheus")))]
-mod tests {
+    #[cfg(not(feature = "prometheus"))]
     #[test]
     fn the_prometheus_variable_without_the_feature_names_both() {
-        let mut b = super::Builder::new();
-        b.config
-            .apply_env(|n| (n == "PINWATCH_PROMETHEUS_ADDR").then(|| "127.0.0.1:9464".into()))
-            .unwrap();
-        let err = b.prepare().unwrap_err().to_string();
-        assert!(
-            err.contains("PINWATCH_PROMETHEUS_ADDR") && err.contains("`prometheus` cargo feature"),
-            "{err}"
-        );
+        missing_feature_is_named("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:9464", "prometheus");
     }
 }

@@ -87,17 +87,7 @@ impl Check {
     #[track_caller]
     pub fn run<F: Future>(self, fut: F) -> (F::Output, Vec<PinnedEvent>) {
         let at = Location::caller();
-        let mut tokio = match self.multi_thread {
-            None => tokio::runtime::Builder::new_current_thread(),
-            Some(workers) => {
-                let mut b = tokio::runtime::Builder::new_multi_thread();
-                if let Some(n) = workers {
-                    b.worker_threads(n);
-                }
-                b
-            }
-        };
-        tokio.enable_all();
+        let mut tokio = crate::runtime::tokio_builder(self.multi_thread);
         if let Some(configure) = self.tokio {
             configure(&mut tokio);
         }

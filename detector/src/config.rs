@@ -5,7 +5,7 @@
 //! is the only place the environment is read; a value that does not parse is an
 //! [`Error::InvalidEnv`] naming the variable and the value — nothing falls back silently.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::Error;
@@ -37,6 +37,13 @@ pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// `pinwatch_pins_by_location_total`; further locations are counted as `location="other"`.
 pub const DEFAULT_PROMETHEUS_MAX_LOCATIONS: usize = 50;
 
+/// Default size at which the recording is rotated (`PINWATCH_RECORD_MAX_SIZE`): 100 MB.
+pub const DEFAULT_RECORD_MAX_SIZE: u64 = 100_000_000;
+
+/// Default number of rotated recording files kept beside the current one
+/// (`PINWATCH_RECORD_KEEP`): at most `(1 + 5) × max size` on disk.
+pub const DEFAULT_RECORD_KEEP: usize = 5;
+
 /// How much stack context an event carries (`PINWATCH_STACKS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -59,6 +66,29 @@ impl Stacks {
             Stacks::Full => "full",
         }
     }
+
+    /// Reads the spelling of `PINWATCH_STACKS`; the error says what is allowed.
+    pub fn parse(v: &str) -> Result<Stacks, String> {
+        match v.trim() {
+            "off" => Ok(Stacks::Off),
+            "short" => Ok(Stacks::Short),
+            "full" => Ok(Stacks::Full),
+            _ => Err("must be one of `off`, `short`, `full`".to_owned()),
+        }
+    }
+}
+
+/// Where the control socket goes (`PINWATCH_CONTROL`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Control {
+    /// No control socket.
+    Off,
+    /// `/tmp/pinwatch-<uid>/<pid>.sock`.
+    #[default]
+    On,
+    /// `<dir>/<pid>.sock`; `dir` is made (mode 0700) if missing.
+    Dir(PathBuf),
 }
 
 /// What `PINWATCH_CONSOLE` turns on.
@@ -121,6 +151,28 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "PINWATCH_RECORD",
         default: "",
         doc: "path of a JSON-lines recording, appended to; unset: no recording",
+    },
+    EnvVar {
+        name: "PINWATCH_RECORD_MAX_SIZE",
+        default: "100MB",
+        doc: "the recording rotates when a line would take it past this size (`64KB`, `1GiB`); \
+              `off`: never",
+    },
+    EnvVar {
+        name: "PINWATCH_RECORD_MAX_AGE",
+        default: "off",
+        doc: "the recording also rotates when its current file is this old (`1h`); `off`: never",
+    },
+    EnvVar {
+        name: "PINWATCH_RECORD_KEEP",
+        default: "5",
+        doc: "rotated files kept (`rec.1.jsonl` newest … `rec.5.jsonl`); older ones are deleted",
+    },
+    EnvVar {
+        name: "PINWATCH_CONTROL",
+        default: "on",
+        doc: "the control socket for `pinwatch ctl` at `/tmp/pinwatch-<uid>/<pid>.sock` (owner \
+              only); an absolute directory puts it there instead; `off`: none",
     },
     EnvVar {
         name: "PINWATCH_STACKS",
@@ -199,6 +251,14 @@ pub struct Config {
     pub scan_interval: Duration,
     /// Where the JSON-lines recording goes, if anywhere.
     pub record: Option<PathBuf>,
+    /// Rotate the recording before it grows past this many bytes (`None`: never).
+    pub record_max_size: Option<u64>,
+    /// Rotate the recording's current file once it is this old (`None`: never).
+    pub record_max_age: Option<Duration>,
+    /// Rotated recording files kept; see [`DEFAULT_RECORD_KEEP`].
+    pub record_keep: usize,
+    /// See [`Control`].
+    pub control: Control,
     /// See [`Stacks`].
     pub stacks: Stacks,
     /// See [`DEFAULT_SAMPLE_INTERVAL`].
@@ -230,6 +290,10 @@ impl Default for Config {
             report_interval: DEFAULT_REPORT_INTERVAL,
             scan_interval: DEFAULT_SCAN_INTERVAL,
             record: None,
+            record_max_size: Some(DEFAULT_RECORD_MAX_SIZE),
+            record_max_age: None,
+            record_keep: DEFAULT_RECORD_KEEP,
+            control: Control::On,
             stacks: Stacks::default(),
             sample_interval: DEFAULT_SAMPLE_INTERVAL,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
@@ -290,19 +354,31 @@ impl Config {
             }
             self.record = Some(PathBuf::from(v));
         }
-        if let Some(v) = read("PINWATCH_STACKS")? {
-            self.stacks = match v.trim() {
-                "off" => Stacks::Off,
-                "short" => Stacks::Short,
-                "full" => Stacks::Full,
-                _ => {
+        if let Some(v) = read("PINWATCH_RECORD_MAX_SIZE")? {
+            self.record_max_size = env("PINWATCH_RECORD_MAX_SIZE", &v, parse_size)?;
+        }
+        if let Some(v) = read("PINWATCH_RECORD_MAX_AGE")? {
+            self.record_max_age = env("PINWATCH_RECORD_MAX_AGE", &v, parse_age)?;
+        }
+        if let Some(v) = read("PINWATCH_RECORD_KEEP")? {
+            self.record_keep = parse_count("PINWATCH_RECORD_KEEP", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_CONTROL")? {
+            self.control = match switch(&v) {
+                Some(true) => Control::On,
+                Some(false) => Control::Off,
+                None if Path::new(v.trim()).is_absolute() => Control::Dir(PathBuf::from(v.trim())),
+                None => {
                     return Err(Error::invalid_env(
-                        "PINWATCH_STACKS",
+                        "PINWATCH_CONTROL",
                         v,
-                        "must be one of `off`, `short`, `full`",
+                        "must be `on`, `off` or an absolute directory",
                     ))
                 }
             };
+        }
+        if let Some(v) = read("PINWATCH_STACKS")? {
+            self.stacks = env("PINWATCH_STACKS", &v, Stacks::parse)?;
         }
         if let Some(v) = read("PINWATCH_SAMPLE_INTERVAL")? {
             self.sample_interval = parse_duration("PINWATCH_SAMPLE_INTERVAL", &v)?;
@@ -351,12 +427,16 @@ impl Config {
         Ok(())
     }
 
-    /// The watchdog's scan period: the configured one, but never more than a quarter of the
-    /// threshold (so a pinned poll is seen soon after it crosses it) nor less than 100 µs.
-    pub(crate) fn effective_scan_interval(&self) -> Duration {
-        self.scan_interval
-            .min(self.threshold / 4)
-            .max(Duration::from_micros(100))
+    /// The settings that can change at run time, as configured at start.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            threshold: self.threshold,
+            report_interval: self.report_interval,
+            sample_interval: self.sample_interval,
+            scan_interval: self.scan_interval,
+            stacks: self.stacks,
+            paused: false,
+        }
     }
 }
 
@@ -373,31 +453,134 @@ fn parse_switch(var: &'static str, v: &str) -> Result<bool, Error> {
     switch(v).ok_or_else(|| Error::invalid_env(var, v.to_owned(), "must be `on` or `off`"))
 }
 
+/// Reads variable `var`'s value `v` with `parse`, whose error says what is wrong with it.
+fn env<T>(
+    var: &'static str,
+    v: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<T, Error> {
+    parse(v).map_err(|reason| Error::invalid_env(var, v.to_owned(), reason))
+}
+
 fn parse_count(var: &'static str, v: &str) -> Result<usize, Error> {
+    env(var, v, count)
+}
+
+fn parse_duration(var: &'static str, v: &str) -> Result<Duration, Error> {
+    env(var, v, duration)
+}
+
+/// A whole number of at least 1.
+fn count(v: &str) -> Result<usize, String> {
     match v.trim().parse::<usize>() {
-        Ok(0) => Err(Error::invalid_env(var, v.to_owned(), "must be at least 1")),
+        Ok(0) => Err("must be at least 1".to_owned()),
         Ok(n) => Ok(n),
-        Err(_) => Err(Error::invalid_env(
-            var,
-            v.to_owned(),
-            "is not a whole number; write it like `1024`",
+        Err(_) => Err("is not a whole number; write it like `1024`".to_owned()),
+    }
+}
+
+/// A duration greater than zero (humantime).
+pub(crate) fn duration(v: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(v.trim()) {
+        Ok(d) if d.is_zero() => Err("must be greater than zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!(
+            "is not a duration ({e}); write it like `20ms`, `1s` or `1m 30s`"
         )),
     }
 }
 
-fn parse_duration(var: &'static str, v: &str) -> Result<Duration, Error> {
-    match humantime::parse_duration(v.trim()) {
-        Ok(d) if d.is_zero() => Err(Error::invalid_env(
-            var,
-            v.to_owned(),
-            "must be greater than zero",
-        )),
-        Ok(d) => Ok(d),
-        Err(e) => Err(Error::invalid_env(
-            var,
-            v.to_owned(),
-            format!("is not a duration ({e}); write it like `20ms`, `1s` or `1m 30s`"),
-        )),
+/// A duration greater than zero, or `off`.
+pub(crate) fn parse_age(v: &str) -> Result<Option<Duration>, String> {
+    match switch(v) {
+        Some(false) => Ok(None),
+        _ => duration(v).map(Some).map_err(|e| format!("{e}, or `off`")),
+    }
+}
+
+/// A size in bytes (`64KB`, `100MB`, `1GiB`, or a plain number), or `off`.
+pub(crate) fn parse_size(v: &str) -> Result<Option<u64>, String> {
+    if switch(v) == Some(false) {
+        return Ok(None);
+    }
+    match v.trim().parse::<bytesize::ByteSize>() {
+        Ok(b) if b.as_u64() == 0 => Err("must be greater than zero (or `off`)".to_owned()),
+        Ok(b) => Ok(Some(b.as_u64())),
+        Err(_) => {
+            Err("is not a size; write it like `64KB`, `100MB` or `1GiB`, or `off`".to_owned())
+        }
+    }
+}
+
+/// The settings that can change while the service runs (`pinwatch ctl <pid> set key=value`);
+/// the watchdog and the analysis read them afresh every scan and every event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Settings {
+    /// See [`DEFAULT_THRESHOLD`].
+    pub threshold: Duration,
+    /// See [`DEFAULT_REPORT_INTERVAL`].
+    pub report_interval: Duration,
+    /// See [`DEFAULT_SAMPLE_INTERVAL`].
+    pub sample_interval: Duration,
+    /// See [`DEFAULT_SCAN_INTERVAL`].
+    pub scan_interval: Duration,
+    /// See [`Stacks`].
+    pub stacks: Stacks,
+    /// No new pins are reported while paused (those already reported are followed to their end).
+    pub paused: bool,
+}
+
+impl Settings {
+    /// The keys [`set`](Self::set) takes, each the name of its `PINWATCH_*` variable in lower
+    /// case without the prefix.
+    pub const KEYS: &'static [&'static str] = &[
+        "threshold",
+        "report_interval",
+        "sample_interval",
+        "scan_interval",
+        "stacks",
+    ];
+
+    /// Sets `key` from `value`, validated as its environment variable is. The error names the
+    /// key and the value and says what would be right.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let bad = |reason: String| format!("{key}={value:?} {reason}");
+        match key {
+            "threshold" => self.threshold = duration(value).map_err(bad)?,
+            "report_interval" => self.report_interval = duration(value).map_err(bad)?,
+            "sample_interval" => self.sample_interval = duration(value).map_err(bad)?,
+            "scan_interval" => self.scan_interval = duration(value).map_err(bad)?,
+            "stacks" => self.stacks = Stacks::parse(value).map_err(bad)?,
+            _ => {
+                return Err(format!(
+                    "unknown setting `{key}`; the settings that can change at run time are: {}",
+                    Self::KEYS.join(", ")
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of `key` as `set` takes it.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let d = |d: Duration| humantime::format_duration(d).to_string();
+        Some(match key {
+            "threshold" => d(self.threshold),
+            "report_interval" => d(self.report_interval),
+            "sample_interval" => d(self.sample_interval),
+            "scan_interval" => d(self.scan_interval),
+            "stacks" => self.stacks.as_str().to_owned(),
+            _ => return None,
+        })
+    }
+
+    /// The watchdog's scan period: the configured one, but never more than a quarter of the
+    /// threshold (so a pinned poll is seen soon after it crosses it) nor less than 100 µs.
+    pub fn effective_scan_interval(&self) -> Duration {
+        self.scan_interval
+            .min(self.threshold / 4)
+            .max(Duration::from_micros(100))
     }
 }
 
@@ -449,6 +632,17 @@ mod tests {
         );
         assert_eq!(table["PINWATCH"], if c.enabled { "on" } else { "off" });
         assert!(c.record.is_none());
+        assert_eq!(
+            parse_size(table["PINWATCH_RECORD_MAX_SIZE"]).unwrap(),
+            c.record_max_size
+        );
+        assert_eq!(
+            parse_age(table["PINWATCH_RECORD_MAX_AGE"]).unwrap(),
+            c.record_max_age
+        );
+        assert_eq!(table["PINWATCH_RECORD_KEEP"], c.record_keep.to_string());
+        assert_eq!(table["PINWATCH_CONTROL"], "on");
+        assert_eq!(c.control, Control::On);
         assert!(c.prometheus_addr.is_none());
         assert_eq!(table["PINWATCH_OTLP"], if c.otlp { "on" } else { "off" });
         assert_eq!(table["PINWATCH_PROMETHEUS_ADDR"], "");
@@ -498,8 +692,22 @@ mod tests {
             ("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:9464"),
             ("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "7"),
             ("PINWATCH_CONSOLE", "resources"),
+            ("PINWATCH_RECORD_MAX_SIZE", "64 KiB"),
+            ("PINWATCH_RECORD_MAX_AGE", "1h"),
+            ("PINWATCH_RECORD_KEEP", "2"),
+            ("PINWATCH_CONTROL", "/run/svc/pinwatch"),
         ])
         .unwrap();
+        assert_eq!(c.record_max_size, Some(65536));
+        assert_eq!(c.record_max_age, Some(Duration::from_secs(3600)));
+        assert_eq!(c.record_keep, 2);
+        assert_eq!(c.control, Control::Dir(PathBuf::from("/run/svc/pinwatch")));
+        let off = with(&[
+            ("PINWATCH_RECORD_MAX_SIZE", "off"),
+            ("PINWATCH_CONTROL", "off"),
+        ])
+        .unwrap();
+        assert_eq!((off.record_max_size, off.control), (None, Control::Off));
         assert_eq!(c.console, Console::Resources);
         assert_eq!(c.prometheus_addr, Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!(c.prometheus_max_locations, 7);
@@ -534,6 +742,11 @@ mod tests {
             ("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "0"),
             ("PINWATCH_OTLP", "grpc"),
             ("PINWATCH_CONSOLE", "loud"),
+            ("PINWATCH_RECORD_MAX_SIZE", "big"),
+            ("PINWATCH_RECORD_MAX_SIZE", "0KB"),
+            ("PINWATCH_RECORD_MAX_AGE", "soon"),
+            ("PINWATCH_RECORD_KEEP", "0"),
+            ("PINWATCH_CONTROL", "relative/dir"),
         ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");
@@ -542,14 +755,48 @@ mod tests {
     }
 
     #[test]
+    fn run_time_settings_are_validated_like_the_environment() {
+        let mut s = Config::default().settings();
+        s.set("threshold", "50ms").unwrap();
+        s.set("stacks", "full").unwrap();
+        assert_eq!(
+            (s.threshold, s.stacks),
+            (Duration::from_millis(50), Stacks::Full)
+        );
+        assert_eq!(s.get("threshold").as_deref(), Some("50ms"));
+        for key in Settings::KEYS {
+            let v = s.get(key).unwrap();
+            let mut t = s;
+            t.set(key, &v).unwrap();
+            assert_eq!(t, s, "{key}={v} does not read back");
+        }
+        let err = s.set("threshold", "0ms").unwrap_err();
+        assert!(
+            err.contains("threshold=\"0ms\"") && err.contains("greater than zero"),
+            "{err}"
+        );
+        let err = s.set("stacks", "medium").unwrap_err();
+        assert!(err.contains("`off`, `short`, `full`"), "{err}");
+        let err = s.set("max_threads", "4").unwrap_err();
+        assert!(
+            err.contains("unknown setting `max_threads`") && err.contains("threshold"),
+            "{err}"
+        );
+        assert_eq!(s.threshold, Duration::from_millis(50));
+    }
+
+    #[test]
     fn scan_interval_follows_small_thresholds() {
         let c = Config {
             threshold: Duration::from_millis(2),
             ..Config::default()
         };
-        assert_eq!(c.effective_scan_interval(), Duration::from_micros(500));
         assert_eq!(
-            Config::default().effective_scan_interval(),
+            c.settings().effective_scan_interval(),
+            Duration::from_micros(500)
+        );
+        assert_eq!(
+            Config::default().settings().effective_scan_interval(),
             DEFAULT_SCAN_INTERVAL
         );
     }

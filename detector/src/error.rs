@@ -64,6 +64,9 @@ pub enum Error {
     /// tokio-console's server or resources cannot start.
     #[error("tokio-console: {0}")]
     Console(String),
+    /// The control socket cannot be made in the directory `PINWATCH_CONTROL` names.
+    #[error("PINWATCH_CONTROL: {0}")]
+    Control(String),
     /// tokio could not build the runtime.
     #[error("building the tokio runtime failed: {0}")]
     Runtime(#[source] std::io::Error),

@@ -77,6 +77,7 @@ compile_error!(
 
 // The pipeline, in the order data flows (see the crate docs).
 mod analyze;
+pub mod control;
 pub mod export;
 mod poll;
 mod runtime;
@@ -92,7 +93,7 @@ mod error;
 pub mod event;
 pub mod report;
 
-pub use config::{Config, Console, Stacks};
+pub use config::{Config, Console, Control, Settings, Stacks};
 pub use error::Error;
 pub use event::{PinnedEvent, Reason, State};
 pub use export::Sink;

@@ -45,15 +45,85 @@ pub struct Recording {
     pub warnings: Vec<String>,
 }
 
-/// Reads a recording. A bad line is an error naming its number, except a last line without its
-/// newline that does not parse — a recording cut by a crash — which is skipped with a warning.
-pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
-    let text = std::fs::read(path).map_err(|source| ReadError::Io {
+/// The `k`-th rotated file of the recording `path`: `rec.jsonl` → `rec.1.jsonl`, `rec` →
+/// `rec.1`. `rec.1.jsonl` is the newest rotated file.
+pub fn rotated_path(path: &Path, k: usize) -> std::path::PathBuf {
+    let name = path.file_name().map_or_else(
+        || std::ffi::OsString::from(format!("{k}")),
+        |n| {
+            let n = n.to_string_lossy();
+            match n.rsplit_once('.') {
+                Some((stem, ext)) if !stem.is_empty() => format!("{stem}.{k}.{ext}").into(),
+                _ => format!("{n}.{k}").into(),
+            }
+        },
+    );
+    path.with_file_name(name)
+}
+
+/// The files of the recording `path`, oldest first: its rotated files (`rec.N.jsonl` …
+/// `rec.1.jsonl`) that exist, then `path` itself.
+pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError> {
+    let io = |source| ReadError::Io {
         path: path.display().to_string(),
         source,
-    })?;
-    let text = String::from_utf8_lossy(&text);
-    parse_recording(&text, &path.display().to_string())
+    };
+    std::fs::metadata(path).map_err(io)?;
+    let mut rotated: Vec<(usize, std::path::PathBuf)> = Vec::new();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let candidate = entry.map_err(io)?.path();
+        // A name is rotated file k of `path` exactly when it is rotated_path(path, k).
+        let Some(k) = rotation_number(path, &candidate) else {
+            continue;
+        };
+        rotated.push((k, candidate));
+    }
+    rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
+    let mut files: Vec<std::path::PathBuf> = rotated.into_iter().map(|(_, p)| p).collect();
+    files.push(path.to_owned());
+    Ok(files)
+}
+
+/// `Some(k)` when `candidate` is the `k`-th rotated file of `path`.
+fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
+    let name = candidate.file_name()?.to_str()?;
+    let base = path.file_name()?.to_str()?;
+    let (stem, ext) = match base.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => (stem, Some(ext)),
+        _ => (base, None),
+    };
+    let rest = name.strip_prefix(stem)?.strip_prefix('.')?;
+    let digits = match ext {
+        Some(ext) => rest.strip_suffix(ext)?.strip_suffix('.')?,
+        None => rest,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.starts_with('0') {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Reads a recording: `path` and, before it, its rotated files (`rec.N.jsonl` … `rec.1.jsonl`),
+/// as one recording, oldest first. A bad line is an error naming its file and number, except a
+/// last line without its newline that does not parse — a recording cut by a crash — which is
+/// skipped with a warning.
+pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
+    let mut rec = Recording::default();
+    for file in recording_files(path)? {
+        let text = std::fs::read(&file).map_err(|source| ReadError::Io {
+            path: file.display().to_string(),
+            source,
+        })?;
+        let text = String::from_utf8_lossy(&text);
+        let part = parse_recording(&text, &file.display().to_string())?;
+        rec.events.extend(part.events);
+        rec.warnings.extend(part.warnings);
+    }
+    Ok(rec)
 }
 
 /// [`read_recording`] on text; `name` names it in messages.
@@ -221,7 +291,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
 }
 
 /// One row of `pinwatch summary`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct SummaryRow {
     /// The top application frame (`function (file:line)`), or `N/A`.
@@ -242,23 +312,57 @@ pub struct SummaryRow {
 /// reasons, sorted by total; like `jfr view pinned-threads`. Each pinned poll counts once, with
 /// its last report; retracted polls (`block_in_place`) do not count.
 pub fn summarize(events: &[PinnedEvent]) -> Vec<SummaryRow> {
-    let mut rows: BTreeMap<String, SummaryRow> = BTreeMap::new();
+    let mut summary = Summary::default();
     for e in latest_reports(events) {
-        if e.state == crate::State::Retracted {
-            continue;
+        summary.add(e);
+    }
+    summary.rows()
+}
+
+/// The rows of [`summarize`], built one pin at a time: [`add`](Self::add) each pin's last
+/// report once.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    rows: BTreeMap<String, SummaryRow>,
+    /// At most this many rows; later frames count under `(other locations)`. 0: no bound.
+    max_rows: usize,
+}
+
+impl Summary {
+    /// A summary of at most `max_rows` rows (for a long-running service's memory).
+    pub fn bounded(max_rows: usize) -> Summary {
+        Summary {
+            rows: BTreeMap::new(),
+            max_rows,
         }
-        let frame = e
+    }
+
+    /// Counts pin `e` (its last report); a retracted one does not count.
+    pub fn add(&mut self, e: &PinnedEvent) {
+        if e.state == crate::State::Retracted {
+            return;
+        }
+        let mut frame = e
             .top_frame
             .as_ref()
             .map_or_else(|| "N/A".to_owned(), |f| f.to_string());
-        let row = rows.entry(frame.clone()).or_insert_with(|| SummaryRow {
-            frame,
-            count: 0,
-            longest_ms: 0.0,
-            total_ms: 0.0,
-            reasons: Vec::new(),
-            in_progress: 0,
-        });
+        if self.max_rows > 0
+            && self.rows.len() >= self.max_rows - 1
+            && !self.rows.contains_key(&frame)
+        {
+            frame = "(other locations)".to_owned();
+        }
+        let row = self
+            .rows
+            .entry(frame.clone())
+            .or_insert_with(|| SummaryRow {
+                frame,
+                count: 0,
+                longest_ms: 0.0,
+                total_ms: 0.0,
+                reasons: Vec::new(),
+                in_progress: 0,
+            });
         let d = e.duration.as_secs_f64() * 1e3;
         row.count += 1;
         row.total_ms += d;
@@ -272,18 +376,22 @@ pub fn summarize(events: &[PinnedEvent]) -> Vec<SummaryRow> {
             None => row.reasons.push((r, 1)),
         }
     }
-    let mut rows: Vec<SummaryRow> = rows.into_values().collect();
-    for r in &mut rows {
-        r.reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        r.total_ms = (r.total_ms * 10.0).round() / 10.0;
-        r.longest_ms = (r.longest_ms * 10.0).round() / 10.0;
+
+    /// The rows, by total time pinned, most first.
+    pub fn rows(&self) -> Vec<SummaryRow> {
+        let mut rows: Vec<SummaryRow> = self.rows.values().cloned().collect();
+        for r in &mut rows {
+            r.reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            r.total_ms = (r.total_ms * 10.0).round() / 10.0;
+            r.longest_ms = (r.longest_ms * 10.0).round() / 10.0;
+        }
+        rows.sort_by(|a, b| {
+            b.total_ms
+                .total_cmp(&a.total_ms)
+                .then(a.frame.cmp(&b.frame))
+        });
+        rows
     }
-    rows.sort_by(|a, b| {
-        b.total_ms
-            .total_cmp(&a.total_ms)
-            .then(a.frame.cmp(&b.frame))
-    });
-    rows
 }
 
 /// The summary as a text table.

@@ -5,7 +5,7 @@
 //! poll (hooks → slots) → watch (watchdog, probes) → one bounded queue → analyze → export.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -13,63 +13,14 @@ use std::time::Duration;
 use crate::analyze::Analyzer;
 #[allow(unused_imports)]
 use crate::config::Console;
-use crate::config::{Config, Stacks};
+use crate::config::{Config, Settings, Stacks};
+use crate::control;
 use crate::export::{self, Fanout, Sink};
 use crate::poll::slot::SlotTable;
 use crate::poll::PollHooks;
-use crate::watch::{self, StatsCounters, Watched};
+pub use crate::watch::Stats;
+use crate::watch::{self, snapshot, Watched};
 use crate::Error;
-
-/// What the detector has done so far. See [`Detector::stats`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Polls found pinning a worker (reported, and not retracted).
-    pub pinned_polls: u64,
-    /// Reports handed to the analysis queue (`in_progress`, `completed`, `retracted`).
-    pub events: u64,
-    /// Events delivered to the sinks (reports of `block_in_place` polls, recognised by their
-    /// stack, are not).
-    pub delivered: u64,
-    /// Reports dropped because the queue to the sinks was full.
-    pub dropped: u64,
-    /// Long polls not reported, or retracted, because their thread had handed its worker over
-    /// in `block_in_place`.
-    pub block_in_place: u64,
-    /// Of those, the ones reported before tokio recorded the hand-over, then retracted.
-    pub retracted: u64,
-    /// Threads that polled tasks but found no free slot (raise [`Builder::max_threads`]).
-    pub unwatched_threads: u64,
-    /// Stack samples attached to events.
-    pub samples: u64,
-    /// Signals sent that the thread did not answer within the wait (it takes them later, or
-    /// never; they are not sent again meanwhile).
-    pub samples_missed: u64,
-    /// Samples that arrived after their poll had ended, and were dropped.
-    pub samples_discarded: u64,
-    /// Total time workers spent in the sampling signal handler (the stall samples cost them).
-    pub sample_handler_time: Duration,
-    /// Total time from sending a sampling signal to reading the sample, on the watchdog.
-    pub sample_round_trip_time: Duration,
-}
-
-fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
-    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    Stats {
-        pinned_polls: r(&c.pinned_polls),
-        events: r(&c.events),
-        delivered: r(&c.delivered),
-        dropped: r(&c.dropped),
-        block_in_place: r(&c.block_in_place),
-        retracted: r(&c.retracted),
-        unwatched_threads: r(&table.unwatched_threads),
-        samples: r(&c.samples),
-        samples_missed: r(&c.samples_missed),
-        samples_discarded: r(&c.samples_discarded),
-        sample_handler_time: Duration::from_nanos(r(&c.sample_handler_ns)),
-        sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
-    }
-}
 
 /// Configures pinwatch and builds a watched tokio runtime.
 ///
@@ -245,6 +196,30 @@ impl Builder {
         self
     }
 
+    /// Where the control socket for `pinwatch ctl` goes (`PINWATCH_CONTROL`, default
+    /// [`Control::On`](crate::config::Control::On)).
+    pub fn control(mut self, control: crate::config::Control) -> Self {
+        self.config.control = control;
+        self
+    }
+
+    /// Rotates the recording before it grows past `bytes` (`PINWATCH_RECORD_MAX_SIZE`,
+    /// default [`DEFAULT_RECORD_MAX_SIZE`](crate::config::DEFAULT_RECORD_MAX_SIZE); `None`:
+    /// never), or once its current file is `age` old (`PINWATCH_RECORD_MAX_AGE`, default
+    /// never), keeping `keep` rotated files (`PINWATCH_RECORD_KEEP`, default
+    /// [`DEFAULT_RECORD_KEEP`](crate::config::DEFAULT_RECORD_KEEP)).
+    pub fn record_rotation(
+        mut self,
+        bytes: Option<u64>,
+        age: Option<Duration>,
+        keep: usize,
+    ) -> Self {
+        self.config.record_max_size = bytes;
+        self.config.record_max_age = age;
+        self.config.record_keep = keep;
+        self
+    }
+
     /// Tests only: the watchdog sleeps `d` before every other scan, as a watchdog slowed by a
     /// probe or preempted by the kernel would.
     #[doc(hidden)]
@@ -291,6 +266,20 @@ impl Builder {
         }
         if c.prometheus_max_locations == 0 {
             return bad("prometheus_max_locations", "must be at least 1");
+        }
+        if c.record_keep == 0 {
+            return bad("record_keep", "must be at least 1");
+        }
+        if c.record_max_size == Some(0) {
+            return bad(
+                "record_max_size",
+                "must be greater than zero (or None: never)",
+            );
+        }
+        if let crate::config::Control::Dir(d) = &c.control {
+            if !d.is_absolute() {
+                return bad("control", "must be an absolute directory");
+            }
         }
         // (asked for, its variable, its cargo feature, built with it)
         for (asked, var, feature, built) in [
@@ -348,31 +337,30 @@ impl Builder {
                 built_at,
             });
         }
-        let mut sinks = export::builtin(&config)?;
+        let recorder = export::Recorder::default();
+        let mut sinks = export::builtin(&config, &recorder)?;
         sinks.extend(self.sinks);
-        let stacks_unavailable = if config.stacks == Stacks::Off {
-            Some("stacks_off")
-        } else {
-            let safe = self
-                .unwinder_safe
-                .unwrap_or_else(crate::signal::unwinder_is_signal_safe_here);
+        let safe = self
+            .unwinder_safe
+            .unwrap_or_else(crate::signal::unwinder_is_signal_safe_here);
+        if config.stacks != Stacks::Off {
             if safe {
                 crate::signal::install_handler()?;
-                None
             } else {
                 warn_unsafe_unwinder();
-                Some("unwinder_not_signal_safe")
             }
-        };
+        }
+        let stacks_blocked = (!safe).then_some("unwinder_not_signal_safe");
         crate::poll::register_membarrier();
         let table = Arc::new(SlotTable::new(config.max_threads));
-        let watched = Watched::new(Arc::clone(&table), config, stacks_unavailable, run_id());
+        let watched = Watched::new(Arc::clone(&table), config, stacks_blocked, run_id());
         Ok(Prepared {
             hooks: PollHooks::new(Some(table)),
             built_at,
             rest: Some(Pending {
                 watched: Arc::new(watched),
                 sinks,
+                recorder,
                 #[cfg(feature = "prometheus")]
                 prometheus_registry: self.prometheus_registry,
             }),
@@ -438,6 +426,7 @@ pub struct Prepared {
 struct Pending {
     watched: Arc<Watched>,
     sinks: Vec<Box<dyn Sink>>,
+    recorder: export::Recorder,
     #[cfg(feature = "prometheus")]
     prometheus_registry: Option<prometheus::Registry>,
 }
@@ -462,6 +451,7 @@ impl Prepared {
         let Some(pending) = self.rest else {
             return Ok(Detector {
                 watched: None,
+                control: None,
                 stop: None,
                 watchdog: None,
                 export: None,
@@ -475,12 +465,14 @@ impl Prepared {
         };
         #[allow(unused_mut)]
         let Pending {
-            watched, mut sinks, ..
+            watched,
+            mut sinks,
+            recorder,
+            ..
         } = pending;
         #[cfg(feature = "otlp")]
         let otlp = if watched.config.otlp {
             let o = export::otlp::Otlp::start(
-                watched.config.threshold,
                 watched.config.prometheus_max_locations,
                 watched.config.queue_capacity,
                 live(&watched, handle, None),
@@ -520,16 +512,30 @@ impl Prepared {
             sinks.push(Box::new(c.sink()));
             Some(c)
         };
+        // Last: when `status` shows a pin, every other sink (the recording) has it.
+        let view = control::View::default();
+        sinks.push(Box::new(view.sink()));
+        let control = start_control(
+            &watched,
+            control::Context {
+                watched: Arc::clone(&watched),
+                handle: handle.clone(),
+                recorder,
+                view,
+                built_at: self.built_at,
+            },
+        )?;
         let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
-        let stacks = watched.config.stacks;
         let (stop_tx, stop_rx) = mpsc::channel();
         let export_w = Arc::clone(&watched);
         let export = std::thread::Builder::new()
             .name("pinwatch-export".into())
             .spawn(move || {
-                let mut analyzer = Analyzer::new(stacks);
+                let mut current = watch::Current::new(&export_w.tunables);
+                let mut analyzer = Analyzer::new(export_w.config.stacks);
                 let mut fanout = Fanout::new(sinks);
                 for raw in rx {
+                    analyzer.stacks = current.refresh(&export_w.tunables).stacks;
                     if let Some(event) = analyzer.filter(raw, &export_w.stats) {
                         fanout.deliver(&event);
                         export_w.stats.delivered.fetch_add(1, Ordering::Relaxed);
@@ -552,6 +558,7 @@ impl Prepared {
             })?;
         Ok(Detector {
             watched: Some(watched),
+            control,
             stop: Some(stop_tx),
             watchdog: Some(watchdog),
             export: Some(export),
@@ -562,6 +569,31 @@ impl Prepared {
             #[cfg(feature = "console")]
             console,
         })
+    }
+}
+
+/// The control socket, when `PINWATCH_CONTROL` is not off. In the default directory a failure
+/// is a warning (the service runs on without it); in a directory asked for, an error.
+fn start_control(
+    watched: &Watched,
+    ctx: control::Context,
+) -> Result<Option<control::Server>, Error> {
+    let (dir, asked) = match &watched.config.control {
+        crate::config::Control::Off => return Ok(None),
+        crate::config::Control::On => (control::default_dir(), false),
+        crate::config::Control::Dir(d) => (d.clone(), true),
+    };
+    match control::Server::start(&dir, ctx) {
+        Ok(server) => Ok(Some(server)),
+        Err(reason) if asked => Err(Error::Control(reason)),
+        Err(reason) => {
+            tracing::warn!(
+                target: "pinwatch",
+                "no control socket, `pinwatch ctl` cannot reach this process: {reason} \
+                 (PINWATCH_CONTROL=off turns it off)"
+            );
+            Ok(None)
+        }
     }
 }
 
@@ -578,6 +610,7 @@ fn live(
     let w = Arc::clone(watched);
     let handle = handle.clone();
     Arc::new(move || export::Live {
+        threshold: w.tunables.get().threshold,
         pinned: w.pinned_now(),
         workers: handle.metrics().num_workers(),
         queue_dropped: w.stats.dropped.load(Ordering::Relaxed),
@@ -603,15 +636,12 @@ fn start_prometheus(
     if addr.is_none() && registry.is_none() {
         return Ok(None);
     }
-    let collector = export::prometheus::PinwatchCollector::new(
-        watched.config.threshold,
-        watched.config.prometheus_max_locations,
-        live,
-    )
-    .map_err(|e| Error::InvalidSetting {
-        setting: "prometheus",
-        reason: e.to_string(),
-    })?;
+    let collector =
+        export::prometheus::PinwatchCollector::new(watched.config.prometheus_max_locations, live)
+            .map_err(|e| Error::InvalidSetting {
+            setting: "prometheus",
+            reason: e.to_string(),
+        })?;
     if let Some(registry) = registry {
         registry
             .register(Box::new(collector.clone()))
@@ -636,6 +666,7 @@ fn start_prometheus(
 /// poll still running at shutdown is completed.
 pub struct Detector {
     watched: Option<Arc<Watched>>,
+    control: Option<control::Server>,
     stop: Option<mpsc::Sender<()>>,
     watchdog: Option<JoinHandle<()>>,
     export: Option<JoinHandle<()>>,
@@ -670,9 +701,22 @@ impl Detector {
             .unwrap_or_default()
     }
 
-    /// The settings in force (`None` when off).
+    /// The settings at start (`None` when off); see [`settings`](Self::settings) for those in
+    /// force now.
     pub fn config(&self) -> Option<&Config> {
         self.watched.as_ref().map(|w| &w.config)
+    }
+
+    /// The settings in force now: those at start, as `pinwatch ctl <pid> set` and `pause`
+    /// have changed them since (`None` when off).
+    pub fn settings(&self) -> Option<Settings> {
+        self.watched.as_ref().map(|w| w.tunables.get())
+    }
+
+    /// The control socket `pinwatch ctl` talks to (`None` when off or when it could not be
+    /// made).
+    pub fn control_socket(&self) -> Option<&std::path::Path> {
+        self.control.as_ref().map(|c| c.path())
     }
 
     /// This detector's run id, as in every event's `run_id` (`None` when off).
@@ -714,6 +758,8 @@ impl Detector {
     }
 
     fn stop_threads(&mut self) {
+        // First: no request may reach a detector that is stopping.
+        drop(self.control.take());
         #[cfg(feature = "prometheus")]
         if let Some((_, endpoint)) = self.prometheus.as_mut() {
             drop(endpoint.take());

@@ -91,7 +91,10 @@ impl Check {
         if let Some(configure) = self.tokio {
             configure(&mut tokio);
         }
-        let mut builder = crate::Builder::from_env().unwrap_or_else(|e| panic!("pinwatch: {e}"));
+        // A test's runtime lives for the test: no control socket for `pinwatch ctl`.
+        let mut builder = crate::Builder::from_env()
+            .unwrap_or_else(|e| panic!("pinwatch: {e}"))
+            .control(crate::config::Control::Off);
         if let Some(t) = self.threshold {
             builder = builder.threshold(t);
         }

@@ -221,3 +221,34 @@ pub fn python(script: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The `pinwatch` CLI, built once per test binary with the same cargo, profile and target
+/// directory as the tests (it is another package's binary, so cargo does not hand its path
+/// to this one's tests).
+pub fn pinwatch_cli() -> PathBuf {
+    static CLI: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    CLI.get_or_init(|| {
+        let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .args([
+                "build",
+                "--locked",
+                "-p",
+                "pinwatch-cli",
+                "--bin",
+                "pinwatch",
+                "--message-format=json-render-diagnostics",
+            ])
+            .current_dir(repo())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "building the pinwatch CLI failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "pinwatch")
+            .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+            .expect("cargo named no pinwatch executable")
+    })
+    .clone()
+}

@@ -1,7 +1,11 @@
-//! `pinwatch`: read a recording made with `PINWATCH_RECORD`.
+//! `pinwatch`: read a recording made with `PINWATCH_RECORD`, and control a running service.
 //!
 //! `pinwatch print FILE` renders each event like `jfr print --events jdk.VirtualThreadPinned`;
-//! `pinwatch summary FILE` groups them by top application frame like `jfr view pinned-threads`.
+//! `pinwatch summary FILE` groups them by top application frame like `jfr view pinned-threads`;
+//! `pinwatch ctl <pid> status | set | record | pause | resume` talks to a running service's
+//! control socket like `jcmd <pid> JFR.*`.
+
+mod ctl;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +17,7 @@ use pinwatch::report;
 #[command(
     name = "pinwatch",
     version,
-    about = "Read pinwatch recordings (PINWATCH_RECORD files)"
+    about = "Read pinwatch recordings (PINWATCH_RECORD files) and control running services"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -24,7 +28,7 @@ struct Cli {
 enum Command {
     /// Print every event, one block each, stack included (like `jfr print`).
     Print {
-        /// The recording (JSON lines).
+        /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         file: PathBuf,
         /// Print the events as JSON lines instead (one per line, as recorded).
         #[arg(long)]
@@ -36,20 +40,25 @@ enum Command {
     /// Group pinned polls by top application frame: count, longest, total, reasons (like
     /// `jfr view pinned-threads`), sorted by total.
     Summary {
-        /// The recording (JSON lines).
+        /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         file: PathBuf,
         /// Print the table as a JSON array.
         #[arg(long)]
         json: bool,
     },
+    /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,
+    /// `set threshold=50ms`, `record start FILE` / `record stop`, `pause` / `resume`.
+    Ctl(ctl::CtlArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let file = match &cli.command {
-        Command::Print { file, .. } | Command::Summary { file, .. } => file,
+    let (file, view) = match cli.command {
+        Command::Ctl(args) => return ctl::run(&args),
+        Command::Print { file, json, latest } => (file, View::Print { json, latest }),
+        Command::Summary { file, json } => (file, View::Summary { json }),
     };
-    let rec = match report::read_recording(file) {
+    let rec = match report::read_recording(&file) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("pinwatch: {e}");
@@ -59,8 +68,8 @@ fn main() -> ExitCode {
     for w in &rec.warnings {
         eprintln!("pinwatch: warning: {w}");
     }
-    match cli.command {
-        Command::Print { json, latest, .. } => {
+    match view {
+        View::Print { json, latest } => {
             let events: Vec<pinwatch::PinnedEvent> = if latest {
                 report::latest_reports(&rec.events)
                     .into_iter()
@@ -77,7 +86,7 @@ fn main() -> ExitCode {
                 print!("{}", report::render_print(&events));
             }
         }
-        Command::Summary { json, .. } => {
+        View::Summary { json } => {
             let rows = report::summarize(&rec.events);
             if json {
                 match serde_json::to_string_pretty(&rows) {
@@ -93,4 +102,10 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// What to show of a recording.
+enum View {
+    Print { json: bool, latest: bool },
+    Summary { json: bool },
 }

@@ -16,7 +16,8 @@ use std::sync::atomic::Ordering;
 /// Turns raw reports into events. Keeps a symbol cache across reports.
 pub(crate) struct Analyzer {
     resolver: symbols::Resolver,
-    stacks: Stacks,
+    /// How much of the stack events keep (follows the settings in force).
+    pub(crate) stacks: Stacks,
     /// Polls whose stack showed `block_in_place`: their later reports are dropped.
     in_block_in_place: HashSet<u64>,
     /// Polls with a report delivered and not yet completed.

@@ -17,7 +17,8 @@ use crate::config::Config;
 use crate::event::PinnedEvent;
 use crate::Error;
 
-pub use record::RecordSink;
+pub(crate) use record::Recorder;
+pub use record::{RecordSink, RecordStatus, Rotation};
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
 
@@ -39,15 +40,22 @@ impl<F: FnMut(&PinnedEvent) + Send + 'static> Sink for F {
     }
 }
 
-/// The sinks the configuration turns on.
-pub(crate) fn builtin(config: &Config) -> Result<Vec<Box<dyn Sink>>, Error> {
+/// The sinks the configuration turns on. `recorder` is the detector's recording: its sink is
+/// always there, and `PINWATCH_RECORD` starts it.
+pub(crate) fn builtin(config: &Config, recorder: &Recorder) -> Result<Vec<Box<dyn Sink>>, Error> {
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     if config.tracing {
-        sinks.push(Box::new(TracingSink::new(config.stacks)));
+        // The analysis keeps as much of the stack as the settings in force say (they may
+        // change at run time): print all it kept.
+        sinks.push(Box::new(TracingSink::new(crate::config::Stacks::Full)));
     }
     if let Some(path) = &config.record {
-        sinks.push(Box::new(RecordSink::open(path)?));
+        recorder.install(RecordSink::open_rotating(
+            path,
+            Rotation::from_config(config),
+        )?);
     }
+    sinks.push(Box::new(recorder.sink()));
     Ok(sinks)
 }
 
@@ -57,6 +65,8 @@ pub(crate) fn builtin(config: &Config) -> Result<Vec<Box<dyn Sink>>, Error> {
     allow(dead_code)
 )]
 pub(crate) struct Live {
+    /// The threshold in force.
+    pub threshold: std::time::Duration,
     /// Each pin running now: event id and age.
     pub pinned: Vec<(u64, std::time::Duration)>,
     /// Workers of the runtime.

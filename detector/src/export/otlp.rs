@@ -88,12 +88,7 @@ impl Otlp {
     /// and a meter provider whose reader thread exports the metrics.
     /// `queue`: events queued for the OTLP thread before new ones are dropped (the detector's
     /// queue capacity).
-    pub(crate) fn start(
-        threshold: Duration,
-        max_locations: usize,
-        queue: usize,
-        live: LiveFn,
-    ) -> Result<Otlp, Error> {
+    pub(crate) fn start(max_locations: usize, queue: usize, live: LiveFn) -> Result<Otlp, Error> {
         let env = |n: &str| std::env::var(n).ok();
         let logs_protocol = protocol("LOGS", env)?;
         let metrics_protocol = protocol("METRICS", env)?;
@@ -146,13 +141,7 @@ impl Otlp {
             completed: [0.0; 8],
             open: std::collections::HashMap::new(),
         }));
-        register_metrics(
-            &meters,
-            threshold,
-            live,
-            Arc::clone(&state),
-            Arc::clone(&dropped),
-        );
+        register_metrics(&meters, live, Arc::clone(&state), Arc::clone(&dropped));
         let mut instruments = Instruments::new(&meters, max_locations);
         let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
         let handle = runtime.as_ref().map(|r| r.handle().clone());
@@ -324,7 +313,6 @@ fn kv(key: &'static str, value: impl Into<AnyValue>) -> (&'static str, AnyValue)
 /// `pinwatch.pin.duration` in `s` → `pinwatch_pin_duration_seconds`, …).
 fn register_metrics(
     meters: &SdkMeterProvider,
-    threshold: Duration,
     live: LiveFn,
     state: Arc<Mutex<MetricState>>,
     dropped: Arc<AtomicU64>,
@@ -409,13 +397,15 @@ fn register_metrics(
             })
             .build();
     }
-    let threshold = threshold.as_secs_f64();
-    let _ = meter
-        .f64_observable_gauge("pinwatch.threshold")
-        .with_unit("s")
-        .with_description("The pinning threshold in force.")
-        .with_callback(move |obs| obs.observe(threshold, &[]))
-        .build();
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
+            .f64_observable_gauge("pinwatch.threshold")
+            .with_unit("s")
+            .with_description("The pinning threshold in force.")
+            .with_callback(move |obs| obs.observe((live)().threshold.as_secs_f64(), &[]))
+            .build();
+    }
     let _ = meter
         .u64_observable_gauge("pinwatch.build.info")
         .with_description("Always 1; the pinwatch version as an attribute.")

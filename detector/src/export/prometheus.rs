@@ -167,7 +167,6 @@ fn reason_label(r: Option<Reason>) -> &'static str {
 
 impl PinwatchCollector {
     pub(crate) fn new(
-        threshold: Duration,
         max_locations: usize,
         live: LiveFn,
     ) -> Result<PinwatchCollector, prometheus::Error> {
@@ -203,7 +202,6 @@ impl PinwatchCollector {
         }
         metrics.dropped.with_label_values(&["queue"]);
         metrics.by_location.with_label_values(&["other"]);
-        metrics.threshold.set(threshold.as_secs_f64());
         metrics
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
@@ -251,6 +249,7 @@ impl PinwatchCollector {
         let live = (inner.live)();
         let m = &inner.metrics;
         m.workers.set(live.workers as i64);
+        m.threshold.set(live.threshold.as_secs_f64());
         m.workers_pinned.set(live.pinned.len() as i64);
         m.oldest.set(
             live.pinned
@@ -455,9 +454,9 @@ mod tests {
         max_locations: usize,
     ) -> PinwatchCollector {
         PinwatchCollector::new(
-            Duration::from_millis(20),
             max_locations,
             Arc::new(move || Live {
+                threshold: Duration::from_millis(20),
                 pinned: live.lock().unwrap().clone(),
                 workers: 2,
                 queue_dropped: 3,

@@ -140,9 +140,16 @@ fn unwinder_imports(symbol: &CStr) -> bool {
     search.libgcc.or(search.program).unwrap_or(false)
 }
 
+/// Whether the handler is installed; none of pinwatch's signals goes out before it is.
+static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Whether [`install_handler`] has installed the handler in this process.
+pub(crate) fn handler_installed() -> bool {
+    matches!(INSTALLED.get(), Some(Ok(())))
+}
+
 /// Installs the handler, once per process. Fails if another handler owns the signal.
 pub(crate) fn install_handler() -> Result<(), Error> {
-    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
     INSTALLED
         .get_or_init(|| {
             // Run the unwinder once outside a handler, so that anything it sets up lazily is set

@@ -16,12 +16,12 @@ pub(crate) mod probe;
 mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::runtime::Handle;
 
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use crate::event::{PinnedEvent, SourceLocation, State, Worker};
 use crate::poll::slot::{NameBuf, Slot, SlotTable};
 use probe::Probe;
@@ -30,10 +30,13 @@ use workers::Owner;
 /// What the watchdog shares with the hooks' table and the detector handle.
 pub(crate) struct Watched {
     pub table: Arc<SlotTable>,
+    /// The settings at start; those that change at run time are in `tunables`.
     pub config: Config,
+    /// The settings in force now.
+    pub tunables: Tunables,
     pub stats: StatsCounters,
-    /// Why no stack can be sampled at all (`stacks_off`, `unwinder_not_signal_safe`), if so.
-    pub stacks_unavailable: Option<&'static str>,
+    /// Why no stack can be sampled here whatever the settings (`unwinder_not_signal_safe`).
+    pub stacks_blocked: Option<&'static str>,
     /// Names this detector's events (see [`PinnedEvent::run_id`]).
     pub run_id: String,
     next_id: AtomicU64,
@@ -73,7 +76,7 @@ impl Watched {
     pub(crate) fn new(
         table: Arc<SlotTable>,
         config: Config,
-        stacks_unavailable: Option<&'static str>,
+        stacks_blocked: Option<&'static str>,
         run_id: String,
     ) -> Watched {
         let live = (0..table.slots().len())
@@ -84,13 +87,128 @@ impl Watched {
             .collect();
         Watched {
             table,
+            tunables: Tunables::new(config.settings()),
             config,
             stats: StatsCounters::default(),
-            stacks_unavailable,
+            stacks_blocked,
             run_id,
             next_id: AtomicU64::new(1),
             live,
         }
+    }
+}
+
+/// The settings that can change at run time. Writers (the control thread) replace them whole
+/// under the lock and then move the generation; readers (the watchdog once per scan, the export
+/// thread once per event) load the generation and take the lock only when it moved, so a scan
+/// or an event always sees one consistent set, and the per-poll path never sees any of it.
+pub(crate) struct Tunables {
+    generation: AtomicU64,
+    settings: Mutex<Settings>,
+}
+
+impl Tunables {
+    pub(crate) fn new(settings: Settings) -> Tunables {
+        Tunables {
+            generation: AtomicU64::new(0),
+            settings: Mutex::new(settings),
+        }
+    }
+
+    /// The settings in force now.
+    pub(crate) fn get(&self) -> Settings {
+        *self.settings.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Changes the settings with `f`, all at once; when `f` fails nothing changes. Returns the
+    /// settings before and after.
+    pub(crate) fn update<E>(
+        &self,
+        f: impl FnOnce(&mut Settings) -> Result<(), E>,
+    ) -> Result<(Settings, Settings), E> {
+        let mut guard = self.settings.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = *guard;
+        let mut after = before;
+        f(&mut after)?;
+        *guard = after;
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok((before, after))
+    }
+}
+
+/// A reader's copy of [`Tunables`], refreshed when their generation moves.
+pub(crate) struct Current {
+    generation: u64,
+    settings: Settings,
+}
+
+impl Current {
+    pub(crate) fn new(t: &Tunables) -> Current {
+        Current {
+            generation: t.generation.load(Ordering::Acquire),
+            settings: t.get(),
+        }
+    }
+
+    /// The settings in force, re-read only if they changed since the last call.
+    pub(crate) fn refresh(&mut self, t: &Tunables) -> Settings {
+        let g = t.generation.load(Ordering::Acquire);
+        if g != self.generation {
+            self.generation = g;
+            self.settings = t.get();
+        }
+        self.settings
+    }
+}
+
+/// What the detector has done so far. See [`Detector::stats`](crate::Detector::stats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Polls found pinning a worker (reported, and not retracted).
+    pub pinned_polls: u64,
+    /// Reports handed to the analysis queue (`in_progress`, `completed`, `retracted`).
+    pub events: u64,
+    /// Events delivered to the sinks (reports of `block_in_place` polls, recognised by their
+    /// stack, are not).
+    pub delivered: u64,
+    /// Reports dropped because the queue to the sinks was full.
+    pub dropped: u64,
+    /// Long polls not reported, or retracted, because their thread had handed its worker over
+    /// in `block_in_place`.
+    pub block_in_place: u64,
+    /// Of those, the ones reported before tokio recorded the hand-over, then retracted.
+    pub retracted: u64,
+    /// Threads that polled tasks but found no free slot (raise [`Builder::max_threads`](crate::Builder::max_threads)).
+    pub unwatched_threads: u64,
+    /// Stack samples attached to events.
+    pub samples: u64,
+    /// Signals sent that the thread did not answer within the wait (it takes them later, or
+    /// never; they are not sent again meanwhile).
+    pub samples_missed: u64,
+    /// Samples that arrived after their poll had ended, and were dropped.
+    pub samples_discarded: u64,
+    /// Total time workers spent in the sampling signal handler (the stall samples cost them).
+    pub sample_handler_time: Duration,
+    /// Total time from sending a sampling signal to reading the sample, on the watchdog.
+    pub sample_round_trip_time: Duration,
+}
+
+pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
+    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    Stats {
+        pinned_polls: r(&c.pinned_polls),
+        events: r(&c.events),
+        delivered: r(&c.delivered),
+        dropped: r(&c.dropped),
+        block_in_place: r(&c.block_in_place),
+        retracted: r(&c.retracted),
+        unwatched_threads: r(&table.unwatched_threads),
+        samples: r(&c.samples),
+        samples_missed: r(&c.samples_missed),
+        samples_discarded: r(&c.samples_discarded),
+        sample_handler_time: Duration::from_nanos(r(&c.sample_handler_ns)),
+        sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
     }
 }
 
@@ -151,7 +269,7 @@ pub(crate) fn run(
     tx: mpsc::SyncSender<RawReport>,
     stop: mpsc::Receiver<()>,
 ) {
-    let interval = w.config.effective_scan_interval();
+    let mut current = Current::new(&w.tunables);
     let n = w.table.slots().len();
     let mut watches: Vec<Option<Watch>> = (0..n).map(|_| None).collect();
     // Just before the last look at each slot. The hooks may run before this thread does: the
@@ -161,15 +279,18 @@ pub(crate) fn run(
         w: &w,
         handle: &handle,
         tx: &tx,
+        settings: current.refresh(&w.tunables),
     };
     let mut scans = 0u64;
     loop {
-        let stopping = match stop.recv_timeout(interval) {
+        let stopping = match stop.recv_timeout(wd.settings.effective_scan_interval()) {
             Err(mpsc::RecvTimeoutError::Timeout) => false,
             // Sender dropped: the detector is stopping. Scan once more to complete what ended.
             _ => true,
         };
         scans += 1;
+        // One set of settings for the whole scan.
+        wd.settings = current.refresh(&w.tunables);
         if let Some(late) = w.config.late_scans {
             if scans % 2 == 0 {
                 std::thread::sleep(late);
@@ -214,6 +335,8 @@ struct Watchdog<'a> {
     w: &'a Watched,
     handle: &'a Handle,
     tx: &'a mpsc::SyncSender<RawReport>,
+    /// The settings of this scan.
+    settings: Settings,
 }
 
 impl Watchdog<'_> {
@@ -258,7 +381,7 @@ impl Watchdog<'_> {
             wt.baseline = None;
             return;
         }
-        if seq & 1 == 0 || wt.pinned.is_some() {
+        if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
             return;
         }
         if wt.handed_off {
@@ -273,7 +396,7 @@ impl Watchdog<'_> {
             }
             return;
         }
-        let threshold = self.w.config.threshold;
+        let threshold = self.settings.threshold;
         let age = before.saturating_duration_since(wt.first_seen);
         let tid = slot.tid.load(Ordering::Relaxed);
         if wt.baseline.is_none() && age >= threshold / 4 {
@@ -350,7 +473,7 @@ impl Watchdog<'_> {
                 .checked_sub(elapsed)
                 .unwrap_or(SystemTime::UNIX_EPOCH),
             duration: elapsed,
-            threshold: self.w.config.threshold,
+            threshold: self.settings.threshold,
             task_id: (!body).then_some(snap.task_id),
             block_on: body,
             spawned_at,
@@ -426,11 +549,11 @@ impl Watchdog<'_> {
             self.send(&p);
             return None;
         }
-        if now.saturating_duration_since(p.last_sample) >= self.w.config.sample_interval {
+        if now.saturating_duration_since(p.last_sample) >= self.settings.sample_interval {
             p.last_sample = now;
             self.probe(slot, &mut p);
         }
-        if now.saturating_duration_since(p.last_report) >= self.w.config.report_interval {
+        if now.saturating_duration_since(p.last_report) >= self.settings.report_interval {
             p.last_report = now;
             p.event.cpu_wait = waited_since(p.baseline, p.tid);
             p.event.duration = now.saturating_duration_since(p.start);
@@ -441,7 +564,7 @@ impl Watchdog<'_> {
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
-        let probe = probe::take(self.w, slot, p.seq, p.probes.last());
+        let probe = probe::take(self.w, slot, p.seq, p.probes.last(), self.settings.stacks);
         p.probes.push(probe);
         p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;
         // Bound the memory of a poll stuck for hours: keep the first samples and the latest.

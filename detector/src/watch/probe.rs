@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{StatsCounters, Watched};
+use crate::config::Stacks;
 use crate::poll::locks::HeldEntry;
 use crate::poll::slot::{NameBuf, Slot};
 use crate::signal;
@@ -46,7 +47,13 @@ pub(crate) struct Probe {
 /// Takes one probe of `slot`'s thread, running poll `seq`. A thread still blocked in the same
 /// system call as at the `previous` probe is not signalled again — its stack has not moved, and
 /// each signal interrupts the call (see the README's "Signals") — the previous stack stands.
-pub(crate) fn take(w: &Watched, slot: &Slot, seq: u64, previous: Option<&Probe>) -> Probe {
+pub(crate) fn take(
+    w: &Watched,
+    slot: &Slot,
+    seq: u64,
+    previous: Option<&Probe>,
+    stacks: Stacks,
+) -> Probe {
     let tid = slot.tid.load(Ordering::Relaxed);
     // Read /proc before the signal: the sample interrupts the system call for a moment.
     let proc = read_proc(tid);
@@ -64,7 +71,15 @@ pub(crate) fn take(w: &Watched, slot: &Slot, seq: u64, previous: Option<&Probe>)
         waiting_for: waiting_for(w, slot),
         ..Probe::default()
     };
-    if let Some(why) = w.stacks_unavailable {
+    // The handler is installed before stacks are turned on (at start or by `ctl set`); a
+    // signal without it would kill the process, so check rather than trust the order.
+    let no_stack = match (stacks, w.stacks_blocked) {
+        (Stacks::Off, _) => Some("stacks_off"),
+        (_, Some(why)) => Some(why),
+        _ if !signal::handler_installed() => Some("stacks_off"),
+        _ => None,
+    };
+    if let Some(why) = no_stack {
         probe.no_stack = Some(why);
         return probe;
     }
@@ -412,14 +427,14 @@ mod tests {
         to_worker.send(()).unwrap();
         test_rx.recv().unwrap();
         // The handler has run in poll 2: a probe for poll 1 must not take its stack.
-        let probe = take(&watched, slot, seq1, None);
+        let probe = take(&watched, slot, seq1, None, Stacks::Short);
         assert!(probe.stack.is_none(), "{probe:?}");
         assert_eq!(probe.no_stack, Some("no_sample"));
         assert!(watched.stats.samples_discarded.load(Ordering::Relaxed) >= 1);
         // The same probe for the poll that is running does get a stack.
         let seq2 = slot.poll.seq();
         assert_ne!(seq1, seq2);
-        let probe = take(&watched, slot, seq2, None);
+        let probe = take(&watched, slot, seq2, None, Stacks::Short);
         assert!(probe.stack.is_some(), "{probe:?}");
         to_worker.send(()).unwrap();
         worker.join().unwrap();

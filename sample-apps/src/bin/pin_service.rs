@@ -2,6 +2,10 @@
 //! the exporters' tests: every 100 ms a task sleeps 30–120 ms with `std::thread::sleep`, every
 //! 300 ms one spins the CPU for 40 ms, and every 700 ms one reads a slow socket (`io`).
 //! `--stuck N` also leaves N workers stuck for good (a receive nobody answers).
+//! `--commands` takes pins to make from stdin, one per line — `pin 100ms` (a task sleeps that
+//! long), `hold` / `release` (a task blocks its worker until released), `storm 300 8ms` (that
+//! many tasks sleeping that long) — and says on stdout when each has started or ended; it stops
+//! at the end of stdin. For `pinwatch ctl`'s tests and demos.
 //!
 //! `PINWATCH_PROMETHEUS_ADDR=127.0.0.1:9464 cargo run -p sample-apps --bin pin_service`, then
 //! `curl -s 127.0.0.1:9464/metrics | grep pinwatch_`.
@@ -23,6 +27,10 @@ struct Args {
     /// Only the stuck workers: no pins that come and go.
     #[arg(long)]
     quiet: bool,
+    /// Take pins to make from stdin (`pin 100ms`, `hold`, `release`, `storm 300 8ms`); stop at
+    /// its end.
+    #[arg(long)]
+    commands: bool,
 }
 
 #[pinwatch::main(flavor = "multi_thread", worker_threads = 3)]
@@ -47,11 +55,22 @@ async fn serve(args: Args) {
             let _ = rx.recv();
         });
     }
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if args.commands {
+        let handle = tokio::runtime::Handle::current();
+        let ended = std::sync::Arc::clone(&ended);
+        std::thread::spawn(move || {
+            commands(&handle);
+            ended.store(true, std::sync::atomic::Ordering::Release);
+        });
+    }
     println!("pin_service: running ({} workers stuck)", args.stuck);
     let start = Instant::now();
     let mut tick = 0u64;
     let mut ticker = tokio::time::interval(Duration::from_millis(100));
-    while args.run_for.is_none_or(|d| start.elapsed() < d) {
+    while args.run_for.is_none_or(|d| start.elapsed() < d)
+        && !ended.load(std::sync::atomic::Ordering::Acquire)
+    {
         ticker.tick().await;
         tick += 1;
         if args.quiet {
@@ -64,6 +83,54 @@ async fn serve(args: Args) {
         }
         if tick % 7 == 0 {
             tokio::spawn(async { slow_read(Duration::from_millis(50)) });
+        }
+    }
+}
+
+/// Reads pins to make from stdin until its end; answers each line on stdout.
+fn commands(rt: &tokio::runtime::Handle) {
+    let mut release: Option<std::sync::mpsc::Sender<()>> = None;
+    for line in std::io::stdin().lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let dur = |s: &str| humantime::parse_duration(s).ok();
+        match words.as_slice() {
+            ["pin", d] if dur(d).is_some() => {
+                let d = dur(d).unwrap_or_default();
+                let what = d.as_millis();
+                rt.spawn(async move {
+                    std::thread::sleep(d);
+                    println!("pin_service: pin of {what}ms done");
+                });
+            }
+            ["hold"] => {
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                release = Some(tx);
+                rt.spawn(async move {
+                    println!("pin_service: holding a worker");
+                    let _ = rx.recv();
+                    println!("pin_service: released");
+                });
+            }
+            ["release"] => {
+                if let Some(tx) = release.take() {
+                    let _ = tx.send(());
+                }
+            }
+            ["storm", n, d] if n.parse::<usize>().is_ok() && dur(d).is_some() => {
+                let n: usize = n.parse().unwrap_or(0);
+                let d = dur(d).unwrap_or_default();
+                rt.spawn(async move {
+                    let pins: Vec<_> = (0..n)
+                        .map(|_| tokio::spawn(async move { std::thread::sleep(d) }))
+                        .collect();
+                    for p in pins {
+                        let _ = p.await;
+                    }
+                    println!("pin_service: storm of {n} done");
+                });
+            }
+            _ => println!("pin_service: unknown command {line:?}"),
         }
     }
 }

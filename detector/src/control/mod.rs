@@ -1,0 +1,535 @@
+//! The control socket: `pinwatch ctl <pid> status | set | record | pause | resume` on a running
+//! service, like `jcmd <pid> JFR.start`.
+//!
+//! Each detector serves a Unix domain socket, `<pid>.sock` (`<pid>.<n>.sock` for a process's
+//! n-th detector), in a directory only its user may enter (`/tmp/pinwatch-<uid>`, mode 0700;
+//! the socket 0600), from a thread of pinwatch's own that answers while every worker is pinned.
+//! A peer must have the service's uid or be root, checked with `SO_PEERCRED` as the JVM's attach
+//! listener does. One request per connection, each answered on a short-lived thread (at most
+//! [`MAX_CLIENTS`] at once), so a client that says nothing holds up nobody else; it gets
+//! [`READ_TIMEOUT`] to send its request. The socket is removed when the detector stops; one
+//! left by a process that died is removed by the next detector that starts in the directory, or
+//! by `pinwatch ctl list`.
+//!
+//! Changing settings never touches the per-poll path: the watchdog and the analysis read them
+//! afresh per scan and per event ([`crate::watch::Tunables`]).
+
+pub mod client;
+pub mod protocol;
+mod view;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::config::{Settings, Stacks};
+use crate::export::{Recorder, Rotation};
+use crate::watch::Watched;
+use protocol::{PinnedNow, Reply, Request, Status, MAX_REQUEST};
+pub(crate) use view::View;
+
+/// How long a client has to send its request, and the service to send the reply.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections served at once; more get a "busy" answer at once.
+pub const MAX_CLIENTS: usize = 8;
+
+/// Top locations in a status.
+const TOP: usize = 10;
+
+/// The directory of this user's control sockets when `PINWATCH_CONTROL` names none:
+/// `/tmp/pinwatch-<euid>`.
+pub fn default_dir() -> PathBuf {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    PathBuf::from(format!("/tmp/pinwatch-{uid}"))
+}
+
+/// What the control thread reads and changes.
+pub(crate) struct Context {
+    pub watched: Arc<Watched>,
+    pub handle: tokio::runtime::Handle,
+    pub recorder: Recorder,
+    pub view: View,
+    pub built_at: &'static std::panic::Location<'static>,
+}
+
+/// A running control socket; dropping it stops the thread and removes the socket.
+pub(crate) struct Server {
+    path: PathBuf,
+    fd: RawFd,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// The socket's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Makes (or checks) `dir`, binds this detector's socket in it, and serves it.
+    pub(crate) fn start(dir: &Path, ctx: Context) -> Result<Server, String> {
+        prepare_dir(dir)?;
+        static DETECTORS: AtomicUsize = AtomicUsize::new(0);
+        let pid = std::process::id();
+        let name = match DETECTORS.fetch_add(1, Ordering::Relaxed) {
+            0 => format!("{pid}.sock"),
+            n => format!("{pid}.{}.sock", n + 1),
+        };
+        let path = dir.join(&name);
+        remove_stale(dir, &name);
+        let listener = UnixListener::bind(&path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("cannot make {} owner-only: {e}", path.display()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let fd = listener.as_raw_fd();
+        let thread = {
+            let stop = Arc::clone(&stop);
+            let ctx = Arc::new(Served {
+                ctx,
+                started: Instant::now(),
+                socket: path.clone(),
+                clients: AtomicUsize::new(0),
+            });
+            std::thread::Builder::new()
+                .name("pinwatch-control".into())
+                .spawn(move || serve(listener, ctx, &stop))
+                .map_err(|e| format!("cannot start the control thread: {e}"))?
+        };
+        Ok(Server {
+            path,
+            fd,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // SAFETY: `fd` is the listener's, still open (the thread owns the listener and is
+        // blocked in accept on it until this wakes it); shutdown only changes its state.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Makes `dir` (mode 0700) or checks that it is a directory of this user's that nobody else
+/// may enter, tightening its mode if it is looser.
+fn prepare_dir(dir: &Path) -> Result<(), String> {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot make {}: {e}", dir.display())),
+        Err(e) => Err(format!("cannot use {}: {e}", dir.display())),
+        Ok(m) if !m.is_dir() => Err(format!(
+            "{} is not a directory (a symlink or a file); remove it, or set PINWATCH_CONTROL to \
+             a directory of yours",
+            dir.display()
+        )),
+        Ok(m) if m.uid() != uid => Err(format!(
+            "{} belongs to uid {}, not to this process's uid {uid}: another user may have made \
+             it to catch requests; remove it, or set PINWATCH_CONTROL to a directory of yours",
+            dir.display(),
+            m.uid()
+        )),
+        Ok(m) if m.mode() & 0o077 != 0 => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| format!("cannot make {} owner-only: {e}", dir.display()))
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Removes the sockets in `dir` of processes that are gone, and a leftover `ours` (a process
+/// that had this pid before).
+fn remove_stale(dir: &Path, ours: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((pid, _)) = client::parse_socket_name(name) else {
+            continue;
+        };
+        let gone = if pid == me {
+            name == ours
+        } else {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        };
+        if gone {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+struct Served {
+    ctx: Context,
+    started: Instant,
+    socket: PathBuf,
+    /// Connections being served.
+    clients: AtomicUsize,
+}
+
+fn serve(listener: UnixListener, s: Arc<Served>, stop: &AtomicBool) {
+    loop {
+        let accepted = listener.accept();
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        match accepted {
+            Ok((stream, _)) => {
+                if s.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                    s.clients.fetch_sub(1, Ordering::AcqRel);
+                    reply(
+                        stream,
+                        &Reply::error("busy: too many requests at once; try again"),
+                    );
+                    continue;
+                }
+                let conn = Arc::clone(&s);
+                let spawned = std::thread::Builder::new()
+                    .name("pinwatch-control-client".into())
+                    .spawn(move || {
+                        // A bug here must not end the service's control for good, nor the
+                        // service.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            handle(stream, &conn)
+                        }));
+                        conn.clients.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if spawned.is_err() {
+                    s.clients.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            // Out of file descriptors, or a connection reset before it was accepted: try again
+            // shortly rather than spin.
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// The uid of the process at the other end of `stream`.
+fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    // SAFETY: ucred is plain data; zeroes are a valid value.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writing and `len` is `cred`'s size, as
+    // SO_PEERCRED requires; the fd is the stream's, open for this call.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+fn handle(stream: UnixStream, s: &Served) {
+    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
+    let answer = match read_request(&stream) {
+        Ok(req) => answer(req, s),
+        Err(reply) => reply,
+    };
+    reply(stream, &answer);
+}
+
+fn reply(mut stream: UnixStream, reply: &Reply) {
+    let mut line = serde_json::to_string(reply)
+        .unwrap_or_else(|_| r#"{"ok":false,"message":"cannot encode the reply"}"#.to_owned());
+    line.push('\n');
+    let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
+    let _ = stream.write_all(line.as_bytes());
+}
+
+/// The request on `stream`, from a peer allowed to send one; or the error reply.
+fn read_request(stream: &UnixStream) -> Result<Request, Reply> {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    match peer_uid(stream) {
+        Ok(uid) if uid == me || uid == 0 => {}
+        Ok(uid) => {
+            return Err(Reply::error(format!(
+                "refused: this service runs as uid {me}, and only that user or root may control \
+                 it (you are uid {uid})"
+            )))
+        }
+        Err(e) => {
+            return Err(Reply::error(format!(
+                "refused: cannot tell who you are: {e}"
+            )))
+        }
+    }
+    let mut buf = Vec::new();
+    let read = BufReader::new(stream)
+        .take(MAX_REQUEST as u64 + 1)
+        .read_until(b'\n', &mut buf);
+    if let Err(e) = read {
+        return Err(Reply::error(format!(
+            "no whole request within {READ_TIMEOUT:?} ({e}); send one JSON line"
+        )));
+    }
+    if buf.len() > MAX_REQUEST {
+        return Err(Reply::error(format!(
+            "request longer than {MAX_REQUEST} bytes; send one JSON line"
+        )));
+    }
+    let text = String::from_utf8_lossy(&buf);
+    if text.trim().is_empty() {
+        return Err(Reply::error("empty request; send one JSON line"));
+    }
+    serde_json::from_str(text.trim()).map_err(|e| {
+        Reply::error(format!(
+            "malformed request ({e}); send one JSON line like {{\"cmd\":\"status\"}} — \
+             `pinwatch ctl` does"
+        ))
+    })
+}
+
+fn answer(req: Request, s: &Served) -> Reply {
+    let ctx = &s.ctx;
+    let w = &ctx.watched;
+    match req {
+        Request::Status => Reply {
+            ok: true,
+            message: String::new(),
+            status: Some(Box::new(status(s))),
+        },
+        Request::Set { settings } => set(w, &settings),
+        Request::RecordStart {
+            path,
+            max_size,
+            max_age,
+            keep,
+        } => match rotation(w, max_size, max_age, keep) {
+            Err(e) => Reply::error(e),
+            Ok(_) if !path.is_absolute() => Reply::error(format!(
+                "{} is not an absolute path: the service's working directory is not yours; \
+                 give an absolute one (`pinwatch ctl` does)",
+                path.display()
+            )),
+            Ok(r) => match ctx.recorder.start(&path, r) {
+                Ok(()) => Reply::ok(format!("recording to {} ({})", path.display(), describe(r))),
+                Err(e) => Reply::error(e),
+            },
+        },
+        Request::RecordStop => match ctx.recorder.stop() {
+            Some(st) => Reply::ok(format!(
+                "stopped recording to {}: {} events, {} bytes, {} rotations{}",
+                st.path.display(),
+                st.events,
+                st.bytes,
+                st.rotations,
+                if st.write_errors > 0 {
+                    format!(", {} events could not be written", st.write_errors)
+                } else {
+                    String::new()
+                }
+            )),
+            None => Reply::error("no recording is running; start one with `record start FILE`"),
+        },
+        Request::Pause | Request::Resume => {
+            let pause = matches!(req, Request::Pause);
+            let (before, _) = match w.tunables.update(|s| {
+                s.paused = pause;
+                Ok::<(), ()>(())
+            }) {
+                Ok(change) => change,
+                Err(()) => return Reply::error("cannot change the settings"),
+            };
+            Reply::ok(match (pause, before.paused) {
+                (true, true) => "already paused".to_owned(),
+                (true, false) => format!(
+                    "paused: no new pins are reported until `resume`; {} already reported \
+                     followed to their end",
+                    w.pinned_now().len()
+                ),
+                (false, false) => "not paused".to_owned(),
+                (false, true) => "resumed: pins are reported again".to_owned(),
+            })
+        }
+    }
+}
+
+/// `record start`'s limits: what the request says, else the service's `PINWATCH_RECORD_*`.
+fn rotation(
+    w: &Watched,
+    max_size: Option<String>,
+    max_age: Option<String>,
+    keep: Option<usize>,
+) -> Result<Rotation, String> {
+    let c = &w.config;
+    let mut r = Rotation::from_config(c);
+    if let Some(v) = max_size {
+        r.max_size = crate::config::parse_size(&v).map_err(|e| format!("max size {v:?} {e}"))?;
+    }
+    if let Some(v) = max_age {
+        r.max_age = crate::config::parse_age(&v).map_err(|e| format!("max age {v:?} {e}"))?;
+    }
+    match keep {
+        Some(0) => return Err("keep must be at least 1".to_owned()),
+        Some(k) => r.keep = k,
+        None => {}
+    }
+    Ok(r)
+}
+
+/// `rotating at 100 MB, keeping 5 rotated files, no age limit`.
+fn describe(r: Rotation) -> String {
+    let size = r.max_size.map_or_else(
+        || "no size limit".to_owned(),
+        |b| format!("rotating at {}", bytesize::ByteSize(b).display().si()),
+    );
+    let age = r.max_age.map_or_else(
+        || "no age limit".to_owned(),
+        |d| format!("rotating every {}", humantime::format_duration(d)),
+    );
+    format!("{size}, {age}, keeping {} rotated files", r.keep)
+}
+
+fn set(w: &Watched, pairs: &[(String, String)]) -> Reply {
+    if pairs.is_empty() {
+        return Reply::error(format!(
+            "nothing to set; give key=value pairs, keys: {}",
+            Settings::KEYS.join(", ")
+        ));
+    }
+    // All under the settings' lock, so that two clients' changes never mix.
+    let changed = w.tunables.update(|s| {
+        for (k, v) in pairs {
+            s.set(k, v)?;
+        }
+        if s.stacks != Stacks::Off {
+            if let Some(why) = w.stacks_blocked {
+                return Err(format!(
+                    "stacks={}: stack samples are unavailable in this process ({why}: the \
+                     unwinder needs glibc >= 2.35 with libgcc >= 12 to be async-signal-safe)",
+                    s.stacks.as_str()
+                ));
+            }
+            // Before the setting takes effect: no signal may go out without its handler.
+            crate::signal::install_handler().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    let (before, after) = match changed {
+        Ok(change) => change,
+        Err(e) => return Reply::error(e),
+    };
+    let mut lines = Vec::new();
+    for key in Settings::KEYS {
+        let (b, a) = (before.get(key), after.get(key));
+        if b != a {
+            lines.push(format!(
+                "{key}: {} -> {}",
+                b.unwrap_or_default(),
+                a.unwrap_or_default()
+            ));
+        } else if pairs.iter().any(|(k, _)| k == key) {
+            lines.push(format!("{key}: {} (unchanged)", a.unwrap_or_default()));
+        }
+    }
+    Reply::ok(lines.join("\n"))
+}
+
+fn status(s: &Served) -> Status {
+    let ctx = &s.ctx;
+    let w = &ctx.watched;
+    let settings = w.tunables.get();
+    let mut pinned: Vec<PinnedNow> = w
+        .pinned_now()
+        .into_iter()
+        .map(|(id, age)| {
+            let e = ctx.view.open(id);
+            PinnedNow {
+                id,
+                for_ms: age.as_millis() as u64,
+                worker: e.as_ref().and_then(|e| e.worker.index),
+                tid: e.as_ref().map(|e| e.worker.tid),
+                task_id: e.as_ref().and_then(|e| e.task_id),
+                spawned_at: e
+                    .as_ref()
+                    .and_then(|e| e.spawned_at.as_ref().map(|l| l.to_string())),
+                reason: e.as_ref().and_then(|e| e.reason.map(|r| r.to_string())),
+                blocking_operation: e.as_ref().and_then(|e| e.blocking_operation.clone()),
+                top_frame: e
+                    .as_ref()
+                    .and_then(|e| e.top_frame.as_ref().map(|f| f.to_string())),
+                held_locks: e.as_ref().map_or(0, |e| e.held_locks.len()),
+            }
+        })
+        .collect();
+    pinned.sort_by_key(|p| std::cmp::Reverse(p.for_ms));
+    let stats = crate::watch::snapshot(&w.stats, &w.table);
+    let command = std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let flavor = match ctx.handle.runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
+        tokio::runtime::RuntimeFlavor::MultiThread => "multi_thread",
+        _ => "other",
+    };
+    Status {
+        pid: std::process::id(),
+        socket: s.socket.clone(),
+        command,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        run_id: w.run_id.clone(),
+        uptime_ms: s.started.elapsed().as_millis() as u64,
+        built_at: format!("{}:{}", ctx.built_at.file(), ctx.built_at.line()),
+        flavor: flavor.to_owned(),
+        workers: ctx.handle.metrics().num_workers(),
+        settings: Settings::KEYS
+            .iter()
+            .map(|k| ((*k).to_owned(), settings.get(k).unwrap_or_default()))
+            .collect(),
+        paused: settings.paused,
+        stacks_unavailable: w.stacks_blocked.map(str::to_owned),
+        recording: ctx.recorder.status(),
+        pinned,
+        top: ctx.view.top(TOP),
+        counters: vec![
+            ("pinned_polls".into(), stats.pinned_polls),
+            ("events".into(), stats.events),
+            ("delivered".into(), stats.delivered),
+            ("dropped".into(), stats.dropped),
+            ("block_in_place".into(), stats.block_in_place),
+            ("retracted".into(), stats.retracted),
+            ("unwatched_threads".into(), stats.unwatched_threads),
+            ("samples".into(), stats.samples),
+            ("samples_missed".into(), stats.samples_missed),
+            ("samples_discarded".into(), stats.samples_discarded),
+        ],
+    }
+}

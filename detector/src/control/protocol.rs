@@ -1,0 +1,145 @@
+//! What `pinwatch ctl` and a service's control socket say to each other: one JSON request line,
+//! one JSON reply line, then the service closes the connection.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::export::RecordStatus;
+use crate::report::SummaryRow;
+
+/// The longest request line a service reads, in bytes; a longer one gets an error.
+pub const MAX_REQUEST: usize = 64 * 1024;
+
+/// A request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Request {
+    /// Settings, workers, pins running now, top locations, counters.
+    Status,
+    /// Change settings (`key`, `value`), all or none, validated like their `PINWATCH_*`
+    /// variables; see [`Settings::KEYS`](crate::config::Settings::KEYS).
+    Set {
+        /// In order.
+        settings: Vec<(String, String)>,
+    },
+    /// Start a recording to `path` (absolute: the service's working directory is not the
+    /// client's), rotated by size and age; unset limits take the service's `PINWATCH_RECORD_*`.
+    RecordStart {
+        /// The file.
+        path: PathBuf,
+        /// Like `PINWATCH_RECORD_MAX_SIZE`.
+        #[serde(default)]
+        max_size: Option<String>,
+        /// Like `PINWATCH_RECORD_MAX_AGE`.
+        #[serde(default)]
+        max_age: Option<String>,
+        /// Like `PINWATCH_RECORD_KEEP`.
+        #[serde(default)]
+        keep: Option<usize>,
+    },
+    /// Stop the recording.
+    RecordStop,
+    /// Report no new pins until `resume` (the hooks keep running; see the README).
+    Pause,
+    /// Report pins again.
+    Resume,
+}
+
+/// A reply: `ok`, a sentence for people, and for `status` the status.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Reply {
+    /// Whether the request was carried out.
+    pub ok: bool,
+    /// What happened, or what was wrong and what to do.
+    #[serde(default)]
+    pub message: String,
+    /// For [`Request::Status`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Box<Status>>,
+}
+
+impl Reply {
+    pub(crate) fn ok(message: impl Into<String>) -> Reply {
+        Reply {
+            ok: true,
+            message: message.into(),
+            status: None,
+        }
+    }
+
+    pub(crate) fn error(message: impl Into<String>) -> Reply {
+        Reply {
+            ok: false,
+            message: message.into(),
+            status: None,
+        }
+    }
+}
+
+/// A service's state, for `pinwatch ctl <pid> status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Status {
+    /// The service's process id.
+    pub pid: u32,
+    /// The control socket answering.
+    pub socket: PathBuf,
+    /// Its command line.
+    pub command: String,
+    /// pinwatch's version in it.
+    pub version: String,
+    /// The detector's run id (as in its events' `run_id`).
+    pub run_id: String,
+    /// Since the detector started, in ms.
+    pub uptime_ms: u64,
+    /// Where the runtime was built (`file:line`).
+    pub built_at: String,
+    /// `multi_thread` or `current_thread`.
+    pub flavor: String,
+    /// The runtime's workers.
+    pub workers: usize,
+    /// The settings in force, `(key, value)` in [`Settings::KEYS`](crate::config::Settings::KEYS)
+    /// order.
+    pub settings: Vec<(String, String)>,
+    /// Whether reporting is paused.
+    pub paused: bool,
+    /// Why stacks cannot be sampled here whatever the settings, if so.
+    pub stacks_unavailable: Option<String>,
+    /// The running recording, if any.
+    pub recording: Option<RecordStatus>,
+    /// The pins running now, longest first.
+    pub pinned: Vec<PinnedNow>,
+    /// Top locations since start (pins counted once; running ones included), by total time.
+    pub top: Vec<SummaryRow>,
+    /// The detector's counters, as [`Stats`](crate::Stats) names them.
+    pub counters: Vec<(String, u64)>,
+}
+
+/// A pin running now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PinnedNow {
+    /// Its event id.
+    pub id: u64,
+    /// How long it has run, in ms.
+    pub for_ms: u64,
+    /// The worker it holds (`None`: a `block_on` body on a multi-thread runtime).
+    pub worker: Option<usize>,
+    /// The thread.
+    pub tid: Option<i32>,
+    /// tokio's task id (`None` for a `block_on` body).
+    pub task_id: Option<u64>,
+    /// Where the task was spawned (`file:line`).
+    pub spawned_at: Option<String>,
+    /// Why (`None` until the analysis of its first report is done).
+    pub reason: Option<String>,
+    /// The blocking system call or lock.
+    pub blocking_operation: Option<String>,
+    /// The top application frame.
+    pub top_frame: Option<String>,
+    /// Instrumented locks it holds.
+    pub held_locks: usize,
+}

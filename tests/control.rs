@@ -1,0 +1,497 @@
+//! `pinwatch ctl` against a running sample service (`pin_service --commands`), driven only
+//! through the CLI and the control socket: status, pins seen live, settings changed at run time,
+//! recordings started, stopped and rotated; and the socket's security.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{pinwatch_cli, wait_for, Proc};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// `pin_service --quiet --commands`: pins made on request, its answers read line by line.
+struct Service {
+    proc: Proc,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    pid: u32,
+}
+
+impl Service {
+    fn start(envs: &[(&str, &str)]) -> Service {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pin_service"));
+        cmd.args(["--quiet", "--commands"])
+            .env("PINWATCH_TRACING", "off")
+            .env_remove("PINWATCH")
+            .env_remove("PINWATCH_THRESHOLD")
+            .env_remove("PINWATCH_CONTROL")
+            .env_remove("PINWATCH_RECORD")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child: Child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let pid = child.id();
+        let mut s = Service {
+            proc: Proc {
+                child,
+                name: "pin_service".into(),
+            },
+            stdin,
+            lines,
+            pid,
+        };
+        s.expect("pin_service: running");
+        s
+    }
+
+    fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{command}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits (bounded) for an output line starting with `prefix`.
+    fn expect(&mut self, prefix: &str) {
+        loop {
+            match self.lines.recv_timeout(LONG) {
+                Ok(l) if l.starts_with(prefix) => return,
+                Ok(_) => continue,
+                Err(e) => panic!("pin_service never said {prefix:?}: {e}"),
+            }
+        }
+    }
+
+    /// Ends its stdin: it stops, and its detector with it.
+    fn finish(&mut self) {
+        drop(self.stdin.take());
+        let status = wait_for("pin_service to exit", LONG, || {
+            self.proc.child.try_wait().unwrap()
+        });
+        assert!(status.success(), "{status:?}");
+    }
+}
+
+fn ctl_in(dir: Option<&Path>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(pinwatch_cli());
+    cmd.arg("ctl").args(args).env_remove("PINWATCH_CONTROL");
+    if let Some(d) = dir {
+        cmd.current_dir(d);
+    }
+    cmd.output().unwrap()
+}
+
+/// `pinwatch ctl ARGS`, which must succeed; its stdout.
+fn ctl(args: &[&str]) -> String {
+    ok(ctl_in(None, args), args)
+}
+
+fn ok(out: Output, args: &[&str]) -> String {
+    assert!(
+        out.status.success(),
+        "pinwatch ctl {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status(target: &str) -> Value {
+    serde_json::from_str(&ctl(&[target, "status", "--json"])).unwrap()
+}
+
+fn counter(st: &Value, name: &str) -> u64 {
+    st["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c[0] == name)
+        .unwrap_or_else(|| panic!("no counter {name} in {st}"))[1]
+        .as_u64()
+        .unwrap()
+}
+
+fn setting(st: &Value, key: &str) -> String {
+    st["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c[0] == key)
+        .unwrap()[1]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Waits until the service's status satisfies `f`.
+fn status_until(target: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    wait_for(what, LONG, || {
+        let st = status(target);
+        f(&st).then_some(st)
+    })
+}
+
+#[test]
+fn status_pins_settings_and_recording_through_ctl() {
+    let mut svc = Service::start(&[]);
+    let pid = svc.pid.to_string();
+
+    // Its workers, its settings, and the list of services.
+    let st = status(&pid);
+    assert_eq!(st["workers"], 3);
+    assert_eq!(st["flavor"], "multi_thread");
+    assert_eq!(st["pinned"].as_array().unwrap().len(), 0);
+    assert_eq!(setting(&st, "threshold"), "20ms");
+    assert!(st["built_at"]
+        .as_str()
+        .unwrap()
+        .contains("sample-apps/src/bin/pin_service.rs"));
+    let socket = PathBuf::from(st["socket"].as_str().unwrap());
+    assert_eq!(
+        socket,
+        pinwatch::control::default_dir().join(format!("{pid}.sock"))
+    );
+    let list = ctl(&["list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with(&format!("{pid} ")) && l.contains("pin_service")),
+        "{list}"
+    );
+
+    // A pin, shown while it lasts.
+    svc.send("hold");
+    svc.expect("pin_service: holding a worker");
+    let st = status_until(&pid, "the held worker in status", |st| {
+        st["pinned"][0]["reason"].is_string()
+    });
+    let pin = &st["pinned"][0];
+    assert_eq!(st["pinned"].as_array().unwrap().len(), 1, "{st}");
+    assert_eq!(pin["reason"], "other", "{pin}");
+    assert!(pin["task_id"].as_u64().is_some(), "{pin}");
+    assert!(pin["for_ms"].as_u64().unwrap() >= 20, "{pin}");
+    assert!(
+        pin["top_frame"]
+            .as_str()
+            .unwrap()
+            .contains("pin_service.rs"),
+        "{pin}"
+    );
+    let text = ctl(&[&pid, "status"]);
+    assert!(text.contains("pinned now: 1 of 3 workers"), "{text}");
+    assert!(text.contains("other (futex)"), "{text}");
+    let watched = ctl(&[
+        &pid,
+        "status",
+        "--watch",
+        "--interval",
+        "100ms",
+        "--count",
+        "2",
+    ]);
+    assert_eq!(
+        watched.matches("pinned now: 1 of 3 workers").count(),
+        2,
+        "{watched}"
+    );
+    svc.send("release");
+    svc.expect("pin_service: released");
+    status_until(&pid, "the released worker to leave status", |st| {
+        st["pinned"].as_array().unwrap().is_empty()
+    });
+    let before = counter(&status(&pid), "pinned_polls");
+    assert_eq!(before, 1);
+
+    // A raised threshold hides a 100 ms pin; a 400 ms one after it is still seen. Reports come
+    // in order, so when the second is counted the first would have been.
+    let said = ctl(&[&pid, "set", "threshold=200ms"]);
+    assert!(said.contains("threshold: 20ms -> 200ms"), "{said}");
+    svc.send("pin 100ms");
+    svc.expect("pin_service: pin of 100ms done");
+    svc.send("pin 400ms");
+    svc.expect("pin_service: pin of 400ms done");
+    // Both pins have ended: each was flagged while it ran, if at all.
+    let st = status_until(&pid, "the 400 ms pin to be counted", |st| {
+        counter(st, "pinned_polls") > before
+    });
+    assert_eq!(counter(&st, "pinned_polls"), before + 1, "{st}");
+    assert_eq!(setting(&st, "threshold"), "200ms");
+
+    // Lowered again, the same 100 ms pin is reported.
+    let said = ctl(&[&pid, "set", "threshold=20ms"]);
+    assert!(said.contains("threshold: 200ms -> 20ms"), "{said}");
+    svc.send("pin 100ms");
+    svc.expect("pin_service: pin of 100ms done");
+    status_until(&pid, "the 100 ms pin to be counted", |st| {
+        counter(st, "pinned_polls") == before + 2
+    });
+
+    // A recording started and stopped at run time, read by `pinwatch print`.
+    let dir = tempfile::tempdir().unwrap();
+    let said = ok(
+        ctl_in(
+            Some(dir.path()),
+            &[&pid, "record", "start", "incident.jsonl"],
+        ),
+        &["record start"],
+    );
+    let rec = dir.path().join("incident.jsonl");
+    assert!(said.contains(&rec.display().to_string()), "{said}");
+    let again = ctl_in(None, &[&pid, "record", "start", "/tmp/other.jsonl"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already running"));
+    svc.send("pin 150ms");
+    svc.expect("pin_service: pin of 150ms done");
+    status_until(&pid, "the recorded pin's end", |st| {
+        st["recording"]["events"].as_u64() >= Some(2) && st["pinned"].as_array().unwrap().is_empty()
+    });
+    let said = ctl(&[&pid, "record", "stop"]);
+    assert!(said.contains("stopped recording"), "{said}");
+    let printed = Command::new(pinwatch_cli())
+        .args(["print", "--latest"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let printed = ok(printed, &["print"]);
+    assert!(printed.contains("state = \"completed\""), "{printed}");
+    assert!(printed.contains("pinnedReason = \"sleep\""), "{printed}");
+    let stop_again = ctl_in(None, &[&pid, "record", "stop"]);
+    assert!(String::from_utf8_lossy(&stop_again.stderr).contains("no recording is running"));
+
+    // Paused: a pin goes unreported; resumed: reported again.
+    assert!(ctl(&[&pid, "pause"]).contains("paused"));
+    let polls = counter(&status(&pid), "pinned_polls");
+    svc.send("pin 100ms");
+    svc.expect("pin_service: pin of 100ms done");
+    assert!(ctl(&[&pid, "resume"]).contains("resumed"));
+    svc.send("pin 120ms");
+    svc.expect("pin_service: pin of 120ms done");
+    let st = status_until(&pid, "the pin after resume", |st| {
+        counter(st, "pinned_polls") > polls && st["pinned"].as_array().unwrap().is_empty()
+    });
+    assert_eq!(counter(&st, "pinned_polls"), polls + 1, "{st}");
+
+    // The socket goes with the process.
+    svc.finish();
+    assert!(!socket.exists(), "{} left behind", socket.display());
+}
+
+#[test]
+fn rotation_keeps_the_recording_bounded_under_an_event_storm() {
+    // A queue that drops nothing: every report of the storm reaches the recording.
+    let mut svc = Service::start(&[("PINWATCH_QUEUE_CAPACITY", "100000")]);
+    let pid = svc.pid.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("storm.jsonl");
+    ctl(&[&pid, "set", "threshold=5ms"]);
+    let rec_s = rec.display().to_string();
+    let said = ctl(&[
+        &pid,
+        "record",
+        "start",
+        &rec_s,
+        "--max-size",
+        "32KB",
+        "--keep",
+        "2",
+    ]);
+    assert!(said.contains("rotating at 32.0 kB"), "{said}");
+    svc.send("storm 400 8ms");
+    svc.expect("pin_service: storm of 400 done");
+    // Every report handed to the sinks, so the recording has all that it will get.
+    let st = status_until(&pid, "the storm's reports to be delivered", |st| {
+        st["pinned"].as_array().unwrap().is_empty()
+            && counter(st, "delivered") >= counter(st, "events")
+    });
+    assert_eq!(counter(&st, "dropped"), 0, "{st}");
+    let rotations = st["recording"]["rotations"].as_u64().unwrap();
+    assert!(rotations >= 3, "{st}");
+    let said = ctl(&[&pid, "record", "stop"]);
+    assert!(said.contains("stopped recording"), "{said}");
+
+    let files: Vec<PathBuf> = ["storm.2.jsonl", "storm.1.jsonl", "storm.jsonl"]
+        .iter()
+        .map(|f| dir.path().join(f))
+        .collect();
+    assert!(!dir.path().join("storm.3.jsonl").exists());
+    let mut lines = 0;
+    let mut ids = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(
+            text.len() as u64 <= 32_000,
+            "{} is {} bytes",
+            f.display(),
+            text.len()
+        );
+        assert!(text.ends_with('\n'), "{} ends mid-line", f.display());
+        for l in text.lines() {
+            let e = pinwatch::PinnedEvent::from_json_line(l)
+                .unwrap_or_else(|err| panic!("{}: {err}: {l}", f.display()));
+            if !ids.contains(&e.id) {
+                ids.push(e.id);
+            }
+            lines += 1;
+        }
+    }
+    // Pins are numbered as they are found; the set, oldest file first, meets them in order.
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let printed = Command::new(pinwatch_cli())
+        .args(["print", "--json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let printed = ok(printed, &["print"]);
+    assert_eq!(printed.lines().count(), lines);
+    svc.finish();
+}
+
+/// The directory `dir`, mode `mode`.
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Sends `bytes` on a fresh connection and returns the reply.
+fn raw(socket: &Path, bytes: &[u8]) -> Value {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(LONG)).unwrap();
+    // The service may answer and close before it has read everything sent.
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut answer = String::new();
+    // Closed with part of an oversized request unread, the service's end resets the
+    // connection after its answer: the answer is read all the same.
+    let _ = s.read_to_string(&mut answer);
+    serde_json::from_str(answer.trim()).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
+}
+
+/// A socket file nobody listens on, as a process that died leaves.
+fn stale_socket(dir: &Path) -> PathBuf {
+    let pid = (4_000_000..)
+        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .unwrap();
+    let path = dir.join(format!("{pid}.sock"));
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    path
+}
+
+#[test]
+fn only_the_owner_or_root_gets_in_and_bad_requests_do_no_harm() {
+    assert_eq!(
+        // SAFETY: geteuid cannot fail.
+        unsafe { libc::geteuid() },
+        0,
+        "this test runs a client as `nobody` with setpriv: run it as root (CI does)"
+    );
+    let setpriv = support::system_binary("setpriv", "util-linux");
+    let top = tempfile::tempdir().unwrap();
+    chmod(top.path(), 0o755);
+    let dir = top.path().join("ctl");
+    std::fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o755); // too open: the service tightens it
+    let early = stale_socket(&dir);
+    let mut svc = Service::start(&[("PINWATCH_CONTROL", dir.to_str().unwrap())]);
+    let pid = svc.pid.to_string();
+    let socket = dir.join(format!("{pid}.sock"));
+    assert!(socket.exists());
+    assert!(!early.exists(), "the service left a dead process's socket");
+    assert_eq!(mode(&dir), 0o700, "directory mode");
+    assert_eq!(mode(&socket), 0o600, "socket mode");
+
+    // A copy of the CLI that `nobody` may run.
+    let bin = top.path().join("pinwatch");
+    std::fs::copy(pinwatch_cli(), &bin).unwrap();
+    chmod(&bin, 0o755);
+    let as_nobody = || {
+        Command::new(&setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .args(["ctl", socket.to_str().unwrap(), "status"])
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("permission denied"), "{err}");
+    // With the files opened up, the service itself still refuses another uid.
+    chmod(&dir, 0o755);
+    chmod(&socket, 0o666);
+    let out = as_nobody();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("refused: this service runs as uid 0") && err.contains("uid 65534"),
+        "{err}"
+    );
+    chmod(&socket, 0o600);
+    chmod(&dir, 0o700);
+
+    // Malformed, oversized and invalid requests get errors.
+    for (bytes, says) in [
+        (b"garbage\n".to_vec(), "malformed request"),
+        (b"{\"cmd\":\"status\"".to_vec(), "malformed request"),
+        (b"{\"cmd\":\"launch\"}\n".to_vec(), "malformed request"),
+        (b"\n".to_vec(), "empty request"),
+        (vec![b'x'; 200_000], "longer than 65536 bytes"),
+        (
+            b"{\"cmd\":\"set\",\"settings\":[[\"threshold\",\"0ms\"]]}\n".to_vec(),
+            "must be greater than zero",
+        ),
+        (
+            b"{\"cmd\":\"record_start\",\"path\":\"relative.jsonl\"}\n".to_vec(),
+            "not an absolute path",
+        ),
+    ] {
+        let reply = raw(&socket, &bytes);
+        assert_eq!(reply["ok"], false, "{reply}");
+        let msg = reply["message"].as_str().unwrap();
+        assert!(msg.contains(says), "{says:?} not in {msg:?}");
+    }
+    // A client that connects and says nothing holds nobody up for long, and the service is
+    // undisturbed: settings as they were, pins still reported.
+    let silent = UnixStream::connect(&socket).unwrap();
+    let st = status(socket.to_str().unwrap());
+    drop(silent);
+    assert_eq!(setting(&st, "threshold"), "20ms");
+    svc.send("pin 100ms");
+    svc.expect("pin_service: pin of 100ms done");
+    status_until(
+        socket.to_str().unwrap(),
+        "the pin after bad requests",
+        |st| counter(st, "pinned_polls") == 1,
+    );
+
+    // `ctl list` removes what a dead process left, and lists the live one.
+    let late = stale_socket(&dir);
+    let out = ctl_in(None, &["--dir", dir.to_str().unwrap(), "list"]);
+    let listed = ok(out.clone(), &["list"]);
+    assert!(listed.contains(&pid), "{listed}");
+    assert!(!late.exists());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("removed"));
+    svc.finish();
+    assert!(!socket.exists());
+}

@@ -399,17 +399,23 @@ fn rotation(
     Ok(r)
 }
 
-/// `rotating at 100 MB, keeping 5 rotated files, no age limit`.
+/// `rotating at 100 MB or every 1h, keeping 5 rotated files`, `never rotating`.
 fn describe(r: Rotation) -> String {
-    let size = r.max_size.map_or_else(
-        || "no size limit".to_owned(),
-        |b| format!("rotating at {}", bytesize::ByteSize(b).display().si()),
-    );
-    let age = r.max_age.map_or_else(
-        || "no age limit".to_owned(),
-        |d| format!("rotating every {}", humantime::format_duration(d)),
-    );
-    format!("{size}, {age}, keeping {} rotated files", r.keep)
+    let mut when = Vec::new();
+    if let Some(b) = r.max_size {
+        when.push(format!("at {}", bytesize::ByteSize(b).display().si()));
+    }
+    if let Some(d) = r.max_age {
+        when.push(format!("every {}", humantime::format_duration(d)));
+    }
+    if when.is_empty() {
+        return "never rotating".to_owned();
+    }
+    format!(
+        "rotating {}, keeping {} rotated files",
+        when.join(" or "),
+        r.keep
+    )
 }
 
 fn set(w: &Watched, pairs: &[(String, String)]) -> Reply {

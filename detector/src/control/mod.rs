@@ -12,7 +12,7 @@
 //! by `pinwatch ctl list`.
 //!
 //! Changing settings never touches the per-poll path: the watchdog and the analysis read them
-//! afresh per scan and per event ([`crate::watch::Tunables`]).
+//! afresh per scan and per event (see the README, "Running services").
 
 pub mod client;
 pub mod protocol;

@@ -641,3 +641,58 @@ fn waited_since(baseline: Option<Baseline>, tid: i32) -> Duration {
         .and_then(|b| b.deltas(tid))
         .map_or(Duration::ZERO, |(_, waited)| waited)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader never sees half of a change: every set it reads is one a writer wrote whole.
+    #[test]
+    fn settings_change_all_at_once_for_their_readers() {
+        let base = Config::default().settings();
+        let a = Settings {
+            threshold: Duration::from_millis(20),
+            report_interval: Duration::from_secs(1),
+            ..base
+        };
+        let b = Settings {
+            threshold: Duration::from_millis(200),
+            report_interval: Duration::from_secs(5),
+            ..base
+        };
+        let t = Arc::new(Tunables::new(a));
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let writer = {
+            let t = Arc::clone(&t);
+            std::thread::spawn(move || {
+                for i in 0..20_000 {
+                    let next = if i % 2 == 0 { b } else { a };
+                    t.update(|s| {
+                        s.threshold = next.threshold;
+                        s.report_interval = next.report_interval;
+                        Ok::<(), ()>(())
+                    })
+                    .unwrap();
+                }
+                drop(done_tx);
+            })
+        };
+        let mut current = Current::new(&t);
+        loop {
+            let s = current.refresh(&t);
+            assert!(s == a || s == b, "a mixed set: {s:?}");
+            if let Err(mpsc::TryRecvError::Disconnected) = done_rx.try_recv() {
+                break;
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(current.refresh(&t), a, "the last write");
+        // A failed change changes nothing.
+        let r = t.update(|s| {
+            s.threshold = Duration::from_secs(9);
+            Err::<(), _>("no")
+        });
+        assert!(r.is_err());
+        assert_eq!(current.refresh(&t), a);
+    }
+}

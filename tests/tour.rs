@@ -5,7 +5,11 @@ use std::process::Command;
 
 #[test]
 fn tour_detects_every_bad_case_and_no_fixed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("tour.html");
     let out = Command::new(env!("CARGO_BIN_EXE_tour"))
+        .arg("--report")
+        .arg(&report)
         .env_remove("PINWATCH")
         .env_remove("PINWATCH_THRESHOLD")
         .env_remove("PINWATCH_RECORD")
@@ -38,6 +42,31 @@ fn tour_detects_every_bad_case_and_no_fixed_one() {
         );
     }
     assert!(stdout.contains("pinwatch.Pinned {"), "{stdout}");
+    // The run's report: said where, with a lane per pinned worker and every case's reason.
+    assert!(
+        stdout.contains(&format!("report: {}", report.display())),
+        "{stdout}"
+    );
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        page.matches("<g class=\"lane\"").count() >= 8,
+        "too few lanes"
+    );
+    for reason in [
+        "sleep",
+        "lock_held",
+        "once_init",
+        "cpu",
+        "io",
+        "lock_wait",
+        "other",
+    ] {
+        assert!(
+            page.contains(&format!("data-reason=\"{reason}\"")),
+            "no {reason} bar in the report"
+        );
+    }
+    assert!(page.contains("<svg id=\"flamegraph\""));
 }
 
 #[test]

@@ -46,6 +46,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a recording as one self-contained HTML page: a timeline per worker, hot
+    /// locations, a flame graph of the pinned stacks, the reasons. Opens from disk in any
+    /// browser; needs no network.
+    Report {
+        /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
+        file: PathBuf,
+        /// Where to write the page (default: the recording's path with `.html`).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,
     /// `set threshold=50ms`, `record start FILE` / `record stop`, `pause` / `resume`.
     Ctl(ctl::CtlArgs),
@@ -57,6 +67,10 @@ fn main() -> ExitCode {
         Command::Ctl(args) => return ctl::run(&args),
         Command::Print { file, json, latest } => (file, View::Print { json, latest }),
         Command::Summary { file, json } => (file, View::Summary { json }),
+        Command::Report { file, output } => {
+            let output = output.unwrap_or_else(|| file.with_extension("html"));
+            (file, View::Report { output })
+        }
     };
     let rec = match report::read_recording(&file) {
         Ok(r) => r,
@@ -86,6 +100,26 @@ fn main() -> ExitCode {
                 print!("{}", report::render_print(&events));
             }
         }
+        View::Report { output } => {
+            let source = file.display().to_string();
+            let page = match pinwatch_cli::page::render(&rec.events, &source, &rec.warnings) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("pinwatch: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            if let Err(e) = std::fs::write(&output, page) {
+                eprintln!("pinwatch: cannot write {}: {e}", output.display());
+                return ExitCode::from(1);
+            }
+            let pins = report::latest_reports(&rec.events).len();
+            println!(
+                "wrote {} ({} events, {pins} pins); open it in a browser",
+                output.display(),
+                rec.events.len()
+            );
+        }
         View::Summary { json } => {
             let rows = report::summarize(&rec.events);
             if json {
@@ -108,4 +142,5 @@ fn main() -> ExitCode {
 enum View {
     Print { json: bool, latest: bool },
     Summary { json: bool },
+    Report { output: PathBuf },
 }

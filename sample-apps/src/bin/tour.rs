@@ -1,6 +1,7 @@
 //! `tour`: every pinning case, bad and fixed, with pinwatch on. Prints per case the expected
 //! reason, what pinwatch detected, and bad vs fixed time; then a verdict, and the `pinwatch print`
-//! view of one event. Exits non-zero if a bad case was missed or a fixed case produced an event.
+//! view of one event; writes the whole run as a `pinwatch report` page and says where. Exits
+//! non-zero if a bad case was missed or a fixed case produced an event.
 //!
 //! `cargo run --release -p sample-apps --bin tour`
 
@@ -15,6 +16,10 @@ struct Args {
     /// Run only these cases (by name).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Where to write the HTML report of the run (default: pinwatch-tour-report.html in the
+    /// system's temporary directory).
+    #[arg(long)]
+    report: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -33,6 +38,7 @@ fn main() {
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     let mut example = None;
+    let mut recorded: Vec<pinwatch::PinnedEvent> = Vec::new();
     for case in all
         .iter()
         .filter(|c| args.only.is_empty() || args.only.iter().any(|o| o == c.name))
@@ -44,8 +50,10 @@ fn main() {
             variants.push((Variant::PinwatchMutex, pinwatch::Reason::LockHeld, HELD));
         }
         let fixed = run(case, Variant::Fixed, case.workers, case.tasks.1, false);
+        recorded.extend(fixed.events.iter().cloned());
         for (variant, expected, allowed) in variants {
             let bad = run(case, variant, case.workers, case.tasks.1, false);
+            recorded.extend(bad.events.iter().cloned());
             let verdict = bad.check(expected, allowed, case.min_expected);
             let ok = verdict.is_ok() && fixed.events.is_empty();
             if let Err(why) = &verdict {
@@ -111,6 +119,19 @@ fn main() {
     if let Some(e) = example {
         println!("\nOne event as `pinwatch print` shows it:\n");
         print!("{}", pinwatch::report::render_print(&[e]));
+    }
+    let report = args
+        .report
+        .unwrap_or_else(|| std::env::temp_dir().join("pinwatch-tour-report.html"));
+    let page = pinwatch_cli::page::render(&recorded, "tour: every pinning case", &[])
+        .and_then(|p| std::fs::write(&report, p).map_err(|e| e.to_string()));
+    match page {
+        Ok(()) => println!(
+            "\nreport: {} ({} events; open it in a browser)",
+            report.display(),
+            recorded.len()
+        ),
+        Err(e) => failures.push(format!("report {}: {e}", report.display())),
     }
     if failures.is_empty() {
         println!("\nverdict: every bad case detected with the expected reason; every fixed case clean ({} cases)", rows.len());

@@ -1,0 +1,945 @@
+//! `pinwatch report`: a recording as one self-contained HTML page — header, a timeline with a
+//! lane per worker, hot locations, a flame graph of the pinned stacks weighted by pinned time,
+//! and the reasons. No network: styles, script and SVG are inline.
+//!
+//! The page stays usable on big recordings: pins closer together than a pixel of the timeline
+//! are drawn as one bar (with their count), and only single-pin bars carry the event's details.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pinwatch::report::{latest_reports, summarize, SummaryRow};
+use pinwatch::{PinnedEvent, State};
+use serde::Serialize;
+
+/// Width of the timeline's plot, in SVG units (pixels at 100 %).
+pub const PLOT_WIDTH: f64 = 1200.0;
+/// Width of the lane labels left of the plot.
+const LABEL_WIDTH: f64 = 230.0;
+const LANE_HEIGHT: f64 = 22.0;
+/// Frames of a stack kept in a pin's details.
+const DETAIL_FRAMES: usize = 40;
+
+/// What the page shows, computed from the events; serialised, it is the golden tests' input.
+#[derive(Debug, Serialize)]
+pub struct PageData {
+    /// The file(s) it came from.
+    pub source: String,
+    /// Runs (detectors) in the recording, in order of their first event.
+    pub runs: Vec<RunInfo>,
+    /// First pin start to last pin end, ms since the epoch.
+    pub span_start_ms: u64,
+    /// See `span_start_ms`.
+    pub span_end_ms: u64,
+    /// Pins (each counted once, by its last report) per state.
+    pub completed: usize,
+    /// See `completed`.
+    pub in_progress: usize,
+    /// See `completed`.
+    pub retracted: usize,
+    /// Worker time pinned, summed over pins that were not retracted, in ms.
+    pub total_pinned_ms: f64,
+    /// One lane per worker (per run).
+    pub lanes: Vec<Lane>,
+    /// Details of the pins drawn as bars of their own, by index.
+    pub pins: Vec<PinView>,
+    /// Hot locations (`pinwatch summary`'s rows).
+    pub locations: Vec<SummaryRow>,
+    /// Per reason: pins and total time, most time first.
+    pub reasons: Vec<ReasonRow>,
+    /// Warnings from reading the recording.
+    pub warnings: Vec<String>,
+}
+
+/// A run: one detector's events.
+#[derive(Debug, Serialize)]
+pub struct RunInfo {
+    /// The run id.
+    pub run_id: String,
+    /// The process.
+    pub pid: u32,
+    /// Pins.
+    pub pins: usize,
+    /// Thresholds its events were reported under, in ms.
+    pub thresholds_ms: Vec<f64>,
+}
+
+/// A worker's lane.
+#[derive(Debug, Serialize)]
+pub struct Lane {
+    /// `worker 0`, `block_on (tid 42)`, `thread 42`.
+    pub label: String,
+    /// The run's id, first 8 characters.
+    pub run: String,
+    /// Pins in it.
+    pub pins: usize,
+    /// Its bars, in time order.
+    pub bars: Vec<Bar>,
+}
+
+/// One bar of a lane: a pin, or pins too close together to tell apart at this scale.
+#[derive(Debug, Serialize)]
+pub struct Bar {
+    /// Start, ms after the span's start.
+    pub start_ms: f64,
+    /// End, ms after the span's start.
+    pub end_ms: f64,
+    /// The reason (of most pinned time, when several).
+    pub reason: String,
+    /// Pins in it.
+    pub count: usize,
+    /// The pin's index in [`PageData::pins`] when it is one pin.
+    pub pin: Option<usize>,
+    /// Still running at the end of the recording.
+    pub open: bool,
+}
+
+/// A pin's details, shown when its bar is clicked.
+#[derive(Debug, Serialize)]
+pub struct PinView {
+    /// Event id within its run.
+    pub id: u64,
+    /// Its run, first 8 characters.
+    pub run: String,
+    /// `completed` or `in_progress`.
+    pub state: String,
+    /// Start, RFC 3339.
+    pub start: String,
+    /// Duration at its last report, ms.
+    pub duration_ms: f64,
+    /// Task id (none for a `block_on` body).
+    pub task: Option<u64>,
+    /// Where the task was spawned.
+    pub spawned_at: Option<String>,
+    /// The worker.
+    pub worker: String,
+    /// Reason.
+    pub reason: String,
+    /// Blocking system call or lock.
+    pub blocking_operation: Option<String>,
+    /// Top application frame.
+    pub top_frame: Option<String>,
+    /// Locks held.
+    pub held_locks: Vec<String>,
+    /// Stack, innermost first (cut at [`DETAIL_FRAMES`]), or why there is none.
+    pub stack: Vec<String>,
+}
+
+/// A reason's share.
+#[derive(Debug, Serialize)]
+pub struct ReasonRow {
+    /// Reason.
+    pub reason: String,
+    /// Pins.
+    pub pins: usize,
+    /// Total pinned time, ms.
+    pub total_ms: f64,
+}
+
+fn ms_since_epoch(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs_f64()
+        * 1e3
+}
+
+fn short(run: &str) -> String {
+    run.chars().take(8).collect()
+}
+
+fn reason_of(e: &PinnedEvent) -> String {
+    e.reason
+        .map_or_else(|| "unknown".to_owned(), |r| r.to_string())
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// The page's data from a recording's events.
+pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageData {
+    let pins = latest_reports(events);
+    let mut runs: Vec<RunInfo> = Vec::new();
+    for e in &pins {
+        let run = match runs.iter_mut().find(|r| r.run_id == e.run_id) {
+            Some(r) => r,
+            None => {
+                runs.push(RunInfo {
+                    run_id: e.run_id.clone(),
+                    pid: e.pid,
+                    pins: 0,
+                    thresholds_ms: Vec::new(),
+                });
+                runs.last_mut().expect("just pushed")
+            }
+        };
+        run.pins += 1;
+        let t = round1(e.threshold.as_secs_f64() * 1e3);
+        if !run.thresholds_ms.contains(&t) {
+            run.thresholds_ms.push(t);
+        }
+    }
+    let shown: Vec<&PinnedEvent> = pins
+        .iter()
+        .copied()
+        .filter(|e| e.state != State::Retracted)
+        .collect();
+    let start = |e: &PinnedEvent| ms_since_epoch(e.start);
+    let end = |e: &PinnedEvent| start(e) + e.duration.as_secs_f64() * 1e3;
+    let span_start = shown.iter().map(|e| start(e)).fold(f64::INFINITY, f64::min);
+    let span_end = shown.iter().map(|e| end(e)).fold(0.0, f64::max);
+    let (span_start, span_end) = if shown.is_empty() {
+        (0.0, 0.0)
+    } else {
+        (span_start, span_end)
+    };
+    // One pixel of the plot, in ms: pins closer than that merge into one bar.
+    let pixel = ((span_end - span_start) / PLOT_WIDTH).max(1e-9);
+
+    let mut lane_of: HashMap<(String, String), usize> = HashMap::new();
+    let mut lane_pins: Vec<Vec<&PinnedEvent>> = Vec::new();
+    let mut lanes: Vec<Lane> = Vec::new();
+    for e in &shown {
+        let label = match (e.worker.index, e.block_on) {
+            (Some(i), _) => format!("worker {i}"),
+            (None, true) => format!("block_on (tid {})", e.worker.tid),
+            (None, false) => format!("thread {}", e.worker.tid),
+        };
+        let key = (e.run_id.clone(), label.clone());
+        let i = *lane_of.entry(key).or_insert_with(|| {
+            lanes.push(Lane {
+                label,
+                run: short(&e.run_id),
+                pins: 0,
+                bars: Vec::new(),
+            });
+            lane_pins.push(Vec::new());
+            lanes.len() - 1
+        });
+        lanes[i].pins += 1;
+        lane_pins[i].push(e);
+    }
+    // Lanes by run (in order of first appearance), then worker index, then thread.
+    let run_order = |run: &str| runs.iter().position(|r| short(&r.run_id) == run);
+    let mut order: Vec<usize> = (0..lanes.len()).collect();
+    order.sort_by_key(|&i| {
+        let e = lane_pins[i][0];
+        (
+            run_order(&lanes[i].run),
+            e.worker.index.is_none(),
+            e.worker.index,
+            e.worker.tid,
+        )
+    });
+    let mut slots: Vec<Option<(Lane, Vec<&PinnedEvent>)>> =
+        lanes.into_iter().zip(lane_pins).map(Some).collect();
+    let sorted: Vec<(Lane, Vec<&PinnedEvent>)> =
+        order.iter().filter_map(|&i| slots[i].take()).collect();
+    let mut lanes: Vec<Lane> = Vec::new();
+    let mut details: Vec<PinView> = Vec::new();
+    for (mut lane, mut pins) in sorted {
+        pins.sort_by(|a, b| start(a).total_cmp(&start(b)));
+        // Runs of pins closer than a pixel, then one bar per run.
+        let mut group: Vec<&PinnedEvent> = Vec::new();
+        let mut group_end = f64::NEG_INFINITY;
+        let mut flush = |group: &mut Vec<&PinnedEvent>, bars: &mut Vec<Bar>| {
+            if group.is_empty() {
+                return;
+            }
+            let s = group.iter().map(|e| start(e)).fold(f64::INFINITY, f64::min);
+            let t = group.iter().map(|e| end(e)).fold(0.0, f64::max);
+            let mut by_reason: BTreeMap<String, f64> = BTreeMap::new();
+            for e in group.iter() {
+                *by_reason.entry(reason_of(e)).or_default() += e.duration.as_secs_f64();
+            }
+            let reason = by_reason
+                .iter()
+                .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
+                .map(|(r, _)| r.clone())
+                .unwrap_or_default();
+            let open = group.iter().any(|e| e.state == State::InProgress);
+            let pin = (group.len() == 1).then(|| {
+                details.push(view(group[0]));
+                details.len() - 1
+            });
+            bars.push(Bar {
+                start_ms: round1(s - span_start),
+                end_ms: round1(if open { span_end } else { t } - span_start),
+                reason,
+                count: group.len(),
+                pin,
+                open,
+            });
+            group.clear();
+        };
+        for e in pins {
+            if !group.is_empty() && start(e) - group_end >= pixel {
+                flush(&mut group, &mut lane.bars);
+                group_end = f64::NEG_INFINITY;
+            }
+            group_end = group_end.max(end(e));
+            group.push(e);
+        }
+        flush(&mut group, &mut lane.bars);
+        lanes.push(lane);
+    }
+
+    let mut reasons: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+    for e in &shown {
+        let r = reasons.entry(reason_of(e)).or_default();
+        r.0 += 1;
+        r.1 += e.duration.as_secs_f64() * 1e3;
+    }
+    let mut reasons: Vec<ReasonRow> = reasons
+        .into_iter()
+        .map(|(reason, (pins, total))| ReasonRow {
+            reason,
+            pins,
+            total_ms: round1(total),
+        })
+        .collect();
+    reasons.sort_by(|a, b| {
+        b.total_ms
+            .total_cmp(&a.total_ms)
+            .then(a.reason.cmp(&b.reason))
+    });
+    let count = |s: State| pins.iter().filter(|e| e.state == s).count();
+    PageData {
+        source: source.to_owned(),
+        runs,
+        span_start_ms: span_start as u64,
+        span_end_ms: span_end as u64,
+        completed: count(State::Completed),
+        in_progress: count(State::InProgress),
+        retracted: count(State::Retracted),
+        total_pinned_ms: round1(
+            shown
+                .iter()
+                .map(|e| e.duration.as_secs_f64() * 1e3)
+                .sum::<f64>(),
+        ),
+        lanes,
+        pins: details,
+        locations: summarize(events),
+        reasons,
+        warnings: warnings.to_vec(),
+    }
+}
+
+fn view(e: &PinnedEvent) -> PinView {
+    let stack = if e.stack.is_empty() {
+        vec![format!(
+            "(no stack: {})",
+            e.no_stack.as_deref().unwrap_or("not sampled")
+        )]
+    } else {
+        let mut s: Vec<String> = e
+            .stack
+            .iter()
+            .take(DETAIL_FRAMES)
+            .map(|f| {
+                if f.locks > 0 {
+                    format!("{f}  <== locks:{}", f.locks)
+                } else {
+                    f.to_string()
+                }
+            })
+            .collect();
+        if e.stack.len() > DETAIL_FRAMES {
+            s.push(format!("… {} more", e.stack.len() - DETAIL_FRAMES));
+        }
+        s
+    };
+    PinView {
+        id: e.id,
+        run: short(&e.run_id),
+        state: e.state.as_str().to_owned(),
+        start: humantime::format_rfc3339_millis(e.start).to_string(),
+        duration_ms: round1(e.duration.as_secs_f64() * 1e3),
+        task: e.task_id,
+        spawned_at: e.spawned_at.as_ref().map(|l| l.to_string()),
+        worker: match e.worker.index {
+            Some(i) => format!("worker {i} (tid {}, {})", e.worker.tid, e.worker.name),
+            None => format!("tid {} ({})", e.worker.tid, e.worker.name),
+        },
+        reason: reason_of(e),
+        blocking_operation: e.blocking_operation.clone(),
+        top_frame: e.top_frame.as_ref().map(|f| f.to_string()),
+        held_locks: e
+            .held_locks
+            .iter()
+            .map(|l| format!("{} acquired at {}", l.kind, l.acquired_at))
+            .collect(),
+        stack,
+    }
+}
+
+/// The folded stacks of the flame graph: one line per distinct stack, outermost frame first,
+/// weighted by pinned time in µs. A pin with no stack counts under its top frame, or under
+/// `[no stack]`, so that all pinned time is there.
+pub fn folded(events: &[PinnedEvent]) -> Vec<String> {
+    let mut weights: BTreeMap<String, u64> = BTreeMap::new();
+    for e in latest_reports(events) {
+        if e.state == State::Retracted {
+            continue;
+        }
+        let frame = |f: &pinwatch::event::Frame| f.to_string().replace(';', ":");
+        let stack = if !e.stack.is_empty() {
+            e.stack
+                .iter()
+                .rev()
+                .map(frame)
+                .collect::<Vec<_>>()
+                .join(";")
+        } else {
+            let why = format!(
+                "[no stack: {}]",
+                e.no_stack.as_deref().unwrap_or("not sampled")
+            );
+            match &e.top_frame {
+                Some(f) => format!("{why};{}", frame(f)),
+                None => format!("{why};[{}]", reason_of(e)),
+            }
+        };
+        *weights.entry(stack).or_default() += e.duration.as_micros().max(1) as u64;
+    }
+    weights
+        .into_iter()
+        .map(|(stack, us)| format!("{stack} {us}"))
+        .collect()
+}
+
+/// The flame graph as an `<svg>` element (inferno's, without its script: each frame's title
+/// says its time).
+pub fn flame_graph(events: &[PinnedEvent]) -> Result<String, String> {
+    let lines = folded(events);
+    if lines.is_empty() {
+        return Ok("<p class=\"empty\">No pinned stacks.</p>".to_owned());
+    }
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = "Pinned time by stack".to_owned();
+    opts.count_name = "µs pinned".to_owned();
+    opts.no_javascript = true;
+    opts.image_width = Some(1400);
+    opts.deterministic = true;
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
+        .map_err(|e| format!("cannot draw the flame graph: {e}"))?;
+    let svg = String::from_utf8_lossy(&svg);
+    // Inline in HTML: from the <svg> element on (no XML prologue, no DOCTYPE).
+    let at = svg.find("<svg").ok_or("inferno made no <svg>")?;
+    Ok(svg[at..].replacen("<svg", "<svg id=\"flamegraph\"", 1))
+}
+
+/// HTML-escapes text for element content and attribute values.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A reason's colour, the same everywhere on the page.
+pub fn color(reason: &str) -> &'static str {
+    match reason {
+        "cpu" => "#e15759",
+        "sleep" => "#4e79a7",
+        "io" => "#f28e2b",
+        "lock_wait" => "#59a14f",
+        "lock_held" => "#76b7b2",
+        "once_init" => "#edc948",
+        "once_wait" => "#ff9da7",
+        "other" => "#b07aa1",
+        _ => "#9c755f",
+    }
+}
+
+fn human(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 120_000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else {
+        format!("{:.1} min", ms / 60e3)
+    }
+}
+
+/// The whole page.
+pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Result<String, String> {
+    let d = data(events, source, warnings);
+    let flame = flame_graph(events)?;
+    let mut h = String::new();
+    let span = d.span_end_ms.saturating_sub(d.span_start_ms) as f64;
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>pinwatch report — {}</title><style>{STYLE}</style></head><body>\n",
+        esc(source)
+    );
+    // Header.
+    let _ = write!(
+        h,
+        "<header><h1>pinwatch report</h1><p class=\"sub\">{}</p><dl id=\"summary\">",
+        esc(source)
+    );
+    let fmt_time = |ms: u64| {
+        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+    };
+    let item = |h: &mut String, k: &str, v: String| {
+        let _ = write!(h, "<div><dt>{}</dt><dd>{v}</dd></div>", esc(k));
+    };
+    item(
+        &mut h,
+        "runs",
+        d.runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "<span class=\"run\">{} (pid {}, {} pins, threshold {} ms)</span>",
+                    esc(&short(&r.run_id)),
+                    r.pid,
+                    r.pins,
+                    r.thresholds_ms
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    if d.lanes.is_empty() {
+        item(&mut h, "time span", "no pins".to_owned());
+    } else {
+        item(
+            &mut h,
+            "time span",
+            format!(
+                "{} → {} ({})",
+                fmt_time(d.span_start_ms),
+                fmt_time(d.span_end_ms),
+                human(span)
+            ),
+        );
+    }
+    item(&mut h, "workers", d.lanes.len().to_string());
+    item(
+        &mut h,
+        "pins",
+        format!(
+            "{} completed, {} in progress, {} retracted (block_in_place)",
+            d.completed, d.in_progress, d.retracted
+        ),
+    );
+    item(
+        &mut h,
+        "worker time pinned",
+        format!("<b id=\"total\">{}</b>", human(d.total_pinned_ms)),
+    );
+    h.push_str("</dl>");
+    for w in &d.warnings {
+        let _ = write!(h, "<p class=\"warning\">warning: {}</p>", esc(w));
+    }
+    h.push_str("</header>\n");
+
+    // Timeline.
+    let height = d.lanes.len() as f64 * LANE_HEIGHT + 30.0;
+    let _ = write!(
+        h,
+        "<section id=\"timeline\"><h2>Timeline</h2><p class=\"hint\">One lane per worker; a bar \
+         per pin, from its start to its end (a pin still running at the end of the recording \
+         runs to the edge, striped). Pins closer than a pixel share a bar (its count shows). \
+         Click a bar.</p><div class=\"legend\">"
+    );
+    for r in &d.reasons {
+        let _ = write!(
+            h,
+            "<span><i style=\"background:{}\"></i>{}</span>",
+            color(&r.reason),
+            esc(&r.reason)
+        );
+    }
+    let _ = write!(
+        h,
+        "</div><svg id=\"lanes\" viewBox=\"0 0 {} {height}\" width=\"100%\" \
+         preserveAspectRatio=\"xMinYMin meet\" xmlns=\"http://www.w3.org/2000/svg\">\
+         <defs><pattern id=\"open\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" \
+         patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" fill=\"#fff\" \
+         opacity=\"0.5\"/></pattern></defs>",
+        LABEL_WIDTH + PLOT_WIDTH + 10.0
+    );
+    // Time axis: five ticks.
+    for k in 0..=4 {
+        let x = LABEL_WIDTH + PLOT_WIDTH * k as f64 / 4.0;
+        let _ = write!(
+            h,
+            "<line class=\"tick\" x1=\"{x}\" x2=\"{x}\" y1=\"0\" y2=\"{}\"/>\
+             <text class=\"axis\" x=\"{x}\" y=\"{}\">+{}</text>",
+            height - 16.0,
+            height - 4.0,
+            esc(&human(span * k as f64 / 4.0))
+        );
+    }
+    let scale = if span > 0.0 { PLOT_WIDTH / span } else { 0.0 };
+    for (i, lane) in d.lanes.iter().enumerate() {
+        let y = i as f64 * LANE_HEIGHT;
+        let _ = write!(
+            h,
+            "<g class=\"lane\" data-run=\"{}\" data-worker=\"{}\"><text class=\"label\" x=\"4\" \
+             y=\"{}\">{} · {}</text>",
+            esc(&lane.run),
+            esc(&lane.label),
+            y + 15.0,
+            esc(&lane.run),
+            esc(&lane.label)
+        );
+        for b in &lane.bars {
+            let x = LABEL_WIDTH + b.start_ms * scale;
+            let w = ((b.end_ms - b.start_ms) * scale).max(1.5);
+            let pin = b
+                .pin
+                .map_or(String::new(), |p| format!(" data-pin=\"{p}\""));
+            let title = if b.count == 1 {
+                format!("{} · {}", b.reason, human(b.end_ms - b.start_ms))
+            } else {
+                format!("{} pins, mostly {}", b.count, b.reason)
+            };
+            let _ = write!(
+                h,
+                "<rect class=\"bar\" x=\"{x:.2}\" y=\"{}\" width=\"{w:.2}\" height=\"{}\" \
+                 fill=\"{}\" data-count=\"{}\" data-reason=\"{}\" data-start=\"{}\" \
+                 data-end=\"{}\"{pin}><title>{}</title></rect>",
+                y + 3.0,
+                LANE_HEIGHT - 6.0,
+                color(&b.reason),
+                b.count,
+                esc(&b.reason),
+                b.start_ms,
+                b.end_ms,
+                esc(&title)
+            );
+            if b.open {
+                let _ = write!(
+                    h,
+                    "<rect class=\"open\" x=\"{x:.2}\" y=\"{}\" width=\"{w:.2}\" height=\"{}\" \
+                     fill=\"url(#open)\" pointer-events=\"none\"/>",
+                    y + 3.0,
+                    LANE_HEIGHT - 6.0
+                );
+            }
+        }
+        h.push_str("</g>");
+    }
+    h.push_str(
+        "</svg><div id=\"detail\" class=\"detail\">Click a bar to see its pin.</div></section>\n",
+    );
+
+    // Hot locations.
+    h.push_str(
+        "<section id=\"locations\"><h2>Hot locations</h2><p class=\"hint\">By top application \
+         frame; click a column to sort.</p><table id=\"hot\" class=\"sortable\"><thead><tr>\
+         <th data-type=\"num\">Pins</th><th data-type=\"num\">Total</th>\
+         <th data-type=\"num\">Longest</th><th>Reasons</th><th>Location</th></tr></thead><tbody>",
+    );
+    for r in &d.locations {
+        let reasons: Vec<String> = r
+            .reasons
+            .iter()
+            .map(|(name, n)| {
+                format!(
+                    "<span class=\"tag\" style=\"border-color:{}\">{} {n}</span>",
+                    color(name),
+                    esc(name)
+                )
+            })
+            .collect();
+        let _ = write!(
+            h,
+            "<tr><td data-v=\"{}\">{}{}</td><td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td>\
+             <td>{}</td><td class=\"frame\">{}</td></tr>",
+            r.count,
+            r.count,
+            if r.in_progress > 0 {
+                format!(" ({} running)", r.in_progress)
+            } else {
+                String::new()
+            },
+            r.total_ms,
+            human(r.total_ms),
+            r.longest_ms,
+            human(r.longest_ms),
+            reasons.join(" "),
+            esc(&r.frame)
+        );
+    }
+    h.push_str("</tbody></table></section>\n");
+
+    // Flame graph.
+    let _ = writeln!(
+        h,
+        "<section id=\"flame\"><h2>Where the workers' time went</h2><p class=\"hint\">Pinned \
+         stacks, outermost frame at the bottom, widths by pinned time; hover a frame for its \
+         time. Pins without a stack count under <code>[no stack: …]</code>.</p>{flame}</section>"
+    );
+
+    // Reasons.
+    h.push_str("<section id=\"reasons\"><h2>Reasons</h2><table id=\"reason-table\"><thead><tr><th>Reason</th><th>Pins</th><th>Total</th><th></th></tr></thead><tbody>");
+    let max = d.reasons.iter().map(|r| r.total_ms).fold(0.0, f64::max);
+    for r in &d.reasons {
+        let pct = if max > 0.0 {
+            r.total_ms / max * 100.0
+        } else {
+            0.0
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"barcell\"><div style=\"width:{pct:.1}%;background:{}\"></div></td></tr>",
+            esc(&r.reason),
+            r.pins,
+            human(r.total_ms),
+            color(&r.reason)
+        );
+    }
+    h.push_str("</tbody></table></section>\n");
+
+    // The pins' details, for the script.
+    let pins = serde_json::to_string(&d.pins)
+        .map_err(|e| e.to_string())?
+        .replace("</", "<\\/");
+    let _ = write!(
+        h,
+        "<script type=\"application/json\" id=\"pins\">{pins}</script>\n<script>{SCRIPT}</script>\n</body></html>\n"
+    );
+    Ok(h)
+}
+
+const STYLE: &str = r#"
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 24px 40px;color:#222}
+h1{margin:16px 0 0;font-size:22px}h2{font-size:17px;margin:28px 0 6px;border-bottom:1px solid #ddd}
+.sub{color:#666;margin:2px 0 8px}.hint{color:#666;margin:2px 0 8px;font-size:13px}
+dl#summary{display:flex;flex-wrap:wrap;gap:6px 28px;margin:8px 0}dl#summary div{min-width:120px}
+dt{color:#666;font-size:12px}dd{margin:0}.run{display:inline-block;margin-right:10px;font-family:monospace}
+.warning{color:#a40;background:#fff3e0;padding:4px 8px}
+.legend span{margin-right:14px;font-size:12px}.legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px}
+svg#lanes{border:1px solid #eee;background:#fafafa}svg#lanes .label{font:11px monospace;fill:#333}
+svg#lanes .axis{font:10px sans-serif;fill:#777;text-anchor:middle}svg#lanes .tick{stroke:#e4e4e4}
+svg#lanes .bar{cursor:pointer}svg#lanes .bar:hover,svg#lanes .bar.selected{stroke:#000;stroke-width:1.5}
+.detail{font:12px/1.45 monospace;white-space:pre-wrap;background:#f6f8fa;border:1px solid #e1e4e8;padding:8px 10px;margin-top:8px;min-height:40px}
+table{border-collapse:collapse;font-size:13px}th,td{padding:3px 10px;text-align:left;border-bottom:1px solid #eee}
+th{background:#f3f3f3;cursor:pointer;user-select:none}th.asc:after{content:" ▲"}th.desc:after{content:" ▼"}
+td.frame{font-family:monospace;font-size:12px}.tag{border-left:4px solid;padding:0 4px;margin-right:4px;background:#f7f7f7}
+td.barcell{width:300px}td.barcell div{height:12px}
+svg#flamegraph{width:100%;height:auto}.empty{color:#666}
+"#;
+
+const SCRIPT: &str = r#"
+(function(){
+var pins=JSON.parse(document.getElementById('pins').textContent);
+var detail=document.getElementById('detail');
+function show(bar){
+  document.querySelectorAll('.bar.selected').forEach(function(b){b.classList.remove('selected');});
+  bar.classList.add('selected');
+  var p=bar.getAttribute('data-pin');
+  var lane=bar.parentNode;
+  var head=lane.getAttribute('data-run')+' · '+lane.getAttribute('data-worker');
+  if(p===null){
+    detail.textContent=head+'\n'+bar.getAttribute('data-count')+' pins too close together to draw apart, from +'+
+      bar.getAttribute('data-start')+' ms to +'+bar.getAttribute('data-end')+' ms; mostly '+bar.getAttribute('data-reason')+
+      '.\nSee the hot locations and the flame graph for them.';
+    return;
+  }
+  var e=pins[+p];
+  var lines=[head,
+    'pin '+e.id+' ('+e.state+'), '+e.duration_ms+' ms from '+e.start,
+    'task:      '+(e.task===null?'the block_on body':e.task)+(e.spawned_at?'  spawned at '+e.spawned_at:''),
+    'worker:    '+e.worker,
+    'reason:    '+e.reason+(e.blocking_operation?'  ('+e.blocking_operation+')':''),
+    'top frame: '+(e.top_frame||'-')];
+  if(e.held_locks.length){lines.push('holds:     '+e.held_locks.join('; '));}
+  lines.push('stack:');
+  e.stack.forEach(function(f){lines.push('  '+f);});
+  detail.textContent=lines.join('\n');
+}
+document.querySelectorAll('#lanes .bar').forEach(function(b){b.addEventListener('click',function(){show(b);});});
+function sortBy(table,col,dir){
+  var th=table.tHead.rows[0].cells[col];
+  var num=th.getAttribute('data-type')==='num';
+  var rows=Array.prototype.slice.call(table.tBodies[0].rows);
+  rows.sort(function(a,b){
+    var x=a.cells[col],y=b.cells[col];
+    var u=num?parseFloat(x.getAttribute('data-v')):x.textContent;
+    var v=num?parseFloat(y.getAttribute('data-v')):y.textContent;
+    return (u<v?-1:u>v?1:0)*dir;
+  });
+  rows.forEach(function(r){table.tBodies[0].appendChild(r);});
+  Array.prototype.forEach.call(table.tHead.rows[0].cells,function(c){c.classList.remove('asc','desc');});
+  th.classList.add(dir>0?'asc':'desc');
+}
+document.querySelectorAll('table.sortable').forEach(function(t){
+  Array.prototype.forEach.call(t.tHead.rows[0].cells,function(th,i){
+    th.addEventListener('click',function(){sortBy(t,i,th.classList.contains('desc')?1:-1);});
+  });
+});
+// Deep links: #pin=N opens pin N's details; #sort=COL,asc|desc sorts the hot locations.
+var hash=new URLSearchParams(location.hash.slice(1));
+if(hash.has('pin')){
+  var bar=document.querySelector('#lanes .bar[data-pin="'+hash.get('pin')+'"]');
+  if(bar){show(bar);}
+}
+if(hash.has('sort')){
+  var s=hash.get('sort').split(','),hot=document.getElementById('hot');
+  sortBy(hot,+s[0],s[1]==='asc'?1:-1);
+}
+})();
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events() -> Vec<PinnedEvent> {
+        let text = include_str!("../tests/data/report-small.jsonl");
+        pinwatch::report::parse_recording(text, "report-small.jsonl")
+            .unwrap()
+            .events
+    }
+
+    /// The page's data for a small recording (two runs, a `block_on` body, a pin still running,
+    /// a retracted one, one without a stack, one without file:line) is the golden file's.
+    /// `UPDATE_GOLDEN=1` rewrites it.
+    #[test]
+    fn page_data_matches_the_golden_file() {
+        let d = data(&events(), "report-small.jsonl", &[]);
+        let got = serde_json::to_string_pretty(&d).unwrap() + "\n";
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/report-small.page.json"
+        );
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(path, &got).unwrap();
+        }
+        let want = std::fs::read_to_string(path).unwrap();
+        assert_eq!(
+            got, want,
+            "page data differs from {path} (UPDATE_GOLDEN=1 rewrites it)"
+        );
+    }
+
+    #[test]
+    fn aggregation_of_the_small_recording() {
+        let d = data(&events(), "x", &[]);
+        assert_eq!((d.completed, d.in_progress, d.retracted), (5, 1, 1));
+        let labels: Vec<String> = d
+            .lanes
+            .iter()
+            .map(|l| format!("{} {}", l.run, l.label))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "aaaaaaaa worker 0",
+                "aaaaaaaa worker 1",
+                "bbbbbbbb block_on (tid 2000)"
+            ]
+        );
+        // Every pin not retracted is a bar of its own at this scale, with its details.
+        let bars: Vec<&Bar> = d.lanes.iter().flat_map(|l| &l.bars).collect();
+        assert_eq!(bars.len(), 6);
+        assert!(bars.iter().all(|b| b.count == 1 && b.pin.is_some()));
+        // The running cpu pin is open to the end of the recording.
+        let cpu = bars.iter().find(|b| b.reason == "cpu").unwrap();
+        assert!(cpu.open);
+        assert_eq!(cpu.end_ms, (d.span_end_ms - d.span_start_ms) as f64);
+        assert_eq!(d.total_pinned_ms, 100.0 + 50.0 + 300.0 + 40.0 + 60.0 + 30.0);
+        let reasons: Vec<(&str, usize)> = d
+            .reasons
+            .iter()
+            .map(|r| (r.reason.as_str(), r.pins))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("cpu", 1),
+                ("sleep", 2),
+                ("io", 1),
+                ("lock_held", 1),
+                ("other", 1)
+            ]
+        );
+        let no_stack = d.pins.iter().find(|p| p.reason == "other").unwrap();
+        assert_eq!(no_stack.stack, ["(no stack: stacks_off)"]);
+        let locked = d.pins.iter().find(|p| p.reason == "lock_held").unwrap();
+        assert_eq!(locked.held_locks, ["mutex acquired at src/update.rs:29:21"]);
+    }
+
+    #[test]
+    fn escapes_text() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+
+    #[test]
+    fn folded_stacks_weigh_pinned_time_and_keep_pins_without_stacks() {
+        let lines = folded(&events());
+        let total: u64 = lines
+            .iter()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        let d = data(&events(), "x", &[]);
+        assert!(
+            (total as f64 / 1e3 - d.total_pinned_ms).abs() < 1.0,
+            "{total} vs {}",
+            d.total_pinned_ms
+        );
+        assert!(
+            lines.iter().any(|l| l.starts_with("[no stack")),
+            "{lines:?}"
+        );
+    }
+
+    /// 100,000 pins on 4 workers: every pin counted, but a bounded number of bars.
+    #[test]
+    fn big_recordings_are_drawn_with_bounded_bars() {
+        let base = pinwatch::report::parse_recording(
+            include_str!("../tests/data/report-small.jsonl"),
+            "x",
+        )
+        .unwrap()
+        .events
+        .into_iter()
+        .find(|e| e.state == State::Completed)
+        .unwrap();
+        let mut events = Vec::new();
+        for i in 0..100_000u64 {
+            let mut e = base.clone();
+            e.id = i + 1;
+            e.worker.index = Some((i % 4) as usize);
+            e.start =
+                UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(i * 7);
+            e.duration = Duration::from_millis(25);
+            events.push(e);
+        }
+        let d = data(&events, "big", &[]);
+        assert_eq!(d.completed, 100_000);
+        assert_eq!(d.lanes.len(), 4);
+        let bars: usize = d.lanes.iter().map(|l| l.bars.len()).sum();
+        let pins: usize = d.lanes.iter().flat_map(|l| &l.bars).map(|b| b.count).sum();
+        assert_eq!(pins, 100_000);
+        assert!(bars <= 4 * PLOT_WIDTH as usize, "{bars} bars");
+        assert!(d.pins.len() <= bars);
+        let page = render(&events, "big", &[]).unwrap();
+        assert!(page.len() < 8_000_000, "{} bytes", page.len());
+    }
+}

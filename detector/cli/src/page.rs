@@ -19,7 +19,7 @@ pub const PLOT_WIDTH: f64 = 1200.0;
 const LABEL_WIDTH: f64 = 230.0;
 const LANE_HEIGHT: f64 = 22.0;
 /// Frames of a stack kept in a pin's details.
-const DETAIL_FRAMES: usize = 40;
+pub const DETAIL_FRAMES: usize = 40;
 
 /// What the page shows, computed from the events; serialised, it is the golden tests' input.
 #[derive(Debug, Serialize)]

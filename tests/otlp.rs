@@ -197,6 +197,12 @@ const OTEL_METRICS: &[(&str, &str, &str)] = &[
         "{event}",
         "pinwatch_events_dropped_total",
     ),
+    ("pinwatch.runtime.stalled", "", "pinwatch_runtime_stalled"),
+    (
+        "pinwatch.runtime.stall",
+        "s",
+        "pinwatch_runtime_stall_seconds_total",
+    ),
     ("pinwatch.threshold", "s", "pinwatch_threshold_seconds"),
     ("pinwatch.build.info", "", "pinwatch_build_info"),
 ];

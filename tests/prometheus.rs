@@ -286,7 +286,7 @@ fn rules_and_configs_pass_promtool_and_amtool() {
         "prometheus",
         &["check", "rules", "pinwatch-rules.yml"],
     );
-    assert!(out.contains("SUCCESS: 9 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 10 rules found"), "{out}");
     let out = run_tool(
         &prom,
         "promtool",
@@ -301,7 +301,7 @@ fn rules_and_configs_pass_promtool_and_amtool() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert: "))
         .collect();
-    assert_eq!(alerts.len(), 6, "{alerts:?}");
+    assert_eq!(alerts.len(), 7, "{alerts:?}");
     for a in &alerts {
         assert!(
             tests.contains(&format!("alertname: {a}\n")),
@@ -403,7 +403,8 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
         std::fs::read_to_string(support::repo().join("deploy/prometheus/pinwatch-rules.yml"))
             .unwrap()
             .replace("for: 1m", "for: 2s")
-            .replace("for: 30s", "for: 2s");
+            .replace("for: 30s", "for: 2s")
+            .replace("for: 15s", "for: 2s");
     let config = format!(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
          rule_files: [pinwatch-rules.yml]\n\
@@ -464,6 +465,16 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
         all["annotations"]["summary"],
         format!("All 3 tokio workers of {instance} are pinned").as_str()
     );
+    // With every worker stuck no timer fires: the runtime is stalled, and that pages too.
+    let stalled = firing["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["labels"]["alertname"] == "PinwatchRuntimeStalled")
+        .cloned()
+        .unwrap_or_else(|| panic!("{firing}"));
+    assert_eq!(stalled["state"], "firing", "{stalled}");
+    assert_eq!(stalled["labels"]["severity"], "critical", "{stalled}");
 }
 
 #[test]
@@ -504,7 +515,7 @@ fn kubernetes_manifests_validate_and_the_prometheusrule_is_the_rules_file() {
         "prometheus",
         &["check", "rules", "spec.yml"],
     );
-    assert!(out.contains("SUCCESS: 9 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 10 rules found"), "{out}");
 }
 
 /// A program on the PATH.

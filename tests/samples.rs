@@ -45,10 +45,10 @@ fn http_server_reports_the_handler_line_and_the_fixed_one_is_clean() {
     );
     let bad = row(&out, "bad");
     let fixed = row(&out, "fixed");
-    // variant | workers | tasks | time | measured | pinned | reasons | top frame
+    // variant | workers | tasks | time | measured | pinned | reasons | stalled runtime | top frame
     assert!(bad[5].parse::<u32>().unwrap() > 0, "{out}");
     assert!(bad[6].contains("sleep"), "{out}");
-    assert!(bad[7].contains("src/http.rs:"), "{out}");
+    assert!(bad[8].contains("src/http.rs:"), "{out}");
     assert_eq!(fixed[5], "0", "{out}");
     let rps = |cell: &str| -> f64 { cell.split(" req/s").next().unwrap().parse().unwrap() };
     assert!(rps(fixed[4]) > rps(bad[4]) * 3.0, "{out}");

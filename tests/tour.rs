@@ -31,6 +31,8 @@ fn tour_detects_every_bad_case_and_no_fixed_one() {
         ("blocking_io", "io"),
         ("lock_contention", "lock_wait"),
         ("blocking_wait", "other"),
+        ("stalled_runtime", "lock_wait"),
+        ("stalled_runtime (not timer-woken)", "lock_wait"),
     ] {
         let row = stdout
             .lines()
@@ -42,6 +44,8 @@ fn tour_detects_every_bad_case_and_no_fixed_one() {
         );
     }
     assert!(stdout.contains("pinwatch.Pinned {"), "{stdout}");
+    // Each stalled_runtime row's verdict says pinwatch's `runtime_stalled` matched whether the
+    // tickers stood still (checked above: both rows end in "ok").
     // The run's report: said where, with a lane per pinned worker and every case's reason.
     assert!(
         stdout.contains(&format!("report: {}", report.display())),

@@ -9,6 +9,9 @@
 //! The difference of the two totals divided by the difference in polls (tasks × 11) is the
 //! cost of one poll; do the same with `plain` and `hooks` (two empty poll hooks) to compare.
 //!
+//! `nobeat` is pinwatch without its heartbeat (`PINWATCH_HEARTBEAT=off`), to see what the
+//! heartbeat costs.
+//!
 //! Built with `--features console`, `console` runs pinwatch with `PINWATCH_CONSOLE=on`'s setup
 //! (tokio-console's layer installed, its server listening on `TOKIO_CONSOLE_BIND`). Every mode
 //! prints the storm's wall time.
@@ -25,9 +28,11 @@ fn main() {
             tokio.on_before_task_poll(|_| {}).on_after_task_poll(|_| {});
             (tokio.build().expect("runtime"), None)
         }
-        "pinwatch" => {
+        "pinwatch" | "nobeat" => {
+            let beat = (mode == "pinwatch").then_some(pinwatch::config::DEFAULT_HEARTBEAT);
             let (rt, d) = pinwatch::Builder::new()
                 .tracing(false)
+                .heartbeat(beat)
                 .build(&mut tokio)
                 .expect("runtime");
             (rt, Some(d))
@@ -43,8 +48,8 @@ fn main() {
         }
         other => {
             eprintln!(
-                "yield_storm: unknown mode {other:?}; use plain, hooks, pinwatch or (built with \
-                 the `console` feature) console"
+                "yield_storm: unknown mode {other:?}; use plain, hooks, pinwatch, nobeat or \
+                 (built with the `console` feature) console"
             );
             std::process::exit(2);
         }

@@ -37,6 +37,9 @@ pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// `pinwatch_pins_by_location_total`; further locations are counted as `location="other"`.
 pub const DEFAULT_PROMETHEUS_MAX_LOCATIONS: usize = 50;
 
+/// Default period of pinwatch's heartbeat on the watched runtime (`PINWATCH_HEARTBEAT`).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(50);
+
 /// Default size at which the recording is rotated (`PINWATCH_RECORD_MAX_SIZE`): 100 MB.
 pub const DEFAULT_RECORD_MAX_SIZE: u64 = 100_000_000;
 
@@ -175,6 +178,14 @@ pub const ENV_VARS: &[EnvVar] = &[
               only); an absolute directory puts it there instead; `off`: none",
     },
     EnvVar {
+        name: "PINWATCH_HEARTBEAT",
+        default: "50ms",
+        doc:
+            "a task of pinwatch's sleeps this long in a loop on the runtime; when it is late past \
+              the threshold (and 100 ms) while a pin runs, the pin stalled the whole runtime \
+              (`runtime_stalled`); `off`: no heartbeat",
+    },
+    EnvVar {
         name: "PINWATCH_STACKS",
         default: "short",
         doc: "`off` (no signals sent), `short` (top application frame and lock frames), `full`",
@@ -259,6 +270,8 @@ pub struct Config {
     pub record_keep: usize,
     /// See [`Control`].
     pub control: Control,
+    /// See [`DEFAULT_HEARTBEAT`]; `None`: no heartbeat, no stall detection.
+    pub heartbeat: Option<Duration>,
     /// See [`Stacks`].
     pub stacks: Stacks,
     /// See [`DEFAULT_SAMPLE_INTERVAL`].
@@ -294,6 +307,7 @@ impl Default for Config {
             record_max_age: None,
             record_keep: DEFAULT_RECORD_KEEP,
             control: Control::On,
+            heartbeat: Some(DEFAULT_HEARTBEAT),
             stacks: Stacks::default(),
             sample_interval: DEFAULT_SAMPLE_INTERVAL,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
@@ -376,6 +390,9 @@ impl Config {
                     ))
                 }
             };
+        }
+        if let Some(v) = read("PINWATCH_HEARTBEAT")? {
+            self.heartbeat = env("PINWATCH_HEARTBEAT", &v, parse_age)?;
         }
         if let Some(v) = read("PINWATCH_STACKS")? {
             self.stacks = env("PINWATCH_STACKS", &v, Stacks::parse)?;
@@ -642,6 +659,7 @@ mod tests {
         );
         assert_eq!(table["PINWATCH_RECORD_KEEP"], c.record_keep.to_string());
         assert_eq!(table["PINWATCH_CONTROL"], "on");
+        assert_eq!(parse_age(table["PINWATCH_HEARTBEAT"]).unwrap(), c.heartbeat);
         assert_eq!(c.control, Control::On);
         assert!(c.prometheus_addr.is_none());
         assert_eq!(table["PINWATCH_OTLP"], if c.otlp { "on" } else { "off" });
@@ -696,8 +714,10 @@ mod tests {
             ("PINWATCH_RECORD_MAX_AGE", "1h"),
             ("PINWATCH_RECORD_KEEP", "2"),
             ("PINWATCH_CONTROL", "/run/svc/pinwatch"),
+            ("PINWATCH_HEARTBEAT", "10ms"),
         ])
         .unwrap();
+        assert_eq!(c.heartbeat, Some(Duration::from_millis(10)));
         assert_eq!(c.record_max_size, Some(65536));
         assert_eq!(c.record_max_age, Some(Duration::from_secs(3600)));
         assert_eq!(c.record_keep, 2);
@@ -705,9 +725,13 @@ mod tests {
         let off = with(&[
             ("PINWATCH_RECORD_MAX_SIZE", "off"),
             ("PINWATCH_CONTROL", "off"),
+            ("PINWATCH_HEARTBEAT", "off"),
         ])
         .unwrap();
-        assert_eq!((off.record_max_size, off.control), (None, Control::Off));
+        assert_eq!(
+            (off.record_max_size, off.control, off.heartbeat),
+            (None, Control::Off, None)
+        );
         assert_eq!(c.console, Console::Resources);
         assert_eq!(c.prometheus_addr, Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!(c.prometheus_max_locations, 7);
@@ -747,6 +771,8 @@ mod tests {
             ("PINWATCH_RECORD_MAX_AGE", "soon"),
             ("PINWATCH_RECORD_KEEP", "0"),
             ("PINWATCH_CONTROL", "relative/dir"),
+            ("PINWATCH_HEARTBEAT", "0ms"),
+            ("PINWATCH_HEARTBEAT", "often"),
         ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");

@@ -200,6 +200,9 @@ impl PinnedEvent {
             samples: 1,
             report: 1,
             cpu_wait: Duration::ZERO,
+            runtime_stalled: false,
+            heartbeat_late: None,
+            tasks_queued_behind: None,
         }
     }
 }
@@ -342,6 +345,26 @@ pub struct PinnedEvent {
     /// pinned.
     #[serde(rename = "cpu_wait_ms", with = "millis", default)]
     pub cpu_wait: Duration,
+    /// The whole runtime stalled while this pin ran: pinwatch's heartbeat, a task sleeping on
+    /// this runtime's timer (`PINWATCH_HEARTBEAT`), was late by more than the threshold. No
+    /// timer fired and no I/O readiness was delivered for any task, on any worker — one pinned
+    /// worker stopped the whole service (see the README's "Blast radius").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_stalled: bool,
+    /// How late the heartbeat was at most while this pin ran, when it was late past the
+    /// threshold.
+    #[serde(
+        rename = "heartbeat_late_ms",
+        with = "opt_millis",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub heartbeat_late: Option<Duration>,
+    /// Tasks in the pinned worker's local run queue at the last `in_progress` report (tokio's
+    /// `worker_local_queue_depth`): another worker runs them only if it wakes to steal them,
+    /// and when the runtime is stalled none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_queued_behind: Option<usize>,
 }
 
 /// One line of a recording: the event plus the `schema` and `event` fields.
@@ -425,6 +448,15 @@ impl PinnedEvent {
         if let Some(op) = &self.blocking_operation {
             s.push_str(&format!(" blocking_operation={op}"));
         }
+        if let Some(n) = self.tasks_queued_behind.filter(|n| *n > 0) {
+            s.push_str(&format!(" tasks_queued_behind={n}"));
+        }
+        if self.runtime_stalled {
+            s.push_str(&format!(
+                " — timers of the whole runtime stalled for {:.1} s",
+                self.heartbeat_late.unwrap_or_default().as_secs_f64()
+            ));
+        }
         s
     }
 }
@@ -479,6 +511,29 @@ mod millis {
             )));
         }
         Ok(Duration::from_secs_f64(ms / 1e3))
+    }
+}
+
+/// `Option<Duration>` as milliseconds, like [`millis`].
+mod opt_millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::millis::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        match Option::<f64>::deserialize(d)? {
+            None => Ok(None),
+            Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(Some(Duration::from_secs_f64(ms / 1e3))),
+            Some(ms) => Err(serde::de::Error::custom(format!(
+                "{ms} is not a duration in milliseconds"
+            ))),
+        }
     }
 }
 
@@ -539,6 +594,9 @@ mod tests {
             samples: 1,
             report: 2,
             cpu_wait: Duration::from_micros(1_500),
+            runtime_stalled: false,
+            heartbeat_late: None,
+            tasks_queued_behind: None,
         }
     }
 

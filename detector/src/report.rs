@@ -240,6 +240,17 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             "  blockingOperation = \"{}\"",
             e.blocking_operation.as_deref().unwrap_or("unknown")
         );
+        if e.runtime_stalled {
+            let _ = writeln!(
+                out,
+                "  runtimeStalled = true (the whole runtime's timers and I/O stopped: heartbeat \
+                 {} late)",
+                ms(e.heartbeat_late.unwrap_or_default())
+            );
+        }
+        if let Some(n) = e.tasks_queued_behind {
+            let _ = writeln!(out, "  tasksQueuedBehind = {n}");
+        }
         match &e.top_frame {
             Some(f) => {
                 let _ = writeln!(out, "  topApplicationFrame = {f}");
@@ -306,6 +317,13 @@ pub struct SummaryRow {
     pub reasons: Vec<(String, usize)>,
     /// Polls still running at their last report.
     pub in_progress: usize,
+    /// Polls that stalled the whole runtime (`runtime_stalled`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stalled: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// `pinwatch summary`: per top application frame, count, longest and total time pinned, and the
@@ -362,6 +380,7 @@ impl Summary {
                 total_ms: 0.0,
                 reasons: Vec::new(),
                 in_progress: 0,
+                stalled: 0,
             });
         let d = e.duration.as_secs_f64() * 1e3;
         row.count += 1;
@@ -369,6 +388,9 @@ impl Summary {
         row.longest_ms = row.longest_ms.max(d);
         if e.state == crate::State::InProgress {
             row.in_progress += 1;
+        }
+        if e.runtime_stalled {
+            row.stalled += 1;
         }
         let r = e.reason.map_or("unknown", Reason::as_str).to_owned();
         match row.reasons.iter_mut().find(|(name, _)| *name == r) {
@@ -416,6 +438,9 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
                 .collect();
             if r.in_progress > 0 {
                 reasons.push(format!("({} still in progress)", r.in_progress));
+            }
+            if r.stalled > 0 {
+                reasons.push(format!("({} stalled the whole runtime)", r.stalled));
             }
             [
                 r.frame.clone(),

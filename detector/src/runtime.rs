@@ -203,6 +203,17 @@ impl Builder {
         self
     }
 
+    /// pinwatch's heartbeat on the watched runtime (`PINWATCH_HEARTBEAT`, default
+    /// [`DEFAULT_HEARTBEAT`](crate::config::DEFAULT_HEARTBEAT); `None`: off): a task that
+    /// sleeps this long in a loop, whose lateness tells a pin that stalls the whole runtime's
+    /// timers and I/O (`runtime_stalled`) from one that holds only its worker. It needs tokio's
+    /// time driver: [`build`](Self::build) turns it on (`enable_time`); with
+    /// [`prepare`](Self::prepare), build your runtime with `enable_time` or `enable_all`.
+    pub fn heartbeat(mut self, every: Option<Duration>) -> Self {
+        self.config.heartbeat = every;
+        self
+    }
+
     /// Rotates the recording before it grows past `bytes` (`PINWATCH_RECORD_MAX_SIZE`,
     /// default [`DEFAULT_RECORD_MAX_SIZE`](crate::config::DEFAULT_RECORD_MAX_SIZE); `None`:
     /// never), or once its current file is `age` old (`PINWATCH_RECORD_MAX_AGE`, default
@@ -267,6 +278,9 @@ impl Builder {
         if c.prometheus_max_locations == 0 {
             return bad("prometheus_max_locations", "must be at least 1");
         }
+        if c.heartbeat.is_some_and(|d| d.is_zero()) {
+            return bad("heartbeat", "must be greater than zero (or None: off)");
+        }
         if c.record_keep == 0 {
             return bad("record_keep", "must be at least 1");
         }
@@ -316,8 +330,13 @@ impl Builder {
         self,
         tokio: &mut tokio::runtime::Builder,
     ) -> Result<(tokio::runtime::Runtime, Detector), Error> {
+        let heartbeat = self.config.enabled && self.config.heartbeat.is_some();
         let prepared = self.prepare()?;
         prepared.hooks().install(tokio);
+        if heartbeat {
+            // The heartbeat sleeps on tokio's timer.
+            tokio.enable_time();
+        }
         let rt = tokio.build().map_err(Error::Runtime)?;
         let detector = prepared.start(rt.handle())?;
         Ok((rt, detector))
@@ -547,6 +566,17 @@ impl Prepared {
                 what: "export",
                 source,
             })?;
+        if let Some(every) = watched.config.heartbeat {
+            let w = Arc::clone(&watched);
+            handle.spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticks.tick().await;
+                    w.beat();
+                }
+            });
+        }
         let wd_watched = Arc::clone(&watched);
         let handle = handle.clone();
         let watchdog = std::thread::Builder::new()
@@ -611,6 +641,7 @@ fn live(
     let handle = handle.clone();
     Arc::new(move || export::Live {
         threshold: w.tunables.get().threshold,
+        stall: w.stall(),
         pinned: w.pinned_now(),
         workers: handle.metrics().num_workers(),
         queue_dropped: w.stats.dropped.load(Ordering::Relaxed),

@@ -94,7 +94,10 @@ impl Check {
         // A test's runtime lives for the test: no control socket for `pinwatch ctl`.
         let mut builder = crate::Builder::from_env()
             .unwrap_or_else(|e| panic!("pinwatch: {e}"))
-            .control(crate::config::Control::Off);
+            .control(crate::config::Control::Off)
+            // No heartbeat either: a test with tokio's paused clock would advance it by the
+            // heartbeat's period at a time.
+            .heartbeat(None);
         if let Some(t) = self.threshold {
             builder = builder.threshold(t);
         }

@@ -21,6 +21,9 @@ pub enum Variant {
     Fixed,
     /// `lock_sleep` only: the bad code with `pinwatch::sync::Mutex`, reported as `lock_held`.
     PinwatchMutex,
+    /// `stalled_runtime` only: the same blocking call in a task that was not woken by a timer
+    /// (it leaves the runtime's timers running).
+    NotTimerWoken,
 }
 
 /// Common command-line options of the sample binaries.
@@ -92,6 +95,21 @@ impl Outcome {
             ));
         }
         Ok(())
+    }
+
+    /// The pinned polls that stalled the whole runtime (`runtime_stalled`), and the heartbeat's
+    /// worst lateness among them: `-`, or `1 (1.0 s)`.
+    pub fn stalled_cell(&self) -> String {
+        let stalled: Vec<&PinnedEvent> = self.events.iter().filter(|e| e.runtime_stalled).collect();
+        if stalled.is_empty() {
+            return "-".into();
+        }
+        let late = stalled
+            .iter()
+            .filter_map(|e| e.heartbeat_late)
+            .max()
+            .unwrap_or_default();
+        format!("{} ({:.1} s)", stalled.len(), late.as_secs_f64())
     }
 
     /// Reasons and how many completed events had each.
@@ -248,7 +266,139 @@ pub fn cases() -> Vec<Case> {
             tasks: (6, 3),
             body: |v, n, _| Box::pin(blocking_wait(v, n)),
         },
+        Case {
+            name: "stalled_runtime",
+            about: "a task woken by a timer blocks on a std Mutex (1 s) while 4 tasks tick on \
+                    100 ms timers and a TCP echo answers a client every 20 ms, 2 workers",
+            expected: Reason::LockWait,
+            allowed: &[Reason::LockWait],
+            min_expected: 1,
+            workers: 2,
+            tasks: (4, 4),
+            body: |v, n, full| Box::pin(stalled_runtime(v, n, full)),
+        },
     ]
+}
+
+/// One task blocks 1 s (3 s at full size) on a `std::sync::Mutex` that a plain thread holds,
+/// while `tickers` tasks sleep 100 ms in a loop and a TCP echo server on the same runtime
+/// answers a client thread every 20 ms. Measures how long the tickers were frozen (their
+/// longest gap past 100 ms) and the echo's worst round trip.
+///
+/// `Bad`: the task is woken by a timer first. The worker that was parked on the runtime's
+/// driver (timers and I/O) takes the task it woke and runs it; it blocks, the driver is not
+/// polled again, and the other worker sleeps on its condvar: nothing wakes it. `NotTimerWoken`:
+/// the same blocking in a task spawned from a task. `Fixed`: the blocking call in
+/// `spawn_blocking`.
+async fn stalled_runtime(variant: Variant, tickers: usize, full: bool) -> Option<String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let block = if full {
+        Duration::from_secs(3)
+    } else {
+        Duration::from_secs(1)
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticks: Vec<_> = (0..tickers)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                let mut last = Instant::now();
+                let mut worst = Duration::ZERO;
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let now = Instant::now();
+                    worst = worst.max(now - last);
+                    last = now;
+                }
+                worst
+            })
+        })
+        .collect();
+    let echo = echo_round_trips(Arc::clone(&stop)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lock = Arc::new(Mutex::new(()));
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    {
+        let lock = Arc::clone(&lock);
+        std::thread::spawn(move || {
+            let _held = lock.lock().unwrap();
+            let _ = held_tx.send(());
+            std::thread::sleep(block);
+        });
+    }
+    held_rx.await.expect("the holder thread");
+    let blocker = match variant {
+        Variant::Bad | Variant::PinwatchMutex => tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await; // woken by the timer…
+            drop(lock.lock().unwrap()); // …then blocks its worker, which held the driver
+        }),
+        Variant::NotTimerWoken => tokio::spawn(async move {
+            drop(lock.lock().unwrap()); // blocks its worker; the driver is elsewhere
+        }),
+        Variant::Fixed => tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::task::spawn_blocking(move || drop(lock.lock().unwrap()))
+                .await
+                .expect("blocking task");
+        }),
+    };
+    blocker.await.expect("blocker");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut frozen = Duration::ZERO;
+    for t in ticks {
+        frozen = frozen.max(t.await.expect("ticker"));
+    }
+    let frozen = frozen.saturating_sub(Duration::from_millis(100));
+    let rtt = echo.join().expect("echo client");
+    Some(format!(
+        "tickers frozen {} ms, echo worst {} ms",
+        frozen.as_millis(),
+        rtt.as_millis()
+    ))
+}
+
+/// A TCP echo server on this runtime and a client on a plain thread that sends a byte every
+/// 20 ms until `stop`; the client's thread returns the worst round trip.
+async fn echo_round_trips(
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Duration> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1");
+    let addr = listener.local_addr().expect("local address");
+    tokio::spawn(async move {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            return;
+        };
+        let mut byte = [0u8; 1];
+        while conn.read_exact(&mut byte).await.is_ok() {
+            if conn.write_all(&byte).await.is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect to the echo");
+        conn.set_nodelay(true).expect("nodelay");
+        let mut worst = Duration::ZERO;
+        let mut byte = [7u8; 1];
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let sent = Instant::now();
+            if conn
+                .write_all(&byte)
+                .and_then(|_| conn.read_exact(&mut byte))
+                .is_err()
+            {
+                break;
+            }
+            worst = worst.max(sent.elapsed());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        worst
+    })
 }
 
 /// Finds a case by name.
@@ -308,7 +458,7 @@ async fn join_all<T: Send + 'static>(handles: Vec<tokio::task::JoinHandle<T>>) -
 async fn lock_sleep(variant: Variant, n: usize) -> Option<String> {
     let handles = (0..n)
         .map(|_| match variant {
-            Variant::Bad => tokio::spawn(async {
+            Variant::Bad | Variant::NotTimerWoken => tokio::spawn(async {
                 let lock = Mutex::new(0u32);
                 let mut g = lock.lock().unwrap();
                 std::thread::sleep(Duration::from_millis(100)); // pinned: sleeps holding a std lock
@@ -642,6 +792,10 @@ fn article(name: &str) -> &'static str {
         "blocking_io" => "article: blocking I/O pins a carrier as long as it waits",
         "lock_contention" => "article: threads waiting for a monitor pin their carriers",
         "blocking_wait" => "article: a blocking wait inside a virtual thread pins its carrier",
+        "stalled_runtime" => {
+            "measured (tokio 1.54, 2 workers): one pinned worker froze all 4 tickers though the \
+             other worker was free; in Java a pinned carrier costs one carrier"
+        }
         "http_server" => {
             "article (wrk, 100 ms DB wait): pool of 200 threads 450 req/s, 220 ms; virtual \
              threads 1,200 req/s, 82 ms"
@@ -673,6 +827,9 @@ pub fn cli_main(name: &str) {
         None if case.name == "lock_sleep" => {
             vec![Variant::Bad, Variant::PinwatchMutex, Variant::Fixed]
         }
+        None if case.name == "stalled_runtime" => {
+            vec![Variant::Bad, Variant::NotTimerWoken, Variant::Fixed]
+        }
         None => vec![Variant::Bad, Variant::Fixed],
     };
     println!("{}: {}", case.name, case.about);
@@ -694,6 +851,7 @@ pub fn cli_main(name: &str) {
             o.metric.clone().unwrap_or_default(),
             o.events.len().to_string(),
             o.reasons_cell(),
+            o.stalled_cell(),
             top,
         ]);
     }
@@ -708,6 +866,7 @@ pub fn cli_main(name: &str) {
                 "measured",
                 "pinned",
                 "reasons",
+                "stalled runtime",
                 "top frame"
             ],
             &rows

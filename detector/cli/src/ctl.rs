@@ -413,11 +413,14 @@ pub fn render_status(st: &Status) -> String {
         .pinned
         .iter()
         .map(|p| {
-            let why = match (&p.reason, &p.blocking_operation) {
+            let mut why = match (&p.reason, &p.blocking_operation) {
                 (Some(r), Some(op)) => format!("{r} ({op})"),
                 (Some(r), None) => r.clone(),
                 (None, _) => "(analysing)".to_owned(),
             };
+            if p.runtime_stalled {
+                why.push_str(", STALLS THE RUNTIME");
+            }
             [
                 p.worker
                     .map_or_else(|| "block_on".to_owned(), |i| format!("worker {i}")),

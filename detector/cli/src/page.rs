@@ -124,6 +124,12 @@ pub struct PinView {
     pub held_locks: Vec<String>,
     /// Stack, innermost first (cut at [`DETAIL_FRAMES`]), or why there is none.
     pub stack: Vec<String>,
+    /// The whole runtime stalled while it ran: how late the heartbeat was, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_stalled_ms: Option<f64>,
+    /// Tasks queued behind it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks_queued_behind: Option<usize>,
 }
 
 /// A reason's share.
@@ -366,6 +372,10 @@ fn view(e: &PinnedEvent) -> PinView {
         reason: reason_of(e),
         blocking_operation: e.blocking_operation.clone(),
         top_frame: e.top_frame.as_ref().map(|f| f.to_string()),
+        runtime_stalled_ms: e
+            .runtime_stalled
+            .then(|| round1(e.heartbeat_late.unwrap_or_default().as_secs_f64() * 1e3)),
+        tasks_queued_behind: e.tasks_queued_behind,
         held_locks: e
             .held_locks
             .iter()
@@ -766,6 +776,8 @@ function show(bar){
     'reason:    '+e.reason+(e.blocking_operation?'  ('+e.blocking_operation+')':''),
     'top frame: '+(e.top_frame||'-')];
   if(e.held_locks.length){lines.push('holds:     '+e.held_locks.join('; '));}
+  if(e.runtime_stalled_ms!==undefined){lines.push('STALLED:   the whole runtime (timers, I/O): heartbeat '+e.runtime_stalled_ms+' ms late');}
+  if(e.tasks_queued_behind){lines.push('queued:    '+e.tasks_queued_behind+' tasks behind it');}
   lines.push('stack:');
   e.stack.forEach(function(f){lines.push('  '+f);});
   detail.textContent=lines.join('\n');

@@ -487,6 +487,7 @@ fn status(s: &Served) -> Status {
                     .as_ref()
                     .and_then(|e| e.top_frame.as_ref().map(|f| f.to_string())),
                 held_locks: e.as_ref().map_or(0, |e| e.held_locks.len()),
+                runtime_stalled: e.as_ref().is_some_and(|e| e.runtime_stalled),
             }
         })
         .collect();
@@ -536,6 +537,10 @@ fn status(s: &Served) -> Status {
             ("samples".into(), stats.samples),
             ("samples_missed".into(), stats.samples_missed),
             ("samples_discarded".into(), stats.samples_discarded),
+            (
+                "runtime_stalled_ms".into(),
+                stats.runtime_stalled_time.as_millis() as u64,
+            ),
         ],
     }
 }

@@ -142,4 +142,7 @@ pub struct PinnedNow {
     pub top_frame: Option<String>,
     /// Instrumented locks it holds.
     pub held_locks: usize,
+    /// It has stalled the whole runtime (`runtime_stalled`).
+    #[serde(default)]
+    pub runtime_stalled: bool,
 }

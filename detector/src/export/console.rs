@@ -51,6 +51,8 @@ struct View {
     pins: u64,
     /// Time this worker spent pinned, over the pins that ended.
     pinned_total_ms: u64,
+    /// The pin shown has stalled the whole runtime (`runtime_stalled`).
+    runtime_stalled: bool,
 }
 
 /// Shown for a text attribute of a worker that is not pinned.
@@ -67,6 +69,7 @@ impl View {
             top_frame: NONE.to_owned(),
             pins,
             pinned_total_ms,
+            runtime_stalled: false,
         }
     }
 }
@@ -180,6 +183,9 @@ impl WorkerResource {
                 pinned_total.op = "override"
             );
         }
+        if old.is_none_or(|o| o.runtime_stalled != new.runtime_stalled) {
+            update!(runtime_stalled = new.runtime_stalled);
+        }
     }
 
     fn set(&mut self, new: View) {
@@ -206,6 +212,7 @@ impl WorkerResource {
                         .map_or_else(|| NONE.to_owned(), |f| frame_text(f, &self.cwd)),
                     pins,
                     pinned_total_ms: self.view.pinned_total_ms,
+                    runtime_stalled: e.runtime_stalled,
                 };
                 self.current = Some((e.id, Instant::now()));
                 self.set(view);

@@ -67,6 +67,8 @@ pub(crate) fn builtin(config: &Config, recorder: &Recorder) -> Result<Vec<Box<dy
 pub(crate) struct Live {
     /// The threshold in force.
     pub threshold: std::time::Duration,
+    /// Whether the runtime is stalled now, and for how long it has been stalled in all.
+    pub stall: (bool, std::time::Duration),
     /// Each pin running now: event id and age.
     pub pinned: Vec<(u64, std::time::Duration)>,
     /// Workers of the runtime.

@@ -258,6 +258,7 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
         kv("pinwatch.run.id", e.run_id.clone()),
         kv("pinwatch.event.id", e.id as i64),
         kv("pinwatch.report", i64::from(e.report)),
+        kv("pinwatch.runtime.stalled", e.runtime_stalled),
         kv("thread.id", i64::from(e.worker.tid)),
         kv("thread.name", e.worker.name.clone()),
     ];
@@ -297,6 +298,12 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
             .map(|l| format!("{} at {}", l.kind, l.acquired_at))
             .collect();
         attrs.push(kv("pinwatch.held_locks", held.join("; ")));
+    }
+    if let Some(late) = e.heartbeat_late {
+        attrs.push(kv("pinwatch.heartbeat.late", late.as_secs_f64()));
+    }
+    if let Some(n) = e.tasks_queued_behind {
+        attrs.push(kv("pinwatch.tasks_queued_behind", n as i64));
     }
     for (key, value) in attrs {
         rec.add_attribute(key, value);
@@ -395,6 +402,25 @@ fn register_metrics(
                     &[KeyValue::new("sink", "otlp")],
                 );
             })
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
+            .u64_observable_gauge("pinwatch.runtime.stalled")
+            .with_description(
+                "1 while a pin has stalled the whole runtime (its timers and I/O), else 0.",
+            )
+            .with_callback(move |obs| obs.observe(u64::from((live)().stall.0), &[]))
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
+            .f64_observable_counter("pinwatch.runtime.stall")
+            .with_unit("s")
+            .with_description("Seconds the whole runtime spent stalled by pins, advanced live.")
+            .with_callback(move |obs| obs.observe((live)().stall.1.as_secs_f64(), &[]))
             .build();
     }
     {

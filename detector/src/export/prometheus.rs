@@ -13,8 +13,8 @@ use std::time::Duration;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{
-    CounterVec, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Counter, CounterVec, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use super::Sink;
@@ -85,6 +85,18 @@ pub const METRICS: &[MetricDoc] = &[
         help: "Pin reports lost: sink=\"queue\" when the queue to the export thread was full, sink=\"otlp\" when the OTLP exporter's queue was full or its collector did not take them.",
     },
     MetricDoc {
+        name: "pinwatch_runtime_stalled",
+        kind: "gauge",
+        labels: &[],
+        help: "1 while a pin has stalled the whole runtime (its timers and I/O: pinwatch's heartbeat is late past the threshold), else 0.",
+    },
+    MetricDoc {
+        name: "pinwatch_runtime_stall_seconds_total",
+        kind: "counter",
+        labels: &[],
+        help: "Seconds the whole runtime spent stalled by pins, advanced live.",
+    },
+    MetricDoc {
         name: "pinwatch_threshold_seconds",
         kind: "gauge",
         labels: &[],
@@ -122,6 +134,8 @@ struct Metrics {
     oldest: Gauge,
     by_location: IntCounterVec,
     dropped: IntCounterVec,
+    stalled: IntGauge,
+    stalled_seconds: Counter,
     threshold: Gauge,
     build_info: IntGaugeVec,
 }
@@ -190,6 +204,8 @@ impl PinwatchCollector {
                 &["location"],
             )?,
             dropped: IntCounterVec::new(opts("pinwatch_events_dropped_total"), &["sink"])?,
+            stalled: IntGauge::with_opts(opts("pinwatch_runtime_stalled"))?,
+            stalled_seconds: Counter::with_opts(opts("pinwatch_runtime_stall_seconds_total"))?,
             threshold: Gauge::with_opts(opts("pinwatch_threshold_seconds"))?,
             build_info: IntGaugeVec::new(opts("pinwatch_build_info"), &["version"])?,
         };
@@ -206,7 +222,7 @@ impl PinwatchCollector {
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let collectors: [&dyn Collector; 10] = [
+        let collectors: [&dyn Collector; 12] = [
             &metrics.pins,
             &metrics.durations,
             &metrics.pinned_seconds,
@@ -215,6 +231,8 @@ impl PinwatchCollector {
             &metrics.oldest,
             &metrics.by_location,
             &metrics.dropped,
+            &metrics.stalled,
+            &metrics.stalled_seconds,
             &metrics.threshold,
             &metrics.build_info,
         ];
@@ -250,6 +268,11 @@ impl PinwatchCollector {
         let m = &inner.metrics;
         m.workers.set(live.workers as i64);
         m.threshold.set(live.threshold.as_secs_f64());
+        m.stalled.set(i64::from(live.stall.0));
+        let stalled = live.stall.1.as_secs_f64();
+        if stalled > m.stalled_seconds.get() {
+            m.stalled_seconds.inc_by(stalled - m.stalled_seconds.get());
+        }
         m.workers_pinned.set(live.pinned.len() as i64);
         m.oldest.set(
             live.pinned
@@ -300,7 +323,7 @@ impl Collector for PinwatchCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         self.refresh();
         let m = &self.inner.metrics;
-        let collectors: [&dyn Collector; 10] = [
+        let collectors: [&dyn Collector; 12] = [
             &m.pins,
             &m.durations,
             &m.pinned_seconds,
@@ -309,6 +332,8 @@ impl Collector for PinwatchCollector {
             &m.oldest,
             &m.by_location,
             &m.dropped,
+            &m.stalled,
+            &m.stalled_seconds,
             &m.threshold,
             &m.build_info,
         ];
@@ -457,6 +482,7 @@ mod tests {
             max_locations,
             Arc::new(move || Live {
                 threshold: Duration::from_millis(20),
+                stall: (false, Duration::ZERO),
                 pinned: live.lock().unwrap().clone(),
                 workers: 2,
                 queue_dropped: 3,

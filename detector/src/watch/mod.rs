@@ -43,7 +43,16 @@ pub(crate) struct Watched {
     /// Per slot, the pin running there now: for live views (metrics) that must not wait for
     /// the export thread.
     live: Box<[LivePin]>,
+    /// The heartbeat's last beat, in ns since the slot table's base (see [`Watched::beat`]).
+    last_beat: AtomicU64,
+    /// Whether the runtime is stalled now: a pin runs and the heartbeat is late.
+    stalled_now: std::sync::atomic::AtomicBool,
 }
+
+/// The heartbeat must be later than this (and than the threshold) for the runtime to count as
+/// stalled: on a machine whose CPUs are all busy a worker can wait this long for one, and its
+/// timers are late without being stalled.
+pub(crate) const STALL_FLOOR: Duration = Duration::from_millis(100);
 
 /// The pin a slot runs now, as the watchdog last saw it.
 struct LivePin {
@@ -73,6 +82,34 @@ impl Watched {
 }
 
 impl Watched {
+    /// Called by the heartbeat task each time its timer fires.
+    pub(crate) fn beat(&self) {
+        self.last_beat.store(
+            self.table.nanos_since_base(Instant::now()),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// How late the heartbeat is at `now` (zero when on time); `None` when it is off.
+    fn heartbeat_late(&self, now: Instant) -> Option<Duration> {
+        let interval = self.config.heartbeat?;
+        let last = self.last_beat.load(Ordering::Relaxed);
+        let now = self.table.nanos_since_base(now);
+        Some(Duration::from_nanos(now.saturating_sub(last)).saturating_sub(interval))
+    }
+
+    /// Whether the runtime is stalled now, and for how long it has been stalled in all.
+    #[cfg_attr(
+        not(any(feature = "prometheus", feature = "otlp", feature = "console")),
+        allow(dead_code)
+    )]
+    pub(crate) fn stall(&self) -> (bool, Duration) {
+        (
+            self.stalled_now.load(Ordering::Relaxed),
+            Duration::from_nanos(self.stats.stalled_ns.load(Ordering::Relaxed)),
+        )
+    }
+
     pub(crate) fn new(
         table: Arc<SlotTable>,
         config: Config,
@@ -94,6 +131,8 @@ impl Watched {
             run_id,
             next_id: AtomicU64::new(1),
             live,
+            last_beat: AtomicU64::new(0),
+            stalled_now: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -192,6 +231,9 @@ pub struct Stats {
     pub sample_handler_time: Duration,
     /// Total time from sending a sampling signal to reading the sample, on the watchdog.
     pub sample_round_trip_time: Duration,
+    /// Time the whole runtime was stalled by pins: a pin ran and the heartbeat was late past
+    /// the threshold (see `PINWATCH_HEARTBEAT`).
+    pub runtime_stalled_time: Duration,
 }
 
 pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
@@ -209,6 +251,7 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         samples_discarded: r(&c.samples_discarded),
         sample_handler_time: Duration::from_nanos(r(&c.sample_handler_ns)),
         sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
+        runtime_stalled_time: Duration::from_nanos(r(&c.stalled_ns)),
     }
 }
 
@@ -225,6 +268,8 @@ pub(crate) struct StatsCounters {
     pub samples_discarded: AtomicU64,
     pub sample_handler_ns: AtomicU64,
     pub sample_round_trip_ns: AtomicU64,
+    /// Time the whole runtime was stalled by pins, in ns.
+    pub stalled_ns: AtomicU64,
     pub delivered: AtomicU64,
 }
 
@@ -280,8 +325,10 @@ pub(crate) fn run(
         handle: &handle,
         tx: &tx,
         settings: current.refresh(&w.tunables),
+        stalled: None,
     };
     let mut scans = 0u64;
+    let mut last_scan = Instant::now();
     loop {
         let stopping = match stop.recv_timeout(wd.settings.effective_scan_interval()) {
             Err(mpsc::RecvTimeoutError::Timeout) => false,
@@ -299,6 +346,8 @@ pub(crate) fn run(
         // Before every load of this scan: the look time of the slots nobody holds (most of the
         // table), so that only the few in use read the clock next to their own loads.
         let scan_start = Instant::now();
+        let bound = wd.settings.threshold.max(STALL_FLOOR);
+        wd.stalled = w.heartbeat_late(scan_start).filter(|late| *late > bound);
         for (((slot, watch), look), live) in w
             .table
             .slots()
@@ -324,6 +373,17 @@ pub(crate) fn run(
                 live.id.store(id, Ordering::Release);
             }
         }
+        // Stalled: a pin runs, and the runtime's timers have not fired for it.
+        let stalled =
+            wd.stalled.is_some() && w.live.iter().any(|p| p.id.load(Ordering::Relaxed) != 0);
+        w.stalled_now.store(stalled, Ordering::Relaxed);
+        if stalled {
+            let d = scan_start.saturating_duration_since(last_scan);
+            w.stats
+                .stalled_ns
+                .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        }
+        last_scan = scan_start;
         if stopping {
             // Whatever is still flagged never returned: its last report stands.
             return;
@@ -337,6 +397,8 @@ struct Watchdog<'a> {
     tx: &'a mpsc::SyncSender<RawReport>,
     /// The settings of this scan.
     settings: Settings,
+    /// How late the heartbeat was at this scan's start, when it is past the stall bound.
+    stalled: Option<Duration>,
 }
 
 impl Watchdog<'_> {
@@ -494,6 +556,9 @@ impl Watchdog<'_> {
             samples: 0,
             report: 1,
             cpu_wait: waited,
+            runtime_stalled: self.stalled.is_some(),
+            heartbeat_late: self.stalled,
+            tasks_queued_behind: self.queued_behind(index),
         };
         let mut pinned = Pinned {
             seq,
@@ -549,6 +614,19 @@ impl Watchdog<'_> {
             self.send(&p);
             return None;
         }
+        if let Some(late) = self.stalled {
+            p.event.heartbeat_late = Some(p.event.heartbeat_late.map_or(late, |m| m.max(late)));
+            if !p.event.runtime_stalled {
+                // Say so now, not at the next report: the whole service has stopped.
+                p.event.runtime_stalled = true;
+                p.last_report = now;
+                p.event.cpu_wait = waited_since(p.baseline, p.tid);
+                p.event.duration = now.saturating_duration_since(p.start);
+                p.event.tasks_queued_behind = self.queued_behind(p.event.worker.index);
+                p.event.report += 1;
+                self.send(&p);
+            }
+        }
         if now.saturating_duration_since(p.last_sample) >= self.settings.sample_interval {
             p.last_sample = now;
             self.probe(slot, &mut p);
@@ -557,10 +635,19 @@ impl Watchdog<'_> {
             p.last_report = now;
             p.event.cpu_wait = waited_since(p.baseline, p.tid);
             p.event.duration = now.saturating_duration_since(p.start);
+            p.event.tasks_queued_behind = self.queued_behind(p.event.worker.index);
             p.event.report += 1;
             self.send(&p);
         }
         Some(p)
+    }
+
+    /// Tasks waiting in worker `index`'s local run queue.
+    fn queued_behind(&self, index: Option<usize>) -> Option<usize> {
+        let metrics = self.handle.metrics();
+        index
+            .filter(|i| *i < metrics.num_workers())
+            .map(|i| metrics.worker_local_queue_depth(i))
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {

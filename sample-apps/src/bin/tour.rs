@@ -49,20 +49,45 @@ fn main() {
             const HELD: &[pinwatch::Reason] = &[pinwatch::Reason::LockHeld];
             variants.push((Variant::PinwatchMutex, pinwatch::Reason::LockHeld, HELD));
         }
+        if case.name == "stalled_runtime" {
+            variants.push((Variant::NotTimerWoken, case.expected, case.allowed));
+        }
         let fixed = run(case, Variant::Fixed, case.workers, case.tasks.1, false);
         recorded.extend(fixed.events.iter().cloned());
         for (variant, expected, allowed) in variants {
             let bad = run(case, variant, case.workers, case.tasks.1, false);
             recorded.extend(bad.events.iter().cloned());
-            let verdict = bad.check(expected, allowed, case.min_expected);
+            let mut verdict = bad.check(expected, allowed, case.min_expected);
+            if case.name == "stalled_runtime" && verdict.is_ok() {
+                // Whether the runtime stalls depends on where the other worker is when the
+                // timer fires (usually parked: it stalls); pinwatch must say what happened.
+                let stalled = bad.events.iter().any(|e| e.runtime_stalled);
+                let frozen = bad.metric.as_deref().and_then(|m| {
+                    m.strip_prefix("tickers frozen ")?
+                        .split(' ')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                });
+                verdict = match (frozen, stalled) {
+                    (Some(ms), false) if ms >= 500 => Err(format!(
+                        "the tickers stood still {ms} ms; not reported as runtime_stalled"
+                    )),
+                    (Some(ms), true) if ms < 100 => Err(format!(
+                        "reported as runtime_stalled, though the tickers ran (frozen {ms} ms)"
+                    )),
+                    (None, _) => Err("no ticker measurement".into()),
+                    _ => Ok(()),
+                };
+            }
             let ok = verdict.is_ok() && fixed.events.is_empty();
             if let Err(why) = &verdict {
                 failures.push(format!("{} ({variant:?}): {why}", case.name));
             }
-            let name = if variant == Variant::Bad {
-                case.name.to_owned()
-            } else {
-                format!("{} (pinwatch Mutex)", case.name)
+            let name = match variant {
+                Variant::Bad => case.name.to_owned(),
+                Variant::NotTimerWoken => format!("{} (not timer-woken)", case.name),
+                _ => format!("{} (pinwatch Mutex)", case.name),
             };
             let metric = match (&bad.metric, &fixed.metric) {
                 (Some(b), Some(f)) => format!("bad: {b}; fixed: {f}"),
@@ -74,6 +99,7 @@ fn main() {
                 expected.to_string(),
                 bad.events.len().to_string(),
                 bad.reasons_cell(),
+                bad.stalled_cell(),
                 bad.top_frame(expected).unwrap_or_else(|| "-".into()),
                 table::ms(bad.elapsed),
                 table::ms(fixed.elapsed),
@@ -106,6 +132,7 @@ fn main() {
                 "expected",
                 "events",
                 "detected",
+                "stalled runtime",
                 "top frame (bad)",
                 "bad time",
                 "fixed time",

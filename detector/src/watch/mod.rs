@@ -619,12 +619,7 @@ impl Watchdog<'_> {
             if !p.event.runtime_stalled {
                 // Say so now, not at the next report: the whole service has stopped.
                 p.event.runtime_stalled = true;
-                p.last_report = now;
-                p.event.cpu_wait = waited_since(p.baseline, p.tid);
-                p.event.duration = now.saturating_duration_since(p.start);
-                p.event.tasks_queued_behind = self.queued_behind(p.event.worker.index);
-                p.event.report += 1;
-                self.send(&p);
+                self.report_again(&mut p, now);
             }
         }
         if now.saturating_duration_since(p.last_sample) >= self.settings.sample_interval {
@@ -632,14 +627,19 @@ impl Watchdog<'_> {
             self.probe(slot, &mut p);
         }
         if now.saturating_duration_since(p.last_report) >= self.settings.report_interval {
-            p.last_report = now;
-            p.event.cpu_wait = waited_since(p.baseline, p.tid);
-            p.event.duration = now.saturating_duration_since(p.start);
-            p.event.tasks_queued_behind = self.queued_behind(p.event.worker.index);
-            p.event.report += 1;
-            self.send(&p);
+            self.report_again(&mut p, now);
         }
         Some(p)
+    }
+
+    /// Sends the next `in_progress` report of a pin still running, brought up to `now`.
+    fn report_again(&mut self, p: &mut Pinned, now: Instant) {
+        p.last_report = now;
+        p.event.cpu_wait = waited_since(p.baseline, p.tid);
+        p.event.duration = now.saturating_duration_since(p.start);
+        p.event.tasks_queued_behind = self.queued_behind(p.event.worker.index);
+        p.event.report += 1;
+        self.send(p);
     }
 
     /// Tasks waiting in worker `index`'s local run queue.

@@ -404,23 +404,25 @@ pub fn render_status(st: &Status) -> String {
     let _ = writeln!(w);
     let _ = writeln!(
         w,
-        "pinned now: {} of {} worker{}",
+        "pinned now: {} of {} worker{}{}",
         st.pinned.len(),
         st.workers,
-        if st.workers == 1 { "" } else { "s" }
+        if st.workers == 1 { "" } else { "s" },
+        if st.pinned.iter().any(|p| p.runtime_stalled) {
+            " — THE WHOLE RUNTIME IS STALLED: no timer fires, no I/O is read"
+        } else {
+            ""
+        }
     );
     let rows: Vec<[String; 6]> = st
         .pinned
         .iter()
         .map(|p| {
-            let mut why = match (&p.reason, &p.blocking_operation) {
+            let why = match (&p.reason, &p.blocking_operation) {
                 (Some(r), Some(op)) => format!("{r} ({op})"),
                 (Some(r), None) => r.clone(),
                 (None, _) => "(analysing)".to_owned(),
             };
-            if p.runtime_stalled {
-                why.push_str(", STALLS THE RUNTIME");
-            }
             [
                 p.worker
                     .map_or_else(|| "block_on".to_owned(), |i| format!("worker {i}")),

@@ -467,6 +467,7 @@ fn status(s: &Served) -> Status {
     let ctx = &s.ctx;
     let w = &ctx.watched;
     let settings = w.tunables.get();
+    let stalled_now = w.stall().0;
     let mut pinned: Vec<PinnedNow> = w
         .pinned_now()
         .into_iter()
@@ -487,7 +488,7 @@ fn status(s: &Served) -> Status {
                     .as_ref()
                     .and_then(|e| e.top_frame.as_ref().map(|f| f.to_string())),
                 held_locks: e.as_ref().map_or(0, |e| e.held_locks.len()),
-                runtime_stalled: e.as_ref().is_some_and(|e| e.runtime_stalled),
+                runtime_stalled: stalled_now,
             }
         })
         .collect();

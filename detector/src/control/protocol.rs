@@ -142,7 +142,7 @@ pub struct PinnedNow {
     pub top_frame: Option<String>,
     /// Instrumented locks it holds.
     pub held_locks: usize,
-    /// It has stalled the whole runtime (`runtime_stalled`).
+    /// The whole runtime is stalled now, while it runs (see the README's "Blast radius").
     #[serde(default)]
     pub runtime_stalled: bool,
 }

@@ -99,10 +99,6 @@ impl Watched {
     }
 
     /// Whether the runtime is stalled now, and for how long it has been stalled in all.
-    #[cfg_attr(
-        not(any(feature = "prometheus", feature = "otlp", feature = "console")),
-        allow(dead_code)
-    )]
     pub(crate) fn stall(&self) -> (bool, Duration) {
         (
             self.stalled_now.load(Ordering::Relaxed),

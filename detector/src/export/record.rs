@@ -238,7 +238,15 @@ impl Recorder {
                 running.path.display()
             ));
         }
-        *slot = Some(RecordSink::open_rotating(path, rotation).map_err(|e| e.to_string())?);
+        let sink = RecordSink::open_rotating(path, rotation).map_err(|e| match e {
+            Error::Record { source, .. } => format!(
+                "cannot open {} for appending: {source}; check that its directory exists and \
+                 that the service's user may write there",
+                path.display()
+            ),
+            other => other.to_string(),
+        })?;
+        *slot = Some(sink);
         Ok(())
     }
 
@@ -418,6 +426,10 @@ mod tests {
             .collect();
         assert_eq!(ids, [2]);
         let bad = r.start(&dir.path().join("no/such/dir/c.jsonl"), Rotation::NEVER);
-        assert!(bad.unwrap_err().contains("no/such/dir"));
+        let bad = bad.unwrap_err();
+        assert!(
+            bad.contains("no/such/dir") && !bad.contains("PINWATCH_RECORD"),
+            "{bad}"
+        );
     }
 }

@@ -534,16 +534,13 @@ impl Prepared {
         // Last: when `status` shows a pin, every other sink (the recording) has it.
         let view = control::View::default();
         sinks.push(Box::new(view.sink()));
-        let control = start_control(
-            &watched,
-            control::Context {
-                watched: Arc::clone(&watched),
-                handle: handle.clone(),
-                recorder,
-                view,
-                built_at: self.built_at,
-            },
-        )?;
+        let control = start_control(control::Context {
+            watched: Arc::clone(&watched),
+            handle: handle.clone(),
+            recorder,
+            view,
+            built_at: self.built_at,
+        })?;
         let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
         let (stop_tx, stop_rx) = mpsc::channel();
         let export_w = Arc::clone(&watched);
@@ -604,11 +601,8 @@ impl Prepared {
 
 /// The control socket, when `PINWATCH_CONTROL` is not off. In the default directory a failure
 /// is a warning (the service runs on without it); in a directory asked for, an error.
-fn start_control(
-    watched: &Watched,
-    ctx: control::Context,
-) -> Result<Option<control::Server>, Error> {
-    let (dir, asked) = match &watched.config.control {
+fn start_control(ctx: control::Context) -> Result<Option<control::Server>, Error> {
+    let (dir, asked) = match &ctx.watched.config.control {
         crate::config::Control::Off => return Ok(None),
         crate::config::Control::On => (control::default_dir(), false),
         crate::config::Control::Dir(d) => (d.clone(), true),

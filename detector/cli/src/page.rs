@@ -203,48 +203,41 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
     // One pixel of the plot, in ms: pins closer than that merge into one bar.
     let pixel = ((span_end - span_start) / PLOT_WIDTH).max(1e-9);
 
-    let mut lane_of: HashMap<(String, String), usize> = HashMap::new();
-    let mut lane_pins: Vec<Vec<&PinnedEvent>> = Vec::new();
-    let mut lanes: Vec<Lane> = Vec::new();
+    // One lane per worker of each run (a `block_on` body, or a thread that is no worker, has
+    // its own), ordered by run (in order of first appearance), worker index, then thread.
+    let run_index: HashMap<&str, usize> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.run_id.as_str(), i))
+        .collect();
+    // (run, not a worker, worker index, thread of a non-worker, block_on body)
+    type LaneKey = (usize, bool, Option<usize>, i32, bool);
+    let mut by_lane: BTreeMap<LaneKey, Vec<&PinnedEvent>> = BTreeMap::new();
     for e in &shown {
-        let label = match (e.worker.index, e.block_on) {
-            (Some(i), _) => format!("worker {i}"),
-            (None, true) => format!("block_on (tid {})", e.worker.tid),
-            (None, false) => format!("thread {}", e.worker.tid),
+        let run = run_index
+            .get(e.run_id.as_str())
+            .copied()
+            .unwrap_or(usize::MAX);
+        let key = match e.worker.index {
+            Some(i) => (run, false, Some(i), 0, false),
+            None => (run, true, None, e.worker.tid, e.block_on),
         };
-        let key = (e.run_id.clone(), label.clone());
-        let i = *lane_of.entry(key).or_insert_with(|| {
-            lanes.push(Lane {
-                label,
-                run: short(&e.run_id),
-                pins: 0,
-                bars: Vec::new(),
-            });
-            lane_pins.push(Vec::new());
-            lanes.len() - 1
-        });
-        lanes[i].pins += 1;
-        lane_pins[i].push(e);
+        by_lane.entry(key).or_default().push(e);
     }
-    // Lanes by run (in order of first appearance), then worker index, then thread.
-    let run_order = |run: &str| runs.iter().position(|r| short(&r.run_id) == run);
-    let mut order: Vec<usize> = (0..lanes.len()).collect();
-    order.sort_by_key(|&i| {
-        let e = lane_pins[i][0];
-        (
-            run_order(&lanes[i].run),
-            e.worker.index.is_none(),
-            e.worker.index,
-            e.worker.tid,
-        )
-    });
-    let mut slots: Vec<Option<(Lane, Vec<&PinnedEvent>)>> =
-        lanes.into_iter().zip(lane_pins).map(Some).collect();
-    let sorted: Vec<(Lane, Vec<&PinnedEvent>)> =
-        order.iter().filter_map(|&i| slots[i].take()).collect();
     let mut lanes: Vec<Lane> = Vec::new();
     let mut details: Vec<PinView> = Vec::new();
-    for (mut lane, mut pins) in sorted {
+    for mut pins in by_lane.into_values() {
+        let first = pins[0];
+        let mut lane = Lane {
+            label: match (first.worker.index, first.block_on) {
+                (Some(i), _) => format!("worker {i}"),
+                (None, true) => format!("block_on (tid {})", first.worker.tid),
+                (None, false) => format!("thread {}", first.worker.tid),
+            },
+            run: short(&first.run_id),
+            pins: pins.len(),
+            bars: Vec::new(),
+        };
         pins.sort_by(|a, b| start(a).total_cmp(&start(b)));
         // Runs of pins closer than a pixel, then one bar per run.
         let mut group: Vec<&PinnedEvent> = Vec::new();

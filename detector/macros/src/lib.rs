@@ -21,12 +21,7 @@ fn expand(
     args: proc_macro2::TokenStream,
     item: proc_macro2::TokenStream,
 ) -> syn::Result<proc_macro2::TokenStream> {
-    let mut func: ItemFn = syn::parse2(item)?;
-    let args = Punctuated::<MetaNameValue, Token![,]>::parse_terminated.parse2(args)?;
-    let mut flavor = Flavor {
-        multi_thread: true,
-        worker_threads: None,
-    };
+    let (mut func, args, mut flavor) = parse(args, item, true)?;
     for arg in &args {
         if !flavor.take(arg)? {
             return Err(syn::Error::new_spanned(
@@ -62,6 +57,22 @@ fn expand(
             output
         }
     })
+}
+
+/// The function and the `name = value` arguments of either attribute, and the flavor they
+/// start from: multi-thread for `main`, current-thread for `test`, as tokio's.
+fn parse(
+    args: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+    multi_thread: bool,
+) -> syn::Result<(ItemFn, Punctuated<MetaNameValue, Token![,]>, Flavor)> {
+    let func: ItemFn = syn::parse2(item)?;
+    let args = Punctuated::<MetaNameValue, Token![,]>::parse_terminated.parse2(args)?;
+    let flavor = Flavor {
+        multi_thread,
+        worker_threads: None,
+    };
+    Ok((func, args, flavor))
 }
 
 /// `flavor` and `worker_threads`, as `#[tokio::main]` and `#[tokio::test]` take them.
@@ -166,12 +177,7 @@ fn expand_test(
     args: proc_macro2::TokenStream,
     item: proc_macro2::TokenStream,
 ) -> syn::Result<proc_macro2::TokenStream> {
-    let mut func: ItemFn = syn::parse2(item)?;
-    let args = Punctuated::<MetaNameValue, Token![,]>::parse_terminated.parse2(args)?;
-    let mut flavor = Flavor {
-        multi_thread: false,
-        worker_threads: None,
-    };
+    let (mut func, args, mut flavor) = parse(args, item, false)?;
     let mut settings = Vec::new();
     for arg in &args {
         if flavor.take(arg)? {

@@ -223,6 +223,11 @@ fn watch_status(socket: &Path, interval: Duration, count: Option<u64>) -> Result
 fn list(dirs: &[PathBuf]) -> Result<ExitCode, String> {
     let mut rows = Vec::new();
     for ep in client::endpoints(dirs) {
+        // A process that did not give its status: what it said instead, in the last column.
+        let unknown = |why: String| {
+            let q = || "?".to_owned();
+            [ep.name.clone(), q(), q(), q(), q(), why]
+        };
         match client::request(&ep.path, &Request::Status, Duration::from_secs(2)) {
             Ok(Reply {
                 ok: true,
@@ -236,14 +241,7 @@ fn list(dirs: &[PathBuf]) -> Result<ExitCode, String> {
                 human_ms(st.uptime_ms),
                 st.command.clone(),
             ]),
-            Ok(r) => rows.push([
-                ep.name.clone(),
-                "?".into(),
-                "?".into(),
-                "?".into(),
-                "?".into(),
-                r.message,
-            ]),
+            Ok(r) => rows.push(unknown(r.message)),
             Err(_) if client::is_stale(&ep.path) => {
                 // Left by a process that died: nobody will answer there again.
                 if std::fs::remove_file(&ep.path).is_ok() {
@@ -253,14 +251,7 @@ fn list(dirs: &[PathBuf]) -> Result<ExitCode, String> {
                     );
                 }
             }
-            Err(e) => rows.push([
-                ep.name.clone(),
-                "?".into(),
-                "?".into(),
-                "?".into(),
-                "?".into(),
-                e,
-            ]),
+            Err(e) => rows.push(unknown(e)),
         }
     }
     if rows.is_empty() {

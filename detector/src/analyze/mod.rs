@@ -178,6 +178,12 @@ fn held_lock(h: &crate::poll::locks::HeldEntry) -> HeldLock {
 
 /// The dominant reason (most probes; on a tie the latest), the others seen, and the blocking
 /// operation of the latest probe with the dominant reason.
+///
+/// A pin with any probe that saw the thread blocked (sleeping, waiting for a lock, in I/O, …)
+/// is not `cpu`, however many probes saw it running: a thread that slept and waits for a CPU to
+/// run on again reads as running (state `R`, no system call) on a loaded machine, and a handler
+/// that sleeps inside a lock spends its few running moments between the two. `cpu` is left for
+/// pins whose every probe saw it on the CPU; it stays in the other reasons.
 fn dominant(verdicts: &[reason::Verdict]) -> Option<(Reason, Vec<Reason>, String)> {
     let mut counts: Vec<(Reason, usize, usize)> = Vec::new();
     for (i, v) in verdicts.iter().enumerate() {
@@ -189,7 +195,11 @@ fn dominant(verdicts: &[reason::Verdict]) -> Option<(Reason, Vec<Reason>, String
             None => counts.push((v.reason, 1, i)),
         }
     }
-    let &(best, _, last) = counts.iter().max_by_key(|(_, n, last)| (*n, *last))?;
+    let blocked = counts.iter().any(|(r, _, _)| *r != Reason::Cpu);
+    let &(best, _, last) = counts
+        .iter()
+        .filter(|(r, _, _)| !blocked || *r != Reason::Cpu)
+        .max_by_key(|(_, n, last)| (*n, *last))?;
     let others = counts
         .iter()
         .map(|(r, _, _)| *r)
@@ -255,6 +265,47 @@ mod tests {
         assert_eq!(profile.len(), 2);
         assert_eq!((profile[0].frame.line, profile[0].samples), (Some(10), 3));
         assert_eq!((profile[1].frame.line, profile[1].samples), (Some(14), 1));
+    }
+
+    fn verdict(reason: Reason, operation: &str) -> reason::Verdict {
+        reason::Verdict {
+            reason,
+            operation: operation.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_pin_that_was_ever_seen_blocked_is_not_cpu() {
+        // A handler sleeping inside a std lock on a loaded machine: most probes found it
+        // runnable (woken, waiting for a CPU), the latest among them.
+        let verdicts = [
+            verdict(Reason::Cpu, "running"),
+            verdict(Reason::Sleep, "clock_nanosleep"),
+            verdict(Reason::Cpu, "running"),
+            verdict(Reason::LockWait, "futex"),
+            verdict(Reason::Sleep, "clock_nanosleep"),
+            verdict(Reason::Cpu, "running"),
+            verdict(Reason::Cpu, "running"),
+        ];
+        let (best, others, op) = dominant(&verdicts).unwrap();
+        assert_eq!((best, op.as_str()), (Reason::Sleep, "clock_nanosleep"));
+        assert_eq!(others, vec![Reason::Cpu, Reason::LockWait]);
+        // Only a pin whose every probe saw it running is cpu.
+        let all_cpu = [
+            verdict(Reason::Cpu, "running"),
+            verdict(Reason::Cpu, "running"),
+        ];
+        let (best, others, op) = dominant(&all_cpu).unwrap();
+        assert_eq!((best, op.as_str()), (Reason::Cpu, "running"));
+        assert!(others.is_empty());
+        // Among blocked reasons the most seen (then the latest) still wins.
+        let mixed = [
+            verdict(Reason::LockWait, "futex"),
+            verdict(Reason::Sleep, "clock_nanosleep"),
+            verdict(Reason::Sleep, "clock_nanosleep"),
+        ];
+        assert_eq!(dominant(&mixed).unwrap().0, Reason::Sleep);
+        assert!(dominant(&[]).is_none());
     }
 
     #[test]

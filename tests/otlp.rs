@@ -185,6 +185,11 @@ const OTEL_METRICS: &[(&str, &str, &str)] = &[
         "{worker}",
         "pinwatch_workers_pinned",
     ),
+    (
+        "pinwatch.block_on.blocked",
+        "{body}",
+        "pinwatch_block_on_blocked",
+    ),
     ("pinwatch.workers", "{worker}", "pinwatch_workers"),
     ("pinwatch.oldest_pin", "s", "pinwatch_oldest_pin_seconds"),
     (

@@ -434,14 +434,13 @@ impl PinnedEvent {
                 s.push_str(&format!("(spawned at {at}) "));
             }
         }
-        s.push_str(&format!(
-            "held worker {} ({}, tid {})",
-            self.worker
-                .index
-                .map_or_else(|| "?".to_owned(), |i| i.to_string()),
-            self.worker.name,
-            self.worker.tid
-        ));
+        match self.worker.index {
+            Some(i) => s.push_str(&format!("held worker {i} ")),
+            // A multi-thread runtime's body runs on a thread of its own, not on a worker.
+            None if self.block_on => s.push_str("blocked its thread, holding no worker "),
+            None => s.push_str("held worker ? "),
+        }
+        s.push_str(&format!("({}, tid {})", self.worker.name, self.worker.tid));
         if let Some(r) = self.reason {
             s.push_str(&format!(" reason={r}"));
         }

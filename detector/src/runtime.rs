@@ -633,13 +633,19 @@ fn live(
 ) -> export::LiveFn {
     let w = Arc::clone(watched);
     let handle = handle.clone();
-    Arc::new(move || export::Live {
-        threshold: w.tunables.get().threshold,
-        stall: w.stall(),
-        pinned: w.pinned_now(),
-        workers: handle.metrics().num_workers(),
-        queue_dropped: w.stats.dropped.load(Ordering::Relaxed),
-        otlp_dropped: otlp_dropped.as_ref().map(|d| d.load(Ordering::Relaxed)),
+    Arc::new(move || {
+        let now = w.pinned_now_counted();
+        export::Live {
+            threshold: w.tunables.get().threshold,
+            stall: w.stall(),
+            pinned: now.all,
+            workers_pinned: now.workers,
+            oldest_worker_pin: now.oldest_worker_pin,
+            bodies_blocked: now.bodies,
+            workers: handle.metrics().num_workers(),
+            queue_dropped: w.stats.dropped.load(Ordering::Relaxed),
+            otlp_dropped: otlp_dropped.as_ref().map(|d| d.load(Ordering::Relaxed)),
+        }
     })
 }
 

@@ -294,3 +294,101 @@ fn a_long_pin_on_a_current_thread_runtime_is_a_stall() {
     assert!(done.runtime_stalled, "{done:?}");
     assert_eq!(done.worker.index, Some(0));
 }
+
+/// Only a pin that was running when the heartbeat was due can have stalled the runtime: on a
+/// current-thread runtime, a task queued behind a long pin runs while the heartbeat is still
+/// late — for the long pin, not for it.
+#[test]
+fn a_pin_that_starts_after_the_stall_began_is_not_blamed_for_it() {
+    let (tx, events) = mpsc::channel();
+    let (rt, _detector) = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(&mut tokio::runtime::Builder::new_current_thread())
+        .unwrap();
+    let (long_task, short_task) = rt.block_on(async {
+        tokio::time::sleep(Duration::from_millis(200)).await; // the heartbeat runs meanwhile
+                                                              // Both queued at once: the short one runs right after the long one, before the
+                                                              // runtime gets back to its timers.
+        let long = tokio::spawn(async { std::thread::sleep(Duration::from_millis(1000)) });
+        let short = tokio::spawn(async { std::thread::sleep(Duration::from_millis(150)) });
+        let ids = (long.id(), short.id());
+        long.await.unwrap();
+        short.await.unwrap();
+        ids
+    });
+    let id = |t: tokio::task::Id| t.to_string().parse::<u64>().unwrap();
+    let (long_task, short_task) = (id(long_task), id(short_task));
+    let mut long = None;
+    let mut short = None;
+    while long.is_none() || short.is_none() {
+        let e = next(&events, "both completions", |e| e.state == State::Completed);
+        if e.task_id == Some(long_task) {
+            long = Some(e);
+        } else if e.task_id == Some(short_task) {
+            short = Some(e);
+        }
+    }
+    let (long, short) = (long.unwrap(), short.unwrap());
+    assert!(long.runtime_stalled, "{long:?}");
+    assert!(
+        !short.runtime_stalled && short.heartbeat_late.is_none(),
+        "the short pin began after the heartbeat was due: {short:?}"
+    );
+}
+
+/// A multi-thread runtime's `block_on` body runs on a thread that is none of the workers:
+/// blocked at the same time as one worker, it leaves one of the two workers pinned — and is
+/// counted on its own gauge.
+#[test]
+fn a_blocked_block_on_body_is_not_counted_among_the_pinned_workers() {
+    let s = service();
+    let (task_lock, release_task) = held_lock();
+    let (body_lock, release_body) = held_lock();
+    let task = s.rt.spawn(async move {
+        let _g = task_lock.lock().unwrap(); // pins a worker until released
+    });
+    let body = s.detector.watch_block_on(async move {
+        let _g = body_lock.lock().unwrap(); // blocks the body's thread until released
+    });
+    std::thread::scope(|scope| {
+        let rt = &s.rt;
+        let runner = scope.spawn(move || rt.block_on(body));
+        let mut worker_pin = None;
+        let mut body_pin = None;
+        while worker_pin.is_none() || body_pin.is_none() {
+            let e = next(&s.events, "the worker's pin and the body's", |e| {
+                e.state == State::InProgress
+            });
+            if e.block_on {
+                body_pin = Some(e);
+            } else {
+                worker_pin = Some(e);
+            }
+        }
+        let (worker_pin, body_pin) = (worker_pin.unwrap(), body_pin.unwrap());
+        assert!(worker_pin.worker.index.is_some(), "{worker_pin:?}");
+        assert_eq!(body_pin.worker.index, None, "{body_pin:?}");
+        assert!(
+            body_pin.headline().contains("holding no worker"),
+            "{}",
+            body_pin.headline()
+        );
+        // Both still run (neither lock is released yet).
+        assert_eq!(gauge(&s.registry, "pinwatch_workers_pinned"), 1.0);
+        assert_eq!(gauge(&s.registry, "pinwatch_workers"), 2.0);
+        assert_eq!(gauge(&s.registry, "pinwatch_block_on_blocked"), 1.0);
+        drop(release_body);
+        runner.join().unwrap();
+        drop(release_task);
+    });
+    s.rt.block_on(task).unwrap();
+    next(&s.events, "the worker's pin completed", |e| {
+        e.state == State::Completed && !e.block_on
+    });
+    assert_eq!(gauge(&s.registry, "pinwatch_workers_pinned"), 0.0);
+    assert_eq!(gauge(&s.registry, "pinwatch_block_on_blocked"), 0.0);
+}

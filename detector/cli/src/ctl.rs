@@ -393,12 +393,19 @@ pub fn render_status(st: &Status) -> String {
         }
     }
     let _ = writeln!(w);
+    // A multi-thread runtime's `block_on` body holds no worker: it is said apart.
+    let bodies = st.pinned.iter().filter(|p| p.worker.is_none()).count();
     let _ = writeln!(
         w,
-        "pinned now: {} of {} worker{}{}",
-        st.pinned.len(),
+        "pinned now: {} of {} worker{}{}{}",
+        st.pinned.len() - bodies,
         st.workers,
         if st.workers == 1 { "" } else { "s" },
+        if bodies > 0 {
+            " (and the block_on body is blocked, holding no worker)"
+        } else {
+            ""
+        },
         if st.pinned.iter().any(|p| p.runtime_stalled) {
             " — THE WHOLE RUNTIME IS STALLED: no timer fires, no I/O is read"
         } else {

@@ -69,8 +69,15 @@ pub(crate) struct Live {
     pub threshold: std::time::Duration,
     /// Whether the runtime is stalled now, and for how long it has been stalled in all.
     pub stall: (bool, std::time::Duration),
-    /// Each pin running now: event id and age.
+    /// Each pin running now (workers' and `block_on` bodies'): event id and age.
     pub pinned: Vec<(u64, std::time::Duration)>,
+    /// Workers pinned now: the pins that hold one of the runtime's workers. A multi-thread
+    /// runtime's `block_on` body holds none and is not counted here.
+    pub workers_pinned: usize,
+    /// The age of the oldest pin that holds a worker (zero when none).
+    pub oldest_worker_pin: std::time::Duration,
+    /// `block_on` bodies of a multi-thread runtime blocked now.
+    pub bodies_blocked: usize,
     /// Workers of the runtime.
     pub workers: usize,
     /// Reports the queue dropped so far.

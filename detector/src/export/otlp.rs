@@ -360,7 +360,18 @@ fn register_metrics(
             .u64_observable_gauge("pinwatch.workers.pinned")
             .with_unit("{worker}")
             .with_description("Workers pinned right now.")
-            .with_callback(move |obs| obs.observe((live)().pinned.len() as u64, &[]))
+            .with_callback(move |obs| obs.observe((live)().workers_pinned as u64, &[]))
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
+            .u64_observable_gauge("pinwatch.block_on.blocked")
+            .with_unit("{body}")
+            .with_description(
+                "block_on bodies of a multi-thread runtime blocked right now (they hold no worker).",
+            )
+            .with_callback(move |obs| obs.observe((live)().bodies_blocked as u64, &[]))
             .build();
     }
     {
@@ -378,14 +389,7 @@ fn register_metrics(
             .f64_observable_gauge("pinwatch.oldest_pin")
             .with_unit("s")
             .with_description("Age of the oldest pin still running; 0 when none runs.")
-            .with_callback(move |obs| {
-                let oldest = (live)()
-                    .pinned
-                    .iter()
-                    .map(|(_, a)| a.as_secs_f64())
-                    .fold(0.0, f64::max);
-                obs.observe(oldest, &[])
-            })
+            .with_callback(move |obs| obs.observe((live)().oldest_worker_pin.as_secs_f64(), &[]))
             .build();
     }
     {

@@ -58,7 +58,13 @@ pub const METRICS: &[MetricDoc] = &[
         name: "pinwatch_workers_pinned",
         kind: "gauge",
         labels: &[],
-        help: "Workers pinned right now.",
+        help: "Workers pinned right now (a multi-thread runtime's block_on body holds no worker and is not counted: see pinwatch_block_on_blocked).",
+    },
+    MetricDoc {
+        name: "pinwatch_block_on_blocked",
+        kind: "gauge",
+        labels: &[],
+        help: "block_on bodies of a multi-thread runtime blocked past the threshold right now: the body (the main of #[pinwatch::main]) holds no worker, so it is not among the workers pinned.",
     },
     MetricDoc {
         name: "pinwatch_workers",
@@ -130,6 +136,7 @@ struct Metrics {
     durations: HistogramVec,
     pinned_seconds: CounterVec,
     workers_pinned: IntGauge,
+    bodies_blocked: IntGauge,
     workers: IntGauge,
     oldest: Gauge,
     by_location: IntCounterVec,
@@ -197,6 +204,7 @@ impl PinwatchCollector {
             )?,
             pinned_seconds: CounterVec::new(opts("pinwatch_pinned_seconds_total"), &["reason"])?,
             workers_pinned: IntGauge::with_opts(opts("pinwatch_workers_pinned"))?,
+            bodies_blocked: IntGauge::with_opts(opts("pinwatch_block_on_blocked"))?,
             workers: IntGauge::with_opts(opts("pinwatch_workers"))?,
             oldest: Gauge::with_opts(opts("pinwatch_oldest_pin_seconds"))?,
             by_location: IntCounterVec::new(
@@ -222,11 +230,12 @@ impl PinwatchCollector {
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let collectors: [&dyn Collector; 12] = [
+        let collectors: [&dyn Collector; 13] = [
             &metrics.pins,
             &metrics.durations,
             &metrics.pinned_seconds,
             &metrics.workers_pinned,
+            &metrics.bodies_blocked,
             &metrics.workers,
             &metrics.oldest,
             &metrics.by_location,
@@ -273,13 +282,9 @@ impl PinwatchCollector {
         if stalled > m.stalled_seconds.get() {
             m.stalled_seconds.inc_by(stalled - m.stalled_seconds.get());
         }
-        m.workers_pinned.set(live.pinned.len() as i64);
-        m.oldest.set(
-            live.pinned
-                .iter()
-                .map(|(_, age)| age.as_secs_f64())
-                .fold(0.0, f64::max),
-        );
+        m.workers_pinned.set(live.workers_pinned as i64);
+        m.bodies_blocked.set(live.bodies_blocked as i64);
+        m.oldest.set(live.oldest_worker_pin.as_secs_f64());
         for (sink, total) in [
             ("queue", Some(live.queue_dropped)),
             ("otlp", live.otlp_dropped),
@@ -323,11 +328,12 @@ impl Collector for PinwatchCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         self.refresh();
         let m = &self.inner.metrics;
-        let collectors: [&dyn Collector; 12] = [
+        let collectors: [&dyn Collector; 13] = [
             &m.pins,
             &m.durations,
             &m.pinned_seconds,
             &m.workers_pinned,
+            &m.bodies_blocked,
             &m.workers,
             &m.oldest,
             &m.by_location,
@@ -484,6 +490,15 @@ mod tests {
                 threshold: Duration::from_millis(20),
                 stall: (false, Duration::ZERO),
                 pinned: live.lock().unwrap().clone(),
+                workers_pinned: live.lock().unwrap().len(),
+                oldest_worker_pin: live
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|(_, age)| *age)
+                    .max()
+                    .unwrap_or_default(),
+                bodies_blocked: 0,
                 workers: 2,
                 queue_dropped: 3,
                 otlp_dropped: None,

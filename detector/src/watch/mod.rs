@@ -15,7 +15,7 @@
 pub(crate) mod probe;
 mod workers;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -46,7 +46,7 @@ pub(crate) struct Watched {
     /// The heartbeat's last beat, in ns since the slot table's base (see [`Watched::beat`]).
     last_beat: AtomicU64,
     /// Whether the runtime is stalled now: a pin runs and the heartbeat is late.
-    stalled_now: std::sync::atomic::AtomicBool,
+    stalled_now: AtomicBool,
 }
 
 /// The heartbeat must be later than this (and than the threshold) for the runtime to count as
@@ -60,6 +60,26 @@ struct LivePin {
     id: AtomicU64,
     /// When it started, in ns since the slot table's base.
     start: AtomicU64,
+    /// Whether it holds one of the runtime's workers: not so for a `block_on` body on a
+    /// multi-thread runtime, whose thread is not a worker.
+    holds_worker: AtomicBool,
+}
+
+/// The pins running now, as live views count them.
+#[derive(Clone, Debug, Default)]
+#[cfg_attr(
+    not(any(feature = "prometheus", feature = "otlp", feature = "console")),
+    allow(dead_code)
+)]
+pub(crate) struct PinnedNow {
+    /// Every pin running now (workers' and `block_on` bodies'): event id and age.
+    pub all: Vec<(u64, Duration)>,
+    /// How many of them hold a worker.
+    pub workers: usize,
+    /// The age of the oldest of those that hold a worker.
+    pub oldest_worker_pin: Duration,
+    /// `block_on` bodies of a multi-thread runtime blocked now (they hold no worker).
+    pub bodies: usize,
 }
 
 impl Watched {
@@ -69,15 +89,32 @@ impl Watched {
         allow(dead_code)
     )]
     pub(crate) fn pinned_now(&self) -> Vec<(u64, Duration)> {
+        self.pinned_now_counted().all
+    }
+
+    /// The pins running now, with which of them hold a worker.
+    #[cfg_attr(
+        not(any(feature = "prometheus", feature = "otlp", feature = "console")),
+        allow(dead_code)
+    )]
+    pub(crate) fn pinned_now_counted(&self) -> PinnedNow {
         let now = self.table.nanos_since_base(Instant::now());
-        self.live
-            .iter()
-            .filter_map(|p| {
-                let id = p.id.load(Ordering::Acquire);
-                let start = p.start.load(Ordering::Relaxed);
-                (id != 0).then(|| (id, Duration::from_nanos(now.saturating_sub(start))))
-            })
-            .collect()
+        let mut out = PinnedNow::default();
+        for p in self.live.iter() {
+            let id = p.id.load(Ordering::Acquire);
+            if id == 0 {
+                continue;
+            }
+            let age = Duration::from_nanos(now.saturating_sub(p.start.load(Ordering::Relaxed)));
+            if p.holds_worker.load(Ordering::Relaxed) {
+                out.workers += 1;
+                out.oldest_worker_pin = out.oldest_worker_pin.max(age);
+            } else {
+                out.bodies += 1;
+            }
+            out.all.push((id, age));
+        }
+        out
     }
 }
 
@@ -90,12 +127,17 @@ impl Watched {
         );
     }
 
-    /// How late the heartbeat is at `now` (zero when on time); `None` when it is off.
-    fn heartbeat_late(&self, now: Instant) -> Option<Duration> {
+    /// How late the heartbeat is at `now` (zero when on time), and when its next beat was due;
+    /// `None` when it is off.
+    fn heartbeat_late(&self, now: Instant) -> Option<(Duration, Instant)> {
         let interval = self.config.heartbeat?;
         let last = self.last_beat.load(Ordering::Relaxed);
         let now = self.table.nanos_since_base(now);
-        Some(Duration::from_nanos(now.saturating_sub(last)).saturating_sub(interval))
+        let due = self.table.base + Duration::from_nanos(last) + interval;
+        Some((
+            Duration::from_nanos(now.saturating_sub(last)).saturating_sub(interval),
+            due,
+        ))
     }
 
     /// Whether the runtime is stalled now, and for how long it has been stalled in all.
@@ -116,6 +158,7 @@ impl Watched {
             .map(|_| LivePin {
                 id: AtomicU64::new(0),
                 start: AtomicU64::new(0),
+                holds_worker: AtomicBool::new(false),
             })
             .collect();
         Watched {
@@ -128,7 +171,7 @@ impl Watched {
             next_id: AtomicU64::new(1),
             live,
             last_beat: AtomicU64::new(0),
-            stalled_now: std::sync::atomic::AtomicBool::new(false),
+            stalled_now: AtomicBool::new(false),
         }
     }
 }
@@ -342,8 +385,12 @@ pub(crate) fn run(
         // Before every load of this scan: the look time of the slots nobody holds (most of the
         // table), so that only the few in use read the clock next to their own loads.
         let scan_start = Instant::now();
+        let mut blamed = false;
         let bound = wd.settings.threshold.max(STALL_FLOOR);
-        wd.stalled = w.heartbeat_late(scan_start).filter(|late| *late > bound);
+        wd.stalled = w
+            .heartbeat_late(scan_start)
+            .filter(|(late, _)| *late > bound)
+            .map(|(late, due)| Stall { late, due });
         for (((slot, watch), look), live) in w
             .table
             .slots()
@@ -365,13 +412,18 @@ pub(crate) fn run(
                 if let Some(p) = pinned {
                     live.start
                         .store(w.table.nanos_since_base(p.start), Ordering::Relaxed);
+                    live.holds_worker
+                        .store(p.event.worker.index.is_some(), Ordering::Relaxed);
                 }
                 live.id.store(id, Ordering::Release);
             }
+            if let (Some(p), Some(stall)) = (pinned, wd.stalled) {
+                blamed |= stall.blames(p.start);
+            }
         }
-        // Stalled: a pin runs, and the runtime's timers have not fired for it.
-        let stalled =
-            wd.stalled.is_some() && w.live.iter().any(|p| p.id.load(Ordering::Relaxed) != 0);
+        // Stalled: a pin that was running when the heartbeat was due runs still, and the
+        // runtime's timers have not fired since.
+        let stalled = blamed;
         w.stalled_now.store(stalled, Ordering::Relaxed);
         if stalled {
             let d = scan_start.saturating_duration_since(last_scan);
@@ -394,7 +446,25 @@ struct Watchdog<'a> {
     /// The settings of this scan.
     settings: Settings,
     /// How late the heartbeat was at this scan's start, when it is past the stall bound.
-    stalled: Option<Duration>,
+    stalled: Option<Stall>,
+}
+
+/// The heartbeat is late past the stall bound.
+#[derive(Clone, Copy)]
+struct Stall {
+    /// By how much, at this scan's start.
+    late: Duration,
+    /// When its beat was due: only a poll running then can have stalled it.
+    due: Instant,
+}
+
+impl Stall {
+    /// Whether a poll that started after `start` (its lower bound) was running when the beat
+    /// was due. A poll that began only after that, while the runtime was already stalled by
+    /// something else or had just come back, did not cause it.
+    fn blames(&self, start: Instant) -> bool {
+        start < self.due
+    }
 }
 
 impl Watchdog<'_> {
@@ -522,6 +592,7 @@ impl Watchdog<'_> {
         self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(wt.after);
+        let stall = self.stalled.filter(|s| s.blames(wt.after));
         let event = PinnedEvent {
             id: self.w.next_id.fetch_add(1, Ordering::Relaxed),
             run_id: self.w.run_id.clone(),
@@ -552,8 +623,8 @@ impl Watchdog<'_> {
             samples: 0,
             report: 1,
             cpu_wait: waited,
-            runtime_stalled: self.stalled.is_some(),
-            heartbeat_late: self.stalled,
+            runtime_stalled: stall.is_some(),
+            heartbeat_late: stall.map(|s| s.late),
             tasks_queued_behind: self.queued_behind(index),
         };
         let mut pinned = Pinned {
@@ -610,7 +681,7 @@ impl Watchdog<'_> {
             self.send(&p);
             return None;
         }
-        if let Some(late) = self.stalled {
+        if let Some(late) = self.stalled.filter(|s| s.blames(p.start)).map(|s| s.late) {
             p.event.heartbeat_late = Some(p.event.heartbeat_late.map_or(late, |m| m.max(late)));
             if !p.event.runtime_stalled {
                 // Say so now, not at the next report: the whole service has stopped.

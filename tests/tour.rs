@@ -82,3 +82,48 @@ fn tour_rejects_an_unknown_case() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("lock_sleep"));
 }
+
+/// The README's two commands are what CI runs: `.ci/run` ends with the README's test command
+/// (the script that installs what the tests need on a fresh machine), and the main job is
+/// `tour`.
+#[test]
+fn the_readme_commands_are_the_ones_ci_runs() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let command = |row: &str| -> String {
+        let line = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| {row}")))
+            .unwrap_or_else(|| panic!("no README row {row:?}"));
+        let cell = line
+            .trim_end_matches('|')
+            .rsplit('|')
+            .next()
+            .unwrap()
+            .trim();
+        cell.trim_matches('`').to_owned()
+    };
+    let test = command("every test");
+    let tour = command("the main job");
+    assert!(tour.ends_with("--bin tour"), "{tour}");
+    let ci = std::fs::read_to_string(format!("{root}/.ci/run")).unwrap();
+    let last = ci
+        .lines()
+        .rfind(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .unwrap();
+    assert_eq!(
+        last.trim(),
+        test,
+        ".ci/run must end with the README's test command"
+    );
+    let script = test.strip_prefix("bash ").unwrap();
+    let body = std::fs::read_to_string(format!("{root}/{script}")).unwrap();
+    assert!(
+        body.contains("cargo test --workspace --locked"),
+        "{script} runs every test"
+    );
+    assert!(
+        body.contains("apt-get install"),
+        "{script} installs what the tests need"
+    );
+}

@@ -41,8 +41,75 @@ pub enum ReadError {
 pub struct Recording {
     /// Every event, in file order.
     pub events: Vec<PinnedEvent>,
-    /// Warnings (a truncated last line).
+    /// Warnings, for a person: one line that sums up the damaged lines skipped, if any.
     pub warnings: Vec<String>,
+    /// Lines skipped because they are damaged (not UTF-8, or not JSON at all: a write cut short
+    /// by a full disk, a crash mid-line), across all the files read.
+    pub damaged_lines: usize,
+    /// The first [`MAX_DAMAGED_SHOWN`] of them, in file order.
+    pub damaged: Vec<DamagedLine>,
+}
+
+/// How many damaged lines a [`Recording`] names one by one (the rest are only counted).
+pub const MAX_DAMAGED_SHOWN: usize = 5;
+
+/// A line of a recording that was skipped: see [`Recording::damaged`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DamagedLine {
+    /// The file.
+    pub file: String,
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong with it.
+    pub why: String,
+    /// It is the file's last line and has no newline: the file was cut off there.
+    pub cut_off: bool,
+}
+
+impl Recording {
+    fn skip(&mut self, file: &str, line: usize, why: String, cut_off: bool) {
+        self.damaged_lines += 1;
+        if self.damaged.len() < MAX_DAMAGED_SHOWN {
+            self.damaged.push(DamagedLine {
+                file: file.to_owned(),
+                line,
+                why,
+                cut_off,
+            });
+        }
+    }
+
+    /// The one warning that names the damaged lines, once every file is read.
+    fn sum_up(&mut self) {
+        if self.damaged_lines == 0 {
+            return;
+        }
+        let n = self.damaged_lines;
+        let mut at: Vec<String> = self
+            .damaged
+            .iter()
+            .map(|d| {
+                if d.cut_off {
+                    format!(
+                        "{}:{} (last line is incomplete: the recording was cut off)",
+                        d.file, d.line
+                    )
+                } else {
+                    format!("{}:{}", d.file, d.line)
+                }
+            })
+            .collect();
+        if n > self.damaged.len() {
+            at.push(format!("and {} more", n - self.damaged.len()));
+        }
+        self.warnings.push(format!(
+            "skipped {n} damaged line{} ({}): not JSON, as a write cut short by a full disk or a \
+             crash leaves it; every other line was read",
+            if n == 1 { "" } else { "s" },
+            at.join(", ")
+        ));
+    }
 }
 
 /// The `k`-th rotated file of the recording `path`: `rec.jsonl` → `rec.1.jsonl`, `rec` →
@@ -108,53 +175,70 @@ fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
 }
 
 /// Reads a recording: `path` and, before it, its rotated files (`rec.N.jsonl` … `rec.1.jsonl`),
-/// as one recording, oldest first. A bad line is an error naming its file and number, except a
-/// last line without its newline that does not parse — a recording cut by a crash — which is
-/// skipped with a warning.
+/// as one recording, oldest first.
+///
+/// A damaged line — not UTF-8 or not JSON at all, as a write cut short by a full disk or a
+/// crash mid-line leaves it — is skipped and counted in [`Recording::damaged_lines`], with one
+/// warning naming the first few by file and line. A whole JSON line that is not a pinwatch event
+/// (another `event`, another schema version, a field of the wrong type) is not damage: it is an
+/// error naming its file and line, as the recording is not one this pinwatch can read.
 pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
     let mut rec = Recording::default();
     for file in recording_files(path)? {
-        let text = std::fs::read(&file).map_err(|source| ReadError::Io {
+        let bytes = std::fs::read(&file).map_err(|source| ReadError::Io {
             path: file.display().to_string(),
             source,
         })?;
-        let text = String::from_utf8_lossy(&text);
-        let part = parse_recording(&text, &file.display().to_string())?;
-        rec.events.extend(part.events);
-        rec.warnings.extend(part.warnings);
+        parse_lines(&bytes, &file.display().to_string(), &mut rec)?;
     }
+    rec.sum_up();
     Ok(rec)
 }
 
 /// [`read_recording`] on text; `name` names it in messages.
 pub fn parse_recording(text: &str, name: &str) -> Result<Recording, ReadError> {
     let mut rec = Recording::default();
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
+    parse_lines(text.as_bytes(), name, &mut rec)?;
+    rec.sum_up();
+    Ok(rec)
+}
+
+/// Adds the events of one file's bytes to `rec`, skipping (and counting) damaged lines.
+fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), ReadError> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let complete = bytes.ends_with(b"\n");
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let count = body.split(|&b| b == b'\n').count();
+    for (i, raw) in body.split(|&b| b == b'\n').enumerate() {
+        let number = i + 1;
+        let cut_off = number == count && !complete;
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let Ok(line) = std::str::from_utf8(raw) else {
+            rec.skip(name, number, "not UTF-8".to_owned(), cut_off);
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
         match PinnedEvent::from_json_line(line) {
             Ok(e) => rec.events.push(e),
+            Err(crate::event::ParseLineError::Json(why))
+                if serde_json::from_str::<serde::de::IgnoredAny>(line).is_err() =>
+            {
+                rec.skip(name, number, why, cut_off);
+            }
             Err(e) => {
-                let last = i + 1 == lines.len();
-                if last && !complete && matches!(e, crate::event::ParseLineError::Json(_)) {
-                    rec.warnings.push(format!(
-                        "{name}:{}: last line is incomplete (the recording was cut off); skipped",
-                        i + 1
-                    ));
-                } else {
-                    return Err(ReadError::Line {
-                        path: name.to_owned(),
-                        line: i + 1,
-                        message: e.to_string(),
-                    });
-                }
+                return Err(ReadError::Line {
+                    path: name.to_owned(),
+                    line: number,
+                    message: e.to_string(),
+                })
             }
         }
     }
-    Ok(rec)
+    Ok(())
 }
 
 /// The last report of each pinned poll (a `completed` or `retracted` one supersedes its
@@ -516,5 +600,126 @@ mod tests {
         let rows = summarize(&rec.events);
         assert_eq!(rows.len(), 1);
         assert_eq!((rows[0].count, rows[0].total_ms), (2, 140.0));
+    }
+
+    fn good(id: u64) -> String {
+        line("run", id, "completed", 30.0)
+    }
+
+    fn ids(rec: &Recording) -> Vec<u64> {
+        rec.events.iter().map(|e| e.id).collect()
+    }
+
+    /// A line cut short by a failed write with the next event appended to it (what a writer
+    /// that does not start a fresh line leaves): that line is skipped and named, every other
+    /// event is read.
+    #[test]
+    fn a_torn_line_in_the_middle_is_skipped_and_named() {
+        let torn = good(2);
+        let text = format!(
+            "{}\n{}{}\n{}\n",
+            good(1),
+            &torn[..torn.len() / 2],
+            good(3),
+            good(4)
+        );
+        let rec = parse_recording(&text, "rec.jsonl").unwrap();
+        assert_eq!(ids(&rec), [1, 4]);
+        assert_eq!(rec.damaged_lines, 1);
+        assert_eq!((rec.damaged[0].line, rec.damaged[0].cut_off), (2, false));
+        assert_eq!(rec.warnings.len(), 1);
+        assert!(
+            rec.warnings[0].starts_with("skipped 1 damaged line (rec.jsonl:2)"),
+            "{}",
+            rec.warnings[0]
+        );
+    }
+
+    #[test]
+    fn many_damaged_lines_are_counted_and_the_first_few_named() {
+        let mut lines = Vec::new();
+        for id in 1..=20u64 {
+            if id % 3 == 0 {
+                lines.push(good(id)[..40].to_owned());
+            } else {
+                lines.push(good(id));
+            }
+        }
+        let rec = parse_recording(&(lines.join("\n") + "\n"), "r").unwrap();
+        assert_eq!(rec.events.len(), 14);
+        assert_eq!(rec.damaged_lines, 6);
+        let named: Vec<usize> = rec.damaged.iter().map(|d| d.line).collect();
+        assert_eq!(named, [3, 6, 9, 12, 15]);
+        assert!(
+            rec.warnings[0]
+                .starts_with("skipped 6 damaged lines (r:3, r:6, r:9, r:12, r:15, and 1 more)"),
+            "{}",
+            rec.warnings[0]
+        );
+    }
+
+    /// At the end: a line cut by a crash (no newline), or a torn one that a later newline ended.
+    #[test]
+    fn a_damaged_last_line() {
+        let cut = format!("{}\n{}", good(1), &good(2)[..50]);
+        let rec = parse_recording(&cut, "r").unwrap();
+        assert_eq!(ids(&rec), [1]);
+        assert!(rec.damaged[0].cut_off);
+        assert!(
+            rec.warnings[0].contains("r:2 (last line is incomplete"),
+            "{}",
+            rec.warnings[0]
+        );
+        let ended = cut + "\n";
+        let rec = parse_recording(&ended, "r").unwrap();
+        assert_eq!((ids(&rec), rec.damaged_lines), (vec![1], 1));
+        assert!(!rec.damaged[0].cut_off);
+    }
+
+    /// Binary garbage (not UTF-8, or NUL bytes a crash can leave) is damage, skipped, read from
+    /// a real file; the files of a rotated set are named as they are.
+    #[test]
+    fn binary_garbage_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let mut bytes = format!("{}\n", good(1)).into_bytes();
+        bytes.extend_from_slice(b"\xff\xfe\x00garbage\x9c\n");
+        bytes.extend_from_slice(&[0u8; 300]);
+        bytes.push(b'\n');
+        bytes.extend_from_slice(format!("{}\n", good(2)).as_bytes());
+        std::fs::write(dir.path().join("rec.1.jsonl"), &bytes).unwrap();
+        std::fs::write(&path, format!("{}\n\u{1}\u{2}\n", good(3))).unwrap();
+        let rec = read_recording(&path).unwrap();
+        assert_eq!(ids(&rec), [1, 2, 3]);
+        assert_eq!(rec.damaged_lines, 3);
+        assert_eq!(rec.damaged[0].why, "not UTF-8");
+        let rotated = dir.path().join("rec.1.jsonl").display().to_string();
+        let current = path.display().to_string();
+        assert_eq!(
+            rec.damaged
+                .iter()
+                .map(|d| (d.file.clone(), d.line))
+                .collect::<Vec<_>>(),
+            [(rotated.clone(), 2), (rotated, 3), (current, 2)]
+        );
+    }
+
+    /// A whole JSON line that is not a pinwatch event of this schema is no damage: an error
+    /// naming it, as before (the recording is not one this pinwatch reads).
+    #[test]
+    fn other_events_and_schemas_stay_errors() {
+        let cases = [
+            good(2).replace(r#""event":"pinned""#, r#""event":"gc""#),
+            good(2).replace(r#""schema":2"#, r#""schema":99"#),
+            good(2).replace(r#""id":2"#, r#""id":"two""#),
+            r#"{"hello":1}"#.to_owned(),
+        ];
+        for other in cases {
+            let text = format!("{}\n{other}\n{}\n", good(1), good(3));
+            match parse_recording(&text, "r") {
+                Err(ReadError::Line { line: 2, .. }) => {}
+                wrong => panic!("{other}: {wrong:?}"),
+            }
+        }
     }
 }

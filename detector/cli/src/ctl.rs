@@ -390,6 +390,14 @@ pub fn render_status(st: &Status) -> String {
                     String::new()
                 }
             );
+            if r.rotation_errors > 0 {
+                let _ = writeln!(
+                    w,
+                    "           {} rotations FAILED: the current file grows past its limit \
+                     until one works (the service's log says why)",
+                    r.rotation_errors
+                );
+            }
         }
     }
     let _ = writeln!(w);

@@ -79,6 +79,20 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Damaged lines (a write cut short, a crash mid-line) are skipped with a warning, and the
+    // command succeeds on the events that remain; a file where no line is an event is no
+    // recording at all.
+    if rec.events.is_empty() && rec.damaged_lines > 0 {
+        for w in &rec.warnings {
+            eprintln!("pinwatch: {w}");
+        }
+        eprintln!(
+            "pinwatch: {} holds no readable pinwatch event; is it a recording (a \
+             PINWATCH_RECORD file)?",
+            file.display()
+        );
+        return ExitCode::from(1);
+    }
     for w in &rec.warnings {
         eprintln!("pinwatch: warning: {w}");
     }

@@ -107,12 +107,84 @@ fn first_lines(n: usize) -> Vec<String> {
 }
 
 #[test]
-fn a_line_that_is_not_json_is_an_error_with_its_number() {
+fn a_line_that_is_not_json_is_skipped_with_its_number() {
     let good = first_lines(2);
     let f = with_lines(&[&good[0], "this is not json", &good[1]], true);
-    let (code, _, err) = pinwatch(&["print", f.path().to_str().unwrap()]);
-    assert_eq!(code, 1);
-    assert!(err.contains(":2:"), "{err}");
+    let (code, out, err) = pinwatch(&["print", "--json", f.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("skipped 1 damaged line (") && err.contains(":2)"),
+        "{err}"
+    );
+    assert_eq!(out.lines().count(), 2);
+}
+
+/// The recording with its line 30 torn the way a full disk tears it (half the line, the next
+/// event appended to it): `print`, `summary` and `report` succeed, show every other event, and
+/// name the damaged line.
+#[test]
+fn a_torn_middle_line_is_skipped_by_every_command() {
+    let original = std::fs::read_to_string(data("recording.jsonl")).unwrap();
+    let lines: Vec<&str> = original.lines().collect();
+    assert!(lines.len() > 40, "{} lines", lines.len());
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec.jsonl");
+    let mut torn: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    torn[29] = format!("{}{}", &lines[29][..lines[29].len() / 2], lines[30]);
+    torn.remove(30);
+    std::fs::write(&rec, torn.join("\n") + "\n").unwrap();
+    // What survives: every line but the torn one and the one appended to it.
+    let mut good: Vec<&str> = lines.clone();
+    good.drain(29..31);
+    let clean = dir.path().join("clean.jsonl");
+    std::fs::write(&clean, good.join("\n") + "\n").unwrap();
+    let said = "skipped 1 damaged line (";
+    let at = format!("{}:30)", rec.display());
+
+    let (code, out, err) = pinwatch(&["print", "--json", rec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(said) && err.contains(&at), "{err}");
+    assert_eq!(out.lines().count(), good.len());
+
+    for cmd in [
+        &["print", "--json"][..],
+        &["print"],
+        &["summary"],
+        &["summary", "--json"],
+    ] {
+        let (code, out, err) = pinwatch(&[cmd, &[rec.to_str().unwrap()]].concat());
+        assert_eq!(code, 0, "{cmd:?}: {err}");
+        assert!(err.contains(said) && err.contains(&at), "{cmd:?}: {err}");
+        let (code, want, err) = pinwatch(&[cmd, &[clean.to_str().unwrap()]].concat());
+        assert_eq!(code, 0, "{cmd:?}: {err}");
+        assert!(
+            out == want,
+            "{cmd:?}: not the output of the recording without the torn line"
+        );
+    }
+
+    let page = dir.path().join("rec.html");
+    let (code, out, err) = pinwatch(&["report", rec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(said), "{err}");
+    assert!(out.contains(&format!("({} events,", good.len())), "{out}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!("warning: {said}")) && html.contains(&at),
+        "no warning on the page"
+    );
+}
+
+/// A file with no event at all, only damage, is not a recording: an error.
+#[test]
+fn a_file_of_garbage_is_an_error() {
+    let f = with_lines(&["\u{1}\u{2}garbage", "{\"schema\":2,\"ev"], true);
+    let (code, out, err) = pinwatch(&["summary", f.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains("skipped 2 damaged lines") && err.contains("no readable pinwatch event"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -135,7 +207,10 @@ fn a_truncated_last_line_is_skipped_with_a_warning() {
     let f = with_lines(&[&good[0], &good[1], cut], false);
     let (code, out, err) = pinwatch(&["print", "--json", f.path().to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("warning") && err.contains(":3:"), "{err}");
+    assert!(
+        err.contains("warning") && err.contains(":3 (last line is incomplete"),
+        "{err}"
+    );
     assert_eq!(out.lines().count(), 2);
 }
 

@@ -47,11 +47,24 @@ impl Rotation {
     }
 }
 
+/// After a rotation failed, the events written to the current file before the next try…
+const ROTATE_RETRY_EVENTS: u64 = 16;
+/// …or the time, whichever comes first.
+const ROTATE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// Appends each event to a file as one JSON line, rotating it by size and age.
 ///
 /// Each line goes to the kernel in a single `write` as soon as the event arrives — no user-space
 /// buffer — so a process killed with SIGKILL while a worker is stuck still leaves that worker's
-/// `in_progress` event whole on disk, and never half a line. A line never spans two files.
+/// `in_progress` event whole on disk. A line never spans two files.
+///
+/// Faults of the disk lose no more than they must. A rotation opens the new file before it
+/// renames any old one, so a rotation that fails (no file descriptor left, quota, a full disk)
+/// leaves every file in place and the events keep going to the current file, past its size
+/// limit; the rotation is tried again after 16 events or 1 s and resumes once the fault is gone.
+/// A write cut short (a full disk) leaves part of a line; the next line then starts on a line
+/// of its own, as does the first line appended to a file whose last line has no newline (a
+/// crash), so a damaged line never takes a whole one with it — readers skip it and say so.
 #[derive(Debug)]
 pub struct RecordSink {
     file: File,
@@ -61,10 +74,18 @@ pub struct RecordSink {
     size: u64,
     /// When this process started writing the current file.
     since: Instant,
-    failed: bool,
+    /// The current file holds a whole line (so that rotating it keeps something).
+    holds_lines: bool,
+    /// The current file ends in part of a line: the next line starts with a newline.
+    torn: bool,
+    /// Warned that writes fail; events lost since.
+    failing: Option<u64>,
+    /// The last rotation failed: at how many events offered, and when.
+    rotate_failed: Option<(u64, Instant)>,
     events: u64,
     bytes: u64,
     rotations: u64,
+    rotation_errors: u64,
     write_errors: u64,
 }
 
@@ -82,6 +103,10 @@ pub struct RecordStatus {
     pub current_size: u64,
     /// Times the file was rotated.
     pub rotations: u64,
+    /// Times a rotation failed (no file descriptor left, a full disk…): the events went on to
+    /// the current file, past its size limit, and the rotation was tried again later.
+    #[serde(default)]
+    pub rotation_errors: u64,
     /// Events that could not be written (the disk was full, the file was gone…).
     pub write_errors: u64,
     /// See [`Rotation::max_size`].
@@ -113,10 +138,14 @@ impl RecordSink {
             },
             size,
             since: Instant::now(),
-            failed: false,
+            holds_lines: size > 0,
+            torn: size > 0 && !ends_with_newline(path, size),
+            failing: None,
+            rotate_failed: None,
             events: 0,
             bytes: 0,
             rotations: 0,
+            rotation_errors: 0,
             write_errors: 0,
         })
     }
@@ -129,6 +158,7 @@ impl RecordSink {
             bytes: self.bytes,
             current_size: self.size,
             rotations: self.rotations,
+            rotation_errors: self.rotation_errors,
             write_errors: self.write_errors,
             max_size: self.rotation.max_size,
             max_age_ms: self.rotation.max_age.map(|d| d.as_millis() as u64),
@@ -137,7 +167,7 @@ impl RecordSink {
     }
 
     fn due(&self, len: u64) -> bool {
-        self.size > 0
+        self.holds_lines
             && (self
                 .rotation
                 .max_size
@@ -146,41 +176,131 @@ impl RecordSink {
                     .rotation
                     .max_age
                     .is_some_and(|age| self.since.elapsed() >= age))
+            && self.rotate_failed.is_none_or(|(offered, at)| {
+                self.offered() - offered >= ROTATE_RETRY_EVENTS
+                    || at.elapsed() >= ROTATE_RETRY_AFTER
+            })
     }
 
-    /// Shifts the rotated files up by one (dropping the one past `keep`) and starts a fresh
-    /// current file. On an error the current file stays in use, so nothing is lost.
+    /// Events offered so far, written or not.
+    fn offered(&self) -> u64 {
+        self.events + self.write_errors
+    }
+
+    /// Starts a fresh current file, the old one becoming rotated file 1, file 1 file 2, …, and
+    /// the one past `keep` deleted. The new file is opened first, under a name no reader takes
+    /// for part of the recording; then the names move, newest last. A failure at any step
+    /// leaves every file there (at worst one number is skipped, which readers and the next
+    /// rotation take in their stride) and the current file in use.
     fn rotate(&mut self) -> std::io::Result<()> {
-        let keep = self.rotation.keep;
-        let oldest = rotated_path(&self.path, keep);
-        match std::fs::remove_file(&oldest) {
+        if let Err(e) = std::fs::symlink_metadata(&self.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(e);
+            }
+            // The current file is gone (deleted by hand): start a new one under its name,
+            // leaving the rotated ones where they are.
+            self.switch_to(append(&self.path)?.0);
+            return Ok(());
+        }
+        let fresh = fresh_path(&self.path);
+        match std::fs::remove_file(&fresh) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
-        for k in (1..keep).rev() {
-            let from = rotated_path(&self.path, k);
-            match std::fs::rename(&from, rotated_path(&self.path, k + 1)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&fresh)?;
+        let undo = |e: std::io::Error| {
+            let _ = std::fs::remove_file(&fresh);
+            e
+        };
+        for k in (1..self.rotation.keep).rev() {
+            // Onto file k + 1, replacing it: that deletes the oldest.
+            match std::fs::rename(rotated_path(&self.path, k), rotated_path(&self.path, k + 1)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(undo(e)),
                 _ => {}
             }
         }
-        std::fs::rename(&self.path, rotated_path(&self.path, 1))?;
-        let (file, size) = append(&self.path)?;
-        self.file = file;
-        self.size = size;
-        self.since = Instant::now();
+        let first = rotated_path(&self.path, 1);
+        std::fs::rename(&self.path, &first).map_err(undo)?;
+        if let Err(e) = std::fs::rename(&fresh, &self.path) {
+            // Put the current file back under its name; should that fail too, the next
+            // rotation finds no current file and starts one.
+            let _ = std::fs::rename(&first, &self.path);
+            return Err(undo(e));
+        }
         self.rotations += 1;
+        self.switch_to(file);
         Ok(())
     }
 
+    /// Makes `file` the current file (a fresh one, or one that a reader should take as
+    /// possibly ending mid-line when it holds anything).
+    fn switch_to(&mut self, file: File) {
+        self.size = file.metadata().map_or(0, |m| m.len());
+        self.file = file;
+        self.since = Instant::now();
+        self.holds_lines = false;
+        self.torn = self.size > 0;
+    }
+
     fn write_line(&mut self, line: &str) -> std::io::Result<()> {
-        let len = line.len() as u64;
-        if self.due(len) {
-            self.rotate()?;
+        if self.due(line.len() as u64 + u64::from(self.torn)) {
+            let offered = self.offered();
+            match self.rotate() {
+                Ok(()) => {
+                    if self.rotate_failed.take().is_some() {
+                        tracing::info!(
+                            target: "pinwatch",
+                            path = %self.path.display(),
+                            "the pinwatch recording rotates again"
+                        );
+                    }
+                }
+                Err(e) => {
+                    self.rotation_errors += 1;
+                    if self.rotate_failed.is_none() {
+                        tracing::error!(
+                            target: "pinwatch",
+                            path = %self.path.display(),
+                            "cannot rotate the pinwatch recording: {e}; events go on to the \
+                             current file, past its size limit, and the rotation is tried again \
+                             every {ROTATE_RETRY_EVENTS} events or {}",
+                            humantime::format_duration(ROTATE_RETRY_AFTER)
+                        );
+                    }
+                    self.rotate_failed = Some((offered, Instant::now()));
+                }
+            }
         }
-        self.file.write_all(line.as_bytes())?;
-        self.size += len;
-        self.bytes += len;
+        // Still one `write`: the newline that ends a torn line goes with the line.
+        let line: std::borrow::Cow<'_, str> = if self.torn {
+            format!("\n{line}").into()
+        } else {
+            line.into()
+        };
+        let bytes = line.as_bytes();
+        let mut written = 0;
+        let result = loop {
+            if written == bytes.len() {
+                break Ok(());
+            }
+            match self.file.write(&bytes[written..]) {
+                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.size += written as u64;
+        self.bytes += written as u64;
+        if written > 0 {
+            // Part of a line on disk: the next one starts on a line of its own.
+            self.torn = !bytes[..written].ends_with(b"\n");
+        }
+        result?;
+        self.holds_lines = true;
         self.events += 1;
         Ok(())
     }
@@ -193,21 +313,48 @@ fn append(path: &Path) -> std::io::Result<(File, u64)> {
     Ok((file, size))
 }
 
+/// Whether the `size`-byte file `path` ends with a newline; when it cannot be read, it is taken
+/// not to (the cost of a wrong guess is one blank line, which readers skip).
+fn ends_with_newline(path: &Path, size: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut last = [0u8];
+    File::open(path)
+        .and_then(|f| f.read_exact_at(&mut last, size.saturating_sub(1)))
+        .is_ok_and(|()| last[0] == b'\n')
+}
+
+/// Where a rotation opens the next current file of `path` before it takes `path`'s name:
+/// hidden, and no rotated file's name, so that readers of the recording never see it.
+fn fresh_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(Default::default, |n| n.to_string_lossy().into_owned());
+    path.with_file_name(format!(".{name}.next"))
+}
+
 impl Sink for RecordSink {
     fn event(&mut self, event: &PinnedEvent) {
         let line = event.to_json_line();
         if let Err(e) = self.write_line(&line) {
             self.write_errors += 1;
-            if !self.failed {
-                self.failed = true;
-                tracing::error!(
-                    target: "pinwatch",
-                    path = %self.path.display(),
-                    "cannot append to the pinwatch recording: {e}; later events are lost until it is writable again"
-                );
+            match &mut self.failing {
+                Some(lost) => *lost += 1,
+                None => {
+                    self.failing = Some(1);
+                    tracing::error!(
+                        target: "pinwatch",
+                        path = %self.path.display(),
+                        "cannot append to the pinwatch recording: {e}; later events are lost \
+                         until it is writable again"
+                    );
+                }
             }
-        } else {
-            self.failed = false;
+        } else if let Some(lost) = self.failing.take() {
+            tracing::info!(
+                target: "pinwatch",
+                path = %self.path.display(),
+                "the pinwatch recording is writable again; {lost} events were lost"
+            );
         }
     }
 
@@ -431,5 +578,327 @@ mod tests {
             bad.contains("no/such/dir") && !bad.contains("PINWATCH_RECORD"),
             "{bad}"
         );
+    }
+
+    fn ids(path: &Path) -> Vec<u64> {
+        let rec = read_recording(path).unwrap();
+        assert_eq!(rec.damaged_lines, 0, "{:?}", rec.warnings);
+        rec.events.iter().map(|e| e.id).collect()
+    }
+
+    /// Set in the child process that runs one test alone (see [`in_own_process`]).
+    const CHILD: &str = "PINWATCH_TEST_OWN_PROCESS";
+
+    /// Runs test `name` of this module alone in a child process of this test binary, for a test
+    /// that changes the whole process (its file descriptor table); fails with its output if the
+    /// test failed or did not run.
+    fn in_own_process(name: &str) {
+        let module = module_path!().split_once("::").unwrap().1;
+        let test = format!("{module}::{name}");
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([test.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{test} failed in its own process ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The process's file descriptor table, full: every open fails with EMFILE until this is
+    /// dropped.
+    struct FdTableFull {
+        fds: Vec<File>,
+        limit: libc::rlimit,
+    }
+
+    impl FdTableFull {
+        fn new() -> FdTableFull {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit only writes the limit into `limit`, a valid `rlimit`.
+            assert_eq!(
+                unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+                0
+            );
+            // A low soft limit, so that filling the table takes a few hundred descriptors.
+            let low = libc::rlimit {
+                rlim_cur: limit.rlim_cur.min(256),
+                rlim_max: limit.rlim_max,
+            };
+            // SAFETY: setrlimit only reads `low`, a valid `rlimit` within the hard limit.
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
+            let null = File::open("/dev/null").unwrap();
+            let mut fds = Vec::new();
+            let err = loop {
+                match null.try_clone() {
+                    Ok(f) => fds.push(f),
+                    Err(e) => break e,
+                }
+                assert!(fds.len() <= 256, "the table does not fill");
+            };
+            assert_eq!(err.raw_os_error(), Some(libc::EMFILE), "{err}");
+            fds.push(null);
+            FdTableFull { fds, limit }
+        }
+    }
+
+    impl Drop for FdTableFull {
+        fn drop(&mut self) {
+            self.fds.clear();
+            // SAFETY: setrlimit only reads `self.limit`, the limit getrlimit gave.
+            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &self.limit) };
+        }
+    }
+
+    /// With no file descriptor left, a rotation cannot open its new file: every file stays,
+    /// the events go on to the current one (each once, in order), and once descriptors are
+    /// free again the rotation resumes. (Before, the current file was renamed away first and
+    /// every later event rotated again, deleting the whole recording.)
+    #[test]
+    fn a_rotation_without_file_descriptors_loses_nothing_and_resumes() {
+        if std::env::var_os(CHILD).is_none() {
+            return in_own_process("a_rotation_without_file_descriptors_loses_nothing_and_resumes");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        // 30 lines a file (ids up to 999 are no longer than this one).
+        let line = event(999, 0).to_json_line().len() as u64;
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(30 * line),
+                max_age: None,
+                keep: 3,
+            },
+        )
+        .unwrap();
+        let mut id = 0;
+        let mut send = |sink: &mut RecordSink, n: u64| {
+            for _ in 0..n {
+                id += 1;
+                sink.event(&event(id, 0));
+            }
+        };
+        send(&mut sink, 35);
+        assert_eq!(sink.status().rotations, 1);
+        let rotated = std::fs::read(dir.path().join("rec.1.jsonl")).unwrap();
+
+        let full = FdTableFull::new();
+        let probe = File::create(dir.path().join("probe")).unwrap_err();
+        assert_eq!(probe.raw_os_error(), Some(libc::EMFILE), "{probe}");
+        send(&mut sink, 60);
+        let st = sink.status();
+        assert_eq!(
+            (st.events, st.write_errors, st.rotations),
+            (95, 0, 1),
+            "{st:?}"
+        );
+        // Tried again now and then, not on every one of the ~35 events it was due.
+        assert!(
+            (1..20).contains(&st.rotation_errors),
+            "{} rotation errors",
+            st.rotation_errors
+        );
+        drop(full);
+        assert_eq!(
+            std::fs::read(dir.path().join("rec.1.jsonl")).unwrap(),
+            rotated
+        );
+        assert!(!dir.path().join("rec.2.jsonl").exists());
+
+        send(&mut sink, 50);
+        let st = sink.status();
+        assert_eq!((st.events, st.write_errors), (145, 0), "{st:?}");
+        assert!(st.rotations >= 2, "the rotation did not resume: {st:?}");
+        assert!(!dir.path().join(".rec.jsonl.next").exists());
+        // Every event, once, in order, across the set.
+        assert_eq!(ids(&path), (1..=145).collect::<Vec<u64>>());
+    }
+
+    /// A 64 KiB tmpfs, mounted for a test and unmounted after.
+    struct SmallDisk(PathBuf);
+
+    impl SmallDisk {
+        fn mount(dir: &Path) -> SmallDisk {
+            // SAFETY: geteuid has no preconditions.
+            let root = unsafe { libc::geteuid() } == 0;
+            assert!(
+                root,
+                "this test mounts a 64 KiB tmpfs to fill it, which needs root: run it as root \
+                 (CI does)"
+            );
+            let mnt = dir.join("small");
+            std::fs::create_dir(&mnt).unwrap();
+            let out = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+                .arg(&mnt)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "cannot mount a tmpfs on {}: {}",
+                mnt.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            SmallDisk(mnt)
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+
+    /// Writing until the disk is full: the rotated files stay, the events that do not fit are
+    /// counted, the one line cut short is not joined by the next event, and after space is
+    /// freed writing resumes — the set reads back as every event that was written, in order,
+    /// and one damaged line.
+    #[test]
+    fn a_full_disk_loses_only_the_events_that_did_not_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = SmallDisk::mount(dir.path());
+        // 11 of the 16 pages: 20 KiB left, room for two 8 KiB files and part of a third.
+        let filler = disk.0.join("filler");
+        std::fs::write(&filler, vec![0u8; 44 * 1024]).unwrap();
+        let path = disk.0.join("rec.jsonl");
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(8 * 1024),
+                max_age: None,
+                keep: 3,
+            },
+        )
+        .unwrap();
+        let mut accepted = Vec::new();
+        let mut id = 0;
+        let mut send = |sink: &mut RecordSink| {
+            id += 1;
+            let before = sink.status().write_errors;
+            sink.event(&event(id, 200));
+            let ok = sink.status().write_errors == before;
+            if ok {
+                accepted.push(id);
+            }
+            ok
+        };
+        let mut n = 0;
+        while send(&mut sink) {
+            n += 1;
+            assert!(n < 1000, "the disk never filled: {:?}", sink.status());
+        }
+        let snapshot = |p: &Path| -> Vec<(PathBuf, Vec<u8>)> {
+            recording_files(p)
+                .unwrap()
+                .into_iter()
+                .map(|f| {
+                    let bytes = std::fs::read(&f).unwrap();
+                    (f, bytes)
+                })
+                .collect()
+        };
+        let at_fault = snapshot(&path);
+        assert!(at_fault.len() >= 2, "{at_fault:?}");
+        let st = sink.status();
+        assert_eq!(st.write_errors, 1, "{st:?}");
+        for _ in 0..20 {
+            assert!(!send(&mut sink), "an event fit on a full disk");
+        }
+        let st = sink.status();
+        assert_eq!((st.write_errors, st.rotation_errors), (21, 0), "{st:?}");
+        assert_eq!(snapshot(&path), at_fault, "files changed on a full disk");
+
+        std::fs::remove_file(&filler).unwrap();
+        for _ in 0..30 {
+            assert!(
+                send(&mut sink),
+                "not written with space free: {:?}",
+                sink.status()
+            );
+        }
+        let st = sink.status();
+        assert_eq!(st.write_errors, 21, "{st:?}");
+        assert!(st.rotations > 2, "{st:?}");
+        let rec = read_recording(&path).unwrap();
+        assert_eq!(rec.damaged_lines, 1, "{:?}", rec.warnings);
+        let ids: Vec<u64> = rec.events.iter().map(|e| e.id).collect();
+        let first = ids[0];
+        let kept: Vec<u64> = accepted.iter().copied().filter(|&i| i >= first).collect();
+        assert_eq!(
+            ids, kept,
+            "not every event written reads back, once and in order"
+        );
+        drop(disk);
+    }
+
+    /// A file cut mid-line (a crash) is appended to: the first new line starts a line of its
+    /// own, so only the cut line is lost.
+    #[test]
+    fn appending_to_a_file_cut_mid_line_starts_a_new_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let second = event(2, 0).to_json_line();
+        let cut = format!(
+            "{}{}",
+            event(1, 0).to_json_line(),
+            &second[..second.len() / 2]
+        );
+        std::fs::write(&path, cut).unwrap();
+        let mut sink = RecordSink::open(&path).unwrap();
+        sink.event(&event(3, 0));
+        sink.event(&event(4, 0));
+        let rec = read_recording(&path).unwrap();
+        assert_eq!(
+            rec.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+            [1, 3, 4]
+        );
+        assert_eq!(rec.damaged_lines, 1);
+        assert_eq!((rec.damaged[0].line, rec.damaged[0].cut_off), (2, false));
+        // A file that ends with its newline gets none extra.
+        let whole = dir.path().join("whole.jsonl");
+        std::fs::write(&whole, event(1, 0).to_json_line()).unwrap();
+        RecordSink::open(&whole).unwrap().event(&event(2, 0));
+        let text = std::fs::read_to_string(&whole).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+    }
+
+    /// The current file deleted by hand: the next rotation starts a new one and shifts no
+    /// rotated file (before, every event shifted them, deleting them one by one).
+    #[test]
+    fn a_deleted_current_file_is_started_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let line = event(10, 0).to_json_line().len() as u64;
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(3 * line),
+                max_age: None,
+                keep: 2,
+            },
+        )
+        .unwrap();
+        for id in 1..=4 {
+            sink.event(&event(id, 0));
+        }
+        std::fs::remove_file(&path).unwrap();
+        // 5 and 6 go to the deleted file; 7 starts a new one; 10 rotates.
+        for id in 5..=10 {
+            sink.event(&event(id, 0));
+        }
+        let st = sink.status();
+        assert_eq!((st.write_errors, st.rotation_errors), (0, 0), "{st:?}");
+        assert_eq!(ids(&path), [1, 2, 3, 7, 8, 9, 10]);
     }
 }

@@ -104,8 +104,8 @@ impl Recording {
             at.push(format!("and {} more", n - self.damaged.len()));
         }
         self.warnings.push(format!(
-            "skipped {n} damaged line{} ({}): not JSON, as a write cut short by a full disk or a \
-             crash leaves it; every other line was read",
+            "skipped {n} damaged line{} ({}): not JSON (as a write cut short by a full disk or a \
+             crash leaves it) or a field no pinwatch writes; every other line was read",
             if n == 1 { "" } else { "s" },
             at.join(", ")
         ));
@@ -178,10 +178,11 @@ fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
 /// as one recording, oldest first.
 ///
 /// A damaged line — not UTF-8 or not JSON at all, as a write cut short by a full disk or a
-/// crash mid-line leaves it — is skipped and counted in [`Recording::damaged_lines`], with one
-/// warning naming the first few by file and line. A whole JSON line that is not a pinwatch event
-/// (another `event`, another schema version, a field of the wrong type) is not damage: it is an
-/// error naming its file and line, as the recording is not one this pinwatch can read.
+/// crash mid-line leaves it, or an event of this schema with a field of the wrong type or out of
+/// range, as a crafted file may hold — is skipped and counted in [`Recording::damaged_lines`],
+/// with one warning naming the first few by file and line. A line that is not a pinwatch event
+/// of a schema this pinwatch reads (another `event`, another schema version) is not damage: it
+/// is an error naming its file and line, as the recording is not one this pinwatch can read.
 pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
     let mut rec = Recording::default();
     for file in recording_files(path)? {
@@ -224,9 +225,10 @@ fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), Read
         }
         match PinnedEvent::from_json_line(line) {
             Ok(e) => rec.events.push(e),
-            Err(crate::event::ParseLineError::Json(why))
-                if serde_json::from_str::<serde::de::IgnoredAny>(line).is_err() =>
-            {
+            // Not JSON, or a pinwatch event of this schema with a field that is not what the
+            // schema says (a wrong type, a number out of range): either way this line is
+            // damaged, and the rest of the recording is still worth reading.
+            Err(crate::event::ParseLineError::Json(why)) => {
                 rec.skip(name, number, why, cut_off);
             }
             Err(e) => {
@@ -711,7 +713,6 @@ mod tests {
         let cases = [
             good(2).replace(r#""event":"pinned""#, r#""event":"gc""#),
             good(2).replace(r#""schema":2"#, r#""schema":99"#),
-            good(2).replace(r#""id":2"#, r#""id":"two""#),
             r#"{"hello":1}"#.to_owned(),
         ];
         for other in cases {
@@ -720,6 +721,23 @@ mod tests {
                 Err(ReadError::Line { line: 2, .. }) => {}
                 wrong => panic!("{other}: {wrong:?}"),
             }
+        }
+    }
+
+    /// An event of this schema whose fields are not what pinwatch writes (a crafted file) is
+    /// damage: skipped and counted, the rest read.
+    #[test]
+    fn an_event_with_a_bad_field_is_skipped_and_counted() {
+        for bad in [
+            good(2).replace(r#""id":2"#, r#""id":"two""#),
+            good(2).replace(r#""id":2"#, r#""id":-2"#),
+        ] {
+            let text = format!("{}\n{bad}\n{}\n", good(1), good(3));
+            let rec = parse_recording(&text, "r").unwrap();
+            assert_eq!(ids(&rec), [1, 3], "{bad}");
+            assert_eq!(rec.damaged_lines, 1);
+            assert_eq!(rec.damaged[0].line, 2);
+            assert!(rec.warnings[0].starts_with("skipped 1 damaged line (r:2)"));
         }
     }
 }

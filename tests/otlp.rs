@@ -296,6 +296,55 @@ fn check_delivery(got: &Shared) {
         Some(0.0)
     );
     assert!(last_value(got, "pinwatch.pinned", &[("reason", "other")]).is_some_and(|v| v > 0.0));
+    // A cumulative sum that goes down reads as a counter reset: every series only grows.
+    let mut seen = 0;
+    for reason in [
+        "cpu",
+        "sleep",
+        "io",
+        "lock_wait",
+        "lock_held",
+        "once_init",
+        "once_wait",
+        "other",
+    ] {
+        let values = values(got, "pinwatch.pinned", &[("reason", reason)]);
+        seen += values.len();
+        for w in values.windows(2) {
+            assert!(
+                w[1] >= w[0],
+                "pinwatch.pinned{{reason={reason}}} went from {} to {}: {values:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    assert!(seen > 8, "{seen} pinwatch.pinned points");
+}
+
+/// Every data point of the sum `name` whose attributes include `attrs`, in the order received.
+fn values(got: &Shared, name: &str, attrs: &[(&str, &str)]) -> Vec<f64> {
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
+    let matches = |a: &[KeyValue]| attrs.iter().all(|(k, v)| string(a, k) == Some(*v));
+    let g = got.lock().unwrap();
+    g.metrics
+        .iter()
+        .flat_map(|r| &r.resource_metrics)
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .filter(|m| m.name == name)
+        .filter_map(|m| match &m.data {
+            Some(Data::Sum(s)) => Some(&s.data_points),
+            _ => None,
+        })
+        .flatten()
+        .filter(|p| matches(&p.attributes))
+        .filter_map(|p| match p.value {
+            Some(Value::AsDouble(d)) => Some(d),
+            Some(Value::AsInt(i)) => Some(i as f64),
+            None => None,
+        })
+        .collect()
 }
 
 /// The latest data point of metric `name` whose attributes include `attrs` (a sum, a gauge, or

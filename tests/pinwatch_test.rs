@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 #[test]
 fn pinning_tests_fail_with_the_blocking_line_and_the_others_pass() {
@@ -81,4 +81,95 @@ fn pinning_tests_fail_with_the_blocking_line_and_the_others_pass() {
     );
     let crowd = failure("fails_crowd_50_pins");
     assert!(crowd.contains("1 poll pinned a worker"), "{crowd}");
+}
+
+/// `cargo test` on the user crate's test `name`, with `env` set and the detection variables of
+/// this process removed; the verdicts by test name and the output.
+fn user_crate_test(name: &str, env: &[(&str, String)]) -> (BTreeMap<String, String>, Output) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "test",
+            "--locked",
+            "--test",
+            name,
+            "--",
+            "--test-threads",
+            "2",
+        ])
+        .current_dir(root.join("tests/user-crate"))
+        .env("CARGO_TARGET_DIR", root.join("target/user-crate"))
+        .env_remove("PINWATCH")
+        .env_remove("PINWATCH_THRESHOLD")
+        .env_remove("RUSTFLAGS")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run cargo");
+    let results = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (name, verdict) = l.strip_prefix("test ")?.rsplit_once(" ... ")?;
+            Some((name.to_owned(), verdict.to_owned()))
+        })
+        .collect();
+    (results, out)
+}
+
+#[test]
+fn tests_take_detection_settings_from_the_environment_but_no_exporter_recording_or_socket() {
+    // The Prometheus port is held here all along: a test that tried to serve it would fail
+    // with "Address already in use", as the second of two parallel tests did.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let outputs = [
+        ("PINWATCH_PROMETHEUS_ADDR", format!("127.0.0.1:{port}")),
+        (
+            "PINWATCH_RECORD",
+            dir.path().join("rec.jsonl").display().to_string(),
+        ),
+        ("PINWATCH_RECORD_MAX_SIZE", "1KB".to_owned()),
+        (
+            "PINWATCH_CONTROL",
+            dir.path().join("ctl").display().to_string(),
+        ),
+    ];
+    let tests = ["env_pins_in_a_task", "env_pins_in_the_body"];
+    // The 100 ms pins pass under PINWATCH_THRESHOLD=200ms: it is taken from the environment.
+    let mut env = outputs.to_vec();
+    env.push(("PINWATCH_THRESHOLD", "200ms".to_owned()));
+    let (results, out) = user_crate_test("env", &env);
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: Vec<&str> = results.keys().map(String::as_str).collect();
+    assert_eq!(names, tests, "both ran:\n{text}");
+    for (name, verdict) in &results {
+        assert_eq!(verdict, "ok", "{name}:\n{text}");
+    }
+    // No recording, no rotated file, no control directory or socket.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "the tests wrote {left:?}");
+    // Without it, the default 20 ms threshold catches the same pins: the tests above passed
+    // because of the variable, not because nothing was watched.
+    let (results, out) = user_crate_test("env", &outputs);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let names: Vec<&str> = results.keys().map(String::as_str).collect();
+    assert_eq!(names, tests, "both ran:\n{stdout}");
+    for (name, verdict) in &results {
+        assert_eq!(verdict, "FAILED", "{name}:\n{stdout}");
+    }
+    assert_eq!(
+        stdout
+            .matches("1 poll pinned a worker for 20ms or more")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    drop(held);
 }

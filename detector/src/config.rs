@@ -247,6 +247,24 @@ pub const ENV_VARS: &[EnvVar] = &[
     },
 ];
 
+/// The variables a test's detector (`#[pinwatch::test]`, [`testing::Check`](crate::testing::Check))
+/// takes from the environment: the detection settings. Never the exporters, the control socket
+/// or the recording: those are the process's, and tests run in parallel in one process (the
+/// second test to bind `PINWATCH_PROMETHEUS_ADDR` would fail, several sinks would rotate one
+/// `PINWATCH_RECORD`). A variable not listed here is not a test's, so a new output stays out of
+/// tests until it is listed.
+pub(crate) const TEST_ENV_VARS: &[&str] = &[
+    "PINWATCH",
+    "PINWATCH_THRESHOLD",
+    "PINWATCH_REPORT_INTERVAL",
+    "PINWATCH_STACKS",
+    "PINWATCH_SAMPLE_INTERVAL",
+    "PINWATCH_SCAN_INTERVAL",
+    "PINWATCH_QUEUE_CAPACITY",
+    "PINWATCH_MAX_THREADS",
+    "PINWATCH_TRACING",
+];
+
 /// The detector's settings. Build one with [`Builder`](crate::Builder) setters or
 /// [`Config::from_env`].
 #[derive(Clone, Debug)]
@@ -693,6 +711,25 @@ mod tests {
             rows, code,
             "README configuration table and config::ENV_VARS differ"
         );
+    }
+
+    #[test]
+    fn the_test_variables_are_detection_settings_read_by_from_env() {
+        for name in TEST_ENV_VARS {
+            assert!(
+                ENV_VARS.iter().any(|v| v.name == *name),
+                "{name} is not in ENV_VARS"
+            );
+        }
+        for output in [
+            "PINWATCH_RECORD",
+            "PINWATCH_CONTROL",
+            "PINWATCH_PROMETHEUS_ADDR",
+            "PINWATCH_OTLP",
+            "PINWATCH_CONSOLE",
+        ] {
+            assert!(!TEST_ENV_VARS.contains(&output), "{output}");
+        }
     }
 
     #[test]

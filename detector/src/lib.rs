@@ -109,8 +109,8 @@ pub use pinwatch_macros::main;
 /// Drop-in for `#[tokio::test]` that fails the test when a poll pins a worker — the test body's
 /// own polls included. Takes `#[tokio::test]`'s arguments (`flavor`, `worker_threads`,
 /// `start_paused`) and pinwatch's: `threshold = "50ms"`, `allow = "cpu, sleep"` (reasons that do
-/// not count), `stacks = "full"`. The `PINWATCH_*` environment applies under them. See
-/// [`testing`].
+/// not count), `stacks = "full"`. The environment's detection settings apply under them, never
+/// its exporters, recording or control socket. See [`testing`].
 pub use pinwatch_macros::test;
 
 #[doc(hidden)]

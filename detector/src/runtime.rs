@@ -80,6 +80,16 @@ impl Builder {
         Ok(self)
     }
 
+    /// Overlays the variables that `get` returns (it stands for `std::env::var_os`): what
+    /// [`with_env`](Self::with_env) does, from a filtered environment.
+    pub(crate) fn with_env_from(
+        mut self,
+        get: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<Builder, Error> {
+        self.config.apply_env(get)?;
+        Ok(self)
+    }
+
     /// Turns the detector on or off (`PINWATCH`). Off builds a plain runtime: no hooks, no
     /// threads.
     pub fn enabled(mut self, on: bool) -> Self {

@@ -6,6 +6,15 @@
 //! runtime's `block_on` future, which tokio's task hooks never see, and most test code runs
 //! right there.
 //!
+//! A test's detector takes the detection settings from the environment (`PINWATCH`,
+//! `PINWATCH_THRESHOLD`, `PINWATCH_REPORT_INTERVAL`, `PINWATCH_STACKS`,
+//! `PINWATCH_SAMPLE_INTERVAL`, `PINWATCH_SCAN_INTERVAL`, `PINWATCH_QUEUE_CAPACITY`,
+//! `PINWATCH_MAX_THREADS`, `PINWATCH_TRACING`), never the exporters (`PINWATCH_PROMETHEUS_ADDR`,
+//! `PINWATCH_OTLP`, `PINWATCH_CONSOLE`), the control socket (`PINWATCH_CONTROL`) or the
+//! recording (`PINWATCH_RECORD*`): those belong to a process, and the tests of a binary run in
+//! parallel in one. It has no control socket and no heartbeat. A harness that wants an exporter
+//! or a recording builds its runtime with [`Builder`](crate::Builder) instead.
+//!
 //! ```
 //! # #[cfg(tokio_unstable)] {
 //! let ((), pins) = pinwatch::testing::Check::new().run(async {
@@ -26,8 +35,8 @@ use crate::event::{PinnedEvent, Reason, State};
 /// How many pins [`render`] shows in full.
 pub const SHOWN_IN_FULL: usize = 5;
 
-/// How a watched test runs and what it tolerates. The `PINWATCH_*` environment applies first;
-/// what is set here wins.
+/// How a watched test runs and what it tolerates. The detection settings of the environment
+/// apply first (see the [module docs](self)); what is set here wins.
 #[derive(Clone, Debug, Default)]
 pub struct Check {
     /// `None`: a current-thread runtime (`#[tokio::test]`'s default); `Some(n)`: multi-thread,
@@ -83,7 +92,7 @@ impl Check {
     ///
     /// # Panics
     ///
-    /// When a `PINWATCH_*` variable holds a bad value, or the runtime cannot be built.
+    /// When a detection variable holds a bad value, or the runtime cannot be built.
     #[track_caller]
     pub fn run<F: Future>(self, fut: F) -> (F::Output, Vec<PinnedEvent>) {
         let at = Location::caller();
@@ -91,19 +100,9 @@ impl Check {
         if let Some(configure) = self.tokio {
             configure(&mut tokio);
         }
-        // A test's runtime lives for the test: no control socket for `pinwatch ctl`.
-        let mut builder = crate::Builder::from_env()
-            .unwrap_or_else(|e| panic!("pinwatch: {e}"))
-            .control(crate::config::Control::Off)
-            // No heartbeat either: a test with tokio's paused clock would advance it by the
-            // heartbeat's period at a time.
-            .heartbeat(None);
-        if let Some(t) = self.threshold {
-            builder = builder.threshold(t);
-        }
-        if let Some(s) = self.stacks {
-            builder = builder.stacks(s);
-        }
+        let mut builder = self
+            .builder(|name| std::env::var_os(name))
+            .unwrap_or_else(|e| panic!("pinwatch: {e}"));
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink_events = Arc::clone(&events);
         builder = builder.sink(move |e: &PinnedEvent| {
@@ -132,6 +131,36 @@ impl Check {
                 resume_unwind(panic)
             }
         }
+    }
+}
+
+impl Check {
+    /// The detector's settings for this test: the detection settings from `get` (it stands for
+    /// `std::env::var_os`), then this check's. No exporter, recording or control socket.
+    fn builder(
+        &self,
+        get: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<crate::Builder, crate::Error> {
+        let mut builder = crate::Builder::new()
+            .with_env_from(|name| {
+                if crate::config::TEST_ENV_VARS.contains(&name) {
+                    get(name)
+                } else {
+                    None
+                }
+            })?
+            // A test's runtime lives for the test: no control socket for `pinwatch ctl`.
+            .control(crate::config::Control::Off)
+            // No heartbeat either: a test with tokio's paused clock would advance it by the
+            // heartbeat's period at a time.
+            .heartbeat(None);
+        if let Some(t) = self.threshold {
+            builder = builder.threshold(t);
+        }
+        if let Some(s) = self.stacks {
+            builder = builder.stacks(s);
+        }
+        Ok(builder)
     }
 }
 
@@ -198,6 +227,53 @@ mod tests {
         let one = p.iter().find(|e| e.id == 1).unwrap();
         assert_eq!(one.state, State::Completed);
         assert_eq!(pins(events, &[Reason::Cpu]).len(), 1);
+    }
+
+    #[test]
+    fn a_test_takes_the_detection_settings_from_the_environment_and_no_outputs() {
+        let env: std::collections::HashMap<&str, &str> = [
+            ("PINWATCH_THRESHOLD", "200ms"),
+            ("PINWATCH_STACKS", "full"),
+            ("PINWATCH_SCAN_INTERVAL", "1ms"),
+            ("PINWATCH_SAMPLE_INTERVAL", "50ms"),
+            ("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:9464"),
+            ("PINWATCH_OTLP", "on"),
+            ("PINWATCH_CONSOLE", "on"),
+            ("PINWATCH_CONTROL", "on"),
+            ("PINWATCH_RECORD", "/tmp/shared.jsonl"),
+            ("PINWATCH_RECORD_MAX_SIZE", "1KB"),
+            ("PINWATCH_HEARTBEAT", "10ms"),
+        ]
+        .into_iter()
+        .collect();
+        let get = |n: &str| env.get(n).map(std::ffi::OsString::from);
+        let b = Check::new().builder(get).unwrap();
+        let c = b.config();
+        assert_eq!(c.threshold, Duration::from_millis(200));
+        assert_eq!(c.stacks, Stacks::Full);
+        assert_eq!(c.scan_interval, Duration::from_millis(1));
+        assert_eq!(c.sample_interval, Duration::from_millis(50));
+        assert_eq!(c.prometheus_addr, None);
+        assert!(!c.otlp);
+        assert_eq!(c.console, crate::config::Console::Off);
+        assert_eq!(c.control, crate::config::Control::Off);
+        assert_eq!(c.record, None);
+        assert_eq!(c.heartbeat, None);
+        // What the test sets in code wins.
+        let b = Check::new()
+            .threshold(Duration::from_millis(5))
+            .builder(get)
+            .unwrap();
+        assert_eq!(b.config().threshold, Duration::from_millis(5));
+        // A bad detection value is still an error naming it.
+        let err = Check::new()
+            .builder(|n: &str| (n == "PINWATCH_THRESHOLD").then(|| "soon".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("PINWATCH_THRESHOLD") && err.contains("\"soon\""),
+            "{err}"
+        );
     }
 
     #[test]

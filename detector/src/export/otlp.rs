@@ -61,12 +61,38 @@ pub(crate) fn protocol(
     }
 }
 
-/// Live state the metric callbacks read.
+/// What `pinwatch.pinned` reports: the worker-time of pins, by reason, only ever added to (a
+/// cumulative OTLP sum that goes down reads as a counter reset to the backend).
 struct MetricState {
-    /// Worker-seconds of completed pins, by reason.
-    completed: [f64; 8],
-    /// Pins running as last reported: id → (reason index, duration so far).
-    open: std::collections::HashMap<u64, (usize, Duration)>,
+    /// Worker-time accounted so far, by reason (as in [`Reason::ALL`]).
+    totals: [Duration; 8],
+    /// How much of each open pin `totals` holds.
+    time: super::PinTime,
+}
+
+impl MetricState {
+    fn new() -> MetricState {
+        MetricState {
+            totals: [Duration::ZERO; 8],
+            time: super::PinTime::new(),
+        }
+    }
+
+    /// Accounts a report, on the OTLP thread.
+    fn report(&mut self, e: &PinnedEvent) {
+        let totals = &mut self.totals;
+        self.time
+            .report(e, |r, more| totals[reason_index(Some(r))] += more);
+    }
+
+    /// The values of `pinwatch.pinned` by reason (as in [`Reason::ALL`]), the running pins
+    /// (`running`: id and live age) advanced to now.
+    fn pinned(&mut self, running: &[(u64, Duration)]) -> [f64; 8] {
+        let totals = &mut self.totals;
+        self.time
+            .advance(running, |r, more| totals[reason_index(Some(r))] += more);
+        self.totals.map(|d| d.as_secs_f64())
+    }
 }
 
 fn reason_index(r: Option<Reason>) -> usize {
@@ -137,10 +163,7 @@ impl Otlp {
             .with_resource(resource)
             .with_reader(PeriodicReader::builder(metric_exporter).build())
             .build();
-        let state = Arc::new(Mutex::new(MetricState {
-            completed: [0.0; 8],
-            open: std::collections::HashMap::new(),
-        }));
+        let state = Arc::new(Mutex::new(MetricState::new()));
         register_metrics(&meters, live, Arc::clone(&state), Arc::clone(&dropped));
         let mut instruments = Instruments::new(&meters, max_locations);
         let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
@@ -225,16 +248,7 @@ impl opentelemetry_sdk::logs::LogExporter for Counting {
 
 fn record(state: &Mutex<MetricState>, e: &PinnedEvent) {
     let Ok(mut s) = state.lock() else { return };
-    let r = reason_index(e.reason);
-    match e.state {
-        State::InProgress => {
-            s.open.insert(e.id, (r, e.duration));
-        }
-        State::Completed | State::Retracted => {
-            s.open.remove(&e.id);
-            s.completed[r] += e.duration.as_secs_f64();
-        }
-    }
+    s.report(e);
 }
 
 /// One report as a log record: semantic conventions for the code location, `pinwatch.*` for the
@@ -338,16 +352,10 @@ fn register_metrics(
             .with_unit("s")
             .with_description("Worker-seconds lost to pins, advanced live while a pin runs.")
             .with_callback(move |obs| {
-                let Ok(s) = state.lock() else { return };
-                let ages = (live)().pinned;
-                let mut total = s.completed;
-                for (id, (r, reported)) in &s.open {
-                    let age = ages
-                        .iter()
-                        .find(|(i, _)| i == id)
-                        .map_or(*reported, |(_, a)| (*a).max(*reported));
-                    total[*r] += age.as_secs_f64();
-                }
+                let running = (live)().pinned;
+                let Ok(mut s) = state.lock() else { return };
+                let total = s.pinned(&running);
+                drop(s);
                 for (kv, v) in reasons.iter().zip(total) {
                     obs.observe(v, std::slice::from_ref(kv));
                 }
@@ -508,6 +516,51 @@ impl Instruments {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every exported value of every `pinwatch.pinned` series, through the sequences that made
+    /// the old sum (completed time plus the open pins' `max(live age, reported)`) go down.
+    #[test]
+    fn pinned_seconds_never_go_back() {
+        let ms = Duration::from_millis;
+        let mut state = MetricState::new();
+        let mut exported: Vec<[f64; 8]> = Vec::new();
+        let ev = |id, st, r, d| PinnedEvent::for_test(id, st, r, d, 1);
+        // 1: in_progress cpu, seen live at 400 ms, completed as sleep.
+        state.report(&ev(1, State::InProgress, Reason::Cpu, 25));
+        exported.push(state.pinned(&[(1, ms(400))]));
+        state.report(&ev(1, State::Completed, Reason::Sleep, 450));
+        exported.push(state.pinned(&[]));
+        // 2: the pin ends (gone from the live list) before its completion is processed.
+        state.report(&ev(2, State::InProgress, Reason::Io, 25));
+        exported.push(state.pinned(&[(2, ms(700))]));
+        exported.push(state.pinned(&[]));
+        state.report(&ev(2, State::Completed, Reason::Io, 710));
+        exported.push(state.pinned(&[]));
+        // 3: the completion is dropped (queue full): the pin is never heard of again.
+        state.report(&ev(3, State::InProgress, Reason::LockWait, 25));
+        exported.push(state.pinned(&[(3, ms(2000))]));
+        for _ in 0..3 {
+            exported.push(state.pinned(&[]));
+        }
+        for (i, pair) in exported.windows(2).enumerate() {
+            for (r, reason) in Reason::ALL.iter().enumerate() {
+                assert!(
+                    pair[1][r] >= pair[0][r],
+                    "pinwatch.pinned{{reason={}}} went from {} to {} at export {}",
+                    reason.as_str(),
+                    pair[0][r],
+                    pair[1][r],
+                    i + 1
+                );
+            }
+        }
+        let last = exported.last().unwrap();
+        let value = |r: Reason| last[reason_index(Some(r))];
+        assert!((value(Reason::Cpu) - 0.4).abs() < 1e-9, "{last:?}");
+        assert!((value(Reason::Sleep) - 0.05).abs() < 1e-9, "{last:?}");
+        assert!((value(Reason::Io) - 0.71).abs() < 1e-9, "{last:?}");
+        assert!((value(Reason::LockWait) - 2.0).abs() < 1e-9, "{last:?}");
+    }
 
     #[test]
     fn the_protocol_comes_from_the_signal_variable_then_the_general_one() {

@@ -5,10 +5,8 @@
 //! [`METRICS`] lists every metric with its type and meaning; the README's table, the dashboards
 //! and the alert rules are checked against it by tests.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -147,16 +145,9 @@ struct Metrics {
     build_info: IntGaugeVec,
 }
 
-/// A pin seen by the export thread and not yet completed.
-struct Open {
-    reason: &'static str,
-    /// How much of it `pinned_seconds` already holds.
-    accounted: Duration,
-}
-
 struct State_ {
-    /// By event id: a collector serves one detector.
-    open: HashMap<u64, Open>,
+    /// What `pinned_seconds` holds of each open pin.
+    time: super::PinTime,
     /// Pins already counted, and the bounded location labels.
     pins_seen: super::PinCounter,
 }
@@ -253,7 +244,7 @@ impl PinwatchCollector {
             inner: Arc::new(Inner {
                 metrics,
                 state: Mutex::new(State_ {
-                    open: HashMap::new(),
+                    time: super::PinTime::new(),
                     pins_seen: super::PinCounter::new(max_locations),
                 }),
                 live,
@@ -299,16 +290,11 @@ impl PinwatchCollector {
         let Ok(mut state) = inner.state.lock() else {
             return;
         };
-        for (id, age) in &live.pinned {
-            if let Some(open) = state.open.get_mut(id) {
-                if *age > open.accounted {
-                    m.pinned_seconds
-                        .with_label_values(&[open.reason])
-                        .inc_by((*age - open.accounted).as_secs_f64());
-                    open.accounted = *age;
-                }
-            }
-        }
+        state.time.advance(&live.pinned, |reason, more| {
+            m.pinned_seconds
+                .with_label_values(&[reason.as_str()])
+                .inc_by(more.as_secs_f64())
+        });
     }
 
     /// The metrics in Prometheus' text format.
@@ -360,44 +346,20 @@ impl Sink for PrometheusSink {
         let Ok(mut state) = inner.state.lock() else {
             return;
         };
-        let key = e.id;
         if let Some(location) = state.pins_seen.first_report(e) {
             m.pins.with_label_values(&[reason]).inc();
             m.by_location.with_label_values(&[&location]).inc();
         }
-        let accounted = match state.open.get(&key) {
-            Some(open) => open.accounted,
-            None => Duration::ZERO,
-        };
-        match e.state {
-            State::InProgress => {
-                // The reason can sharpen with more samples: later time goes to the latest.
-                if e.duration > accounted {
-                    m.pinned_seconds
-                        .with_label_values(&[reason])
-                        .inc_by((e.duration - accounted).as_secs_f64());
-                }
-                state.open.insert(
-                    key,
-                    Open {
-                        reason,
-                        accounted: e.duration.max(accounted),
-                    },
-                );
-            }
-            State::Completed | State::Retracted => {
-                if e.duration > accounted {
-                    m.pinned_seconds
-                        .with_label_values(&[reason])
-                        .inc_by((e.duration - accounted).as_secs_f64());
-                }
-                if e.state == State::Completed {
-                    m.durations
-                        .with_label_values(&[reason])
-                        .observe(e.duration.as_secs_f64());
-                }
-                state.open.remove(&key);
-            }
+        // The reason can sharpen with more samples: later time goes to the latest.
+        state.time.report(e, |reason, more| {
+            m.pinned_seconds
+                .with_label_values(&[reason.as_str()])
+                .inc_by(more.as_secs_f64())
+        });
+        if e.state == State::Completed {
+            m.durations
+                .with_label_values(&[reason])
+                .observe(e.duration.as_secs_f64());
         }
     }
 }
@@ -475,6 +437,7 @@ impl Drop for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn event(id: u64, state: State, reason: Reason, ms: u64, line: u32) -> PinnedEvent {
         PinnedEvent::for_test(id, state, reason, ms, line)

@@ -449,22 +449,19 @@ mod tests {
     ) -> PinwatchCollector {
         PinwatchCollector::new(
             max_locations,
-            Arc::new(move || Live {
-                threshold: Duration::from_millis(20),
-                stall: (false, Duration::ZERO),
-                pinned: live.lock().unwrap().clone(),
-                workers_pinned: live.lock().unwrap().len(),
-                oldest_worker_pin: live
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .map(|(_, age)| *age)
-                    .max()
-                    .unwrap_or_default(),
-                bodies_blocked: 0,
-                workers: 2,
-                queue_dropped: 3,
-                otlp_dropped: None,
+            Arc::new(move || {
+                let pinned = live.lock().unwrap().clone();
+                Live {
+                    threshold: Duration::from_millis(20),
+                    stall: (false, Duration::ZERO),
+                    workers_pinned: pinned.len(),
+                    oldest_worker_pin: pinned.iter().map(|(_, age)| *age).max().unwrap_or_default(),
+                    pinned,
+                    bodies_blocked: 0,
+                    workers: 2,
+                    queue_dropped: 3,
+                    otlp_dropped: None,
+                }
             }),
         )
         .unwrap()

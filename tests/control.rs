@@ -222,6 +222,19 @@ fn status_pins_settings_and_recording_through_ctl() {
 
     // A raised threshold hides a 100 ms pin; a 400 ms one after it is still seen. Reports come
     // in order, so when the second is counted the first would have been.
+    // Values under their floors are refused, all of them (then nothing changes: the threshold
+    // is still 20 ms below).
+    for (pair, floor) in [("threshold=1ns", "1ms"), ("sample_interval=1us", "10ms")] {
+        let out = ctl_in(None, &[&pid, "set", "stacks=full", pair]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let (key, value) = pair.split_once('=').unwrap();
+        assert!(
+            !out.status.success()
+                && err.contains(&format!("{key}={value:?}"))
+                && err.contains(&format!("floor of {floor}")),
+            "{err}"
+        );
+    }
     let said = ctl(&[&pid, "set", "threshold=200ms"]);
     assert!(said.contains("threshold: 20ms -> 200ms"), "{said}");
     svc.send("pin 100ms");

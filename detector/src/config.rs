@@ -40,6 +40,27 @@ pub const DEFAULT_PROMETHEUS_MAX_LOCATIONS: usize = 50;
 /// Default period of pinwatch's heartbeat on the watched runtime (`PINWATCH_HEARTBEAT`).
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(50);
 
+/// Lowest threshold that the environment (`PINWATCH_THRESHOLD`) and `pinwatch ctl set` accept.
+/// Below it ordinary polls count as pins, and tokio's own timer ticks in whole milliseconds.
+pub const MIN_THRESHOLD: Duration = Duration::from_millis(1);
+
+/// Lowest report interval that the environment and `pinwatch ctl set` accept: each stuck poll
+/// is re-reported at most 10 times a second.
+pub const MIN_REPORT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Lowest sample interval that the environment and `pinwatch ctl set` accept: a pinned worker
+/// gets at most 100 stack-sampling signals a second.
+pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Lowest scan interval that the environment and `pinwatch ctl set` accept: the watchdog
+/// wakes at most 1,000 times a second for it (a threshold under 4 ms still shortens the scan
+/// period to a quarter of itself, see [`Settings::effective_scan_interval`]).
+pub const MIN_SCAN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Lowest heartbeat period that the environment accepts (tokio's timer ticks in whole
+/// milliseconds).
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(1);
+
 /// Default size at which the recording is rotated (`PINWATCH_RECORD_MAX_SIZE`): 100 MB.
 pub const DEFAULT_RECORD_MAX_SIZE: u64 = 100_000_000;
 
@@ -143,12 +164,12 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_THRESHOLD",
         default: "20ms",
-        doc: "a poll running at least this long is pinned (humantime: `20ms`, `1s`)",
+        doc: "a poll running at least this long is pinned (humantime: `20ms`, `1s`; at least `1ms`)",
     },
     EnvVar {
         name: "PINWATCH_REPORT_INTERVAL",
         default: "1s",
-        doc: "a poll still pinned is reported again this often",
+        doc: "a poll still pinned is reported again this often (at least `100ms`)",
     },
     EnvVar {
         name: "PINWATCH_RECORD",
@@ -183,7 +204,7 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc:
             "a task of pinwatch's sleeps this long in a loop on the runtime; when it is late past \
               the threshold (and 100 ms) while a pin runs, the pin stalled the whole runtime \
-              (`runtime_stalled`); `off`: no heartbeat",
+              (`runtime_stalled`); at least `1ms`; `off`: no heartbeat",
     },
     EnvVar {
         name: "PINWATCH_STACKS",
@@ -193,12 +214,12 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_SAMPLE_INTERVAL",
         default: "100ms",
-        doc: "a pinned poll's stack is sampled at the threshold, then this often",
+        doc: "a pinned poll's stack is sampled at the threshold, then this often (at least `10ms`)",
     },
     EnvVar {
         name: "PINWATCH_SCAN_INTERVAL",
         default: "2ms",
-        doc: "the watchdog's scan period (never more than a quarter of the threshold)",
+        doc: "the watchdog's scan period (at least `1ms`; never more than a quarter of the threshold)",
     },
     EnvVar {
         name: "PINWATCH_QUEUE_CAPACITY",
@@ -371,10 +392,10 @@ impl Config {
             self.enabled = parse_switch("PINWATCH", &v)?;
         }
         if let Some(v) = read("PINWATCH_THRESHOLD")? {
-            self.threshold = parse_duration("PINWATCH_THRESHOLD", &v)?;
+            self.threshold = parse_duration("PINWATCH_THRESHOLD", &v, THRESHOLD)?;
         }
         if let Some(v) = read("PINWATCH_REPORT_INTERVAL")? {
-            self.report_interval = parse_duration("PINWATCH_REPORT_INTERVAL", &v)?;
+            self.report_interval = parse_duration("PINWATCH_REPORT_INTERVAL", &v, REPORT)?;
         }
         if let Some(v) = read("PINWATCH_RECORD")? {
             if v.trim().is_empty() {
@@ -410,16 +431,21 @@ impl Config {
             };
         }
         if let Some(v) = read("PINWATCH_HEARTBEAT")? {
-            self.heartbeat = env("PINWATCH_HEARTBEAT", &v, parse_age)?;
+            self.heartbeat = env("PINWATCH_HEARTBEAT", &v, |v| match switch(v) {
+                Some(false) => Ok(None),
+                _ => duration_at_least(v, HEARTBEAT)
+                    .map(Some)
+                    .map_err(|e| format!("{e}, or `off`")),
+            })?;
         }
         if let Some(v) = read("PINWATCH_STACKS")? {
             self.stacks = env("PINWATCH_STACKS", &v, Stacks::parse)?;
         }
         if let Some(v) = read("PINWATCH_SAMPLE_INTERVAL")? {
-            self.sample_interval = parse_duration("PINWATCH_SAMPLE_INTERVAL", &v)?;
+            self.sample_interval = parse_duration("PINWATCH_SAMPLE_INTERVAL", &v, SAMPLE)?;
         }
         if let Some(v) = read("PINWATCH_SCAN_INTERVAL")? {
-            self.scan_interval = parse_duration("PINWATCH_SCAN_INTERVAL", &v)?;
+            self.scan_interval = parse_duration("PINWATCH_SCAN_INTERVAL", &v, SCAN)?;
         }
         if let Some(v) = read("PINWATCH_QUEUE_CAPACITY")? {
             self.queue_capacity = parse_count("PINWATCH_QUEUE_CAPACITY", &v)?;
@@ -501,8 +527,8 @@ fn parse_count(var: &'static str, v: &str) -> Result<usize, Error> {
     env(var, v, count)
 }
 
-fn parse_duration(var: &'static str, v: &str) -> Result<Duration, Error> {
-    env(var, v, duration)
+fn parse_duration(var: &'static str, v: &str, floor: Floor) -> Result<Duration, Error> {
+    env(var, v, |v| duration_at_least(v, floor))
 }
 
 /// A whole number of at least 1.
@@ -523,6 +549,50 @@ pub(crate) fn duration(v: &str) -> Result<Duration, String> {
             "is not a duration ({e}); write it like `20ms`, `1s` or `1m 30s`"
         )),
     }
+}
+
+/// The lowest value a duration setting takes from outside the program (the environment, the
+/// control socket), and what a lower one would flood the service with. Code that builds its
+/// own [`Config`] or [`Builder`](crate::Builder) may go lower (tests do).
+#[derive(Clone, Copy)]
+struct Floor {
+    min: Duration,
+    floods: &'static str,
+}
+
+const THRESHOLD: Floor = Floor {
+    min: MIN_THRESHOLD,
+    floods: "pin reports (ordinary polls would count as pins)",
+};
+const REPORT: Floor = Floor {
+    min: MIN_REPORT_INTERVAL,
+    floods: "reports of every stuck poll",
+};
+const SAMPLE: Floor = Floor {
+    min: MIN_SAMPLE_INTERVAL,
+    floods: "stack-sampling signals to pinned workers",
+};
+const SCAN: Floor = Floor {
+    min: MIN_SCAN_INTERVAL,
+    floods: "watchdog wake-ups",
+};
+const HEARTBEAT: Floor = Floor {
+    min: MIN_HEARTBEAT,
+    floods: "timer wake-ups on the watched runtime",
+};
+
+/// A duration (humantime) of at least `floor.min`; the error names the floor.
+fn duration_at_least(v: &str, floor: Floor) -> Result<Duration, String> {
+    let d = duration(v)?;
+    if d < floor.min {
+        let min = humantime::format_duration(floor.min);
+        return Err(format!(
+            "is below the floor of {min}: a shorter one would flood the service with {}; \
+             write `{min}` or more",
+            floor.floods
+        ));
+    }
+    Ok(d)
 }
 
 /// A duration greater than zero, or `off`.
@@ -577,15 +647,21 @@ impl Settings {
         "stacks",
     ];
 
-    /// Sets `key` from `value`, validated as its environment variable is. The error names the
-    /// key and the value and says what would be right.
+    /// Sets `key` from `value`, validated as its environment variable is, with the same floors
+    /// ([`MIN_THRESHOLD`], [`MIN_REPORT_INTERVAL`], [`MIN_SAMPLE_INTERVAL`],
+    /// [`MIN_SCAN_INTERVAL`]). The error names the key and the value and says what would be
+    /// right.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let bad = |reason: String| format!("{key}={value:?} {reason}");
         match key {
-            "threshold" => self.threshold = duration(value).map_err(bad)?,
-            "report_interval" => self.report_interval = duration(value).map_err(bad)?,
-            "sample_interval" => self.sample_interval = duration(value).map_err(bad)?,
-            "scan_interval" => self.scan_interval = duration(value).map_err(bad)?,
+            "threshold" => self.threshold = duration_at_least(value, THRESHOLD).map_err(bad)?,
+            "report_interval" => {
+                self.report_interval = duration_at_least(value, REPORT).map_err(bad)?
+            }
+            "sample_interval" => {
+                self.sample_interval = duration_at_least(value, SAMPLE).map_err(bad)?
+            }
+            "scan_interval" => self.scan_interval = duration_at_least(value, SCAN).map_err(bad)?,
             "stacks" => self.stacks = Stacks::parse(value).map_err(bad)?,
             _ => {
                 return Err(format!(
@@ -846,6 +922,66 @@ mod tests {
             "{err}"
         );
         assert_eq!(s.threshold, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn floors_hold_for_the_environment_and_ctl_set_alike() {
+        // (variable, key for `ctl set`, just below the floor, the floor)
+        for (var, key, below, floor) in [
+            ("PINWATCH_THRESHOLD", Some("threshold"), "1ns", "1ms"),
+            ("PINWATCH_THRESHOLD", Some("threshold"), "999us", "1ms"),
+            (
+                "PINWATCH_SCAN_INTERVAL",
+                Some("scan_interval"),
+                "1ns",
+                "1ms",
+            ),
+            (
+                "PINWATCH_SAMPLE_INTERVAL",
+                Some("sample_interval"),
+                "9ms",
+                "10ms",
+            ),
+            (
+                "PINWATCH_REPORT_INTERVAL",
+                Some("report_interval"),
+                "99ms",
+                "100ms",
+            ),
+            ("PINWATCH_HEARTBEAT", None, "1ns", "1ms"),
+        ] {
+            let err = with(&[(var, below)]).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{var}={below:?}"))
+                    && err.contains(&format!("floor of {floor}"))
+                    && err.contains(&format!("write `{floor}` or more")),
+                "{err}"
+            );
+            // The floor itself is taken.
+            with(&[(var, floor)]).unwrap();
+            let Some(key) = key else { continue };
+            let mut s = Config::default().settings();
+            let before = s;
+            let err = s.set(key, below).unwrap_err();
+            assert!(
+                err.contains(&format!("{key}={below:?}"))
+                    && err.contains(&format!("floor of {floor}")),
+                "{err}"
+            );
+            assert_eq!(s, before, "a refused value changed nothing");
+            s.set(key, floor).unwrap();
+            assert_eq!(s.get(key).as_deref(), Some(floor));
+        }
+        // The values the tests and the docs use are above the floors.
+        let mut s = Config::default().settings();
+        for (key, v) in [
+            ("threshold", "5ms"),
+            ("scan_interval", "1ms"),
+            ("sample_interval", "50ms"),
+            ("report_interval", "200ms"),
+        ] {
+            s.set(key, v).unwrap();
+        }
     }
 
     #[test]

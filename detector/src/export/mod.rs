@@ -4,6 +4,8 @@
 
 #[cfg(feature = "console")]
 pub mod console;
+#[cfg(feature = "prometheus")]
+mod http;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 #[cfg(feature = "prometheus")]

@@ -6,7 +6,6 @@
 //! and the alert rules are checked against it by tests.
 
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -364,10 +363,10 @@ impl Sink for PrometheusSink {
     }
 }
 
-/// `GET /metrics` on a thread of pinwatch's own.
+/// `GET /metrics` on a thread of pinwatch's own: one thread whatever its peers do, bounded in
+/// connections, time and request size (see the `http` module).
 pub(crate) struct Endpoint {
-    server: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
+    server: super::http::Server,
 }
 
 impl Endpoint {
@@ -376,61 +375,43 @@ impl Endpoint {
         addr: std::net::SocketAddr,
         collector: PinwatchCollector,
     ) -> Result<Endpoint, Error> {
-        let server = tiny_http::Server::http(addr).map_err(|e| Error::PrometheusListen {
-            addr,
-            reason: e.to_string(),
-        })?;
-        let server = Arc::new(server);
+        let listen_error = |reason: String| Error::PrometheusListen { addr, reason };
+        let listener =
+            std::net::TcpListener::bind(addr).map_err(|e| listen_error(e.to_string()))?;
         let registry = Registry::new();
         registry
             .register(Box::new(collector))
-            .map_err(|e| Error::PrometheusListen {
-                addr,
-                reason: e.to_string(),
-            })?;
-        let srv = Arc::clone(&server);
-        let thread = std::thread::Builder::new()
-            .name("pinwatch-prometheus".into())
-            .spawn(move || {
-                for request in srv.incoming_requests() {
-                    let path = request.url().split('?').next().unwrap_or("");
-                    let response = if path == "/metrics" {
-                        let mut body = Vec::new();
-                        let _ = TextEncoder::new().encode(&registry.gather(), &mut body);
-                        let header = tiny_http::Header::from_bytes(
-                            &b"Content-Type"[..],
-                            &b"text/plain; version=0.0.4; charset=utf-8"[..],
-                        )
-                        .ok();
-                        let mut r = tiny_http::Response::from_data(body);
-                        if let Some(h) = header {
-                            r.add_header(h);
-                        }
-                        r
-                    } else {
-                        tiny_http::Response::from_data(&b"pinwatch: try /metrics\n"[..])
-                            .with_status_code(404)
-                    };
-                    let _ = request.respond(response);
-                }
-            })
-            .map_err(|source| Error::Thread {
-                what: "prometheus",
-                source,
-            })?;
-        Ok(Endpoint {
-            server,
-            thread: Some(thread),
+            .map_err(|e| listen_error(e.to_string()))?;
+        let server = super::http::Server::start(listener, "pinwatch-prometheus", move |req| {
+            route(&registry, req)
         })
+        .map_err(|source| Error::Thread {
+            what: "prometheus",
+            source,
+        })?;
+        Ok(Endpoint { server })
+    }
+
+    /// Where it listens (the port chosen when `addr` asked for port 0).
+    #[allow(dead_code)] // tests
+    pub(crate) fn local_addr(&self) -> std::net::SocketAddr {
+        self.server.local_addr()
     }
 }
 
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+/// The endpoint's paths.
+fn route(registry: &Registry, req: &super::http::Request<'_>) -> super::http::Response {
+    use super::http::Response;
+    match req.path {
+        "/metrics" if req.method == "GET" => {
+            let mut body = Vec::new();
+            if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut body) {
+                return Response::error(500, &format!("pinwatch: cannot encode the metrics: {e}"));
+            }
+            Response::ok("text/plain; version=0.0.4; charset=utf-8", body)
         }
+        "/metrics" => Response::method_not_allowed("GET"),
+        _ => Response::error(404, "pinwatch: try /metrics"),
     }
 }
 

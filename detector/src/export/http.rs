@@ -1,0 +1,538 @@
+//! A small HTTP/1.x server on one thread of pinwatch's own (the Prometheus endpoint's): bounded in
+//! threads, connections, time and request size whatever its peers do.
+//!
+//! One thread polls (`poll(2)`) the listener and every connection, all nonblocking: an idle or
+//! slow client costs a slot and a file descriptor, never a thread, and never holds up another
+//! client. A connection carries one request and is closed after its answer
+//! (`Connection: close`). Its request head must arrive within [`HEAD_TIMEOUT`] of the accept
+//! (else `408`) and be at most [`MAX_HEAD`] bytes (else `431`); the whole exchange ends within
+//! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes the oldest (a scraper
+//! sends its request at once, so the oldest is the one most likely to be idle), counted and
+//! logged. Routing is the caller's: it gets the method, the path and the query.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Connections open at once; one more closes the oldest.
+pub(crate) const MAX_CONNECTIONS: usize = 32;
+/// Bytes of a request head (request line and headers).
+pub(crate) const MAX_HEAD: usize = 8 * 1024;
+/// From the accept to the end of the request head.
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// From the accept to the connection's close, whatever it is doing.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(10);
+/// After the answer is written: how long what the client still sends is read and discarded, so
+/// that closing with unread bytes does not reset the connection before the client read it.
+const LINGER: Duration = Duration::from_secs(1);
+/// Connections accepted per turn of the loop: the ones already open are served between
+/// batches, so a burst of new ones cannot evict a scrape whose request has arrived.
+const ACCEPT_BATCH: usize = MAX_CONNECTIONS / 4;
+/// How long accepting pauses when `accept` fails (out of file descriptors): the pending
+/// connection stays in the backlog and would wake `poll` at once, again and again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The request line of a request.
+pub(crate) struct Request<'a> {
+    /// `GET`, `POST`, …
+    pub(crate) method: &'a str,
+    /// The target up to `?`.
+    pub(crate) path: &'a str,
+    /// The target after `?`, or empty.
+    #[allow(dead_code)] // for `/debug/pprof/pinned?seconds=N`
+    pub(crate) query: &'a str,
+}
+
+/// An answer.
+pub(crate) struct Response {
+    status: u16,
+    content_type: &'static str,
+    allow: Option<&'static str>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    /// `200 OK` with `body`.
+    pub(crate) fn ok(content_type: &'static str, body: Vec<u8>) -> Response {
+        Response {
+            status: 200,
+            content_type,
+            allow: None,
+            body,
+        }
+    }
+
+    /// An error status with a one-line text body.
+    pub(crate) fn error(status: u16, text: &str) -> Response {
+        Response {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            allow: None,
+            body: format!("{text}\n").into_bytes(),
+        }
+    }
+
+    /// `405 Method Not Allowed`, naming the methods that are.
+    pub(crate) fn method_not_allowed(allow: &'static str) -> Response {
+        Response {
+            allow: Some(allow),
+            ..Response::error(405, &format!("pinwatch: only {allow} here"))
+        }
+    }
+
+    fn into_bytes(self) -> Vec<u8> {
+        let reason = match self.status {
+            200 => "OK",
+            400 => "Bad Request",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            408 => "Request Timeout",
+            431 => "Request Header Fields Too Large",
+            500 => "Internal Server Error",
+            505 => "HTTP Version Not Supported",
+            _ => "",
+        };
+        let mut out = format!(
+            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+            self.status,
+            self.content_type,
+            self.body.len()
+        );
+        if let Some(allow) = self.allow {
+            out.push_str(&format!("Allow: {allow}\r\n"));
+        }
+        out.push_str("\r\n");
+        let mut out = out.into_bytes();
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+/// What the server has done, for tests and the log.
+#[derive(Default, Debug)]
+pub(crate) struct Counters {
+    /// Connections accepted.
+    pub(crate) accepted: AtomicU64,
+    /// Connections closed to make room for a newer one.
+    pub(crate) evicted: AtomicU64,
+    /// Connections closed because their head or their whole exchange took too long.
+    pub(crate) timed_out: AtomicU64,
+}
+
+/// The server; dropping it closes the listener and every connection, and joins its thread.
+pub(crate) struct Server {
+    /// Its end of a socket pair: dropped, it wakes the thread, which then returns.
+    waker: Option<UnixStream>,
+    thread: Option<JoinHandle<()>>,
+    addr: SocketAddr,
+    counters: Arc<Counters>,
+}
+
+impl Server {
+    /// Serves `listener` on a thread named `name`, answering each request with `handle`.
+    pub(crate) fn start(
+        listener: TcpListener,
+        name: &str,
+        handle: impl FnMut(&Request<'_>) -> Response + Send + 'static,
+    ) -> io::Result<Server> {
+        let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let (waker, woken) = UnixStream::pair()?;
+        woken.set_nonblocking(true)?;
+        let counters = Arc::new(Counters::default());
+        let c = Arc::clone(&counters);
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || run(&listener, &woken, handle, &c))?;
+        Ok(Server {
+            waker: Some(waker),
+            thread: Some(thread),
+            addr,
+            counters,
+        })
+    }
+
+    /// Where it listens.
+    #[allow(dead_code)] // tests
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// What it has done so far.
+    #[allow(dead_code)] // tests
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.waker.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Phase {
+    /// Reading the request head.
+    Head,
+    /// Writing the answer.
+    Write { out: Vec<u8>, sent: usize },
+    /// Answer written and our side shut: reading what the client still sends, until it closes.
+    Drain { until: Instant },
+}
+
+struct Conn {
+    stream: TcpStream,
+    opened: Instant,
+    head: Vec<u8>,
+    phase: Phase,
+}
+
+/// What became of a connection in one turn.
+#[derive(PartialEq)]
+enum Turn {
+    Open,
+    Closed,
+}
+
+impl Conn {
+    fn events(&self) -> libc::c_short {
+        match self.phase {
+            Phase::Head | Phase::Drain { .. } => libc::POLLIN,
+            Phase::Write { .. } => libc::POLLOUT,
+        }
+    }
+
+    /// When it must next be looked at even if nothing happens on it.
+    fn deadline(&self) -> Instant {
+        match self.phase {
+            Phase::Head => self.opened + HEAD_TIMEOUT,
+            Phase::Write { .. } => self.opened + DEADLINE,
+            Phase::Drain { until } => until,
+        }
+    }
+
+    /// Moves it on after `poll` said `revents` of it.
+    fn turn(
+        &mut self,
+        revents: libc::c_short,
+        now: Instant,
+        handle: &mut dyn FnMut(&Request<'_>) -> Response,
+        counters: &Counters,
+    ) -> Turn {
+        if revents != 0 {
+            let turn = match self.phase {
+                Phase::Head => self.read_head(now, handle),
+                Phase::Write { .. } => self.write(now),
+                Phase::Drain { .. } => self.drain(),
+            };
+            if turn == Turn::Closed {
+                return turn;
+            }
+        }
+        if now < self.deadline() {
+            return Turn::Open;
+        }
+        match self.phase {
+            Phase::Head => {
+                counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                // Answered like any request (then lingering): the client learns why.
+                self.answer(Response::error(
+                    408,
+                    "pinwatch: the request came too slowly",
+                ));
+                self.write(now)
+            }
+            Phase::Write { .. } => {
+                counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                Turn::Closed
+            }
+            Phase::Drain { .. } => Turn::Closed,
+        }
+    }
+
+    fn read_head(
+        &mut self,
+        now: Instant,
+        handle: &mut dyn FnMut(&Request<'_>) -> Response,
+    ) -> Turn {
+        let mut buf = [0u8; 4096];
+        loop {
+            let room = (MAX_HEAD + 1 - self.head.len()).min(buf.len());
+            match self.stream.read(&mut buf[..room]) {
+                Ok(0) => return Turn::Closed,
+                Ok(n) => {
+                    let from = self.head.len().saturating_sub(3);
+                    self.head.extend_from_slice(&buf[..n]);
+                    if let Some(end) = head_end(&self.head[from..]) {
+                        let response = respond(&self.head[..from + end], handle);
+                        self.answer(response);
+                        return self.write(now);
+                    }
+                    if self.head.len() > MAX_HEAD {
+                        let text =
+                            format!("pinwatch: the request head is longer than {MAX_HEAD} bytes");
+                        self.answer(Response::error(431, &text));
+                        return self.write(now);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Open,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Turn::Closed,
+            }
+        }
+    }
+
+    fn answer(&mut self, response: Response) {
+        self.head = Vec::new();
+        self.phase = Phase::Write {
+            out: response.into_bytes(),
+            sent: 0,
+        };
+    }
+
+    fn write(&mut self, now: Instant) -> Turn {
+        let Phase::Write { out, sent } = &mut self.phase else {
+            return Turn::Open;
+        };
+        while *sent < out.len() {
+            match self.stream.write(&out[*sent..]) {
+                Ok(0) => return Turn::Closed,
+                Ok(n) => *sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Open,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Turn::Closed,
+            }
+        }
+        let _ = self.stream.shutdown(Shutdown::Write);
+        self.phase = Phase::Drain {
+            until: (now + LINGER).min(self.opened + DEADLINE),
+        };
+        Turn::Open
+    }
+
+    fn drain(&mut self) -> Turn {
+        let mut buf = [0u8; 4096];
+        // A bounded amount per turn: a client that floods is cut off by the linger time, and
+        // holds up nobody meanwhile.
+        for _ in 0..16 {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return Turn::Closed,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Open,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Turn::Closed,
+            }
+        }
+        Turn::Open
+    }
+}
+
+/// The length of the head at the start of `bytes` (through its blank line), if it is all there.
+fn head_end(bytes: &[u8]) -> Option<usize> {
+    (0..bytes.len()).find_map(|i| {
+        let rest = &bytes[i..];
+        if rest.starts_with(b"\r\n\r\n") {
+            Some(i + 4)
+        } else if rest.starts_with(b"\n\n") {
+            Some(i + 2)
+        } else {
+            None
+        }
+    })
+}
+
+/// The answer to a complete request head.
+fn respond(head: &[u8], handle: &mut dyn FnMut(&Request<'_>) -> Response) -> Response {
+    let bad = || Response::error(400, "pinwatch: malformed request; try GET /metrics");
+    let Ok(text) = std::str::from_utf8(head) else {
+        return bad();
+    };
+    let Some(line) = text.trim_start_matches(['\r', '\n']).lines().next() else {
+        return bad();
+    };
+    let mut parts = line.trim_end_matches('\r').split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return bad();
+    };
+    if !version.starts_with("HTTP/") || method.is_empty() || !target.starts_with('/') {
+        return bad();
+    }
+    if version != "HTTP/1.0" && version != "HTTP/1.1" {
+        return Response::error(505, "pinwatch: HTTP/1.0 and HTTP/1.1 only");
+    }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let request = Request {
+        method,
+        path,
+        query,
+    };
+    std::panic::catch_unwind(AssertUnwindSafe(|| handle(&request)))
+        .unwrap_or_else(|_| Response::error(500, "pinwatch: the handler failed (this is a bug)"))
+}
+
+fn pollfd(fd: libc::c_int, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// The server's loop, until `woken` reads end-of-file (the [`Server`] was dropped).
+fn run(
+    listener: &TcpListener,
+    woken: &UnixStream,
+    mut handle: impl FnMut(&Request<'_>) -> Response,
+    counters: &Counters,
+) {
+    let mut conns: Vec<Conn> = Vec::with_capacity(MAX_CONNECTIONS);
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(MAX_CONNECTIONS + 2);
+    let mut accept_paused_until: Option<Instant> = None;
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if accept_paused_until.is_some_and(|t| now >= t) {
+            accept_paused_until = None;
+        }
+        fds.clear();
+        fds.push(pollfd(woken.as_raw_fd(), libc::POLLIN));
+        // A negative descriptor is ignored by poll: no accepting while paused.
+        let listen_fd = match accept_paused_until {
+            None => listener.as_raw_fd(),
+            Some(_) => -1,
+        };
+        fds.push(pollfd(listen_fd, libc::POLLIN));
+        let mut wake_at = accept_paused_until;
+        for c in &conns {
+            fds.push(pollfd(c.stream.as_raw_fd(), c.events()));
+            let d = c.deadline();
+            wake_at = Some(wake_at.map_or(d, |w| w.min(d)));
+        }
+        let timeout = match wake_at {
+            None => -1,
+            Some(t) => {
+                let ms = t.saturating_duration_since(now).as_micros().div_ceil(1000);
+                libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+            }
+        };
+        // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfd structs that poll
+        // may write `revents` into; it is not touched elsewhere during the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                // ENOMEM: the kernel could not allocate its poll tables; try again shortly.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            continue;
+        }
+        if fds[0].revents != 0 {
+            return;
+        }
+        let now = Instant::now();
+        // The connections already open first: a request that has arrived is answered before
+        // new arrivals could evict it.
+        let mut i = 2;
+        conns.retain_mut(|c| {
+            let revents = fds[i].revents;
+            i += 1;
+            c.turn(revents, now, &mut handle, counters) == Turn::Open
+        });
+        if fds[1].revents == 0 {
+            continue;
+        }
+        for _ in 0..ACCEPT_BATCH {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    counters.accepted.fetch_add(1, Ordering::Relaxed);
+                    if conns.len() >= MAX_CONNECTIONS {
+                        // In accept order: the first is the oldest.
+                        conns.remove(0);
+                        let evicted = counters.evicted.fetch_add(1, Ordering::Relaxed) + 1;
+                        if last_warning.is_none_or(|t| now.duration_since(t) >= WARN_EVERY) {
+                            last_warning = Some(now);
+                            tracing::warn!(
+                                target: "pinwatch",
+                                evicted,
+                                "the Prometheus endpoint has {MAX_CONNECTIONS} connections \
+                                 open, its limit: closed the oldest to make room ({evicted} so \
+                                 far); something holds connections to it open without scraping"
+                            );
+                        }
+                    }
+                    conns.push(Conn {
+                        stream,
+                        opened: now,
+                        head: Vec::new(),
+                        phase: Phase::Head,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(_) => {
+                    // EMFILE, ENFILE, ENOBUFS: the connection waits in the backlog.
+                    accept_paused_until = Some(now + ACCEPT_BACKOFF);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// At most one warning about evictions this often.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_request_line() {
+        let mut seen = Vec::new();
+        let mut handle = |r: &Request<'_>| {
+            seen.push(format!("{} {} {}", r.method, r.path, r.query));
+            Response::ok("text/plain", b"hi".to_vec())
+        };
+        for (head, status) in [
+            (&b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"[..], 200),
+            (b"\r\nGET /debug/pprof/pinned?seconds=5 HTTP/1.0\n\n", 200),
+            (b"GET /metrics HTTP/2.0\r\n\r\n", 505),
+            (b"GET  /metrics HTTP/1.1\r\n\r\n", 400),
+            (b"GET metrics HTTP/1.1\r\n\r\n", 400),
+            (b"GET /metrics\r\n\r\n", 400),
+            (b"\xff\xfe /metrics HTTP/1.1\r\n\r\n", 400),
+        ] {
+            let r = respond(head, &mut handle);
+            assert_eq!(r.status, status, "{:?}", String::from_utf8_lossy(head));
+        }
+        assert_eq!(seen, ["GET /metrics ", "GET /debug/pprof/pinned seconds=5"]);
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nrest"), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
+    }
+
+    #[test]
+    fn a_handler_that_panics_gets_a_500() {
+        let r = respond(
+            b"GET / HTTP/1.1\r\n\r\n",
+            &mut |_: &Request<'_>| -> Response { panic!("boom") },
+        );
+        assert_eq!(r.status, 500);
+    }
+}

@@ -503,13 +503,21 @@ mod millis {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let ms = f64::deserialize(d)?;
-        if !ms.is_finite() || ms < 0.0 {
-            return Err(serde::de::Error::custom(format!(
-                "{ms} is not a duration in milliseconds"
-            )));
+        from_ms(f64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+
+    /// `ms` milliseconds as a duration, or why it is none: a line from another machine may
+    /// hold any number, and `Duration::from_secs_f64` panics on one out of its range.
+    pub(super) fn from_ms(ms: f64) -> Result<Duration, String> {
+        if ms.is_finite() && ms >= 0.0 {
+            if let Ok(d) = Duration::try_from_secs_f64(ms / 1e3) {
+                return Ok(d);
+            }
         }
-        Ok(Duration::from_secs_f64(ms / 1e3))
+        Err(format!(
+            "{ms:?} is not a duration in milliseconds: it must be a number from 0 to {:e}",
+            Duration::MAX.as_secs_f64() * 1e3
+        ))
     }
 }
 
@@ -528,10 +536,9 @@ mod opt_millis {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         match Option::<f64>::deserialize(d)? {
             None => Ok(None),
-            Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(Some(Duration::from_secs_f64(ms / 1e3))),
-            Some(ms) => Err(serde::de::Error::custom(format!(
-                "{ms} is not a duration in milliseconds"
-            ))),
+            Some(ms) => super::millis::from_ms(ms)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
         }
     }
 }
@@ -651,6 +658,41 @@ mod tests {
             PinnedEvent::from_json_line("{\"schema\":1,"),
             Err(ParseLineError::Json(_))
         ));
+    }
+
+    /// Every duration field: a number out of a `Duration`'s range, negative or not finite is
+    /// an error naming the number (`Duration::from_secs_f64` panicked on `1e300`).
+    #[test]
+    fn durations_out_of_range_are_errors_not_panics() {
+        let line = sample().to_json_line();
+        let mut v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        v["heartbeat_late_ms"] = 1.0.into();
+        for field in [
+            "duration_ms",
+            "threshold_ms",
+            "cpu_wait_ms",
+            "heartbeat_late_ms",
+        ] {
+            for bad in ["1e300", "1.8446744073709552e22", "-1", "-1e-300", "1e400"] {
+                let mut v = v.clone();
+                v[field] = 0.into();
+                let text = serde_json::to_string(&v)
+                    .unwrap()
+                    .replace(&format!("\"{field}\":0"), &format!("\"{field}\":{bad}"));
+                match PinnedEvent::from_json_line(&text) {
+                    Err(ParseLineError::Json(msg)) => assert!(
+                        msg.contains("duration in milliseconds") || msg.contains("out of range"),
+                        "{field}={bad}: {msg}"
+                    ),
+                    other => panic!("{field}={bad}: {other:?}"),
+                }
+            }
+        }
+        // The largest duration there is still reads.
+        let mut v = v.clone();
+        v["duration_ms"] = 1.8446744073709e22.into();
+        let e = PinnedEvent::from_json_line(&serde_json::to_string(&v).unwrap()).unwrap();
+        assert!(e.duration > Duration::from_secs(u64::MAX / 2));
     }
 
     #[test]

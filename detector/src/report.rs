@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -259,6 +259,47 @@ pub fn latest_reports(events: &[PinnedEvent]) -> Vec<&PinnedEvent> {
     order.iter().map(|key| latest[key]).collect()
 }
 
+/// Text from a recording, shown on a terminal: control characters (a recording from another
+/// machine may hold `ESC` sequences that retitle or clear the terminal, or a newline that forges
+/// a line of output) and the bidirectional controls that reorder what a terminal shows are
+/// written escaped (`\u{1b}`), so that what is printed is what the recording holds.
+struct Shown<T>(T);
+
+impl<T: std::fmt::Display> std::fmt::Display for Shown<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Escaping<'a, 'b>(&'a mut std::fmt::Formatter<'b>);
+        impl std::fmt::Write for Escaping<'_, '_> {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                for c in s.chars() {
+                    if c.is_control()
+                        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+                    {
+                        write!(self.0, "{}", c.escape_unicode())?;
+                    } else {
+                        self.0.write_char(c)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+        write!(Escaping(f), "{}", self.0)
+    }
+}
+
+/// `t` in RFC 3339 with milliseconds, for any `t`: humantime's formatter panics on a time before
+/// the epoch and fails on one past the year 9999 (which a recording's start plus its duration
+/// can reach); those are written as seconds from the epoch instead.
+pub fn format_time(t: SystemTime) -> String {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) if d.as_secs() < RFC3339_END_SECS => humantime::format_rfc3339_millis(t).to_string(),
+        Ok(d) => format!("{} s after the epoch", d.as_secs()),
+        Err(e) => format!("{} s before the epoch", e.duration().as_secs()),
+    }
+}
+
+/// 10000-01-01T00:00:00Z, seconds after the epoch: the first time RFC 3339 cannot write.
+const RFC3339_END_SECS: u64 = 253_402_300_800;
+
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
@@ -270,7 +311,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let _ = writeln!(out, "pinwatch.Pinned {{");
         let _ = writeln!(out, "  id = {}", e.id);
         if !e.run_id.is_empty() {
-            let _ = writeln!(out, "  run = {} (pid {})", e.run_id, e.pid);
+            let _ = writeln!(out, "  run = {} (pid {})", Shown(&e.run_id), e.pid);
         }
         let _ = writeln!(
             out,
@@ -278,11 +319,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             e.state.as_str(),
             e.report
         );
-        let _ = writeln!(
-            out,
-            "  startTime = {}",
-            humantime::format_rfc3339_millis(e.start)
-        );
+        let _ = writeln!(out, "  startTime = {}", format_time(e.start));
         let _ = writeln!(out, "  duration = {}", ms(e.duration));
         if !e.cpu_wait.is_zero() {
             let _ = writeln!(
@@ -295,7 +332,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let task = e.task_id.map_or_else(|| "?".to_owned(), |t| t.to_string());
         match &e.spawned_at {
             Some(at) => {
-                let _ = writeln!(out, "  task = {task} spawned at {at}");
+                let _ = writeln!(out, "  task = {task} spawned at {}", Shown(at));
             }
             None => {
                 let _ = writeln!(out, "  task = {task}");
@@ -304,7 +341,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let _ = writeln!(
             out,
             "  carrierThread = \"{}\" (worker {}, tid {})",
-            e.worker.name,
+            Shown(&e.worker.name),
             e.worker
                 .index
                 .map_or_else(|| "?".to_owned(), |i| i.to_string()),
@@ -324,7 +361,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let _ = writeln!(
             out,
             "  blockingOperation = \"{}\"",
-            e.blocking_operation.as_deref().unwrap_or("unknown")
+            Shown(e.blocking_operation.as_deref().unwrap_or("unknown"))
         );
         if e.runtime_stalled {
             let _ = writeln!(
@@ -339,7 +376,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         }
         match &e.top_frame {
             Some(f) => {
-                let _ = writeln!(out, "  topApplicationFrame = {f}");
+                let _ = writeln!(out, "  topApplicationFrame = {}", Shown(f));
             }
             None => {
                 let _ = writeln!(out, "  topApplicationFrame = N/A");
@@ -348,24 +385,31 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         if !e.profile.is_empty() {
             let _ = writeln!(out, "  samples = {} [", e.samples);
             for p in &e.profile {
-                let _ = writeln!(out, "    {:>4}  {}", p.samples, p.frame);
+                let _ = writeln!(out, "    {:>4}  {}", p.samples, Shown(&p.frame));
             }
             let _ = writeln!(out, "  ]");
         }
         for l in &e.held_locks {
-            let _ = writeln!(out, "  heldLock = {} acquired at {}", l.kind, l.acquired_at);
+            let _ = writeln!(
+                out,
+                "  heldLock = {} acquired at {}",
+                Shown(&l.kind),
+                Shown(&l.acquired_at)
+            );
         }
         if let Some(h) = &e.lock_holder {
             let _ = writeln!(
                 out,
                 "  lockHolder = \"{}\" (tid {}) acquired at {}",
-                h.worker.name, h.worker.tid, h.acquired_at
+                Shown(&h.worker.name),
+                h.worker.tid,
+                Shown(&h.acquired_at)
             );
         }
         if e.stack.is_empty() {
             match &e.no_stack {
                 Some(why) => {
-                    let _ = writeln!(out, "  stackTrace = N/A ({why})");
+                    let _ = writeln!(out, "  stackTrace = N/A ({})", Shown(why));
                 }
                 None => {
                     let _ = writeln!(out, "  stackTrace = N/A");
@@ -375,9 +419,9 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             let _ = writeln!(out, "  stackTrace = [");
             for f in &e.stack {
                 if f.locks > 0 {
-                    let _ = writeln!(out, "    {f} <== locks:{}", f.locks);
+                    let _ = writeln!(out, "    {} <== locks:{}", Shown(f), f.locks);
                 } else {
-                    let _ = writeln!(out, "    {f}");
+                    let _ = writeln!(out, "    {}", Shown(f));
                 }
             }
             let _ = writeln!(out, "  ]");
@@ -529,7 +573,7 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
                 reasons.push(format!("({} stalled the whole runtime)", r.stalled));
             }
             [
-                r.frame.clone(),
+                Shown(&r.frame).to_string(),
                 r.count.to_string(),
                 format!("{:.1} ms", r.longest_ms),
                 format!("{:.1} ms", r.total_ms),
@@ -580,6 +624,50 @@ mod tests {
         format!(
             r#"{{"schema":2,"event":"pinned","id":{id},"run_id":"{run}","pid":1,"state":"{state}","start":"2026-11-30T00:00:00Z","duration_ms":{ms},"threshold_ms":20.0,"task_id":1,"spawned_at":null,"worker":{{"index":0,"tid":1,"name":"w"}},"reason":"sleep","blocking_operation":"clock_nanosleep","top_frame":{{"function":"app::f","file":"src/f.rs","line":3}},"stack":[],"held_locks":[],"report":1}}"#
         )
+    }
+
+    /// Strings of a recording reach the terminal escaped: no `ESC` sequence, no forged line,
+    /// no reordering control.
+    #[test]
+    fn print_and_summary_escape_control_characters() {
+        let evil = "w\u{1b}]0;owned\u{7}\u{1b}[2J\n}\npinwatch.Pinned {\r\u{202e}";
+        let json = serde_json::to_string(evil).unwrap();
+        let text = line("run", 1, "completed", 30.0)
+            .replace("\"name\":\"w\"", &format!("\"name\":{json}"))
+            .replace("\"app::f\"", &json);
+        let rec = parse_recording(&text, "rec").unwrap();
+        assert_eq!(rec.events[0].worker.name, evil);
+        let print = render_print(&rec.events);
+        let summary = render_summary(&summarize(&rec.events));
+        for out in [&print, &summary] {
+            assert!(
+                !out.chars()
+                    .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+                "{out:?}"
+            );
+        }
+        // One event, one block: the name's newline forged no line of its own.
+        let blocks = print.lines().filter(|l| *l == "pinwatch.Pinned {").count();
+        assert_eq!(blocks, 1, "{print}");
+        assert!(
+            print.contains("carrierThread = \"w\\u{1b}]0;owned\\u{7}"),
+            "{print}"
+        );
+        assert!(summary.contains("w\\u{1b}]0;owned"), "{summary}");
+    }
+
+    #[test]
+    fn times_past_rfc3339_are_written_as_seconds() {
+        let t = UNIX_EPOCH + Duration::from_secs(RFC3339_END_SECS);
+        assert_eq!(format_time(t), "253402300800 s after the epoch");
+        assert_eq!(
+            format_time(t - Duration::from_millis(1)),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            format_time(UNIX_EPOCH - Duration::from_secs(5)),
+            "5 s before the epoch"
+        );
     }
 
     #[test]

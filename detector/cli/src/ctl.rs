@@ -90,7 +90,7 @@ pub fn run(args: &CtlArgs) -> ExitCode {
     match run_(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("pinwatch ctl: {e}");
+            let _ = writeln!(std::io::stderr().lock(), "pinwatch ctl: {e}");
             ExitCode::from(1)
         }
     }
@@ -123,15 +123,13 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
                 watch_status(&socket, *interval, *count)
             } else {
                 let status = ask_status(&socket)?;
-                if *json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
-                    );
+                Ok(if *json {
+                    crate::print_out(
+                        &(serde_json::to_string_pretty(&status).map_err(|e| e.to_string())? + "\n"),
+                    )
                 } else {
-                    print!("{}", render_status(&status));
-                }
-                Ok(ExitCode::SUCCESS)
+                    crate::print_out(&render_status(&status))
+                })
             };
         }
         Action::Set { settings } => {
@@ -168,8 +166,7 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
     };
     let reply = client::request(&socket, &request, TIMEOUT)?;
     if reply.ok {
-        println!("{}", reply.message);
-        Ok(ExitCode::SUCCESS)
+        Ok(crate::print_out(&format!("{}\n", reply.message)))
     } else {
         Err(reply.message)
     }
@@ -201,17 +198,15 @@ fn watch_status(socket: &Path, interval: Duration, count: Option<u64>) -> Result
     let mut shown = 0u64;
     loop {
         let status = ask_status(socket)?;
-        let mut out = std::io::stdout().lock();
-        // Clear the screen, cursor home: a refreshing view like `top`.
-        let _ = write!(
-            out,
+        // Clear the screen, cursor home: a refreshing view like `top`. A closed pipe ends it.
+        if let Err(code) = crate::write_out(&format!(
             "\x1b[2J\x1b[Hpinwatch ctl {} status --watch: every {} (Ctrl-C stops)\n\n{}",
             status.pid,
             humantime::format_duration(interval),
             render_status(&status)
-        );
-        let _ = out.flush();
-        drop(out);
+        )) {
+            return Ok(code);
+        }
         shown += 1;
         if count.is_some_and(|c| shown >= c) {
             return Ok(ExitCode::SUCCESS);
@@ -245,7 +240,8 @@ fn list(dirs: &[PathBuf]) -> Result<ExitCode, String> {
             Err(_) if client::is_stale(&ep.path) => {
                 // Left by a process that died: nobody will answer there again.
                 if std::fs::remove_file(&ep.path).is_ok() {
-                    eprintln!(
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
                         "pinwatch ctl: removed {} (left by a process that is gone)",
                         ep.path.display()
                     );
@@ -256,20 +252,15 @@ fn list(dirs: &[PathBuf]) -> Result<ExitCode, String> {
     }
     if rows.is_empty() {
         let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-        println!(
-            "no process with pinwatch's control socket in {}",
+        return Ok(crate::print_out(&format!(
+            "no process with pinwatch's control socket in {}\n",
             looked.join(", ")
-        );
-        return Ok(ExitCode::SUCCESS);
+        )));
     }
-    print!(
-        "{}",
-        table(
-            &["PID", "WORKERS", "PINNED", "REPORTING", "UP", "COMMAND"],
-            &rows
-        )
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(crate::print_out(&table(
+        &["PID", "WORKERS", "PINNED", "REPORTING", "UP", "COMMAND"],
+        &rows,
+    )))
 }
 
 /// Left-aligned columns, two spaces apart; the last column is not padded.

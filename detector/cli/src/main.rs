@@ -7,6 +7,7 @@
 
 mod ctl;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -75,7 +76,7 @@ fn main() -> ExitCode {
     let rec = match report::read_recording(&file) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("pinwatch: {e}");
+            warn(format_args!("{e}"));
             return ExitCode::from(1);
         }
     };
@@ -94,7 +95,7 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     for w in &rec.warnings {
-        eprintln!("pinwatch: warning: {w}");
+        warn(format_args!("warning: {w}"));
     }
     match view {
         View::Print { json, latest } => {
@@ -107,11 +108,10 @@ fn main() -> ExitCode {
                 rec.events
             };
             if json {
-                for e in &events {
-                    print!("{}", e.to_json_line());
-                }
+                let lines: String = events.iter().map(|e| e.to_json_line()).collect();
+                print_out(&lines)
             } else {
-                print!("{}", report::render_print(&events));
+                print_out(&report::render_print(&events))
             }
         }
         View::Report { output } => {
@@ -119,37 +119,62 @@ fn main() -> ExitCode {
             let page = match pinwatch_cli::page::render(&rec.events, &source, &rec.warnings) {
                 Ok(p) => p,
                 Err(e) => {
-                    eprintln!("pinwatch: {e}");
+                    warn(format_args!("{e}"));
                     return ExitCode::from(1);
                 }
             };
             if let Err(e) = std::fs::write(&output, page) {
-                eprintln!("pinwatch: cannot write {}: {e}", output.display());
+                warn(format_args!("cannot write {}: {e}", output.display()));
                 return ExitCode::from(1);
             }
             let pins = report::latest_reports(&rec.events).len();
-            println!(
-                "wrote {} ({} events, {pins} pins); open it in a browser",
+            print_out(&format!(
+                "wrote {} ({} events, {pins} pins); open it in a browser\n",
                 output.display(),
                 rec.events.len()
-            );
+            ))
         }
         View::Summary { json } => {
             let rows = report::summarize(&rec.events);
             if json {
                 match serde_json::to_string_pretty(&rows) {
-                    Ok(s) => println!("{s}"),
+                    Ok(s) => print_out(&(s + "\n")),
                     Err(e) => {
-                        eprintln!("pinwatch: {e}");
-                        return ExitCode::from(1);
+                        warn(format_args!("{e}"));
+                        ExitCode::from(1)
                     }
                 }
             } else {
-                print!("{}", report::render_summary(&rows));
+                print_out(&report::render_summary(&rows))
             }
         }
     }
-    ExitCode::SUCCESS
+}
+
+/// Writes `text` to stdout, for every command's output (`print!` would panic on a reader that
+/// went away). A reader that closed the pipe (`pinwatch print rec | head`, `less` quit early)
+/// has what it wanted: that is no error, and the command stops quietly with status 0
+/// (`Err(ExitCode::SUCCESS)`). Another write error is reported; status 1.
+pub(crate) fn write_out(text: &str) -> Result<(), ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ExitCode::SUCCESS),
+        Err(e) => {
+            warn(format_args!("cannot write the output: {e}"));
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// [`write_out`] as a command's last step: its exit status.
+pub(crate) fn print_out(text: &str) -> ExitCode {
+    write_out(text).err().unwrap_or(ExitCode::SUCCESS)
+}
+
+/// `pinwatch: <msg>` on stderr; never panics (`eprintln!` does when stderr is a closed pipe).
+pub(crate) fn warn(msg: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "pinwatch: {msg}");
 }
 
 /// What to show of a recording.

@@ -354,7 +354,7 @@ fn view(e: &PinnedEvent) -> PinView {
         id: e.id,
         run: short(&e.run_id),
         state: e.state.as_str().to_owned(),
-        start: humantime::format_rfc3339_millis(e.start).to_string(),
+        start: pinwatch::report::format_time(e.start),
         duration_ms: round1(e.duration.as_secs_f64() * 1e3),
         task: e.task_id,
         spawned_at: e.spawned_at.as_ref().map(|l| l.to_string()),
@@ -380,14 +380,17 @@ fn view(e: &PinnedEvent) -> PinView {
 
 /// The folded stacks of the flame graph: one line per distinct stack, outermost frame first,
 /// weighted by pinned time in µs. A pin with no stack counts under its top frame, or under
-/// `[no stack]`, so that all pinned time is there.
+/// `[no stack]`, so that all pinned time is there. When the weights add up past what inferno
+/// sums (a `u64`; only a crafted recording gets there: 292,000 years), they are all divided by
+/// one factor, keeping their proportions.
 pub fn folded(events: &[PinnedEvent]) -> Vec<String> {
-    let mut weights: BTreeMap<String, u64> = BTreeMap::new();
+    // u128: no sum of `Duration`s in µs can overflow it.
+    let mut weights: BTreeMap<String, u128> = BTreeMap::new();
     for e in latest_reports(events) {
         if e.state == State::Retracted {
             continue;
         }
-        let frame = |f: &pinwatch::event::Frame| f.to_string().replace(';', ":");
+        let frame = |f: &pinwatch::event::Frame| folded_frame(&f.to_string());
         let stack = if !e.stack.is_empty() {
             e.stack
                 .iter()
@@ -398,19 +401,50 @@ pub fn folded(events: &[PinnedEvent]) -> Vec<String> {
         } else {
             let why = format!(
                 "[no stack: {}]",
-                e.no_stack.as_deref().unwrap_or("not sampled")
+                folded_frame(e.no_stack.as_deref().unwrap_or("not sampled"))
             );
             match &e.top_frame {
                 Some(f) => format!("{why};{}", frame(f)),
                 None => format!("{why};[{}]", reason_of(e)),
             }
         };
-        *weights.entry(stack).or_default() += e.duration.as_micros().max(1) as u64;
+        *weights.entry(stack).or_default() += e.duration.as_micros().max(1);
     }
+    let total: u128 = weights.values().sum();
+    // Headroom for the `max(1)` of each line.
+    let limit = u128::from(u64::MAX / 2);
+    let divisor = if total > limit { total / limit + 1 } else { 1 };
     weights
         .into_iter()
-        .map(|(stack, us)| format!("{stack} {us}"))
+        .map(|(stack, us)| format!("{stack} {}", (us / divisor).max(1)))
         .collect()
+}
+
+/// A frame's text as a folded stack's element: a `;` would split it into two frames, and a
+/// space before a number at the end of a line would be read as a sample count (inferno reads
+/// `stack N M` as a differential line), so `;` is written `:`, line breaks and tabs are
+/// spaces, and a space before a digit or `.` is a no-break space.
+fn folded_frame(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let c = match c {
+            ';' => ':',
+            c if c.is_whitespace() => {
+                if chars
+                    .peek()
+                    .is_some_and(|n| n.is_ascii_digit() || *n == '.')
+                {
+                    '\u{a0}'
+                } else {
+                    ' '
+                }
+            }
+            c => c,
+        };
+        out.push(c);
+    }
+    out
 }
 
 /// The flame graph as an `<svg>` element (inferno's, without its script: each frame's title
@@ -433,6 +467,27 @@ pub fn flame_graph(events: &[PinnedEvent]) -> Result<String, String> {
     // Inline in HTML: from the <svg> element on (no XML prologue, no DOCTYPE).
     let at = svg.find("<svg").ok_or("inferno made no <svg>")?;
     Ok(svg[at..].replacen("<svg", "<svg id=\"flamegraph\"", 1))
+}
+
+/// JSON text made safe to embed in a `<script>` element: no `<` (which could close the element
+/// with `</script>` or, with `<!--<script>`, put the HTML parser in its double-escaped state
+/// where the page's own `</script>` no longer ends it and the next script is swallowed), no `>`
+/// or `&`, and no U+2028/U+2029 (line terminators to older JavaScript). Each is written as its
+/// JSON `\uXXXX` escape, which is the same string to `JSON.parse`; in JSON text these
+/// characters occur only inside strings, where the escape is valid.
+pub fn script_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// HTML-escapes text for element content and attribute values.
@@ -494,8 +549,9 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
         "<header><h1>pinwatch report</h1><p class=\"sub\">{}</p><dl id=\"summary\">",
         esc(source)
     );
-    let fmt_time = |ms: u64| {
-        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+    let fmt_time = |ms: u64| match UNIX_EPOCH.checked_add(Duration::from_millis(ms)) {
+        Some(t) => pinwatch::report::format_time(t),
+        None => format!("{ms} ms after the epoch"),
     };
     let item = |h: &mut String, k: &str, v: String| {
         let _ = write!(h, "<div><dt>{}</dt><dd>{v}</dd></div>", esc(k));
@@ -716,9 +772,7 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
     h.push_str("</tbody></table></section>\n");
 
     // The pins' details, for the script.
-    let pins = serde_json::to_string(&d.pins)
-        .map_err(|e| e.to_string())?
-        .replace("</", "<\\/");
+    let pins = script_json(&serde_json::to_string(&d.pins).map_err(|e| e.to_string())?);
     let _ = write!(
         h,
         "<script type=\"application/json\" id=\"pins\">{pins}</script>\n<script>{SCRIPT}</script>\n</body></html>\n"
@@ -797,13 +851,17 @@ document.querySelectorAll('table.sortable').forEach(function(t){
 });
 // Deep links: #pin=N opens pin N's details; #sort=COL,asc|desc sorts the hot locations.
 var hash=new URLSearchParams(location.hash.slice(1));
-if(hash.has('pin')){
-  var bar=document.querySelector('#lanes .bar[data-pin="'+hash.get('pin')+'"]');
+// The hash is anyone's text: only a number reaches the selector, only a column that exists
+// is sorted.
+var pin=hash.get('pin');
+if(pin!==null&&/^[0-9]{1,9}$/.test(pin)){
+  var bar=document.querySelector('#lanes .bar[data-pin="'+(+pin)+'"]');
   if(bar){show(bar);}
 }
 if(hash.has('sort')){
   var s=hash.get('sort').split(','),hot=document.getElementById('hot');
-  sortBy(hot,+s[0],s[1]==='asc'?1:-1);
+  var col=/^[0-9]{1,3}$/.test(s[0])?+s[0]:-1;
+  if(col>=0&&col<hot.tHead.rows[0].cells.length){sortBy(hot,col,s[1]==='asc'?1:-1);}
 }
 })();
 "#;
@@ -911,6 +969,68 @@ mod tests {
         assert!(
             lines.iter().any(|l| l.starts_with("[no stack")),
             "{lines:?}"
+        );
+    }
+
+    /// Pins that end past the year 9999, and durations whose sum overflows every integer: the
+    /// page is drawn (humantime's formatter failed on the span's end, the flame graph's weights
+    /// overflowed).
+    #[test]
+    fn extreme_times_and_durations_make_a_page() {
+        let mut evs = events();
+        for (i, e) in evs.iter_mut().enumerate() {
+            e.duration = Duration::MAX - Duration::from_secs(i as u64);
+            e.start = UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+            e.stack.clear();
+            e.top_frame = None;
+        }
+        let page = render(&evs, "x", &[]).unwrap();
+        assert!(page.contains("s after the epoch"), "the span's end");
+        // The weights are what inferno can sum, in proportion.
+        let weights: Vec<u64> = folded(&evs)
+            .iter()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+            .collect();
+        assert!(weights.len() > 1, "{weights:?}");
+        let sum = weights.iter().try_fold(0u64, |s, w| s.checked_add(*w));
+        assert!(sum.is_some(), "{weights:?}");
+    }
+
+    /// A frame's text cannot split a folded stack or pose as its sample count.
+    #[test]
+    fn frames_cannot_forge_folded_stacks() {
+        let mut evs = events();
+        for e in &mut evs {
+            for f in e.stack.iter_mut().chain(e.top_frame.as_mut()) {
+                f.function = Some("a;b\nc 12 34".into());
+                f.file = None;
+            }
+            e.no_stack = e.no_stack.as_ref().map(|_| "x;y 5".into());
+        }
+        for line in folded(&evs) {
+            let (stack, n) = line.rsplit_once(' ').unwrap();
+            n.parse::<u64>().unwrap();
+            assert!(!stack.contains('\n'), "{line:?}");
+            assert!(
+                stack.contains("a:b c\u{a0}12\u{a0}34")
+                    || stack.starts_with("[no stack: x:y\u{a0}5]"),
+                "{line:?}"
+            );
+            assert!(!stack.contains("x;y"), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn json_in_a_script_has_no_markup_characters() {
+        let s = serde_json::to_string("<!--<script></script>&\u{2028}\u{2029}>").unwrap();
+        let safe = script_json(&s);
+        assert_eq!(
+            safe,
+            "\"\\u003c!--\\u003cscript\\u003e\\u003c/script\\u003e\\u0026\\u2028\\u2029\\u003e\""
+        );
+        assert_eq!(
+            serde_json::from_str::<String>(&safe).unwrap(),
+            serde_json::from_str::<String>(&s).unwrap()
         );
     }
 

@@ -220,3 +220,79 @@ fn a_missing_file_is_an_error_naming_it() {
     assert_eq!(code, 1);
     assert!(err.contains("/nonexistent/recording.jsonl"), "{err}");
 }
+
+/// A number out of a duration's range (`"duration_ms": 1e300`, from another machine or a bad
+/// disk) is a bad line like any other, not a panic of the reader.
+#[test]
+fn a_duration_out_of_range_is_a_bad_line_not_a_panic() {
+    let good = first_lines(2);
+    for (bad, shown) in [
+        ("1e300", "1e300"),
+        ("1.8446744073709552e22", "1.8446744073709552e22"),
+        ("-1", "-1.0"),
+    ] {
+        let line = good[1].replacen(
+            &format!(
+                "\"duration_ms\":{}",
+                serde_json::from_str::<serde_json::Value>(&good[1]).unwrap()["duration_ms"]
+            ),
+            &format!("\"duration_ms\":{bad}"),
+            1,
+        );
+        assert_ne!(line, good[1]);
+        let f = with_lines(&[&good[0], &line], true);
+        for cmd in ["print", "summary", "report"] {
+            let (code, _, err) = pinwatch(&[cmd, f.path().to_str().unwrap()]);
+            assert!(
+                !err.contains("panicked") && code != 101,
+                "{cmd} with duration_ms {bad}: status {code}: {err}"
+            );
+        }
+        let (_, _, err) = pinwatch(&["print", f.path().to_str().unwrap()]);
+        assert!(
+            err.is_empty() || (err.contains(":2:") && err.contains(shown)),
+            "{err}"
+        );
+    }
+}
+
+/// `pinwatch print rec | head`: the reader closes the pipe after a line; pinwatch stops
+/// quietly (no panic, no message, status 0), for each command that writes much.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    // Far more output than a pipe holds (64 KiB), so that pinwatch is still writing when the
+    // reader goes away; ids made distinct, so that `--latest` keeps every copy.
+    let lines = std::fs::read_to_string(data("recording.jsonl")).unwrap();
+    let mut text = String::new();
+    for copy in 0..100u64 {
+        for line in lines.lines() {
+            let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v["id"] = (copy * 1000 + v["id"].as_u64().unwrap()).into();
+            text.push_str(&v.to_string());
+            text.push('\n');
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.jsonl");
+    std::fs::write(&big, text).unwrap();
+    for args in [&["print"][..], &["print", "--json"], &["print", "--latest"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+            .args(args)
+            .arg(&big)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        assert!(!first.is_empty(), "{args:?} printed nothing");
+        drop(out); // like `head -1`
+        let done = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert!(err.is_empty(), "{args:?}: stderr: {err}");
+        assert_eq!(done.status.code(), Some(0), "{args:?}: {:?}", done.status);
+    }
+}

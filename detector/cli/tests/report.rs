@@ -193,3 +193,76 @@ fn rotated_and_truncated_recordings_make_a_page_with_a_warning() {
     // Lines of both files made it: pins of the rotated file and of the current one.
     assert_eq!(select(&dom, "#lanes rect.bar").len(), 5);
 }
+
+/// Strings of a recording from anyone (a thread name, a function, a file) that would break
+/// out of the page: an HTML comment opener with a script tag (the HTML parser's double-escaped
+/// state, which swallowed the page's own script), a script end tag, an attribute break-out.
+const ATTACKS: [&str; 3] = [
+    "<!--<script>",
+    "</script><marquee id=\"x\">",
+    "\"><img src=x onerror=alert(1)>",
+];
+
+/// A page of a recording whose strings are [`ATTACKS`]: none is in the page raw, none becomes
+/// markup, and the page's script still runs (the deep link opens the pin, whose details show
+/// the strings as text); a crafted `#pin=` cannot stop it either.
+#[test]
+fn strings_of_the_recording_cannot_break_out_of_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut crafted = String::new();
+    for line in std::fs::read_to_string(data("report-small.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        v["worker"]["name"] = ATTACKS[0].into();
+        v["blocking_operation"] = ATTACKS[1].into();
+        v["top_frame"] = serde_json::json!({
+            "function": ATTACKS.concat(),
+            "file": ATTACKS[2],
+            "line": 7
+        });
+        if let Some(stack) = v["stack"].as_array_mut() {
+            for f in stack {
+                f["function"] = ATTACKS[1].into();
+                f["file"] = ATTACKS[2].into();
+            }
+        }
+        crafted.push_str(&v.to_string());
+        crafted.push('\n');
+    }
+    let recording = dir.path().join("attack.jsonl");
+    std::fs::write(&recording, crafted).unwrap();
+    let page = report(&recording, dir.path());
+    let html = std::fs::read_to_string(&page).unwrap();
+    for raw in ATTACKS.iter().chain(&["<!--<", "<img", "<marquee"]) {
+        assert!(!html.contains(raw), "the page holds {raw:?} raw");
+    }
+    // The page's own scripts only: its two and the flame graph's (inferno's settings).
+    assert_eq!(html.matches("</script>").count(), 3);
+    assert_eq!(html.matches("<script").count(), 3);
+
+    let url = format!("file://{}", page.display());
+    let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &format!("{url}#pin=1")));
+    let selected = select(&dom, "#lanes rect.bar.selected");
+    assert_eq!(selected.len(), 1, "the script ran and opened pin 1");
+    assert_eq!(selected[0].value().attr("data-pin"), Some("1"));
+    let detail = text(&select(&dom, "#detail")[0]);
+    for s in ATTACKS {
+        assert!(detail.contains(s), "{s:?} not shown as text in {detail}");
+    }
+    assert!(
+        select(&dom, "img, marquee").is_empty(),
+        "input became markup"
+    );
+    assert!(text(&select(&dom, "#hot")[0]).contains(ATTACKS[0]));
+
+    // A crafted deep link: not a selector's text; the sort after it still runs.
+    let dom = Html::parse_document(&browse(
+        dir.path(),
+        "--dump-dom",
+        &format!("{url}#pin=1%22%5D,x&sort=1,asc"),
+    ));
+    assert!(select(&dom, "#lanes rect.bar.selected").is_empty());
+    assert_eq!(select(&dom, "#hot th.asc").len(), 1, "the script went on");
+}

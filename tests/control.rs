@@ -27,7 +27,11 @@ struct Service {
 
 impl Service {
     fn start(envs: &[(&str, &str)]) -> Service {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pin_service"));
+        Service::start_as(Command::new(env!("CARGO_BIN_EXE_pin_service")), envs)
+    }
+
+    /// `cmd` (a `pin_service`, maybe a copy of it run as another user).
+    fn start_as(mut cmd: Command, envs: &[(&str, &str)]) -> Service {
         cmd.args(["--quiet", "--commands"])
             .env("PINWATCH_TRACING", "off")
             .env_remove("PINWATCH")
@@ -412,7 +416,9 @@ fn raw(socket: &Path, bytes: &[u8]) -> Value {
 /// A socket file nobody listens on, as a process that died leaves.
 fn stale_socket(dir: &Path) -> PathBuf {
     let pid = (4_000_000..)
-        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .find(|p| {
+            !Path::new(&format!("/proc/{p}")).exists() && !dir.join(format!("{p}.sock")).exists()
+        })
         .unwrap();
     let path = dir.join(format!("{pid}.sock"));
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
@@ -462,12 +468,22 @@ fn only_the_owner_or_root_gets_in_and_bad_requests_do_no_harm() {
     // With the files opened up, the service itself still refuses another uid.
     chmod(&dir, 0o755);
     chmod(&socket, 0o666);
+    // `ctl` itself will not talk into a directory of another user's...
     let out = as_nobody();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("refused: this service runs as uid 0") && err.contains("uid 65534"),
+        err.contains("belongs to uid 0") && err.contains("not to uid 65534"),
         "{err}"
+    );
+    // ...and a client that does gets a refusal from the service.
+    let sock = socket.clone();
+    let reply = as_uid(65534, move || raw(&sock, b"{\"cmd\":\"status\"}\n"));
+    let msg = reply["message"].as_str().unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert!(
+        msg.contains("refused: this service runs as uid 0") && msg.contains("uid 65534"),
+        "{msg}"
     );
     chmod(&socket, 0o600);
     chmod(&dir, 0o700);
@@ -516,4 +532,443 @@ fn only_the_owner_or_root_gets_in_and_bad_requests_do_no_harm() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("removed"));
     svc.finish();
     assert!(!socket.exists());
+}
+
+/// Runs `f` on a thread of its own whose credentials are `uid`'s (the raw system call changes
+/// the calling thread only, not the test process's other threads).
+fn as_uid<T: Send + 'static>(uid: u32, f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: a plain system call; it changes this thread's credentials only (glibc's
+        // setresuid would change every thread's), and this thread ends after `f`.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_setresgid,
+                uid as libc::c_long,
+                uid as libc::c_long,
+                uid as libc::c_long,
+            )
+        };
+        assert_eq!(rc, 0, "setresgid: {}", std::io::Error::last_os_error());
+        // SAFETY: as above.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_setresuid,
+                uid as libc::c_long,
+                uid as libc::c_long,
+                uid as libc::c_long,
+            )
+        };
+        assert_eq!(rc, 0, "setresuid: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+fn require_root(what: &str) {
+    assert_eq!(
+        // SAFETY: geteuid cannot fail.
+        unsafe { libc::geteuid() },
+        0,
+        "{what}: run it as root (CI does)"
+    );
+}
+
+/// A `/tmp/pinwatch-<uid>` that did not exist before the test, removed (whatever it has
+/// become) when dropped.
+struct TmpDefaultDir(PathBuf);
+
+impl TmpDefaultDir {
+    fn unused(from: u32) -> TmpDefaultDir {
+        let uid = (from..from + 10_000)
+            .find(|u| std::fs::symlink_metadata(format!("/tmp/pinwatch-{u}")).is_err())
+            .unwrap();
+        TmpDefaultDir(PathBuf::from(format!("/tmp/pinwatch-{uid}")))
+    }
+
+    fn uid(&self) -> u32 {
+        self.0.to_str().unwrap()["/tmp/pinwatch-".len()..]
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for TmpDefaultDir {
+    fn drop(&mut self) {
+        match std::fs::symlink_metadata(&self.0) {
+            Ok(m) if m.is_dir() => {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+            Ok(_) => {
+                let _ = std::fs::remove_file(&self.0);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[test]
+fn ctl_list_as_root_removes_nothing_through_a_symlink_nor_anything_but_a_dead_socket() {
+    require_root("this test plants files in other users' control directories");
+    // A symlinked `/tmp/pinwatch-N` pointing at a directory with a regular file in it.
+    let target = tempfile::tempdir().unwrap();
+    let victim = target.path().join("424242.sock");
+    std::fs::write(&victim, "precious").unwrap();
+    let link = TmpDefaultDir::unused(77777);
+    std::os::unix::fs::symlink(target.path(), &link.0).unwrap();
+
+    // And in a directory of root's: a regular file and another uid's socket, both with the
+    // names of dead processes' sockets.
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o700);
+    let file = dir.path().join("424243.sock");
+    std::fs::write(&file, "also precious").unwrap();
+    let foreign = stale_socket(dir.path());
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+    let dead = stale_socket(dir.path());
+
+    let out = ctl_in(None, &["list"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(
+        err.contains(&format!("{} is not a directory", link.0.display())),
+        "{err}"
+    );
+
+    let out = ctl_in(None, &["--dir", dir.path().to_str().unwrap(), "list"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "also precious");
+    assert!(foreign.exists(), "removed another uid's socket: {err}");
+    assert!(!dead.exists(), "left a dead process's socket: {err}");
+    assert!(err.contains("not a socket (left alone)"), "{err}");
+    assert!(err.contains("a socket of uid 65534"), "{err}");
+}
+
+#[test]
+fn a_default_directory_of_another_user_gets_no_socket_and_ctl_will_not_talk_into_it() {
+    require_root("this test runs a service as another uid");
+    // The victim: a uid with no `/tmp/pinwatch-<uid>` yet. The attacker (65534) makes it
+    // first, open to all, and listens in it.
+    let dir = TmpDefaultDir::unused(60001);
+    let victim_uid = dir.uid();
+    std::fs::create_dir(&dir.0).unwrap();
+    chmod(&dir.0, 0o777);
+    std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534)).unwrap();
+    let fake_pid = std::process::id();
+    let fake = dir.0.join(format!("{fake_pid}.sock"));
+    let listener = std::os::unix::net::UnixListener::bind(&fake).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::os::unix::fs::chown(&fake, Some(65534), Some(65534)).unwrap();
+
+    // The victim's service, as the victim (a copy of the binary that uid may run).
+    let bin_dir = tempfile::tempdir().unwrap();
+    chmod(bin_dir.path(), 0o755);
+    let bin = bin_dir.path().join("pin_service");
+    std::fs::copy(env!("CARGO_BIN_EXE_pin_service"), &bin).unwrap();
+    chmod(&bin, 0o755);
+    let log = bin_dir.path().join("stderr");
+    let mut cmd = Command::new(&bin);
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(victim_uid)
+            .gid(victim_uid)
+            .current_dir(bin_dir.path())
+            .stderr(std::fs::File::create(&log).unwrap());
+    }
+    let mut svc = Service::start_as(cmd, &[]);
+    let pid = svc.pid.to_string();
+    let sockets: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        sockets.len(),
+        1,
+        "the service made a socket there: {sockets:?}"
+    );
+    // Its `ctl` cannot reach it, and says why.
+    let out = ctl_in(None, &[&pid, "status"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("belongs to uid 65534"), "{err}");
+
+    // Root's `ctl` will not talk to the attacker's socket there, by pid nor by path; `list`
+    // skips the directory and says why.
+    for args in [
+        vec![fake_pid.to_string(), "status".to_owned()],
+        vec![fake.display().to_string(), "status".to_owned()],
+        vec!["list".to_owned()],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = ctl_in(None, &args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            err.contains(&format!(
+                "{} belongs to uid 65534 (mode 777), not to uid {victim_uid}",
+                dir.0.display()
+            )),
+            "{args:?}: {err}"
+        );
+        if args[0] != "list" {
+            assert!(!out.status.success(), "{args:?}: {err}");
+        }
+        match listener.accept() {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("{args:?}: ctl connected to the attacker's socket: {other:?}"),
+        }
+    }
+    svc.finish();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.is_empty() || said.contains("no control socket"),
+        "the service said: {said}"
+    );
+}
+
+/// A fake service on a socket `1.sock` in a directory of root's: each connection's request line
+/// is read, then `serve` is called with the stream and the line, up to `conns` connections.
+fn fake_service(
+    conns: usize,
+    serve: impl Fn(UnixStream, String) + Send + 'static,
+) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o700);
+    let path = dir.path().join("1.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::thread::spawn(move || {
+        for _ in 0..conns {
+            let Ok((stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut line = String::new();
+            let _ = BufReader::new(&stream).read_line(&mut line);
+            serve(stream, line);
+        }
+    });
+    (dir, path)
+}
+
+#[test]
+fn ctl_gives_up_on_a_reply_that_trickles() {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let stopped = std::sync::Mutex::new(stopped);
+    let (_dir, sock) = fake_service(1, move |mut s, _| {
+        // One byte a second, for at most a minute.
+        let stopped = stopped.lock().unwrap();
+        for _ in 0..60 {
+            if s.write_all(b" ").is_err()
+                || stopped.recv_timeout(Duration::from_secs(1))
+                    != Err(mpsc::RecvTimeoutError::Timeout)
+            {
+                return;
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let out = ctl_in(None, &[sock.to_str().unwrap(), "status"]);
+    let took = started.elapsed();
+    drop(stop);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(took < Duration::from_secs(30), "took {took:?}: {err}");
+    assert!(
+        err.contains("no whole answer") && err.contains("within 5s"),
+        "{err}"
+    );
+}
+
+/// `pinwatch ctl ARGS` and its peak memory (max RSS, kB).
+// The child is reaped by `wait4`, which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
+fn ctl_with_rss(args: &[&str]) -> (bool, String, i64) {
+    let mut child = Command::new(pinwatch_cli())
+        .arg("ctl")
+        .args(args)
+        .env_remove("PINWATCH_CONTROL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut status = 0;
+    // SAFETY: rusage is plain data; zeroes are a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our child's, not yet waited for; `status` and `usage` are valid for
+    // writing.
+    let rc = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(rc, child.id() as libc::pid_t);
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    (ok, reader.join().unwrap(), usage.ru_maxrss)
+}
+
+#[test]
+fn ctl_caps_a_flooding_reply() {
+    let (_dir, sock) = fake_service(1, |mut s, _| {
+        // 256 MiB of one endless line, or until the client hangs up.
+        let chunk = vec![b'a'; 64 * 1024];
+        for _ in 0..4096 {
+            if s.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+    let (ok, err, rss_kb) = ctl_with_rss(&[sock.to_str().unwrap(), "status"]);
+    eprintln!("ctl's peak memory against a flood: {rss_kb} kB");
+    assert!(rss_kb < 64 * 1024, "ctl grew to {rss_kb} kB: {err}");
+    assert!(!ok, "{err}");
+    assert!(err.contains("answered more than 4194304 bytes"), "{err}");
+}
+
+/// What a hostile answer puts in its strings: retitle the terminal, clear the screen.
+const EVIL: &str = "\x1b]0;pwned\x07\x1b[2J";
+const EVIL_SHOWN: &str = r"\x1b]0;pwned\x07\x1b[2J";
+
+#[test]
+fn ctl_shows_control_characters_in_replies_escaped() {
+    let status = serde_json::json!({
+        "ok": true,
+        "message": "",
+        "status": {
+            "pid": 1, "socket": format!("/tmp/{EVIL}.sock"), "command": EVIL,
+            "version": EVIL, "run_id": EVIL, "uptime_ms": 1000, "built_at": EVIL,
+            "flavor": EVIL, "workers": 1,
+            "settings": [[EVIL, EVIL]], "paused": false, "stacks_unavailable": EVIL,
+            "recording": null,
+            "pinned": [{
+                "id": 1, "for_ms": 30, "worker": 0, "tid": 2, "task_id": 3,
+                "spawned_at": EVIL, "reason": EVIL, "blocking_operation": EVIL,
+                "top_frame": EVIL, "held_locks": 0
+            }],
+            "top": [{
+                "frame": EVIL, "count": 1, "longest_ms": 30.0, "total_ms": 30.0,
+                "reasons": [[EVIL, 1]], "in_progress": 1
+            }],
+            "counters": [[EVIL, 1]]
+        }
+    })
+    .to_string();
+    let (_dir, sock) = fake_service(6, move |mut s, line| {
+        let answer = if line.contains("status") {
+            status.clone()
+        } else if line.contains("pause") {
+            serde_json::json!({"ok": false, "message": EVIL}).to_string()
+        } else {
+            serde_json::json!({"ok": true, "message": format!("{EVIL}\n{EVIL}")}).to_string()
+        };
+        let _ = s.write_all(format!("{answer}\n").as_bytes());
+    });
+    let sock = sock.to_str().unwrap();
+    let dir = Path::new(sock).parent().unwrap().to_str().unwrap();
+    for args in [
+        vec![sock, "status"],
+        vec![sock, "status", "--json"],
+        vec![sock, "status", "--watch", "--count", "1"],
+        vec![sock, "set", "threshold=1ms"],
+        vec![sock, "pause"],
+        vec!["--dir", dir, "list"],
+    ] {
+        let out = ctl_in(None, &args);
+        for (what, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            let text = String::from_utf8_lossy(text);
+            assert!(
+                !text.contains(EVIL) && !text.contains('\x07') && !text.contains("\x1b]"),
+                "{args:?}: raw control characters on {what}: {text:?}"
+            );
+        }
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shown = if args.contains(&"--json") {
+            r"\u001b]0;pwned\u0007\u001b[2J"
+        } else {
+            EVIL_SHOWN
+        };
+        assert!(all.contains(shown), "{args:?}: {all}");
+    }
+}
+
+/// A client that sends `byte` every 300 ms, on its own thread, until `stop` goes or a minute is
+/// up; gives back what it was answered and when.
+fn trickle(
+    socket: &Path,
+    stop: &std::sync::Arc<std::sync::Mutex<mpsc::Receiver<()>>>,
+) -> std::thread::JoinHandle<(String, Duration)> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    let stop = std::sync::Arc::clone(stop);
+    std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut answer = Vec::new();
+        for _ in 0..200 {
+            if s.write_all(b" ").is_err() {
+                break;
+            }
+            let mut buf = [0u8; 4096];
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    answer.extend_from_slice(&buf[..n]);
+                    if answer.contains(&b'\n') {
+                        break;
+                    }
+                }
+                Err(_) => {}
+            }
+            let stopped = stop.lock().unwrap().try_recv();
+            if stopped != Err(mpsc::TryRecvError::Empty) {
+                break;
+            }
+        }
+        (
+            String::from_utf8_lossy(&answer).into_owned(),
+            started.elapsed(),
+        )
+    })
+}
+
+#[test]
+fn trickling_clients_get_one_deadline_and_cannot_keep_ctl_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut svc = Service::start(&[("PINWATCH_CONTROL", dir.path().to_str().unwrap())]);
+    let socket = dir.path().join(format!("{}.sock", svc.pid));
+    let (stop, stopped) = mpsc::channel::<()>();
+    let stopped = std::sync::Arc::new(std::sync::Mutex::new(stopped));
+
+    // One slow client is answered at its request's deadline, not when it stops sending.
+    let (answer, took) = trickle(&socket, &stopped).join().unwrap();
+    assert!(answer.contains("no whole request within 5s"), "{answer:?}");
+    assert!(took < Duration::from_secs(30), "answered after {took:?}");
+
+    // Eight of them at once (connected first: the service accepts in order), then `ctl`.
+    let slow: Vec<_> = (0..8).map(|_| trickle(&socket, &stopped)).collect();
+    let out = ctl_in(
+        Some(dir.path()),
+        &[
+            "--dir",
+            dir.path().to_str().unwrap(),
+            &svc.pid.to_string(),
+            "status",
+        ],
+    );
+    drop(stop);
+    let text = ok(out, &["status behind 8 slow clients"]);
+    assert!(text.contains("pinned now: 0 of 3 workers"), "{text}");
+    for t in slow {
+        let (answer, _) = t.join().unwrap();
+        assert!(
+            answer.is_empty() || answer.contains("\"ok\":false"),
+            "{answer:?}"
+        );
+    }
+    svc.finish();
 }

@@ -10,8 +10,11 @@ use clap::{Args, Subcommand};
 use pinwatch::control::client;
 use pinwatch::control::protocol::{Reply, Request, Status};
 
-/// How long to wait for a service's answer.
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a whole exchange with a service may take: connect, request, the full reply.
+const TIMEOUT: Duration = client::DEADLINE;
+
+/// The same for each socket `ctl list` asks (it asks them one after another).
+const LIST_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Args)]
 #[command(
@@ -90,17 +93,18 @@ pub fn run(args: &CtlArgs) -> ExitCode {
     match run_(args) {
         Ok(code) => code,
         Err(e) => {
-            let _ = writeln!(std::io::stderr().lock(), "pinwatch ctl: {e}");
+            // Errors carry what a service (or whatever answered) said.
+            let mut err = std::io::stderr().lock();
+            for line in e.lines() {
+                let _ = writeln!(err, "pinwatch ctl: {}", untrusted(line));
+            }
             ExitCode::from(1)
         }
     }
 }
 
 fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
-    let dirs = match &args.dir {
-        Some(d) => vec![d.clone()],
-        None => client::search_dirs(),
-    };
+    let dirs = client::search_dirs(args.dir.as_deref());
     let Some(action) = &args.action else {
         if args.target == "list" {
             return list(&dirs);
@@ -124,9 +128,12 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
             } else {
                 let status = ask_status(&socket)?;
                 Ok(if *json {
-                    crate::print_out(
-                        &(serde_json::to_string_pretty(&status).map_err(|e| e.to_string())? + "\n"),
-                    )
+                    crate::print_out(&format!(
+                        "{}\n",
+                        json_safe(
+                            &serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
+                        )
+                    ))
                 } else {
                     crate::print_out(&render_status(&status))
                 })
@@ -166,7 +173,12 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
     };
     let reply = client::request(&socket, &request, TIMEOUT)?;
     if reply.ok {
-        Ok(crate::print_out(&format!("{}\n", reply.message)))
+        let text: String = reply
+            .message
+            .lines()
+            .map(|line| format!("{}\n", untrusted(line)))
+            .collect();
+        Ok(crate::print_out(&text))
     } else {
         Err(reply.message)
     }
@@ -181,7 +193,7 @@ fn absolute(file: &Path) -> Result<PathBuf, String> {
     Ok(cwd.join(file))
 }
 
-fn ask_status(socket: &Path) -> Result<Status, String> {
+fn ask_status(socket: &client::Endpoint) -> Result<Status, String> {
     let reply: Reply = client::request(socket, &Request::Status, TIMEOUT)?;
     match reply {
         Reply {
@@ -190,11 +202,15 @@ fn ask_status(socket: &Path) -> Result<Status, String> {
             ..
         } => Ok(*status),
         r if !r.ok => Err(r.message),
-        _ => Err(format!("{} answered no status", socket.display())),
+        _ => Err(format!("{} answered no status", socket.path.display())),
     }
 }
 
-fn watch_status(socket: &Path, interval: Duration, count: Option<u64>) -> Result<ExitCode, String> {
+fn watch_status(
+    socket: &client::Endpoint,
+    interval: Duration,
+    count: Option<u64>,
+) -> Result<ExitCode, String> {
     let mut shown = 0u64;
     loop {
         let status = ask_status(socket)?;
@@ -215,43 +231,61 @@ fn watch_status(socket: &Path, interval: Duration, count: Option<u64>) -> Result
     }
 }
 
-fn list(dirs: &[PathBuf]) -> Result<ExitCode, String> {
+fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
     let mut rows = Vec::new();
-    for ep in client::endpoints(dirs) {
+    let (endpoints, notes) = dirs.endpoints();
+    for note in dirs.notes.iter().chain(&notes) {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "pinwatch ctl: {}",
+            untrusted(note)
+        );
+    }
+    for ep in endpoints {
         // A process that did not give its status: what it said instead, in the last column.
         let unknown = |why: String| {
             let q = || "?".to_owned();
             [ep.name.clone(), q(), q(), q(), q(), why]
         };
-        match client::request(&ep.path, &Request::Status, Duration::from_secs(2)) {
+        match client::request(&ep, &Request::Status, LIST_TIMEOUT) {
             Ok(Reply {
                 ok: true,
                 status: Some(st),
                 ..
-            }) => rows.push([
-                ep.name.clone(),
-                st.workers.to_string(),
-                st.pinned.len().to_string(),
-                if st.paused { "paused" } else { "on" }.to_owned(),
-                human_ms(st.uptime_ms),
-                st.command.clone(),
-            ]),
-            Ok(r) => rows.push(unknown(r.message)),
-            Err(_) if client::is_stale(&ep.path) => {
-                // Left by a process that died: nobody will answer there again.
-                if std::fs::remove_file(&ep.path).is_ok() {
-                    let _ = writeln!(
-                        std::io::stderr().lock(),
-                        "pinwatch ctl: removed {} (left by a process that is gone)",
-                        ep.path.display()
-                    );
-                }
+            }) => {
+                let st = escaped(&st)?;
+                rows.push([
+                    ep.name.clone(),
+                    st.workers.to_string(),
+                    // Workers pinned: a multi-thread runtime's block_on body holds none.
+                    st.pinned
+                        .iter()
+                        .filter(|p| p.worker.is_some())
+                        .count()
+                        .to_string(),
+                    if st.paused { "paused" } else { "on" }.to_owned(),
+                    human_ms(st.uptime_ms),
+                    st.command.clone(),
+                ])
             }
-            Err(e) => rows.push(unknown(e)),
+            Ok(r) => rows.push(unknown(untrusted(&r.message))),
+            // Left by a process that died: nobody will answer there again.
+            Err(_) if dirs.remove_if_stale(&ep) => {
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "pinwatch ctl: removed {} (left by a process that is gone)",
+                    untrusted(&ep.path.display().to_string())
+                );
+            }
+            Err(e) => rows.push(unknown(untrusted(&e))),
         }
     }
     if rows.is_empty() {
-        let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        let looked: Vec<String> = dirs
+            .looked
+            .iter()
+            .map(|d| untrusted(&d.display().to_string()))
+            .collect();
         return Ok(crate::print_out(&format!(
             "no process with pinwatch's control socket in {}\n",
             looked.join(", ")
@@ -308,8 +342,67 @@ fn bytes(b: u64) -> String {
     bytesize::ByteSize(b).display().si().to_string()
 }
 
-/// The status as text.
+/// `s` as it may be shown on a terminal: every control character (C0, DEL, C1) and every
+/// bidirectional override escaped as `\x1b` / `\u{9b}`, so that nothing a service — or
+/// whatever answers on its socket — says can move the cursor, retitle the window, clear the
+/// screen or reorder the text. Every string from a reply goes through here before it is shown.
+pub fn untrusted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c as u32 {
+            0..=0x1f | 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            0x80..=0x9f | 0x200e | 0x200f | 0x202a..=0x202e | 0x2066..=0x2069 => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `value` with every string in it passed through [`untrusted`] (whatever field it is in, so a
+/// field added later is covered too).
+fn escaped<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> Result<T, String> {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => *s = untrusted(s),
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            serde_json::Value::Object(o) => o.values_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(value).map_err(|e| e.to_string())?;
+    walk(&mut v);
+    serde_json::from_value(v).map_err(|e| e.to_string())
+}
+
+/// JSON text with the control characters JSON itself lets through raw (DEL, C1) and the
+/// bidirectional overrides written as `\u` escapes: the same JSON, safe on a terminal.
+fn json_safe(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c as u32 {
+            0x7f..=0x9f | 0x200e | 0x200f | 0x202a..=0x202e | 0x2066..=0x2069 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// The status as text; every string in it escaped ([`untrusted`]).
 pub fn render_status(st: &Status) -> String {
+    match escaped(st) {
+        Ok(st) => render(&st),
+        // Cannot happen (a status is made of JSON); if it did, the lines are escaped whole.
+        Err(_) => render(st).lines().map(|l| untrusted(l) + "\n").collect(),
+    }
+}
+
+fn render(st: &Status) -> String {
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(w, "process    {} {}", st.pid, st.command);
@@ -479,4 +572,29 @@ pub fn render_status(st: &Status) -> String {
         .collect();
     let _ = writeln!(w, "counters   {}", counters.join(" "));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn untrusted_text_is_shown_escaped() {
+        assert_eq!(
+            untrusted("\x1b]0;pwned\x07\x1b[2J"),
+            r"\x1b]0;pwned\x07\x1b[2J"
+        );
+        assert_eq!(untrusted("a\nb\tc\x7f"), r"a\x0ab\x09c\x7f");
+        assert_eq!(untrusted("\u{9b}2J \u{202e}txt"), r"\u{9b}2J \u{202e}txt");
+        assert_eq!(
+            untrusted("plain: é ✓ (file.rs:12)"),
+            "plain: é ✓ (file.rs:12)"
+        );
+        let json = json_safe("{\"a\":\"\u{9b}x\"}");
+        assert_eq!(json, r#"{"a":"\u009bx"}"#);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()["a"],
+            "\u{9b}x"
+        );
+    }
 }

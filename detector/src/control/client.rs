@@ -1,22 +1,50 @@
 //! The client side of the control socket, for `pinwatch ctl`: finding services and asking them.
 
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::protocol::{Reply, Request};
+use super::ControlDir;
+
+/// The longest reply `pinwatch ctl` reads, in bytes; a longer one is an error. The biggest real
+/// one, a `status` of a service with every worker pinned under long frames, is far smaller
+/// (see the README's "Running services").
+pub const MAX_REPLY: usize = 4 * 1024 * 1024;
+
+/// How long a whole exchange may take — connect, send, the full reply — unless told otherwise.
+pub const DEADLINE: Duration = Duration::from_secs(5);
 
 /// A control socket found in a directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Endpoint {
-    /// The process.
+    /// The process (0 for a socket named by a path that does not say it).
     pub pid: u32,
     /// How `pinwatch ctl` names it: `<pid>`, or `<pid>.<n>` for a process's n-th detector.
     pub name: String,
     /// The socket.
     pub path: PathBuf,
+    /// The uid that owns its directory and the socket: the only one allowed to answer on it.
+    pub owner: u32,
+    /// Its directory, in [`Dirs::dirs`].
+    dir: Option<usize>,
+}
+
+/// The control directories to look in, each opened and checked ([`ControlDir::open`]), and why
+/// the others were left out.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Dirs {
+    /// Checked directories.
+    pub dirs: Vec<ControlDir>,
+    /// The directories skipped, and why (for people).
+    pub notes: Vec<String>,
+    /// Every directory looked at, checked or not.
+    pub looked: Vec<PathBuf>,
 }
 
 /// `<pid>.sock` → `(pid, "<pid>")`; `<pid>.<n>.sock` → `(pid, "<pid>.<n>")`.
@@ -33,63 +61,174 @@ pub fn parse_socket_name(file: &str) -> Option<(u32, String)> {
     Some((pid.parse().ok()?, name.to_owned()))
 }
 
-/// Where to look for control sockets: the directory `PINWATCH_CONTROL` names, else this user's
-/// default one; for root also every user's default directory.
-pub fn search_dirs() -> Vec<PathBuf> {
-    if let Some(dir) = std::env::var_os("PINWATCH_CONTROL").map(PathBuf::from) {
-        if dir.is_absolute() {
-            return vec![dir];
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// Who must own a directory named by the user (`--dir`, `PINWATCH_CONTROL`, a socket's path):
+/// we, or for root anyone — root may control any user's service, and then that user must own
+/// the directory, the socket and the process answering.
+fn named_owner() -> Option<u32> {
+    match euid() {
+        0 => None,
+        me => Some(me),
+    }
+}
+
+/// Who must own the directory `path` named by the user: the uid its name says for a
+/// `/tmp/pinwatch-<uid>`, else [`named_owner`].
+fn owner_of_named(path: &Path) -> Option<u32> {
+    let says = (path.parent() == Some(Path::new("/tmp")))
+        .then(|| path.file_name()?.to_str().and_then(default_dir_uid))
+        .flatten();
+    says.or_else(named_owner)
+}
+
+/// The uid a default directory's name says: `/tmp/pinwatch-<uid>`.
+fn default_dir_uid(name: &str) -> Option<u32> {
+    let n = name.strip_prefix("pinwatch-")?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
+}
+
+impl Dirs {
+    fn add(&mut self, path: PathBuf, owner: Option<u32>, quiet_if_missing: bool) {
+        self.looked.push(path.clone());
+        if quiet_if_missing && std::fs::symlink_metadata(&path).is_err() {
+            return;
+        }
+        match ControlDir::open(&path, owner) {
+            Ok(d) => self.dirs.push(d),
+            Err(e) => self.notes.push(format!("skipped {e}")),
         }
     }
+
+    /// The control sockets in these directories, by pid: entries with a socket's name that are
+    /// sockets of the directory's owner (others are noted and left alone).
+    pub fn endpoints(&self) -> (Vec<Endpoint>, Vec<String>) {
+        let mut out = Vec::new();
+        let mut notes = Vec::new();
+        for (i, dir) in self.dirs.iter().enumerate() {
+            for file in dir.names() {
+                let Some((pid, name)) = parse_socket_name(&file) else {
+                    continue;
+                };
+                match dir.entry(&file) {
+                    Some(e) if e.is_socket && e.uid == dir.owner() => out.push(Endpoint {
+                        pid,
+                        name,
+                        path: dir.path().join(&file),
+                        owner: dir.owner(),
+                        dir: Some(i),
+                    }),
+                    Some(e) => notes.push(format!(
+                        "skipped {}: {}",
+                        dir.path().join(&file).display(),
+                        not_a_socket_of(&e, dir.owner())
+                    )),
+                    None => {}
+                }
+            }
+        }
+        out.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
+        (out, notes)
+    }
+
+    /// Removes `ep` if nobody will answer there again (see [`ControlDir`]'s rules: a socket
+    /// of the directory's owner, whose process is gone, that refuses connections); removal is
+    /// relative to the opened directory. Returns whether it did.
+    pub fn remove_if_stale(&self, ep: &Endpoint) -> bool {
+        let Some(dir) = ep.dir.and_then(|i| self.dirs.get(i)) else {
+            return false;
+        };
+        let Some(file) = ep.path.file_name().and_then(|f| f.to_str()) else {
+            return false;
+        };
+        dir.remove_if_stale(file, false)
+    }
+}
+
+fn not_a_socket_of(e: &super::dir::Entry, owner: u32) -> String {
+    if !e.is_socket {
+        "not a socket (left alone)".to_owned()
+    } else {
+        format!(
+            "a socket of uid {}, not of the directory's owner uid {owner} (left alone)",
+            e.uid
+        )
+    }
+}
+
+/// Where to look for control sockets: `dir` if given, else the directory `PINWATCH_CONTROL`
+/// names, else this user's default one; for root also every user's default directory
+/// (`/tmp/pinwatch-<uid>`, which must belong to that uid). Each is opened without following
+/// symlinks and checked; those that fail are skipped with a note.
+pub fn search_dirs(dir: Option<&Path>) -> Dirs {
+    let mut dirs = Dirs::default();
+    let named = dir
+        .map(Path::to_owned)
+        .or_else(|| std::env::var_os("PINWATCH_CONTROL").map(PathBuf::from))
+        .filter(|d| d.is_absolute() || dir.is_some());
+    if let Some(d) = named {
+        let owner = owner_of_named(&d);
+        dirs.add(d, owner, false);
+        return dirs;
+    }
+    let me = euid();
     let mine = super::default_dir();
-    let mut dirs = vec![mine.clone()];
-    // SAFETY: geteuid cannot fail and touches no memory.
-    if unsafe { libc::geteuid() } == 0 {
+    dirs.add(mine.clone(), Some(me), true);
+    if me == 0 {
         if let Ok(entries) = std::fs::read_dir("/tmp") {
-            let mut others: Vec<PathBuf> = entries
+            let mut others: Vec<(PathBuf, u32)> = entries
                 .flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("pinwatch-"))
-                        && *p != mine
-                        && p.is_dir()
+                .filter_map(|e| {
+                    let uid = default_dir_uid(e.file_name().to_str()?)?;
+                    Some((e.path(), uid))
                 })
+                .filter(|(p, _)| *p != mine)
                 .collect();
             others.sort();
-            dirs.extend(others);
+            for (p, uid) in others {
+                dirs.add(p, Some(uid), false);
+            }
         }
     }
     dirs
 }
 
-/// The control sockets in `dirs`, by pid.
-pub fn endpoints(dirs: &[PathBuf]) -> Vec<Endpoint> {
-    let mut out = Vec::new();
-    for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let file = entry.file_name();
-            if let Some((pid, name)) = file.to_str().and_then(parse_socket_name) {
-                out.push(Endpoint {
-                    pid,
-                    name,
-                    path: entry.path(),
-                });
-            }
-        }
-    }
-    out.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
-    out
-}
-
-/// The socket `target` names: a path (it has a `/`), or `<pid>` / `<pid>.<n>` in `dirs`.
-pub fn find(target: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
+/// The socket `target` names: a path (it has a `/`), or `<pid>` / `<pid>.<n>` in `dirs`. A
+/// path's directory is checked like the others, and the socket must be its owner's.
+pub fn find(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     if target.contains('/') {
-        return Ok(PathBuf::from(target));
+        let path = PathBuf::from(target);
+        let (Some(parent), Some(file)) = (path.parent(), path.file_name().and_then(|f| f.to_str()))
+        else {
+            return Err(format!("{target:?} does not name a socket in a directory"));
+        };
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        let dir = ControlDir::open(parent, owner_of_named(parent))
+            .map_err(|e| format!("refusing to talk to {target}: {e}"))?;
+        return match dir.entry(file) {
+            Some(e) if e.is_socket && e.uid == dir.owner() => Ok(Endpoint {
+                pid: parse_socket_name(file).map_or(0, |(p, _)| p),
+                name: file.to_owned(),
+                path: path.clone(),
+                owner: dir.owner(),
+                dir: None,
+            }),
+            Some(e) => Err(format!(
+                "refusing to talk to {target}: {}",
+                not_a_socket_of(&e, dir.owner())
+            )),
+            None => Err(format!("{target}: no such socket")),
+        };
     }
     if parse_socket_name(&format!("{target}.sock")).is_none() {
         return Err(format!(
@@ -98,16 +237,36 @@ pub fn find(target: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
         ));
     }
     let file = format!("{target}.sock");
-    for dir in dirs {
-        let path = dir.join(&file);
-        if path.exists() {
-            return Ok(path);
+    for dir in &dirs.dirs {
+        match dir.entry(&file) {
+            Some(e) if e.is_socket && e.uid == dir.owner() => {
+                let (pid, name) = parse_socket_name(&file).unwrap_or((0, target.to_owned()));
+                return Ok(Endpoint {
+                    pid,
+                    name,
+                    path: dir.path().join(&file),
+                    owner: dir.owner(),
+                    dir: None,
+                });
+            }
+            Some(e) => {
+                return Err(format!(
+                    "refusing to talk to {}: {}",
+                    dir.path().join(&file).display(),
+                    not_a_socket_of(&e, dir.owner())
+                ))
+            }
+            None => {}
         }
     }
     let pid = target.split('.').next().unwrap_or(target);
     let alive = Path::new(&format!("/proc/{pid}")).exists();
-    let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    Err(if alive {
+    let looked: Vec<String> = dirs
+        .looked
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    let mut msg = if alive {
         format!(
             "process {pid} has no pinwatch control socket {file} in {}: it runs without \
              pinwatch, with PINWATCH_CONTROL=off or a directory of its own (then set \
@@ -117,13 +276,20 @@ pub fn find(target: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
         )
     } else {
         format!("no process {pid}")
-    })
+    };
+    for note in &dirs.notes {
+        msg.push_str("; ");
+        msg.push_str(note);
+    }
+    Err(msg)
 }
 
-/// Sends `request` to the socket at `path` and reads the reply, waiting at most `timeout` for
-/// each step.
-pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Reply, String> {
-    let mut stream = UnixStream::connect(path).map_err(|e| match e.kind() {
+/// Sends `request` to `ep` and reads the reply: the whole exchange within `timeout`, the reply
+/// at most [`MAX_REPLY`] bytes, and only from a process of the socket's owner (`SO_PEERCRED`).
+pub fn request(ep: &Endpoint, request: &Request, timeout: Duration) -> Result<Reply, String> {
+    let path = &ep.path;
+    let deadline = Instant::now() + timeout;
+    let mut stream = connect(path, timeout).map_err(|e| match e.kind() {
         std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => format!(
             "{}: nobody listens there (the process is gone or has stopped its detector): {e}",
             path.display()
@@ -133,17 +299,73 @@ pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Repl
              root",
             path.display()
         ),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "{}: not accepting connections within {timeout:?} (the service is overloaded or \
+             this is not a pinwatch socket)",
+            path.display()
+        ),
         _ => format!("cannot connect to {}: {e}", path.display()),
     })?;
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(timeout));
+    // Before a word is sent (a `record start` names a path): the one answering must be the
+    // user whose socket this is.
+    match super::peer_uid(&stream) {
+        Ok(uid) if uid == ep.owner => {}
+        Ok(uid) => {
+            return Err(format!(
+                "refusing to talk to {}: it is served by uid {uid}, not by uid {} who owns it \
+                 (another user's process may be posing as the service)",
+                path.display(),
+                ep.owner
+            ))
+        }
+        Err(e) => {
+            return Err(format!(
+                "refusing to talk to {}: cannot tell who serves it: {e}",
+                path.display()
+            ))
+        }
+    }
+    let left = |what: &str| -> Result<Duration, String> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(format!(
+                "no whole answer from {} within {timeout:?} ({what})",
+                path.display()
+            ));
+        }
+        Ok((deadline - now).max(Duration::from_millis(1)))
+    };
     let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
     line.push('\n');
     // A service that refuses a client answers before reading: then the send fails (the
     // service has closed), but its answer is there to read.
+    let _ = stream.set_write_timeout(Some(left("sending")?));
     let sent = stream.write_all(line.as_bytes());
-    let mut answer = String::new();
-    let read = stream.read_to_string(&mut answer);
+    let mut answer = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let read = loop {
+        let _ = stream.set_read_timeout(Some(left("reading")?));
+        match stream.read(&mut chunk) {
+            Ok(0) => break Ok(()),
+            Ok(n) => {
+                if answer.len() + n > MAX_REPLY {
+                    return Err(format!(
+                        "{} answered more than {} bytes: not a pinwatch reply; gave up",
+                        path.display(),
+                        MAX_REPLY
+                    ));
+                }
+                answer.extend_from_slice(&chunk[..n]);
+                // One line is the whole reply.
+                if chunk[..n].contains(&b'\n') {
+                    break Ok(());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => break Err(e),
+        }
+    };
+    let answer = String::from_utf8_lossy(&answer);
     if let Ok(reply) = serde_json::from_str::<Reply>(answer.trim()) {
         return Ok(reply);
     }
@@ -154,10 +376,14 @@ pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Repl
         ));
     }
     if let Err(e) = read {
-        return Err(format!(
-            "no answer from {} within {timeout:?}: {e}",
-            path.display()
-        ));
+        return Err(match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+                "no whole answer from {} within {timeout:?} (got {} bytes)",
+                path.display(),
+                answer.len()
+            ),
+            _ => format!("no answer from {}: {e}", path.display()),
+        });
     }
     Err(format!(
         "{} answered something that is not a pinwatch reply: {:?}",
@@ -166,12 +392,47 @@ pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Repl
     ))
 }
 
-/// Whether the socket at `path` is left over: nobody listens on it.
-pub fn is_stale(path: &Path) -> bool {
-    matches!(
-        UnixStream::connect(path),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-    )
+/// `connect(path)`, waiting at most `timeout` for a listener whose queue is full (the socket's
+/// send timeout bounds a Unix socket's connect; std offers no way to set it before).
+fn connect(path: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; zeroes are a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "the path is longer than {} bytes or has a NUL byte",
+                addr.sun_path.len() - 1
+            ),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: a plain system call with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a socket just made and owned by nobody else; the stream takes it over
+    // (and closes it on every path below).
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    stream.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    // SAFETY: `addr` is a valid, initialised sockaddr_un and the length is its size; the fd is
+    // the stream's, open for this call.
+    let rc = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stream)
 }
 
 #[cfg(test)]

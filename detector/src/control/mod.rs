@@ -4,41 +4,55 @@
 //! Each detector serves a Unix domain socket, `<pid>.sock` (`<pid>.<n>.sock` for a process's
 //! n-th detector), in a directory only its user may enter (`/tmp/pinwatch-<uid>`, mode 0700;
 //! the socket 0600), from a thread of pinwatch's own that answers while every worker is pinned.
+//! The directory is made without following symlinks and checked on its opened descriptor: one
+//! that belongs to someone else, or a symlink, is refused ([`ControlDir`]).
 //! A peer must have the service's uid or be root, checked with `SO_PEERCRED` as the JVM's attach
-//! listener does. One request per connection, each answered on a short-lived thread (at most
-//! [`MAX_CLIENTS`] at once), so a client that says nothing holds up nobody else; it gets
-//! [`READ_TIMEOUT`] to send its request. The socket is removed when the detector stops; one
-//! left by a process that died is removed by the next detector that starts in the directory, or
-//! by `pinwatch ctl list`.
+//! listener does; `pinwatch ctl` checks the other way round that the directory, the socket and
+//! the process answering belong to the same user. One request per connection, each answered on
+//! a short-lived thread, with [`REQUEST_DEADLINE`] from its accept to send the whole request;
+//! of more than [`MAX_CLIENTS`] still sending at once, the one sending longest is cut off, so
+//! slow clients hold up nobody else. The socket is removed when the detector stops; one left by
+//! a process that died is removed by the next detector that starts in the directory, or by
+//! `pinwatch ctl list` — only sockets of the directory's owner, removed relative to the opened
+//! directory.
 //!
 //! Changing settings never touches the per-poll path: the watchdog and the analysis read them
 //! afresh per scan and per event (see the README, "Running services").
 
 pub mod client;
+mod dir;
 pub mod protocol;
 mod view;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::VecDeque;
+use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{Settings, Stacks};
 use crate::export::{Recorder, Rotation};
 use crate::watch::Watched;
+pub use dir::ControlDir;
 use protocol::{PinnedNow, Reply, Request, Status, MAX_REQUEST};
 pub(crate) use view::View;
 
-/// How long a client has to send its request, and the service to send the reply.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client has, from the moment it is accepted, to send its whole request line
+/// (one deadline across all reads, not one per read); and the service to send the reply.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Connections served at once; more get a "busy" answer at once.
+/// Connections still sending their request at once. One more cuts off the one that has been
+/// sending longest (a well-behaved client sends its line at once, so it is never the oldest
+/// for long): slow or stuck clients cannot keep `pinwatch ctl` out.
 pub const MAX_CLIENTS: usize = 8;
+
+/// Connections served at once, sending or answered; more get a "busy" answer at once.
+const MAX_THREADS: usize = 2 * MAX_CLIENTS;
 
 /// Top locations in a status.
 const TOP: usize = 10;
@@ -63,6 +77,9 @@ pub(crate) struct Context {
 /// A running control socket; dropping it stops the thread and removes the socket.
 pub(crate) struct Server {
     path: PathBuf,
+    /// The directory, opened; the socket is removed through it.
+    dir: ControlDir,
+    name: String,
     fd: RawFd,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -76,18 +93,27 @@ impl Server {
 
     /// Makes (or checks) `dir`, binds this detector's socket in it, and serves it.
     pub(crate) fn start(dir: &Path, ctx: Context) -> Result<Server, String> {
-        prepare_dir(dir)?;
+        let dir = prepare_dir(dir)?;
         static DETECTORS: AtomicUsize = AtomicUsize::new(0);
         let pid = std::process::id();
         let name = match DETECTORS.fetch_add(1, Ordering::Relaxed) {
             0 => format!("{pid}.sock"),
             n => format!("{pid}.{}.sock", n + 1),
         };
-        let path = dir.join(&name);
-        remove_stale(dir, &name);
+        let path = dir.path().join(&name);
+        remove_stale(&dir, &name);
         let listener = UnixListener::bind(&path)
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        // Bound by path: the path must still be the directory checked (only its owner or root
+        // can move it, in a sticky /tmp too), and the new entry our socket.
+        let bound = dir.entry(&name);
+        if !dir.is_at_path() || !bound.is_some_and(|e| e.is_socket && e.uid == dir.owner()) {
+            return Err(format!(
+                "{} changed while the socket was made in it; not serving there",
+                dir.path().display()
+            ));
+        }
+        dir.chmod(&name, 0o600)
             .map_err(|e| format!("cannot make {} owner-only: {e}", path.display()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let fd = listener.as_raw_fd();
@@ -98,6 +124,7 @@ impl Server {
                 started: Instant::now(),
                 socket: path.clone(),
                 clients: AtomicUsize::new(0),
+                reading: Mutex::new(VecDeque::new()),
             });
             std::thread::Builder::new()
                 .name("pinwatch-control".into())
@@ -106,6 +133,8 @@ impl Server {
         };
         Ok(Server {
             path,
+            dir,
+            name,
             fd,
             stop,
             thread: Some(thread),
@@ -122,62 +151,62 @@ impl Drop for Server {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        let _ = self.dir.unlink(&self.name);
     }
 }
 
-/// Makes `dir` (mode 0700) or checks that it is a directory of this user's that nobody else
-/// may enter, tightening its mode if it is looser.
-fn prepare_dir(dir: &Path) -> Result<(), String> {
+/// Makes `dir` (mode 0700, its parents as needed) and opens it without following a symlink;
+/// the opened directory must be this user's, and nobody else's to enter: a looser mode of our
+/// own is tightened, anything else refused. Checked on the descriptor, so a directory or
+/// symlink that appears between the `mkdir` and the check is caught too.
+fn prepare_dir(dir: &Path) -> Result<ControlDir, String> {
     // SAFETY: geteuid cannot fail and touches no memory.
     let uid = unsafe { libc::geteuid() };
-    match std::fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("cannot make {}: {e}", dir.display())),
-        Err(e) => Err(format!("cannot use {}: {e}", dir.display())),
-        Ok(m) if !m.is_dir() => Err(format!(
-            "{} is not a directory (a symlink or a file); remove it, or set PINWATCH_CONTROL to \
-             a directory of yours",
-            dir.display()
-        )),
-        Ok(m) if m.uid() != uid => Err(format!(
-            "{} belongs to uid {}, not to this process's uid {uid}: another user may have made \
-             it to catch requests; remove it, or set PINWATCH_CONTROL to a directory of yours",
-            dir.display(),
-            m.uid()
-        )),
-        Ok(m) if m.mode() & 0o077 != 0 => {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| format!("cannot make {} owner-only: {e}", dir.display()))
+    if let Some(parent) = dir.parent() {
+        if !parent.as_os_str().is_empty() && !parent.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
         }
-        Ok(_) => Ok(()),
     }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+    }
+    // Ours but too open (made by hand, or under a loose umask): tightened, on the descriptor.
+    if let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+    {
+        if let Ok(m) = file.metadata() {
+            if m.uid() == uid && m.mode() & 0o077 != 0 {
+                file.set_permissions(std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| format!("cannot make {} owner-only: {e}", dir.display()))?;
+            }
+        }
+    }
+    ControlDir::open(dir, Some(uid)).map_err(|e| {
+        format!("{e} (this process runs as uid {uid}; PINWATCH_CONTROL=/a/dir/of/yours puts the socket elsewhere)")
+    })
 }
 
 /// Removes the sockets in `dir` of processes that are gone, and a leftover `ours` (a process
-/// that had this pid before).
-fn remove_stale(dir: &Path, ours: &str) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
+/// that had this pid before); only sockets of the directory's owner (see
+/// [`ControlDir::remove_if_stale`]).
+fn remove_stale(dir: &ControlDir, ours: &str) {
     let me = std::process::id();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some((pid, _)) = client::parse_socket_name(name) else {
+    for name in dir.names() {
+        let Some((pid, _)) = client::parse_socket_name(&name) else {
             continue;
         };
-        let gone = if pid == me {
-            name == ours
-        } else {
-            !Path::new(&format!("/proc/{pid}")).exists()
-        };
-        if gone {
-            let _ = std::fs::remove_file(entry.path());
+        if pid == me && name != ours {
+            continue;
         }
+        dir.remove_if_stale(&name, name == ours);
     }
 }
 
@@ -187,9 +216,30 @@ struct Served {
     socket: PathBuf,
     /// Connections being served.
     clients: AtomicUsize,
+    /// The connections still sending their request, oldest first (a handle to cut each off).
+    reading: Mutex<VecDeque<(u64, UnixStream)>>,
+}
+
+impl Served {
+    fn reading(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, UnixStream)>> {
+        self.reading.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes connection `id` off the list of those sending; false if it was cut off.
+    fn done_reading(&self, id: u64) -> bool {
+        let mut r = self.reading();
+        match r.iter().position(|(i, _)| *i == id) {
+            Some(at) => {
+                r.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 fn serve(listener: UnixListener, s: Arc<Served>, stop: &AtomicBool) {
+    let mut next_id = 0u64;
     loop {
         let accepted = listener.accept();
         if stop.load(Ordering::Acquire) {
@@ -197,13 +247,27 @@ fn serve(listener: UnixListener, s: Arc<Served>, stop: &AtomicBool) {
         }
         match accepted {
             Ok((stream, _)) => {
-                if s.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                let accepted_at = Instant::now();
+                let cut = stream.try_clone();
+                if s.clients.fetch_add(1, Ordering::AcqRel) >= MAX_THREADS || cut.is_err() {
                     s.clients.fetch_sub(1, Ordering::AcqRel);
                     reply(
                         stream,
                         &Reply::error("busy: too many requests at once; try again"),
                     );
                     continue;
+                }
+                next_id += 1;
+                let id = next_id;
+                if let Ok(cut) = cut {
+                    let mut r = s.reading();
+                    if r.len() >= MAX_CLIENTS {
+                        if let Some((_, oldest)) = r.pop_front() {
+                            // Its pending read returns at once; it answers and ends.
+                            let _ = oldest.shutdown(std::net::Shutdown::Read);
+                        }
+                    }
+                    r.push_back((id, cut));
                 }
                 let conn = Arc::clone(&s);
                 let spawned = std::thread::Builder::new()
@@ -212,11 +276,13 @@ fn serve(listener: UnixListener, s: Arc<Served>, stop: &AtomicBool) {
                         // A bug here must not end the service's control for good, nor the
                         // service.
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            handle(stream, &conn)
+                            handle(stream, id, accepted_at, &conn)
                         }));
+                        conn.done_reading(id);
                         conn.clients.fetch_sub(1, Ordering::AcqRel);
                     });
                 if spawned.is_err() {
+                    s.done_reading(id);
                     s.clients.fetch_sub(1, Ordering::AcqRel);
                 }
             }
@@ -228,7 +294,7 @@ fn serve(listener: UnixListener, s: Arc<Served>, stop: &AtomicBool) {
 }
 
 /// The uid of the process at the other end of `stream`.
-fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+pub(crate) fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
     // SAFETY: ucred is plain data; zeroes are a valid value.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -249,11 +315,15 @@ fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
     Ok(cred.uid)
 }
 
-fn handle(stream: UnixStream, s: &Served) {
-    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
-    let answer = match read_request(&stream) {
+fn handle(stream: UnixStream, id: u64, accepted_at: Instant, s: &Served) {
+    let read = read_request(&stream, accepted_at + REQUEST_DEADLINE);
+    let cut_off = !s.done_reading(id);
+    let answer = match read {
         Ok(req) => answer(req, s),
+        Err(_) if cut_off => Reply::error(format!(
+            "dropped: the request was not complete while {MAX_CLIENTS} newer connections \
+             waited; send the whole line at once"
+        )),
         Err(reply) => reply,
     };
     reply(stream, &answer);
@@ -263,12 +333,13 @@ fn reply(mut stream: UnixStream, reply: &Reply) {
     let mut line = serde_json::to_string(reply)
         .unwrap_or_else(|_| r#"{"ok":false,"message":"cannot encode the reply"}"#.to_owned());
     line.push('\n');
-    let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
     let _ = stream.write_all(line.as_bytes());
 }
 
-/// The request on `stream`, from a peer allowed to send one; or the error reply.
-fn read_request(stream: &UnixStream) -> Result<Request, Reply> {
+/// The request on `stream`, from a peer allowed to send one, whole by `deadline`; or the error
+/// reply.
+fn read_request(mut stream: &UnixStream, deadline: Instant) -> Result<Request, Reply> {
     // SAFETY: geteuid cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
     match peer_uid(stream) {
@@ -286,13 +357,41 @@ fn read_request(stream: &UnixStream) -> Result<Request, Reply> {
         }
     }
     let mut buf = Vec::new();
-    let read = BufReader::new(stream)
-        .take(MAX_REQUEST as u64 + 1)
-        .read_until(b'\n', &mut buf);
-    if let Err(e) = read {
-        return Err(Reply::error(format!(
-            "no whole request within {READ_TIMEOUT:?} ({e}); send one JSON line"
-        )));
+    let mut chunk = [0u8; 4096];
+    // Up to the line's end, the peer's end, or one byte past the limit; by the deadline.
+    while !buf.contains(&b'\n') && buf.len() <= MAX_REQUEST {
+        let now = Instant::now();
+        let late = || {
+            Reply::error(format!(
+                "no whole request within {REQUEST_DEADLINE:?}; send one JSON line at once"
+            ))
+        };
+        if now >= deadline {
+            return Err(late());
+        }
+        let _ = stream.set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
+        let want = chunk.len().min(MAX_REQUEST + 1 - buf.len());
+        match stream.read(&mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(late())
+            }
+            Err(e) => {
+                return Err(Reply::error(format!(
+                    "cannot read the request ({e}); send one JSON line"
+                )))
+            }
+        }
+    }
+    if let Some(end) = buf.iter().position(|&b| b == b'\n') {
+        buf.truncate(end + 1);
     }
     if buf.len() > MAX_REQUEST {
         return Err(Reply::error(format!(
@@ -476,14 +575,21 @@ fn status(s: &Served) -> Status {
                 worker: e.as_ref().and_then(|e| e.worker.index),
                 tid: e.as_ref().map(|e| e.worker.tid),
                 task_id: e.as_ref().and_then(|e| e.task_id),
-                spawned_at: e
-                    .as_ref()
-                    .and_then(|e| e.spawned_at.as_ref().map(|l| l.to_string())),
+                spawned_at: e.as_ref().and_then(|e| {
+                    e.spawned_at
+                        .as_ref()
+                        .map(|l| bounded(l.to_string(), MAX_FIELD))
+                }),
                 reason: e.as_ref().and_then(|e| e.reason.map(|r| r.to_string())),
-                blocking_operation: e.as_ref().and_then(|e| e.blocking_operation.clone()),
-                top_frame: e
+                blocking_operation: e
                     .as_ref()
-                    .and_then(|e| e.top_frame.as_ref().map(|f| f.to_string())),
+                    .and_then(|e| e.blocking_operation.clone())
+                    .map(|o| bounded(o, MAX_FIELD)),
+                top_frame: e.as_ref().and_then(|e| {
+                    e.top_frame
+                        .as_ref()
+                        .map(|f| bounded(f.to_string(), MAX_FIELD))
+                }),
                 held_locks: e.as_ref().map_or(0, |e| e.held_locks.len()),
                 runtime_stalled: stalled_now,
             }
@@ -499,6 +605,7 @@ fn status(s: &Served) -> Status {
                 .collect::<Vec<_>>()
                 .join(" ")
         })
+        .map(|c| bounded(c, MAX_COMMAND))
         .unwrap_or_default();
     let flavor = match ctx.handle.runtime_flavor() {
         tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
@@ -523,7 +630,15 @@ fn status(s: &Served) -> Status {
         stacks_unavailable: w.stacks_blocked.map(str::to_owned),
         recording: ctx.recorder.status(),
         pinned,
-        top: ctx.view.top(TOP),
+        top: ctx
+            .view
+            .top(TOP)
+            .into_iter()
+            .map(|mut r| {
+                r.frame = bounded(r.frame, MAX_FIELD);
+                r
+            })
+            .collect(),
         counters: vec![
             ("pinned_polls".into(), stats.pinned_polls),
             ("events".into(), stats.events),
@@ -540,5 +655,38 @@ fn status(s: &Served) -> Status {
                 stats.runtime_stalled_time.as_millis() as u64,
             ),
         ],
+    }
+}
+
+/// The longest command line a status carries, in bytes (a command line may be megabytes long).
+const MAX_COMMAND: usize = 4096;
+
+/// The longest frame, location or operation a status carries, in bytes. With these a status
+/// stays under `pinwatch ctl`'s [`client::MAX_REPLY`] up to about a thousand pinned workers.
+const MAX_FIELD: usize = 1024;
+
+/// `s` cut to at most `max` bytes (at a character's boundary), marked `…` if cut.
+fn bounded(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_at_a_character_boundary() {
+        assert_eq!(bounded("abc".into(), 3), "abc");
+        assert_eq!(bounded("abcd".into(), 3), "abc…");
+        // 'é' is two bytes: a cut inside it goes before it.
+        assert_eq!(bounded("aé".into(), 2), "a…");
     }
 }

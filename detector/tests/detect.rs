@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use pinwatch::State;
+use pinwatch::{PinnedEvent, State};
 use support::{builder, current_thread, multi_thread, spin, Collected};
 
 /// Timing tests run one at a time: two of them sharing two cores would stretch each other's
@@ -472,7 +472,22 @@ fn a_watched_block_on_body_is_reported_as_the_body() {
         // Unwatched, the same blocking is not seen: tokio's hooks see tasks only.
         rt.block_on(async { std::thread::sleep(Duration::from_millis(100)) });
         let stats = rt.shutdown();
-        let completed = events.completed();
+        // The empty task's first poll can itself be reported on a machine short of memory or
+        // I/O: the thread then waits for the kernel to page in its code (state D) while the
+        // analysis thread maps the debug info for the body's report. That is a real stall of
+        // the thread, just not this test's subject; any other event fails the test.
+        let spawned_line = line + 2;
+        let completed: Vec<PinnedEvent> = events
+            .completed()
+            .into_iter()
+            .filter(|e| {
+                e.block_on
+                    || e.spawned_at
+                        .as_ref()
+                        .is_none_or(|at| at.line != spawned_line)
+            })
+            .collect();
+        let paged_in = events.completed().len() - completed.len();
         assert_eq!(completed.len(), 1, "{flavor}: {:#?}", events.all());
         let e = &completed[0];
         assert!(e.block_on, "{flavor}: {e:?}");
@@ -495,7 +510,7 @@ fn a_watched_block_on_body_is_reported_as_the_body() {
             "{}",
             e.headline()
         );
-        assert_eq!(stats.pinned_polls, 1, "{flavor}");
+        assert_eq!(stats.pinned_polls, 1 + paged_in as u64, "{flavor}");
     }
 }
 

@@ -72,9 +72,11 @@ impl Recording {
         self.damaged_lines += 1;
         if self.damaged.len() < MAX_DAMAGED_SHOWN {
             self.damaged.push(DamagedLine {
-                file: file.to_owned(),
+                // Both may quote what the file holds (a parser's message quotes the bad value):
+                // shown escaped wherever the warning goes.
+                file: Shown(file).to_string(),
                 line,
-                why,
+                why: Shown(why).to_string(),
                 cut_off,
             });
         }
@@ -103,9 +105,12 @@ impl Recording {
         if n > self.damaged.len() {
             at.push(format!("and {} more", n - self.damaged.len()));
         }
+        // What is wrong with the first one, bounded (it may quote a crafted line).
+        let first: String = self.damaged[0].why.chars().take(160).collect();
         self.warnings.push(format!(
             "skipped {n} damaged line{} ({}): not JSON (as a write cut short by a full disk or a \
-             crash leaves it) or a field no pinwatch writes; every other line was read",
+             crash leaves it) or a field no pinwatch writes (the first: {first}); every other \
+             line was read",
             if n == 1 { "" } else { "s" },
             at.join(", ")
         ));
@@ -819,6 +824,7 @@ mod tests {
         for bad in [
             good(2).replace(r#""id":2"#, r#""id":"two""#),
             good(2).replace(r#""id":2"#, r#""id":-2"#),
+            good(2).replace(r#""id":2"#, "\"id\":\"\u{1b}]0;owned\u{7}\""),
         ] {
             let text = format!("{}\n{bad}\n{}\n", good(1), good(3));
             let rec = parse_recording(&text, "r").unwrap();
@@ -826,6 +832,11 @@ mod tests {
             assert_eq!(rec.damaged_lines, 1);
             assert_eq!(rec.damaged[0].line, 2);
             assert!(rec.warnings[0].starts_with("skipped 1 damaged line (r:2)"));
+            assert!(
+                !rec.warnings[0].chars().any(char::is_control),
+                "{:?}",
+                rec.warnings[0]
+            );
         }
     }
 }

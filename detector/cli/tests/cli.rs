@@ -273,11 +273,15 @@ fn a_duration_out_of_range_is_a_bad_line_not_a_panic() {
                 "{cmd} with duration_ms {bad}: status {code}: {err}"
             );
         }
-        let (_, _, err) = pinwatch(&["print", f.path().to_str().unwrap()]);
+        // The line is skipped and named (file and line), the other one read.
+        let (code, out, err) = pinwatch(&["print", f.path().to_str().unwrap()]);
+        assert_eq!(code, 0, "duration_ms {bad}: {err}");
         assert!(
-            err.is_empty() || (err.contains(":2:") && err.contains(shown)),
-            "{err}"
+            err.contains("skipped 1 damaged line") && err.contains(":2)"),
+            "duration_ms {bad}: {err}"
         );
+        assert_eq!(out.matches("pinwatch.Pinned {").count(), 1, "{out}");
+        assert!(!out.contains(shown), "duration_ms {bad} was shown: {out}");
     }
 }
 

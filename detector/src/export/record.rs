@@ -215,7 +215,13 @@ impl RecordSink {
             let _ = std::fs::remove_file(&fresh);
             e
         };
-        for k in (1..self.rotation.keep).rev() {
+        // Only the files that are there: `keep` may be huge (`--keep 18446744073709551615`
+        // made every rotation try that many renames, the export thread spinning for good with
+        // the recorder's lock held). Files numbered `keep` or more are left alone, as before.
+        let mut present = crate::report::rotated_numbers(&self.path).map_err(undo)?;
+        present.retain(|&k| k < self.rotation.keep);
+        present.sort_unstable_by(|a, b| b.cmp(a));
+        for k in present {
             // Onto file k + 1, replacing it: that deletes the oldest.
             match std::fs::rename(rotated_path(&self.path, k), rotated_path(&self.path, k + 1)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(undo(e)),
@@ -705,6 +711,74 @@ mod tests {
         r.start(&dir.path().join("rec.jsonl"), Rotation::NEVER)
             .unwrap();
         assert!(r.status().is_some());
+    }
+
+    /// `keep` as large as a `usize` goes (`ctl record start --keep 18446744073709551615`):
+    /// each rotation used to try `keep - 1` renames, so the first one never ended — the export
+    /// thread spun with the recorder's lock held, every event was dropped and `ctl status`
+    /// hung. A rotation costs what is on disk now, and gaps and files past `keep` stay as
+    /// they were.
+    #[test]
+    fn a_huge_keep_rotates_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        std::fs::write(rotated_path(&path, 3), "three\n").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let mut sink = RecordSink::open_rotating(
+                &p,
+                Rotation {
+                    max_size: Some(1),
+                    max_age: None,
+                    keep: usize::MAX,
+                },
+            )
+            .unwrap();
+            for id in 1..=4 {
+                sink.event(&event(id, 0));
+            }
+            let _ = tx.send(sink.status());
+        });
+        let st = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("rotating with a huge keep did not end");
+        assert_eq!((st.events, st.rotations, st.rotation_errors), (4, 3, 0));
+        // 3 was moved to 4 at the first rotation, then to 5, 6: one line each.
+        assert_eq!(
+            std::fs::read_to_string(rotated_path(&path, 6)).unwrap(),
+            "three\n"
+        );
+        let rec = read_recording(&path).unwrap();
+        let got: Vec<u64> = rec.events.iter().map(|e| e.id).collect();
+        assert_eq!((got, rec.damaged_lines), (vec![1, 2, 3, 4], 1));
+        // With keep 2, file 3 (past keep) is left alone and 2 is replaced by 1.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        for k in [2, 3] {
+            std::fs::write(rotated_path(&path, k), format!("{k}\n")).unwrap();
+        }
+        std::fs::write(rotated_path(&path, 1), "1\n").unwrap();
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(1),
+                max_age: None,
+                keep: 2,
+            },
+        )
+        .unwrap();
+        sink.event(&event(1, 0));
+        sink.event(&event(2, 0));
+        assert_eq!(sink.status().rotations, 1);
+        assert_eq!(
+            std::fs::read_to_string(rotated_path(&path, 2)).unwrap(),
+            "1\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(rotated_path(&path, 3)).unwrap(),
+            "3\n"
+        );
     }
 
     fn ids(path: &Path) -> Vec<u64> {

@@ -160,6 +160,22 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
     Ok(files)
 }
 
+/// The numbers `k` of the rotated files of `path` that exist now (see [`rotated_path`]), in no
+/// particular order: one look at the directory, whatever the number of files kept.
+pub(crate) fn rotated_numbers(path: &Path) -> std::io::Result<Vec<usize>> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        if let Some(k) = rotation_number(path, &entry?.path()) {
+            out.push(k);
+        }
+    }
+    Ok(out)
+}
+
 /// `Some(k)` when `candidate` is the `k`-th rotated file of `path`.
 fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
     let name = candidate.file_name()?.to_str()?;

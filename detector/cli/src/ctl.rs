@@ -380,7 +380,7 @@ fn escaped<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> Resu
 
 /// JSON text with the control characters JSON itself lets through raw (DEL, C1) and the
 /// bidirectional overrides written as `\u` escapes: the same JSON, safe on a terminal.
-fn json_safe(json: &str) -> String {
+pub(crate) fn json_safe(json: &str) -> String {
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {
         match c as u32 {

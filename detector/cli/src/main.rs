@@ -108,8 +108,10 @@ fn main() -> ExitCode {
                 rec.events
             };
             if json {
+                // JSON lets DEL, C1 (`\u{9b}` is CSI) and the bidi overrides through raw: a
+                // crafted recording's strings would reach the terminal as they are.
                 let lines: String = events.iter().map(|e| e.to_json_line()).collect();
-                print_out(&lines)
+                print_out(&ctl::json_safe(&lines))
             } else {
                 print_out(&report::render_print(&events))
             }
@@ -138,7 +140,7 @@ fn main() -> ExitCode {
             let rows = report::summarize(&rec.events);
             if json {
                 match serde_json::to_string_pretty(&rows) {
-                    Ok(s) => print_out(&(s + "\n")),
+                    Ok(s) => print_out(&(ctl::json_safe(&s) + "\n")),
                     Err(e) => {
                         warn(format_args!("{e}"));
                         ExitCode::from(1)

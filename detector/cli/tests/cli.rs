@@ -187,6 +187,31 @@ fn a_file_of_garbage_is_an_error() {
     );
 }
 
+/// `--json` output goes to terminals too: a crafted recording's DEL, C1 (`U+009B` is CSI) and
+/// bidi overrides, which JSON lets through raw, are written as `\u` escapes — the same JSON —
+/// like the text views and `ctl status --json` do.
+#[test]
+fn json_output_escapes_what_a_terminal_would_obey() {
+    let good = first_lines(1);
+    let mut e: serde_json::Value = serde_json::from_str(&good[0]).unwrap();
+    let hostile = "\u{9b}2J\u{7f}\u{202e}txt\u{2066}";
+    e["worker"]["name"] = hostile.into();
+    e["top_frame"] = serde_json::json!({"function": hostile, "file": "a.rs", "line": 1});
+    let f = with_lines(&[&e.to_string()], true);
+    for cmd in [&["print", "--json"][..], &["summary", "--json"]] {
+        let (code, out, err) = pinwatch(&[cmd, &[f.path().to_str().unwrap()]].concat());
+        assert_eq!(code, 0, "{cmd:?}: {err}");
+        assert!(
+            !out.contains(['\u{9b}', '\u{7f}', '\u{202e}', '\u{2066}']),
+            "{cmd:?}: raw control characters in {out:?}"
+        );
+        let back: serde_json::Value = serde_json::from_str(out.lines().next().unwrap())
+            .or_else(|_| serde_json::from_str(&out))
+            .unwrap();
+        assert!(back.to_string().contains(hostile), "{cmd:?}: {back}");
+    }
+}
+
 #[test]
 fn another_schema_is_an_error_that_says_so() {
     let good = first_lines(1);
@@ -248,8 +273,15 @@ fn a_duration_out_of_range_is_a_bad_line_not_a_panic() {
                 "{cmd} with duration_ms {bad}: status {code}: {err}"
             );
         }
-        let (_, _, err) = pinwatch(&["print", f.path().to_str().unwrap()]);
-        assert!(err.contains(":2") && err.contains(shown), "{err}");
+        // The line is skipped and named (file and line), the other one read.
+        let (code, out, err) = pinwatch(&["print", f.path().to_str().unwrap()]);
+        assert_eq!(code, 0, "duration_ms {bad}: {err}");
+        assert!(
+            err.contains("skipped 1 damaged line") && err.contains(":2)") && err.contains(shown),
+            "duration_ms {bad}: {err}"
+        );
+        assert_eq!(out.matches("pinwatch.Pinned {").count(), 1, "{out}");
+        assert!(!out.contains(shown), "duration_ms {bad} was shown: {out}");
     }
 }
 

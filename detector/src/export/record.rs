@@ -215,7 +215,13 @@ impl RecordSink {
             let _ = std::fs::remove_file(&fresh);
             e
         };
-        for k in (1..self.rotation.keep).rev() {
+        // Only the files that are there: `keep` may be huge (`--keep 18446744073709551615`
+        // made every rotation try that many renames, the export thread spinning for good with
+        // the recorder's lock held). Files numbered `keep` or more are left alone, as before.
+        let mut present = crate::report::rotated_numbers(&self.path).map_err(undo)?;
+        present.retain(|&k| k < self.rotation.keep);
+        present.sort_unstable_by(|a, b| b.cmp(a));
+        for k in present {
             // Onto file k + 1, replacing it: that deletes the oldest.
             match std::fs::rename(rotated_path(&self.path, k), rotated_path(&self.path, k + 1)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(undo(e)),
@@ -307,10 +313,53 @@ impl RecordSink {
 }
 
 /// Opens `path` for appending; its current size.
+///
+/// Only a regular file: a recording is rotated by renaming its path, which on a device would
+/// move the device node itself (a service running as root, recording to `/dev/null`, would
+/// replace `/dev/null` with a regular file once the size limit is reached); and writes to a FIFO
+/// block the export thread while nobody reads. The open does not wait either: `O_NONBLOCK`
+/// makes opening a FIFO that nobody reads fail at once (`ENXIO`) instead of blocking the
+/// caller, who may hold the recorder's lock, for good. The check is made on the opened
+/// descriptor (`fstat`), not on the path.
 fn append(path: &Path) -> std::io::Result<(File, u64)> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
-    let size = file.metadata()?.len();
-    Ok((file, size))
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        let t = meta.file_type();
+        let what = if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "it is {what}: a recording must be a regular file (it is rotated by renaming \
+                 it); give the path of a file"
+            ),
+        ));
+    }
+    // Back to blocking writes (O_NONBLOCK means nothing to a regular file's I/O, but the
+    // descriptor says what it is).
+    // SAFETY: the fd is the file's, open for these calls; F_GETFL/F_SETFL change only its
+    // status flags.
+    unsafe {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok((file, meta.len()))
 }
 
 /// Whether the `size`-byte file `path` ends with a newline; when it cannot be read, it is taken
@@ -378,14 +427,23 @@ impl Recorder {
     /// Starts recording to `path`; fails when a recording runs already or the file cannot be
     /// opened.
     pub(crate) fn start(&self, path: &Path, rotation: Rotation) -> Result<(), String> {
-        let mut slot = self.lock();
-        if let Some(running) = slot.as_ref() {
-            return Err(format!(
-                "a recording is already running, to {}; stop it first (`record stop`)",
-                running.path.display()
-            ));
+        let running = |slot: &Option<RecordSink>| {
+            slot.as_ref().map(|running| {
+                format!(
+                    "a recording is already running, to {}; stop it first (`record stop`)",
+                    running.path.display()
+                )
+            })
+        };
+        if let Some(e) = running(&self.lock()) {
+            return Err(e);
         }
+        // Opened without the lock, which the export thread takes for every event: an open
+        // that takes long (a slow network filesystem) holds up neither the events nor `status`.
         let sink = RecordSink::open_rotating(path, rotation).map_err(|e| match e {
+            Error::Record { source, .. } if source.kind() == std::io::ErrorKind::InvalidInput => {
+                format!("cannot record to {}: {source}", path.display())
+            }
             Error::Record { source, .. } => format!(
                 "cannot open {} for appending: {source}; check that its directory exists and \
                  that the service's user may write there",
@@ -393,6 +451,11 @@ impl Recorder {
             ),
             other => other.to_string(),
         })?;
+        let mut slot = self.lock();
+        // Another client may have started one meanwhile.
+        if let Some(e) = running(&slot) {
+            return Err(e);
+        }
         *slot = Some(sink);
         Ok(())
     }
@@ -577,6 +640,144 @@ mod tests {
         assert!(
             bad.contains("no/such/dir") && !bad.contains("PINWATCH_RECORD"),
             "{bad}"
+        );
+    }
+
+    /// `ctl record start` to a FIFO nobody reads used to block in `open` holding the
+    /// recorder's lock: the export thread stopped (every event dropped), `status` and
+    /// `record stop` hung, and the control socket ended up answering only "busy". A device
+    /// (`/dev/null`) was accepted and, at the size limit, renamed away and replaced by a
+    /// regular file. Both are refused at once now: a recording is a regular file.
+    #[test]
+    fn a_recording_is_a_regular_file_and_opening_it_never_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let r = Recorder::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (r2, f2) = (r.clone(), fifo.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(r2.start(&f2, Rotation::NEVER));
+        });
+        let started = match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(started) => started,
+            Err(_) => {
+                // Let the blocked open go on, then fail.
+                let _ = File::open(&fifo);
+                panic!("record start to a FIFO nobody reads blocked");
+            }
+        };
+        let e = started.unwrap_err();
+        assert!(e.contains("fifo"), "{e}");
+        assert!(r.status().is_none());
+        // A FIFO someone reads: open would work, but it is no file to rotate.
+        let reader = std::thread::spawn({
+            let fifo = fifo.clone();
+            move || std::fs::read(&fifo)
+        });
+        let e = loop {
+            match RecordSink::open(&fifo) {
+                Err(Error::Record { source, .. }) if source.raw_os_error() == Some(libc::ENXIO) => {
+                    std::thread::sleep(Duration::from_millis(10)); // the reader is not there yet
+                }
+                other => break other.unwrap_err().to_string(),
+            }
+        };
+        assert!(e.contains("a FIFO") && e.contains("regular file"), "{e}");
+        let _ = reader.join();
+        let e = RecordSink::open_rotating(
+            Path::new("/dev/null"),
+            Rotation {
+                max_size: Some(1),
+                max_age: None,
+                keep: 1,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("a device"), "{e}");
+        let e = r
+            .start(Path::new("/dev/null"), Rotation::NEVER)
+            .unwrap_err();
+        assert!(
+            e.contains("regular file") && !e.contains("directory exists"),
+            "{e}"
+        );
+        let e = RecordSink::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains(&dir.path().display().to_string()), "{e}");
+        // A regular file still works, and so does a second start after a refused one.
+        r.start(&dir.path().join("rec.jsonl"), Rotation::NEVER)
+            .unwrap();
+        assert!(r.status().is_some());
+    }
+
+    /// `keep` as large as a `usize` goes (`ctl record start --keep 18446744073709551615`):
+    /// each rotation used to try `keep - 1` renames, so the first one never ended — the export
+    /// thread spun with the recorder's lock held, every event was dropped and `ctl status`
+    /// hung. A rotation costs what is on disk now, and gaps and files past `keep` stay as
+    /// they were.
+    #[test]
+    fn a_huge_keep_rotates_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        std::fs::write(rotated_path(&path, 3), "three\n").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let mut sink = RecordSink::open_rotating(
+                &p,
+                Rotation {
+                    max_size: Some(1),
+                    max_age: None,
+                    keep: usize::MAX,
+                },
+            )
+            .unwrap();
+            for id in 1..=4 {
+                sink.event(&event(id, 0));
+            }
+            let _ = tx.send(sink.status());
+        });
+        let st = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("rotating with a huge keep did not end");
+        assert_eq!((st.events, st.rotations, st.rotation_errors), (4, 3, 0));
+        // 3 was moved to 4 at the first rotation, then to 5, 6: one line each.
+        assert_eq!(
+            std::fs::read_to_string(rotated_path(&path, 6)).unwrap(),
+            "three\n"
+        );
+        let rec = read_recording(&path).unwrap();
+        let got: Vec<u64> = rec.events.iter().map(|e| e.id).collect();
+        assert_eq!((got, rec.damaged_lines), (vec![1, 2, 3, 4], 1));
+        // With keep 2, file 3 (past keep) is left alone and 2 is replaced by 1.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        for k in [2, 3] {
+            std::fs::write(rotated_path(&path, k), format!("{k}\n")).unwrap();
+        }
+        std::fs::write(rotated_path(&path, 1), "1\n").unwrap();
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(1),
+                max_age: None,
+                keep: 2,
+            },
+        )
+        .unwrap();
+        sink.event(&event(1, 0));
+        sink.event(&event(2, 0));
+        assert_eq!(sink.status().rotations, 1);
+        assert_eq!(
+            std::fs::read_to_string(rotated_path(&path, 2)).unwrap(),
+            "1\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(rotated_path(&path, 3)).unwrap(),
+            "3\n"
         );
     }
 

@@ -6,8 +6,9 @@
 //! client. A connection carries one request and is closed after its answer
 //! (`Connection: close`). Its request head must arrive within [`HEAD_TIMEOUT`] of the accept
 //! (else `408`) and be at most [`MAX_HEAD`] bytes (else `431`); the whole exchange ends within
-//! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes the oldest (a scraper
-//! sends its request at once, so the oldest is the one most likely to be idle), counted and
+//! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes one that has sent nothing
+//! yet, from the peer holding the most connections, the oldest of those (never one being
+//! answered; see `victim`), counted and
 //! logged. Routing is the caller's: it gets the method, the path and the query.
 
 use std::io::{self, Read, Write};
@@ -191,6 +192,8 @@ enum Phase {
 
 struct Conn {
     stream: TcpStream,
+    /// Who connected: evictions take from the peer holding the most connections.
+    peer: std::net::IpAddr,
     opened: Instant,
     head: Vec<u8>,
     phase: Phase,
@@ -453,14 +456,19 @@ fn run(
         }
         for _ in 0..ACCEPT_BATCH {
             match listener.accept() {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
                     counters.accepted.fetch_add(1, Ordering::Relaxed);
                     if conns.len() >= MAX_CONNECTIONS {
-                        // In accept order: the first is the oldest.
-                        conns.remove(0);
+                        let Some(victim) = victim(&conns) else {
+                            // Every connection is being answered: the new one waits its turn
+                            // by being closed (the client retries), not an answer cut off.
+                            counters.evicted.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        };
+                        conns.remove(victim);
                         let evicted = counters.evicted.fetch_add(1, Ordering::Relaxed) + 1;
                         if last_warning.is_none_or(|t| now.duration_since(t) >= WARN_EVERY) {
                             last_warning = Some(now);
@@ -475,6 +483,7 @@ fn run(
                     }
                     conns.push(Conn {
                         stream,
+                        peer: peer.ip(),
                         opened: now,
                         head: Vec::new(),
                         phase: Phase::Head,
@@ -494,6 +503,31 @@ fn run(
             }
         }
     }
+}
+
+/// Which connection to close to make room for a new one, if any may be: never one being
+/// answered; first one that has sent nothing yet (or was answered already) from the peer that
+/// holds the most connections — a flood from one address costs that address, not a scraper
+/// elsewhere — the oldest of those; then the oldest still sending its head.
+fn victim(conns: &[Conn]) -> Option<usize> {
+    let idle = |c: &Conn| match c.phase {
+        Phase::Head => c.head.is_empty(),
+        Phase::Drain { .. } => true,
+        Phase::Write { .. } => false,
+    };
+    let held_by = |peer: std::net::IpAddr| conns.iter().filter(|c| c.peer == peer).count();
+    // In accept order: among equals, the first is the oldest.
+    let most = conns
+        .iter()
+        .filter(|c| idle(c))
+        .map(|c| held_by(c.peer))
+        .max();
+    if let Some(most) = most {
+        return conns
+            .iter()
+            .position(|c| idle(c) && held_by(c.peer) == most);
+    }
+    conns.iter().position(|c| matches!(c.phase, Phase::Head))
 }
 
 /// At most one warning about evictions this often.
@@ -525,6 +559,59 @@ mod tests {
         assert_eq!(seen, ["GET /metrics ", "GET /debug/pprof/pinned seconds=5"]);
         assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nrest"), Some(18));
         assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
+    }
+
+    /// A flood of idle connections from one address takes its room from that address: a
+    /// scraper elsewhere that connected first and has not sent its request yet keeps its
+    /// connection, and is answered.
+    #[test]
+    fn a_flood_from_one_peer_does_not_evict_another_peers_scrape() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = Server::start(listener, "test-http", |_: &Request<'_>| {
+            Response::ok("text/plain", b"metrics".to_vec())
+        })
+        .unwrap();
+        let mut scraper = TcpStream::connect(addr).unwrap();
+        const FLOOD: usize = 64;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let flood: Vec<TcpStream> = rt.block_on(async {
+            let mut v = Vec::new();
+            for _ in 0..FLOOD {
+                let s = tokio::net::TcpSocket::new_v4().unwrap();
+                s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+                v.push(s.connect(addr).await.unwrap().into_std().unwrap());
+            }
+            v
+        });
+        // Ordered by the server's own doing: the oldest flood connections are closed to make
+        // room (end of file on their side), all but the room left beside the scraper.
+        let evicted = FLOOD - (MAX_CONNECTIONS - 1);
+        for (k, mut c) in flood.iter().take(evicted).enumerate() {
+            c.set_nonblocking(false).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut byte = [0u8; 1];
+            assert!(
+                matches!(c.read(&mut byte), Ok(0) | Err(_)),
+                "flood connection {k} was not closed"
+            );
+        }
+        scraper
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        scraper
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = scraper.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+        assert!(answer.ends_with("metrics"), "{answer:?}");
+        drop(flood);
+        drop(server);
     }
 
     #[test]

@@ -199,11 +199,10 @@ fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
 /// as one recording, oldest first.
 ///
 /// A damaged line — not UTF-8 or not JSON at all, as a write cut short by a full disk or a
-/// crash mid-line leaves it, or an event of this schema with a field of the wrong type or out of
-/// range, as a crafted file may hold — is skipped and counted in [`Recording::damaged_lines`],
-/// with one warning naming the first few by file and line. A line that is not a pinwatch event
-/// of a schema this pinwatch reads (another `event`, another schema version) is not damage: it
-/// is an error naming its file and line, as the recording is not one this pinwatch can read.
+/// crash mid-line leaves it, an event with a field of the wrong type or out of range, a line of
+/// another kind or schema version, as a crafted or foreign file may hold — is skipped and
+/// counted in [`Recording::damaged_lines`], with one warning naming the first few by file and
+/// line and saying what was wrong with the first.
 pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
     let mut rec = Recording::default();
     for file in recording_files(path)? {
@@ -246,19 +245,12 @@ fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), Read
         }
         match PinnedEvent::from_json_line(line) {
             Ok(e) => rec.events.push(e),
-            // Not JSON, or a pinwatch event of this schema with a field that is not what the
-            // schema says (a wrong type, a number out of range): either way this line is
-            // damaged, and the rest of the recording is still worth reading.
-            Err(crate::event::ParseLineError::Json(why)) => {
-                rec.skip(name, number, why, cut_off);
-            }
-            Err(e) => {
-                return Err(ReadError::Line {
-                    path: name.to_owned(),
-                    line: number,
-                    message: e.to_string(),
-                })
-            }
+            // Not JSON, a pinwatch event with a field that is not what the schema says (a wrong
+            // type, a number out of range), another kind of line or another schema: either way
+            // this line cannot be read, and the rest of the recording is still worth reading.
+            // The warning says what was wrong with the first; a file none of whose lines is an
+            // event is no recording at all (the CLI says so and fails).
+            Err(e) => rec.skip(name, number, e.to_string(), cut_off),
         }
     }
     Ok(())
@@ -815,10 +807,10 @@ mod tests {
         );
     }
 
-    /// A whole JSON line that is not a pinwatch event of this schema is no damage: an error
-    /// naming it, as before (the recording is not one this pinwatch reads).
+    /// A JSON line that is not a pinwatch event of this schema is skipped like any damaged
+    /// line, and the warning says why (one such line in the middle must not hide the rest).
     #[test]
-    fn other_events_and_schemas_stay_errors() {
+    fn other_events_and_schemas_are_skipped_and_said() {
         let cases = [
             good(2).replace(r#""event":"pinned""#, r#""event":"gc""#),
             good(2).replace(r#""schema":2"#, r#""schema":99"#),
@@ -826,10 +818,10 @@ mod tests {
         ];
         for other in cases {
             let text = format!("{}\n{other}\n{}\n", good(1), good(3));
-            match parse_recording(&text, "r") {
-                Err(ReadError::Line { line: 2, .. }) => {}
-                wrong => panic!("{other}: {wrong:?}"),
-            }
+            let rec = parse_recording(&text, "r").unwrap();
+            assert_eq!(ids(&rec), [1, 3], "{other}");
+            assert_eq!((rec.damaged_lines, rec.damaged[0].line), (1, 2), "{other}");
+            assert!(rec.warnings[0].contains("r:2"), "{:?}", rec.warnings);
         }
     }
 

@@ -972,3 +972,31 @@ fn trickling_clients_get_one_deadline_and_cannot_keep_ctl_out() {
     }
     svc.finish();
 }
+
+/// Sockets that never answer (a local user may make any number) cannot keep `ctl list` waiting
+/// past its total bound: the ones not asked by then are listed as not asked.
+#[test]
+fn ctl_list_is_bounded_in_all_by_sockets_that_never_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o700);
+    // Bound but never accepted: a connection waits in the backlog and no answer comes. pid 1
+    // is alive, so none of them is stale.
+    let listeners: Vec<_> = (1..=14)
+        .map(|n| {
+            std::os::unix::net::UnixListener::bind(dir.path().join(format!("1.{n}.sock"))).unwrap()
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let out = ctl_in(None, &["--dir", dir.path().to_str().unwrap(), "list"]);
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(took < Duration::from_secs(45), "took {took:?}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("1.")).count(),
+        14,
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("not asked"), "{stdout}\n{stderr}");
+    drop(listeners);
+}

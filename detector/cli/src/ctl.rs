@@ -15,6 +15,9 @@ const TIMEOUT: Duration = client::DEADLINE;
 
 /// The same for each socket `ctl list` asks (it asks them one after another).
 const LIST_TIMEOUT: Duration = Duration::from_secs(2);
+/// All of `ctl list`'s asking: sockets that never answer (another user may make many) cannot
+/// keep it waiting longer; the ones not asked by then are listed as such.
+const LIST_TOTAL: Duration = Duration::from_secs(20);
 
 #[derive(Args)]
 #[command(
@@ -241,13 +244,24 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
             untrusted(note)
         );
     }
+    let deadline = std::time::Instant::now() + LIST_TOTAL;
     for ep in endpoints {
         // A process that did not give its status: what it said instead, in the last column.
         let unknown = |why: String| {
             let q = || "?".to_owned();
             [ep.name.clone(), q(), q(), q(), q(), why]
         };
-        match client::request(&ep, &Request::Status, LIST_TIMEOUT) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            rows.push(unknown(format!(
+                "not asked: ctl list gives all sockets {} in all; ask it directly with \
+                 `pinwatch ctl {} status`",
+                humantime::format_duration(LIST_TOTAL),
+                ep.name
+            )));
+            continue;
+        }
+        match client::request(&ep, &Request::Status, LIST_TIMEOUT.min(left)) {
             Ok(Reply {
                 ok: true,
                 status: Some(st),

@@ -154,64 +154,235 @@ fn function_matches(f: &Frame, prefixes: &[&str]) -> bool {
     prefixes.iter().any(|p| name.starts_with(p))
 }
 
-/// Crates whose frames never make a top application frame.
+/// Crates whose frames never make a top application frame: the runtime, its plumbing, std and
+/// pinwatch. Each entry also covers the crates named after it with `_` (`tokio` covers
+/// `tokio_util`, `http` covers `http_body`). Every other crate is application code, a
+/// dependency from crates.io included: its blocking line is where the fix goes.
 const INTERNAL_CRATES: &[&str] = &[
     "std",
     "core",
     "alloc",
+    "proc_macro",
     "tokio",
-    "pinwatch",
-    "backtrace",
-    "libc",
-    "futures_executor",
-    "futures_util",
-    "futures_core",
+    "futures",
     "tracing",
-    "tracing_core",
-    "parking_lot",
-    "parking_lot_core",
-    "rayon_core",
     "hyper",
-    "axum",
     "tower",
-    "pinwatch_macros",
+    "axum",
+    "h2",
+    "http",
+    "httparse",
+    "want",
+    "tonic",
+    "prost",
+    "mio",
+    "socket2",
+    "bytes",
+    "slab",
+    "parking_lot",
+    "crossbeam",
+    "rayon",
+    "serde",
+    "backtrace",
+    "addr2line",
+    "gimli",
+    "object",
+    "rustc_demangle",
+    "miniz_oxide",
+    "libc",
+    "hashbrown",
+    "memchr",
+    "once_cell",
+    "pinwatch",
+    "console",
+    "opentelemetry",
+    "prometheus",
 ];
 
-/// Whether `f` is application code: it has a name, and that name's crate is not the runtime's,
-/// std's, pinwatch's or the C library's.
+/// Whether `krate` (with `_`, not `-`) is one of [`INTERNAL_CRATES`] or named after one.
+fn is_internal(krate: &str) -> bool {
+    INTERNAL_CRATES.iter().any(|c| {
+        krate
+            .strip_prefix(c)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+    })
+}
+
+/// Whether `f` is application code: it has a name, and its crate is not the runtime's, std's,
+/// pinwatch's or the C library's. A frame's file decides when it is known: std's sources are
+/// under `/rustc/`, a dependency's under cargo's registry or git checkouts (its crate is in the
+/// path), and anything else (the application, its path dependencies) is the application's. A
+/// name is judged by its base, without its generic arguments: `{async_fn#0}<alloc::string::
+/// String>` (an inlined `async fn` body) names no crate, only its argument does.
 pub(crate) fn is_application(f: &Frame) -> bool {
     let Some(name) = f.function.as_deref() else {
         return false;
     };
-    // The file says it best when it is known: std's sources are under /rustc/, dependencies'
-    // under cargo's registry; an inlined frame's name (from DWARF) carries no crate path.
+    let base = base_name(name);
     if let Some(file) = f.file.as_deref() {
-        if file.starts_with("/rustc/")
-            || file.contains("/.cargo/registry/")
-            || file.contains("/.cargo/git/")
-            || file.contains("/detector/src/")
-        {
+        if file.starts_with("/rustc/") || file.contains("/rust/deps/") || is_pinwatch_source(file) {
             return false;
         }
-        if !name.contains("::") || name.starts_with('<') {
+        if let Some(krate) = dependency_crate(file) {
+            return !is_internal(&krate);
+        }
+        if !base.contains("::") || base.starts_with('<') {
             // A C symbol, or an inlined frame named without its path: keep it when it is in
             // the application's own sources and not the C library's.
             return !file.starts_with("./") && !file.contains("glibc") && !file.contains("/libc");
         }
     }
-    let krate = owning_crate(name);
-    if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
+    // A C symbol (no path) is libc or the unwinder.
+    if !base.contains("::") {
         return false;
     }
-    // A C symbol (no path) is libc or the unwinder.
-    if !name.contains("::") {
+    let krate = owning_crate(&base);
+    if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
         return false;
     }
     // A generic parameter (`<F as core::future::Future>::poll`) belongs to nobody.
     if krate.len() == 1 && krate.chars().all(|c| c.is_ascii_uppercase()) {
         return false;
     }
-    !INTERNAL_CRATES.contains(&krate)
+    !is_internal(krate)
+}
+
+/// Whether `file` is one of pinwatch's own sources (a path or git dependency of the
+/// application; from crates.io it is under the registry).
+fn is_pinwatch_source(file: &str) -> bool {
+    file.contains("/detector/src/")
+        || file.starts_with("detector/src/")
+        || file.starts_with(concat!(env!("CARGO_MANIFEST_DIR"), "/src/"))
+}
+
+/// The crate (`-` made `_`) of a file in cargo's registry
+/// (`…/.cargo/registry/src/<index>/<crate>-<version>/…`) or git checkouts
+/// (`…/.cargo/git/checkouts/<repo>-<hash>/<rev>/[<dir>/]<crate>/src/…`); `None` for any other
+/// file.
+pub(crate) fn dependency_crate(file: &str) -> Option<String> {
+    if let Some(pos) = file.find("/registry/src/") {
+        let rest = &file[pos + "/registry/src/".len()..];
+        let dir = rest.split('/').nth(1)?;
+        return Some(strip_version(dir).replace('-', "_"));
+    }
+    if file.contains("/.cargo/git/checkouts/") {
+        return crate_dir(file).map(|d| d.replace('-', "_"));
+    }
+    None
+}
+
+/// `futures-util-0.3.31` → `futures-util`: the name before the first `-` that starts a
+/// `major.minor.patch` version.
+fn strip_version(dir: &str) -> &str {
+    let digits = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
+    let is_version = |v: &str| {
+        let mut parts = v.splitn(3, '.');
+        let (Some(major), Some(minor), Some(patch)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        digits(major) && digits(minor) && patch.starts_with(|c: char| c.is_ascii_digit())
+    };
+    dir.match_indices('-')
+        .find(|(i, _)| is_version(&dir[i + 1..]))
+        .map_or(dir, |(i, _)| &dir[..i])
+}
+
+/// The directory that holds a source file's `src/`: the package's (`…/snmp2-0.4.1/src/x.rs` →
+/// `snmp2-0.4.1`, `/work/app/dep/src/lib.rs` → `dep`). `None` for a file outside a `src/`, or
+/// a relative path that starts with it.
+fn crate_dir(file: &str) -> Option<&str> {
+    let pos = file.rfind("/src/")?;
+    let dir = file[..pos].rsplit('/').next()?;
+    (!dir.is_empty() && dir != ".").then_some(dir)
+}
+
+/// A Rust path for a source file: its crate and module (`…/snmp2-0.4.1/src/asyncsession.rs` →
+/// `snmp2::asyncsession`, `…/dep/src/lib.rs` → `dep`, `/rustc/…/library/core/src/ops/
+/// function.rs` → `core::ops::function`). What names an inlined closure or `async fn` body
+/// whose debug info has no path and no outer frame to borrow one from (a line-tables-only
+/// build keeps no namespaces). `None` when the file says nothing usable.
+pub(crate) fn module_path(file: &str) -> Option<String> {
+    let krate = strip_version(crate_dir(file)?).replace('-', "_");
+    if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return None;
+    }
+    let pos = file.rfind("/src/")?;
+    let rel = file[pos + "/src/".len()..].strip_suffix(".rs")?;
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    if parts.first() == Some(&"bin") {
+        // `src/bin/name.rs` is its own crate.
+        parts.remove(0);
+        let bin = parts.first().copied()?.to_owned();
+        parts.remove(0);
+        return Some(join_modules(&bin.replace('-', "_"), &parts));
+    }
+    if matches!(parts.last(), Some(&"lib" | &"main" | &"mod")) {
+        parts.pop();
+    }
+    Some(join_modules(&krate, &parts))
+}
+
+fn join_modules(krate: &str, modules: &[&str]) -> String {
+    let mut path = krate.to_owned();
+    for m in modules {
+        if !m.chars().all(|c| c.is_alphanumeric() || c == '_') || m.is_empty() {
+            break;
+        }
+        path.push_str("::");
+        path.push_str(m);
+    }
+    path
+}
+
+/// A demangled name without its generic argument lists, which may hold any path:
+/// `{async_fn#0}<alloc::string::String>` → `{async_fn#0}`,
+/// `tokio::task::Harness<T,S>::poll` → `tokio::task::Harness::poll`. A leading qualified
+/// self type (`<app::Job as core::future::Future>::poll`) is kept: it names the owner.
+pub(crate) fn base_name(name: &str) -> String {
+    if name.starts_with('<') {
+        if let Some(end) = qualified_end(name) {
+            return format!("{}{}", &name[..end], strip_generics(&name[end..]));
+        }
+    }
+    strip_generics(name)
+}
+
+/// `s` without any `<…>` (a `->` inside one does not close it).
+fn strip_generics(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut depth = 0usize;
+    let mut prev = ' ';
+    for c in s.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' if depth > 0 && prev != '-' => depth -= 1,
+            _ if depth > 0 => {}
+            _ => out.push(c),
+        }
+        prev = c;
+    }
+    out
+}
+
+/// The end (exclusive) of the leading `<…>` of `name`.
+fn qualified_end(name: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut prev = ' ';
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if prev != '-' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        prev = c;
+    }
+    None
 }
 
 /// The crate a demangled function belongs to: `app::f` → `app`; `<app::T as core::X>::m` →
@@ -371,6 +542,105 @@ mod tests {
         )));
         assert!(is_application(&at("{closure#0}", "sample-apps/src/lib.rs")));
         assert!(is_application(&at("app::work", "/home/me/app/src/main.rs")));
+    }
+
+    #[test]
+    fn names_are_judged_by_their_base_and_dependencies_by_their_crate() {
+        let at = |name: &str, file: &str| Frame {
+            function: Some(name.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(1),
+            locks: 0,
+        };
+        const REG: &str = "/home/me/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f";
+        // An inlined generic async fn body of a dependency from crates.io: the dependency's.
+        assert!(is_application(&at(
+            "{async_fn#0}<alloc::string::String>",
+            &format!("{REG}/snmp2-0.4.1/src/asyncsession.rs")
+        )));
+        // The same in a path dependency, and once qualified.
+        assert!(is_application(&at(
+            "{async_fn#0}<alloc::string::String>",
+            "/work/app/dep/src/lib.rs"
+        )));
+        assert!(is_application(&at(
+            "dep::{async_fn#0}",
+            "/work/app/dep/src/lib.rs"
+        )));
+        // Runtime and plumbing crates, and the crates named after them, are not.
+        for krate in [
+            "tokio-1.54.1",
+            "tokio-util-0.7.15",
+            "futures-util-0.3.31",
+            "hyper-util-0.1.10",
+            "http-body-1.0.1",
+            "serde_json-1.0.140",
+            "parking_lot_core-0.9.10",
+            "console-subscriber-0.5.0",
+        ] {
+            assert!(
+                !is_application(&at("{closure#0}", &format!("{REG}/{krate}/src/x.rs"))),
+                "{krate}"
+            );
+        }
+        // A crate whose name merely starts like an internal one is the application's.
+        assert!(is_application(&at(
+            "{closure#0}",
+            &format!("{REG}/tokioish-1.0.0/src/lib.rs")
+        )));
+        // std's own dependencies.
+        assert!(!is_application(&at(
+            "hashbrown::raw::RawTable<T,A>::find",
+            "/rust/deps/hashbrown-0.15.2/src/raw/mod.rs"
+        )));
+        // Without a file, the base decides: a path-less base is no crate's.
+        assert!(!is_application(&f("{async_fn#0}<alloc::string::String>")));
+        assert!(is_application(&f("app::Job<tokio::sync::Mutex<u8>>::run")));
+        assert!(!is_application(&f(
+            "tokio_util::codec::Framed<app::C>::poll"
+        )));
+    }
+
+    #[test]
+    fn crate_and_module_paths_from_files() {
+        assert_eq!(
+            module_path("/h/.cargo/registry/src/index.crates.io-x/snmp2-0.4.1/src/asyncsession.rs")
+                .as_deref(),
+            Some("snmp2::asyncsession")
+        );
+        assert_eq!(
+            module_path("/h/.cargo/registry/src/i/futures-util-0.3.31/src/future/mod.rs")
+                .as_deref(),
+            Some("futures_util::future")
+        );
+        assert_eq!(
+            module_path("/work/app/dep/src/lib.rs").as_deref(),
+            Some("dep")
+        );
+        assert_eq!(
+            module_path("/work/app/src/bin/pin-service.rs").as_deref(),
+            Some("pin_service")
+        );
+        assert_eq!(
+            module_path("/rustc/abc/library/core/src/ops/function.rs").as_deref(),
+            Some("core::ops::function")
+        );
+        assert_eq!(module_path("src/main.rs"), None);
+        assert_eq!(module_path("./nptl/pthread_create.c"), None);
+        assert_eq!(
+            dependency_crate("/h/.cargo/registry/src/i/md-5-0.10.6/src/lib.rs").as_deref(),
+            Some("md_5")
+        );
+        assert_eq!(
+            dependency_crate("/h/.cargo/git/checkouts/snmp-abc123/f00/snmp2/src/lib.rs").as_deref(),
+            Some("snmp2")
+        );
+        assert_eq!(dependency_crate("/work/app/dep/src/lib.rs"), None);
+        assert_eq!(
+            base_name("<app::Job<T> as core::future::Future>::poll<u8>"),
+            "<app::Job<T> as core::future::Future>::poll"
+        );
+        assert_eq!(base_name("tokio::X<fn() -> u8, T>::poll"), "tokio::X::poll");
     }
 
     #[test]

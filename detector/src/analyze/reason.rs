@@ -30,6 +30,10 @@ pub(crate) fn classify(
         Reason::LockWait
     } else if !running && holds_locks {
         Reason::LockHeld
+    } else if frames.iter().any(is_dns_frame) {
+        // A resolver waits in `poll` / `recvfrom` / `connect` on its UDP socket (`io`), or
+        // parses `/etc/hosts` on the CPU: what it is doing is resolving a name.
+        Reason::Dns
     } else if running {
         Reason::Cpu
     } else {
@@ -99,6 +103,56 @@ fn is_io(op: &str) -> bool {
             | "io_uring_enter"
             | "io_getevents"
     )
+}
+
+/// C resolver entry points (glibc's, musl's, NSS modules'), matched after `__GI_`, `__libc_`
+/// and leading `_`s.
+const DNS_C_FUNCTIONS: &[&str] = &[
+    "getaddrinfo",
+    "gaih_inet",
+    "gethostbyname",
+    "gethostbyaddr",
+    "getnameinfo",
+    "res_query",
+    "res_search",
+    "res_send",
+    "res_nquery",
+    "res_nsearch",
+    "res_nsend",
+    "res_mkquery",
+    "res_nmkquery",
+    "res_context_",
+    "nss_dns_",
+    "nss_resolve_",
+    "nss_mdns",
+];
+
+/// Whether `f` resolves a host name: a C resolver function, std's `ToSocketAddrs` /
+/// `to_socket_addrs`, or std's `lookup_host` / `LookupHost`.
+fn is_dns_frame(f: &Frame) -> bool {
+    let Some(name) = f.function.as_deref() else {
+        return false;
+    };
+    let base = base_name(name);
+    if !base.contains("::") {
+        let c = base.trim_start_matches('_');
+        let c = c
+            .strip_prefix("GI_")
+            .or_else(|| c.strip_prefix("libc_"))
+            .unwrap_or(c)
+            .trim_start_matches('_');
+        if DNS_C_FUNCTIONS.iter().any(|p| c.starts_with(p)) {
+            return true;
+        }
+    }
+    let last = base.rsplit("::").next().unwrap_or(&base);
+    let in_std = base.trim_start_matches('<').starts_with("std::")
+        || f.file
+            .as_deref()
+            .is_some_and(|file| file.starts_with("/rustc/"));
+    last == "to_socket_addrs"
+        || base.contains("ToSocketAddrs>::")
+        || (in_std && (last == "lookup_host" || base.contains("LookupHost")))
 }
 
 /// Functions that take a lock and wait for it when it is contended.
@@ -522,6 +576,83 @@ mod tests {
         let v = classify(Some(&proc(Some("futex"))), &wait, false, false).unwrap();
         assert_eq!(v.reason, Reason::OnceWait);
         assert!(classify(None, &[], false, false).is_none());
+    }
+
+    /// Real resolver stacks (glibc 2.39, std 1.9x; innermost first): each is `dns`, whether the
+    /// resolver waits on its socket or runs.
+    #[test]
+    fn dns_reasons() {
+        let at = |name: &str, file: &str| Frame {
+            function: Some(name.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(1),
+            locks: 0,
+        };
+        let glibc_udp = [
+            f("__GI___poll"),
+            f("send_dg"),
+            f("__res_context_send"),
+            f("__res_context_query"),
+            f("__res_context_search"),
+            f("_nss_dns_gethostbyname4_r"),
+            f("gaih_inet"),
+            f("__GI_getaddrinfo"),
+            f("<std::sys::net::connection::socket::LookupHost as core::convert::TryFrom<(&str,u16)>>::try_from::{{closure}}"),
+            f("std::sys::pal::common::small_c_string::run_with_cstr_stack"),
+            f("<(&str,u16) as std::net::socket_addr::ToSocketAddrs>::to_socket_addrs"),
+            f("<str as std::net::socket_addr::ToSocketAddrs>::to_socket_addrs"),
+            f("app::connect_db"),
+        ];
+        for op in ["poll", "recvfrom", "connect", "sendto"] {
+            let v = classify(Some(&proc(Some(op))), &glibc_udp, false, false).unwrap();
+            assert_eq!((v.reason, v.operation.as_str()), (Reason::Dns, op));
+        }
+        // Parsing /etc/hosts on the CPU.
+        let files = [
+            f("__strchr_avx2"),
+            f("_nss_files_gethostbyname4_r"),
+            f("gaih_inet"),
+            f("getaddrinfo"),
+            f("app::resolve"),
+        ];
+        let v = classify(Some(&proc(None)), &files, false, false).unwrap();
+        assert_eq!((v.reason, v.operation.as_str()), (Reason::Dns, "running"));
+        // Line-tables-only names of std's inlined frames.
+        let inlined = [
+            f("__GI___poll"),
+            f("getaddrinfo"),
+            at(
+                "to_socket_addrs<alloc::string::String>",
+                "/rustc/abc/library/std/src/net/socket_addr.rs",
+            ),
+            at(
+                "{async_fn#0}<alloc::string::String>",
+                "/src/snmp2/src/lib.rs",
+            ),
+        ];
+        let v = classify(Some(&proc(Some("poll"))), &inlined[2..], false, false).unwrap();
+        assert_eq!(v.reason, Reason::Dns);
+        let v = classify(Some(&proc(Some("poll"))), &inlined, false, false).unwrap();
+        assert_eq!(v.reason, Reason::Dns);
+        let gethost = [
+            f("__gethostbyname_r"),
+            f("gethostbyname"),
+            f("app::c_client"),
+        ];
+        let v = classify(Some(&proc(Some("recvfrom"))), &gethost, false, false).unwrap();
+        assert_eq!(v.reason, Reason::Dns);
+        // Not a resolver: plain socket I/O, and names that only look alike.
+        let io = [
+            f("__GI___poll"),
+            f("std::net::tcp::TcpStream::read"),
+            f("app::res_count"),
+            f("app::lookup_host"),
+        ];
+        let v = classify(Some(&proc(Some("poll"))), &io, false, false).unwrap();
+        assert_eq!(v.reason, Reason::Io);
+        // A lock held while resolving stays lock_held: the lock is what to fix first.
+        let v = classify(Some(&proc(Some("poll"))), &glibc_udp, true, false).unwrap();
+        assert_eq!(v.reason, Reason::LockHeld);
     }
 
     #[test]

@@ -97,7 +97,10 @@ impl MetricState {
 
 fn reason_index(r: Option<Reason>) -> usize {
     let r = r.unwrap_or(Reason::Other);
-    Reason::ALL.iter().position(|x| *x == r).unwrap_or(7)
+    Reason::ALL
+        .iter()
+        .position(|x| *x == r)
+        .unwrap_or(Reason::ALL.len() - 1)
 }
 
 /// The running OTLP exporter: its thread, queue and providers.
@@ -276,6 +279,9 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
         kv("thread.id", i64::from(e.worker.tid)),
         kv("thread.name", e.worker.name.clone()),
     ];
+    if let Some(advice) = &e.advice {
+        attrs.push(kv("pinwatch.advice", advice.clone()));
+    }
     if let Some(op) = &e.blocking_operation {
         attrs.push(kv("pinwatch.blocking_operation", op.clone()));
     }

@@ -6,7 +6,7 @@ use crate::config::Stacks;
 use crate::event::PinnedEvent;
 
 /// Emits each event as a `tracing` WARN event with target `pinwatch`, with structured fields
-/// (`state`, `duration_ms`, `task_id`, `reason`, `blocking_operation`, `top_frame`) and a message
+/// (`state`, `duration_ms`, `task_id`, `reason`, `blocking_operation`, `advice`, `top_frame`) and a message
 /// that reads like `jdk.tracePinnedThreads`.
 #[derive(Debug)]
 pub struct TracingSink {
@@ -54,6 +54,7 @@ impl Sink for TracingSink {
             task_id = event.task_id,
             reason = event.reason.map(|r| r.as_str()),
             blocking_operation = event.blocking_operation.as_deref(),
+            advice = event.advice.as_deref(),
             top_frame = event.top_frame.as_ref().map(|f| f.to_string()),
             "{text}"
         );

@@ -65,7 +65,7 @@ pub(crate) fn protocol(
 /// cumulative OTLP sum that goes down reads as a counter reset to the backend).
 struct MetricState {
     /// Worker-time accounted so far, by reason (as in [`Reason::ALL`]).
-    totals: [Duration; 8],
+    totals: [Duration; Reason::ALL.len()],
     /// How much of each open pin `totals` holds.
     time: super::PinTime,
 }
@@ -73,7 +73,7 @@ struct MetricState {
 impl MetricState {
     fn new() -> MetricState {
         MetricState {
-            totals: [Duration::ZERO; 8],
+            totals: [Duration::ZERO; Reason::ALL.len()],
             time: super::PinTime::new(),
         }
     }
@@ -87,7 +87,7 @@ impl MetricState {
 
     /// The values of `pinwatch.pinned` by reason (as in [`Reason::ALL`]), the running pins
     /// (`running`: id and live age) advanced to now.
-    fn pinned(&mut self, running: &[(u64, Duration)]) -> [f64; 8] {
+    fn pinned(&mut self, running: &[(u64, Duration)]) -> [f64; Reason::ALL.len()] {
         let totals = &mut self.totals;
         self.time
             .advance(running, |r, more| totals[reason_index(Some(r))] += more);
@@ -529,7 +529,7 @@ mod tests {
     fn pinned_seconds_never_go_back() {
         let ms = Duration::from_millis;
         let mut state = MetricState::new();
-        let mut exported: Vec<[f64; 8]> = Vec::new();
+        let mut exported: Vec<[f64; Reason::ALL.len()]> = Vec::new();
         let ev = |id, st, r, d| PinnedEvent::for_test(id, st, r, d, 1);
         // 1: in_progress cpu, seen live at 400 ms, completed as sleep.
         state.report(&ev(1, State::InProgress, Reason::Cpu, 25));

@@ -472,41 +472,63 @@ impl PinnedEvent {
         Ok(e)
     }
 
-    /// A one-line summary, like the first line of `jdk.tracePinnedThreads` output.
+    /// A one-line summary, like the first line of `jdk.tracePinnedThreads` output. It leads with
+    /// where the worker is held (the top frame: `file:line function`), why, and what usually
+    /// fixes it; the task, its spawn site and the worker follow (for a service the spawn site is
+    /// the same for every request: the server's accept loop).
+    ///
+    /// `pinned in_progress for 23.7 ms at src/main.rs:16 svc::slow_report: reason=sleep
+    /// (clock_nanosleep) — use tokio::time::sleep(..).await instead of std::thread::sleep;
+    /// task 3 spawned at src/main.rs:30:5, worker 1 (tokio-rt-worker, tid 11329)`
     pub fn headline(&self) -> String {
         let mut s = format!(
-            "pinned {} for {:.1} ms: ",
+            "pinned {} for {:.1} ms",
             self.state.as_str(),
             self.duration.as_secs_f64() * 1e3,
         );
+        if let Some(top) = &self.top_frame {
+            let function = top.function.as_deref().unwrap_or("<unknown>");
+            match (&top.file, top.line) {
+                (Some(file), Some(line)) => s.push_str(&format!(" at {file}:{line} {function}")),
+                (Some(file), None) => s.push_str(&format!(" at {file} {function}")),
+                (None, _) => s.push_str(&format!(" in {function}")),
+            }
+        }
+        s.push(':');
+        if let Some(r) = self.reason {
+            s.push_str(&format!(" reason={r}"));
+            if let Some(op) = &self.blocking_operation {
+                s.push_str(&format!(" ({op})"));
+            }
+        } else if let Some(op) = &self.blocking_operation {
+            s.push_str(&format!(" blocking_operation={op}"));
+        }
+        if let Some(advice) = &self.advice {
+            s.push_str(&format!(" — {advice}"));
+        }
+        s.push_str("; ");
         if self.block_on {
-            s.push_str("the block_on body ");
+            s.push_str("the block_on body");
             if let Some(at) = &self.spawned_at {
-                s.push_str(&format!("(at {at}) "));
+                s.push_str(&format!(" (at {at})"));
             }
         } else {
             s.push_str(&format!(
-                "task {} ",
+                "task {}",
                 self.task_id
                     .map_or_else(|| "?".to_owned(), |t| t.to_string())
             ));
             if let Some(at) = &self.spawned_at {
-                s.push_str(&format!("(spawned at {at}) "));
+                s.push_str(&format!(" spawned at {at}"));
             }
         }
         match self.worker.index {
-            Some(i) => s.push_str(&format!("held worker {i} ")),
+            Some(i) => s.push_str(&format!(", worker {i}")),
             // A multi-thread runtime's body runs on a thread of its own, not on a worker.
-            None if self.block_on => s.push_str("blocked its thread, holding no worker "),
-            None => s.push_str("held worker ? "),
+            None if self.block_on => s.push_str(", blocked its thread, holding no worker"),
+            None => s.push_str(", worker ?"),
         }
-        s.push_str(&format!("({}, tid {})", self.worker.name, self.worker.tid));
-        if let Some(r) = self.reason {
-            s.push_str(&format!(" reason={r}"));
-        }
-        if let Some(op) = &self.blocking_operation {
-            s.push_str(&format!(" blocking_operation={op}"));
-        }
+        s.push_str(&format!(" ({}, tid {})", self.worker.name, self.worker.tid));
         if let Some(n) = self.tasks_queued_behind.filter(|n| *n > 0) {
             s.push_str(&format!(" tasks_queued_behind={n}"));
         }
@@ -755,6 +777,38 @@ mod tests {
         v["duration_ms"] = 1.8446744073709e22.into();
         let e = PinnedEvent::from_json_line(&serde_json::to_string(&v).unwrap()).unwrap();
         assert!(e.duration > Duration::from_secs(u64::MAX / 2));
+    }
+
+    /// The headline leads with the blocking line, the reason and the advice; the task, spawn
+    /// site and worker follow.
+    #[test]
+    fn the_headline_leads_with_the_top_frame_and_the_advice() {
+        let mut e = sample();
+        e.reason = Some(Reason::Sleep);
+        e.advice = Some(Reason::Sleep.advice(Some("clock_nanosleep")).to_owned());
+        assert_eq!(
+            e.headline(),
+            "pinned completed for 100.2 ms at src/main.rs:12 app::handler: reason=sleep \
+             (clock_nanosleep) — use tokio::time::sleep(..).await instead of std::thread::sleep; \
+             task 12 spawned at src/main.rs:10:5, worker 1 (tokio-runtime-worker, tid 4242)"
+        );
+        e.top_frame = None;
+        e.block_on = true;
+        e.worker.index = None;
+        assert!(
+            e.headline()
+                .starts_with("pinned completed for 100.2 ms: reason=sleep"),
+            "{}",
+            e.headline()
+        );
+        assert!(
+            e.headline().ends_with(
+                "; the block_on body (at src/main.rs:10:5), blocked its thread, holding no \
+                 worker (tokio-runtime-worker, tid 4242)"
+            ),
+            "{}",
+            e.headline()
+        );
     }
 
     #[test]

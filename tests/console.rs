@@ -230,6 +230,10 @@ fn stuck_workers_show_pinned_in_the_console_and_idle_after() {
         for a in seen.workers() {
             assert_eq!(str_attr(a, "reason"), Some("other"), "{a:?}");
             assert_eq!(str_attr(a, "blocking_op"), Some("futex"), "{a:?}");
+            assert!(
+                str_attr(a, "advice").is_some_and(|s| s.contains("spawn_blocking")),
+                "{a:?}"
+            );
             let top = str_attr(a, "top_frame").unwrap();
             assert!(top.contains("deadlock.rs:"), "top frame {top:?}");
             assert_eq!(u64_attr(a, "pins"), Some(1), "{a:?}");

@@ -199,9 +199,19 @@ fn status_pins_settings_and_recording_through_ctl() {
             .contains("pin_service.rs"),
         "{pin}"
     );
+    assert!(
+        pin["advice"]
+            .as_str()
+            .is_some_and(|a| a.contains("spawn_blocking")),
+        "{pin}"
+    );
     let text = ctl(&[&pid, "status"]);
     assert!(text.contains("pinned now: 1 of 3 workers"), "{text}");
     assert!(text.contains("other (futex)"), "{text}");
+    assert!(
+        text.contains("advice (other): move the blocking call to tokio::task::spawn_blocking"),
+        "{text}"
+    );
     let watched = ctl(&[
         &pid,
         "status",

@@ -266,6 +266,10 @@ fn check_delivery(got: &Shared) {
         string(&stuck.attributes, "pinwatch.blocking_operation"),
         Some("futex")
     );
+    assert!(
+        string(&stuck.attributes, "pinwatch.advice").is_some_and(|a| a.contains("spawn_blocking")),
+        "{stuck:?}"
+    );
     // The resource, from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
     let g = got.lock().unwrap();
     let resource = g.logs[0].resource_logs[0].resource.as_ref().unwrap();
@@ -302,6 +306,7 @@ fn check_delivery(got: &Shared) {
         "cpu",
         "sleep",
         "io",
+        "dns",
         "lock_wait",
         "lock_held",
         "once_init",

@@ -68,7 +68,7 @@ fn pinning_tests_fail_with_the_blocking_line_and_the_others_pass() {
     assert!(body.contains("reason=sleep"), "{body}");
     assert!(body.contains("src/lib.rs:7"), "the blocking line: {body}");
     let task = failure("fails_blocking_in_a_task");
-    assert!(task.contains("(spawned at tests/pins.rs:19:"), "{task}");
+    assert!(task.contains(" spawned at tests/pins.rs:19:"), "{task}");
     assert!(task.contains("src/lib.rs:7"), "{task}");
     let own = failure("fails_on_its_own_and_pinned_too");
     assert!(

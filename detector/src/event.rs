@@ -55,6 +55,10 @@ pub enum Reason {
     Sleep,
     /// In a blocking I/O system call.
     Io,
+    /// Resolving a host name on the worker: `getaddrinfo` and its kin, or std's
+    /// `ToSocketAddrs` / `to_socket_addrs`, on the stack (its wait on the resolver's socket
+    /// would otherwise read as `io`). Needs a stack: with `PINWATCH_STACKS=off` it is `io`.
+    Dns,
     /// Waiting for a contended lock.
     LockWait,
     /// Blocked in a system call while holding at least one instrumented lock.
@@ -69,10 +73,11 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Cpu,
         Reason::Sleep,
         Reason::Io,
+        Reason::Dns,
         Reason::LockWait,
         Reason::LockHeld,
         Reason::OnceInit,
@@ -86,11 +91,54 @@ impl Reason {
             Reason::Cpu => "cpu",
             Reason::Sleep => "sleep",
             Reason::Io => "io",
+            Reason::Dns => "dns",
             Reason::LockWait => "lock_wait",
             Reason::LockHeld => "lock_held",
             Reason::OnceInit => "once_init",
             Reason::OnceWait => "once_wait",
             Reason::Other => "other",
+        }
+    }
+}
+
+impl Reason {
+    /// What usually fixes a pin of this reason, in one short line; `operation` is the event's
+    /// `blocking_operation` (it tells a file from a socket for `io`).
+    pub fn advice(self, operation: Option<&str>) -> &'static str {
+        match self {
+            Reason::Cpu => {
+                "move the computation to tokio::task::spawn_blocking or rayon, or yield with tokio::task::yield_now().await"
+            }
+            Reason::Sleep => "use tokio::time::sleep(..).await instead of std::thread::sleep",
+            Reason::Dns => {
+                "use tokio::net::lookup_host(..).await (or resolve once at start-up), not std's ToSocketAddrs"
+            }
+            Reason::Io => match operation {
+                Some(
+                    "recvfrom" | "sendto" | "recvmsg" | "sendmsg" | "recvmmsg" | "sendmmsg"
+                    | "connect" | "accept" | "accept4" | "poll" | "ppoll" | "select"
+                    | "pselect6" | "epoll_wait" | "epoll_pwait",
+                ) => "use tokio::net, or move the call to tokio::task::spawn_blocking",
+                Some(
+                    "open" | "openat" | "fsync" | "fdatasync" | "sync_file_range" | "stat"
+                    | "lstat" | "fstat" | "statx" | "newfstatat" | "unlink" | "unlinkat"
+                    | "rename" | "renameat" | "mkdir" | "mkdirat" | "ftruncate" | "fallocate"
+                    | "getdents64" | "pread64" | "pwrite64" | "flock",
+                ) => "use tokio::fs, or move the call to tokio::task::spawn_blocking",
+                _ => "use tokio::fs / tokio::net, or move the call to tokio::task::spawn_blocking",
+            },
+            Reason::LockWait => {
+                "its holder keeps a std lock across slow work: shorten that, or use tokio::sync::Mutex"
+            }
+            Reason::LockHeld => {
+                "don't hold a std lock across blocking work (drop the guard first), or use tokio::sync::Mutex"
+            }
+            Reason::OnceInit | Reason::OnceWait => {
+                "initialize it before the runtime starts, or use tokio::sync::OnceCell"
+            }
+            Reason::Other => {
+                "move the blocking call to tokio::task::spawn_blocking, or use tokio::task::block_in_place if it is unavoidable"
+            }
         }
     }
 }
@@ -186,6 +234,7 @@ impl PinnedEvent {
             reason: Some(reason),
             other_reasons: vec![],
             blocking_operation: None,
+            advice: Some(reason.advice(None).to_owned()),
             top_frame: Some(Frame {
                 function: Some("app::f".into()),
                 file: Some("src/app.rs".into()),
@@ -313,6 +362,10 @@ pub struct PinnedEvent {
     pub other_reasons: Vec<Reason>,
     /// The system call the thread was in (`clock_nanosleep`, `futex`, `read`, …) or `running`.
     pub blocking_operation: Option<String>,
+    /// What usually fixes this reason and operation, in one short line ([`Reason::advice`]).
+    /// Recordings made before the field existed get it from their reason when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
     /// First frame outside std, tokio, pinwatch, libc and the unwinder: JFR's
     /// `topApplicationFrame`. When the poll was sampled more than once, the one most samples
     /// had (where the time went; see `profile`).
@@ -409,44 +462,73 @@ impl PinnedEvent {
         }
         let line: RecordLine<PinnedEvent> =
             serde_json::from_value(value).map_err(|e| ParseLineError::Json(e.to_string()))?;
-        Ok(line.pinned)
+        let mut e = line.pinned;
+        if e.advice.is_none() {
+            // Written before events carried advice.
+            e.advice = e
+                .reason
+                .map(|r| r.advice(e.blocking_operation.as_deref()).to_owned());
+        }
+        Ok(e)
     }
 
-    /// A one-line summary, like the first line of `jdk.tracePinnedThreads` output.
+    /// A one-line summary, like the first line of `jdk.tracePinnedThreads` output. It leads with
+    /// where the worker is held (the top frame: `file:line function`), why, and what usually
+    /// fixes it; the task, its spawn site and the worker follow (for a service the spawn site is
+    /// the same for every request: the server's accept loop).
+    ///
+    /// `pinned in_progress for 23.7 ms at src/main.rs:16 svc::slow_report: reason=sleep
+    /// (clock_nanosleep) — use tokio::time::sleep(..).await instead of std::thread::sleep;
+    /// task 3 spawned at src/main.rs:30:5, worker 1 (tokio-rt-worker, tid 11329)`
     pub fn headline(&self) -> String {
         let mut s = format!(
-            "pinned {} for {:.1} ms: ",
+            "pinned {} for {:.1} ms",
             self.state.as_str(),
             self.duration.as_secs_f64() * 1e3,
         );
+        if let Some(top) = &self.top_frame {
+            let function = top.function.as_deref().unwrap_or("<unknown>");
+            match (&top.file, top.line) {
+                (Some(file), Some(line)) => s.push_str(&format!(" at {file}:{line} {function}")),
+                (Some(file), None) => s.push_str(&format!(" at {file} {function}")),
+                (None, _) => s.push_str(&format!(" in {function}")),
+            }
+        }
+        s.push(':');
+        if let Some(r) = self.reason {
+            s.push_str(&format!(" reason={r}"));
+            if let Some(op) = &self.blocking_operation {
+                s.push_str(&format!(" ({op})"));
+            }
+        } else if let Some(op) = &self.blocking_operation {
+            s.push_str(&format!(" blocking_operation={op}"));
+        }
+        if let Some(advice) = &self.advice {
+            s.push_str(&format!(" — {advice}"));
+        }
+        s.push_str("; ");
         if self.block_on {
-            s.push_str("the block_on body ");
+            s.push_str("the block_on body");
             if let Some(at) = &self.spawned_at {
-                s.push_str(&format!("(at {at}) "));
+                s.push_str(&format!(" (at {at})"));
             }
         } else {
             s.push_str(&format!(
-                "task {} ",
+                "task {}",
                 self.task_id
                     .map_or_else(|| "?".to_owned(), |t| t.to_string())
             ));
             if let Some(at) = &self.spawned_at {
-                s.push_str(&format!("(spawned at {at}) "));
+                s.push_str(&format!(" spawned at {at}"));
             }
         }
         match self.worker.index {
-            Some(i) => s.push_str(&format!("held worker {i} ")),
+            Some(i) => s.push_str(&format!(", worker {i}")),
             // A multi-thread runtime's body runs on a thread of its own, not on a worker.
-            None if self.block_on => s.push_str("blocked its thread, holding no worker "),
-            None => s.push_str("held worker ? "),
+            None if self.block_on => s.push_str(", blocked its thread, holding no worker"),
+            None => s.push_str(", worker ?"),
         }
-        s.push_str(&format!("({}, tid {})", self.worker.name, self.worker.tid));
-        if let Some(r) = self.reason {
-            s.push_str(&format!(" reason={r}"));
-        }
-        if let Some(op) = &self.blocking_operation {
-            s.push_str(&format!(" blocking_operation={op}"));
-        }
+        s.push_str(&format!(" ({}, tid {})", self.worker.name, self.worker.tid));
         if let Some(n) = self.tasks_queued_behind.filter(|n| *n > 0) {
             s.push_str(&format!(" tasks_queued_behind={n}"));
         }
@@ -571,6 +653,7 @@ mod tests {
             reason: Some(Reason::LockHeld),
             other_reasons: vec![],
             blocking_operation: Some("clock_nanosleep".into()),
+            advice: Some(Reason::LockHeld.advice(Some("clock_nanosleep")).to_owned()),
             top_frame: Some(Frame {
                 function: Some("app::handler".into()),
                 file: Some("src/main.rs".into()),
@@ -628,6 +711,7 @@ mod tests {
             "top_frame",
             "stack",
             "held_locks",
+            "advice",
             "run_id",
             "pid",
             "profile",
@@ -695,6 +779,38 @@ mod tests {
         assert!(e.duration > Duration::from_secs(u64::MAX / 2));
     }
 
+    /// The headline leads with the blocking line, the reason and the advice; the task, spawn
+    /// site and worker follow.
+    #[test]
+    fn the_headline_leads_with_the_top_frame_and_the_advice() {
+        let mut e = sample();
+        e.reason = Some(Reason::Sleep);
+        e.advice = Some(Reason::Sleep.advice(Some("clock_nanosleep")).to_owned());
+        assert_eq!(
+            e.headline(),
+            "pinned completed for 100.2 ms at src/main.rs:12 app::handler: reason=sleep \
+             (clock_nanosleep) — use tokio::time::sleep(..).await instead of std::thread::sleep; \
+             task 12 spawned at src/main.rs:10:5, worker 1 (tokio-runtime-worker, tid 4242)"
+        );
+        e.top_frame = None;
+        e.block_on = true;
+        e.worker.index = None;
+        assert!(
+            e.headline()
+                .starts_with("pinned completed for 100.2 ms: reason=sleep"),
+            "{}",
+            e.headline()
+        );
+        assert!(
+            e.headline().ends_with(
+                "; the block_on body (at src/main.rs:10:5), blocked its thread, holding no \
+                 worker (tokio-runtime-worker, tid 4242)"
+            ),
+            "{}",
+            e.headline()
+        );
+    }
+
     #[test]
     fn reads_schema_1_lines() {
         let line = sample()
@@ -705,7 +821,13 @@ mod tests {
         v.remove("run_id");
         v.remove("pid");
         v.remove("profile");
+        v.remove("advice");
         let e = PinnedEvent::from_json_line(&serde_json::to_string(&v).unwrap()).unwrap();
         assert_eq!((e.id, e.run_id.as_str(), e.pid), (7, "", 0));
+        // Advice comes from the reason for lines written before events carried it.
+        assert_eq!(
+            e.advice.as_deref(),
+            Some(Reason::LockHeld.advice(Some("clock_nanosleep")))
+        );
     }
 }

@@ -376,6 +376,9 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             "  blockingOperation = \"{}\"",
             Shown(e.blocking_operation.as_deref().unwrap_or("unknown"))
         );
+        if let Some(advice) = &e.advice {
+            let _ = writeln!(out, "  advice = \"{}\"", Shown(advice));
+        }
         if e.runtime_stalled {
             let _ = writeln!(
                 out,
@@ -463,6 +466,12 @@ pub struct SummaryRow {
     /// Polls that stalled the whole runtime (`runtime_stalled`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stalled: usize,
+    /// What usually fixes the row's most common reason: its latest pin's `advice`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub advice: String,
+    /// Each reason's latest advice, for `advice`.
+    #[serde(skip)]
+    advice_by_reason: Vec<(String, String)>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -524,6 +533,8 @@ impl Summary {
                 reasons: Vec::new(),
                 in_progress: 0,
                 stalled: 0,
+                advice: String::new(),
+                advice_by_reason: Vec::new(),
             });
         let d = e.duration.as_secs_f64() * 1e3;
         row.count += 1;
@@ -536,6 +547,12 @@ impl Summary {
             row.stalled += 1;
         }
         let r = e.reason.map_or("unknown", Reason::as_str).to_owned();
+        if let Some(advice) = &e.advice {
+            match row.advice_by_reason.iter_mut().find(|(name, _)| *name == r) {
+                Some((_, a)) => a.clone_from(advice),
+                None => row.advice_by_reason.push((r.clone(), advice.clone())),
+            }
+        }
         match row.reasons.iter_mut().find(|(name, _)| *name == r) {
             Some((_, n)) => *n += 1,
             None => row.reasons.push((r, 1)),
@@ -547,6 +564,14 @@ impl Summary {
         let mut rows: Vec<SummaryRow> = self.rows.values().cloned().collect();
         for r in &mut rows {
             r.reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            if let Some((top, _)) = r.reasons.first() {
+                r.advice = r
+                    .advice_by_reason
+                    .iter()
+                    .find(|(name, _)| name == top)
+                    .map(|(_, a)| a.clone())
+                    .unwrap_or_default();
+            }
             r.total_ms = (r.total_ms * 10.0).round() / 10.0;
             r.longest_ms = (r.longest_ms * 10.0).round() / 10.0;
         }
@@ -620,8 +645,11 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
         "{}",
         line(widths.map(|w| "-".repeat(w)).each_ref().map(|s| s.as_str()))
     );
-    for row in &cells {
+    for (row, r) in cells.iter().zip(rows) {
         let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
+        if !r.advice.is_empty() {
+            let _ = writeln!(out, "  advice: {}", Shown(&r.advice));
+        }
     }
     if rows.is_empty() {
         let _ = writeln!(out, "(no pinned polls)");

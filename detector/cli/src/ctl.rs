@@ -339,6 +339,17 @@ fn table<const N: usize>(headers: &[&str; N], rows: &[[String; N]]) -> String {
     out
 }
 
+/// Under a table: what usually fixes each reason in it, once per advice.
+fn advice_lines<'a>(w: &mut String, pairs: impl Iterator<Item = (&'a str, &'a str)>) {
+    let mut seen: Vec<&str> = Vec::new();
+    for (reason, advice) in pairs {
+        if !seen.contains(&advice) {
+            seen.push(advice);
+            let _ = writeln!(w, "  advice ({reason}): {advice}");
+        }
+    }
+}
+
 fn human_ms(ms: u64) -> String {
     if ms < 1_000 {
         return format!("{ms}ms");
@@ -552,6 +563,12 @@ fn render(st: &Status) -> String {
             let _ = writeln!(w, "  {l}");
         }
     }
+    advice_lines(
+        w,
+        st.pinned
+            .iter()
+            .filter_map(|p| Some((p.reason.as_deref()?, p.advice.as_deref()?))),
+    );
     let _ = writeln!(w);
     let _ = writeln!(w, "top locations since start: {}", st.top.len());
     let rows: Vec<[String; 5]> = st
@@ -578,6 +595,13 @@ fn render(st: &Status) -> String {
             let _ = writeln!(w, "  {l}");
         }
     }
+    advice_lines(
+        w,
+        st.top.iter().filter_map(|r| {
+            let (reason, _) = r.reasons.first()?;
+            (!r.advice.is_empty()).then_some((reason.as_str(), r.advice.as_str()))
+        }),
+    );
     let _ = writeln!(w);
     let counters: Vec<String> = st
         .counters

@@ -118,6 +118,8 @@ pub struct PinView {
     pub reason: String,
     /// Blocking system call or lock.
     pub blocking_operation: Option<String>,
+    /// What usually fixes it.
+    pub advice: Option<String>,
     /// Top application frame.
     pub top_frame: Option<String>,
     /// Locks held.
@@ -364,6 +366,7 @@ fn view(e: &PinnedEvent) -> PinView {
         },
         reason: reason_of(e),
         blocking_operation: e.blocking_operation.clone(),
+        advice: e.advice.clone(),
         top_frame: e.top_frame.as_ref().map(|f| f.to_string()),
         runtime_stalled_ms: e
             .runtime_stalled
@@ -512,6 +515,7 @@ pub fn color(reason: &str) -> &'static str {
         "cpu" => "#e15759",
         "sleep" => "#4e79a7",
         "io" => "#f28e2b",
+        "dns" => "#d37295",
         "lock_wait" => "#59a14f",
         "lock_held" => "#76b7b2",
         "once_init" => "#edc948",
@@ -725,7 +729,7 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
         let _ = write!(
             h,
             "<tr><td data-v=\"{}\">{}{}</td><td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td>\
-             <td>{}</td><td class=\"frame\">{}</td></tr>",
+             <td>{}</td><td class=\"frame\">{}{}</td></tr>",
             r.count,
             r.count,
             if r.in_progress > 0 {
@@ -738,7 +742,12 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
             r.longest_ms,
             human(r.longest_ms),
             reasons.join(" "),
-            esc(&r.frame)
+            esc(&r.frame),
+            if r.advice.is_empty() {
+                String::new()
+            } else {
+                format!("<div class=\"hint\">{}</div>", esc(&r.advice))
+            }
         );
     }
     h.push_str("</tbody></table></section>\n");
@@ -822,6 +831,7 @@ function show(bar){
     'worker:    '+e.worker,
     'reason:    '+e.reason+(e.blocking_operation?'  ('+e.blocking_operation+')':''),
     'top frame: '+(e.top_frame||'-')];
+  if(e.advice){lines.push('advice:    '+e.advice);}
   if(e.held_locks.length){lines.push('holds:     '+e.held_locks.join('; '));}
   if(e.runtime_stalled_ms!==undefined){lines.push('STALLED:   the whole runtime (timers, I/O): heartbeat '+e.runtime_stalled_ms+' ms late');}
   if(e.tasks_queued_behind){lines.push('queued:    '+e.tasks_queued_behind+' tasks behind it');}

@@ -46,11 +46,14 @@ fn golden(args: &[&str], file: &str) {
     all.push(rec.to_str().unwrap());
     let (code, out, err) = pinwatch(&all);
     assert_eq!(code, 0, "{err}");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(data(file), &out).unwrap();
+    }
     let want = std::fs::read_to_string(data(file)).unwrap();
     assert_eq!(
         normalise(&out),
         normalise(&want),
-        "output differs from {file}"
+        "output differs from {file} (UPDATE_GOLDEN=1 rewrites it)"
     );
 }
 

@@ -231,6 +231,7 @@ const ENUMS: &[&str] = &[
     "cpu",
     "sleep",
     "io",
+    "dns",
     "lock_wait",
     "lock_held",
     "once_init",

@@ -113,6 +113,10 @@ fn the_page_renders_in_a_real_browser() {
     let detail = text(&select(&dom, "#detail")[0]);
     assert!(detail.contains("reason:    cpu"), "{detail}");
     assert!(
+        detail.contains("advice:    move the computation to tokio::task::spawn_blocking"),
+        "{detail}"
+    );
+    assert!(
         detail.contains("top frame: app::hash (src/hash.rs:7)"),
         "{detail}"
     );

@@ -152,10 +152,11 @@ pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-const REASONS: [(&str, &str); 8] = [
+const REASONS: [(&str, &str); 9] = [
     ("cpu", "Cpu"),
     ("sleep", "Sleep"),
     ("io", "Io"),
+    ("dns", "Dns"),
     ("lock_wait", "LockWait"),
     ("lock_held", "LockHeld"),
     ("once_init", "OnceInit"),

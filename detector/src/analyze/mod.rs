@@ -119,6 +119,7 @@ impl Analyzer {
         if let Some((best, others, op)) = dominant(&verdicts) {
             event.reason = Some(best);
             event.other_reasons = others;
+            event.advice = Some(best.advice(Some(&op)).to_owned());
             event.blocking_operation = Some(op);
         }
         let last = probes.last();

@@ -30,6 +30,10 @@ pub(crate) fn classify(
         Reason::LockWait
     } else if !running && holds_locks {
         Reason::LockHeld
+    } else if frames.iter().any(is_dns_frame) {
+        // A resolver waits in `poll` / `recvfrom` / `connect` on its UDP socket (`io`), or
+        // parses `/etc/hosts` on the CPU: what it is doing is resolving a name.
+        Reason::Dns
     } else if running {
         Reason::Cpu
     } else {
@@ -101,6 +105,56 @@ fn is_io(op: &str) -> bool {
     )
 }
 
+/// C resolver entry points (glibc's, musl's, NSS modules'), matched after `__GI_`, `__libc_`
+/// and leading `_`s.
+const DNS_C_FUNCTIONS: &[&str] = &[
+    "getaddrinfo",
+    "gaih_inet",
+    "gethostbyname",
+    "gethostbyaddr",
+    "getnameinfo",
+    "res_query",
+    "res_search",
+    "res_send",
+    "res_nquery",
+    "res_nsearch",
+    "res_nsend",
+    "res_mkquery",
+    "res_nmkquery",
+    "res_context_",
+    "nss_dns_",
+    "nss_resolve_",
+    "nss_mdns",
+];
+
+/// Whether `f` resolves a host name: a C resolver function, std's `ToSocketAddrs` /
+/// `to_socket_addrs`, or std's `lookup_host` / `LookupHost`.
+fn is_dns_frame(f: &Frame) -> bool {
+    let Some(name) = f.function.as_deref() else {
+        return false;
+    };
+    let base = base_name(name);
+    if !base.contains("::") {
+        let c = base.trim_start_matches('_');
+        let c = c
+            .strip_prefix("GI_")
+            .or_else(|| c.strip_prefix("libc_"))
+            .unwrap_or(c)
+            .trim_start_matches('_');
+        if DNS_C_FUNCTIONS.iter().any(|p| c.starts_with(p)) {
+            return true;
+        }
+    }
+    let last = base.rsplit("::").next().unwrap_or(&base);
+    let in_std = base.trim_start_matches('<').starts_with("std::")
+        || f.file
+            .as_deref()
+            .is_some_and(|file| file.starts_with("/rustc/"));
+    last == "to_socket_addrs"
+        || base.contains("ToSocketAddrs>::")
+        || (in_std && (last == "lookup_host" || base.contains("LookupHost")))
+}
+
 /// Functions that take a lock and wait for it when it is contended.
 const LOCK_FRAMES: &[&str] = &[
     "std::sys::sync::mutex::",
@@ -154,64 +208,235 @@ fn function_matches(f: &Frame, prefixes: &[&str]) -> bool {
     prefixes.iter().any(|p| name.starts_with(p))
 }
 
-/// Crates whose frames never make a top application frame.
+/// Crates whose frames never make a top application frame: the runtime, its plumbing, std and
+/// pinwatch. Each entry also covers the crates named after it with `_` (`tokio` covers
+/// `tokio_util`, `http` covers `http_body`). Every other crate is application code, a
+/// dependency from crates.io included: its blocking line is where the fix goes.
 const INTERNAL_CRATES: &[&str] = &[
     "std",
     "core",
     "alloc",
+    "proc_macro",
     "tokio",
-    "pinwatch",
-    "backtrace",
-    "libc",
-    "futures_executor",
-    "futures_util",
-    "futures_core",
+    "futures",
     "tracing",
-    "tracing_core",
-    "parking_lot",
-    "parking_lot_core",
-    "rayon_core",
     "hyper",
-    "axum",
     "tower",
-    "pinwatch_macros",
+    "axum",
+    "h2",
+    "http",
+    "httparse",
+    "want",
+    "tonic",
+    "prost",
+    "mio",
+    "socket2",
+    "bytes",
+    "slab",
+    "parking_lot",
+    "crossbeam",
+    "rayon",
+    "serde",
+    "backtrace",
+    "addr2line",
+    "gimli",
+    "object",
+    "rustc_demangle",
+    "miniz_oxide",
+    "libc",
+    "hashbrown",
+    "memchr",
+    "once_cell",
+    "pinwatch",
+    "console",
+    "opentelemetry",
+    "prometheus",
 ];
 
-/// Whether `f` is application code: it has a name, and that name's crate is not the runtime's,
-/// std's, pinwatch's or the C library's.
+/// Whether `krate` (with `_`, not `-`) is one of [`INTERNAL_CRATES`] or named after one.
+fn is_internal(krate: &str) -> bool {
+    INTERNAL_CRATES.iter().any(|c| {
+        krate
+            .strip_prefix(c)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+    })
+}
+
+/// Whether `f` is application code: it has a name, and its crate is not the runtime's, std's,
+/// pinwatch's or the C library's. A frame's file decides when it is known: std's sources are
+/// under `/rustc/`, a dependency's under cargo's registry or git checkouts (its crate is in the
+/// path), and anything else (the application, its path dependencies) is the application's. A
+/// name is judged by its base, without its generic arguments: `{async_fn#0}<alloc::string::
+/// String>` (an inlined `async fn` body) names no crate, only its argument does.
 pub(crate) fn is_application(f: &Frame) -> bool {
     let Some(name) = f.function.as_deref() else {
         return false;
     };
-    // The file says it best when it is known: std's sources are under /rustc/, dependencies'
-    // under cargo's registry; an inlined frame's name (from DWARF) carries no crate path.
+    let base = base_name(name);
     if let Some(file) = f.file.as_deref() {
-        if file.starts_with("/rustc/")
-            || file.contains("/.cargo/registry/")
-            || file.contains("/.cargo/git/")
-            || file.contains("/detector/src/")
-        {
+        if file.starts_with("/rustc/") || file.contains("/rust/deps/") || is_pinwatch_source(file) {
             return false;
         }
-        if !name.contains("::") || name.starts_with('<') {
+        if let Some(krate) = dependency_crate(file) {
+            return !is_internal(&krate);
+        }
+        if !base.contains("::") || base.starts_with('<') {
             // A C symbol, or an inlined frame named without its path: keep it when it is in
             // the application's own sources and not the C library's.
             return !file.starts_with("./") && !file.contains("glibc") && !file.contains("/libc");
         }
     }
-    let krate = owning_crate(name);
-    if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
+    // A C symbol (no path) is libc or the unwinder.
+    if !base.contains("::") {
         return false;
     }
-    // A C symbol (no path) is libc or the unwinder.
-    if !name.contains("::") {
+    let krate = owning_crate(&base);
+    if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
         return false;
     }
     // A generic parameter (`<F as core::future::Future>::poll`) belongs to nobody.
     if krate.len() == 1 && krate.chars().all(|c| c.is_ascii_uppercase()) {
         return false;
     }
-    !INTERNAL_CRATES.contains(&krate)
+    !is_internal(krate)
+}
+
+/// Whether `file` is one of pinwatch's own sources (a path or git dependency of the
+/// application; from crates.io it is under the registry).
+fn is_pinwatch_source(file: &str) -> bool {
+    file.contains("/detector/src/")
+        || file.starts_with("detector/src/")
+        || file.starts_with(concat!(env!("CARGO_MANIFEST_DIR"), "/src/"))
+}
+
+/// The crate (`-` made `_`) of a file in cargo's registry
+/// (`…/.cargo/registry/src/<index>/<crate>-<version>/…`) or git checkouts
+/// (`…/.cargo/git/checkouts/<repo>-<hash>/<rev>/[<dir>/]<crate>/src/…`); `None` for any other
+/// file.
+pub(crate) fn dependency_crate(file: &str) -> Option<String> {
+    if let Some(pos) = file.find("/registry/src/") {
+        let rest = &file[pos + "/registry/src/".len()..];
+        let dir = rest.split('/').nth(1)?;
+        return Some(strip_version(dir).replace('-', "_"));
+    }
+    if file.contains("/.cargo/git/checkouts/") {
+        return crate_dir(file).map(|d| d.replace('-', "_"));
+    }
+    None
+}
+
+/// `futures-util-0.3.31` → `futures-util`: the name before the first `-` that starts a
+/// `major.minor.patch` version.
+fn strip_version(dir: &str) -> &str {
+    let digits = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
+    let is_version = |v: &str| {
+        let mut parts = v.splitn(3, '.');
+        let (Some(major), Some(minor), Some(patch)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        digits(major) && digits(minor) && patch.starts_with(|c: char| c.is_ascii_digit())
+    };
+    dir.match_indices('-')
+        .find(|(i, _)| is_version(&dir[i + 1..]))
+        .map_or(dir, |(i, _)| &dir[..i])
+}
+
+/// The directory that holds a source file's `src/`: the package's (`…/snmp2-0.4.1/src/x.rs` →
+/// `snmp2-0.4.1`, `/work/app/dep/src/lib.rs` → `dep`). `None` for a file outside a `src/`, or
+/// a relative path that starts with it.
+fn crate_dir(file: &str) -> Option<&str> {
+    let pos = file.rfind("/src/")?;
+    let dir = file[..pos].rsplit('/').next()?;
+    (!dir.is_empty() && dir != ".").then_some(dir)
+}
+
+/// A Rust path for a source file: its crate and module (`…/snmp2-0.4.1/src/asyncsession.rs` →
+/// `snmp2::asyncsession`, `…/dep/src/lib.rs` → `dep`, `/rustc/…/library/core/src/ops/
+/// function.rs` → `core::ops::function`). What names an inlined closure or `async fn` body
+/// whose debug info has no path and no outer frame to borrow one from (a line-tables-only
+/// build keeps no namespaces). `None` when the file says nothing usable.
+pub(crate) fn module_path(file: &str) -> Option<String> {
+    let krate = strip_version(crate_dir(file)?).replace('-', "_");
+    if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return None;
+    }
+    let pos = file.rfind("/src/")?;
+    let rel = file[pos + "/src/".len()..].strip_suffix(".rs")?;
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    if parts.first() == Some(&"bin") {
+        // `src/bin/name.rs` is its own crate.
+        parts.remove(0);
+        let bin = parts.first().copied()?.to_owned();
+        parts.remove(0);
+        return Some(join_modules(&bin.replace('-', "_"), &parts));
+    }
+    if matches!(parts.last(), Some(&"lib" | &"main" | &"mod")) {
+        parts.pop();
+    }
+    Some(join_modules(&krate, &parts))
+}
+
+fn join_modules(krate: &str, modules: &[&str]) -> String {
+    let mut path = krate.to_owned();
+    for m in modules {
+        if !m.chars().all(|c| c.is_alphanumeric() || c == '_') || m.is_empty() {
+            break;
+        }
+        path.push_str("::");
+        path.push_str(m);
+    }
+    path
+}
+
+/// A demangled name without its generic argument lists, which may hold any path:
+/// `{async_fn#0}<alloc::string::String>` → `{async_fn#0}`,
+/// `tokio::task::Harness<T,S>::poll` → `tokio::task::Harness::poll`. A leading qualified
+/// self type (`<app::Job as core::future::Future>::poll`) is kept: it names the owner.
+pub(crate) fn base_name(name: &str) -> String {
+    if name.starts_with('<') {
+        if let Some(end) = qualified_end(name) {
+            return format!("{}{}", &name[..end], strip_generics(&name[end..]));
+        }
+    }
+    strip_generics(name)
+}
+
+/// `s` without any `<…>` (a `->` inside one does not close it).
+fn strip_generics(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut depth = 0usize;
+    let mut prev = ' ';
+    for c in s.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' if depth > 0 && prev != '-' => depth -= 1,
+            _ if depth > 0 => {}
+            _ => out.push(c),
+        }
+        prev = c;
+    }
+    out
+}
+
+/// The end (exclusive) of the leading `<…>` of `name`.
+fn qualified_end(name: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut prev = ' ';
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if prev != '-' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        prev = c;
+    }
+    None
 }
 
 /// The crate a demangled function belongs to: `app::f` → `app`; `<app::T as core::X>::m` →
@@ -353,6 +578,83 @@ mod tests {
         assert!(classify(None, &[], false, false).is_none());
     }
 
+    /// Real resolver stacks (glibc 2.39, std 1.9x; innermost first): each is `dns`, whether the
+    /// resolver waits on its socket or runs.
+    #[test]
+    fn dns_reasons() {
+        let at = |name: &str, file: &str| Frame {
+            function: Some(name.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(1),
+            locks: 0,
+        };
+        let glibc_udp = [
+            f("__GI___poll"),
+            f("send_dg"),
+            f("__res_context_send"),
+            f("__res_context_query"),
+            f("__res_context_search"),
+            f("_nss_dns_gethostbyname4_r"),
+            f("gaih_inet"),
+            f("__GI_getaddrinfo"),
+            f("<std::sys::net::connection::socket::LookupHost as core::convert::TryFrom<(&str,u16)>>::try_from::{{closure}}"),
+            f("std::sys::pal::common::small_c_string::run_with_cstr_stack"),
+            f("<(&str,u16) as std::net::socket_addr::ToSocketAddrs>::to_socket_addrs"),
+            f("<str as std::net::socket_addr::ToSocketAddrs>::to_socket_addrs"),
+            f("app::connect_db"),
+        ];
+        for op in ["poll", "recvfrom", "connect", "sendto"] {
+            let v = classify(Some(&proc(Some(op))), &glibc_udp, false, false).unwrap();
+            assert_eq!((v.reason, v.operation.as_str()), (Reason::Dns, op));
+        }
+        // Parsing /etc/hosts on the CPU.
+        let files = [
+            f("__strchr_avx2"),
+            f("_nss_files_gethostbyname4_r"),
+            f("gaih_inet"),
+            f("getaddrinfo"),
+            f("app::resolve"),
+        ];
+        let v = classify(Some(&proc(None)), &files, false, false).unwrap();
+        assert_eq!((v.reason, v.operation.as_str()), (Reason::Dns, "running"));
+        // Line-tables-only names of std's inlined frames.
+        let inlined = [
+            f("__GI___poll"),
+            f("getaddrinfo"),
+            at(
+                "to_socket_addrs<alloc::string::String>",
+                "/rustc/abc/library/std/src/net/socket_addr.rs",
+            ),
+            at(
+                "{async_fn#0}<alloc::string::String>",
+                "/src/snmp2/src/lib.rs",
+            ),
+        ];
+        let v = classify(Some(&proc(Some("poll"))), &inlined[2..], false, false).unwrap();
+        assert_eq!(v.reason, Reason::Dns);
+        let v = classify(Some(&proc(Some("poll"))), &inlined, false, false).unwrap();
+        assert_eq!(v.reason, Reason::Dns);
+        let gethost = [
+            f("__gethostbyname_r"),
+            f("gethostbyname"),
+            f("app::c_client"),
+        ];
+        let v = classify(Some(&proc(Some("recvfrom"))), &gethost, false, false).unwrap();
+        assert_eq!(v.reason, Reason::Dns);
+        // Not a resolver: plain socket I/O, and names that only look alike.
+        let io = [
+            f("__GI___poll"),
+            f("std::net::tcp::TcpStream::read"),
+            f("app::res_count"),
+            f("app::lookup_host"),
+        ];
+        let v = classify(Some(&proc(Some("poll"))), &io, false, false).unwrap();
+        assert_eq!(v.reason, Reason::Io);
+        // A lock held while resolving stays lock_held: the lock is what to fix first.
+        let v = classify(Some(&proc(Some("poll"))), &glibc_udp, true, false).unwrap();
+        assert_eq!(v.reason, Reason::LockHeld);
+    }
+
     #[test]
     fn files_decide_for_inlined_frames() {
         let at = |name: &str, file: &str| Frame {
@@ -371,6 +673,105 @@ mod tests {
         )));
         assert!(is_application(&at("{closure#0}", "sample-apps/src/lib.rs")));
         assert!(is_application(&at("app::work", "/home/me/app/src/main.rs")));
+    }
+
+    #[test]
+    fn names_are_judged_by_their_base_and_dependencies_by_their_crate() {
+        let at = |name: &str, file: &str| Frame {
+            function: Some(name.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(1),
+            locks: 0,
+        };
+        const REG: &str = "/home/me/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f";
+        // An inlined generic async fn body of a dependency from crates.io: the dependency's.
+        assert!(is_application(&at(
+            "{async_fn#0}<alloc::string::String>",
+            &format!("{REG}/snmp2-0.4.1/src/asyncsession.rs")
+        )));
+        // The same in a path dependency, and once qualified.
+        assert!(is_application(&at(
+            "{async_fn#0}<alloc::string::String>",
+            "/work/app/dep/src/lib.rs"
+        )));
+        assert!(is_application(&at(
+            "dep::{async_fn#0}",
+            "/work/app/dep/src/lib.rs"
+        )));
+        // Runtime and plumbing crates, and the crates named after them, are not.
+        for krate in [
+            "tokio-1.54.1",
+            "tokio-util-0.7.15",
+            "futures-util-0.3.31",
+            "hyper-util-0.1.10",
+            "http-body-1.0.1",
+            "serde_json-1.0.140",
+            "parking_lot_core-0.9.10",
+            "console-subscriber-0.5.0",
+        ] {
+            assert!(
+                !is_application(&at("{closure#0}", &format!("{REG}/{krate}/src/x.rs"))),
+                "{krate}"
+            );
+        }
+        // A crate whose name merely starts like an internal one is the application's.
+        assert!(is_application(&at(
+            "{closure#0}",
+            &format!("{REG}/tokioish-1.0.0/src/lib.rs")
+        )));
+        // std's own dependencies.
+        assert!(!is_application(&at(
+            "hashbrown::raw::RawTable<T,A>::find",
+            "/rust/deps/hashbrown-0.15.2/src/raw/mod.rs"
+        )));
+        // Without a file, the base decides: a path-less base is no crate's.
+        assert!(!is_application(&f("{async_fn#0}<alloc::string::String>")));
+        assert!(is_application(&f("app::Job<tokio::sync::Mutex<u8>>::run")));
+        assert!(!is_application(&f(
+            "tokio_util::codec::Framed<app::C>::poll"
+        )));
+    }
+
+    #[test]
+    fn crate_and_module_paths_from_files() {
+        assert_eq!(
+            module_path("/h/.cargo/registry/src/index.crates.io-x/snmp2-0.4.1/src/asyncsession.rs")
+                .as_deref(),
+            Some("snmp2::asyncsession")
+        );
+        assert_eq!(
+            module_path("/h/.cargo/registry/src/i/futures-util-0.3.31/src/future/mod.rs")
+                .as_deref(),
+            Some("futures_util::future")
+        );
+        assert_eq!(
+            module_path("/work/app/dep/src/lib.rs").as_deref(),
+            Some("dep")
+        );
+        assert_eq!(
+            module_path("/work/app/src/bin/pin-service.rs").as_deref(),
+            Some("pin_service")
+        );
+        assert_eq!(
+            module_path("/rustc/abc/library/core/src/ops/function.rs").as_deref(),
+            Some("core::ops::function")
+        );
+        assert_eq!(module_path("src/main.rs"), None);
+        assert_eq!(module_path("./nptl/pthread_create.c"), None);
+        assert_eq!(
+            dependency_crate("/h/.cargo/registry/src/i/md-5-0.10.6/src/lib.rs").as_deref(),
+            Some("md_5")
+        );
+        assert_eq!(
+            dependency_crate("/h/.cargo/git/checkouts/snmp-abc123/f00/snmp2/src/lib.rs").as_deref(),
+            Some("snmp2")
+        );
+        assert_eq!(dependency_crate("/work/app/dep/src/lib.rs"), None);
+        assert_eq!(
+            base_name("<app::Job<T> as core::future::Future>::poll<u8>"),
+            "<app::Job<T> as core::future::Future>::poll"
+        );
+        assert_eq!(base_name("tokio::X<fn() -> u8, T>::poll"), "tokio::X::poll");
     }
 
     #[test]

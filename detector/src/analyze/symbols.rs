@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::reason::module_path;
 use crate::event::Frame;
 use crate::poll::locks::HeldEntry;
 
@@ -69,9 +70,13 @@ impl Resolver {
 /// How many bytes before an interrupted instruction with no source line to look for one.
 const MAX_BACKSTEP: usize = 64;
 
-/// An inlined closure or async block is named by its debug info without a path
-/// (`{async_block#1}`). The frames that poll it name its environment type with the full path
-/// in their generic arguments (`…<app::handler::{async_block_env#1}, …>`): borrow that path.
+/// An inlined closure, async block or `async fn` body is named by its debug info without a
+/// path (`{async_block#1}`, `{async_fn#0}<alloc::string::String>`). The frames that poll it
+/// often name its environment type with the full path in their generic arguments
+/// (`…<app::handler::{async_block_env#1}, …>`): borrow that path. When none does (an `async fn`
+/// awaited directly; a line-tables-only build keeps no namespaces), the file says the crate and
+/// module (`dep::session::{async_fn#0}`). The generic arguments are dropped: the path says whose
+/// code it is, and they made the name say another crate's.
 fn qualify_inlined(frames: &mut [Frame]) {
     const KINDS: [(&str, &str); 3] = [
         ("{async_block#", "{async_block_env#"),
@@ -101,6 +106,7 @@ fn qualify_inlined(frames: &mut [Frame]) {
                 .map_or(0, |p| p + 1);
             Some(outer[start..pos].to_owned())
         });
+        let path = path.or_else(|| frames[i].file.as_deref().and_then(module_path));
         if let Some(path) = path {
             frames[i].function = Some(format!("{path}::{base}"));
         }
@@ -153,8 +159,31 @@ mod tests {
             "app::lock_sleep::{async_fn#0}::{closure#0}::{async_block#1}"
         );
         assert_eq!(names[3], "app::lazy::{async_fn#0}::{closure#1}");
-        // Nothing outer names it: left alone.
+        // Nothing outer names it, and no file: left alone.
         assert_eq!(names[5], "{async_block#7}");
         assert_eq!(names[0], "std::thread::sleep");
+    }
+
+    /// An `async fn` awaited directly leaves no env type in outer frames: its file names it.
+    #[test]
+    fn an_inlined_async_fn_body_is_named_after_its_file() {
+        let mut frames = vec![
+            named("std::thread::sleep"),
+            Frame {
+                function: Some("{async_fn#0}<alloc::string::String>".into()),
+                file: Some(
+                    "/h/.cargo/registry/src/index.crates.io-x/snmp2-0.4.1/src/asyncsession.rs"
+                        .into(),
+                ),
+                line: Some(120),
+                locks: 0,
+            },
+            named("app::poll_devices::{async_fn#0}"),
+        ];
+        qualify_inlined(&mut frames);
+        assert_eq!(
+            frames[1].function.as_deref(),
+            Some("snmp2::asyncsession::{async_fn#0}")
+        );
     }
 }

@@ -585,6 +585,10 @@ fn status(s: &Served) -> Status {
                     .as_ref()
                     .and_then(|e| e.blocking_operation.clone())
                     .map(|o| bounded(o, MAX_FIELD)),
+                advice: e
+                    .as_ref()
+                    .and_then(|e| e.advice.clone())
+                    .map(|a| bounded(a, MAX_FIELD)),
                 top_frame: e.as_ref().and_then(|e| {
                     e.top_frame
                         .as_ref()

@@ -138,6 +138,9 @@ pub struct PinnedNow {
     pub reason: Option<String>,
     /// The blocking system call or lock.
     pub blocking_operation: Option<String>,
+    /// What usually fixes it (the event's `advice`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
     /// The top application frame.
     pub top_frame: Option<String>,
     /// Instrumented locks it holds.

@@ -44,6 +44,8 @@ struct View {
     task_id: u64,
     reason: String,
     blocking_op: String,
+    /// What usually fixes it (the event's `advice`).
+    advice: String,
     /// `file:line function`, the file relative to the working directory when it is under it
     /// (the console's table cuts long attributes: the place first).
     top_frame: String,
@@ -66,6 +68,7 @@ impl View {
             task_id: 0,
             reason: NONE.to_owned(),
             blocking_op: NONE.to_owned(),
+            advice: NONE.to_owned(),
             top_frame: NONE.to_owned(),
             pins,
             pinned_total_ms,
@@ -170,6 +173,9 @@ impl WorkerResource {
         if old.is_none_or(|o| o.blocking_op != new.blocking_op) {
             update!(blocking_op = new.blocking_op.as_str());
         }
+        if old.is_none_or(|o| o.advice != new.advice) {
+            update!(advice = new.advice.as_str());
+        }
         if old.is_none_or(|o| o.top_frame != new.top_frame) {
             update!(top_frame = new.top_frame.as_str());
         }
@@ -206,6 +212,7 @@ impl WorkerResource {
                     task_id: e.task_id.unwrap_or(0),
                     reason: e.reason.map_or(NONE, |r| r.as_str()).to_owned(),
                     blocking_op: e.blocking_operation.clone().unwrap_or_else(|| NONE.into()),
+                    advice: e.advice.clone().unwrap_or_else(|| NONE.into()),
                     top_frame: e
                         .top_frame
                         .as_ref()
@@ -426,6 +433,7 @@ mod tests {
         assert!(w.view.pinned);
         assert_eq!((w.view.task_id, w.view.pins), (1, 1));
         assert_eq!(w.view.reason, "sleep");
+        assert!(w.view.advice.contains("tokio::time::sleep"), "{:?}", w.view);
         assert_eq!(w.view.pinned_for_ms, 1025);
         assert!(
             w.view.top_frame.starts_with("src/app.rs:7 app::f"),

@@ -317,9 +317,9 @@ mod tests {
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
     /// Feeds `steps` to a `PinTime` and returns the cumulative series by reason after each.
-    fn series(steps: &[Step]) -> Vec<[Duration; 8]> {
+    fn series(steps: &[Step]) -> Vec<[Duration; Reason::ALL.len()]> {
         let mut time = PinTime::new();
-        let mut totals = [Duration::ZERO; 8];
+        let mut totals = [Duration::ZERO; Reason::ALL.len()];
         let mut out = Vec::new();
         let index = |r: Reason| Reason::ALL.iter().position(|x| *x == r).unwrap();
         for step in steps {
@@ -345,7 +345,7 @@ mod tests {
     }
     use Step::{Live, Report};
 
-    fn assert_never_back(s: &[[Duration; 8]]) {
+    fn assert_never_back(s: &[[Duration; Reason::ALL.len()]]) {
         for (i, w) in s.windows(2).enumerate() {
             for (r, reason) in Reason::ALL.iter().enumerate() {
                 assert!(

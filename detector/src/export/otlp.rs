@@ -65,7 +65,7 @@ pub(crate) fn protocol(
 /// cumulative OTLP sum that goes down reads as a counter reset to the backend).
 struct MetricState {
     /// Worker-time accounted so far, by reason (as in [`Reason::ALL`]).
-    totals: [Duration; 8],
+    totals: [Duration; Reason::ALL.len()],
     /// How much of each open pin `totals` holds.
     time: super::PinTime,
 }
@@ -73,7 +73,7 @@ struct MetricState {
 impl MetricState {
     fn new() -> MetricState {
         MetricState {
-            totals: [Duration::ZERO; 8],
+            totals: [Duration::ZERO; Reason::ALL.len()],
             time: super::PinTime::new(),
         }
     }
@@ -87,7 +87,7 @@ impl MetricState {
 
     /// The values of `pinwatch.pinned` by reason (as in [`Reason::ALL`]), the running pins
     /// (`running`: id and live age) advanced to now.
-    fn pinned(&mut self, running: &[(u64, Duration)]) -> [f64; 8] {
+    fn pinned(&mut self, running: &[(u64, Duration)]) -> [f64; Reason::ALL.len()] {
         let totals = &mut self.totals;
         self.time
             .advance(running, |r, more| totals[reason_index(Some(r))] += more);
@@ -97,7 +97,10 @@ impl MetricState {
 
 fn reason_index(r: Option<Reason>) -> usize {
     let r = r.unwrap_or(Reason::Other);
-    Reason::ALL.iter().position(|x| *x == r).unwrap_or(7)
+    Reason::ALL
+        .iter()
+        .position(|x| *x == r)
+        .unwrap_or(Reason::ALL.len() - 1)
 }
 
 /// The running OTLP exporter: its thread, queue and providers.
@@ -276,6 +279,9 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
         kv("thread.id", i64::from(e.worker.tid)),
         kv("thread.name", e.worker.name.clone()),
     ];
+    if let Some(advice) = &e.advice {
+        attrs.push(kv("pinwatch.advice", advice.clone()));
+    }
     if let Some(op) = &e.blocking_operation {
         attrs.push(kv("pinwatch.blocking_operation", op.clone()));
     }
@@ -523,7 +529,7 @@ mod tests {
     fn pinned_seconds_never_go_back() {
         let ms = Duration::from_millis;
         let mut state = MetricState::new();
-        let mut exported: Vec<[f64; 8]> = Vec::new();
+        let mut exported: Vec<[f64; Reason::ALL.len()]> = Vec::new();
         let ev = |id, st, r, d| PinnedEvent::for_test(id, st, r, d, 1);
         // 1: in_progress cpu, seen live at 400 ms, completed as sleep.
         state.report(&ev(1, State::InProgress, Reason::Cpu, 25));

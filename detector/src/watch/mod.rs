@@ -614,6 +614,7 @@ impl Watchdog<'_> {
             reason: None,
             other_reasons: Vec::new(),
             blocking_operation: None,
+            advice: None,
             top_frame: None,
             profile: Vec::new(),
             no_stack: None,

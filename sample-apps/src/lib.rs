@@ -56,18 +56,26 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Whether the events of a bad variant are what `case` expects: at least `min` with
-    /// `expected`, every one with a reason in `allowed`, and every one with a top frame in the
-    /// sample apps' own code. `Err` says what is wrong.
+    /// Whether the events of a bad variant are what `case` expects: at least three quarters of
+    /// `min` (and at least one) with `expected`, every one with a reason in `allowed`, and every
+    /// one that has a stack sample with a top frame in the sample apps' own code (and at least
+    /// one such). `Err` says what is wrong.
+    ///
+    /// The slack is for a machine whose CPUs are all busy: a watchdog that gets no CPU for most
+    /// of a pin's duration first sees the poll late, and a poll's age counts only from then (a
+    /// duration is never longer than the poll really ran), so a 100 ms pin can go unseen; and a
+    /// thread that waits for a CPU runs its sampling signal's handler late, so a short pin can
+    /// end before its stack is taken (it says why: `no_stack`). Neither is a wrong answer.
     pub fn check(&self, expected: Reason, allowed: &[Reason], min: usize) -> Result<(), String> {
         let hits = self
             .events
             .iter()
             .filter(|e| e.reason == Some(expected))
             .count();
-        if hits < min {
+        let needed = (min - min / 4).max(1);
+        if hits < needed {
             return Err(format!(
-                "expected at least {min} `{expected}` events, got {hits} ({})",
+                "expected at least {needed} `{expected}` events (of {min} pins), got {hits} ({})",
                 self.reasons_cell()
             ));
         }
@@ -82,17 +90,23 @@ impl Outcome {
                 e.headline()
             ));
         }
-        if let Some(e) = self.events.iter().find(|e| {
-            !e.top_frame
+        let in_samples = |e: &PinnedEvent| {
+            e.top_frame
                 .as_ref()
                 .and_then(|f| f.file.as_deref())
                 .is_some_and(|f| f.contains("sample-apps/"))
-        }) {
+        };
+        // A pin whose stack was not sampled says why (`no_stack`) and has no top frame to judge.
+        let unsampled = |e: &PinnedEvent| e.top_frame.is_none() && e.no_stack.is_some();
+        if let Some(e) = self.events.iter().find(|e| !unsampled(e) && !in_samples(e)) {
             return Err(format!(
                 "an event whose top frame is not in the sample apps: {:?} ({})",
                 e.top_frame,
                 e.headline()
             ));
+        }
+        if !self.events.iter().any(in_samples) {
+            return Err("no event has a stack sample with a top frame in the sample apps".into());
         }
         Ok(())
     }

@@ -314,7 +314,50 @@ pub fn format_time(t: SystemTime) -> String {
 const RFC3339_END_SECS: u64 = 253_402_300_800;
 
 fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    human_ms(d.as_secs_f64() * 1e3)
+}
+
+/// A duration of `ms` milliseconds as every view shows it to a person (`print`, `summary`, the
+/// report page, `ctl`): `12.3 ms` below a second, `1.52 s` below a minute, `7m 12s` (whole
+/// seconds, humantime's style) from a minute on. The `--json` outputs keep raw numbers.
+/// A value that is not a finite number of milliseconds ≥ 0 (only a crafted recording has one)
+/// is written as it is, with `ms`.
+pub fn human_ms(ms: f64) -> String {
+    if !ms.is_finite() || ms < 0.0 {
+        return format!("{ms} ms");
+    }
+    // Each format is chosen on the value as it would be written, so that 999.96 ms is `1.00 s`
+    // and not `1000.0 ms`, and 59.996 s is `1m` and not `60.00 s`.
+    let tenths = (ms * 10.0).round() / 10.0;
+    if tenths < 1000.0 {
+        return format!("{tenths:.1} ms");
+    }
+    let hundredths = (ms / 10.0).round() / 100.0;
+    if hundredths < 60.0 {
+        return format!("{hundredths:.2} s");
+    }
+    // `as` saturates: a crafted 1e300 ms is u64::MAX seconds, which humantime writes.
+    let secs = (ms / 1e3).round() as u64;
+    humantime::format_duration(Duration::from_secs(secs)).to_string()
+}
+
+/// What stands for the top frame of pin `e` when it has none, in every view: why no stack was
+/// sampled (`[no stack: signal_pending]`), or `[no application frame]` when there is a stack.
+pub fn no_top_frame(e: &PinnedEvent) -> String {
+    if e.stack.is_empty() {
+        no_stack(e)
+    } else {
+        "[no application frame]".to_owned()
+    }
+}
+
+/// `[no stack: WHY]` for pin `e` without a stack, in every view (`not sampled` when the
+/// recording does not say why).
+pub fn no_stack(e: &PinnedEvent) -> String {
+    format!(
+        "[no stack: {}]",
+        e.no_stack.as_deref().unwrap_or("not sampled")
+    )
 }
 
 /// `pinwatch print`: one block per event, like `jfr print --events jdk.VirtualThreadPinned`.
@@ -395,7 +438,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
                 let _ = writeln!(out, "  topApplicationFrame = {}", Shown(f));
             }
             None => {
-                let _ = writeln!(out, "  topApplicationFrame = N/A");
+                let _ = writeln!(out, "  topApplicationFrame = {}", Shown(no_top_frame(e)));
             }
         }
         if !e.profile.is_empty() {
@@ -423,14 +466,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             );
         }
         if e.stack.is_empty() {
-            match &e.no_stack {
-                Some(why) => {
-                    let _ = writeln!(out, "  stackTrace = N/A ({})", Shown(why));
-                }
-                None => {
-                    let _ = writeln!(out, "  stackTrace = N/A");
-                }
-            }
+            let _ = writeln!(out, "  stackTrace = {}", Shown(no_stack(e)));
         } else {
             let _ = writeln!(out, "  stackTrace = [");
             for f in &e.stack {
@@ -447,12 +483,19 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
     out
 }
 
-/// One row of `pinwatch summary`.
+/// One row of `pinwatch summary`: a function (the top application frame's), with the lines of
+/// it that pins were at in [`lines`](Self::lines); or one of those lines.
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct SummaryRow {
-    /// The top application frame (`function (file:line)`), or `N/A`.
+    /// A function row: the function and its file (`function (file)`, or `function` when its
+    /// lines are in several files or none), or what stands for a pin without a top frame
+    /// (`[no stack: signal_pending]`). A line row: the whole top frame, `function (file:line)`.
     pub frame: String,
+    /// A line row: where, `file:line` (`file`, or `(no file)`, when the frame says less).
+    /// Empty in a function row.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub at: String,
     /// Pinned polls.
     pub count: usize,
     /// Longest, in ms.
@@ -469,18 +512,90 @@ pub struct SummaryRow {
     /// What usually fixes the row's most common reason: its latest pin's `advice`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub advice: String,
+    /// A function row: its lines, sorted like the functions (by total time pinned, most
+    /// first). Empty in a line row, and for pins without a top frame.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<SummaryRow>,
     /// Each reason's latest advice, for `advice`.
     #[serde(skip)]
     advice_by_reason: Vec<(String, String)>,
+    /// A line row: its file, to say a function's file once.
+    #[serde(skip)]
+    file: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// `pinwatch summary`: per top application frame, count, longest and total time pinned, and the
-/// reasons, sorted by total; like `jfr view pinned-threads`. Each pinned poll counts once, with
-/// its last report; retracted polls (`block_in_place`) do not count.
+impl SummaryRow {
+    fn new(frame: String, at: String, file: Option<String>) -> SummaryRow {
+        SummaryRow {
+            frame,
+            at,
+            count: 0,
+            longest_ms: 0.0,
+            total_ms: 0.0,
+            reasons: Vec::new(),
+            in_progress: 0,
+            stalled: 0,
+            advice: String::new(),
+            lines: Vec::new(),
+            advice_by_reason: Vec::new(),
+            file,
+        }
+    }
+
+    /// Adds `other`'s counts to this row's (a function's, summing its lines).
+    fn absorb(&mut self, other: &SummaryRow) {
+        self.count += other.count;
+        self.total_ms += other.total_ms;
+        self.longest_ms = self.longest_ms.max(other.longest_ms);
+        self.in_progress += other.in_progress;
+        self.stalled += other.stalled;
+        for (r, n) in &other.reasons {
+            match self.reasons.iter_mut().find(|(name, _)| name == r) {
+                Some((_, m)) => *m += n,
+                None => self.reasons.push((r.clone(), *n)),
+            }
+        }
+        for (r, a) in &other.advice_by_reason {
+            if !self.advice_by_reason.iter().any(|(name, _)| name == r) {
+                self.advice_by_reason.push((r.clone(), a.clone()));
+            }
+        }
+    }
+
+    /// Sorts the reasons, picks the advice, rounds the times to 0.1 ms.
+    fn finish(&mut self) {
+        self.reasons
+            .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        if let Some((top, _)) = self.reasons.first() {
+            self.advice = self
+                .advice_by_reason
+                .iter()
+                .find(|(name, _)| name == top)
+                .map(|(_, a)| a.clone())
+                .unwrap_or_default();
+        }
+        self.total_ms = (self.total_ms * 10.0).round() / 10.0;
+        self.longest_ms = (self.longest_ms * 10.0).round() / 10.0;
+    }
+}
+
+/// By total time pinned, most first; then by name.
+fn by_total(rows: &mut [SummaryRow]) {
+    rows.sort_by(|a, b| {
+        b.total_ms
+            .total_cmp(&a.total_ms)
+            .then(a.frame.cmp(&b.frame))
+    });
+}
+
+/// `pinwatch summary`: per function of the top application frame — and under it per line —
+/// count, longest and total time pinned, and the reasons, sorted by total; like
+/// `jfr view pinned-threads`. Each pinned poll counts once, with its last report; retracted
+/// polls (`block_in_place`) do not count.
 pub fn summarize(events: &[PinnedEvent]) -> Vec<SummaryRow> {
     let mut summary = Summary::default();
     for e in latest_reports(events) {
@@ -493,16 +608,21 @@ pub fn summarize(events: &[PinnedEvent]) -> Vec<SummaryRow> {
 /// report once.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
-    rows: BTreeMap<String, SummaryRow>,
-    /// At most this many rows; later frames count under `(other locations)`. 0: no bound.
+    /// Per (function, top frame): the line rows.
+    lines: BTreeMap<(String, String), SummaryRow>,
+    /// At most this many lines in all; later frames count under `(other locations)`.
+    /// 0: no bound.
     max_rows: usize,
 }
 
+/// The function and line that stand for the frames past [`Summary::bounded`]'s bound.
+const OTHER: &str = "(other locations)";
+
 impl Summary {
-    /// A summary of at most `max_rows` rows (for a long-running service's memory).
+    /// A summary of at most `max_rows` lines in all (for a long-running service's memory).
     pub fn bounded(max_rows: usize) -> Summary {
         Summary {
-            rows: BTreeMap::new(),
+            lines: BTreeMap::new(),
             max_rows,
         }
     }
@@ -512,30 +632,34 @@ impl Summary {
         if e.state == crate::State::Retracted {
             return;
         }
-        let mut frame = e
-            .top_frame
-            .as_ref()
-            .map_or_else(|| "N/A".to_owned(), |f| f.to_string());
+        let (mut function, mut frame, mut at, mut file) = match &e.top_frame {
+            Some(f) => (
+                f.function.as_deref().unwrap_or("<unknown>").to_owned(),
+                f.to_string(),
+                match (&f.file, f.line) {
+                    (Some(file), Some(line)) => format!("{file}:{line}"),
+                    (Some(file), None) => file.clone(),
+                    (None, _) => "(no file)".to_owned(),
+                },
+                f.file.clone(),
+            ),
+            // Not a function: a row of its own, with no lines.
+            None => {
+                let why = no_top_frame(e);
+                (why.clone(), why, String::new(), None)
+            }
+        };
+        let key = (function.clone(), frame.clone());
         if self.max_rows > 0
-            && self.rows.len() >= self.max_rows - 1
-            && !self.rows.contains_key(&frame)
+            && self.lines.len() >= self.max_rows - 1
+            && !self.lines.contains_key(&key)
         {
-            frame = "(other locations)".to_owned();
+            (function, frame, at, file) = (OTHER.to_owned(), OTHER.to_owned(), String::new(), None);
         }
         let row = self
-            .rows
-            .entry(frame.clone())
-            .or_insert_with(|| SummaryRow {
-                frame,
-                count: 0,
-                longest_ms: 0.0,
-                total_ms: 0.0,
-                reasons: Vec::new(),
-                in_progress: 0,
-                stalled: 0,
-                advice: String::new(),
-                advice_by_reason: Vec::new(),
-            });
+            .lines
+            .entry((function, frame.clone()))
+            .or_insert_with(|| SummaryRow::new(frame, at, file));
         let d = e.duration.as_secs_f64() * 1e3;
         row.count += 1;
         row.total_ms += d;
@@ -559,27 +683,42 @@ impl Summary {
         }
     }
 
-    /// The rows, by total time pinned, most first.
+    /// The function rows, by total time pinned, most first, each with its lines sorted the
+    /// same way.
     pub fn rows(&self) -> Vec<SummaryRow> {
-        let mut rows: Vec<SummaryRow> = self.rows.values().cloned().collect();
-        for r in &mut rows {
-            r.reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            if let Some((top, _)) = r.reasons.first() {
-                r.advice = r
-                    .advice_by_reason
-                    .iter()
-                    .find(|(name, _)| name == top)
-                    .map(|(_, a)| a.clone())
-                    .unwrap_or_default();
-            }
-            r.total_ms = (r.total_ms * 10.0).round() / 10.0;
-            r.longest_ms = (r.longest_ms * 10.0).round() / 10.0;
+        let mut functions: BTreeMap<&str, Vec<SummaryRow>> = BTreeMap::new();
+        for ((function, _), line) in &self.lines {
+            functions.entry(function).or_default().push(line.clone());
         }
-        rows.sort_by(|a, b| {
-            b.total_ms
-                .total_cmp(&a.total_ms)
-                .then(a.frame.cmp(&b.frame))
-        });
+        let mut rows: Vec<SummaryRow> = functions
+            .into_iter()
+            .map(|(function, mut lines)| {
+                let mut files: Vec<&str> = lines.iter().filter_map(|l| l.file.as_deref()).collect();
+                files.sort_unstable();
+                files.dedup();
+                let frame = match files.as_slice() {
+                    [file] if lines.iter().all(|l| l.file.is_some()) => {
+                        format!("{function} ({file})")
+                    }
+                    _ => function.to_owned(),
+                };
+                let mut row = SummaryRow::new(frame, String::new(), None);
+                for l in &lines {
+                    row.absorb(l);
+                }
+                row.finish();
+                for l in &mut lines {
+                    l.finish();
+                }
+                by_total(&mut lines);
+                // A pin without a top frame is not a function: it has no lines.
+                if !lines.iter().all(|l| l.at.is_empty()) {
+                    row.lines = lines;
+                }
+                row
+            })
+            .collect();
+        by_total(&mut rows);
         rows
     }
 }
@@ -596,29 +735,40 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
         "Total",
         "Reasons",
     ];
-    let cells: Vec<[String; 5]> = rows
-        .iter()
-        .map(|r| {
-            let mut reasons: Vec<String> = r
-                .reasons
-                .iter()
-                .map(|(name, n)| format!("{name} {n}"))
-                .collect();
-            if r.in_progress > 0 {
-                reasons.push(format!("({} still in progress)", r.in_progress));
-            }
-            if r.stalled > 0 {
-                reasons.push(format!("({} stalled the whole runtime)", r.stalled));
-            }
-            [
-                Shown(&r.frame).to_string(),
-                r.count.to_string(),
-                format!("{:.1} ms", r.longest_ms),
-                format!("{:.1} ms", r.total_ms),
-                reasons.join(", "),
-            ]
-        })
-        .collect();
+    let cell = |r: &SummaryRow, name: String| {
+        let mut reasons: Vec<String> = r
+            .reasons
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        if r.in_progress > 0 {
+            reasons.push(format!("({} still in progress)", r.in_progress));
+        }
+        if r.stalled > 0 {
+            reasons.push(format!("({} stalled the whole runtime)", r.stalled));
+        }
+        [
+            name,
+            r.count.to_string(),
+            human_ms(r.longest_ms),
+            human_ms(r.total_ms),
+            reasons.join(", "),
+        ]
+    };
+    // Per function: its row, then its lines (indented), then its advice.
+    let mut cells: Vec<[String; 5]> = Vec::new();
+    let mut advice: Vec<Option<&str>> = Vec::new();
+    for r in rows {
+        cells.push(cell(r, Shown(&r.frame).to_string()));
+        advice.push(None);
+        for l in &r.lines {
+            cells.push(cell(l, format!("  {}", Shown(&l.at))));
+            advice.push(None);
+        }
+        if let Some(a) = advice.last_mut() {
+            *a = Some(r.advice.as_str()).filter(|a| !a.is_empty());
+        }
+    }
     let mut widths = headers.map(str::len);
     for row in &cells {
         for (w, c) in widths.iter_mut().zip(row) {
@@ -645,10 +795,10 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
         "{}",
         line(widths.map(|w| "-".repeat(w)).each_ref().map(|s| s.as_str()))
     );
-    for (row, r) in cells.iter().zip(rows) {
+    for (row, advice) in cells.iter().zip(advice) {
         let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
-        if !r.advice.is_empty() {
-            let _ = writeln!(out, "  advice: {}", Shown(&r.advice));
+        if let Some(advice) = advice {
+            let _ = writeln!(out, "  advice: {}", Shown(advice));
         }
     }
     if rows.is_empty() {
@@ -695,6 +845,130 @@ mod tests {
             "{print}"
         );
         assert!(summary.contains("w\\u{1b}]0;owned"), "{summary}");
+    }
+
+    /// The one format of durations for people, at its edges: the unit changes where the
+    /// written value would reach the next unit, not before or after.
+    #[test]
+    fn durations_are_written_one_way_at_every_edge() {
+        let cases = [
+            (0.0, "0.0 ms"),
+            (0.04, "0.0 ms"),
+            (12.34, "12.3 ms"),
+            (999.9, "999.9 ms"),
+            (999.95, "1.00 s"),
+            (1000.0, "1.00 s"),
+            (1523.0, "1.52 s"),
+            (59_994.0, "59.99 s"),
+            (59_995.0, "1m"),
+            (60_000.0, "1m"),
+            (432_000.0, "7m 12s"),
+            (446_964.9, "7m 27s"),
+            (3_723_400.0, "1h 2m 3s"),
+            (-1.0, "-1 ms"),
+            (f64::NAN, "NaN ms"),
+        ];
+        for (ms, want) in cases {
+            assert_eq!(human_ms(ms), want, "{ms} ms");
+        }
+        assert_eq!(ms(Duration::from_micros(20_500)), "20.5 ms");
+        // A crafted recording's huge value is written, not a panic.
+        assert!(human_ms(1e300).ends_with('s'), "{}", human_ms(1e300));
+    }
+
+    /// One CPU loop whose samples fall on three lines of one function: one function row, with
+    /// its three lines under it, the sums right and both levels sorted by total time.
+    #[test]
+    fn a_function_pinned_at_three_lines_is_one_row_with_three_lines() {
+        let at = |id: u64, at: u32, ms: f64| {
+            line("run", id, "completed", ms)
+                .replace(r#""reason":"sleep""#, r#""reason":"cpu""#)
+                .replace(r#""line":3"#, &format!(r#""line":{at}"#))
+        };
+        let other = line("run", 9, "completed", 500.0)
+            .replace("app::f", "app::g")
+            .replace("src/f.rs", "src/g.rs");
+        let text = [
+            at(1, 10, 100.0),
+            at(2, 11, 300.0),
+            at(3, 12, 50.0),
+            at(4, 11, 200.0),
+            at(5, 12, 25.0),
+            other,
+        ]
+        .join("\n");
+        let rows = summarize(&parse_recording(&text, "rec").unwrap().events);
+        assert_eq!(rows.len(), 2, "{rows:#?}");
+        let f = &rows[0];
+        assert_eq!(f.frame, "app::f (src/f.rs)");
+        assert_eq!((f.count, f.total_ms, f.longest_ms), (5, 675.0, 300.0));
+        assert_eq!(f.reasons, [("cpu".to_owned(), 5)]);
+        let lines: Vec<(&str, usize, f64)> = f
+            .lines
+            .iter()
+            .map(|l| (l.at.as_str(), l.count, l.total_ms))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("src/f.rs:11", 2, 500.0),
+                ("src/f.rs:10", 1, 100.0),
+                ("src/f.rs:12", 2, 75.0)
+            ]
+        );
+        assert_eq!(f.lines[0].frame, "app::f (src/f.rs:11)");
+        assert_eq!(rows[1].frame, "app::g (src/g.rs)");
+        assert_eq!(rows[1].lines.len(), 1);
+
+        let text = render_summary(&rows);
+        // Each function's advice follows its lines.
+        assert_eq!(text.matches("  advice: ").count(), 2, "{text}");
+        let body: Vec<&str> = text
+            .lines()
+            .skip(4)
+            .filter(|l| !l.starts_with("  advice: "))
+            .collect();
+        let first: Vec<&str> = body.iter().map(|l| l.split("  ").next().unwrap()).collect();
+        assert_eq!(
+            first,
+            ["app::f (src/f.rs)", "", "", "", "app::g (src/g.rs)", ""],
+            "{text}"
+        );
+        assert!(
+            body[0].contains("675.0 ms") && body[0].contains("cpu 5"),
+            "{text}"
+        );
+        assert!(body[1].trim_start().starts_with("src/f.rs:11"), "{text}");
+        assert!(body[1].contains("500.0 ms"), "{text}");
+        assert!(body[3].trim_start().starts_with("src/f.rs:12"), "{text}");
+
+        // --json: a superset of the old rows, the lines under each function.
+        let json: serde_json::Value = serde_json::to_value(&rows).unwrap();
+        assert_eq!(json[0]["lines"][1]["at"], "src/f.rs:10");
+        assert_eq!(json[0]["total_ms"], 675.0);
+    }
+
+    /// A pin without a stack is said the same way everywhere: `[no stack: WHY]`.
+    #[test]
+    fn a_pin_without_a_stack_is_said_one_way() {
+        let text = line("run", 1, "completed", 30.0).replace(
+            r#""top_frame":{"function":"app::f","file":"src/f.rs","line":3}"#,
+            r#""top_frame":null,"no_stack":"signal_pending""#,
+        );
+        let events = parse_recording(&text, "rec").unwrap().events;
+        assert!(events[0].top_frame.is_none());
+        let print = render_print(&events);
+        assert!(
+            print.contains("topApplicationFrame = [no stack: signal_pending]")
+                && print.contains("stackTrace = [no stack: signal_pending]"),
+            "{print}"
+        );
+        let rows = summarize(&events);
+        assert_eq!(rows[0].frame, "[no stack: signal_pending]");
+        assert!(rows[0].lines.is_empty());
+        let summary = render_summary(&rows);
+        assert!(!summary.contains("N/A"), "{summary}");
+        assert!(summary.contains("[no stack: signal_pending]"), "{summary}");
     }
 
     #[test]

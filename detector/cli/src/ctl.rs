@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use pinwatch::control::client;
 use pinwatch::control::protocol::{Reply, Request, Status};
+use pinwatch::report::SummaryRow;
 
 /// How long a whole exchange with a service may take: connect, request, the full reply.
 const TIMEOUT: Duration = client::DEADLINE;
@@ -351,16 +352,7 @@ fn advice_lines<'a>(w: &mut String, pairs: impl Iterator<Item = (&'a str, &'a st
 }
 
 fn human_ms(ms: u64) -> String {
-    if ms < 1_000 {
-        return format!("{ms}ms");
-    }
-    // Whole seconds past a minute; tenths below.
-    let d = if ms >= 60_000 {
-        Duration::from_secs(ms / 1000)
-    } else {
-        Duration::from_millis(ms / 100 * 100)
-    };
-    humantime::format_duration(d).to_string()
+    pinwatch::report::human_ms(ms as f64)
 }
 
 fn bytes(b: u64) -> String {
@@ -571,22 +563,27 @@ fn render(st: &Status) -> String {
     );
     let _ = writeln!(w);
     let _ = writeln!(w, "top locations since start: {}", st.top.len());
+    // Per function, then its lines (indented).
+    let row = |r: &SummaryRow, location: String| {
+        let reasons: Vec<String> = r.reasons.iter().map(|(n, c)| format!("{n}={c}")).collect();
+        [
+            if r.in_progress > 0 {
+                format!("{} ({} running)", r.count, r.in_progress)
+            } else {
+                r.count.to_string()
+            },
+            pinwatch::report::human_ms(r.longest_ms),
+            pinwatch::report::human_ms(r.total_ms),
+            reasons.join(","),
+            location,
+        ]
+    };
     let rows: Vec<[String; 5]> = st
         .top
         .iter()
-        .map(|r| {
-            let reasons: Vec<String> = r.reasons.iter().map(|(n, c)| format!("{n}={c}")).collect();
-            [
-                if r.in_progress > 0 {
-                    format!("{} ({} running)", r.count, r.in_progress)
-                } else {
-                    r.count.to_string()
-                },
-                human_ms(r.longest_ms as u64),
-                human_ms(r.total_ms as u64),
-                reasons.join(","),
-                r.frame.clone(),
-            ]
+        .flat_map(|r| {
+            std::iter::once(row(r, r.frame.clone()))
+                .chain(r.lines.iter().map(|l| row(l, format!("  {}", l.at))))
         })
         .collect();
     if !rows.is_empty() {

@@ -330,10 +330,7 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
 
 fn view(e: &PinnedEvent) -> PinView {
     let stack = if e.stack.is_empty() {
-        vec![format!(
-            "(no stack: {})",
-            e.no_stack.as_deref().unwrap_or("not sampled")
-        )]
+        vec![pinwatch::report::no_stack(e)]
     } else {
         let mut s: Vec<String> = e
             .stack
@@ -367,7 +364,11 @@ fn view(e: &PinnedEvent) -> PinView {
         reason: reason_of(e),
         blocking_operation: e.blocking_operation.clone(),
         advice: e.advice.clone(),
-        top_frame: e.top_frame.as_ref().map(|f| f.to_string()),
+        top_frame: Some(
+            e.top_frame
+                .as_ref()
+                .map_or_else(|| pinwatch::report::no_top_frame(e), |f| f.to_string()),
+        ),
         runtime_stalled_ms: e
             .runtime_stalled
             .then(|| round1(e.heartbeat_late.unwrap_or_default().as_secs_f64() * 1e3)),
@@ -526,13 +527,7 @@ pub fn color(reason: &str) -> &'static str {
 }
 
 fn human(ms: f64) -> String {
-    if ms < 1000.0 {
-        format!("{ms:.1} ms")
-    } else if ms < 120_000.0 {
-        format!("{:.2} s", ms / 1e3)
-    } else {
-        format!("{:.1} min", ms / 60e3)
-    }
+    pinwatch::report::human_ms(ms)
 }
 
 /// The whole page.
@@ -709,12 +704,14 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
 
     // Hot locations.
     h.push_str(
-        "<section id=\"locations\"><h2>Hot locations</h2><p class=\"hint\">By top application \
-         frame; click a column to sort.</p><table id=\"hot\" class=\"sortable\"><thead><tr>\
+        "<section id=\"locations\"><h2>Hot locations</h2><p class=\"hint\">By the function of \
+         the top application frame, its lines under it; click a column to sort.</p><table id=\"hot\" class=\"sortable\"><thead><tr>\
          <th data-type=\"num\">Pins</th><th data-type=\"num\">Total</th>\
-         <th data-type=\"num\">Longest</th><th>Reasons</th><th>Location</th></tr></thead><tbody>",
+         <th data-type=\"num\">Longest</th><th>Reasons</th><th>Location</th></tr></thead>",
     );
-    for r in &d.locations {
+    // A function's row and its lines' rows make one <tbody>: the script sorts the functions
+    // (and each one's lines) and a line never leaves its function.
+    let row = |h: &mut String, r: &SummaryRow, class: &str, name: String| {
         let reasons: Vec<String> = r
             .reasons
             .iter()
@@ -728,8 +725,8 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
             .collect();
         let _ = write!(
             h,
-            "<tr><td data-v=\"{}\">{}{}</td><td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td>\
-             <td>{}</td><td class=\"frame\">{}{}</td></tr>",
+            "<tr class=\"{class}\"><td data-v=\"{}\">{}{}</td><td data-v=\"{}\">{}</td>\
+             <td data-v=\"{}\">{}</td><td>{}</td><td class=\"frame\">{}{}</td></tr>",
             r.count,
             r.count,
             if r.in_progress > 0 {
@@ -742,13 +739,21 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
             r.longest_ms,
             human(r.longest_ms),
             reasons.join(" "),
-            esc(&r.frame),
-            if r.advice.is_empty() {
-                String::new()
-            } else {
+            esc(&name),
+            if class == "fn" && !r.advice.is_empty() {
                 format!("<div class=\"hint\">{}</div>", esc(&r.advice))
+            } else {
+                String::new()
             }
         );
+    };
+    for r in &d.locations {
+        h.push_str("<tbody class=\"fn\">");
+        row(&mut h, r, "fn", r.frame.clone());
+        for l in &r.lines {
+            row(&mut h, l, "line", l.at.clone());
+        }
+        h.push_str("</tbody>");
     }
     h.push_str("</tbody></table></section>\n");
 
@@ -803,7 +808,8 @@ svg#lanes .bar{cursor:pointer}svg#lanes .bar:hover,svg#lanes .bar.selected{strok
 .detail{font:12px/1.45 monospace;white-space:pre-wrap;background:#f6f8fa;border:1px solid #e1e4e8;padding:8px 10px;margin-top:8px;min-height:40px}
 table{border-collapse:collapse;font-size:13px}th,td{padding:3px 10px;text-align:left;border-bottom:1px solid #eee}
 th{background:#f3f3f3;cursor:pointer;user-select:none}th.asc:after{content:" ▲"}th.desc:after{content:" ▼"}
-td.frame{font-family:monospace;font-size:12px}.tag{border-left:4px solid;padding:0 4px;margin-right:4px;background:#f7f7f7}
+td.frame{font-family:monospace;font-size:12px}tbody.fn{border-top:2px solid #ddd}
+tr.line td{color:#555;font-size:12px}tr.line td.frame{padding-left:32px}.tag{border-left:4px solid;padding:0 4px;margin-right:4px;background:#f7f7f7}
 td.barcell{width:300px}td.barcell div{height:12px}
 svg#flamegraph{width:100%;height:auto}.empty{color:#666}
 "#;
@@ -843,14 +849,22 @@ document.querySelectorAll('#lanes .bar').forEach(function(b){b.addEventListener(
 function sortBy(table,col,dir){
   var th=table.tHead.rows[0].cells[col];
   var num=th.getAttribute('data-type')==='num';
-  var rows=Array.prototype.slice.call(table.tBodies[0].rows);
-  rows.sort(function(a,b){
+  function cmp(a,b){
     var x=a.cells[col],y=b.cells[col];
     var u=num?parseFloat(x.getAttribute('data-v')):x.textContent;
     var v=num?parseFloat(y.getAttribute('data-v')):y.textContent;
     return (u<v?-1:u>v?1:0)*dir;
+  }
+  // Each <tbody> is a function (its first row) and its lines: the functions are sorted, and
+  // each one's lines among themselves.
+  var groups=Array.prototype.slice.call(table.tBodies);
+  groups.forEach(function(g){
+    var lines=Array.prototype.slice.call(g.rows,1);
+    lines.sort(cmp);
+    lines.forEach(function(r){g.appendChild(r);});
   });
-  rows.forEach(function(r){table.tBodies[0].appendChild(r);});
+  groups.sort(function(a,b){return cmp(a.rows[0],b.rows[0]);});
+  groups.forEach(function(g){table.appendChild(g);});
   Array.prototype.forEach.call(table.tHead.rows[0].cells,function(c){c.classList.remove('asc','desc');});
   th.classList.add(dir>0?'asc':'desc');
 }
@@ -950,7 +964,7 @@ mod tests {
             ]
         );
         let no_stack = d.pins.iter().find(|p| p.reason == "other").unwrap();
-        assert_eq!(no_stack.stack, ["(no stack: stacks_off)"]);
+        assert_eq!(no_stack.stack, ["[no stack: stacks_off]"]);
         let locked = d.pins.iter().find(|p| p.reason == "lock_held").unwrap();
         assert_eq!(locked.held_locks, ["mutex acquired at src/update.rs:29:21"]);
     }

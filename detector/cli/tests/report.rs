@@ -122,15 +122,17 @@ fn the_page_renders_in_a_real_browser() {
     );
     assert!(detail.contains("in_progress"), "{detail}");
 
-    // Hot locations: one row per top frame, sorted by the script (total, ascending).
-    let rows = select(&dom, "#hot tbody tr");
-    assert_eq!(rows.len(), 5);
-    let first = text(&rows[0]);
+    // Hot locations: one group per function (its row, then its lines), sorted by the script
+    // (total, ascending). The pin without a stack is no function: it has no lines.
+    let functions = select(&dom, "#hot tbody.fn tr.fn");
+    assert_eq!(functions.len(), 5);
+    assert_eq!(select(&dom, "#hot tbody.fn tr.line").len(), 4);
+    let first = text(&functions[0]);
     assert!(
-        first.contains("N/A") && first.contains("40.0 ms"),
+        first.contains("[no stack: stacks_off]") && first.contains("40.0 ms"),
         "{first}"
     );
-    assert!(text(&rows[4]).contains("app::hash"));
+    assert!(text(&functions[4]).contains("app::hash (src/hash.rs)"));
     assert_eq!(select(&dom, "#hot th.asc").len(), 1);
 
     // The flame graph, with the pinned frames.
@@ -173,6 +175,138 @@ fn the_page_renders_in_a_real_browser() {
 }
 
 /// A rotated set with a truncated last line: read as one recording, the warning on the page.
+/// The hot locations of one function pinned at three lines: one function row with the pins and
+/// time summed, its three lines under it; sorting by a column sorts the functions, and each
+/// one's lines among themselves, a line never leaving its function.
+#[test]
+fn hot_locations_are_functions_with_their_lines_under_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(data("report-small.jsonl")).unwrap();
+    let hash = original
+        .lines()
+        .find(|l| l.contains(r#""top_frame":{"function":"app::hash""#))
+        .unwrap();
+    let template: serde_json::Value = serde_json::from_str(hash).unwrap();
+    // (id, function, line, ms): app::hash at lines 7, 8 (twice) and 9, 650 ms in all;
+    // app::other 400 ms at one line.
+    let pins = [
+        (3, "app::hash", 7, 100.0),
+        (4, "app::hash", 8, 300.0),
+        (5, "app::hash", 9, 50.0),
+        (6, "app::hash", 8, 200.0),
+        (7, "app::other", 1, 400.0),
+    ];
+    let mut text_ = String::new();
+    for (i, (id, function, line, ms)) in pins.into_iter().enumerate() {
+        let mut e = template.clone();
+        let file = format!("src/{}.rs", function.trim_start_matches("app::"));
+        let frame = serde_json::json!({"function": function, "file": file, "line": line});
+        e["id"] = id.into();
+        e["state"] = "completed".into();
+        e["duration_ms"] = ms.into();
+        e["start"] = format!("2026-11-30T10:00:0{i}.000Z").into();
+        e["top_frame"] = frame.clone();
+        e["stack"][0] = frame;
+        text_ += &format!("{e}\n");
+    }
+    let rec = dir.path().join("three-lines.jsonl");
+    std::fs::write(&rec, text_).unwrap();
+
+    // The summary says the same.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+        .arg("summary")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let summary = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = summary
+        .lines()
+        .skip(4)
+        .filter(|l| !l.starts_with("  advice"))
+        .collect();
+    assert_eq!(rows.len(), 6, "{summary}");
+    assert!(
+        rows[0].starts_with("app::hash (src/hash.rs)")
+            && rows[0].contains(" 4 ")
+            && rows[0].contains("650.0 ms"),
+        "{summary}"
+    );
+    for (row, (at, total)) in rows[1..4].iter().zip([
+        ("src/hash.rs:8", "500.0 ms"),
+        ("src/hash.rs:7", "100.0 ms"),
+        ("src/hash.rs:9", "50.0 ms"),
+    ]) {
+        assert!(
+            row.trim_start().starts_with(at) && row.contains(total),
+            "{summary}"
+        );
+    }
+    assert!(
+        rows[4].starts_with("app::other (src/other.rs)"),
+        "{summary}"
+    );
+
+    let page = report(&rec, dir.path());
+    let groups = |dom: &Html| -> Vec<Vec<String>> {
+        select(dom, "#hot tbody")
+            .iter()
+            .map(|g| {
+                g.select(&Selector::parse("tr").unwrap())
+                    .map(|r| {
+                        let cells: Vec<String> = r
+                            .select(&Selector::parse("td").unwrap())
+                            .map(|c| text(&c))
+                            .collect();
+                        format!("{} {} {}", cells[4], cells[0], cells[1])
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    // As written (no script needed to read it): most time first, at both levels.
+    let written = Html::parse_document(&std::fs::read_to_string(&page).unwrap());
+    assert_eq!(
+        groups(&written),
+        [
+            vec![
+                "app::hash (src/hash.rs)move the computation to tokio::task::spawn_blocking or \
+                 rayon, or yield with tokio::task::yield_now().await 4 650.0 ms",
+                "src/hash.rs:8 2 500.0 ms",
+                "src/hash.rs:7 1 100.0 ms",
+                "src/hash.rs:9 1 50.0 ms"
+            ],
+            vec![
+                "app::other (src/other.rs)move the computation to tokio::task::spawn_blocking \
+                 or rayon, or yield with tokio::task::yield_now().await 1 400.0 ms",
+                "src/other.rs:1 1 400.0 ms"
+            ]
+        ]
+    );
+    // Sorted by the script, total ascending: the functions, and the lines within each.
+    let url = format!("file://{}#sort=1,asc", page.display());
+    let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &url));
+    let sorted: Vec<Vec<String>> = groups(&dom)
+        .into_iter()
+        .map(|g| {
+            g.into_iter()
+                .map(|r| r.split(' ').next().unwrap().to_owned())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        sorted,
+        [
+            vec!["app::other", "src/other.rs:1"],
+            vec![
+                "app::hash",
+                "src/hash.rs:9",
+                "src/hash.rs:7",
+                "src/hash.rs:8"
+            ]
+        ]
+    );
+}
+
 #[test]
 fn rotated_and_truncated_recordings_make_a_page_with_a_warning() {
     let dir = tempfile::tempdir().unwrap();

@@ -112,7 +112,8 @@ pub struct Status {
     pub recording: Option<RecordStatus>,
     /// The pins running now, longest first.
     pub pinned: Vec<PinnedNow>,
-    /// Top locations since start (pins counted once; running ones included), by total time.
+    /// Top functions since start, each with its lines (pins counted once; running ones
+    /// included), by total time.
     pub top: Vec<SummaryRow>,
     /// The detector's counters, as [`Stats`](crate::Stats) names them.
     pub counters: Vec<(String, u64)>,

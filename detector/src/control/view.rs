@@ -95,14 +95,19 @@ mod tests {
         sink.event(&e(1, State::InProgress, 1030, 10));
         sink.event(&e(2, State::InProgress, 40, 20));
         assert_eq!(view.open(1).unwrap().duration.as_millis(), 1030);
+        // One function, at two lines: the longer first.
         let top = view.top(5);
-        assert_eq!(top.len(), 2);
-        assert_eq!((top[0].count, top[0].in_progress), (1, 1));
+        assert_eq!((top.len(), top[0].lines.len()), (1, 2));
+        assert_eq!((top[0].count, top[0].in_progress), (2, 2));
+        assert_eq!(
+            (top[0].lines[0].at.as_str(), top[0].lines[0].count),
+            ("src/app.rs:10", 1)
+        );
         sink.event(&e(1, State::Completed, 1500, 10));
         sink.event(&e(2, State::Retracted, 45, 20));
         assert!(view.open(1).is_none() && view.open(2).is_none());
         let top = view.top(5);
-        assert_eq!(top.len(), 1);
+        assert_eq!((top.len(), top[0].lines.len()), (1, 1));
         assert_eq!((top[0].count, top[0].in_progress), (1, 0));
         assert_eq!(top[0].total_ms, 1500.0);
     }

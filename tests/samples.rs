@@ -54,6 +54,71 @@ fn http_server_reports_the_handler_line_and_the_fixed_one_is_clean() {
     assert!(rps(fixed[4]) > rps(bad[4]) * 3.0, "{out}");
 }
 
+/// The pinned events of a recording (`PINWATCH_RECORD`): the completed `pinned` lines.
+fn completed_pins(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "pinned" && v["state"] == "completed")
+        .collect()
+}
+
+/// `blocking_dns`, under pinwatch with a recording, resolving with its own nameserver on
+/// loopback (in namespaces of its own: as root in CI, or in a user namespace): each blocking
+/// lookup is a `dns` pin at the `to_socket_addrs` line, with advice to use `lookup_host`; the
+/// fixed variant (`tokio::net::lookup_host`) pins nothing.
+#[test]
+fn blocking_dns_is_a_dns_pin_at_the_lookup_line_and_lookup_host_is_clean() {
+    let _serial = serial();
+    let source = include_str!("../sample-apps/src/dns.rs");
+    let line = source
+        .lines()
+        .position(|l| l.contains(".to_socket_addrs(); // pinned"))
+        .expect("the blocking lookup in dns.rs")
+        + 1;
+    let dir = tempfile::tempdir().unwrap();
+    let record = |variant: &str| {
+        let path = dir.path().join(format!("{variant}.jsonl"));
+        let out = Command::new(env!("CARGO_BIN_EXE_blocking_dns"))
+            .args(["--variant", variant, "--tasks", "4"])
+            .env_remove("PINWATCH")
+            .env_remove("PINWATCH_THRESHOLD")
+            .env("PINWATCH_RECORD", &path)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "blocking_dns --variant {variant}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (completed_pins(&path), stdout)
+    };
+    let (pins, out) = record("bad");
+    assert!(pins.len() >= 2, "{} pins: {out}", pins.len());
+    for p in &pins {
+        assert_eq!(p["reason"], "dns", "{p}");
+        let top = &p["top_frame"];
+        assert!(
+            top["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("sample-apps/src/dns.rs")),
+            "{p}"
+        );
+        assert_eq!(top["line"], line, "{p}");
+        assert!(
+            p["advice"]
+                .as_str()
+                .is_some_and(|a| a.contains("lookup_host")),
+            "{p}"
+        );
+    }
+    let (pins, out) = record("fixed");
+    assert!(pins.is_empty(), "{pins:?}\n{out}");
+    assert_eq!(row(&out, "fixed")[5], "0", "{out}");
+}
+
 #[test]
 fn io_bench_small() {
     let _serial = serial();
@@ -101,6 +166,7 @@ fn every_case_binary_has_help() {
         env!("CARGO_BIN_EXE_lock_sleep"),
         env!("CARGO_BIN_EXE_lazy_init"),
         env!("CARGO_BIN_EXE_ffi_block"),
+        env!("CARGO_BIN_EXE_blocking_dns"),
         env!("CARGO_BIN_EXE_cpu_hog"),
         env!("CARGO_BIN_EXE_blocking_io"),
         env!("CARGO_BIN_EXE_lock_contention"),

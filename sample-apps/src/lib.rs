@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use pinwatch::{PinnedEvent, Reason, State};
 
+pub mod dns;
 pub mod http;
 pub mod procstat;
 pub mod table;
@@ -230,6 +231,17 @@ pub fn cases() -> Vec<Case> {
             body: |v, n, _| Box::pin(ffi_block(v, n)),
         },
         Case {
+            name: "blocking_dns",
+            about: "tasks resolve a name with std::net::ToSocketAddrs (a blocking getaddrinfo); \
+                    the nameserver, on loopback, answers after 150 ms",
+            expected: Reason::Dns,
+            allowed: &[Reason::Dns],
+            min_expected: 2,
+            workers: 2,
+            tasks: (8, 4),
+            body: |v, n, _| Box::pin(dns::blocking_dns(v, n)),
+        },
+        Case {
             name: "cpu_hog",
             about: "a long computation on 1 worker while a 10 ms ticker runs",
             expected: Reason::Cpu,
@@ -413,6 +425,16 @@ async fn echo_round_trips(
         }
         worst
     })
+}
+
+/// What `case` needs done before any thread starts (so before the runtime): `blocking_dns`
+/// enters its sandbox with the loopback nameserver ([`dns::sandbox`]). `Err` says why the case
+/// cannot run here; the others are unaffected.
+pub fn prepare(case: &Case) -> Result<(), String> {
+    match case.name {
+        "blocking_dns" => dns::sandbox(),
+        _ => Ok(()),
+    }
 }
 
 /// Finds a case by name.
@@ -802,6 +824,10 @@ fn article(name: &str) -> &'static str {
         }
         "lazy_init" => "article: 1 carrier, 100 bystanders of 10 ms finish at 960 ms vs 11 ms",
         "ffi_block" => "article: a native call (usleep via FFM) still pins on Java 25",
+        "blocking_dns" => {
+            "a blocking name lookup pins a worker for as long as the nameserver takes; \
+             tokio::net::lookup_host resolves in spawn_blocking"
+        }
         "cpu_hog" => "article: a 2 s computation on one carrier blocks every other task",
         "blocking_io" => "article: blocking I/O pins a carrier as long as it waits",
         "lock_contention" => "article: threads waiting for a monitor pin their carriers",
@@ -834,6 +860,10 @@ pub fn cli_main(name: &str) {
     let tasks = opts.tasks.unwrap_or(case.tasks.0);
     if workers == 0 {
         eprintln!("{name}: --workers must be at least 1");
+        std::process::exit(2);
+    }
+    if let Err(why) = prepare(&case) {
+        eprintln!("{name}: cannot run here: {why}");
         std::process::exit(2);
     }
     let variants = match opts.variant {

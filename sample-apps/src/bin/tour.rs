@@ -35,14 +35,32 @@ fn main() {
             std::process::exit(2);
         }
     }
+    let selected: Vec<_> = all
+        .iter()
+        .filter(|c| args.only.is_empty() || args.only.iter().any(|o| o == c.name))
+        .collect();
+    // Before any thread starts: a case's setup (blocking_dns's namespaces) must cover every
+    // thread of the process. The other cases only use 127.0.0.1, which the namespaces keep.
+    let mut not_runnable = Vec::new();
+    for case in &selected {
+        if let Err(why) = sample_apps::prepare(case) {
+            eprintln!("tour: {} cannot run here: {why}", case.name);
+            not_runnable.push((case.name, why));
+        }
+    }
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     let mut example = None;
     let mut recorded: Vec<pinwatch::PinnedEvent> = Vec::new();
-    for case in all
-        .iter()
-        .filter(|c| args.only.is_empty() || args.only.iter().any(|o| o == c.name))
-    {
+    for case in selected {
+        if not_runnable.iter().any(|(n, _)| *n == case.name) {
+            let mut row = vec!["-".to_owned(); 12];
+            row[0] = case.name.to_owned();
+            row[2] = case.expected.to_string();
+            row[11] = "not runnable here".into();
+            rows.push(row);
+            continue;
+        }
         eprintln!("tour: {} — {}", case.name, case.about);
         let mut variants = vec![(Variant::Bad, case.expected, case.allowed)];
         if case.name == "lock_sleep" {
@@ -160,8 +178,11 @@ fn main() {
         ),
         Err(e) => failures.push(format!("report {}: {e}", report.display())),
     }
+    for (name, why) in &not_runnable {
+        println!("\nnot run: {name}: {why}");
+    }
     if failures.is_empty() {
-        println!("\nverdict: every bad case detected with the expected reason; every fixed case clean ({} cases)", rows.len());
+        println!("\nverdict: every bad case detected with the expected reason; every fixed case clean ({} cases)", rows.len() - not_runnable.len());
     } else {
         println!("\nverdict: FAILED");
         for f in &failures {

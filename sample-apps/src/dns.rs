@@ -76,6 +76,13 @@ pub fn sandbox() -> Result<(), String> {
         "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n",
     )?;
     bind_file("/etc/nsswitch.conf", "hosts: dns\n")?;
+    // glibc asks a running nscd (through its socket) before its own modules, and nscd lives in
+    // the host's network namespace: hide its socket, so that no query can leave this one.
+    for dir in ["/run/nscd", "/var/run/nscd"] {
+        if std::path::Path::new(dir).is_dir() {
+            empty_dir_over(dir)?;
+        }
+    }
     let socket = UdpSocket::bind("127.0.0.1:53")
         .map_err(|e| format!("the loopback nameserver cannot bind 127.0.0.1:53: {e}"))?;
     serve(socket)?;
@@ -146,6 +153,29 @@ fn loopback_up() -> Result<(), String> {
     // SAFETY: `fd` is ours and closed once.
     unsafe { libc::close(fd) };
     result
+}
+
+/// Mounts an empty tmpfs over `dir` (in this mount namespace only).
+fn empty_dir_over(dir: &str) -> Result<(), String> {
+    let target = std::ffi::CString::new(dir).map_err(|e| format!("{dir:?}: {e}"))?;
+    // SAFETY: NUL-terminated strings that outlive the call; tmpfs takes no source device and
+    // no data here.
+    let rc = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "hiding nscd's socket ({dir}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// Bind-mounts a file holding `text` over `target` (in this mount namespace only). The source

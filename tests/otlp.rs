@@ -302,17 +302,7 @@ fn check_delivery(got: &Shared) {
     assert!(last_value(got, "pinwatch.pinned", &[("reason", "other")]).is_some_and(|v| v > 0.0));
     // A cumulative sum that goes down reads as a counter reset: every series only grows.
     let mut seen = 0;
-    for reason in [
-        "cpu",
-        "sleep",
-        "io",
-        "dns",
-        "lock_wait",
-        "lock_held",
-        "once_init",
-        "once_wait",
-        "other",
-    ] {
+    for reason in pinwatch::Reason::ALL.iter().map(|r| r.as_str()) {
         let values = values(got, "pinwatch.pinned", &[("reason", reason)]);
         seen += values.len();
         for w in values.windows(2) {

@@ -269,12 +269,14 @@ fn without_a_heartbeat_no_stall_is_reported() {
     );
 }
 
-/// On a current-thread runtime, a pin longer than the threshold plus the stall floor stalls
-/// everything, and says so.
-#[test]
-fn a_long_pin_on_a_current_thread_runtime_is_a_stall() {
+/// A current-thread runtime, pinwatch at its defaults (heartbeat on); its events.
+fn current_thread_service() -> (
+    tokio::runtime::Runtime,
+    pinwatch::Detector,
+    mpsc::Receiver<PinnedEvent>,
+) {
     let (tx, events) = mpsc::channel();
-    let (rt, _detector) = pinwatch::Builder::new()
+    let (rt, detector) = pinwatch::Builder::new()
         .tracing(false)
         .control(Control::Off)
         .sink(move |e: &PinnedEvent| {
@@ -282,6 +284,14 @@ fn a_long_pin_on_a_current_thread_runtime_is_a_stall() {
         })
         .build(&mut tokio::runtime::Builder::new_current_thread())
         .unwrap();
+    (rt, detector, events)
+}
+
+/// On a current-thread runtime, a pin longer than the threshold plus the stall floor stalls
+/// everything, and says so.
+#[test]
+fn a_long_pin_on_a_current_thread_runtime_is_a_stall() {
+    let (rt, _detector, events) = current_thread_service();
     rt.block_on(async {
         tokio::time::sleep(Duration::from_millis(200)).await; // the heartbeat runs meanwhile
         tokio::spawn(async { std::thread::sleep(Duration::from_millis(800)) })
@@ -300,19 +310,12 @@ fn a_long_pin_on_a_current_thread_runtime_is_a_stall() {
 /// late — for the long pin, not for it.
 #[test]
 fn a_pin_that_starts_after_the_stall_began_is_not_blamed_for_it() {
-    let (tx, events) = mpsc::channel();
-    let (rt, _detector) = pinwatch::Builder::new()
-        .tracing(false)
-        .control(Control::Off)
-        .sink(move |e: &PinnedEvent| {
-            let _ = tx.send(e.clone());
-        })
-        .build(&mut tokio::runtime::Builder::new_current_thread())
-        .unwrap();
+    let (rt, _detector, events) = current_thread_service();
     let (long_task, short_task) = rt.block_on(async {
-        tokio::time::sleep(Duration::from_millis(200)).await; // the heartbeat runs meanwhile
-                                                              // Both queued at once: the short one runs right after the long one, before the
-                                                              // runtime gets back to its timers.
+        // The heartbeat runs meanwhile.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Both queued at once: the short one runs right after the long one, before the
+        // runtime gets back to its timers.
         let long = tokio::spawn(async { std::thread::sleep(Duration::from_millis(1000)) });
         let short = tokio::spawn(async { std::thread::sleep(Duration::from_millis(150)) });
         let ids = (long.id(), short.id());

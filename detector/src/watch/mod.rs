@@ -423,9 +423,8 @@ pub(crate) fn run(
         }
         // Stalled: a pin that was running when the heartbeat was due runs still, and the
         // runtime's timers have not fired since.
-        let stalled = blamed;
-        w.stalled_now.store(stalled, Ordering::Relaxed);
-        if stalled {
+        w.stalled_now.store(blamed, Ordering::Relaxed);
+        if blamed {
             let d = scan_start.saturating_duration_since(last_scan);
             w.stats
                 .stalled_ns

@@ -202,8 +202,9 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "PINWATCH_HEARTBEAT",
         default: "50ms",
         doc:
-            "a task of pinwatch's sleeps this long in a loop on the runtime; when it is late past \
-              the threshold (and 100 ms) while a pin runs, the pin stalled the whole runtime \
+            "while a pin runs, a task of pinwatch's sleeps this long in a loop on the runtime (it \
+              starts when a poll is flagged, and stops when none runs); when it is late past \
+              the threshold (and 100 ms), the pin stalled the whole runtime \
               (`runtime_stalled`); at least `1ms`; `off`: no heartbeat",
     },
     EnvVar {
@@ -219,7 +220,8 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_SCAN_INTERVAL",
         default: "2ms",
-        doc: "the watchdog's scan period (at least `1ms`; never more than a quarter of the threshold)",
+        doc: "the watchdog's scan period while any worker is busy (at least `1ms`; never more than a \
+              quarter of the threshold); while every worker is parked it sleeps until one unparks",
     },
     EnvVar {
         name: "PINWATCH_QUEUE_CAPACITY",

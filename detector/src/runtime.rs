@@ -214,9 +214,11 @@ impl Builder {
     }
 
     /// pinwatch's heartbeat on the watched runtime (`PINWATCH_HEARTBEAT`, default
-    /// [`DEFAULT_HEARTBEAT`](crate::config::DEFAULT_HEARTBEAT); `None`: off): a task that
-    /// sleeps this long in a loop, whose lateness tells a pin that stalls the whole runtime's
-    /// timers and I/O (`runtime_stalled`) from one that holds only its worker. It needs tokio's
+    /// [`DEFAULT_HEARTBEAT`](crate::config::DEFAULT_HEARTBEAT); `None`: off): while a pin
+    /// runs, a task that sleeps this long in a loop, whose lateness tells a pin that stalls the
+    /// whole runtime's timers and I/O (`runtime_stalled`) from one that holds only its worker.
+    /// It starts when a poll is flagged as pinned and ends when no pin runs: an idle runtime is
+    /// never woken by it. It needs tokio's
     /// time driver: [`build`](Self::build) turns it on (`enable_time`); with
     /// [`prepare`](Self::prepare), build your runtime with `enable_time` or `enable_all`.
     pub fn heartbeat(mut self, every: Option<Duration>) -> Self {
@@ -573,17 +575,6 @@ impl Prepared {
                 what: "export",
                 source,
             })?;
-        if let Some(every) = watched.config.heartbeat {
-            let w = Arc::clone(&watched);
-            handle.spawn(async move {
-                let mut ticks = tokio::time::interval(every);
-                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    ticks.tick().await;
-                    w.beat();
-                }
-            });
-        }
         let wd_watched = Arc::clone(&watched);
         let handle = handle.clone();
         let watchdog = std::thread::Builder::new()
@@ -806,6 +797,10 @@ impl Detector {
             drop(endpoint.take());
         }
         drop(self.stop.take());
+        if let Some(w) = &self.watched {
+            // A watchdog asleep while the runtime idles wakes to stop.
+            w.table.parking.stop();
+        }
         if let Some(w) = self.watchdog.take() {
             let _ = w.join();
         }

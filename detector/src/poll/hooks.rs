@@ -17,15 +17,16 @@ use tokio::runtime::TaskMeta;
 
 use super::slot::{current_slot, Slot, SlotTable};
 
-/// pinwatch's two poll hooks, for a tokio runtime builder.
+/// pinwatch's two poll hooks and two park hooks, for a tokio runtime builder.
 ///
-/// [`Builder::build`](crate::Builder::build) installs them for you. If you have poll hooks of
-/// your own, install yours and call these from them (they are cheap to clone):
+/// [`Builder::build`](crate::Builder::build) installs them for you. If you have poll or park
+/// hooks of your own, install yours and call these from them (they are cheap to clone):
 ///
 /// ```no_run
 /// # fn main() -> Result<(), pinwatch::Error> {
 /// let prepared = pinwatch::Builder::from_env()?.prepare()?;
 /// let (before, after) = (prepared.hooks(), prepared.hooks());
+/// let (park, unpark) = (prepared.hooks(), prepared.hooks());
 /// let mut tokio = tokio::runtime::Builder::new_multi_thread();
 /// tokio
 ///     .enable_all()
@@ -36,7 +37,9 @@ use super::slot::{current_slot, Slot, SlotTable};
 ///     .on_after_task_poll(move |meta| {
 ///         // your own hook
 ///         after.after_poll(meta);
-///     });
+///     })
+///     .on_thread_park(move || park.before_park())
+///     .on_thread_unpark(move || unpark.after_unpark());
 /// let rt = tokio.build().expect("tokio runtime");
 /// let detector = prepared.start(rt.handle())?;
 /// # drop(rt); drop(detector);
@@ -60,17 +63,41 @@ impl PollHooks {
         PollHooks { table }
     }
 
-    /// Installs both hooks on `builder`, replacing any poll hooks set on it before. Does nothing
-    /// when pinwatch is off.
+    /// Installs both poll hooks and the two park hooks on `builder`, replacing any poll and
+    /// park hooks set on it before (`on_thread_park`/`on_thread_unpark`). Does nothing when
+    /// pinwatch is off.
     pub fn install(&self, builder: &mut tokio::runtime::Builder) {
         let Some(table) = &self.table else { return };
         // The closures hold the table itself: no "is pinwatch on" test per poll.
         let (before, after) = (Arc::clone(table), Arc::clone(table));
+        let (park, unpark) = (Arc::clone(table), Arc::clone(table));
         builder
             .on_before_task_poll(move |meta| {
                 before_poll(&before, super::id_u64(&meta.id()), meta.spawned_at())
             })
-            .on_after_task_poll(move |_| after_poll(&after));
+            .on_after_task_poll(move |_| after_poll(&after))
+            .on_thread_park(move || park.parking.park())
+            .on_thread_unpark(move || unpark.parking.unpark());
+        table.parking.hooked();
+    }
+
+    /// Call from `on_thread_park`, with [`after_unpark`](Self::after_unpark) from
+    /// `on_thread_unpark`: they let the watchdog sleep while every worker is parked. Without
+    /// them it looks at the workers every scan interval even when the service is idle.
+    #[inline]
+    pub fn before_park(&self) {
+        if let Some(table) = &self.table {
+            table.parking.park();
+        }
+    }
+
+    /// Call from `on_thread_unpark` (see [`before_park`](Self::before_park)).
+    #[inline]
+    pub fn after_unpark(&self) {
+        if let Some(table) = &self.table {
+            table.parking.hooked();
+            table.parking.unpark();
+        }
     }
 
     /// Call from `on_before_task_poll`.
@@ -145,6 +172,8 @@ impl<F: Future> Future for WatchBody<F> {
             }
         }
         before_poll(table, super::BODY_TASK_ID, this.at);
+        // A body on a multi-thread runtime polls outside the workers' park brackets.
+        table.parking.poll_begins();
         let _end = End(table);
         this.fut.as_mut().poll(cx)
     }

@@ -5,6 +5,7 @@
 mod atomic;
 mod hooks;
 pub(crate) mod locks;
+pub(crate) mod park;
 pub(crate) mod protocol;
 pub(crate) mod sample;
 pub(crate) mod slot;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::locks::LockTable;
+use super::park::Parking;
 use super::protocol::PollCell;
 use super::sample::SampleArea;
 
@@ -90,6 +91,8 @@ pub(crate) struct SlotTable {
     pub base: Instant,
     /// Threads that polled tasks but found no free slot.
     pub unwatched_threads: AtomicU64,
+    /// The park hooks' counts and the watchdog's sleep.
+    pub parking: Parking,
 }
 
 impl SlotTable {
@@ -98,6 +101,7 @@ impl SlotTable {
             slots: (0..capacity.max(1)).map(|_| Slot::new()).collect(),
             base: Instant::now(),
             unwatched_threads: AtomicU64::new(0),
+            parking: Parking::default(),
         }
     }
 

@@ -47,6 +47,10 @@ pub(crate) struct Watched {
     last_beat: AtomicU64,
     /// Whether the runtime is stalled now: a pin runs and the heartbeat is late.
     stalled_now: AtomicBool,
+    /// Polls followed as pinned at the last scan: the heartbeat beats while it is not zero.
+    pins: std::sync::atomic::AtomicUsize,
+    /// A heartbeat task runs.
+    beat_armed: AtomicBool,
 }
 
 /// The heartbeat must be later than this (and than the threshold) for the runtime to count as
@@ -131,6 +135,10 @@ impl Watched {
     /// `None` when it is off.
     fn heartbeat_late(&self, now: Instant) -> Option<(Duration, Instant)> {
         let interval = self.config.heartbeat?;
+        if !self.beat_armed.load(Ordering::SeqCst) {
+            // Not beating: no pin runs (see `arm_heartbeat`).
+            return None;
+        }
         let last = self.last_beat.load(Ordering::Relaxed);
         let now = self.table.nanos_since_base(now);
         let due = self.table.base + Duration::from_nanos(last) + interval;
@@ -172,6 +180,8 @@ impl Watched {
             live,
             last_beat: AtomicU64::new(0),
             stalled_now: AtomicBool::new(false),
+            pins: std::sync::atomic::AtomicUsize::new(0),
+            beat_armed: AtomicBool::new(false),
         }
     }
 }
@@ -273,6 +283,9 @@ pub struct Stats {
     /// Time the whole runtime was stalled by pins: a pin ran and the heartbeat was late past
     /// the threshold (see `PINWATCH_HEARTBEAT`).
     pub runtime_stalled_time: Duration,
+    /// Times the watchdog went to sleep because every worker was parked and no poll ran (a
+    /// worker unparking wakes it).
+    pub watchdog_sleeps: u64,
 }
 
 pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
@@ -291,6 +304,7 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         sample_handler_time: Duration::from_nanos(r(&c.sample_handler_ns)),
         sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
         runtime_stalled_time: Duration::from_nanos(r(&c.stalled_ns)),
+        watchdog_sleeps: r(&c.sleeps),
     }
 }
 
@@ -310,6 +324,8 @@ pub(crate) struct StatsCounters {
     /// Time the whole runtime was stalled by pins, in ns.
     pub stalled_ns: AtomicU64,
     pub delivered: AtomicU64,
+    /// Times the watchdog slept because every worker was parked.
+    pub sleeps: AtomicU64,
 }
 
 /// What the watchdog sends on: the event as far as the watchdog knows it, plus the raw probes
@@ -368,11 +384,39 @@ pub(crate) fn run(
     };
     let mut scans = 0u64;
     let mut last_scan = Instant::now();
+    let parking = &w.table.parking;
+    parking.register_watchdog();
+    // The runtime's cores: its workers, or the one of a current-thread runtime.
+    let cores = handle.metrics().num_workers();
+    // The unpark count at the last scan that found the runtime idle.
+    let mut idle_at: Option<u64> = None;
+    let mut sleep = false;
     loop {
-        let stopping = match stop.recv_timeout(wd.settings.effective_scan_interval()) {
-            Err(mpsc::RecvTimeoutError::Timeout) => false,
-            // Sender dropped: the detector is stopping. Scan once more to complete what ended.
-            _ => true,
+        let stopping = if std::mem::take(&mut sleep) {
+            // Idle for a whole scan interval: sleep until a worker unparks. Say so first, then
+            // check again that nothing can poll (see `poll::park`).
+            let from = Instant::now();
+            if parking.prepare_sleep() {
+                if idle_at == Some(parking.unparks()) && quiet(&w.table, cores) {
+                    w.stats.sleeps.fetch_add(1, Ordering::Relaxed);
+                    let woken = parking.sleep(from);
+                    // No poll ran while it slept: every poll seen next began after the wake.
+                    for look in last_look.iter_mut() {
+                        *look = (*look).max(woken);
+                    }
+                } else {
+                    parking.cancel_sleep();
+                }
+            }
+            idle_at = None;
+            !matches!(stop.try_recv(), Err(mpsc::TryRecvError::Empty))
+        } else {
+            match stop.recv_timeout(wd.settings.effective_scan_interval()) {
+                Err(mpsc::RecvTimeoutError::Timeout) => false,
+                // Sender dropped: the detector is stopping. Scan once more to complete what
+                // ended.
+                _ => true,
+            }
         };
         scans += 1;
         // One set of settings for the whole scan.
@@ -435,7 +479,57 @@ pub(crate) fn run(
             // Whatever is still flagged never returned: its last report stands.
             return;
         }
+        let pins = watches
+            .iter()
+            .flatten()
+            .filter(|wt| wt.pinned.is_some())
+            .count();
+        arm_heartbeat(&w, &handle, pins);
+        // Idle: no poll runs, none is followed, and every core is parked. Twice in a row with
+        // no unpark between: sleep.
+        let running = watches.iter().flatten().any(|wt| wt.seq & 1 == 1);
+        let idle = pins == 0 && !running && parking.all_parked(cores);
+        let unparks = parking.unparks();
+        sleep = idle && idle_at == Some(unparks);
+        idle_at = idle.then_some(unparks);
     }
+}
+
+/// Nothing can poll now: every core is parked and no slot has a poll running.
+fn quiet(table: &SlotTable, cores: usize) -> bool {
+    table.parking.all_parked(cores) && table.slots().iter().all(|s| s.poll.seq() & 1 == 0)
+}
+
+/// Runs the heartbeat while `pins` (polls followed as pinned now) is not zero: a task on the
+/// runtime that beats every heartbeat period. Nothing beats while nothing pins: the heartbeat
+/// only tells whether a pin stops the whole runtime.
+fn arm_heartbeat(w: &Arc<Watched>, handle: &Handle, pins: usize) {
+    w.pins.store(pins, Ordering::SeqCst);
+    let Some(every) = w.config.heartbeat else {
+        return;
+    };
+    if pins == 0 || w.beat_armed.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    // Due one period from now: a runtime that cannot run the task from here is late.
+    w.beat();
+    let w = Arc::clone(w);
+    handle.spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            w.beat();
+            if w.pins.load(Ordering::SeqCst) == 0 {
+                // Disarm, then look again: either the watchdog sees it disarmed and arms a new
+                // beat, or this one sees the new pin and goes on (see `arm_heartbeat`).
+                w.beat_armed.store(false, Ordering::SeqCst);
+                if w.pins.load(Ordering::SeqCst) == 0 || w.beat_armed.swap(true, Ordering::SeqCst) {
+                    return;
+                }
+            }
+        }
+    });
 }
 
 struct Watchdog<'a> {

@@ -1,0 +1,176 @@
+//! Parking: lets the watchdog sleep while the runtime has nothing to run, and wakes it when a
+//! worker unparks.
+//!
+//! tokio calls the park hooks around a worker's park (`on_thread_park` before, `on_thread_unpark`
+//! after), and no task is polled between the two. Counting both tells how many of the runtime's
+//! cores (its workers; the one core of a current-thread runtime) are out of that bracket — able
+//! to poll: the core count plus the unparks minus the parks. The count follows cores, not
+//! threads: a core handed to another thread by `block_in_place` keeps its place in it.
+//!
+//! The watchdog sleeps only when none is able to poll and no poll runs. Its handshake with the
+//! hooks is a store-buffering pair: it says it sleeps, then reads the counts (both sequentially
+//! consistent); an unpark counts, then reads whether it sleeps. So either the watchdog sees the
+//! unpark and stays awake, or the unpark sees it asleep and wakes it. A `block_on` body on a
+//! multi-thread runtime holds no core and is polled without park hooks: its polls wake the
+//! watchdog the same way ([`Parking::poll_begins`]).
+//!
+//! Every per-unpark cost is one atomic add and one load; the wake (a futex system call) happens
+//! only when the watchdog sleeps, once per idle period. Nothing here allocates, locks or panics.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// The park hooks' counts, and the watchdog's sleep.
+pub(crate) struct Parking {
+    /// Origin of `woken_at`.
+    base: Instant,
+    /// When the watchdog was last woken, in ns since `base`: read before any poll that the wake
+    /// let run began, so it bounds their starts from below.
+    woken_at: AtomicU64,
+    parks: AtomicU64,
+    unparks: AtomicU64,
+    /// Whether the watchdog is asleep (or about to be) until something wakes it.
+    sleeping: AtomicBool,
+    /// The watchdog thread, once it runs.
+    watchdog: OnceLock<Thread>,
+    /// The park hooks are installed: without them the counts say nothing, and the watchdog
+    /// never sleeps.
+    hooked: AtomicBool,
+    /// The detector is stopping: the watchdog must not sleep any more.
+    stopping: AtomicBool,
+}
+
+impl Default for Parking {
+    fn default() -> Parking {
+        Parking {
+            base: Instant::now(),
+            woken_at: AtomicU64::new(0),
+            parks: AtomicU64::new(0),
+            unparks: AtomicU64::new(0),
+            sleeping: AtomicBool::new(false),
+            watchdog: OnceLock::new(),
+            hooked: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Parking {
+    /// The park hooks were installed on the runtime.
+    pub fn hooked(&self) {
+        self.hooked.store(true, Ordering::Relaxed);
+    }
+
+    /// `on_thread_park`: a core parks.
+    #[inline]
+    pub fn park(&self) {
+        self.parks.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `on_thread_unpark`: a core unparks and may poll.
+    #[inline]
+    pub fn unpark(&self) {
+        self.unparks.fetch_add(1, Ordering::SeqCst);
+        self.wake_if_asleep();
+    }
+
+    /// A poll outside the park brackets (a `block_on` body's) began; its counter store is
+    /// already made.
+    #[inline]
+    pub fn poll_begins(&self) {
+        fence(Ordering::SeqCst);
+        self.wake_if_asleep();
+    }
+
+    #[inline]
+    fn wake_if_asleep(&self) {
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    /// The detector stops: wakes the watchdog, and keeps it from sleeping again.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// Wakes the watchdog if it sleeps.
+    #[cold]
+    pub fn wake(&self) {
+        if self.sleeping.load(Ordering::SeqCst) {
+            // Before the swap: the watchdog reads it once it sees the wake. The earliest waker's
+            // time bounds every poll let run, whoever woke it.
+            let now = Instant::now().saturating_duration_since(self.base).as_nanos() as u64;
+            self.woken_at.fetch_min(now, Ordering::Relaxed);
+        }
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            if let Some(t) = self.watchdog.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    // ---- the watchdog's side ----
+
+    /// Registers the calling thread as the watchdog.
+    pub fn register_watchdog(&self) {
+        let _ = self.watchdog.set(std::thread::current());
+    }
+
+    /// Unparks so far: a change between two looks means a core unparked in between.
+    pub fn unparks(&self) -> u64 {
+        self.unparks.load(Ordering::SeqCst)
+    }
+
+    /// Whether all `cores` are parked (as far as the hooks tell; `false` without them).
+    pub fn all_parked(&self, cores: usize) -> bool {
+        if !self.hooked.load(Ordering::Relaxed) {
+            return false;
+        }
+        // Parks first: an unpark seen without its park would only make the count look busier.
+        let parks = self.parks.load(Ordering::SeqCst);
+        let unparks = self.unparks.load(Ordering::SeqCst);
+        (cores as u64).wrapping_add(unparks).wrapping_sub(parks) == 0
+    }
+
+    /// Says the watchdog is about to sleep; `false` when the detector is stopping (then it must
+    /// not). After `true` the caller checks that nothing can poll ([`all_parked`](Self::all_parked),
+    /// the poll counters), and either calls [`sleep`](Self::sleep) or
+    /// [`cancel_sleep`](Self::cancel_sleep).
+    pub fn prepare_sleep(&self) -> bool {
+        self.woken_at.store(u64::MAX, Ordering::Relaxed);
+        self.sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.stopping.load(Ordering::SeqCst) {
+            self.cancel_sleep();
+            return false;
+        }
+        true
+    }
+
+    /// Something can poll after all: stay awake.
+    pub fn cancel_sleep(&self) {
+        self.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// Sleeps until woken (an unpark, a body's poll, the stop). Returns a moment no poll let run
+    /// by the wake began before: the waker's time, or the sleep's start if it never slept.
+    pub fn sleep(&self, from: Instant) -> Instant {
+        let mut slept = false;
+        while self.sleeping.load(Ordering::SeqCst) && !self.stopping.load(Ordering::SeqCst) {
+            slept = true;
+            std::thread::park();
+        }
+        // The stop does not go through the handshake: nothing polls after it that matters.
+        if !slept || self.stopping.load(Ordering::SeqCst) {
+            return from;
+        }
+        match self.woken_at.load(Ordering::Relaxed) {
+            u64::MAX => from,
+            nanos => (self.base + Duration::from_nanos(nanos)).max(from),
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Nothing to pay while nothing pins: while every worker is parked the watchdog sleeps (no
+//! wake-ups at all) and the heartbeat does not beat; a worker that unparks and blocks is still
+//! reported, with a start that does not reach back into the sleep.
+
+use std::collections::HashMap;
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use pinwatch::{Control, PinnedEvent, State};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Context switches so far of each of this process's threads whose name starts with `prefix`,
+/// by thread id.
+fn switches(prefix: &str) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        let n = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+        out.insert(e.file_name().to_string_lossy().into_owned(), n);
+    }
+    out
+}
+
+/// Context switches since `before` of the threads alive at both reads.
+fn since(before: &HashMap<String, u64>, prefix: &str) -> u64 {
+    switches(prefix)
+        .iter()
+        .filter_map(|(tid, n)| Some(n.saturating_sub(*before.get(tid)?)))
+        .sum()
+}
+
+/// The tests of this file measure threads by name: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Waits (bounded) until `f` holds.
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LONG;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn idle_then_pin(mut tokio: tokio::runtime::Builder, in_body: bool) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (tx, events) = mpsc::channel::<PinnedEvent>();
+    let (rt, detector) = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(&mut tokio)
+        .unwrap();
+    let pin = Duration::from_millis(150);
+    // A `block_on` body, on a thread of its own, that blocks (itself, or in a task it spawns)
+    // when told to: a current-thread runtime runs only inside it.
+    let (go, mut orders) = tokio::sync::mpsc::unbounded_channel::<()>();
+    std::thread::scope(|scope| {
+        let body = detector.watch_block_on(async move {
+            while orders.recv().await.is_some() {
+                if in_body {
+                    std::thread::sleep(pin);
+                } else {
+                    tokio::spawn(async move { std::thread::sleep(pin) });
+                }
+            }
+        });
+        let rt = &rt;
+        scope.spawn(move || rt.block_on(body));
+        let sleeps = || detector.stats().watchdog_sleeps;
+        // Every worker parks once it has nothing to do; the watchdog then sleeps.
+        wait_for("the watchdog to sleep", || sleeps() >= 1);
+        let (watchdog, workers) = (switches("pinwatch-watchd"), switches("tokio-rt-worker"));
+        let window = Duration::from_secs(3);
+        std::thread::sleep(window);
+        let watchdog = since(&watchdog, "pinwatch-watchd");
+        let workers = since(&workers, "tokio-rt-worker");
+        // Scanning every 2 ms would be ~1,500 wake-ups; the heartbeat beating 20 times a second
+        // ~60 on the workers.
+        assert!(
+            watchdog <= 3,
+            "the watchdog woke {watchdog} times in {window:?} while every worker was parked"
+        );
+        assert!(
+            workers <= 15,
+            "the workers woke {workers} times in {window:?} with nothing to run (a heartbeat?)"
+        );
+        // A worker unparks and blocks: reported all the same.
+        let slept = sleeps();
+        let blocked = std::time::SystemTime::now();
+        go.send(()).unwrap();
+        let completed = loop {
+            let e = events.recv_timeout(LONG).expect("the pin is reported");
+            // Its start's lower bound is the wake, not the last look before the sleep (3 s
+            // earlier).
+            assert!(
+                e.start + Duration::from_millis(500) >= blocked,
+                "the pin's start {:?} reaches back into the idle period (blocked at {blocked:?})",
+                e.start
+            );
+            if e.state == State::Completed {
+                break e;
+            }
+        };
+        assert_eq!(completed.block_on, in_body);
+        assert!(completed.duration >= pin, "{:?}", completed.duration);
+        assert!(
+            completed.duration < pin + Duration::from_secs(1),
+            "the reported duration {:?} counts the watchdog's sleep",
+            completed.duration
+        );
+        // The pin woke it; once idle again, it sleeps again.
+        wait_for("the watchdog to sleep again", || sleeps() > slept);
+        drop(go);
+    });
+    drop(rt);
+    drop(detector);
+}
+
+#[test]
+fn a_multi_thread_runtime_idles_without_wake_ups_and_still_catches_a_pin() {
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2);
+    idle_then_pin(tokio, false);
+}
+
+#[test]
+fn a_multi_thread_body_that_blocks_after_an_idle_period_is_caught() {
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2);
+    idle_then_pin(tokio, true);
+}
+
+#[test]
+fn a_current_thread_runtime_idles_without_wake_ups_and_still_catches_a_pin() {
+    idle_then_pin(tokio::runtime::Builder::new_current_thread(), false);
+}
+
+/// A detector whose park hooks were not installed (hooks chained by hand, without the park
+/// ones) never sleeps: it cannot know the workers are parked.
+#[test]
+fn without_the_park_hooks_the_watchdog_keeps_looking() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let prepared = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .prepare()
+        .unwrap();
+    let (before, after) = (prepared.hooks(), prepared.hooks());
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio
+        .worker_threads(2)
+        .enable_all()
+        .on_before_task_poll(move |m| before.before_poll(m))
+        .on_after_task_poll(move |m| after.after_poll(m));
+    let rt = tokio.build().unwrap();
+    let detector = prepared.start(rt.handle()).unwrap();
+    let scans = switches("pinwatch-watchd");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(detector.stats().watchdog_sleeps, 0);
+    assert!(since(&scans, "pinwatch-watchd") > 20, "it scans");
+    drop(rt);
+    drop(detector);
+}

@@ -103,7 +103,9 @@ impl Parking {
         if self.sleeping.load(Ordering::SeqCst) {
             // Before the swap: the watchdog reads it once it sees the wake. The earliest waker's
             // time bounds every poll let run, whoever woke it.
-            let now = Instant::now().saturating_duration_since(self.base).as_nanos() as u64;
+            let now = Instant::now()
+                .saturating_duration_since(self.base)
+                .as_nanos() as u64;
             self.woken_at.fetch_min(now, Ordering::Relaxed);
         }
         if self.sleeping.swap(false, Ordering::SeqCst) {

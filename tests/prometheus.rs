@@ -183,6 +183,69 @@ fn dashboards_and_rules_name_only_exported_metrics() {
     }
 }
 
+/// Each panel's unit fits what its query computes: a rate of a `_seconds_total` counter is
+/// seconds per second — a fraction of time (`percentunit`), or summed over workers a count of
+/// workers' time (`short`), never `s` or `ops`; a rate of any other counter is per second
+/// (`ops`); a quantile of a `_seconds` histogram is seconds. And "Runtime stalled" — the whole
+/// service down — is the top row.
+#[test]
+fn dashboard_units_fit_their_queries_and_the_stall_row_is_on_top() {
+    let d = dashboard();
+    let panels = d["panels"].as_array().unwrap();
+    let mut checked = 0;
+    for p in panels {
+        let title = p["title"].as_str().unwrap();
+        let unit = p["fieldConfig"]["defaults"]["unit"].as_str();
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            let rate_of = expr
+                .split("rate(")
+                .nth(1)
+                .map(|r| r.split('{').next().unwrap().trim());
+            let want: &[&str] = match rate_of {
+                _ if expr.starts_with("histogram_quantile(") => &["s"],
+                Some(m) if m.ends_with("_bucket") => continue, // the heatmap's buckets
+                Some(m) if m.ends_with("_seconds_total") => &["percentunit", "short"],
+                Some(m) if m.ends_with("_total") => &["ops"],
+                _ => continue,
+            };
+            assert!(
+                unit.is_some_and(|u| want.contains(&u)),
+                "{title}: unit {unit:?} for {expr}; want one of {want:?}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 7, "{checked} panels checked");
+    let stall = |t: &str| {
+        panels
+            .iter()
+            .find(|p| p["title"] == t)
+            .unwrap_or_else(|| panic!("no panel {t:?}"))
+    };
+    assert_eq!(
+        stall("Runtime stalled, share of time")["fieldConfig"]["defaults"]["unit"],
+        "percentunit"
+    );
+    for t in ["Runtime stalled now", "Runtime stalled, share of time"] {
+        assert_eq!(stall(t)["gridPos"]["y"], 0, "{t} is not in the top row");
+    }
+    // No two panels overlap (moving a row must move the others).
+    let rect = |p: &serde_json::Value| {
+        let g = &p["gridPos"];
+        let n = |k: &str| g[k].as_u64().unwrap();
+        (n("x"), n("y"), n("x") + n("w"), n("y") + n("h"))
+    };
+    for (i, a) in panels.iter().enumerate() {
+        for b in &panels[i + 1..] {
+            let (a, b) = ((rect(a), &a["title"]), (rect(b), &b["title"]));
+            let apart =
+                a.0 .2 <= b.0 .0 || b.0 .2 <= a.0 .0 || a.0 .3 <= b.0 .1 || b.0 .3 <= a.0 .1;
+            assert!(apart, "{} and {} overlap", a.1, b.1);
+        }
+    }
+}
+
 /// Every panel's every query, with the dashboard's variables substituted as Grafana would.
 fn panel_queries(job: &str, instance: &str) -> Vec<(String, String)> {
     let d = dashboard();
@@ -308,14 +371,23 @@ fn rules_and_configs_pass_promtool_and_amtool() {
             "no unit test for {a}"
         );
         assert!(
-            rules.contains(&format!("deploy/README.md#{}", a.to_lowercase())),
-            "no runbook link for {a}"
+            rules.contains(&format!(
+                "runbook_url: \"docs/runbooks.md#{}\"",
+                a.to_lowercase()
+            )),
+            "no runbook link to the repository's docs for {a}"
         );
-        let runbooks = std::fs::read_to_string(deploy.join("README.md")).unwrap();
-        assert!(
-            runbooks.contains(&format!("### {a}")),
-            "no runbook section for {a}"
-        );
+        // The runbooks are docs/runbooks.md's `## Alert` sections; until that guide lands
+        // they are deploy/README.md's `### Alert` ones.
+        let (guide, heading) =
+            match std::fs::read_to_string(support::repo().join("docs/runbooks.md")) {
+                Ok(t) => (t, format!("## {a}\n")),
+                Err(_) => (
+                    std::fs::read_to_string(deploy.join("README.md")).unwrap(),
+                    format!("### {a}"),
+                ),
+            };
+        assert!(guide.contains(&heading), "no runbook section for {a}");
     }
     run_tool(
         &prom,
@@ -450,6 +522,22 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
             .as_str()
             .is_some_and(|u| u.ends_with("#pinwatchworkerstuck")),
         "{stuck}"
+    );
+    // The description names the line of the stuck pins, as the service's own metrics have it
+    // (`rx.recv()` in pin_service.rs).
+    let scraped = scrape(port);
+    let location = scraped
+        .lines()
+        .filter(|l| l.starts_with("pinwatch_pins_by_location_total{"))
+        .filter_map(|l| l.split("location=\"").nth(1)?.split('"').next())
+        .find(|l| l.contains("pin_service.rs:"))
+        .unwrap_or_else(|| panic!("no pin_service.rs location in\n{scraped}"));
+    let description = stuck["annotations"]["description"].as_str().unwrap();
+    assert!(
+        description.contains(&format!(
+            "Top location over the last 15 minutes: {location} (pins: 3)."
+        )),
+        "{description}"
     );
     // The all-workers alert went the same way, naming the worker count.
     let firing = prom.api("alerts");

@@ -236,7 +236,9 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_TRACING",
         default: "on",
-        doc: "`off`: no `tracing` WARN event per pinned event",
+        doc: "`off`: no `tracing` WARN event per pinned event, no start-up line, nothing on \
+              stderr (on: with no `tracing` subscriber set, reports and the start-up line go to \
+              stderr)",
     },
     EnvVar {
         name: "PINWATCH_PROMETHEUS_ADDR",
@@ -334,6 +336,10 @@ pub struct Config {
     /// Tests only: the watchdog sleeps this long before every other scan's slot reads, as a
     /// watchdog preempted or slowed by a probe would.
     pub(crate) late_scans: Option<Duration>,
+    /// With [`tracing`](Self::tracing) on: the start-up line, and each report on stderr while
+    /// no `tracing` subscriber is set. Off for a test's detector, whose failure message shows
+    /// its pins.
+    pub(crate) announce: bool,
 }
 
 impl Default for Config {
@@ -359,6 +365,7 @@ impl Default for Config {
             otlp: false,
             console: Console::Off,
             late_scans: None,
+            announce: true,
         }
     }
 }

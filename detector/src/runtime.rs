@@ -34,7 +34,7 @@ use crate::Error;
 /// # Ok(()) }
 /// ```
 pub struct Builder {
-    config: Config,
+    pub(crate) config: Config,
     sinks: Vec<Box<dyn Sink>>,
     unwinder_safe: Option<bool>,
     #[cfg(feature = "prometheus")]
@@ -575,6 +575,7 @@ impl Prepared {
                 what: "export",
                 source,
             })?;
+        let workers = handle.metrics().num_workers();
         let wd_watched = Arc::clone(&watched);
         let handle = handle.clone();
         let watchdog = std::thread::Builder::new()
@@ -584,6 +585,19 @@ impl Prepared {
                 what: "watchdog",
                 source,
             })?;
+        announce(&watched.config, false, || {
+            startup_line(
+                &watched.config,
+                workers,
+                control.as_ref().map(|c| c.path()),
+                #[cfg(feature = "prometheus")]
+                prometheus
+                    .as_ref()
+                    .map(|(_, e)| e.as_ref().map(|e| e.local_addr())),
+                #[cfg(not(feature = "prometheus"))]
+                None,
+            )
+        });
         Ok(Detector {
             watched: Some(watched),
             control,
@@ -608,18 +622,86 @@ fn start_control(ctx: control::Context) -> Result<Option<control::Server>, Error
         crate::config::Control::On => (control::default_dir(), false),
         crate::config::Control::Dir(d) => (d.clone(), true),
     };
+    let config = ctx.watched.config.clone();
     match control::Server::start(&dir, ctx) {
         Ok(server) => Ok(Some(server)),
         Err(reason) if asked => Err(Error::Control(reason)),
         Err(reason) => {
-            tracing::warn!(
-                target: "pinwatch",
-                "no control socket, `pinwatch ctl` cannot reach this process: {reason} \
-                 (PINWATCH_CONTROL=off turns it off)"
-            );
+            announce(&config, true, || {
+                format!(
+                    "no control socket, `pinwatch ctl` cannot reach this process: {reason} \
+                     (PINWATCH_CONTROL=off turns it off)"
+                )
+            });
             Ok(None)
         }
     }
+}
+
+/// Says `line` — a warning or the start-up line (INFO) — as a `tracing` event with target
+/// `pinwatch`, or on stderr while the process has no `tracing` subscriber; nothing with
+/// `PINWATCH_TRACING=off` or in a test's detector.
+fn announce(config: &Config, warn: bool, line: impl FnOnce() -> String) {
+    if !config.tracing || !config.announce {
+        return;
+    }
+    let line = line();
+    match (export::no_subscriber(), warn) {
+        (true, true) => export::to_stderr("WARN", &line),
+        (true, false) => export::to_stderr("INFO", &line),
+        (false, true) => tracing::warn!(target: "pinwatch", "{line}"),
+        (false, false) => tracing::info!(target: "pinwatch", "{line}"),
+    }
+}
+
+/// What a detector watches and where its outputs are, in one line: the threshold, the
+/// workers, the control socket, the endpoints, the recording.
+fn startup_line(
+    config: &Config,
+    workers: usize,
+    control: Option<&std::path::Path>,
+    // `None`: no Prometheus metrics; `Some(None)`: in the service's registry only.
+    prometheus: Option<Option<std::net::SocketAddr>>,
+) -> String {
+    let mut s = format!(
+        "watching {workers} worker{} for polls of {} or more",
+        if workers == 1 { "" } else { "s" },
+        humantime::format_duration(config.threshold)
+    );
+    match control {
+        Some(path) => s.push_str(&format!(
+            "; control socket {} (`pinwatch ctl {} status`)",
+            path.display(),
+            std::process::id()
+        )),
+        None => s.push_str("; no control socket"),
+    }
+    match prometheus {
+        Some(Some(addr)) => s.push_str(&format!("; Prometheus http://{addr}/metrics")),
+        Some(None) => s.push_str("; Prometheus metrics in the service's registry"),
+        None => s.push_str("; Prometheus off"),
+    }
+    if config.otlp {
+        let to = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .unwrap_or_else(|_| "the OTLP default endpoint".to_owned());
+        s.push_str(&format!("; OTLP to {to}"));
+    } else {
+        s.push_str("; OTLP off");
+    }
+    match config.console {
+        Console::Off => s.push_str("; console off"),
+        Console::On => {
+            let bind =
+                std::env::var("TOKIO_CONSOLE_BIND").unwrap_or_else(|_| "127.0.0.1:6669".into());
+            s.push_str(&format!("; tokio-console on {bind}"));
+        }
+        Console::Resources => s.push_str("; console resources in the service's subscriber"),
+    }
+    match &config.record {
+        Some(path) => s.push_str(&format!("; recording to {}", path.display())),
+        None => s.push_str("; no recording"),
+    }
+    s
 }
 
 /// What metrics exporters read live: the watchdog's pins, the runtime's workers, the drops.

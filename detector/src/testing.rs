@@ -154,6 +154,9 @@ impl Check {
             // No heartbeat either: a test with tokio's paused clock would advance it by the
             // heartbeat's period at a time.
             .heartbeat(None);
+        // No start-up line per test, and no report on stderr: a failing test's message shows
+        // its pins.
+        builder.config.announce = false;
         if let Some(t) = self.threshold {
             builder = builder.threshold(t);
         }

@@ -873,14 +873,20 @@ document.querySelectorAll('table.sortable').forEach(function(t){
     th.addEventListener('click',function(){sortBy(t,i,th.classList.contains('desc')?1:-1);});
   });
 });
-// Deep links: #pin=N opens pin N's details; #sort=COL,asc|desc sorts the hot locations.
+// Deep links: #pin=N opens the details of pin N (the id its details and `pinwatch print` show;
+// in a recording of several runs, the first run's, or run R's with &run=R as the lanes name
+// it); #sort=COL,asc|desc sorts the hot locations.
 var hash=new URLSearchParams(location.hash.slice(1));
-// The hash is anyone's text: only a number reaches the selector, only a column that exists
-// is sorted.
-var pin=hash.get('pin');
-if(pin!==null&&/^[0-9]{1,9}$/.test(pin)){
-  var bar=document.querySelector('#lanes .bar[data-pin="'+(+pin)+'"]');
-  if(bar){show(bar);}
+// The hash is anyone's text: it is only compared with the pins' ids and runs, never put in a
+// selector; only a column that exists is sorted.
+var pin=hash.get('pin'),run=hash.get('run');
+if(pin!==null&&/^[0-9]{1,19}$/.test(pin)){
+  // A bar's data-pin is its pin's index in the details, not the pin's id.
+  var found=Array.prototype.find.call(document.querySelectorAll('#lanes .bar[data-pin]'),function(b){
+    var e=pins[+b.getAttribute('data-pin')];
+    return e.id===+pin&&(run===null||e.run===run);
+  });
+  if(found){show(found);}
 }
 if(hash.has('sort')){
   var s=hash.get('sort').split(','),hot=document.getElementById('hot');

@@ -23,6 +23,7 @@ pub(crate) use record::Recorder;
 pub use record::{RecordSink, RecordStatus, Rotation};
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
+pub(crate) use tracing::{no_subscriber, to_stderr};
 
 /// Receives finished events, one at a time, on pinwatch's export thread.
 ///
@@ -49,7 +50,9 @@ pub(crate) fn builtin(config: &Config, recorder: &Recorder) -> Result<Vec<Box<dy
     if config.tracing {
         // The analysis keeps as much of the stack as the settings in force say (they may
         // change at run time): print all it kept.
-        sinks.push(Box::new(TracingSink::new(crate::config::Stacks::Full)));
+        sinks.push(Box::new(
+            TracingSink::new(crate::config::Stacks::Full).with_stderr_fallback(config.announce),
+        ));
     }
     if let Some(path) = &config.record {
         recorder.install(RecordSink::open_rotating(

@@ -1,5 +1,13 @@
 //! The `tracing` sink: a WARN event (target `pinwatch`) per pinned event, readable like
-//! `-Djdk.tracePinnedThreads` output.
+//! `-Djdk.tracePinnedThreads` output — or, while the process has no `tracing` subscriber, the
+//! same line on stderr, so that a service that never set one up still sees its first pin.
+//! pinwatch never installs a global subscriber for that: the service's own `fmt().init()`,
+//! whenever it comes, must still work.
+
+use std::io::Write;
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use super::Sink;
 use crate::config::Stacks;
@@ -11,13 +19,89 @@ use crate::event::PinnedEvent;
 #[derive(Debug)]
 pub struct TracingSink {
     stacks: Stacks,
+    /// While no `tracing` dispatcher has been set, write the line to stderr instead.
+    stderr_fallback: bool,
 }
 
 impl TracingSink {
     /// A sink printing stacks as `stacks` says.
     pub fn new(stacks: Stacks) -> TracingSink {
-        TracingSink { stacks }
+        TracingSink {
+            stacks,
+            stderr_fallback: false,
+        }
     }
+
+    /// The detector's own: with no `tracing` subscriber set (checked at each event), the line
+    /// goes to stderr.
+    pub(crate) fn with_stderr_fallback(mut self, on: bool) -> TracingSink {
+        self.stderr_fallback = on;
+        self
+    }
+}
+
+/// Lines queued for stderr at most; past it, lines are dropped (stderr is not being read).
+const STDERR_QUEUE: usize = 256;
+
+/// How long [`flush_stderr`] waits for the queued lines to be written.
+const STDERR_FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+enum ToStderr {
+    Line(String),
+    Flushed(mpsc::SyncSender<()>),
+}
+
+/// The queue to pinwatch's stderr thread, started at the first line. A write to stderr can
+/// block for good (a pipe nobody reads) and a detector's thread must not: they only
+/// `try_send`; the thread writes, ignoring errors (a closed pipe).
+static QUEUE: OnceLock<Option<mpsc::SyncSender<ToStderr>>> = OnceLock::new();
+
+fn stderr_queue() -> Option<&'static mpsc::SyncSender<ToStderr>> {
+    QUEUE
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::sync_channel::<ToStderr>(STDERR_QUEUE);
+            std::thread::Builder::new()
+                .name("pinwatch-stderr".into())
+                .spawn(move || {
+                    for m in rx {
+                        match m {
+                            ToStderr::Line(l) => {
+                                let _ = std::io::stderr().lock().write_all(l.as_bytes());
+                            }
+                            ToStderr::Flushed(done) => {
+                                let _ = done.try_send(());
+                            }
+                        }
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
+}
+
+/// Queues `line` (its newline added) for stderr; dropped when the queue is full.
+pub(crate) fn to_stderr(level: &str, line: &str) {
+    if let Some(q) = stderr_queue() {
+        let _ = q.try_send(ToStderr::Line(format!("{level} pinwatch: {line}\n")));
+    }
+}
+
+/// Waits, a bounded time, until the lines queued so far are written: a report made just before
+/// the process ends is not lost.
+pub(crate) fn flush_stderr() {
+    // Nothing was ever queued: nothing to wait for (and no thread to start).
+    if let Some(Some(q)) = QUEUE.get() {
+        let (tx, rx) = mpsc::sync_channel(1);
+        if q.try_send(ToStderr::Flushed(tx)).is_ok() {
+            let _ = rx.recv_timeout(STDERR_FLUSH_WAIT);
+        }
+    }
+}
+
+/// Whether a line of pinwatch's goes to stderr: no `tracing` dispatcher has been set.
+pub(crate) fn no_subscriber() -> bool {
+    !tracing::dispatcher::has_been_set()
 }
 
 /// The `jdk.tracePinnedThreads`-like text of an event: a headline, then the stack.
@@ -47,6 +131,10 @@ impl Sink for TracingSink {
         } else {
             render(event)
         };
+        if self.stderr_fallback && no_subscriber() {
+            to_stderr("WARN", &text);
+            return;
+        }
         tracing::warn!(
             target: "pinwatch",
             state = event.state.as_str(),
@@ -59,6 +147,12 @@ impl Sink for TracingSink {
             spawned_at = event.spawned_at.as_ref().map(|l| l.to_string()),
             "{text}"
         );
+    }
+
+    fn flush(&mut self) {
+        if self.stderr_fallback {
+            flush_stderr();
+        }
     }
 }
 

@@ -1,0 +1,30 @@
+//! The first thing a newcomer tries: `#[pinwatch::main]` on a service that pins a worker once —
+//! a task that sleeps 100 ms with `std::thread::sleep` — and nothing else. With no `tracing`
+//! subscriber, pinwatch's start-up line and its report go to stderr.
+//!
+//! `--fmt`: the service sets up `tracing_subscriber::fmt().init()` first (it prints to stdout),
+//! and the report goes through it. `--console-layer`: its subscriber is a registry with
+//! `pinwatch::console_layer()` and a `fmt` layer, as pinwatch's message for
+//! `PINWATCH_CONSOLE=on` says to write.
+//!
+//! `cargo run -p sample-apps --bin first_pin`
+
+use std::time::Duration;
+
+#[pinwatch::main]
+async fn main() {
+    let arg = std::env::args().nth(1);
+    match arg.as_deref() {
+        None => {}
+        Some("--fmt") => tracing_subscriber::fmt().init(),
+        Some(other) => {
+            eprintln!("first_pin: unknown argument {other:?}; it takes --fmt");
+            std::process::exit(2);
+        }
+    }
+    tokio::spawn(async {
+        std::thread::sleep(Duration::from_millis(100));
+    })
+    .await
+    .expect("the task");
+}

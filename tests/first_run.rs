@@ -1,0 +1,101 @@
+//! The first minutes with pinwatch, as a newcomer's service runs it: a real child process
+//! (`first_pin`: `#[pinwatch::main]` and one 100 ms pin) with no `tracing` subscriber, with
+//! `tracing_subscriber::fmt().init()`, and with `PINWATCH_TRACING=off`.
+
+use std::process::{Command, Output};
+
+/// Runs `first_pin` with `args` and `env` (the control socket off: the child's pid is not
+/// the test's business); its output, once it has ended.
+fn first_pin(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_first_pin"));
+    // fmt's lines without colours, to read them.
+    cmd.args(args).env_remove("RUST_LOG").env("NO_COLOR", "1");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PINWATCH") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "first_pin {args:?} failed: {}",
+        text(&out.stderr)
+    );
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The report of the pin's end, led by its top frame (the sleep in `first_pin.rs`).
+fn completed_reports(s: &str) -> usize {
+    s.lines()
+        .filter(|l| {
+            l.contains("WARN pinwatch: pinned completed for") && l.contains("first_pin.rs:")
+        })
+        .count()
+}
+
+#[test]
+fn with_no_subscriber_the_report_and_the_start_up_line_go_to_stderr() {
+    let out = first_pin(&[], &[]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stdout.is_empty(), "{stdout}");
+    let start: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("INFO pinwatch: watching "))
+        .collect();
+    assert_eq!(start.len(), 1, "{stderr}");
+    for part in [
+        "for polls of 20ms or more",
+        "; control socket /",
+        "status`)",
+        "; Prometheus off",
+        "; OTLP off",
+        "; console off",
+        "; no recording",
+    ] {
+        assert!(start[0].contains(part), "{part:?} not in {:?}", start[0]);
+    }
+    assert_eq!(completed_reports(&stderr), 1, "{stderr}");
+    assert!(
+        stderr.contains("reason=sleep"),
+        "the report names the reason: {stderr}"
+    );
+}
+
+#[test]
+fn with_a_fmt_subscriber_the_report_goes_through_it_once() {
+    let out = first_pin(
+        &["--fmt"],
+        &[
+            ("PINWATCH_PROMETHEUS_ADDR", "127.0.0.1:0"),
+            ("PINWATCH_CONTROL", "off"),
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    // fmt prints to stdout; the report is there, once, and not on stderr.
+    assert_eq!(completed_reports(&stdout), 1, "{stdout}");
+    assert!(!stderr.contains("pinned"), "printed twice: {stderr}");
+    // The runtime (and its start-up line) came before the service's `fmt().init()`: that line
+    // is on stderr, naming the endpoint's real address.
+    let start = stderr
+        .lines()
+        .find(|l| l.starts_with("INFO pinwatch: watching "))
+        .unwrap_or_else(|| panic!("no start-up line: {stderr}"));
+    assert!(start.contains("; no control socket"), "{start}");
+    assert!(start.contains("; Prometheus http://127.0.0.1:"), "{start}");
+    assert!(!start.contains("127.0.0.1:0/"), "{start}");
+}
+
+#[test]
+fn tracing_off_silences_both() {
+    let out = first_pin(&[], &[("PINWATCH_TRACING", "off")]);
+    assert!(
+        out.stdout.is_empty() && out.stderr.is_empty(),
+        "{}",
+        text(&out.stderr)
+    );
+}

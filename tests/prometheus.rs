@@ -616,8 +616,8 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
 }
 
 #[test]
-fn the_readme_metric_table_is_the_exported_list() {
-    let readme = std::fs::read_to_string(support::repo().join("README.md")).unwrap();
+fn the_guide_metric_table_is_the_exported_list() {
+    let readme = std::fs::read_to_string(support::repo().join("docs/prometheus.md")).unwrap();
     let rows: Vec<(String, String)> = readme
         .lines()
         .filter(|l| l.starts_with("| `pinwatch_"))
@@ -632,5 +632,8 @@ fn the_readme_metric_table_is_the_exported_list() {
         .iter()
         .map(|m| (m.name.to_owned(), m.kind.to_owned()))
         .collect();
-    assert_eq!(rows, code, "README metric table and METRICS differ");
+    assert_eq!(
+        rows, code,
+        "docs/prometheus.md's metric table and METRICS differ"
+    );
 }

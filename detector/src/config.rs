@@ -18,7 +18,7 @@ pub const DEFAULT_THRESHOLD: Duration = Duration::from_millis(20);
 pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Default period of the watchdog's scan of the worker slots. A poll's start is known to within
-/// one scan period (see the README's "Precision" section); the watchdog never scans slower than
+/// one scan period (see docs/how-it-works.md, "Precision"); the watchdog never scans slower than
 /// a quarter of the threshold.
 pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_millis(2);
 
@@ -143,7 +143,7 @@ impl Console {
 }
 
 /// One environment variable pinwatch reads: its name, default and meaning. [`ENV_VARS`] lists
-/// them all; the README's configuration table is checked against it by a test.
+/// them all; docs/configuration.md's table is checked against it by a test.
 #[derive(Clone, Copy, Debug)]
 pub struct EnvVar {
     /// The variable's name.
@@ -775,8 +775,11 @@ mod tests {
     }
 
     #[test]
-    fn readme_table_lists_every_variable_with_its_default() {
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+    fn the_configuration_guide_lists_every_variable_with_its_default() {
+        let readme = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/configuration.md"
+        ));
         let rows: Vec<(String, String)> = readme
             .lines()
             .filter(|l| l.starts_with("| `PINWATCH"))
@@ -794,7 +797,7 @@ mod tests {
             .collect();
         assert_eq!(
             rows, code,
-            "README configuration table and config::ENV_VARS differ"
+            "docs/configuration.md's table and config::ENV_VARS differ"
         );
     }
 

@@ -1,7 +1,7 @@
 //! The pinned event: what the watchdog reports and what every sink receives.
 //!
 //! Its JSON form (one object per line in a recording) is a stable interface: see
-//! [`RECORD_SCHEMA`] and the README's "Recording format" section.
+//! [`RECORD_SCHEMA`] and docs/recording.md's "Recording format" section.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -401,7 +401,7 @@ pub struct PinnedEvent {
     /// The whole runtime stalled while this pin ran: pinwatch's heartbeat, a task sleeping on
     /// this runtime's timer (`PINWATCH_HEARTBEAT`), was late by more than the threshold. No
     /// timer fired and no I/O readiness was delivered for any task, on any worker — one pinned
-    /// worker stopped the whole service (see the README's "Blast radius").
+    /// worker stopped the whole service (see docs/blast-radius.md).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub runtime_stalled: bool,
     /// How late the heartbeat was at most while this pin ran, when it was late past the

@@ -58,7 +58,27 @@
 //! ## Configuration
 //!
 //! Builder setters, or the environment through the one explicit call [`Builder::from_env`];
-//! [`config::ENV_VARS`] lists the variables and the README has the table.
+//! [`config::ENV_VARS`] lists the variables, and `docs/configuration.md` has the table.
+//!
+//! ## Cargo features
+//!
+//! - `prometheus` (default): [`Builder::prometheus_addr`] / `PINWATCH_PROMETHEUS_ADDR` (an
+//!   endpoint on a thread of pinwatch's own), or [`Builder::prometheus_registry`] (your
+//!   registry); [`export::prometheus::METRICS`] lists the metrics.
+//! - `otlp`: `Builder::otlp` / `PINWATCH_OTLP=on`, pin reports and metrics over OTLP.
+//! - `console`: `Builder::console` / `PINWATCH_CONSOLE=on`, tokio-console with a resource per
+//!   worker (turns on tokio's `tracing` feature).
+//!
+//! ## Guides
+//!
+//! The repository's `docs/` folder has one guide per task, each with commands and real output:
+//! `features.md` (the long feature list), `builder.md` (your own runtime, hooks, sinks), `configuration.md`, `prometheus.md` (metrics,
+//! dashboard, alerts), `runbooks.md`, `otlp.md`, `console.md`, `testing.md`
+//! (`#[pinwatch::test]`), `recording.md` (`pinwatch print` / `summary`, the format),
+//! `report.md`, `ctl.md` (a running service), `reasons.md`, `blast-radius.md`,
+//! `how-it-works.md` (design, signals, limits), `overhead.md` and `sample-apps.md`. Examples to
+//! copy are in `detector/examples/`: `web_service` (axum and the Prometheus endpoint),
+//! `own_runtime`, `own_registry`, `own_subscriber_console`.
 
 #![warn(missing_docs)]
 

@@ -3,7 +3,7 @@
 # workers): the storm built without the feature and with it, in five configurations run in
 # alternation, ROUNDS rounds (default 11); prints each configuration's median and the median of
 # its per-round ratios to plain tokio built without the feature. Wall-clock ratios here swing
-# +-5 % run to run; the instruction counts in the README come from cachegrind (see
+# +-5 % run to run; the instruction counts in docs/console.md come from cachegrind (see
 # detector/examples/yield_storm.rs).
 #
 #   sample-apps/scripts/console-cost.sh [ROUNDS]

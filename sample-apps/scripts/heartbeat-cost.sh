@@ -3,7 +3,7 @@
 # x 10 yield_now, two workers): plain tokio, pinwatch, and pinwatch without the heartbeat,
 # run in alternation ROUNDS rounds (default 11); prints each one's median and the median of
 # its per-round ratios to plain tokio. Wall-clock ratios here swing +-5 % run to run; the
-# instruction counts in the README come from cachegrind (detector/examples/yield_storm.rs).
+# instruction counts in docs/blast-radius.md come from cachegrind (detector/examples/yield_storm.rs).
 #
 #   sample-apps/scripts/heartbeat-cost.sh [ROUNDS]
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's `pinwatch report` screenshot: runs `tour` (which writes the report of its run),
+# docs/report.md's `pinwatch report` screenshot: runs `tour` (which writes the report of its run),
 # then headless Chromium (Debian's `chromium`) renders the page from disk into a PNG.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

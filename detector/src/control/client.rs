@@ -12,7 +12,7 @@ use super::ControlDir;
 
 /// The longest reply `pinwatch ctl` reads, in bytes; a longer one is an error. The biggest real
 /// one, a `status` of a service with every worker pinned under long frames, is far smaller
-/// (see the README's "Running services").
+/// (see docs/ctl.md).
 pub const MAX_REPLY: usize = 4 * 1024 * 1024;
 
 /// How long a whole exchange may take — connect, send, the full reply — unless told otherwise.

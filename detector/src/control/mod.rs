@@ -17,7 +17,7 @@
 //! directory.
 //!
 //! Changing settings never touches the per-poll path: the watchdog and the analysis read them
-//! afresh per scan and per event (see the README, "Running services").
+//! afresh per scan and per event (see docs/ctl.md).
 
 pub mod client;
 mod dir;

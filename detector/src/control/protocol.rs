@@ -41,7 +41,7 @@ pub enum Request {
     },
     /// Stop the recording.
     RecordStop,
-    /// Report no new pins until `resume` (the hooks keep running; see the README).
+    /// Report no new pins until `resume` (the hooks keep running; see docs/ctl.md).
     Pause,
     /// Report pins again.
     Resume,
@@ -146,7 +146,7 @@ pub struct PinnedNow {
     pub top_frame: Option<String>,
     /// Instrumented locks it holds.
     pub held_locks: usize,
-    /// The whole runtime is stalled now, while it runs (see the README's "Blast radius").
+    /// The whole runtime is stalled now, while it runs (see docs/blast-radius.md).
     #[serde(default)]
     pub runtime_stalled: bool,
 }

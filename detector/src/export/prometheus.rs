@@ -2,8 +2,8 @@
 //! an HTTP endpoint on a thread of pinwatch's own (never on the watched runtime: it must answer
 //! while every worker is pinned); or a collector for a `prometheus::Registry` of yours.
 //!
-//! [`METRICS`] lists every metric with its type and meaning; the README's table, the dashboards
-//! and the alert rules are checked against it by tests.
+//! [`METRICS`] lists every metric with its type and meaning; docs/prometheus.md's table, the
+//! dashboards and the alert rules are checked against it by tests.
 
 use std::sync::{Arc, Mutex};
 

@@ -46,7 +46,7 @@ pub(crate) struct Probe {
 
 /// Takes one probe of `slot`'s thread, running poll `seq`. A thread still blocked in the same
 /// system call as at the `previous` probe is not signalled again — its stack has not moved, and
-/// each signal interrupts the call (see the README's "Signals") — the previous stack stands.
+/// each signal interrupts the call (see docs/how-it-works.md, "Signals") — the previous stack stands.
 pub(crate) fn take(
     w: &Watched,
     slot: &Slot,

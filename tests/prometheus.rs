@@ -377,16 +377,9 @@ fn rules_and_configs_pass_promtool_and_amtool() {
             )),
             "no runbook link to the repository's docs for {a}"
         );
-        // The runbooks are docs/runbooks.md's `## Alert` sections; until that guide lands
-        // they are deploy/README.md's `### Alert` ones.
-        let (guide, heading) =
-            match std::fs::read_to_string(support::repo().join("docs/runbooks.md")) {
-                Ok(t) => (t, format!("## {a}\n")),
-                Err(_) => (
-                    std::fs::read_to_string(deploy.join("README.md")).unwrap(),
-                    format!("### {a}"),
-                ),
-            };
+        // The runbooks are docs/runbooks.md's `## Alert` sections (the links' anchors).
+        let guide = std::fs::read_to_string(support::repo().join("docs/runbooks.md")).unwrap();
+        let heading = format!("## {a}\n");
         assert!(guide.contains(&heading), "no runbook section for {a}");
     }
     run_tool(

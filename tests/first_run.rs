@@ -99,3 +99,95 @@ fn tracing_off_silences_both() {
         text(&out.stderr)
     );
 }
+
+/// Runs `bin` with `args` and `env` (no `PINWATCH*` from the test's environment), whatever its
+/// exit status.
+fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin);
+    cmd.args(args).env_remove("RUST_LOG").env("NO_COLOR", "1");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PINWATCH") || k.starts_with("TOKIO_CONSOLE") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().copied()).output().unwrap()
+}
+
+fn free_bind() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// The most common setup: `#[pinwatch::main]` (the runtime, and the console's subscriber, come
+/// first) and `tracing_subscriber::fmt().init()` in the body. It cannot work — a process has one
+/// global subscriber — so it fails at once, and pinwatch's message says what to write.
+#[test]
+fn console_on_and_fmt_init_in_the_body_fail_with_pinwatchs_message() {
+    let bind = free_bind();
+    let out = run(
+        env!("CARGO_BIN_EXE_first_pin"),
+        &["--fmt"],
+        &[
+            ("PINWATCH_CONSOLE", "on"),
+            ("TOKIO_CONSOLE_BIND", &bind),
+            ("PINWATCH_CONTROL", "off"),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("pinwatch: PINWATCH_CONSOLE=on installed the process's tracing subscriber"),
+        "not pinwatch's message: {stderr}"
+    );
+    for what in ["pinwatch::console_layer()", "PINWATCH_CONSOLE=resources"] {
+        assert!(stderr.contains(what), "{what} not said: {stderr}");
+    }
+}
+
+/// What the message says to write works: the service's own subscriber with pinwatch's console
+/// layer in it, and `PINWATCH_CONSOLE=resources`.
+#[test]
+fn the_console_layer_in_the_services_own_subscriber_works() {
+    let bind = free_bind();
+    let out = run(
+        env!("CARGO_BIN_EXE_first_pin"),
+        &["--console-layer"],
+        &[
+            ("PINWATCH_CONSOLE", "resources"),
+            ("TOKIO_CONSOLE_BIND", &bind),
+            ("PINWATCH_CONTROL", "off"),
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(completed_reports(&stdout), 1, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("console resources in the service's subscriber"),
+        "{stderr}"
+    );
+}
+
+/// The other order: the service's subscriber first, then pinwatch's `Builder` with
+/// `PINWATCH_CONSOLE=on`: an error at start-up with the same advice.
+#[test]
+fn a_subscriber_installed_before_the_builder_gets_pinwatchs_message() {
+    let bind = free_bind();
+    let out = run(
+        env!("CARGO_BIN_EXE_fmt_then_console"),
+        &[],
+        &[
+            ("PINWATCH_CONSOLE", "on"),
+            ("TOKIO_CONSOLE_BIND", &bind),
+            ("PINWATCH_CONTROL", "off"),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for what in [
+        "the service has installed one already",
+        "pinwatch::console_layer()",
+        "PINWATCH_CONSOLE=resources",
+    ] {
+        assert!(stderr.contains(what), "{what} not said: {stderr}");
+    }
+}

@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `TOKIO_CONSOLE_BIND`, default 127.0.0.1:6669) and a `fmt` layer for its logs, where
     // pinwatch's WARN reports print too.
     tracing_subscriber::registry()
-        .with(console_subscriber::spawn())
+        .with(pinwatch::console_layer())
         .with(
             tracing_subscriber::fmt::layer()
                 .with_filter(tracing_subscriber::EnvFilter::new("info")),

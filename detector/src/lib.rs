@@ -116,6 +116,8 @@ pub mod report;
 pub use config::{Config, Console, Control, Settings, Stacks};
 pub use error::Error;
 pub use event::{PinnedEvent, Reason, State};
+#[cfg(feature = "console")]
+pub use export::console::console_layer;
 pub use export::Sink;
 pub use poll::PollHooks;
 pub use runtime::{Builder, Detector, Prepared, Stats};

@@ -381,6 +381,9 @@ pub(crate) fn install_server() -> Result<(), Error> {
         })?,
         Err(_) => tracing_subscriber::EnvFilter::new("warn"),
     };
+    if tracing::dispatcher::has_been_set() {
+        return Err(Error::Console(format!("{ALREADY_SET}{WRITE_INSTEAD}")));
+    }
     // console-subscriber's server panics on its own thread when it cannot listen, and the
     // service would run on without a console: find out here, and say what to do.
     let bind = std::env::var("TOKIO_CONSOLE_BIND").unwrap_or_else(|_| "127.0.0.1:6669".into());
@@ -401,14 +404,73 @@ pub(crate) fn install_server() -> Result<(), Error> {
                 .with_writer(std::io::stderr)
                 .with_filter(filter),
         );
-    tracing::subscriber::set_global_default(subscriber).map_err(|_| {
-        Error::Console(
-            "PINWATCH_CONSOLE=on installs the process's tracing subscriber, but one is already \
-             installed; add `console_subscriber::spawn()` as a layer of yours and set \
-             PINWATCH_CONSOLE=resources instead"
-                .to_owned(),
-        )
-    })
+    tracing::subscriber::set_global_default(subscriber)
+        .map_err(|_| Error::Console(ALREADY_SET.to_owned()))?;
+    explain_a_second_subscriber();
+    Ok(())
+}
+
+/// What to write instead, when the service has a `tracing` subscriber of its own.
+const WRITE_INSTEAD: &str = "keep your subscriber and put the console in it: \
+     `tracing_subscriber::registry().with(pinwatch::console_layer()).with(tracing_subscriber::fmt::layer()).init()` \
+     (with `use tracing_subscriber::prelude::*;`), and set PINWATCH_CONSOLE=resources (pinwatch \
+     then adds its worker resources to your console); or drop your subscriber: with \
+     PINWATCH_CONSOLE=on pinwatch's own prints to stderr, filtered by RUST_LOG";
+
+const ALREADY_SET: &str = "PINWATCH_CONSOLE=on installs the process's tracing subscriber, but the \
+     service has installed one already; ";
+
+/// `PINWATCH_CONSOLE=on` has installed the process's subscriber: a service that then installs
+/// its own (`tracing_subscriber::fmt().init()` in the body of `#[pinwatch::main]`, which runs
+/// after the runtime is built) panics with tracing-subscriber's message. Say first, on stderr,
+/// why and what to write instead; the panic goes on as it would.
+fn explain_a_second_subscriber() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let msg = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if msg.contains("SetGlobalDefaultError")
+                || msg.contains("global default trace dispatcher has already been set")
+            {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "pinwatch: PINWATCH_CONSOLE=on installed the process's tracing subscriber \
+                     when the runtime was built, so the service cannot install its own \
+                     (the panic below); {WRITE_INSTEAD}"
+                );
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// console-subscriber's layer, for a service that installs its own `tracing` subscriber: put it
+/// in yours and set `PINWATCH_CONSOLE=resources` (or [`Console::Resources`](crate::Console)),
+/// and pinwatch adds its worker resources to that console. Configured like
+/// `console_subscriber::spawn()`, by `TOKIO_CONSOLE_BIND` and the other `TOKIO_CONSOLE_*`
+/// variables; its server runs on a thread of its own.
+///
+/// ```no_run
+/// use tracing_subscriber::prelude::*;
+/// tracing_subscriber::registry()
+///     .with(pinwatch::console_layer())
+///     .with(tracing_subscriber::fmt::layer())
+///     .init();
+/// ```
+pub fn console_layer<S>() -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    console_subscriber::ConsoleLayer::builder()
+        .with_default_env()
+        .spawn()
 }
 
 #[cfg(test)]

@@ -17,8 +17,15 @@ async fn main() {
     match arg.as_deref() {
         None => {}
         Some("--fmt") => tracing_subscriber::fmt().init(),
+        Some("--console-layer") => {
+            use tracing_subscriber::prelude::*;
+            tracing_subscriber::registry()
+                .with(pinwatch::console_layer())
+                .with(tracing_subscriber::fmt::layer())
+                .init();
+        }
         Some(other) => {
-            eprintln!("first_pin: unknown argument {other:?}; it takes --fmt");
+            eprintln!("first_pin: unknown argument {other:?}; it takes --fmt or --console-layer");
             std::process::exit(2);
         }
     }

@@ -1,0 +1,24 @@
+//! A service that installs its own `tracing` subscriber first, then builds its runtime with
+//! pinwatch from the environment: with `PINWATCH_CONSOLE=on` pinwatch cannot install the
+//! console's subscriber, and says so at start-up — what to write instead — rather than run on
+//! without a console.
+//!
+//! `PINWATCH_CONSOLE=on cargo run -p sample-apps --bin fmt_then_console`
+
+fn main() {
+    tracing_subscriber::fmt().init();
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2).enable_all();
+    let built = pinwatch::Builder::from_env().and_then(|b| b.build(&mut tokio));
+    match built {
+        Ok((rt, detector)) => {
+            rt.block_on(async { tokio::task::yield_now().await });
+            drop(rt);
+            drop(detector);
+        }
+        Err(e) => {
+            eprintln!("fmt_then_console: {e}");
+            std::process::exit(1);
+        }
+    }
+}

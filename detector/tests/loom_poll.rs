@@ -17,6 +17,14 @@ mod atomic {
     pub fn heavy_fence() {
         fence(Ordering::SeqCst);
     }
+
+    /// loom's atomics have no `const` constructor: the `fn` stays as it is.
+    macro_rules! const_with_std {
+        ($(#[$m:meta])* $v:vis fn $($rest:tt)*) => {
+            $(#[$m])* $v fn $($rest)*
+        };
+    }
+    pub(crate) use const_with_std;
 }
 
 #[allow(dead_code)]
@@ -134,5 +142,31 @@ fn the_counter_never_repeats() {
         seen.dedup();
         assert_eq!(seen.len(), 3, "{seen:?}");
         assert!(seen.iter().all(|s| s & 1 == 1), "{seen:?}");
+    });
+}
+
+#[test]
+fn an_end_without_a_begin_leaves_the_cell_idle_and_unflagged() {
+    loom::model(|| {
+        let cell = Arc::new(PollCell::new());
+        let worker = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || {
+                // Ends with no poll running (the after-poll hook of a thread whose slot is not
+                // the hook's table's): nothing moves, nothing is flagged.
+                assert_eq!(cell.end(), None);
+                let (id, at) = task(1);
+                cell.begin(id, at);
+                let flagged = cell.end();
+                assert_eq!(cell.end(), None, "a second end is not the flagged poll's");
+                flagged
+            })
+        };
+        let flagged_running = cell.read().is_some_and(|snap| cell.flag(snap.seq));
+        let flagged = worker.join().unwrap();
+        assert_eq!(cell.seq(), 2, "one poll, counter even");
+        if flagged_running {
+            assert_eq!(flagged, Some(1));
+        }
     });
 }

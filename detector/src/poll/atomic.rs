@@ -15,6 +15,15 @@ pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 use std::sync::atomic::{compiler_fence, AtomicU8};
 
+/// Makes the `fn` it wraps a `const fn`: std's atomics have `const` constructors (the loom
+/// model's version of this macro leaves the `fn` as it is: loom's have none).
+macro_rules! const_with_std {
+    ($(#[$m:meta])* $v:vis fn $($rest:tt)*) => {
+        $(#[$m])* $v const fn $($rest)*
+    };
+}
+pub(crate) use const_with_std;
+
 /// The worker's side: keeps the compiler from reordering; the CPU is fenced by [`heavy_fence`].
 #[inline(always)]
 pub(crate) fn light_fence() {

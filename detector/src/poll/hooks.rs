@@ -1,21 +1,21 @@
 //! The tokio poll hooks: the per-poll path.
 //!
-//! Before a poll: a thread-local load, a compiler-only fence on x86, two relaxed stores and a
-//! release store. After a poll: a release store, a compiler fence and a relaxed load; only when
-//! the watchdog has flagged the poll as pinned does it read the clock. No allocation, no lock, no
-//! system call, nothing that can panic — the `hot_path` tests prove it (a counting allocator
-//! inside the hooks; the hooks run under strict seccomp).
+//! Before a poll: a thread-local load compared with the table's key, then two relaxed stores (the
+//! task) and a release store (the odd counter). After a poll: a thread-local load, a release
+//! store (the even counter) and a relaxed load compared with it (the flag); only when the
+//! watchdog has flagged the poll as pinned does it read the clock. The fences are compiler-only
+//! on x86. No allocation, no lock, no system call, nothing that can panic — the `hot_path` tests
+//! prove it (a counting allocator inside the hooks; the hooks run under strict seccomp).
 
 use std::future::Future;
 use std::panic::Location;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use tokio::runtime::TaskMeta;
 
-use super::slot::{current_slot, Slot, SlotTable};
+use super::slot::{begin_poll, end_poll, SlotTable};
 
 /// pinwatch's two poll hooks and two park hooks, for a tokio runtime builder.
 ///
@@ -47,7 +47,32 @@ use super::slot::{current_slot, Slot, SlotTable};
 /// ```
 #[derive(Clone)]
 pub struct PollHooks {
-    table: Option<Arc<SlotTable>>,
+    table: Option<Table>,
+}
+
+/// A slot table and its key ([`SlotTable::key`]), kept side by side so that the per-poll check
+/// loads the key without computing it.
+#[derive(Clone)]
+struct Table {
+    table: Arc<SlotTable>,
+    key: usize,
+}
+
+impl Table {
+    fn new(table: Arc<SlotTable>) -> Table {
+        let key = SlotTable::key(&table);
+        Table { table, key }
+    }
+
+    #[inline(always)]
+    fn before(&self, task_id: u64, spawned_at: &'static Location<'static>) {
+        begin_poll(&self.table, &self.key, task_id, spawned_at);
+    }
+
+    #[inline(always)]
+    fn after(&self) {
+        end_poll();
+    }
 }
 
 impl std::fmt::Debug for PollHooks {
@@ -60,7 +85,9 @@ impl std::fmt::Debug for PollHooks {
 
 impl PollHooks {
     pub(crate) fn new(table: Option<Arc<SlotTable>>) -> PollHooks {
-        PollHooks { table }
+        PollHooks {
+            table: table.map(Table::new),
+        }
     }
 
     /// Installs both poll hooks and the two park hooks on `builder`, replacing any poll and
@@ -69,16 +96,16 @@ impl PollHooks {
     pub fn install(&self, builder: &mut tokio::runtime::Builder) {
         let Some(table) = &self.table else { return };
         // The closures hold the table itself: no "is pinwatch on" test per poll.
-        let (before, after) = (Arc::clone(table), Arc::clone(table));
-        let (park, unpark) = (Arc::clone(table), Arc::clone(table));
+        let (before, after) = (table.clone(), table.clone());
+        let (park, unpark) = (Arc::clone(&table.table), Arc::clone(&table.table));
         builder
             .on_before_task_poll(move |meta| {
-                before_poll(&before, super::id_u64(&meta.id()), meta.spawned_at())
+                before.before(super::id_u64(&meta.id()), meta.spawned_at())
             })
-            .on_after_task_poll(move |_| after_poll(&after))
+            .on_after_task_poll(move |_| after.after())
             .on_thread_park(move || park.parking.park())
             .on_thread_unpark(move || unpark.parking.unpark());
-        table.parking.hooked();
+        table.table.parking.hooked();
     }
 
     /// Call from `on_thread_park`, with [`after_unpark`](Self::after_unpark) from
@@ -87,7 +114,7 @@ impl PollHooks {
     #[inline]
     pub fn before_park(&self) {
         if let Some(table) = &self.table {
-            table.parking.park();
+            table.table.parking.park();
         }
     }
 
@@ -95,8 +122,8 @@ impl PollHooks {
     #[inline]
     pub fn after_unpark(&self) {
         if let Some(table) = &self.table {
-            table.parking.hooked();
-            table.parking.unpark();
+            table.table.parking.hooked();
+            table.table.parking.unpark();
         }
     }
 
@@ -118,7 +145,7 @@ impl PollHooks {
     #[inline(always)]
     pub fn before_poll_raw(&self, task_id: u64, spawned_at: &'static Location<'static>) {
         if let Some(table) = &self.table {
-            before_poll(table, task_id, spawned_at);
+            table.before(task_id, spawned_at);
         }
     }
 
@@ -127,7 +154,7 @@ impl PollHooks {
     #[inline(always)]
     pub fn after_poll_raw(&self) {
         if let Some(table) = &self.table {
-            after_poll(table);
+            table.after();
         }
     }
 }
@@ -136,7 +163,7 @@ impl PollHooks {
 /// `main` or of a test), which tokio's task hooks never see. It is polled on one thread, the
 /// one calling `block_on`, and is reported as task id [`super::BODY_TASK_ID`].
 pub(crate) struct WatchBody<F> {
-    table: Option<Arc<SlotTable>>,
+    table: Option<Table>,
     at: &'static Location<'static>,
     fut: Pin<Box<F>>,
 }
@@ -148,7 +175,7 @@ impl<F> WatchBody<F> {
         fut: F,
     ) -> WatchBody<F> {
         WatchBody {
-            table,
+            table: table.map(Table::new),
             at,
             fut: Box::pin(fut),
         }
@@ -165,41 +192,162 @@ impl<F: Future> Future for WatchBody<F> {
             return this.fut.as_mut().poll(cx);
         };
         /// Ends the poll also when the body panics.
-        struct End<'a>(&'a Arc<SlotTable>);
+        struct End<'a>(&'a Table);
         impl Drop for End<'_> {
             fn drop(&mut self) {
-                after_poll(self.0);
+                self.0.after();
             }
         }
-        before_poll(table, super::BODY_TASK_ID, this.at);
+        table.before(super::BODY_TASK_ID, this.at);
         // A body on a multi-thread runtime polls outside the workers' park brackets.
-        table.parking.poll_begins();
+        table.table.parking.poll_begins();
         let _end = End(table);
         this.fut.as_mut().poll(cx)
     }
 }
 
-#[inline(always)]
-fn before_poll(table: &Arc<SlotTable>, task_id: u64, spawned_at: &'static Location<'static>) {
-    if let Some(slot) = current_slot(table) {
-        slot.poll
-            .begin(task_id, spawned_at as *const Location<'static> as usize);
-    }
-}
+#[cfg(test)]
+mod tests {
+    use std::panic::Location;
+    use std::sync::{mpsc, Arc};
 
-#[inline(always)]
-fn after_poll(table: &Arc<SlotTable>) {
-    if let Some(slot) = current_slot(table) {
-        if let Some(seq) = slot.poll.end() {
-            pinned_poll_ended(table, slot, seq);
-        }
-    }
-}
+    use super::PollHooks;
+    use crate::poll::current::NO_CELL;
+    use crate::poll::slot::SlotTable;
 
-/// Rare path: the poll that just returned was flagged as pinned; record its exact end.
-#[cold]
-#[inline(never)]
-fn pinned_poll_ended(table: &SlotTable, slot: &Slot, seq: u64) {
-    slot.poll
-        .record_end(seq, table.nanos_since_base(Instant::now()));
+    fn active(table: &SlotTable) -> usize {
+        table.slots().iter().filter(|s| s.is_active()).count()
+    }
+
+    /// Runs `f` on a new thread (no claim yet) and waits for it.
+    fn on_new_thread(f: impl FnOnce() + Send + 'static) {
+        std::thread::spawn(f).join().unwrap();
+    }
+
+    #[test]
+    fn an_after_poll_hook_alone_claims_no_slot() {
+        let table = Arc::new(SlotTable::new(2));
+        let hooks = PollHooks::new(Some(Arc::clone(&table)));
+        let seen = Arc::clone(&table);
+        on_new_thread(move || {
+            hooks.after_poll_raw();
+            hooks.after_poll_raw();
+            // Still no slot: the end went to the cell of "no slot", which stays idle.
+            assert_eq!(active(&seen), 0);
+            assert_eq!(NO_CELL.seq(), 0);
+            hooks.before_poll_raw(7, Location::caller());
+            assert_eq!(active(&seen), 1);
+            hooks.after_poll_raw();
+        });
+    }
+
+    #[test]
+    fn each_poll_moves_the_counter_odd_then_even() {
+        let table = Arc::new(SlotTable::new(1));
+        let hooks = PollHooks::new(Some(Arc::clone(&table)));
+        let seen = Arc::clone(&table);
+        on_new_thread(move || {
+            let cell = &seen.slots()[0].poll;
+            let at = Location::caller();
+            for k in 0..3u64 {
+                hooks.before_poll_raw(100 + k, at);
+                assert_eq!(cell.seq(), 2 * k + 1);
+                let snap = cell.read().unwrap();
+                assert_eq!(snap.task_id, 100 + k);
+                assert_eq!(snap.spawned_at, at as *const _ as usize);
+                hooks.after_poll_raw();
+                assert_eq!(cell.seq(), 2 * k + 2);
+            }
+            // A poll inside a poll (same hooks): the counter moves on, and is even once both
+            // have ended.
+            hooks.before_poll_raw(1, Location::caller());
+            hooks.before_poll_raw(2, Location::caller());
+            assert_eq!(cell.seq(), 9);
+            assert_eq!(cell.read().unwrap().task_id, 2);
+            hooks.after_poll_raw();
+            hooks.after_poll_raw();
+            assert_eq!(cell.seq(), 10);
+        });
+    }
+
+    #[test]
+    fn the_hooks_of_a_full_table_never_leave_another_tables_slot_running() {
+        // Table `a` has one slot, held by a thread that stays alive until the end.
+        let a = Arc::new(SlotTable::new(1));
+        let b = Arc::new(SlotTable::new(1));
+        let (hooks_a, hooks_b) = (
+            PollHooks::new(Some(Arc::clone(&a))),
+            PollHooks::new(Some(Arc::clone(&b))),
+        );
+        let (held_tx, held_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let holder = {
+            let hooks_a = hooks_a.clone();
+            std::thread::spawn(move || {
+                hooks_a.before_poll_raw(1, Location::caller());
+                hooks_a.after_poll_raw();
+                held_tx.send(()).unwrap();
+                let _ = done_rx.recv();
+            })
+        };
+        held_rx.recv().unwrap();
+        let (a2, b2) = (Arc::clone(&a), Arc::clone(&b));
+        on_new_thread(move || {
+            let cell = &b2.slots()[0].poll;
+            hooks_b.before_poll_raw(2, Location::caller());
+            hooks_b.after_poll_raw();
+            assert_eq!(cell.seq(), 2);
+            // `a` is full: its hooks watch nothing on this thread, and its after-poll hook ends
+            // no poll of `b`'s slot that is not running.
+            for _ in 0..3 {
+                hooks_a.before_poll_raw(3, Location::caller());
+                hooks_a.after_poll_raw();
+            }
+            assert_eq!(cell.seq(), 2, "b's slot must not show a poll running");
+            assert_eq!(
+                a2.unwatched_threads
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                1
+            );
+            // `b` is still this thread's.
+            hooks_b.before_poll_raw(4, Location::caller());
+            assert_eq!(cell.seq(), 3);
+            hooks_b.after_poll_raw();
+            assert_eq!(cell.seq(), 4);
+        });
+        done_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert_eq!(active(&a), 0);
+        assert_eq!(active(&b), 0);
+    }
+
+    #[test]
+    fn a_flagged_poll_records_its_end_on_its_tables_clock() {
+        let table = Arc::new(SlotTable::new(1));
+        let hooks = PollHooks::new(Some(Arc::clone(&table)));
+        let (begun_tx, begun_rx) = mpsc::channel();
+        let (flagged_tx, flagged_rx) = mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            hooks.before_poll_raw(5, Location::caller());
+            begun_tx.send(()).unwrap();
+            flagged_rx.recv().unwrap();
+            hooks.after_poll_raw();
+        });
+        begun_rx.recv().unwrap();
+        let cell = &table.slots()[0].poll;
+        let seq = cell.seq();
+        assert_eq!(seq, 1);
+        let before = table.nanos_since_base(std::time::Instant::now());
+        assert!(cell.flag(seq), "the poll is still running");
+        flagged_tx.send(()).unwrap();
+        worker.join().unwrap();
+        let after = table.nanos_since_base(std::time::Instant::now());
+        let end = cell
+            .ended(seq)
+            .expect("the end of a flagged poll is recorded");
+        assert!(
+            before <= end && end <= after,
+            "{before} <= {end} <= {after}"
+        );
+    }
 }

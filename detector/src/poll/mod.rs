@@ -3,6 +3,7 @@
 //! module of the crate (the `layout` test checks both).
 
 mod atomic;
+mod current;
 mod hooks;
 pub(crate) mod locks;
 pub(crate) mod park;

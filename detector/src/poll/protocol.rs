@@ -15,9 +15,12 @@
 //! This file is compiled twice: in the library, and in the loom model
 //! (`detector/tests/loom_poll.rs`), which checks these claims over every interleaving.
 
-use super::atomic::{fence, heavy_fence, light_fence, AtomicU64, AtomicUsize, Ordering};
+use super::atomic::{
+    const_with_std, fence, heavy_fence, light_fence, AtomicU64, AtomicUsize, Ordering,
+};
 
-/// No poll of the cell is flagged.
+/// No poll of the cell is flagged. Odd, like every counter the watchdog flags: never equal to
+/// the (even) counter of a cell with no poll running.
 pub const NOT_FLAGGED: u64 = u64::MAX;
 
 /// What the watchdog read of a running poll.
@@ -31,7 +34,8 @@ pub struct Snapshot {
     pub spawned_at: usize,
 }
 
-/// One thread's poll state.
+/// One thread's poll state. `repr(C)`: the fields every poll touches come first, together.
+#[repr(C)]
 pub struct PollCell {
     seq: AtomicU64,
     task_id: AtomicU64,
@@ -48,42 +52,51 @@ impl Default for PollCell {
 }
 
 impl PollCell {
-    /// A cell with no poll yet.
-    pub fn new() -> PollCell {
-        PollCell {
-            seq: AtomicU64::new(0),
-            task_id: AtomicU64::new(0),
-            spawned_at: AtomicUsize::new(0),
-            flagged: AtomicU64::new(NOT_FLAGGED),
-            ended_seq: AtomicU64::new(NOT_FLAGGED),
-            end_nanos: AtomicU64::new(0),
+    const_with_std! {
+        /// A cell with no poll yet. `const` (with std's atomics), so that a static cell can
+        /// stand in for a thread that has no slot.
+        pub fn new() -> PollCell {
+            PollCell {
+                seq: AtomicU64::new(0),
+                task_id: AtomicU64::new(0),
+                spawned_at: AtomicUsize::new(0),
+                flagged: AtomicU64::new(NOT_FLAGGED),
+                ended_seq: AtomicU64::new(NOT_FLAGGED),
+                end_nanos: AtomicU64::new(0),
+            }
         }
     }
 
     // ---- the owner's side: every poll ----
 
     /// A poll of `task_id` (spawned at `spawned_at`) starts. Owner only.
+    ///
+    /// The counter's next odd value: one more after an end, two more when the last poll did
+    /// not end (a poll inside a poll on the same thread, e.g. a runtime run from a task in
+    /// `block_in_place` with the same hooks), so that it always moves.
     #[inline(always)]
     pub fn begin(&self, task_id: u64, spawned_at: usize) {
-        let seq = self.seq.load(Ordering::Relaxed);
         // Order the previous `seq` store (the end of the last poll) before the data stores: a
         // watchdog whose seqlock read sees this poll's data then sees the counter moved.
         fence(Ordering::Release);
         self.task_id.store(task_id, Ordering::Relaxed);
         self.spawned_at.store(spawned_at, Ordering::Relaxed);
-        // The next odd value (a begin without an end — a slot claimed mid-poll — still moves).
+        // Only the owner stores `seq`: loading it here or first is the same value.
+        let seq = self.seq.load(Ordering::Relaxed);
         self.seq.store((seq + 1) | 1, Ordering::Release);
     }
 
     /// The poll ends. Owner only. Returns its counter when the watchdog flagged it: the caller
     /// then reads the clock and calls [`record_end`](Self::record_end).
+    ///
+    /// Without a branch: the counter becomes the next even value when a poll runs (odd), and
+    /// stays as it is when none does (even: an end without a begin leaves it, so the cell never
+    /// shows a poll running when none is). `flagged` holds an odd counter or [`NOT_FLAGGED`],
+    /// never an even one, so a cell with no poll running never reports a flag.
     #[inline(always)]
     pub fn end(&self) -> Option<u64> {
         let seq = self.seq.load(Ordering::Relaxed);
-        if seq & 1 == 0 {
-            return None;
-        }
-        self.seq.store(seq + 1, Ordering::Release);
+        self.seq.store((seq + 1) & !1, Ordering::Release);
         light_fence();
         (self.flagged.load(Ordering::Relaxed) == seq).then_some(seq)
     }
@@ -103,6 +116,15 @@ impl PollCell {
         if seq & 1 == 1 {
             self.seq.store(seq + 1, Ordering::Release);
         }
+    }
+
+    /// The byte range of the fields every poll touches (`seq`, `task_id`, `spawned_at`,
+    /// `flagged`), for the layout test.
+    #[cfg(test)]
+    pub(crate) fn per_poll_bytes() -> (usize, usize) {
+        let start = std::mem::offset_of!(PollCell, seq);
+        let end = std::mem::offset_of!(PollCell, flagged) + std::mem::size_of::<u64>();
+        (start, end)
     }
 
     // ---- the watchdog's side ----

@@ -6,11 +6,11 @@
 //! file allocates or locks; the claim path (once per thread) reads the thread's name and id.
 
 use std::cell::{Cell, RefCell};
-use std::ptr;
 use std::sync::atomic::{fence, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::current::{self, Current, NO_CLAIM};
 use super::locks::LockTable;
 use super::park::Parking;
 use super::protocol::PollCell;
@@ -24,8 +24,10 @@ const ACTIVE: u8 = 2;
 const NAME_MAX: usize = 48;
 
 /// One thread's slot. Aligned to 128 bytes so that two workers' slots never share a cache line
-/// (or an adjacent-line prefetch pair): unpadded slots measured 2× slower here.
-#[repr(align(128))]
+/// (or an adjacent-line prefetch pair): unpadded slots measured 2× slower here. `repr(C)` with
+/// the poll cell first, so that what a poll touches (the cell's first 32 bytes) is in the
+/// slot's first cache line, whatever else the slot holds.
+#[repr(C, align(128))]
 pub(crate) struct Slot {
     /// The poll protocol: written by the owner on every poll.
     pub poll: PollCell,
@@ -170,16 +172,12 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let _ = CURRENT.try_with(|c| c.set((0, ptr::null())));
+        current::set(NO_CLAIM);
         self.table.release(self.index);
     }
 }
 
 thread_local! {
-    /// Which table (its address) and which slot the calling thread has. Const-initialised and
-    /// without a destructor, so reading it on the hot path is a plain thread-local load (and is
-    /// async-signal-safe).
-    static CURRENT: Cell<(usize, *const Slot)> = const { Cell::new((0, ptr::null())) };
     /// The table this thread failed to claim a slot in (table full), so that it is not retried
     /// on every poll.
     static NO_SLOT_IN: Cell<usize> = const { Cell::new(0) };
@@ -187,23 +185,80 @@ thread_local! {
     static GUARD: RefCell<Option<Claim>> = const { RefCell::new(None) };
 }
 
-/// The calling thread's slot in `table`, claiming one on first use. `None` when the table is
-/// full (counted) or the thread is exiting.
-#[inline(always)]
-pub(crate) fn current_slot(table: &Arc<SlotTable>) -> Option<&Slot> {
-    let key = Arc::as_ptr(table) as usize;
-    let (owner, p) = CURRENT.get();
-    if owner == key && !p.is_null() {
-        // SAFETY: `CURRENT` points into the table at `key`, which the thread's `Claim` keeps
-        // alive (it holds an `Arc`); `Claim::drop` nulls `CURRENT` before letting go of it. The
-        // caller holds another `Arc` to the same table, so the borrow cannot outlive it.
-        return Some(unsafe { &*p });
+impl SlotTable {
+    /// The table's identity for the per-poll check "the thread's slot is in this table": its
+    /// address, never 0. The hooks keep it next to their `Arc`, so that the check is one load
+    /// and one compare.
+    pub(crate) fn key(table: &Arc<SlotTable>) -> usize {
+        Arc::as_ptr(table) as usize
     }
-    claim_slow(table, key)
 }
 
+/// A poll starts on the calling thread: marks it in the thread's slot in `table` (`key` is
+/// [`SlotTable::key`]), claiming one on first use. Nothing is marked when the table is full
+/// (counted) or the thread is exiting.
+#[inline(always)]
+pub(crate) fn begin_poll(
+    table: &Arc<SlotTable>,
+    key: &usize,
+    task_id: u64,
+    spawned_at: &'static std::panic::Location<'static>,
+) {
+    let (owner, cell) = current::owner_and_cell();
+    let spawned_at = spawned_at as *const std::panic::Location<'static> as usize;
+    // Read only now, so that the compare takes it from memory.
+    if owner == *key {
+        // SAFETY: `owner == key` (never 0) means `cell` is the poll cell of a slot the thread
+        // claimed in the table at `key`, which the thread's `Claim` keeps alive (it holds an
+        // `Arc`); `Claim::drop` resets the thread's `Current` before letting go of it.
+        unsafe { &*cell }.begin(task_id, spawned_at);
+    } else {
+        claim_and_begin(table, spawned_at, task_id);
+    }
+}
+
+/// The poll that [`begin_poll`] marked ends. Does not look at the table: the thread's cell is
+/// whichever slot it has (or [`NO_CELL`](super::current::NO_CELL)), and ending a cell where no
+/// poll runs changes nothing. When another table's slot is current (this thread's slot in the
+/// hook's table was given up for it during the poll, or that table was full), that slot's poll,
+/// if one runs, ends early: its rest goes unwatched, and nothing is reported that did not
+/// happen. Needs nothing from its caller: the after-poll hook is the thread-local load and the
+/// cell's [`end`](PollCell::end).
+#[inline(always)]
+pub(crate) fn end_poll() {
+    // SAFETY: `cell` is `NO_CELL` or the cell of the slot the thread's `Claim` keeps alive
+    // (see `begin_poll`); nothing else runs on this thread between the load and the use.
+    if let Some(seq) = unsafe { &*current::cell() }.end() {
+        flagged_poll_ended(seq);
+    }
+}
+
+/// Rare path: poll `seq` of the thread's slot, flagged as pinned, just ended; records when, on
+/// the clock of the slot's table (the one whose watchdog flagged it).
 #[cold]
 #[inline(never)]
+fn flagged_poll_ended(seq: u64) {
+    let now = Instant::now();
+    let current = current::get();
+    if current.owner != 0 {
+        // SAFETY: a nonzero `owner` is the address of the table holding the thread's slot
+        // (`SlotTable::key`), which the thread's `Claim` keeps alive, and `cell` is that
+        // slot's cell (see `begin_poll`).
+        let (table, cell) = unsafe { (&*(current.owner as *const SlotTable), &*current.cell) };
+        cell.record_end(seq, table.nanos_since_base(now));
+    }
+}
+
+/// Rare path of [`begin_poll`]: claims a slot, then marks the poll. (`spawned_at` first: the
+/// before-poll hook then loads both arguments straight into their registers.)
+#[cold]
+#[inline(never)]
+fn claim_and_begin(table: &Arc<SlotTable>, spawned_at: usize, task_id: u64) {
+    if let Some(slot) = claim_slow(table, SlotTable::key(table)) {
+        slot.poll.begin(task_id, spawned_at);
+    }
+}
+
 fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
     if NO_SLOT_IN.get() == key {
         return None;
@@ -224,30 +279,43 @@ fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
         table: Arc::clone(table),
         index,
     };
-    let slot: *const Slot = &table.slots()[index];
+    let slot: &Slot = &table.slots()[index];
     let stored = GUARD.try_with(|g| match g.try_borrow_mut() {
         Ok(mut g) => {
-            // Dropping the previous claim (another table's) releases it and nulls CURRENT.
+            // Dropping the previous claim (another table's) releases it and resets `Current`.
             let old = g.replace(claim);
             drop(g);
             drop(old);
-            CURRENT.set((key, slot));
+            current::set(Current {
+                owner: key,
+                cell: &slot.poll,
+                slot,
+            });
             true
         }
         Err(_) => false,
     });
-    if stored == Ok(true) {
-        // SAFETY: as in `current_slot`: the slot lives in `table`.
-        Some(unsafe { &*slot })
-    } else {
-        // Thread-local storage is being torn down: do not watch this thread.
-        None
-    }
+    // Otherwise thread-local storage is being torn down: do not watch this thread.
+    (stored == Ok(true)).then_some(slot)
 }
 
 /// The calling thread's slot, whatever table it belongs to: for the instrumented locks and the
 /// signal handler. A plain thread-local read, async-signal-safe.
 #[inline]
 pub(crate) fn current_slot_any() -> *const Slot {
-    CURRENT.try_with(|c| c.get().1).unwrap_or(ptr::null())
+    current::get().slot
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poll_touches_one_cache_line() {
+        assert_eq!(std::mem::offset_of!(Slot, poll), 0);
+        assert_eq!(std::mem::align_of::<Slot>(), 128);
+        // The fields a poll writes or reads: the counter, the task, the flag.
+        let (start, end) = PollCell::per_poll_bytes();
+        assert!(end <= 64, "{start}..{end}");
+    }
 }

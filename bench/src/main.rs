@@ -400,10 +400,12 @@ fn print_table(results: &[serde_json::Value], args: &Args) {
         "pinwatch-bench compare: {} rounds, {}; storm {} tasks x 10 yield_now on 2 workers; http/mixed {} req/s over {} keep-alive connections for {:?} (mixed: 1 request in 500 sleeps 30 ms on its worker); idle {:?} after {:?}\n",
         args.rounds, machine(), s.tasks, s.rate, s.conns, s.http, s.idle, child::IDLE_WARMUP
     );
-    let main_table = args
-        .workloads
-        .iter()
-        .any(|w| matches!(w, Workload::Storm | Workload::Http | Workload::Mixed));
+    let main_table = args.workloads.iter().any(|w| {
+        matches!(
+            w,
+            Workload::Storm | Workload::Http | Workload::Mixed | Workload::Stuck
+        )
+    });
     if main_table {
         print_main_table(results, args);
     }

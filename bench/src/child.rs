@@ -2,6 +2,7 @@
 //! one workload, one JSON line of results on stdout. A process each, because some tools install
 //! the process's `tracing` subscriber and none can be taken off again.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,14 +116,21 @@ pub enum Workload {
     Mixed,
     /// A task blocks its worker for good: how long until the tool says so.
     Stuck,
+    /// The service does nothing (its only task sleeps): CPU and wake-ups per second.
+    Idle,
+    /// The first pin of a fresh process: how long until the tool reports it, and the memory
+    /// that report added.
+    FirstPin,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 6] = [
         Workload::Storm,
         Workload::Http,
         Workload::Mixed,
         Workload::Stuck,
+        Workload::Idle,
+        Workload::FirstPin,
     ];
 
     pub fn name(self) -> &'static str {
@@ -131,6 +139,8 @@ impl Workload {
             Workload::Http => "http",
             Workload::Mixed => "mixed",
             Workload::Stuck => "stuck",
+            Workload::Idle => "idle",
+            Workload::FirstPin => "first-pin",
         }
     }
 
@@ -146,7 +156,22 @@ pub struct Sizes {
     pub http: Duration,
     pub rate: u32,
     pub conns: usize,
+    /// The idle workload's window (after [`IDLE_WARMUP`]).
+    pub idle: Duration,
 }
+
+/// The idle workload measures after this long, once the tool's threads have started.
+pub const IDLE_WARMUP: Duration = Duration::from_secs(1);
+
+/// The first-pin workload holds the worker of a tool that does not report while stuck this long,
+/// releases it, and reads the memory this much later again (tokio-blocked reports a poll when it
+/// returns).
+pub const UNREPORTED_HOLD: Duration = Duration::from_millis(250);
+
+/// Threads whose names start so are the bench's own stand-ins for what would be other
+/// processes (the Prometheus scraper and the OTLP receiver of `pinwatch-all`): the idle sums
+/// leave them out.
+const OWN_THREAD_PREFIX: &str = "bench-";
 
 /// One request in this many pins its worker in the mixed workload.
 const PIN_EVERY: u64 = 500;
@@ -188,7 +213,7 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-fn setup(config: Config) -> Setup {
+fn setup(config: Config, workload: Workload) -> Setup {
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
     tokio.worker_threads(2).enable_all();
     let first_report = Arc::new(Mutex::new(std::collections::HashMap::new()));
@@ -219,10 +244,13 @@ fn setup(config: Config) -> Setup {
             (tokio.build().expect("runtime"), None)
         }
         Config::Pinwatch => {
-            let (rt, d) = pinwatch::Builder::new()
-                .sink(sink)
-                .build(&mut tokio)
-                .expect("pinwatch");
+            let mut b = pinwatch::Builder::new().sink(sink);
+            if workload == Workload::Idle {
+                // What the idle goal is about: the defaults (heartbeat and control
+                // socket on) with the Prometheus endpoint on too, not scraped.
+                b = b.prometheus_addr(([127, 0, 0, 1], free_port()).into());
+            }
+            let (rt, d) = b.build(&mut tokio).expect("pinwatch");
             (rt, Some(d))
         }
         Config::PinwatchConsole => pinwatch_console(&mut tokio, sink),
@@ -321,7 +349,7 @@ fn otlp_receiver(
     let server = tiny_http::Server::http("127.0.0.1:0").expect("OTLP receiver");
     let addr = server.server_addr().to_ip().expect("an IP address");
     let stop = Arc::clone(stop);
-    helpers.push(std::thread::spawn(move || {
+    let receiver = move || {
         while !stop.load(Ordering::Relaxed) {
             if let Ok(Some(mut req)) = server.recv_timeout(Duration::from_millis(100)) {
                 let _ = std::io::copy(req.as_reader(), &mut std::io::sink());
@@ -331,7 +359,13 @@ fn otlp_receiver(
                 let _ = req.respond(tiny_http::Response::empty(200).with_header(header));
             }
         }
-    }));
+    };
+    helpers.push(
+        std::thread::Builder::new()
+            .name(format!("{OWN_THREAD_PREFIX}otlp"))
+            .spawn(receiver)
+            .expect("OTLP receiver thread"),
+    );
     addr
 }
 
@@ -340,12 +374,9 @@ fn scraper(
     addr: SocketAddr,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+    let scrape = move || {
         while !stop.load(Ordering::Relaxed) {
-            if let Ok(mut s) = std::net::TcpStream::connect(addr) {
-                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n");
-                let _ = s.read_to_end(&mut Vec::new());
-            }
+            let _ = get_metrics(addr);
             for _ in 0..10 {
                 if stop.load(Ordering::Relaxed) {
                     return;
@@ -353,17 +384,33 @@ fn scraper(
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-    })
+    };
+    std::thread::Builder::new()
+        .name(format!("{OWN_THREAD_PREFIX}scraper"))
+        .spawn(scrape)
+        .expect("scraper thread")
+}
+
+/// `GET /metrics` from `addr`: the whole answer.
+fn get_metrics(addr: SocketAddr) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
 }
 
 /// Runs `workload` on `config` and returns its results.
 pub fn run(config: Config, workload: Workload, sizes: Sizes) -> serde_json::Value {
-    let s = setup(config);
+    let s = setup(config, workload);
     let mut out = match workload {
         Workload::Storm => storm(&s, sizes.tasks),
         Workload::Http => http(&s, sizes, false),
         Workload::Mixed => http(&s, sizes, true),
         Workload::Stuck => stuck(&s),
+        Workload::Idle => idle(&s, sizes.idle),
+        Workload::FirstPin => first_pin(&s, config.reports_stuck()),
     };
     let monitored = s
         .spawner
@@ -397,6 +444,7 @@ pub fn run(config: Config, workload: Workload, sizes: Sizes) -> serde_json::Valu
     out["peak_rss_kib"] = json!(peak_rss_kib());
     out["pinned_polls"] = json!(stats.map(|s| s.pinned_polls));
     out["monitored_tasks"] = json!(monitored);
+    out["debug_build"] = json!(cfg!(debug_assertions));
     out
 }
 
@@ -578,6 +626,17 @@ fn stuck(s: &Setup) -> serde_json::Value {
 /// Blocks a worker, waits (bounded) for the tool's first `in_progress` report, releases it:
 /// milliseconds from blocking to the report.
 fn stuck_once(s: &Setup) -> Option<f64> {
+    block_worker(s, None, || ()).0
+}
+
+/// Blocks a worker until the tool reports it (bounded: 30 s) or, with `hold`, for that long
+/// without looking for a report; runs `then` while the worker is still blocked, and releases
+/// it. Returns the milliseconds from blocking to the report, and what `then` returned.
+fn block_worker<T>(
+    s: &Setup,
+    hold: Option<Duration>,
+    then: impl FnOnce() -> T,
+) -> (Option<f64>, T) {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let (blocked_tx, blocked_rx) = std::sync::mpsc::channel::<Instant>();
     let _guard = s.rt.enter();
@@ -593,6 +652,13 @@ fn stuck_once(s: &Setup) -> Option<f64> {
     let blocked_at = blocked_rx
         .recv_timeout(Duration::from_secs(30))
         .expect("the stuck task ran");
+    if let Some(hold) = hold {
+        std::thread::sleep(hold.saturating_sub(blocked_at.elapsed()));
+        let t = then();
+        let _ = tx.send(());
+        let _ = s.rt.block_on(task);
+        return (None, t);
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     let reported = loop {
         let first = s
@@ -609,7 +675,139 @@ fn stuck_once(s: &Setup) -> Option<f64> {
         }
         std::thread::sleep(Duration::from_micros(200));
     };
+    let t = then();
     let _ = tx.send(());
     let _ = s.rt.block_on(task);
-    reported.map(|t| t.saturating_duration_since(blocked_at).as_secs_f64() * 1e3)
+    (
+        reported.map(|t| t.saturating_duration_since(blocked_at).as_secs_f64() * 1e3),
+        t,
+    )
+}
+
+/// Per thread of this process (name, tid): nanoseconds on CPU (`schedstat`'s first field) and
+/// context switches (voluntary + involuntary, from `status`).
+fn threads() -> BTreeMap<(String, String), (u64, u64)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let p = e.path();
+        let tid = e.file_name().to_string_lossy().into_owned();
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let cpu = std::fs::read_to_string(p.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        let switches = std::fs::read_to_string(p.join("status"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| {
+                l.starts_with("voluntary_ctxt_switches:")
+                    || l.starts_with("nonvoluntary_ctxt_switches:")
+            })
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        out.insert((name.trim().to_owned(), tid), (cpu, switches));
+    }
+    out
+}
+
+/// A service with nothing to do: its only task sleeps (a second at a time). After
+/// [`IDLE_WARMUP`], every thread's CPU time and context switches over `window`, but the bench's
+/// own helpers' ([`OWN_THREAD_PREFIX`]). A thread that ends inside the window takes its share
+/// with it; one that starts counts from zero.
+fn idle(s: &Setup, window: Duration) -> serde_json::Value {
+    let task = {
+        let _guard = s.rt.enter();
+        s.spawner.spawn(async {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    std::thread::sleep(IDLE_WARMUP);
+    let before = threads();
+    let start = Instant::now();
+    std::thread::sleep(window);
+    let after = threads();
+    let took = start.elapsed().as_secs_f64();
+    task.abort();
+    let (mut cpu_ns, mut switches, mut counted) = (0u64, 0u64, 0usize);
+    let mut by_thread: BTreeMap<String, f64> = BTreeMap::new();
+    for (key, (c1, s1)) in &after {
+        if key.0.starts_with(OWN_THREAD_PREFIX) {
+            continue;
+        }
+        let (c0, s0) = before.get(key).copied().unwrap_or((0, 0));
+        let dc = c1.saturating_sub(c0);
+        cpu_ns += dc;
+        switches += s1.saturating_sub(s0);
+        counted += 1;
+        *by_thread.entry(key.0.clone()).or_default() += dc as f64 / 1e6 / took;
+    }
+    // The settings the row claims, read back from the detector, and the endpoint answering
+    // (after the window: the scrape is not measured).
+    let settings = s.detector.as_ref().and_then(|d| d.config()).map(|c| {
+        let served = c
+            .prometheus_addr
+            .map(|a| get_metrics(a).is_ok_and(|m| m.contains("pinwatch_workers")));
+        json!({
+            "heartbeat": c.heartbeat.is_some(),
+            "control_socket": s.detector.as_ref().and_then(|d| d.control_socket()).is_some_and(|p| p.exists()),
+            "prometheus_served": served,
+        })
+    });
+    json!({
+        "idle_s": took,
+        "cpu_ms_per_s": cpu_ns as f64 / 1e6 / took,
+        "wakeups_per_s": switches as f64 / took,
+        "threads": counted,
+        "cpu_ms_per_s_by_thread": by_thread,
+        "pinwatch": settings,
+    })
+}
+
+/// `VmRSS` and `RssAnon` from `/proc/self/status`, KiB.
+fn memory_kib() -> (i64, i64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let get = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("VmRSS:"), get("RssAnon:"))
+}
+
+/// The first pin of this process (nothing blocked, so nothing symbolized, before): from a
+/// worker blocking to the tool's first report, and the memory added from before the pin to
+/// right after that report. A tool that does not report while stuck (`reports` false): the
+/// worker is held [`UNREPORTED_HOLD`], released, and the memory read [`UNREPORTED_HOLD`] later.
+fn first_pin(s: &Setup, reports: bool) -> serde_json::Value {
+    // Both workers up and the tool's threads started before the "before".
+    {
+        let _guard = s.rt.enter();
+        let warm: Vec<_> = (0..4).map(|_| s.spawner.spawn(async {})).collect();
+        for t in warm {
+            s.rt.block_on(t).expect("warm-up task");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let (rss0, anon0) = memory_kib();
+    let (detect_ms, (rss1, anon1)) = if reports {
+        block_worker(s, None, memory_kib)
+    } else {
+        let _ = block_worker(s, Some(UNREPORTED_HOLD), || ());
+        std::thread::sleep(UNREPORTED_HOLD);
+        (None, memory_kib())
+    };
+    json!({
+        "detect_ms": detect_ms,
+        "rss_before_kib": rss0,
+        "anon_before_kib": anon0,
+        "rss_added_kib": rss1 - rss0,
+        "anon_added_kib": anon1 - anon0,
+    })
 }

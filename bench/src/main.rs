@@ -10,9 +10,15 @@
 //! makes first (`target/bench-tracing`): that feature costs every poll, so the others run from
 //! a build without it, as a service that does not use those tools would be built.
 //!
+//! The first-pin workload also runs, for the configurations that report a stuck worker, from a
+//! debug build (the dev profile, as `cargo build -p pinwatch-bench` makes it), which the driver
+//! builds too, into the usual target directory (`target/debug/compare`); `--debug-exe PATH`
+//! takes one already built, `--no-debug` leaves the debug column out.
+//!
 //! Options: `--rounds N` (15), `--tasks N` (200000), `--http-secs S` (2), `--rate N` (4000
-//! requests/s), `--conns N` (16), `--configs a,b,…`, `--workloads a,b,…`, `--quick` (3 rounds,
-//! small sizes: a smoke run).
+//! requests/s), `--conns N` (16), `--idle-secs S` (10: the idle window), `--configs a,b,…`,
+//! `--workloads a,b,…` (storm, http, mixed, stuck, idle, first-pin), `--debug-exe PATH`,
+//! `--no-debug`, `--quick` (3 rounds, small sizes, a 2 s idle window: a smoke run).
 
 mod child;
 
@@ -27,6 +33,10 @@ struct Args {
     sizes: Sizes,
     configs: Vec<Config>,
     workloads: Vec<Workload>,
+    /// The debug build the first-pin workload also runs from, if given.
+    debug_exe: Option<std::path::PathBuf>,
+    /// No debug column.
+    no_debug: bool,
     /// `child CONFIG WORKLOAD`: one measurement.
     child: Option<(Config, Workload)>,
 }
@@ -44,9 +54,12 @@ fn parse_args() -> Args {
             http: Duration::from_secs(2),
             rate: 4000,
             conns: 16,
+            idle: Duration::from_secs(10),
         },
         configs: Config::ALL.to_vec(),
         workloads: Workload::ALL.to_vec(),
+        debug_exe: None,
+        no_debug: false,
         child: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -65,10 +78,19 @@ fn parse_args() -> Args {
             "--http-secs" => a.sizes.http = Duration::from_secs_f64(num(arg, it.next())),
             "--rate" => a.sizes.rate = num(arg, it.next()) as u32,
             "--conns" => a.sizes.conns = num(arg, it.next()) as usize,
+            "--idle-secs" => a.sizes.idle = Duration::from_secs_f64(num(arg, it.next())),
+            "--debug-exe" => {
+                let v = it
+                    .next()
+                    .unwrap_or_else(|| fail("--debug-exe needs a path".into()));
+                a.debug_exe = Some(v.into());
+            }
+            "--no-debug" => a.no_debug = true,
             "--quick" => {
                 a.rounds = 3;
                 a.sizes.tasks = 20_000;
                 a.sizes.http = Duration::from_millis(500);
+                a.sizes.idle = Duration::from_secs(2);
             }
             "--configs" => {
                 let v = it
@@ -128,46 +150,115 @@ fn main() {
         return;
     }
     let me = std::env::current_exe().unwrap_or_else(|e| fail(format!("cannot find myself: {e}")));
+    if cfg!(debug_assertions) {
+        eprintln!("compare: this driver is a debug build, so is every measurement but the tracing-tools ones; run it with --release");
+    }
     let tracing_build = if args.configs.iter().any(|c| c.needs_tracing()) {
         Some(build_tracing_tools())
+    } else {
+        None
+    };
+    let debug_build = if args.workloads.contains(&Workload::FirstPin)
+        && args.configs.iter().any(|c| runs_debug(*c))
+        && !args.no_debug
+    {
+        Some(args.debug_exe.clone().unwrap_or_else(build_debug))
     } else {
         None
     };
     let mut results: Vec<serde_json::Value> = Vec::new();
     for round in 0..args.rounds {
         for &workload in &args.workloads {
-            let mut order: Vec<Config> = args
+            // (configuration, from the debug build)
+            let mut order: Vec<(Config, bool)> = args
                 .configs
                 .iter()
                 .copied()
                 .filter(|c| workload != Workload::Stuck || c.reports_stuck())
+                .map(|c| (c, false))
                 .collect();
+            if workload == Workload::FirstPin && debug_build.is_some() {
+                order.extend(
+                    args.configs
+                        .iter()
+                        .filter(|c| runs_debug(**c))
+                        .map(|c| (*c, true)),
+                );
+            }
             if order.is_empty() {
                 continue;
             }
             let n = order.len();
             order.rotate_left(round % n);
-            for config in order {
+            for (config, debug) in order {
                 eprint!(
-                    "\rround {}/{} {:<6} {:<18}",
+                    "\rround {}/{} {:<9} {:<22}",
                     round + 1,
                     args.rounds,
                     workload.name(),
-                    config.name()
+                    format!("{}{}", config.name(), if debug { " (debug)" } else { "" })
                 );
-                let exe = if config.needs_tracing() {
+                let exe = if debug {
+                    debug_build.as_ref().expect("built above")
+                } else if config.needs_tracing() {
                     tracing_build.as_ref().expect("built above")
                 } else {
                     &me
                 };
                 let mut r = measure(exe, config, workload, &args);
+                if debug && r["debug_build"] != true {
+                    fail(format!(
+                        "{} is not a debug build (its debug assertions are off); give --debug-exe a `cargo build -p pinwatch-bench` binary, or --no-debug",
+                        exe.display()
+                    ));
+                }
                 r["round"] = round.into();
+                r["debug"] = debug.into();
                 results.push(r);
             }
         }
     }
     eprintln!();
     print_table(&results, &args);
+}
+
+/// The first-pin workload runs from the debug build too: the configurations that report a stuck
+/// worker, but those that need the tracing-tools build (a debug one of those would be a third
+/// build of every dependency).
+fn runs_debug(c: Config) -> bool {
+    c.reports_stuck() && !c.needs_tracing()
+}
+
+/// Builds this program in the dev profile (`cargo build -p pinwatch-bench --bin compare`, no
+/// `--release`) into the usual target directory, where `cargo test` builds it too, with the
+/// cargo that runs us; returns the executable cargo names.
+fn build_debug() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("compare: building the debug child for the first-pin workload (cargo build -p pinwatch-bench --bin compare)");
+    let out = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "pinwatch-bench",
+            "--bin",
+            "compare",
+            "--message-format",
+            "json-render-diagnostics",
+        ])
+        .current_dir(&root)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| fail(format!("cannot run cargo: {e}")));
+    if !out.status.success() {
+        fail("building the debug child failed (see above); or give one with --debug-exe PATH, or leave it out with --no-debug".into());
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "compare")
+        .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
+        .unwrap_or_else(|| fail("cargo built the debug child but named no executable; give one with --debug-exe PATH".into()))
 }
 
 /// Builds this program with the `tracing-tools` feature into `target/bench-tracing`, with the
@@ -218,6 +309,8 @@ fn measure(
             &s.rate.to_string(),
             "--conns",
             &s.conns.to_string(),
+            "--idle-secs",
+            &s.idle.as_secs_f64().to_string(),
         ])
         .args(["child", config.name(), workload.name()])
         .env_remove("PINWATCH")
@@ -268,21 +361,67 @@ fn machine() -> String {
     format!("{cores} cores ({cpu}), Linux {}", kernel.trim())
 }
 
-/// One row's numbers: per round, from the results of one (workload, config).
+/// One row's numbers: per round, from the results of one (workload, config) from the
+/// driver's own build (or the tracing-tools one).
 fn field(results: &[serde_json::Value], w: Workload, c: Config, key: &str) -> BTreeMap<u64, f64> {
+    field_of(results, w, c, key, false)
+}
+
+/// The same, from the debug build (`debug`) or not.
+fn field_of(
+    results: &[serde_json::Value],
+    w: Workload,
+    c: Config,
+    key: &str,
+    debug: bool,
+) -> BTreeMap<u64, f64> {
     results
         .iter()
         .filter(|r| r["workload"] == w.name() && r["config"] == c.name())
+        .filter(|r| r["debug"] == debug)
         .filter_map(|r| Some((r["round"].as_u64()?, r[key].as_f64()?)))
         .collect()
+}
+
+/// Median of the per-round differences `c - plain`.
+fn over_plain(results: &[serde_json::Value], w: Workload, c: Config, key: &str) -> Option<f64> {
+    let base = field(results, w, Config::Plain, key);
+    median(
+        field(results, w, c, key)
+            .iter()
+            .filter_map(|(r, x)| Some(x - base.get(r)?))
+            .collect(),
+    )
 }
 
 fn print_table(results: &[serde_json::Value], args: &Args) {
     let s = args.sizes;
     println!(
-        "pinwatch-bench compare: {} rounds, {}; storm {} tasks x 10 yield_now on 2 workers; http/mixed {} req/s over {} keep-alive connections for {:?} (mixed: 1 request in 500 sleeps 30 ms on its worker)\n",
-        args.rounds, machine(), s.tasks, s.rate, s.conns, s.http
+        "pinwatch-bench compare: {} rounds, {}; storm {} tasks x 10 yield_now on 2 workers; http/mixed {} req/s over {} keep-alive connections for {:?} (mixed: 1 request in 500 sleeps 30 ms on its worker); idle {:?} after {:?}\n",
+        args.rounds, machine(), s.tasks, s.rate, s.conns, s.http, s.idle, child::IDLE_WARMUP
     );
+    let main_table = args.workloads.iter().any(|w| {
+        matches!(
+            w,
+            Workload::Storm | Workload::Http | Workload::Mixed | Workload::Stuck
+        )
+    });
+    if main_table {
+        print_main_table(results, args);
+    }
+    if args
+        .workloads
+        .iter()
+        .any(|w| matches!(w, Workload::Idle | Workload::FirstPin))
+    {
+        if main_table {
+            println!();
+        }
+        print_idle_table(results, args);
+    }
+}
+
+fn print_main_table(results: &[serde_json::Value], args: &Args) {
     println!("| workload | configuration | median | vs plain (median of per-round ratios) | ns/poll | p50 / p99 latency | CPU µs/request | peak RSS | stuck worker reported after |");
     println!("|---|---|---|---|---|---|---|---|---|");
     let stuck = |key: &str| -> BTreeMap<&str, f64> {
@@ -295,7 +434,11 @@ fn print_table(results: &[serde_json::Value], args: &Args) {
             .collect()
     };
     let (warm, cold) = (stuck("detect_ms"), stuck("detect_cold_ms"));
-    for &w in args.workloads.iter().filter(|w| **w != Workload::Stuck) {
+    for &w in args
+        .workloads
+        .iter()
+        .filter(|w| matches!(w, Workload::Storm | Workload::Http | Workload::Mixed))
+    {
         let key = if w == Workload::Storm {
             "wall_ms"
         } else {
@@ -354,4 +497,97 @@ fn print_table(results: &[serde_json::Value], args: &Args) {
         n(Workload::Storm, Config::Plain),
         args.rounds
     );
+}
+
+/// The second table: what a service costs when it does nothing, and what its first pin costs.
+fn print_idle_table(results: &[serde_json::Value], args: &Args) {
+    let idle = args.workloads.contains(&Workload::Idle);
+    let first = args.workloads.contains(&Workload::FirstPin);
+    let debug = first && results.iter().any(|r| r["debug"] == true);
+    let mut head = vec!["configuration"];
+    if idle {
+        head.extend([
+            "idle CPU",
+            "over plain tokio (same rounds)",
+            "idle wake-ups",
+        ]);
+    }
+    if first {
+        head.extend([
+            "first pin reported after",
+            "memory the first pin added: VmRSS / RssAnon",
+        ]);
+    }
+    if debug {
+        head.extend(["debug build: reported after", "debug build: memory added"]);
+    }
+    println!("| {} |", head.join(" | "));
+    println!("|{}", "---|".repeat(head.len()));
+    let med = |w: Workload, c: Config, key: &str, debug: bool| {
+        median(field_of(results, w, c, key, debug).into_values().collect())
+    };
+    let mib = |kib: Option<f64>| kib.map_or("–".into(), |k| format!("{:+.1}", k / 1024.0));
+    for &c in &args.configs {
+        let mut row = vec![c.label().to_owned()];
+        if idle {
+            let cpu = med(Workload::Idle, c, "cpu_ms_per_s", false);
+            row.push(cpu.map_or("–".into(), |v| format!("{v:.3} ms/s")));
+            row.push(
+                match over_plain(results, Workload::Idle, c, "cpu_ms_per_s") {
+                    _ if c == Config::Plain => String::new(),
+                    Some(d) => format!("{d:+.3} ms/s"),
+                    None => "–".into(),
+                },
+            );
+            let wake = med(Workload::Idle, c, "wakeups_per_s", false);
+            row.push(wake.map_or("–".into(), |v| format!("{v:.0} /s")));
+        }
+        let pin = |debug: bool| -> [String; 2] {
+            let detect = match med(Workload::FirstPin, c, "detect_ms", debug) {
+                Some(ms) => format!("{ms:.0} ms"),
+                None if c.reports_stuck() => "–".into(),
+                None => "never (not while stuck)".into(),
+            };
+            let rss = med(Workload::FirstPin, c, "rss_added_kib", debug);
+            let anon = med(Workload::FirstPin, c, "anon_added_kib", debug);
+            let memory = if rss.is_none() && anon.is_none() {
+                "–".into()
+            } else {
+                format!("{} / {} MiB", mib(rss), mib(anon))
+            };
+            [detect, memory]
+        };
+        if first {
+            row.extend(pin(false));
+        }
+        if debug {
+            if runs_debug(c) {
+                row.extend(pin(true));
+            } else {
+                row.extend([String::new(), String::new()]);
+            }
+        }
+        println!("| {} |", row.join(" | "));
+    }
+    println!();
+    if idle {
+        let rounds = field(results, Workload::Idle, Config::Plain, "cpu_ms_per_s").len();
+        println!(
+            "idle: a runtime of 2 workers whose only task sleeps (1 s at a time), measured for {:?} after a {:?} warm-up; CPU is the sum over /proc/self/task/*/schedstat (first field: time on a CPU) of every thread of the process, but the bench's own stand-ins for a Prometheus scraper and an OTLP receiver, per second of the window; wake-ups are the context switches (voluntary_ctxt_switches + nonvoluntary_ctxt_switches in /proc/self/task/*/status) per second; medians of {rounds} rounds, \"over plain tokio\" the median of per-round differences. pinwatch (defaults) runs idle with its Prometheus endpoint on (127.0.0.1, not scraped) and, as by default, its heartbeat and control socket.",
+            args.sizes.idle,
+            child::IDLE_WARMUP,
+        );
+    }
+    if first {
+        println!(
+            "first pin: in a process of its own (nothing blocked, so nothing symbolized, before), a task blocks its worker; reported after = from the block to the tool's first report at a sink (pinwatch: the `in_progress` event); memory added = VmRSS and RssAnon (/proc/self/status) right after that report minus before the pin (a tool that does not report while stuck: after the worker was held {:?} and released, {:?} later); medians.{}",
+            child::UNREPORTED_HOLD,
+            child::UNREPORTED_HOLD,
+            if debug {
+                " Debug build: the same workload from a dev-profile build (`cargo build -p pinwatch-bench`), for the configurations that report a stuck worker and need no tracing-tools build."
+            } else {
+                ""
+            }
+        );
+    }
 }

@@ -15,6 +15,8 @@ fn child(config: &str, workload: &str) -> serde_json::Value {
             "500",
             "--conns",
             "4",
+            "--idle-secs",
+            "0.3",
         ])
         .args(["child", config, workload])
         .env_remove("PINWATCH")
@@ -98,6 +100,147 @@ fn pinwatch_configurations_report_a_stuck_worker_and_count_pins() {
 }
 
 #[test]
+fn every_configuration_measures_idle_and_its_first_pin() {
+    let mut plain_threads = 0;
+    for config in [
+        "plain",
+        "hook1",
+        "hooks",
+        "pinwatch",
+        "pinwatch-all",
+        "tokio-metrics",
+    ] {
+        let idle = child(config, "idle");
+        assert!(idle["idle_s"].as_f64().unwrap() >= 0.3, "{idle}");
+        let cpu = idle["cpu_ms_per_s"].as_f64().unwrap();
+        let by_thread: f64 = idle["cpu_ms_per_s_by_thread"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
+        assert!(cpu >= 0.0 && (cpu - by_thread).abs() < 1e-6, "{idle}");
+        assert!(idle["wakeups_per_s"].as_f64().unwrap() >= 0.0, "{idle}");
+        // The bench's own stand-ins for other processes are not the tool's cost.
+        assert!(
+            !idle["cpu_ms_per_s_by_thread"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .any(|t| t.starts_with("bench-")),
+            "{idle}"
+        );
+        let threads = idle["threads"].as_u64().unwrap();
+        assert!(
+            threads >= 3,
+            "the main thread and 2 workers at least: {idle}"
+        );
+        if config == "plain" {
+            plain_threads = threads;
+        }
+        if config.starts_with("pinwatch") {
+            // The sums take in pinwatch's own threads, and the defaults the row claims are on.
+            assert!(threads > plain_threads, "{idle}");
+            assert!(
+                idle["cpu_ms_per_s_by_thread"]
+                    .as_object()
+                    .unwrap()
+                    .contains_key("pinwatch-watchd"),
+                "{idle}"
+            );
+            let on = &idle["pinwatch"];
+            assert_eq!(on["heartbeat"], true, "{idle}");
+            assert_eq!(on["control_socket"], true, "{idle}");
+            assert_eq!(on["prometheus_served"], true, "{idle}");
+        } else {
+            assert!(idle["pinwatch"].is_null(), "{idle}");
+        }
+
+        let first = child(config, "first-pin");
+        assert!(first["rss_before_kib"].as_i64().unwrap() > 0, "{first}");
+        assert!(first["anon_before_kib"].as_i64().unwrap() > 0, "{first}");
+        assert!(first["rss_added_kib"].is_i64(), "{first}");
+        assert!(first["anon_added_kib"].is_i64(), "{first}");
+        assert_eq!(first["debug_build"], cfg!(debug_assertions), "{first}");
+        if config.starts_with("pinwatch") {
+            let ms = first["detect_ms"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{config}: no first report: {first}"));
+            // Never before the threshold (20 ms); the bound is only "it came".
+            assert!((20.0..30_000.0).contains(&ms), "{config}: {first}");
+            assert_eq!(first["pinned_polls"], 1, "{first}");
+        } else {
+            assert!(first["detect_ms"].is_null(), "{first}");
+        }
+    }
+}
+
+#[test]
+fn the_driver_prints_the_idle_and_first_pin_table() {
+    let mut driver = Command::new(env!("CARGO_BIN_EXE_compare"));
+    driver.args(["--rounds", "1", "--idle-secs", "0.3"]).args([
+        "--configs",
+        "tokio-metrics,pinwatch",
+        "--workloads",
+        "idle,first-pin",
+    ]);
+    // The debug column's path, without building a debug child: this test's own binary is one
+    // when the tests are (`cargo test` without `--release`).
+    if cfg!(debug_assertions) {
+        driver.args(["--debug-exe", env!("CARGO_BIN_EXE_compare")]);
+    } else {
+        driver.arg("--no-debug");
+    }
+    let out = driver.output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!table.contains("| storm"), "{table}");
+    let row = |label: &str| -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {label} |")))
+            .unwrap_or_else(|| panic!("no {label} row: {table}"));
+        line.trim_matches('|')
+            .split(" | ")
+            .map(|c| c.trim().to_owned())
+            .collect()
+    };
+    let header = row("configuration");
+    let columns = if cfg!(debug_assertions) { 8 } else { 6 };
+    assert_eq!(header.len(), columns, "{table}");
+    let (plain, metrics, pinwatch) = (
+        row("plain tokio"),
+        row("tokio-metrics TaskMonitor on every task"),
+        row("pinwatch (defaults)"),
+    );
+    for r in [&plain, &metrics, &pinwatch] {
+        assert_eq!(r.len(), columns, "{table}");
+        assert!(r[1].ends_with(" ms/s"), "idle CPU: {table}");
+        assert!(r[3].ends_with(" /s"), "wake-ups: {table}");
+        assert!(r[5].ends_with(" MiB"), "memory, for every tool: {table}");
+    }
+    assert_eq!(plain[2], "", "plain is the baseline: {table}");
+    assert!(pinwatch[2].ends_with(" ms/s"), "{table}");
+    assert_eq!(plain[4], "never (not while stuck)", "{table}");
+    assert_eq!(metrics[4], "never (not while stuck)", "{table}");
+    assert!(pinwatch[4].ends_with(" ms"), "{table}");
+    if cfg!(debug_assertions) {
+        assert!(pinwatch[6].ends_with(" ms"), "debug first pin: {table}");
+        assert!(pinwatch[7].ends_with(" MiB"), "{table}");
+        assert_eq!(plain[6], "", "only the tools that report: {table}");
+    }
+    assert!(table.contains("idle: a runtime of 2 workers"), "{table}");
+    assert!(
+        table.contains("first pin: in a process of its own"),
+        "{table}"
+    );
+}
+
+#[test]
 fn the_driver_prints_one_table_with_every_configuration() {
     let out = Command::new(env!("CARGO_BIN_EXE_compare"))
         .args([
@@ -139,6 +282,8 @@ fn bad_arguments_name_themselves() {
         (vec!["--rounds", "x"], "--rounds"),
         (vec!["--configs", "jfr"], "unknown configuration \"jfr\""),
         (vec!["--bogus"], "--bogus"),
+        (vec!["--idle-secs", "0"], "--idle-secs"),
+        (vec!["--workloads", "idle,nap"], "unknown workload \"nap\""),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_compare"))
             .args(&args)

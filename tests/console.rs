@@ -333,7 +333,9 @@ fn a_service_with_its_own_subscriber_gets_the_resources_through_its_layer() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("already installed") && err.contains("PINWATCH_CONSOLE=resources"),
+        err.contains("installed one already")
+            && err.contains("pinwatch::console_layer()")
+            && err.contains("PINWATCH_CONSOLE=resources"),
         "{err}"
     );
 

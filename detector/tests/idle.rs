@@ -165,6 +165,8 @@ fn without_the_park_hooks_the_watchdog_keeps_looking() {
         .on_after_task_poll(move |m| after.after_poll(m));
     let rt = tokio.build().unwrap();
     let detector = prepared.start(rt.handle()).unwrap();
+    // A thread takes its name once it runs.
+    wait_for("the watchdog's name", || !switches("pinwatch-watchd").is_empty());
     let scans = switches("pinwatch-watchd");
     // Idle, it goes on waking to look (a sleeping watchdog would time this out).
     wait_for("the watchdog to scan", || since(&scans, "pinwatch-watchd") > 50);

@@ -267,7 +267,14 @@ fn demangle(raw: &[u8]) -> String {
     }
 }
 
+/// The loaded objects (none where stacks are never sampled: 32-bit targets).
+#[cfg(not(target_pointer_width = "64"))]
+fn loaded_objects() -> Vec<Image> {
+    Vec::new()
+}
+
 /// The loaded objects, from the dynamic linker.
+#[cfg(target_pointer_width = "64")]
 fn loaded_objects() -> Vec<Image> {
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,

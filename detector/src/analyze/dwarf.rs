@@ -20,7 +20,7 @@ type R = gimli::EndianSlice<'static, gimli::NativeEndian>;
 /// How many parsed units are kept (each holds its abbreviations, its line sequences and its
 /// function ranges: a few KiB, up to about 100 KiB for std's unit). One stack passes through
 /// a dozen or two.
-const MAX_UNITS: usize = 32;
+pub(crate) const MAX_UNITS: usize = 32;
 
 /// One frame as DWARF says it: a raw (mangled or plain) name, file and line.
 pub(crate) struct RawFrame {
@@ -202,6 +202,12 @@ impl Dwarf {
         }
         self.ranges.sort_unstable_by_key(|r| r.0);
         self.ranges.shrink_to_fit();
+    }
+
+    /// How many units are held parsed.
+    #[cfg(test)]
+    pub(crate) fn parsed_units(&self) -> usize {
+        self.parsed.len()
     }
 
     /// The parsed unit at `offset` (parsing it, and evicting the least recently used one

@@ -423,6 +423,53 @@ pub(crate) fn mark_lock_frames(frames: &mut [Frame], held: &[HeldEntry]) {
 mod tests {
     use super::*;
 
+    /// A service that pins for weeks at ever new addresses: the resolver keeps at most
+    /// `MAX_CACHED` addresses and `MAX_UNITS` parsed units, and still resolves.
+    #[test]
+    fn the_caches_stay_bounded() {
+        let mut r = Resolver::default();
+        let here = the_caches_stay_bounded as fn() as usize;
+        let (mut named, mut lines) = (0, 0);
+        // Addresses all over this test binary's code, a few units' worth and more.
+        let code = loaded_objects()
+            .into_iter()
+            .find(|i| i.main)
+            .and_then(|i| i.segments.into_iter().find(|&(b, e)| b <= here && here < e))
+            .expect("the code segment");
+        let n = MAX_CACHED + MAX_CACHED / 2;
+        let step = ((code.1 - code.0) / n).max(1);
+        for k in 0..n {
+            let frames = r.resolve(&[code.0 + k * step]);
+            named += usize::from(frames[0].function.is_some());
+            lines += usize::from(frames[0].line.is_some());
+            assert!(r.cache.len() <= MAX_CACHED, "{} cached", r.cache.len());
+            let units: usize = r
+                .images
+                .iter()
+                .filter_map(|i| i.file.as_ref()?.as_ref()?.dwarf.as_ref())
+                .map(Dwarf::parsed_units)
+                .sum();
+            assert!(units <= super::super::dwarf::MAX_UNITS, "{units} units");
+        }
+        assert!(
+            named > MAX_CACHED && lines > MAX_CACHED / 2,
+            "{named} named, {lines} with a line"
+        );
+        // This very function, after all that.
+        let frames = r.resolve(&[here + 1]);
+        assert!(
+            frames[0]
+                .function
+                .as_deref()
+                .is_some_and(|f| f.ends_with("the_caches_stay_bounded")),
+            "{frames:?}"
+        );
+        assert!(frames[0]
+            .file
+            .as_deref()
+            .is_some_and(|f| f.ends_with("symbols.rs")));
+    }
+
     fn named(n: &str) -> Frame {
         Frame::named(n)
     }

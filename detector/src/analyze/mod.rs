@@ -2,6 +2,8 @@
 //! readings, held-lock entries) become finished [`PinnedEvent`]s — frames, a reason, the top
 //! application frame and a profile of where a long pin's samples were.
 
+mod dwarf;
+mod elf;
 pub(crate) mod reason;
 mod symbols;
 

@@ -1,17 +1,35 @@
 //! Symbols: instruction pointers to frames, on the analysis thread (it allocates and reads debug
 //! info; never in a handler or on a worker).
+//!
+//! Lazily: a file is mapped when an address in it first needs a name, and of its DWARF only
+//! the unit, line sequence and function that hold the address are read ([`super::dwarf`]).
+//! The program and any library with DWARF of its own give function, file, line and inlined
+//! frames; other shared libraries (libc) a name from their symbol table — their separate debug
+//! file's `.symtab` when one is installed by build id, else their `.dynsym` — and never their
+//! separate DWARF (libc's is compressed: reading it cost 30 MiB).
 
 use std::collections::HashMap;
+use std::ffi::CStr;
+use std::path::PathBuf;
 
+use super::dwarf::{Dwarf, RawFrame};
+use super::elf::{debug_file_by_build_id, Elf, Mmap};
 use super::reason::module_path;
 use crate::event::Frame;
 use crate::poll::locks::HeldEntry;
 
-/// Turns instruction pointers into frames, remembering each address it has resolved. Runs on
-/// the sink thread.
+/// How many addresses' frames are remembered. A long-running service that pins at ever new
+/// addresses starts over when this many are cached, so the cache never grows without bound.
+const MAX_CACHED: usize = 4096;
+
+/// Turns instruction pointers into frames, remembering each address it has resolved (up to
+/// [`MAX_CACHED`]). Runs on the sink thread.
 #[derive(Default)]
 pub(crate) struct Resolver {
     cache: HashMap<usize, Vec<Frame>>,
+    images: Vec<Image>,
+    /// Whether a lookup since the last `resolve` read the files.
+    read_files: bool,
 }
 
 impl Resolver {
@@ -20,14 +38,20 @@ impl Resolver {
         let mut out = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
             // Return addresses point after the call; look up the call itself (the innermost
-            // frame's address is where the thread was interrupted, exact).
+            // frame's address is where the thread was interrupted; `symbolize` looks at the
+            // byte before each address besides).
             let lookup = if i == 0 { ip } else { ip.saturating_sub(1) };
             let mut frames = self.lookup(lookup);
-            if i == 0 && frames[0].line.is_none() && frames[0].function.is_some() {
+            if i == 0
+                && frames[0].line.is_none()
+                && frames[0].file.is_some()
+                && frames[0].function.is_some()
+            {
                 // The interrupted instruction has no source line of its own (DWARF line 0:
                 // code the compiler made, e.g. a loop's bookkeeping): it belongs to the
                 // statement before it. Take the nearest preceding instruction of the same
-                // function that has a line.
+                // function that has a line. (A frame named from a symbol table, with no file,
+                // has no lines to find.)
                 if let Some(better) = (1..=MAX_BACKSTEP)
                     .map(|back| self.lookup(ip.saturating_sub(back)))
                     .take_while(|f| f[0].function == frames[0].function)
@@ -39,6 +63,18 @@ impl Resolver {
             out.extend(frames);
         }
         qualify_inlined(&mut out);
+        if std::mem::take(&mut self.read_files) {
+            // What the lookups read of the files is in the page cache: the process need not
+            // keep it mapped (its resident set would grow by every page of DWARF it read).
+            for image in &self.images {
+                if let Some(Some(opened)) = &image.file {
+                    opened.map.release();
+                    if let Some(debug) = &opened.debug {
+                        debug.release();
+                    }
+                }
+            }
+        }
         out
     }
 }
@@ -46,25 +82,274 @@ impl Resolver {
 impl Resolver {
     /// The frames at `addr` (several when calls were inlined), innermost first; never empty.
     fn lookup(&mut self, addr: usize) -> Vec<Frame> {
-        self.cache
-            .entry(addr)
-            .or_insert_with(|| {
-                let mut frames = Vec::new();
-                backtrace::resolve(addr as *mut std::ffi::c_void, |sym| {
-                    frames.push(Frame {
-                        function: sym.name().map(|n| format!("{n:#}")),
-                        file: sym.filename().map(|f| f.display().to_string()),
-                        line: sym.lineno(),
-                        locks: 0,
-                    });
-                });
-                if frames.is_empty() {
-                    frames.push(Frame::default());
-                }
-                frames
-            })
-            .clone()
+        if let Some(frames) = self.cache.get(&addr) {
+            return frames.clone();
+        }
+        self.read_files = true;
+        let mut frames = self.symbolize(addr);
+        if frames.is_empty() {
+            frames.push(Frame::default());
+        }
+        if self.cache.len() >= MAX_CACHED {
+            self.cache.clear();
+        }
+        self.cache.insert(addr, frames.clone());
+        frames
     }
+
+    fn symbolize(&mut self, addr: usize) -> Vec<Frame> {
+        // `backtrace::resolve`, which this replaces, took every address for a return address
+        // and looked up the byte before it; the frames (and the back-step above, tuned on
+        // them) stay as they were: for a thread stopped in a system call the interrupted
+        // address follows the `syscall` instruction, and the byte before is in it.
+        let addr = addr.saturating_sub(1);
+        let found = match self.images.iter().position(|i| i.holds(addr)) {
+            Some(i) => Some(i),
+            None => {
+                // A library loaded since the last look (or the first lookup).
+                self.refresh_images();
+                self.images.iter().position(|i| i.holds(addr))
+            }
+        };
+        let from_image = found
+            .map(|i| self.images[i].frames(addr))
+            .unwrap_or_default();
+        if !from_image.is_empty() {
+            return from_image;
+        }
+        dladdr_name(addr)
+            .map(|name| {
+                vec![Frame {
+                    function: Some(name),
+                    ..Frame::default()
+                }]
+            })
+            .unwrap_or_default()
+    }
+
+    /// Lists the loaded objects again, keeping the ones already opened.
+    fn refresh_images(&mut self) {
+        let mut now = loaded_objects();
+        for image in &mut now {
+            if let Some(k) = self
+                .images
+                .iter()
+                .position(|old| old.bias == image.bias && old.path == image.path)
+            {
+                *image = self.images.swap_remove(k);
+            }
+        }
+        self.images = now;
+    }
+}
+
+/// One loaded object (the program or a shared library).
+struct Image {
+    /// The file (`/proc/self/exe` for the program); `None` for the vDSO.
+    path: Option<PathBuf>,
+    main: bool,
+    /// Load bias: file address = runtime address - bias.
+    bias: usize,
+    /// Its loaded segments, runtime addresses.
+    segments: Vec<(usize, usize)>,
+    /// Mapped on first use (`Some(None)`: could not be read).
+    file: Option<Option<Opened>>,
+}
+
+/// A mapped file with what was found in it. Field order is drop order: what borrows the
+/// mappings goes first.
+struct Opened {
+    dwarf: Option<Dwarf>,
+    /// The separate debug file, by build id (for its symbol table, or the program's DWARF).
+    debug: Option<Mmap>,
+    map: Mmap,
+}
+
+impl Image {
+    fn holds(&self, addr: usize) -> bool {
+        self.segments.iter().any(|&(b, e)| b <= addr && addr < e)
+    }
+
+    fn frames(&mut self, addr: usize) -> Vec<Frame> {
+        let main = self.main;
+        let opened = self
+            .file
+            .get_or_insert_with(|| self.path.as_deref().and_then(|p| open(p, main)));
+        let Some(opened) = opened else {
+            return Vec::new();
+        };
+        let probe = (addr.wrapping_sub(self.bias)) as u64;
+        let raw = opened
+            .dwarf
+            .as_mut()
+            .map(|d| d.frames(probe))
+            .unwrap_or_default();
+        let mut symbol = None;
+        let mut symbol_name = |opened: &Opened| {
+            symbol
+                .get_or_insert_with(|| opened.symbol(probe).map(demangle))
+                .clone()
+        };
+        if raw.is_empty() {
+            return symbol_name(opened)
+                .map(|name| {
+                    vec![Frame {
+                        function: Some(name),
+                        ..Frame::default()
+                    }]
+                })
+                .unwrap_or_default();
+        }
+        raw.into_iter()
+            .map(|RawFrame { name, file, line }| Frame {
+                function: name
+                    .map(|n| demangle(n.slice()))
+                    .or_else(|| symbol_name(opened)),
+                file,
+                line,
+                locks: 0,
+            })
+            .collect()
+    }
+}
+
+/// Maps the file at `path` and reads its DWARF index: the program's DWARF (its own, or its
+/// separate debug file's, compressed or not), a library's only when it has its own, uncompressed.
+fn open(path: &std::path::Path, main: bool) -> Option<Opened> {
+    let map = Mmap::open(path)?;
+    let elf = Elf::parse(map.bytes())?;
+    let debug = elf
+        .build_id()
+        .and_then(debug_file_by_build_id)
+        .and_then(|p| Mmap::open(&p))
+        .filter(|m| Elf::parse(m.bytes()).is_some());
+    let dwarf = if elf.has_dwarf() && (main || !elf.dwarf_compressed()) {
+        // SAFETY: `map` is kept in the same `Opened`, dropped after `dwarf`.
+        unsafe { Dwarf::load(&elf) }
+    } else {
+        let debug_elf = debug.as_ref().and_then(|m| Elf::parse(m.bytes()));
+        match debug_elf {
+            // SAFETY: `debug` is kept in the same `Opened`, dropped after `dwarf`.
+            Some(d) if main && d.has_dwarf() => unsafe { Dwarf::load(&d) },
+            _ => None,
+        }
+    };
+    Some(Opened { dwarf, debug, map })
+}
+
+impl Opened {
+    /// The symbol holding `probe`: from the file's own `.symtab`, else its separate debug
+    /// file's, else its `.dynsym`.
+    fn symbol(&self, probe: u64) -> Option<&[u8]> {
+        let elf = Elf::parse(self.map.bytes())?;
+        if !elf.has_symtab() {
+            if let Some(name) = self
+                .debug
+                .as_ref()
+                .and_then(|m| Elf::parse(m.bytes()))
+                .filter(Elf::has_symtab)
+                .and_then(|d| d.symbol(probe))
+            {
+                return Some(name);
+            }
+        }
+        elf.symbol(probe)
+    }
+}
+
+/// A symbol's name as `backtrace` printed it with `{:#}`: Rust names demangled without their
+/// hash, others as they are.
+fn demangle(raw: &[u8]) -> String {
+    let s = String::from_utf8_lossy(raw);
+    match rustc_demangle::try_demangle(&s) {
+        Ok(d) => format!("{d:#}"),
+        Err(_) => s.into_owned(),
+    }
+}
+
+/// The loaded objects (none where stacks are never sampled: 32-bit targets).
+#[cfg(not(target_pointer_width = "64"))]
+fn loaded_objects() -> Vec<Image> {
+    Vec::new()
+}
+
+/// The loaded objects, from the dynamic linker.
+#[cfg(target_pointer_width = "64")]
+fn loaded_objects() -> Vec<Image> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `Vec` passed below, alive and not otherwise borrowed during
+        // the iteration; `info` is valid for this call (the dynamic linker's contract).
+        let (out, info) = unsafe { (&mut *data.cast::<Vec<Image>>(), &*info) };
+        let first = out.is_empty();
+        let bias = info.dlpi_addr as usize;
+        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+            &[]
+        } else {
+            // SAFETY: the linker gives `dlpi_phnum` headers at `dlpi_phdr`.
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+        };
+        let segments = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD)
+            .map(|p| {
+                let start = bias.wrapping_add(p.p_vaddr as usize);
+                (start, start.wrapping_add(p.p_memsz as usize))
+            })
+            .collect();
+        let name = if info.dlpi_name.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: a NUL-terminated string owned by the linker, valid for this call.
+            unsafe { CStr::from_ptr(info.dlpi_name) }
+                .to_bytes()
+                .to_vec()
+        };
+        // The program comes first, with an empty name; the vDSO has a name that is no file.
+        let (path, main) = if first && name.is_empty() {
+            (Some(PathBuf::from("/proc/self/exe")), true)
+        } else if name.starts_with(b"/") {
+            use std::os::unix::ffi::OsStringExt;
+            (
+                Some(PathBuf::from(std::ffi::OsString::from_vec(name))),
+                false,
+            )
+        } else {
+            (None, false)
+        };
+        out.push(Image {
+            path,
+            main,
+            bias,
+            segments,
+            file: None,
+        });
+        0
+    }
+    let mut out: Vec<Image> = Vec::new();
+    // SAFETY: `each` only reads what the linker passes and pushes onto `out`, which outlives
+    // the call.
+    unsafe {
+        libc::dl_iterate_phdr(Some(each), (&mut out as *mut Vec<Image>).cast());
+    }
+    out
+}
+
+/// The dynamic symbol `dladdr` finds for `addr` (the vDSO, a file that could not be read).
+fn dladdr_name(addr: usize) -> Option<String> {
+    // SAFETY: `Dl_info` is plain data; zeroed is a valid value for it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `dladdr` only reads its address argument and fills `info`.
+    let found = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) };
+    if found == 0 || info.dli_sname.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated string in the object's string table (loaded while it is).
+    let name = unsafe { CStr::from_ptr(info.dli_sname) };
+    Some(demangle(name.to_bytes()))
 }
 
 /// How many bytes before an interrupted instruction with no source line to look for one.
@@ -137,6 +422,53 @@ pub(crate) fn mark_lock_frames(frames: &mut [Frame], held: &[HeldEntry]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A service that pins for weeks at ever new addresses: the resolver keeps at most
+    /// `MAX_CACHED` addresses and `MAX_UNITS` parsed units, and still resolves.
+    #[test]
+    fn the_caches_stay_bounded() {
+        let mut r = Resolver::default();
+        let here = the_caches_stay_bounded as fn() as usize;
+        let (mut named, mut lines) = (0, 0);
+        // Addresses all over this test binary's code, a few units' worth and more.
+        let code = loaded_objects()
+            .into_iter()
+            .find(|i| i.main)
+            .and_then(|i| i.segments.into_iter().find(|&(b, e)| b <= here && here < e))
+            .expect("the code segment");
+        let n = MAX_CACHED + MAX_CACHED / 2;
+        let step = ((code.1 - code.0) / n).max(1);
+        for k in 0..n {
+            let frames = r.resolve(&[code.0 + k * step]);
+            named += usize::from(frames[0].function.is_some());
+            lines += usize::from(frames[0].line.is_some());
+            assert!(r.cache.len() <= MAX_CACHED, "{} cached", r.cache.len());
+            let units: usize = r
+                .images
+                .iter()
+                .filter_map(|i| i.file.as_ref()?.as_ref()?.dwarf.as_ref())
+                .map(Dwarf::parsed_units)
+                .sum();
+            assert!(units <= super::super::dwarf::MAX_UNITS, "{units} units");
+        }
+        assert!(
+            named > MAX_CACHED && lines > MAX_CACHED / 2,
+            "{named} named, {lines} with a line"
+        );
+        // This very function, after all that.
+        let frames = r.resolve(&[here + 1]);
+        assert!(
+            frames[0]
+                .function
+                .as_deref()
+                .is_some_and(|f| f.ends_with("the_caches_stay_bounded")),
+            "{frames:?}"
+        );
+        assert!(frames[0]
+            .file
+            .as_deref()
+            .is_some_and(|f| f.ends_with("symbols.rs")));
+    }
 
     fn named(n: &str) -> Frame {
         Frame::named(n)

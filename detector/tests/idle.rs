@@ -166,10 +166,14 @@ fn without_the_park_hooks_the_watchdog_keeps_looking() {
     let rt = tokio.build().unwrap();
     let detector = prepared.start(rt.handle()).unwrap();
     // A thread takes its name once it runs.
-    wait_for("the watchdog's name", || !switches("pinwatch-watchd").is_empty());
+    wait_for("the watchdog's name", || {
+        !switches("pinwatch-watchd").is_empty()
+    });
     let scans = switches("pinwatch-watchd");
     // Idle, it goes on waking to look (a sleeping watchdog would time this out).
-    wait_for("the watchdog to scan", || since(&scans, "pinwatch-watchd") > 50);
+    wait_for("the watchdog to scan", || {
+        since(&scans, "pinwatch-watchd") > 50
+    });
     assert_eq!(detector.stats().watchdog_sleeps, 0);
     drop(rt);
     drop(detector);

@@ -252,6 +252,9 @@ impl PinnedEvent {
             runtime_stalled: false,
             heartbeat_late: None,
             tasks_queued_behind: None,
+            spans: Vec::new(),
+            trace_id: None,
+            span_id: None,
         }
     }
 }
@@ -418,6 +421,42 @@ pub struct PinnedEvent {
     /// and when the runtime is stalled none does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_queued_behind: Option<usize>,
+    /// The `tracing` spans the pinned poll was in when it was flagged, outermost first (with
+    /// `pinwatch::tracing_layer()` in the service's subscriber), bounded in count and size. A pin
+    /// that outlives its spans keeps what was captured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<SpanInfo>,
+    /// The OpenTelemetry trace id (32 hex digits) of the innermost span that has one
+    /// (`tracing-opentelemetry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The OpenTelemetry span id (16 hex digits) of that span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
+}
+
+/// One `tracing` span a pinned poll was in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanInfo {
+    /// The span's name (`request`, an `#[instrument]`ed function's name).
+    pub name: String,
+    /// Its target (usually the module path: `tower_http::trace::make_span`).
+    pub target: String,
+    /// Its fields as recorded, values formatted as `tracing` shows them (strings without
+    /// quotes), in name order.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub fields: std::collections::BTreeMap<String, String>,
+}
+
+impl SpanInfo {
+    /// What metrics and tables group by: the name, with OpenTelemetry's `http.route` when the
+    /// span has one (`request GET /users/{id}` style: `request /users/{id}`).
+    pub fn label(&self) -> String {
+        match self.fields.get("http.route") {
+            Some(route) => format!("{} {route}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// One line of a recording: the event plus the `schema` and `event` fields.
@@ -686,6 +725,9 @@ mod tests {
             runtime_stalled: false,
             heartbeat_late: None,
             tasks_queued_behind: None,
+            spans: Vec::new(),
+            trace_id: None,
+            span_id: None,
         }
     }
 

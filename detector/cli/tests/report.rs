@@ -448,9 +448,15 @@ fn strings_of_the_recording_cannot_break_out_of_the_page() {
 
 /// A completed pin of `ms` in a request to `route` (its uri `uri`), as the tracing layer
 /// records it; `trace` its OpenTelemetry trace id.
-fn traced_pin(id: u64, ms: f64, route: &str, uri: &str, trace: &str) -> String {
+fn traced_pin(id: u64, ms: f64, route: &str, uri: &str, trace: &str, nested: bool) -> String {
+    // With `nested`, an `#[instrument]`ed function's span inside the request.
+    let inner = if nested {
+        format!(r#",{{"name":"render","target":"app","fields":{{"id":"{id}"}}}}"#)
+    } else {
+        String::new()
+    };
     format!(
-        r#"{{"schema":1,"event":"pinned","id":{id},"run_id":"aaaaaaaa-1111-4111-8111-111111111111","pid":100,"state":"completed","start":"2026-11-30T10:00:0{id}.000Z","duration_ms":{ms},"threshold_ms":20.0,"task_id":{id},"worker":{{"index":0,"tid":1000,"name":"tokio-rt-worker"}},"reason":"sleep","blocking_operation":"clock_nanosleep","stack":[{{"function":"app::report","file":"src/report.rs","line":9}}],"held_locks":[],"samples":1,"report":2,"cpu_wait_ms":0.0,"top_frame":{{"function":"app::report","file":"src/report.rs","line":9}},"spans":[{{"name":"request","target":"tower_http::trace::make_span","fields":{{"http.route":"{route}","method":"GET","uri":"{uri}"}}}},{{"name":"render","target":"app","fields":{{"id":"{id}"}}}}],"trace_id":"{trace}","span_id":"00f067aa0ba902b7"}}"#
+        r#"{{"schema":1,"event":"pinned","id":{id},"run_id":"aaaaaaaa-1111-4111-8111-111111111111","pid":100,"state":"completed","start":"2026-11-30T10:00:0{id}.000Z","duration_ms":{ms},"threshold_ms":20.0,"task_id":{id},"worker":{{"index":0,"tid":1000,"name":"tokio-rt-worker"}},"reason":"sleep","blocking_operation":"clock_nanosleep","stack":[{{"function":"app::report","file":"src/report.rs","line":9}}],"held_locks":[],"samples":1,"report":2,"cpu_wait_ms":0.0,"top_frame":{{"function":"app::report","file":"src/report.rs","line":9}},"spans":[{{"name":"request","target":"tower_http::trace::make_span","fields":{{"http.route":"{route}","method":"GET","uri":"{uri}"}}}}{inner}],"trace_id":"{trace}","span_id":"00f067aa0ba902b7"}}"#
     )
 }
 
@@ -460,20 +466,30 @@ fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
     let rec = dir.path().join("traced.jsonl");
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let lines = [
-        traced_pin(1, 120.0, "/report", "/report?a=1", trace),
+        traced_pin(1, 120.0, "/report", "/report?a=1", trace, true),
         traced_pin(
             2,
             300.0,
             "/report",
             "/report?a=2",
             "0af7651916cd43dd8448eb211c80319c",
+            false,
         ),
         traced_pin(
             3,
+            40.0,
+            "/report",
+            "/report?a=3",
+            "0af7651916cd43dd8448eb211c80319e",
+            false,
+        ),
+        traced_pin(
+            4,
             50.0,
             "/users/{id}",
             "/users/9",
             "0af7651916cd43dd8448eb211c80319d",
+            false,
         ),
     ];
     std::fs::write(&rec, lines.join("\n") + "\n").unwrap();
@@ -481,7 +497,8 @@ fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
     let url = format!("file://{}#pin=1", page.display());
     let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &url));
 
-    // One row per route, most pinned time first; the uri does not split a route.
+    // One row per innermost span label, most pinned time first: a route (the uri does not
+    // split it), or the span nested in the request.
     let rows: Vec<Vec<String>> = select(&dom, "#span-table tbody tr")
         .iter()
         .map(|tr| {
@@ -490,11 +507,17 @@ fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
                 .collect()
         })
         .collect();
-    assert_eq!(rows.len(), 2, "{rows:?}");
-    assert_eq!(rows[0][..2], ["request /report".to_owned(), "2".to_owned()]);
+    let rows: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str()))
+        .collect();
     assert_eq!(
-        rows[1][..2],
-        ["request /users/{id}".to_owned(), "1".to_owned()]
+        rows,
+        [
+            ("request /report", "2"),
+            ("render", "1"),
+            ("request /users/{id}", "1")
+        ]
     );
 
     // Pin 1's details: its span chain, outermost first, and its trace.

@@ -556,10 +556,19 @@ fn render(st: &Status) -> String {
         })
         .collect();
     if !rows.is_empty() {
-        let t = table(
-            &["WORKER", "TASK", "FOR", "WHY", "HOLDS", "WHERE", "REQUEST"],
-            &rows,
-        );
+        // The REQUEST column only when a pin is in a span (the service has the tracing layer).
+        let t = if st.pinned.iter().any(|p| p.span.is_some()) {
+            table(
+                &["WORKER", "TASK", "FOR", "WHY", "HOLDS", "WHERE", "REQUEST"],
+                &rows,
+            )
+        } else {
+            let rows: Vec<[String; 6]> = rows
+                .into_iter()
+                .map(|[a, b, c, d, e, f, _]| [a, b, c, d, e, f])
+                .collect();
+            table(&["WORKER", "TASK", "FOR", "WHY", "HOLDS", "WHERE"], &rows)
+        };
         for l in t.lines() {
             let _ = writeln!(w, "  {l}");
         }
@@ -658,6 +667,14 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains('\x1b'), "{text}");
+        // Outside any span: no REQUEST column.
+        let mut st = st;
+        st.pinned.retain(|p| p.span.is_none());
+        let text = render_status(&st);
+        assert!(
+            text.contains("WHERE") && !text.contains("REQUEST"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -198,6 +198,11 @@ const OTEL_METRICS: &[(&str, &str, &str)] = &[
         "pinwatch_pins_by_location_total",
     ),
     (
+        "pinwatch.pins_by_span",
+        "{pin}",
+        "pinwatch_pins_by_span_total",
+    ),
+    (
         "pinwatch.events.dropped",
         "{event}",
         "pinwatch_events_dropped_total",
@@ -622,4 +627,48 @@ fn the_collector_config_feeds_the_prometheus_exporter_and_a_logs_pipeline() {
         path.display()
     );
     support::python(&script);
+}
+
+/// A pin's line with the spans and OpenTelemetry ids the tracing layer captures.
+const TRACED_PIN: &str = r#"{"schema":1,"event":"pinned","id":7,"state":"completed","start":"2026-11-30T06:11:31.537975Z","duration_ms":120.5,"threshold_ms":20.0,"task_id":22,"worker":{"index":1,"tid":11190,"name":"tokio-rt-worker"},"reason":"sleep","blocking_operation":"clock_nanosleep","stack":[],"held_locks":[],"samples":1,"report":2,"cpu_wait_ms":0.0,"spans":[{"name":"request","target":"tower_http::trace::make_span","fields":{"http.route":"/report","method":"GET","uri":"/report?x=1"}},{"name":"render","target":"svc","fields":{"id":"7"}}],"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7"}"#;
+
+#[test]
+fn a_pins_log_record_carries_its_requests_trace_and_span_ids_and_chain() {
+    let (port, got) = http_receiver();
+    let event = pinwatch::PinnedEvent::from_json_line(TRACED_PIN).unwrap();
+    pinwatch::export::otlp::send_for_test(&format!("http://127.0.0.1:{port}"), vec![event])
+        .unwrap();
+    // The exporter sends before it returns; the receiver stores before it responds.
+    let recs = records(&got);
+    let rec = recs
+        .iter()
+        .find(|r| r.event_name == pinwatch::export::otlp::EVENT_NAME)
+        .expect("the pin's log record");
+    assert_eq!(
+        rec.trace_id,
+        [
+            0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e,
+            0x47, 0x36
+        ]
+    );
+    assert_eq!(
+        rec.span_id,
+        [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+    );
+    assert_eq!(string(&rec.attributes, "pinwatch.span"), Some("render"));
+    assert_eq!(
+        string(&rec.attributes, "pinwatch.spans"),
+        Some("request{http.route=/report method=GET uri=/report?x=1}:render{id=7}")
+    );
+
+    // A pin outside any traced request: no trace context, no span attributes.
+    let (port, got) = http_receiver();
+    let plain = TRACED_PIN.split(r#","spans""#).next().unwrap().to_owned() + "}";
+    let event = pinwatch::PinnedEvent::from_json_line(&plain).unwrap();
+    pinwatch::export::otlp::send_for_test(&format!("http://127.0.0.1:{port}"), vec![event])
+        .unwrap();
+    let recs = records(&got);
+    let rec = recs.first().expect("the pin's log record");
+    assert!(rec.trace_id.is_empty() && rec.span_id.is_empty(), "{rec:?}");
+    assert_eq!(string(&rec.attributes, "pinwatch.span"), None);
 }

@@ -252,6 +252,9 @@ impl PinnedEvent {
             runtime_stalled: false,
             heartbeat_late: None,
             tasks_queued_behind: None,
+            spans: Vec::new(),
+            trace_id: None,
+            span_id: None,
         }
     }
 }
@@ -418,6 +421,77 @@ pub struct PinnedEvent {
     /// and when the runtime is stalled none does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_queued_behind: Option<usize>,
+    /// The `tracing` spans the pinned poll was in when it was flagged, outermost first (with
+    /// `pinwatch::tracing_layer()` in the service's subscriber), bounded in count and size. A pin
+    /// that outlives its spans keeps what was captured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<SpanInfo>,
+    /// The OpenTelemetry trace id (32 hex digits) of the innermost span that has one
+    /// (`tracing-opentelemetry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The OpenTelemetry span id (16 hex digits) of that span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
+}
+
+/// One `tracing` span a pinned poll was in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanInfo {
+    /// The span's name (`request`, an `#[instrument]`ed function's name).
+    pub name: String,
+    /// Its target (usually the module path: `tower_http::trace::make_span`).
+    pub target: String,
+    /// Its fields as recorded, values formatted as `tracing` shows them (strings without
+    /// quotes), in name order.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub fields: std::collections::BTreeMap<String, String>,
+}
+
+/// The longest text of a span chain ([`PinnedEvent::span_context`]) and of one span
+/// ([`SpanInfo::display`]), in characters: a WARN line, a status row or an attribute stays one
+/// readable line whatever a service records in its spans.
+pub const MAX_SPAN_TEXT: usize = 256;
+
+/// `s` cut to `max` characters, `…` marking the cut.
+fn cut(s: String, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s;
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+impl SpanInfo {
+    /// The span as `tracing`'s own formatter shows it in a context: `request{method=GET
+    /// uri=/report}` (fields in name order; no braces without fields), at most
+    /// [`MAX_SPAN_TEXT`] characters.
+    pub fn display(&self) -> String {
+        let mut s = self.name.clone();
+        if !self.fields.is_empty() {
+            s.push('{');
+            for (i, (k, v)) in self.fields.iter().enumerate() {
+                if i > 0 {
+                    s.push(' ');
+                }
+                s.push_str(k);
+                s.push('=');
+                s.push_str(v);
+            }
+            s.push('}');
+        }
+        cut(s, MAX_SPAN_TEXT)
+    }
+
+    /// What metrics and tables group by: the name, with OpenTelemetry's `http.route` when the
+    /// span has one (`request GET /users/{id}` style: `request /users/{id}`).
+    pub fn label(&self) -> String {
+        match self.fields.get("http.route") {
+            Some(route) => format!("{} {route}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// One line of a recording: the event plus the `schema` and `event` fields.
@@ -472,14 +546,53 @@ impl PinnedEvent {
         Ok(e)
     }
 
+    /// The innermost span the pinned poll was in (the request, or the `#[instrument]`ed
+    /// function inside it), if any.
+    pub fn innermost_span(&self) -> Option<&SpanInfo> {
+        self.spans.last()
+    }
+
+    /// The span chain as `tracing`'s formatter prints a context, outermost first and the
+    /// innermost last: `request{method=GET uri=/report}:render{id=7}`. At most
+    /// [`MAX_SPAN_TEXT`] characters: outer spans that do not fit are left out, `…:` marking
+    /// them. `None` without spans.
+    pub fn span_context(&self) -> Option<String> {
+        let mut parts: Vec<String> = Vec::new();
+        let mut len = 0;
+        let mut cut_outer = false;
+        for (i, span) in self.spans.iter().rev().enumerate() {
+            let d = span.display();
+            let n = d.chars().count() + usize::from(i > 0);
+            // Room kept for the `…:` mark when an outer span is left out.
+            if i > 0 && len + n + 2 > MAX_SPAN_TEXT {
+                cut_outer = true;
+                break;
+            }
+            len += n;
+            parts.push(d);
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        parts.reverse();
+        let chain = parts.join(":");
+        Some(if cut_outer {
+            format!("…:{chain}")
+        } else {
+            chain
+        })
+    }
+
     /// A one-line summary, like the first line of `jdk.tracePinnedThreads` output. It leads with
     /// where the worker is held (the top frame: `file:line function`), why, and what usually
     /// fixes it; the task, its spawn site and the worker follow (for a service the spawn site is
-    /// the same for every request: the server's accept loop).
+    /// the same for every request: the server's accept loop), then the spans the poll was in
+    /// ([`PinnedEvent::span_context`]) — which request pinned.
     ///
     /// `pinned in_progress for 23.7 ms at src/main.rs:16 svc::slow_report: reason=sleep
     /// (clock_nanosleep) — use tokio::time::sleep(..).await instead of std::thread::sleep;
-    /// task 3 spawned at src/main.rs:30:5, worker 1 (tokio-rt-worker, tid 11329)`
+    /// task 3 spawned at src/main.rs:30:5 in request{method=GET uri=/report}, worker 1
+    /// (tokio-rt-worker, tid 11329)`
     pub fn headline(&self) -> String {
         let mut s = format!(
             "pinned {} for {:.1} ms",
@@ -521,6 +634,9 @@ impl PinnedEvent {
             if let Some(at) = &self.spawned_at {
                 s.push_str(&format!(" spawned at {at}"));
             }
+        }
+        if let Some(chain) = self.span_context() {
+            s.push_str(&format!(" in {chain}"));
         }
         match self.worker.index {
             Some(i) => s.push_str(&format!(", worker {i}")),
@@ -686,6 +802,9 @@ mod tests {
             runtime_stalled: false,
             heartbeat_late: None,
             tasks_queued_behind: None,
+            spans: Vec::new(),
+            trace_id: None,
+            span_id: None,
         }
     }
 
@@ -781,6 +900,56 @@ mod tests {
 
     /// The headline leads with the blocking line, the reason and the advice; the task, spawn
     /// site and worker follow.
+    fn span(name: &str, fields: &[(&str, &str)]) -> SpanInfo {
+        SpanInfo {
+            name: name.to_owned(),
+            target: "svc".to_owned(),
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_headline_says_which_request_innermost_span_last_and_bounded() {
+        let mut e = sample();
+        e.spans = vec![
+            span("request", &[("uri", "/report"), ("method", "GET")]),
+            span("render", &[]),
+        ];
+        assert_eq!(
+            e.span_context().as_deref(),
+            Some("request{method=GET uri=/report}:render")
+        );
+        assert!(
+            e.headline().contains(
+                "task 12 spawned at src/main.rs:10:5 in request{method=GET uri=/report}:render, \
+                 worker 1"
+            ),
+            "{}",
+            e.headline()
+        );
+        // Many big spans: the innermost ones kept, the outer ones marked as left out.
+        let big = "v".repeat(100);
+        e.spans = (0..20)
+            .map(|i| span(&format!("s{i}"), &[("k", big.as_str())]))
+            .collect();
+        let chain = e.span_context().unwrap();
+        assert!(chain.chars().count() <= MAX_SPAN_TEXT, "{}", chain.len());
+        assert!(
+            chain.starts_with("…:s1") && chain.ends_with(&format!("s19{{k={big}}}")),
+            "{chain}"
+        );
+        // One span too big on its own: cut.
+        e.spans = vec![span("request", &[("uri", "x".repeat(5000).as_str())])];
+        let chain = e.span_context().unwrap();
+        assert_eq!(chain.chars().count(), MAX_SPAN_TEXT);
+        assert!(chain.starts_with("request{uri=xx") && chain.ends_with('…'));
+        e.spans.clear();
+        assert!(e.span_context().is_none() && e.headline().contains("src/main.rs:10:5, worker 1"));
+    }
+
     #[test]
     fn the_headline_leads_with_the_top_frame_and_the_advice() {
         let mut e = sample();

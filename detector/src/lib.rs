@@ -115,7 +115,7 @@ pub mod report;
 
 pub use config::{Config, Console, Control, Settings, Stacks};
 pub use error::Error;
-pub use event::{PinnedEvent, Reason, State};
+pub use event::{PinnedEvent, Reason, SpanInfo, State};
 #[cfg(feature = "console")]
 pub use export::console::console_layer;
 pub use export::Sink;

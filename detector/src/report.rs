@@ -433,6 +433,29 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         if let Some(n) = e.tasks_queued_behind {
             let _ = writeln!(out, "  tasksQueuedBehind = {n}");
         }
+        // Which request: the span chain, outermost first, and its trace.
+        if !e.spans.is_empty() {
+            let _ = writeln!(out, "  spans = [");
+            for span in &e.spans {
+                let _ = writeln!(
+                    out,
+                    "    {} ({})",
+                    Shown(span.display()),
+                    Shown(&span.target)
+                );
+            }
+            let _ = writeln!(out, "  ]");
+        }
+        if let Some(trace) = &e.trace_id {
+            match &e.span_id {
+                Some(span) => {
+                    let _ = writeln!(out, "  traceId = {} (span {})", Shown(trace), Shown(span));
+                }
+                None => {
+                    let _ = writeln!(out, "  traceId = {}", Shown(trace));
+                }
+            }
+        }
         match &e.top_frame {
             Some(f) => {
                 let _ = writeln!(out, "  topApplicationFrame = {}", Shown(f));
@@ -723,6 +746,102 @@ impl Summary {
     }
 }
 
+/// One row of the "by span" table: the pins whose innermost `tracing` span has this
+/// [`label`](crate::SpanInfo::label) (name, with `http.route` when present).
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct SpanRow {
+    /// The innermost span's label; [`NO_SPAN`] for pins outside any span.
+    pub span: String,
+    /// Pins.
+    pub count: usize,
+    /// The longest, in ms.
+    pub longest_ms: f64,
+    /// Time pinned in all, in ms.
+    pub total_ms: f64,
+}
+
+/// The "by span" label of the pins outside any span.
+pub const NO_SPAN: &str = "(no span)";
+
+/// Pins and time pinned per innermost span label, by total time, most first: which request
+/// pinned. Each pin counts once, with its last report; retracted ones do not. Empty when no
+/// pin has spans (the service has no `pinwatch::tracing_layer()`).
+pub fn summarize_spans(events: &[PinnedEvent]) -> Vec<SpanRow> {
+    let latest = latest_reports(events);
+    if latest.iter().all(|e| e.spans.is_empty()) {
+        return Vec::new();
+    }
+    let mut by: BTreeMap<String, SpanRow> = BTreeMap::new();
+    for e in latest {
+        if e.state == crate::State::Retracted {
+            continue;
+        }
+        let span = e
+            .innermost_span()
+            .map_or_else(|| NO_SPAN.to_owned(), crate::SpanInfo::label);
+        let row = by.entry(span.clone()).or_insert(SpanRow {
+            span,
+            count: 0,
+            longest_ms: 0.0,
+            total_ms: 0.0,
+        });
+        let d = e.duration.as_secs_f64() * 1e3;
+        row.count += 1;
+        row.total_ms += d;
+        row.longest_ms = row.longest_ms.max(d);
+    }
+    let mut rows: Vec<SpanRow> = by.into_values().collect();
+    rows.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms).then(a.span.cmp(&b.span)));
+    rows
+}
+
+/// The "by span" table as text (nothing when `rows` is empty).
+pub fn render_spans(rows: &[SpanRow]) -> String {
+    let mut out = String::new();
+    if rows.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "By Span");
+    let _ = writeln!(out);
+    let cells: Vec<[String; 4]> = rows
+        .iter()
+        .map(|r| {
+            [
+                Shown(&r.span).to_string(),
+                r.count.to_string(),
+                human_ms(r.longest_ms),
+                human_ms(r.total_ms),
+            ]
+        })
+        .collect();
+    let headers = ["Innermost Span", "Count", "Longest", "Total"];
+    let mut widths = headers.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cols: [&str; 4]| {
+        let mut s = String::new();
+        for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
+            if i == 0 {
+                let _ = write!(s, "{c:<w$}  ");
+            } else {
+                let _ = write!(s, "{c:>w$}  ");
+            }
+        }
+        s.trim_end().to_owned()
+    };
+    let _ = writeln!(out, "{}", line(headers));
+    let dashes = widths.map(|w| "-".repeat(w));
+    let _ = writeln!(out, "{}", line(dashes.each_ref().map(|s| s.as_str())));
+    for row in &cells {
+        let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
+    }
+    out
+}
+
 /// The summary as a text table.
 pub fn render_summary(rows: &[SummaryRow]) -> String {
     let mut out = String::new();
@@ -815,6 +934,64 @@ mod tests {
         format!(
             r#"{{"schema":2,"event":"pinned","id":{id},"run_id":"{run}","pid":1,"state":"{state}","start":"2026-11-30T00:00:00Z","duration_ms":{ms},"threshold_ms":20.0,"task_id":1,"spawned_at":null,"worker":{{"index":0,"tid":1,"name":"w"}},"reason":"sleep","blocking_operation":"clock_nanosleep","top_frame":{{"function":"app::f","file":"src/f.rs","line":3}},"stack":[],"held_locks":[],"report":1}}"#
         )
+    }
+
+    /// A pin line in spans: `spans` as the tracing layer writes them, and a trace.
+    fn in_spans(run: &str, id: u64, ms: f64, route: &str, uri: &str) -> String {
+        let l = line(run, id, "completed", ms);
+        let spans = format!(
+            r#","spans":[{{"name":"conn","target":"hyper"}},{{"name":"request","target":"tower_http::trace::make_span","fields":{{"http.route":"{route}","method":"GET","uri":"{uri}"}}}}],"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7"}}"#
+        );
+        l[..l.len() - 1].to_owned() + &spans
+    }
+
+    #[test]
+    fn print_shows_the_span_chain_and_trace_and_summary_a_by_span_table() {
+        let text = [
+            in_spans("r", 1, 100.0, "/report", "/report?a=1"),
+            in_spans("r", 2, 300.0, "/report", "/report?a=2"),
+            in_spans("r", 3, 50.0, "/users/{id}", "/users/9"),
+            line("r", 4, "completed", 30.0),
+        ]
+        .join("\n");
+        let rec = parse_recording(&text, "rec").unwrap();
+        let print = render_print(&rec.events);
+        assert!(
+            print.contains(
+                "  spans = [\n    conn (hyper)\n    request{http.route=/report method=GET \
+                 uri=/report?a=1} (tower_http::trace::make_span)\n  ]\n"
+            ),
+            "{print}"
+        );
+        assert!(
+            print.contains("  traceId = 4bf92f3577b34da6a3ce929d0e0e4736 (span 00f067aa0ba902b7)"),
+            "{print}"
+        );
+        let rows = summarize_spans(&rec.events);
+        let got: Vec<(&str, usize, f64)> = rows
+            .iter()
+            .map(|r| (r.span.as_str(), r.count, r.total_ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("request /report", 2, 400.0),
+                ("request /users/{id}", 1, 50.0),
+                (NO_SPAN, 1, 30.0)
+            ]
+        );
+        let table = render_spans(&rows);
+        assert!(table.starts_with("By Span\n"), "{table}");
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with("request /report") && l.ends_with("400.0 ms")),
+            "{table}"
+        );
+        // Without spans anywhere: no table (the summary reads as before).
+        let plain = parse_recording(&line("r", 4, "completed", 30.0), "rec").unwrap();
+        assert!(summarize_spans(&plain.events).is_empty());
+        assert_eq!(render_spans(&[]), "");
     }
 
     /// Strings of a recording reach the terminal escaped: no `ESC` sequence, no forged line,

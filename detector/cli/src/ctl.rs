@@ -521,7 +521,7 @@ fn render(st: &Status) -> String {
             ""
         }
     );
-    let rows: Vec<[String; 6]> = st
+    let rows: Vec<[String; 7]> = st
         .pinned
         .iter()
         .map(|p| {
@@ -546,11 +546,29 @@ fn render(st: &Status) -> String {
                     .clone()
                     .or_else(|| p.spawned_at.as_ref().map(|s| format!("spawned at {s}")))
                     .unwrap_or_else(|| "-".to_owned()),
+                // Which request: the innermost span, with the trace to look it up by.
+                match (&p.span, &p.trace_id) {
+                    (Some(span), Some(trace)) => format!("{span} trace={trace}"),
+                    (Some(span), None) => span.clone(),
+                    (None, _) => "-".to_owned(),
+                },
             ]
         })
         .collect();
     if !rows.is_empty() {
-        let t = table(&["WORKER", "TASK", "FOR", "WHY", "HOLDS", "WHERE"], &rows);
+        // The REQUEST column only when a pin is in a span (the service has the tracing layer).
+        let t = if st.pinned.iter().any(|p| p.span.is_some()) {
+            table(
+                &["WORKER", "TASK", "FOR", "WHY", "HOLDS", "WHERE", "REQUEST"],
+                &rows,
+            )
+        } else {
+            let rows: Vec<[String; 6]> = rows
+                .into_iter()
+                .map(|[a, b, c, d, e, f, _]| [a, b, c, d, e, f])
+                .collect();
+            table(&["WORKER", "TASK", "FOR", "WHY", "HOLDS", "WHERE"], &rows)
+        };
         for l in t.lines() {
             let _ = writeln!(w, "  {l}");
         }
@@ -612,6 +630,52 @@ fn render(st: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_shows_the_request_each_pin_is_in_escaped() {
+        let pinned = |id: u64, span: Option<&str>, trace: Option<&str>| {
+            serde_json::json!({
+                "id": id, "for_ms": 1500, "worker": 1, "tid": 42, "task_id": 7,
+                "spawned_at": "src/main.rs:30:5", "reason": "sleep",
+                "blocking_operation": "clock_nanosleep", "top_frame": "svc::slow (src/main.rs:16)",
+                "held_locks": 0, "span": span, "trace_id": trace,
+            })
+        };
+        let st: Status = serde_json::from_value(serde_json::json!({
+            "pid": 1, "socket": "/run/x.sock", "command": "svc", "version": "0.1.0",
+            "run_id": "r", "uptime_ms": 10, "built_at": "src/main.rs:1", "flavor": "multi_thread",
+            "workers": 2, "settings": [], "paused": false, "pinned": [
+                pinned(1, Some("request{method=GET uri=/report\u{1b}[2J}"),
+                    Some("4bf92f3577b34da6a3ce929d0e0e4736")),
+                pinned(2, None, None),
+            ], "top": [], "counters": [],
+        }))
+        .unwrap();
+        let text = render_status(&st);
+        let row = |task: &str| {
+            text.lines()
+                .find(|l| l.contains(task))
+                .unwrap_or_else(|| panic!("no {task} row in\n{text}"))
+                .to_owned()
+        };
+        assert!(text.contains("REQUEST"), "{text}");
+        // What the service's span says is shown, its terminal escape escaped.
+        assert!(
+            row("task 7").contains(
+                r"request{method=GET uri=/report\x1b[2J} trace=4bf92f3577b34da6a3ce929d0e0e4736"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains('\x1b'), "{text}");
+        // Outside any span: no REQUEST column.
+        let mut st = st;
+        st.pinned.retain(|p| p.span.is_none());
+        let text = render_status(&st);
+        assert!(
+            text.contains("WHERE") && !text.contains("REQUEST"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn untrusted_text_is_shown_escaped() {

@@ -147,7 +147,13 @@ fn main() -> ExitCode {
                     }
                 }
             } else {
-                print_out(&report::render_summary(&rows))
+                let mut text = report::render_summary(&rows);
+                let spans = report::render_spans(&report::summarize_spans(&rec.events));
+                if !spans.is_empty() {
+                    text.push('\n');
+                    text.push_str(&spans);
+                }
+                print_out(&text)
             }
         }
     }

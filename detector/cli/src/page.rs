@@ -48,6 +48,10 @@ pub struct PageData {
     pub locations: Vec<SummaryRow>,
     /// Per reason: pins and total time, most time first.
     pub reasons: Vec<ReasonRow>,
+    /// Per innermost span label: pins and time, most time first (`pinwatch summary`'s "by
+    /// span" table); empty when no pin has spans.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<pinwatch::report::SpanRow>,
     /// Warnings from reading the recording.
     pub warnings: Vec<String>,
 }
@@ -132,6 +136,12 @@ pub struct PinView {
     /// Tasks queued behind it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks_queued_behind: Option<usize>,
+    /// The `tracing` spans it was in, outermost first, each as `name{field=value …}`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<String>,
+    /// Its request's OpenTelemetry trace id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// A reason's share.
@@ -324,6 +334,7 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
         pins: details,
         locations: summarize(events),
         reasons,
+        spans: pinwatch::report::summarize_spans(events),
         warnings: warnings.to_vec(),
     }
 }
@@ -373,6 +384,8 @@ fn view(e: &PinnedEvent) -> PinView {
             .runtime_stalled
             .then(|| round1(e.heartbeat_late.unwrap_or_default().as_secs_f64() * 1e3)),
         tasks_queued_behind: e.tasks_queued_behind,
+        spans: e.spans.iter().map(|s| s.display()).collect(),
+        trace_id: e.trace_id.clone(),
         held_locks: e
             .held_locks
             .iter()
@@ -785,6 +798,22 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
     }
     h.push_str("</tbody></table></section>\n");
 
+    // By span: which request pinned (only with spans in the recording).
+    if !d.spans.is_empty() {
+        h.push_str("<section id=\"spans\"><h2>By span</h2><p class=\"hint\">Pins by the innermost <code>tracing</code> span they were in (its name, with <code>http.route</code> when present): which request pinned.</p><table id=\"span-table\"><thead><tr><th>Span</th><th>Pins</th><th>Longest</th><th>Total</th></tr></thead><tbody>");
+        for r in &d.spans {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&r.span),
+                r.count,
+                human(r.longest_ms),
+                human(r.total_ms)
+            );
+        }
+        h.push_str("</tbody></table></section>\n");
+    }
+
     // The pins' details, for the script.
     let pins = script_json(&serde_json::to_string(&d.pins).map_err(|e| e.to_string())?);
     let _ = write!(
@@ -841,6 +870,8 @@ function show(bar){
   if(e.held_locks.length){lines.push('holds:     '+e.held_locks.join('; '));}
   if(e.runtime_stalled_ms!==undefined){lines.push('STALLED:   the whole runtime (timers, I/O): heartbeat '+e.runtime_stalled_ms+' ms late');}
   if(e.tasks_queued_behind){lines.push('queued:    '+e.tasks_queued_behind+' tasks behind it');}
+  if(e.spans&&e.spans.length){lines.push('spans:     '+e.spans.join(' > '));}
+  if(e.trace_id){lines.push('trace:     '+e.trace_id);}
   lines.push('stack:');
   e.stack.forEach(function(f){lines.push('  '+f);});
   detail.textContent=lines.join('\n');

@@ -338,3 +338,64 @@ fn a_closed_pipe_ends_the_output_quietly() {
         assert_eq!(done.status.code(), Some(0), "{args:?}: {:?}", done.status);
     }
 }
+
+/// The recording's first pin, in a request (spans as the tracing layer writes them), as pin
+/// `id` of `ms` on `route`.
+fn in_request(id: u64, ms: f64, route: &str) -> String {
+    let first = &first_lines(1)[0];
+    let v: serde_json::Value = serde_json::from_str(first).unwrap();
+    let mut v = v.as_object().unwrap().clone();
+    v.insert("id".into(), id.into());
+    v.insert("state".into(), "completed".into());
+    v.insert("duration_ms".into(), ms.into());
+    v.insert(
+        "spans".into(),
+        serde_json::json!([{"name": "request", "target": "tower_http::trace::make_span",
+            "fields": {"http.route": route, "method": "GET", "uri": format!("{route}?id={id}")}}]),
+    );
+    v.insert("trace_id".into(), "4bf92f3577b34da6a3ce929d0e0e4736".into());
+    serde_json::Value::Object(v).to_string()
+}
+
+#[test]
+fn print_shows_the_request_and_summary_has_a_by_span_table() {
+    let lines = [
+        in_request(1, 120.0, "/report"),
+        in_request(2, 300.0, "/report"),
+        in_request(3, 40.0, "/health"),
+    ];
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let rec = with_lines(&lines, true);
+    let path = rec.path().to_str().unwrap();
+    let (code, out, err) = pinwatch(&["print", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "  spans = [\n    request{http.route=/report method=GET uri=/report?id=1} \
+             (tower_http::trace::make_span)\n  ]"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("  traceId = 4bf92f3577b34da6a3ce929d0e0e4736"),
+        "{out}"
+    );
+    let (code, out, err) = pinwatch(&["summary", path]);
+    assert_eq!(code, 0, "{err}");
+    let table = out
+        .split("By Span\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"));
+    let rows: Vec<&str> = table.lines().skip(3).collect();
+    assert!(
+        rows[0].starts_with("request /report ") && rows[0].ends_with("420.0 ms"),
+        "{out}"
+    );
+    assert!(
+        rows[1].starts_with("request /health ") && rows[1].ends_with("40.0 ms"),
+        "{out}"
+    );
+    // The recording without spans: no such table (the golden output stays as it was).
+    let (_, out, _) = pinwatch(&["summary", data("recording.jsonl").to_str().unwrap()]);
+    assert!(!out.contains("By Span"), "{out}");
+}

@@ -445,3 +445,97 @@ fn strings_of_the_recording_cannot_break_out_of_the_page() {
     assert!(select(&dom, "#lanes rect.bar.selected").is_empty());
     assert_eq!(select(&dom, "#hot th.asc").len(), 1, "the script went on");
 }
+
+/// A completed pin of `ms` in a request to `route` (its uri `uri`), as the tracing layer
+/// records it; `trace` its OpenTelemetry trace id.
+fn traced_pin(id: u64, ms: f64, route: &str, uri: &str, trace: &str, nested: bool) -> String {
+    // With `nested`, an `#[instrument]`ed function's span inside the request.
+    let inner = if nested {
+        format!(r#",{{"name":"render","target":"app","fields":{{"id":"{id}"}}}}"#)
+    } else {
+        String::new()
+    };
+    format!(
+        r#"{{"schema":1,"event":"pinned","id":{id},"run_id":"aaaaaaaa-1111-4111-8111-111111111111","pid":100,"state":"completed","start":"2026-11-30T10:00:0{id}.000Z","duration_ms":{ms},"threshold_ms":20.0,"task_id":{id},"worker":{{"index":0,"tid":1000,"name":"tokio-rt-worker"}},"reason":"sleep","blocking_operation":"clock_nanosleep","stack":[{{"function":"app::report","file":"src/report.rs","line":9}}],"held_locks":[],"samples":1,"report":2,"cpu_wait_ms":0.0,"top_frame":{{"function":"app::report","file":"src/report.rs","line":9}},"spans":[{{"name":"request","target":"tower_http::trace::make_span","fields":{{"http.route":"{route}","method":"GET","uri":"{uri}"}}}}{inner}],"trace_id":"{trace}","span_id":"00f067aa0ba902b7"}}"#
+    )
+}
+
+#[test]
+fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("traced.jsonl");
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let lines = [
+        traced_pin(1, 120.0, "/report", "/report?a=1", trace, true),
+        traced_pin(
+            2,
+            300.0,
+            "/report",
+            "/report?a=2",
+            "0af7651916cd43dd8448eb211c80319c",
+            false,
+        ),
+        traced_pin(
+            3,
+            40.0,
+            "/report",
+            "/report?a=3",
+            "0af7651916cd43dd8448eb211c80319e",
+            false,
+        ),
+        traced_pin(
+            4,
+            50.0,
+            "/users/{id}",
+            "/users/9",
+            "0af7651916cd43dd8448eb211c80319d",
+            false,
+        ),
+    ];
+    std::fs::write(&rec, lines.join("\n") + "\n").unwrap();
+    let page = report(&rec, dir.path());
+    let url = format!("file://{}#pin=1", page.display());
+    let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &url));
+
+    // One row per innermost span label, most pinned time first: a route (the uri does not
+    // split it), or the span nested in the request.
+    let rows: Vec<Vec<String>> = select(&dom, "#span-table tbody tr")
+        .iter()
+        .map(|tr| {
+            tr.select(&Selector::parse("td").unwrap())
+                .map(|td| text(&td))
+                .collect()
+        })
+        .collect();
+    let rows: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("request /report", "2"),
+            ("render", "1"),
+            ("request /users/{id}", "1")
+        ]
+    );
+
+    // Pin 1's details: its span chain, outermost first, and its trace.
+    let detail = text(&select(&dom, "#detail")[0]);
+    assert!(
+        detail.contains(
+            "spans:     request{http.route=/report method=GET uri=/report?a=1} > render{id=1}"
+        ),
+        "{detail}"
+    );
+    assert!(detail.contains(&format!("trace:     {trace}")), "{detail}");
+
+    // A recording without spans has no such table.
+    let plain = report(&data("report-small.jsonl"), dir.path());
+    let dom = Html::parse_document(&browse(
+        dir.path(),
+        "--dump-dom",
+        &format!("file://{}", plain.display()),
+    ));
+    assert!(select(&dom, "#span-table").is_empty());
+}

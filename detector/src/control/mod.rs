@@ -596,6 +596,11 @@ fn status(s: &Served) -> Status {
                 }),
                 held_locks: e.as_ref().map_or(0, |e| e.held_locks.len()),
                 runtime_stalled: stalled_now,
+                span: e.as_ref().and_then(request_of),
+                trace_id: e
+                    .as_ref()
+                    .and_then(|e| e.trace_id.clone())
+                    .map(|t| bounded(t, MAX_TRACE_ID)),
             }
         })
         .collect();
@@ -670,6 +675,15 @@ const MAX_COMMAND: usize = 4096;
 const MAX_FIELD: usize = 1024;
 
 /// `s` cut to at most `max` bytes (at a character's boundary), marked `…` if cut.
+/// A trace id is 32 hex digits; a longer one (a bug elsewhere) is cut there.
+const MAX_TRACE_ID: usize = 32;
+
+/// Which request a pin is in, for `status`: its innermost span with its fields, bounded.
+fn request_of(e: &crate::PinnedEvent) -> Option<String> {
+    e.innermost_span()
+        .map(|s| bounded(s.display(), crate::event::MAX_SPAN_TEXT))
+}
+
 fn bounded(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut end = max;
@@ -685,6 +699,39 @@ fn bounded(mut s: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_names_the_innermost_span_with_its_fields_bounded() {
+        use crate::event::{Reason, State};
+        let mut e = crate::PinnedEvent::for_test(1, State::InProgress, Reason::Sleep, 30, 3);
+        assert_eq!(request_of(&e), None);
+        let span = |name: &str, fields: &[(&str, &str)]| crate::SpanInfo {
+            name: name.to_owned(),
+            target: "svc".to_owned(),
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        e.spans = vec![
+            span("conn", &[("peer", "127.0.0.1:4000")]),
+            span("request", &[("method", "GET"), ("uri", "/report")]),
+        ];
+        assert_eq!(
+            request_of(&e).as_deref(),
+            Some("request{method=GET uri=/report}")
+        );
+        // A huge field is cut: a status stays small whatever a service records.
+        let long = "x".repeat(10_000);
+        e.spans = vec![span("request", &[("uri", long.as_str())])];
+        let shown = request_of(&e).unwrap();
+        assert!(
+            shown.len() <= crate::event::MAX_SPAN_TEXT + 3,
+            "{}",
+            shown.len()
+        );
+        assert!(shown.starts_with("request{uri=xxx") && shown.ends_with('…'));
+    }
 
     #[test]
     fn bounded_cuts_at_a_character_boundary() {

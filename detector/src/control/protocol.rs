@@ -149,4 +149,11 @@ pub struct PinnedNow {
     /// The whole runtime is stalled now, while it runs (see docs/blast-radius.md).
     #[serde(default)]
     pub runtime_stalled: bool,
+    /// The request it pins: the innermost `tracing` span of the pinned poll with its fields
+    /// (`request{method=GET uri=/report}`), bounded; `None` outside any span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<String>,
+    /// That request's OpenTelemetry trace id (32 hex digits), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }

@@ -55,6 +55,9 @@ struct View {
     pinned_total_ms: u64,
     /// The pin shown has stalled the whole runtime (`runtime_stalled`).
     runtime_stalled: bool,
+    /// Which request: the innermost `tracing` span of the pinned poll with its fields
+    /// (`request{method=GET uri=/report}`, bounded); `-` outside any span.
+    span: String,
 }
 
 /// Shown for a text attribute of a worker that is not pinned.
@@ -73,6 +76,7 @@ impl View {
             pins,
             pinned_total_ms,
             runtime_stalled: false,
+            span: NONE.to_owned(),
         }
     }
 }
@@ -192,6 +196,9 @@ impl WorkerResource {
         if old.is_none_or(|o| o.runtime_stalled != new.runtime_stalled) {
             update!(runtime_stalled = new.runtime_stalled);
         }
+        if old.is_none_or(|o| o.span != new.span) {
+            update!(span = new.span.as_str());
+        }
     }
 
     fn set(&mut self, new: View) {
@@ -220,6 +227,9 @@ impl WorkerResource {
                     pins,
                     pinned_total_ms: self.view.pinned_total_ms,
                     runtime_stalled: e.runtime_stalled,
+                    span: e
+                        .innermost_span()
+                        .map_or_else(|| NONE.to_owned(), crate::SpanInfo::display),
                 };
                 self.current = Some((e.id, Instant::now()));
                 self.set(view);
@@ -507,6 +517,65 @@ mod tests {
         assert_eq!(w.view.pinned_for_ms, 1300);
         w.event(&event(1, State::Completed, 1500));
         assert_eq!(w.view, View::idle(1, 1500));
+    }
+
+    /// Records every `span` attribute update, as console-subscriber would read it.
+    struct SpanUpdates(Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanUpdates {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct V<'a>(&'a std::sync::Mutex<Vec<String>>);
+            impl tracing::field::Visit for V<'_> {
+                fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                    if field.name() == "span" {
+                        self.0.lock().unwrap().push(value.to_owned());
+                    }
+                }
+                fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+            }
+            if event.metadata().target() == "runtime::resource::state_update" {
+                event.record(&mut V(&self.0));
+            }
+        }
+    }
+
+    #[test]
+    fn the_resource_shows_the_request_span_set_once_then_overridden() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let subscriber = tracing_subscriber::registry().with(SpanUpdates(Arc::clone(&got)));
+        tracing::subscriber::with_default(subscriber, || {
+            let mut w = worker();
+            let mut e = event(1, State::InProgress, 25);
+            e.spans = vec![
+                crate::SpanInfo {
+                    name: "conn".to_owned(),
+                    ..Default::default()
+                },
+                crate::SpanInfo {
+                    name: "request".to_owned(),
+                    target: "tower_http::trace::make_span".to_owned(),
+                    fields: [("method", "GET"), ("uri", "/report")]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .collect(),
+                },
+            ];
+            w.event(&e);
+            // A later report in the same span sets nothing again.
+            e.duration = Duration::from_millis(1025);
+            w.event(&e);
+            w.event(&event(1, State::Completed, 1500));
+        });
+        // A string from creation on (`-`), the request while pinned, `-` again after.
+        assert_eq!(
+            *got.lock().unwrap(),
+            ["-", "request{method=GET uri=/report}", "-"]
+        );
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub(crate) fn builtin(config: &Config, recorder: &Recorder) -> Result<Vec<Box<dy
     not(any(feature = "prometheus", feature = "otlp", feature = "console")),
     allow(dead_code)
 )]
+#[derive(Default)]
 pub(crate) struct Live {
     /// The threshold in force.
     pub threshold: std::time::Duration,
@@ -111,23 +112,62 @@ pub const DURATION_BUCKETS: &[f64] =
 pub(crate) struct PinCounter {
     /// Pins already counted and not yet completed.
     counted: std::collections::HashSet<u64>,
-    locations: std::collections::HashSet<String>,
-    max_locations: usize,
+    locations: Bounded,
+    spans: Bounded,
 }
+
+/// The labels a pin is counted under, once, at its first report.
+#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+pub(crate) struct PinLabels {
+    /// Its top frame (`file:line`, or the function), bounded.
+    pub location: String,
+    /// Its innermost span's [`SpanInfo::label`](crate::SpanInfo::label) (`none` outside any
+    /// span), bounded.
+    pub span: String,
+}
+
+/// A label's values: the first `max - 1` seen, then `other` (one of the `max`).
+struct Bounded {
+    seen: std::collections::HashSet<String>,
+    max: usize,
+}
+
+impl Bounded {
+    fn label(&mut self, value: String) -> String {
+        if self.seen.contains(&value) || self.seen.len() < self.max.saturating_sub(1) {
+            self.seen.insert(value.clone());
+            value
+        } else {
+            "other".to_owned()
+        }
+    }
+}
+
+/// The `span` label of a pin outside any span.
+#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
+pub(crate) const NO_SPAN: &str = "none";
 
 #[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
 impl PinCounter {
-    pub(crate) fn new(max_locations: usize) -> PinCounter {
+    /// Counts at most `max_labels` values of each label (`location`, `span`), `other` among
+    /// them.
+    pub(crate) fn new(max_labels: usize) -> PinCounter {
         PinCounter {
             counted: std::collections::HashSet::new(),
-            locations: std::collections::HashSet::new(),
-            max_locations,
+            locations: Bounded {
+                seen: std::collections::HashSet::new(),
+                max: max_labels,
+            },
+            spans: Bounded {
+                seen: std::collections::HashSet::new(),
+                max: max_labels,
+            },
         }
     }
 
-    /// The location label when `e` is the first countable report of its pin, `None` otherwise.
+    /// The labels when `e` is the first countable report of its pin, `None` otherwise.
     /// A completed or retracted pin is forgotten.
-    pub(crate) fn first_report(&mut self, e: &PinnedEvent) -> Option<String> {
+    pub(crate) fn first_report(&mut self, e: &PinnedEvent) -> Option<PinLabels> {
         let first = e.state != crate::event::State::Retracted && self.counted.insert(e.id);
         if e.state != crate::event::State::InProgress {
             self.counted.remove(&e.id);
@@ -140,14 +180,12 @@ impl PinCounter {
                     _ => f.function.clone().unwrap_or_else(|| "unknown".to_owned()),
                 },
             );
-            // `other` is one of the bounded values.
-            if self.locations.contains(&location)
-                || self.locations.len() < self.max_locations.saturating_sub(1)
-            {
-                self.locations.insert(location.clone());
-                location
-            } else {
-                "other".to_owned()
+            let span = e
+                .innermost_span()
+                .map_or_else(|| NO_SPAN.to_owned(), crate::SpanInfo::label);
+            PinLabels {
+                location: self.locations.label(location),
+                span: self.spans.label(span),
             }
         })
     }

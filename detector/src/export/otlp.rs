@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
 use opentelemetry::metrics::MeterProvider;
-use opentelemetry::KeyValue;
+use opentelemetry::{KeyValue, SpanId, TraceFlags, TraceId};
 use opentelemetry_otlp::{LogExporter, MetricExporter, WithExportConfig};
 use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
@@ -118,6 +118,17 @@ impl Otlp {
     /// `queue`: events queued for the OTLP thread before new ones are dropped (the detector's
     /// queue capacity).
     pub(crate) fn start(max_locations: usize, queue: usize, live: LiveFn) -> Result<Otlp, Error> {
+        Otlp::start_to(max_locations, queue, live, None)
+    }
+
+    /// [`Otlp::start`], sending to `endpoint` (`http://host:port`, http/protobuf) instead of what
+    /// the `OTEL_*` variables say when it is given.
+    fn start_to(
+        max_locations: usize,
+        queue: usize,
+        live: LiveFn,
+        endpoint: Option<&str>,
+    ) -> Result<Otlp, Error> {
         let env = |n: &str| std::env::var(n).ok();
         let logs_protocol = protocol("LOGS", env)?;
         let metrics_protocol = protocol("METRICS", env)?;
@@ -139,18 +150,32 @@ impl Otlp {
         let _entered = runtime.as_ref().map(|r| r.enter());
         let resource = Resource::builder().build();
         let log_exporter = match logs_protocol {
-            Protocol::HttpProtobuf => LogExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .build(),
+            Protocol::HttpProtobuf => match endpoint {
+                Some(at) => LogExporter::builder()
+                    .with_http()
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                    .with_endpoint(format!("{at}/v1/logs"))
+                    .build(),
+                None => LogExporter::builder()
+                    .with_http()
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                    .build(),
+            },
             Protocol::Grpc => LogExporter::builder().with_tonic().build(),
         }
         .map_err(|e| Error::Otlp(format!("cannot build the OTLP log exporter: {e}")))?;
         let metric_exporter = match metrics_protocol {
-            Protocol::HttpProtobuf => MetricExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .build(),
+            Protocol::HttpProtobuf => match endpoint {
+                Some(at) => MetricExporter::builder()
+                    .with_http()
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                    .with_endpoint(format!("{at}/v1/metrics"))
+                    .build(),
+                None => MetricExporter::builder()
+                    .with_http()
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                    .build(),
+            },
             Protocol::Grpc => MetricExporter::builder().with_tonic().build(),
         }
         .map_err(|e| Error::Otlp(format!("cannot build the OTLP metric exporter: {e}")))?;
@@ -217,6 +242,23 @@ impl Drop for Otlp {
         }
         let _ = self.meters.shutdown();
     }
+}
+
+/// Sends `events` as log records to the OTLP/HTTP receiver at `endpoint` (`http://host:port`)
+/// through the exporter pinwatch runs, and returns once they are sent. For tests of what a
+/// receiver gets (the events come from JSON lines); not an interface.
+#[doc(hidden)]
+pub fn send_for_test(endpoint: &str, events: Vec<PinnedEvent>) -> Result<(), Error> {
+    let live: LiveFn = Arc::new(super::Live::default);
+    let otlp = Otlp::start_to(16, events.len().max(1), live, Some(endpoint))?;
+    let mut sink = otlp.sink();
+    for e in &events {
+        super::Sink::event(&mut sink, e);
+    }
+    drop(sink);
+    // Dropping it sends what is queued, then stops its thread.
+    drop(otlp);
+    Ok(())
 }
 
 /// The OTLP log exporter, counting the records that did not reach the collector (refused,
@@ -325,10 +367,28 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
     if let Some(n) = e.tasks_queued_behind {
         attrs.push(kv("pinwatch.tasks_queued_behind", n as i64));
     }
+    // Which request: the innermost span's label, and the chain as the WARN line shows it.
+    if let Some(span) = e.innermost_span() {
+        attrs.push(kv("pinwatch.span", span.label()));
+    }
+    if let Some(chain) = e.span_context() {
+        attrs.push(kv("pinwatch.spans", chain));
+    }
+    // The record's own trace context: a tracing backend links the pin to the request's trace.
+    if let Some((trace, span)) = trace_context(e) {
+        rec.set_trace_context(trace, span, Some(TraceFlags::SAMPLED));
+    }
     for (key, value) in attrs {
         rec.add_attribute(key, value);
     }
     logger.emit(rec);
+}
+
+/// The event's trace and span ids, when both are valid hex ids (not all zeros).
+fn trace_context(e: &PinnedEvent) -> Option<(TraceId, SpanId)> {
+    let trace = TraceId::from_hex(e.trace_id.as_deref()?).ok()?;
+    let span = SpanId::from_hex(e.span_id.as_deref()?).ok()?;
+    (trace != TraceId::INVALID && span != SpanId::INVALID).then_some((trace, span))
 }
 
 fn kv(key: &'static str, value: impl Into<AnyValue>) -> (&'static str, AnyValue) {
@@ -462,6 +522,7 @@ struct Instruments {
     pins: opentelemetry::metrics::Counter<u64>,
     durations: opentelemetry::metrics::Histogram<f64>,
     by_location: opentelemetry::metrics::Counter<u64>,
+    by_span: opentelemetry::metrics::Counter<u64>,
     reasons: Vec<KeyValue>,
     pins_seen: super::PinCounter,
 }
@@ -491,15 +552,24 @@ impl Instruments {
             .with_unit("{pin}")
             .with_description("Pins per top application frame; bounded, then \"other\".")
             .build();
+        let by_span = meter
+            .u64_counter("pinwatch.pins_by_span")
+            .with_unit("{pin}")
+            .with_description(
+                "Pins per innermost tracing span (name, with http.route when present); bounded, then \"other\".",
+            )
+            .build();
         // Every reason exists at 0 from the start.
         for kv in &reasons {
             pins.add(0, std::slice::from_ref(kv));
         }
         by_location.add(0, &[KeyValue::new("location", "other")]);
+        by_span.add(0, &[KeyValue::new("span", "other")]);
         Instruments {
             pins,
             durations,
             by_location,
+            by_span,
             reasons,
             pins_seen: super::PinCounter::new(max_locations),
         }
@@ -507,10 +577,11 @@ impl Instruments {
 
     fn record(&mut self, e: &PinnedEvent) {
         let reason = &self.reasons[reason_index(e.reason)];
-        if let Some(location) = self.pins_seen.first_report(e) {
+        if let Some(labels) = self.pins_seen.first_report(e) {
             self.pins.add(1, std::slice::from_ref(reason));
             self.by_location
-                .add(1, &[KeyValue::new("location", location)]);
+                .add(1, &[KeyValue::new("location", labels.location)]);
+            self.by_span.add(1, &[KeyValue::new("span", labels.span)]);
         }
         if e.state == State::Completed {
             self.durations

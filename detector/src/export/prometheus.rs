@@ -82,6 +82,12 @@ pub const METRICS: &[MetricDoc] = &[
         help: "Pins per top application frame (file:line, or the function without debug info); at most PINWATCH_PROMETHEUS_MAX_LOCATIONS values, \"other\" among them.",
     },
     MetricDoc {
+        name: "pinwatch_pins_by_span_total",
+        kind: "counter",
+        labels: &["span"],
+        help: "Pins per innermost tracing span the pinned poll was in (its name, with the http.route field when present; \"none\" outside any span; needs pinwatch::tracing_layer()); at most PINWATCH_PROMETHEUS_MAX_LOCATIONS values, \"other\" among them.",
+    },
+    MetricDoc {
         name: "pinwatch_events_dropped_total",
         kind: "counter",
         labels: &["sink"],
@@ -137,6 +143,7 @@ struct Metrics {
     workers: IntGauge,
     oldest: Gauge,
     by_location: IntCounterVec,
+    by_span: IntCounterVec,
     dropped: IntCounterVec,
     stalled: IntGauge,
     stalled_seconds: Counter,
@@ -201,6 +208,7 @@ impl PinwatchCollector {
                 opts("pinwatch_pins_by_location_total"),
                 &["location"],
             )?,
+            by_span: IntCounterVec::new(opts("pinwatch_pins_by_span_total"), &["span"])?,
             dropped: IntCounterVec::new(opts("pinwatch_events_dropped_total"), &["sink"])?,
             stalled: IntGauge::with_opts(opts("pinwatch_runtime_stalled"))?,
             stalled_seconds: Counter::with_opts(opts("pinwatch_runtime_stall_seconds_total"))?,
@@ -216,11 +224,12 @@ impl PinwatchCollector {
         }
         metrics.dropped.with_label_values(&["queue"]);
         metrics.by_location.with_label_values(&["other"]);
+        metrics.by_span.with_label_values(&["other"]);
         metrics
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let collectors: [&dyn Collector; 13] = [
+        let collectors: [&dyn Collector; 14] = [
             &metrics.pins,
             &metrics.durations,
             &metrics.pinned_seconds,
@@ -229,6 +238,7 @@ impl PinwatchCollector {
             &metrics.workers,
             &metrics.oldest,
             &metrics.by_location,
+            &metrics.by_span,
             &metrics.dropped,
             &metrics.stalled,
             &metrics.stalled_seconds,
@@ -313,7 +323,7 @@ impl Collector for PinwatchCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         self.refresh();
         let m = &self.inner.metrics;
-        let collectors: [&dyn Collector; 13] = [
+        let collectors: [&dyn Collector; 14] = [
             &m.pins,
             &m.durations,
             &m.pinned_seconds,
@@ -322,6 +332,7 @@ impl Collector for PinwatchCollector {
             &m.workers,
             &m.oldest,
             &m.by_location,
+            &m.by_span,
             &m.dropped,
             &m.stalled,
             &m.stalled_seconds,
@@ -345,9 +356,10 @@ impl Sink for PrometheusSink {
         let Ok(mut state) = inner.state.lock() else {
             return;
         };
-        if let Some(location) = state.pins_seen.first_report(e) {
+        if let Some(labels) = state.pins_seen.first_report(e) {
             m.pins.with_label_values(&[reason]).inc();
-            m.by_location.with_label_values(&[&location]).inc();
+            m.by_location.with_label_values(&[&labels.location]).inc();
+            m.by_span.with_label_values(&[&labels.span]).inc();
         }
         // The reason can sharpen with more samples: later time goes to the latest.
         state.time.report(e, |reason, more| {
@@ -519,6 +531,74 @@ mod tests {
             ),
             1.0
         );
+    }
+
+    fn in_span(mut e: PinnedEvent, name: &str, route: Option<&str>) -> PinnedEvent {
+        let mut span = crate::SpanInfo {
+            name: name.to_owned(),
+            target: "svc".to_owned(),
+            ..Default::default()
+        };
+        if let Some(r) = route {
+            span.fields.insert("http.route".to_owned(), r.to_owned());
+        }
+        span.fields.insert("uri".to_owned(), format!("/x?{}", e.id));
+        e.spans = vec![
+            crate::SpanInfo {
+                name: "conn".to_owned(),
+                ..Default::default()
+            },
+            span,
+        ];
+        e
+    }
+
+    #[test]
+    fn pins_count_once_by_innermost_span_label_bounded_with_other() {
+        let c = collector(Arc::default(), 3);
+        let mut sink = c.sink();
+        let by_span = |t: &str, span: &str| {
+            value(
+                t,
+                &format!("pinwatch_pins_by_span_total{{span=\"{span}\"}}"),
+            )
+        };
+        // Two reports of one pin in `request /report`: counted once, by route (not by uri).
+        let e = in_span(
+            event(1, State::InProgress, Reason::Sleep, 25, 3),
+            "request",
+            Some("/report"),
+        );
+        sink.event(&e);
+        sink.event(&in_span(
+            event(1, State::Completed, Reason::Sleep, 90, 3),
+            "request",
+            Some("/report"),
+        ));
+        sink.event(&in_span(
+            event(2, State::Completed, Reason::Sleep, 90, 3),
+            "request",
+            Some("/report"),
+        ));
+        // Outside any span.
+        sink.event(&event(3, State::Completed, Reason::Sleep, 90, 3));
+        // Past the bound (3 values, `other` among them): every new label is `other`.
+        for id in 10..15 {
+            sink.event(&in_span(
+                event(id, State::Completed, Reason::Cpu, 30, 4),
+                &format!("job{id}"),
+                None,
+            ));
+        }
+        let t = c.render();
+        assert_eq!(by_span(&t, "request /report"), 2.0, "{t}");
+        assert_eq!(by_span(&t, "none"), 1.0, "{t}");
+        assert_eq!(by_span(&t, "other"), 5.0, "{t}");
+        let series = t
+            .lines()
+            .filter(|l| l.starts_with("pinwatch_pins_by_span_total{"))
+            .count();
+        assert_eq!(series, 3, "{t}");
     }
 
     #[test]

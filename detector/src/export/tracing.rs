@@ -15,7 +15,8 @@ use crate::event::PinnedEvent;
 
 /// Emits each event as a `tracing` WARN event with target `pinwatch`, with structured fields
 /// (`state`, `duration_ms`, `task_id`, `reason`, `blocking_operation`, `advice`, `top_frame`,
-/// `spawned_at`) and a message that reads like `jdk.tracePinnedThreads`, led by the top frame.
+/// `spawned_at`, and with spans `span` — the innermost span's label — and `trace_id`) and a
+/// message that reads like `jdk.tracePinnedThreads`, led by the top frame.
 #[derive(Debug)]
 pub struct TracingSink {
     stacks: Stacks,
@@ -145,6 +146,8 @@ impl Sink for TracingSink {
             advice = event.advice.as_deref(),
             top_frame = event.top_frame.as_ref().map(|f| f.to_string()),
             spawned_at = event.spawned_at.as_ref().map(|l| l.to_string()),
+            span = event.innermost_span().map(|s| s.label()),
+            trace_id = event.trace_id.as_deref(),
             "{text}"
         );
     }
@@ -199,6 +202,48 @@ mod tests {
         );
         assert!(
             text.contains("spawned_at=\"src/server.rs:389:5\""),
+            "{text}"
+        );
+    }
+
+    /// The event is emitted on pinwatch's export thread, outside the request's span: the line
+    /// itself says which request (`in request{..}`), and `span`/`trace_id` are fields.
+    #[test]
+    fn the_warn_line_says_which_request_pinned() {
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let writer = {
+            let out = Arc::clone(&out);
+            move || Buffer(Arc::clone(&out))
+        };
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .finish();
+        let mut e = PinnedEvent::for_test(3, State::Completed, Reason::Sleep, 25, 7);
+        e.spans = vec![crate::SpanInfo {
+            name: "request".into(),
+            target: "tower_http::trace::make_span".into(),
+            fields: [
+                ("http.route", "/report"),
+                ("method", "GET"),
+                ("uri", "/report"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        }];
+        e.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+        tracing::subscriber::with_default(subscriber, || {
+            TracingSink::new(Stacks::Off).event(&e);
+        });
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("task 3 in request{http.route=/report method=GET uri=/report}, worker 0"),
+            "{text}"
+        );
+        assert!(text.contains("span=\"request /report\""), "{text}");
+        assert!(
+            text.contains("trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\""),
             "{text}"
         );
     }

@@ -720,6 +720,9 @@ impl Watchdog<'_> {
             runtime_stalled: stall.is_some(),
             heartbeat_late: stall.map(|s| s.late),
             tasks_queued_behind: self.queued_behind(index),
+            spans: Vec::new(),
+            trace_id: None,
+            span_id: None,
         };
         let mut pinned = Pinned {
             seq,

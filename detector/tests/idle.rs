@@ -257,3 +257,37 @@ fn multi_thread_body_pins_at_every_phase_of_falling_asleep_are_reported() {
 fn current_thread_pins_at_every_phase_of_falling_asleep_are_reported() {
     pins_at_every_phase_of_falling_asleep(tokio::runtime::Builder::new_current_thread(), false);
 }
+
+/// A detector stopped while its watchdog sleeps — the runtime shut down first, or still
+/// running — stops (its drop joins the watchdog): the stop wakes it.
+#[test]
+fn a_sleeping_watchdog_stops_with_its_detector() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    for runtime_first in [true, false] {
+        let mut tokio = tokio::runtime::Builder::new_multi_thread();
+        tokio.worker_threads(2);
+        let (rt, detector) = pinwatch::Builder::new()
+            .tracing(false)
+            .control(Control::Off)
+            .build(&mut tokio)
+            .unwrap();
+        wait_for("the watchdog to sleep", || {
+            detector.stats().watchdog_sleeps >= 1
+        });
+        let (done, dropped) = mpsc::channel();
+        let rt = if runtime_first {
+            drop(rt);
+            None
+        } else {
+            Some(rt)
+        };
+        std::thread::spawn(move || {
+            drop(detector);
+            let _ = done.send(());
+        });
+        dropped.recv_timeout(LONG).unwrap_or_else(|_| {
+            panic!("the detector's drop hangs (runtime dropped first: {runtime_first})")
+        });
+        drop(rt);
+    }
+}

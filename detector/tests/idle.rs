@@ -178,3 +178,127 @@ fn without_the_park_hooks_the_watchdog_keeps_looking() {
     drop(rt);
     drop(detector);
 }
+
+/// Pins that start at every phase of the watchdog's way into sleep (just idle, deciding,
+/// asleep): each one is reported, none slept through. `in_body`: the `block_on` body blocks
+/// (woken through `poll_begins`), else a task it spawns (woken through the unpark hook).
+fn pins_at_every_phase_of_falling_asleep(mut tokio: tokio::runtime::Builder, in_body: bool) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (tx, events) = mpsc::channel::<PinnedEvent>();
+    let (rt, detector) = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(&mut tokio)
+        .unwrap();
+    // Well past the threshold (20 ms): a loaded machine delays the watchdog, not the verdict.
+    let pin = Duration::from_millis(120);
+    let (go, mut orders) = tokio::sync::mpsc::unbounded_channel::<()>();
+    std::thread::scope(|scope| {
+        let body = detector.watch_block_on(async move {
+            while orders.recv().await.is_some() {
+                if in_body {
+                    std::thread::sleep(pin);
+                } else {
+                    tokio::spawn(async move { std::thread::sleep(pin) });
+                }
+            }
+        });
+        let rt = &rt;
+        scope.spawn(move || rt.block_on(body));
+        let rounds = 40u32;
+        // Sleeps counted before the last pin was let go: a sleep after it counts more (it may
+        // be asleep already when its report arrives).
+        let mut slept = detector.stats().watchdog_sleeps;
+        for round in 0..rounds {
+            // Half the rounds wait until it sleeps; the others start the pin after a spin of
+            // 0–6 ms, while it goes idle and decides (the phase, not an ordering).
+            if round % 2 == 0 {
+                wait_for("the watchdog to sleep", || {
+                    detector.stats().watchdog_sleeps > slept
+                });
+            } else {
+                let spin = Duration::from_micros(u64::from(round * 157 % 6000));
+                let t = Instant::now();
+                while t.elapsed() < spin {
+                    std::hint::spin_loop();
+                }
+            }
+            go.send(()).unwrap();
+            slept = detector.stats().watchdog_sleeps;
+            let mut seen = Vec::new();
+            let e = loop {
+                let e = events.recv_timeout(LONG).unwrap_or_else(|_| {
+                    panic!(
+                        "round {round}: the pin was never reported (reports: {seen:?}; {:?})",
+                        detector.stats()
+                    )
+                });
+                if e.state == State::Completed {
+                    break e;
+                }
+                seen.push((e.state, e.duration));
+            };
+            assert!(e.duration >= pin, "round {round}: {:?}", e.duration);
+        }
+        drop(go);
+    });
+    assert!(detector.stats().watchdog_sleeps >= 20);
+    drop(rt);
+    drop(detector);
+}
+
+#[test]
+fn multi_thread_task_pins_at_every_phase_of_falling_asleep_are_reported() {
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2);
+    pins_at_every_phase_of_falling_asleep(tokio, false);
+}
+
+#[test]
+fn multi_thread_body_pins_at_every_phase_of_falling_asleep_are_reported() {
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2);
+    pins_at_every_phase_of_falling_asleep(tokio, true);
+}
+
+#[test]
+fn current_thread_pins_at_every_phase_of_falling_asleep_are_reported() {
+    pins_at_every_phase_of_falling_asleep(tokio::runtime::Builder::new_current_thread(), false);
+}
+
+/// A detector stopped while its watchdog sleeps — the runtime shut down first, or still
+/// running — stops (its drop joins the watchdog): the stop wakes it.
+#[test]
+fn a_sleeping_watchdog_stops_with_its_detector() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    for runtime_first in [true, false] {
+        let mut tokio = tokio::runtime::Builder::new_multi_thread();
+        tokio.worker_threads(2);
+        let (rt, detector) = pinwatch::Builder::new()
+            .tracing(false)
+            .control(Control::Off)
+            .build(&mut tokio)
+            .unwrap();
+        wait_for("the watchdog to sleep", || {
+            detector.stats().watchdog_sleeps >= 1
+        });
+        let (done, dropped) = mpsc::channel();
+        let rt = if runtime_first {
+            drop(rt);
+            None
+        } else {
+            Some(rt)
+        };
+        std::thread::spawn(move || {
+            drop(detector);
+            let _ = done.send(());
+        });
+        dropped.recv_timeout(LONG).unwrap_or_else(|_| {
+            panic!("the detector's drop hangs (runtime dropped first: {runtime_first})")
+        });
+        drop(rt);
+    }
+}

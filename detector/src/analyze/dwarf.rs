@@ -582,3 +582,104 @@ fn entry_name(
     let a = read_attrs(&mut entries, abbrev, unit)?;
     name(units, unit, &a, limit)
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::analyze::elf::Elf;
+
+    /// xorshift64: the same mutations on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// Loads `bytes` as an ELF with DWARF and looks up a spread of addresses: must return
+    /// (anything) without panicking.
+    fn exercise(bytes: &[u8], probes: &[u64]) {
+        let Some(elf) = Elf::parse(bytes) else { return };
+        let _ = elf.build_id();
+        let _ = elf.has_symtab();
+        for &p in probes.iter().take(4) {
+            let _ = elf.symbol(p);
+        }
+        // SAFETY: `bytes` outlives `dwarf`, dropped at the end of this block.
+        if let Some(mut dwarf) = unsafe { Dwarf::load(&elf) } {
+            for &p in probes {
+                let _ = dwarf.frames(p);
+            }
+        }
+    }
+
+    /// A hostile or corrupt file (a `.so` rewritten on disk, a crafted ELF) never panics the
+    /// symbolizer: this test binary's own ELF and DWARF, with section headers pointed past the
+    /// end and random bytes flipped in the DWARF sections, parsed and looked up.
+    #[test]
+    fn corrupt_elf_and_dwarf_never_panic() {
+        let exe = std::fs::read("/proc/self/exe").expect("read /proc/self/exe");
+        let elf = Elf::parse(&exe).expect("this test binary parses");
+        assert!(elf.has_dwarf(), "the test binary has DWARF");
+        // Addresses that the DWARF covers: the arange starts.
+        // SAFETY: `exe` outlives `dwarf`.
+        let dwarf = unsafe { Dwarf::load(&elf) }.expect("DWARF loads");
+        let mut probes: Vec<u64> = dwarf.ranges.iter().step_by(97).map(|r| r.0 + 1).collect();
+        probes.truncate(40);
+        drop(dwarf);
+        // Section header table: each header's offset and size set past the end.
+        let shoff = u64::from_le_bytes(exe[0x28..0x30].try_into().unwrap()) as usize;
+        let shnum = u16::from_le_bytes(exe[0x3c..0x3e].try_into().unwrap()) as usize;
+        let mut copy = exe.clone();
+        for i in 1..shnum {
+            let at = shoff + i * 64;
+            for (field, value) in [
+                (24, u64::MAX - 7),
+                (32, u64::MAX / 2),
+                (32, exe.len() as u64),
+            ] {
+                let saved = copy[at + field..at + field + 8].to_vec();
+                copy[at + field..at + field + 8].copy_from_slice(&value.to_le_bytes());
+                exercise(&copy, &probes[..probes.len().min(3)]);
+                copy[at + field..at + field + 8].copy_from_slice(&saved);
+            }
+        }
+        // Random bytes flipped in the sections the lookups read.
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let sections: Vec<(usize, usize)> = [
+            ".debug_info",
+            ".debug_abbrev",
+            ".debug_line",
+            ".debug_aranges",
+            ".debug_str",
+            ".debug_rnglists",
+        ]
+        .iter()
+        .filter_map(|name| {
+            let data = elf.section_data(name);
+            // Borrowed from `exe` (not compressed), or skipped.
+            let start = (data.as_ptr() as usize).checked_sub(exe.as_ptr() as usize)?;
+            (!data.is_empty() && start + data.len() <= exe.len()).then_some((start, data.len()))
+        })
+        .collect();
+        assert!(!sections.is_empty());
+        for round in 0..36 {
+            let mut copy = exe.clone();
+            let (start, len) = sections[round % sections.len()];
+            // Mostly near the start (the headers and first units), some anywhere.
+            for _ in 0..16 {
+                let span = if rng.next() % 4 == 0 {
+                    len
+                } else {
+                    len.min(4096)
+                };
+                let at = start + (rng.next() as usize) % span;
+                copy[at] ^= (rng.next() as u8) | 1;
+            }
+            exercise(&copy, &probes);
+        }
+    }
+}

@@ -203,7 +203,16 @@ fn inflate(input: &[u8], size: usize) -> Option<Vec<u8>> {
     };
     use miniz_oxide::inflate::core::{decompress, DecompressorOxide};
     use miniz_oxide::inflate::TINFLStatus;
-    let mut out = vec![0u8; size];
+    // Deflate inflates at most about 1032:1 (a 258-byte match coded in two bits), so a claim
+    // past that ratio is a corrupt or hostile header (a zip bomb's): it must neither panic
+    // (capacity overflow) nor abort (allocation failure) the export thread.
+    const MAX_RATIO: usize = 1032;
+    if size > input.len().saturating_mul(MAX_RATIO) {
+        return None;
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(size).ok()?;
+    out.resize(size, 0);
     let (status, read, written) = decompress(
         &mut DecompressorOxide::new(),
         input,
@@ -224,4 +233,85 @@ pub(crate) fn debug_file_by_build_id(id: &[u8]) -> Option<std::path::PathBuf> {
     let path =
         std::path::PathBuf::from(format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug"));
     path.exists().then_some(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A relocatable 64-bit little-endian ELF with a zlib-compressed `.debug_info` whose
+    /// compression header claims `claimed` bytes (the stream itself inflates to nothing), and
+    /// a `.shstrtab`.
+    pub(crate) fn compressed_elf(claimed: u64) -> Vec<u8> {
+        let shstrtab = b"\0.debug_info\0.shstrtab\0";
+        // zlib of no bytes.
+        let zlib = [0x78u8, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01];
+        let mut section = Vec::new();
+        section.extend_from_slice(&1u32.to_le_bytes());
+        section.extend_from_slice(&0u32.to_le_bytes());
+        section.extend_from_slice(&claimed.to_le_bytes());
+        section.extend_from_slice(&1u64.to_le_bytes());
+        section.extend_from_slice(&zlib);
+        let info_at = 64u64;
+        let strtab_at = info_at + section.len() as u64;
+        let shoff = (strtab_at + shstrtab.len() as u64).next_multiple_of(8);
+        let mut f = Vec::new();
+        f.extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
+        f.extend_from_slice(&[0; 8]);
+        f.extend_from_slice(&1u16.to_le_bytes()); // ET_REL
+        f.extend_from_slice(&62u16.to_le_bytes()); // x86-64
+        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&0u64.to_le_bytes()); // entry
+        f.extend_from_slice(&0u64.to_le_bytes()); // phoff
+        f.extend_from_slice(&shoff.to_le_bytes());
+        f.extend_from_slice(&0u32.to_le_bytes()); // flags
+        f.extend_from_slice(&64u16.to_le_bytes()); // ehsize
+        f.extend_from_slice(&0u16.to_le_bytes()); // phentsize
+        f.extend_from_slice(&0u16.to_le_bytes()); // phnum
+        f.extend_from_slice(&64u16.to_le_bytes()); // shentsize
+        f.extend_from_slice(&3u16.to_le_bytes()); // shnum
+        f.extend_from_slice(&2u16.to_le_bytes()); // shstrndx
+        assert_eq!(f.len(), 64);
+        f.extend_from_slice(&section);
+        f.extend_from_slice(shstrtab);
+        f.resize(shoff as usize, 0);
+        let mut header = |name: u32, kind: u32, flags: u64, offset: u64, size: u64| {
+            f.extend_from_slice(&name.to_le_bytes());
+            f.extend_from_slice(&kind.to_le_bytes());
+            f.extend_from_slice(&flags.to_le_bytes());
+            f.extend_from_slice(&0u64.to_le_bytes()); // addr
+            f.extend_from_slice(&offset.to_le_bytes());
+            f.extend_from_slice(&size.to_le_bytes());
+            f.extend_from_slice(&0u32.to_le_bytes()); // link
+            f.extend_from_slice(&0u32.to_le_bytes()); // info
+            f.extend_from_slice(&1u64.to_le_bytes()); // addralign
+            f.extend_from_slice(&0u64.to_le_bytes()); // entsize
+        };
+        header(0, 0, 0, 0, 0);
+        header(1, 1, 0x800, info_at, section.len() as u64);
+        header(13, 3, 0, strtab_at, shstrtab.len() as u64);
+        f
+    }
+
+    /// A compressed section that claims more than zlib can inflate its bytes to (a zip bomb's
+    /// header, or a corrupt one) is read as absent: no allocation of the claimed size, no
+    /// panic ("capacity overflow"), no abort (allocation failure) on the export thread.
+    #[test]
+    fn a_compressed_section_claiming_a_huge_size_is_absent() {
+        for claimed in [u64::MAX, 1 << 62, 1 << 46, 1 << 40, 1 << 33] {
+            let file = compressed_elf(claimed);
+            let elf = Elf::parse(&file).expect("the crafted ELF parses");
+            assert!(elf.dwarf_compressed());
+            assert!(
+                elf.section_data(".debug_info").is_empty(),
+                "claimed {claimed}"
+            );
+        }
+        // The honest claim still inflates (to nothing here).
+        let file = compressed_elf(0);
+        assert!(Elf::parse(&file)
+            .unwrap()
+            .section_data(".debug_info")
+            .is_empty());
+    }
 }

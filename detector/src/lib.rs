@@ -102,6 +102,7 @@ pub mod export;
 mod poll;
 mod runtime;
 mod signal;
+pub mod spans;
 pub mod sync;
 mod watch;
 // Runs a future on a watched runtime, for tests.
@@ -122,6 +123,7 @@ pub use export::Sink;
 pub use poll::PollHooks;
 pub use runtime::{Builder, Detector, Prepared, Stats};
 pub use signal::sample_signal;
+pub use spans::{tracing_layer, SpanLayer};
 
 /// Drop-in for `#[tokio::main]`: builds the runtime with pinwatch watching it, configured from
 /// the environment. Takes the same arguments (`flavor = "multi_thread" | "current_thread"`,

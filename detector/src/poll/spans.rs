@@ -110,6 +110,12 @@ impl SpanStack {
         }) else {
             return;
         };
+        if at == depth - 1 {
+            // The usual exit, the innermost: the entry stays as it was, so a reader that loaded
+            // the old depth still reads an entry that was on the stack then.
+            self.depth.store(depth - 1, Ordering::Relaxed);
+            return;
+        }
         let s = self.write_begin();
         for i in at..depth - 1 {
             let (to, from) = (&self.entries[i], &self.entries[i + 1]);

@@ -68,6 +68,10 @@
 //! - `otlp`: `Builder::otlp` / `PINWATCH_OTLP=on`, pin reports and metrics over OTLP.
 //! - `console`: `Builder::console` / `PINWATCH_CONSOLE=on`, tokio-console with a resource per
 //!   worker (turns on tokio's `tracing` feature).
+//! - `otel-trace`: [`tracing_layer()`] also puts the OpenTelemetry `trace_id`/`span_id` of the
+//!   pinned poll's span on the event (from `tracing-opentelemetry`'s layer, added before it).
+//!
+//! [`tracing_layer()`] itself needs no feature (`tracing-subscriber` with only its registry).
 //!
 //! ## Guides
 //!
@@ -102,6 +106,7 @@ pub mod export;
 mod poll;
 mod runtime;
 mod signal;
+pub mod spans;
 pub mod sync;
 mod watch;
 // Runs a future on a watched runtime, for tests.
@@ -122,6 +127,7 @@ pub use export::Sink;
 pub use poll::PollHooks;
 pub use runtime::{Builder, Detector, Prepared, Stats};
 pub use signal::sample_signal;
+pub use spans::{tracing_layer, SpanLayer};
 
 /// Drop-in for `#[tokio::main]`: builds the runtime with pinwatch watching it, configured from
 /// the environment. Takes the same arguments (`flavor = "multi_thread" | "current_thread"`,

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 /// The pipeline, first to last: a module may use the ones before it, never one after it.
 const PIPELINE: &[&str] = &[
-    "poll", "signal", "sync", "watch", "analyze", "export", "control", "runtime", "testing",
+    "poll", "signal", "sync", "spans", "watch", "analyze", "export", "control", "runtime",
+    "testing",
 ];
 /// Leaves every stage may use; they use no pipeline module, except `report` (which reads
 /// recordings of events).

@@ -10,6 +10,7 @@ pub(crate) mod park;
 pub(crate) mod protocol;
 pub(crate) mod sample;
 pub(crate) mod slot;
+pub(crate) mod spans;
 
 pub(crate) use atomic::register as register_membarrier;
 pub use hooks::PollHooks;

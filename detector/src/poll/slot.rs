@@ -15,6 +15,7 @@ use super::locks::LockTable;
 use super::park::Parking;
 use super::protocol::PollCell;
 use super::sample::SampleArea;
+use super::spans::SpanStack;
 
 const FREE: u8 = 0;
 const CLAIMING: u8 = 1;
@@ -43,6 +44,8 @@ pub(crate) struct Slot {
     pub locks: LockTable,
     /// Where the signal handler leaves a stack sample ([`crate::signal`]).
     pub sample: SampleArea,
+    /// The `tracing` spans the owner has entered ([`crate::spans`]).
+    pub spans: SpanStack,
 }
 
 impl Slot {
@@ -56,6 +59,7 @@ impl Slot {
             name: [const { AtomicU8::new(0) }; NAME_MAX],
             locks: LockTable::new(),
             sample: SampleArea::new(),
+            spans: SpanStack::new(),
         }
     }
 
@@ -127,6 +131,7 @@ impl SlotTable {
                 fence(Ordering::Release);
                 s.tid.store(current_tid(), Ordering::Relaxed);
                 s.locks.clear();
+                s.spans.clear();
                 // A sample request the previous owner never took died with it.
                 s.sample.state.store(super::sample::IDLE, Ordering::Relaxed);
                 // `thread::current()` panics once the thread's locals are gone; `claim_slow`

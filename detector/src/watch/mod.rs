@@ -682,6 +682,9 @@ impl Watchdog<'_> {
                 &*(snap.spawned_at as *const std::panic::Location<'static>)
             }))
         };
+        // The spans the poll entered, as they are now: the report keeps them, even once the
+        // spans close.
+        let spans = crate::spans::capture(slot, seq);
         self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(wt.after);
@@ -720,9 +723,9 @@ impl Watchdog<'_> {
             runtime_stalled: stall.is_some(),
             heartbeat_late: stall.map(|s| s.late),
             tasks_queued_behind: self.queued_behind(index),
-            spans: Vec::new(),
-            trace_id: None,
-            span_id: None,
+            spans: spans.spans,
+            trace_id: spans.trace_id,
+            span_id: spans.span_id,
         };
         let mut pinned = Pinned {
             seq,

@@ -1,0 +1,255 @@
+//! `tracing` spans on pinned events: [`tracing_layer()`], the layer a service adds to its
+//! subscriber so that each pin says which request (which span, which trace) it happened in.
+//!
+//! Two sides, as in console-subscriber:
+//! - `poll/spans.rs`: what `on_enter`/`on_exit` do (they run inside polls): push or pop the span's id on
+//!   a fixed stack in the calling thread's slot. No allocation, lock or system call; a thread
+//!   with no slot (not a watched worker) does nothing.
+//! - here: `on_new_span`/`on_record`/`on_close` (once per span, not per poll) keep each live
+//!   span's name, target and fields (bounded) in a map behind a lock, where the watchdog looks
+//!   up the innermost span entered during the poll it flags, and that span's parents.
+//!
+//! Which spans a pin shows: the innermost span *entered during the pinned poll* on the pinned
+//! thread, and its parents (the span tree, outermost first). A span entered before the poll began
+//! (a `block_on` caller's `span.enter()`, a span left entered by an earlier poll) is not one of
+//! the poll's own: a pin whose poll entered no span has none, even if such a span is entered —
+//! though it shows as a parent of a span created inside it. A span entered on another thread
+//! never shows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::Subscriber;
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::event::SpanInfo;
+use crate::poll::slot::{current_slot_any, Slot};
+
+/// Spans a pinned event carries at most: the innermost ones.
+pub const MAX_SPANS: usize = 8;
+/// Fields kept per span at most (the first ones recorded).
+pub const MAX_FIELDS: usize = 16;
+/// Bytes of a field's value kept at most (cut at a character boundary, with `…`).
+pub const MAX_VALUE_BYTES: usize = 128;
+
+/// What pinwatch keeps of a live span.
+struct Kept {
+    info: SpanInfo,
+    parent: Option<u64>,
+    trace_id: Option<String>,
+    span_id: Option<String>,
+}
+
+/// Live spans, by (layer instance, span id).
+static LIVE: LazyLock<Mutex<HashMap<(u64, u64), Kept>>> = LazyLock::new(Default::default);
+
+/// Layer instances: span ids are per subscriber, and a process may have more than one.
+static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
+
+/// The `tracing_subscriber::Layer` that puts the span chain (and the OpenTelemetry ids, with the
+/// `otel-trace` feature) on every pinned event. Add it last, after the OpenTelemetry layer if you
+/// have one:
+///
+/// ```no_run
+/// use tracing_subscriber::prelude::*;
+///
+/// tracing_subscriber::registry()
+///     .with(tracing_subscriber::fmt::layer())
+///     .with(pinwatch::tracing_layer())
+///     .init();
+/// ```
+///
+/// Entering and exiting a span costs a few stores on a watched worker (no allocation, lock or
+/// system call); creating a span takes a lock and copies its fields (at most [`MAX_FIELDS`], each
+/// cut at [`MAX_VALUE_BYTES`]). A pinned event carries at most [`MAX_SPANS`] spans.
+pub fn tracing_layer() -> SpanLayer {
+    SpanLayer {
+        instance: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
+        #[cfg(feature = "otel-trace")]
+        dispatch: std::sync::OnceLock::new(),
+    }
+}
+
+/// The layer [`tracing_layer()`] returns.
+#[derive(Debug)]
+pub struct SpanLayer {
+    instance: u64,
+    /// The subscriber the layer is part of, to ask `tracing-opentelemetry` for a span's context.
+    #[cfg(feature = "otel-trace")]
+    dispatch: std::sync::OnceLock<tracing::dispatcher::WeakDispatch>,
+}
+
+#[cfg(feature = "otel-trace")]
+impl SpanLayer {
+    /// The OpenTelemetry trace and span id of span `id` (hex), when `tracing-opentelemetry`'s
+    /// layer is in the subscriber and gave it a valid context. Starts the OpenTelemetry span now
+    /// (it would start when first entered), so that its ids exist.
+    fn otel_ids(&self, id: &Id) -> (Option<String>, Option<String>) {
+        use opentelemetry::trace::TraceContextExt;
+        let Some(dispatch) = self.dispatch.get().and_then(|d| d.upgrade()) else {
+            return (None, None);
+        };
+        let Some(cx) = tracing_opentelemetry::get_otel_context(id, &dispatch) else {
+            return (None, None);
+        };
+        let span = cx.span();
+        let sc = span.span_context();
+        if !sc.is_valid() {
+            return (None, None);
+        }
+        (
+            Some(sc.trace_id().to_string()),
+            Some(sc.span_id().to_string()),
+        )
+    }
+}
+
+/// Reads a span's fields into a bounded map.
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Fields<'_> {
+    fn put(&mut self, field: &Field, value: std::fmt::Arguments<'_>) {
+        if self.0.len() >= MAX_FIELDS && !self.0.contains_key(field.name()) {
+            return;
+        }
+        let mut v = String::new();
+        let _ = v.write_fmt(value);
+        if v.len() > MAX_VALUE_BYTES {
+            let mut cut = MAX_VALUE_BYTES;
+            while !v.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            v.truncate(cut);
+            v.push('…');
+        }
+        self.0.insert(field.name().to_owned(), v);
+    }
+}
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field, format_args!("{value}"));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.put(field, format_args!("{value:?}"));
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for SpanLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    #[cfg(feature = "otel-trace")]
+    fn on_register_dispatch(&self, subscriber: &tracing::Dispatch) {
+        let _ = self.dispatch.set(subscriber.downgrade());
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let meta = attrs.metadata();
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let span = ctx.span(id);
+        let parent = span
+            .as_ref()
+            .and_then(|s| s.parent())
+            .map(|p| p.id().into_u64());
+        let _ = span;
+        #[cfg(feature = "otel-trace")]
+        let (trace_id, span_id) = self.otel_ids(id);
+        #[cfg(not(feature = "otel-trace"))]
+        let (trace_id, span_id) = (None, None);
+        let kept = Kept {
+            info: SpanInfo {
+                name: meta.name().to_owned(),
+                target: meta.target().to_owned(),
+                fields,
+            },
+            parent,
+            trace_id,
+            span_id,
+        };
+        if let Ok(mut live) = LIVE.lock() {
+            live.insert((self.instance, id.into_u64()), kept);
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+        if let Ok(mut live) = LIVE.lock() {
+            if let Some(k) = live.get_mut(&(self.instance, id.into_u64())) {
+                values.record(&mut Fields(&mut k.info.fields));
+            }
+        }
+    }
+
+    fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
+        with_slot(|slot| {
+            slot.spans
+                .push(self.instance, id.into_u64(), slot.poll.seq())
+        });
+    }
+
+    fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
+        with_slot(|slot| slot.spans.pop(self.instance, id.into_u64()));
+    }
+
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        if let Ok(mut live) = LIVE.lock() {
+            live.remove(&(self.instance, id.into_u64()));
+        }
+    }
+}
+
+/// Runs `f` on the calling thread's slot, whatever table it is in; does nothing on a thread
+/// with no slot.
+#[inline(always)]
+fn with_slot(f: impl FnOnce(&Slot)) {
+    let p = current_slot_any();
+    if !p.is_null() {
+        // SAFETY: a non-null `current_slot_any` is the slot the thread's claim keeps alive as
+        // long as the thread's `Current` points at it; only this thread replaces its claim, and
+        // `f` (a few stores) does not.
+        f(unsafe { &*p });
+    }
+}
+
+/// What a pinned event says about its spans.
+#[derive(Default)]
+pub(crate) struct Captured {
+    pub spans: Vec<SpanInfo>,
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+}
+
+/// The spans poll `poll` of `slot` is in: the innermost entered during that poll and its parents,
+/// outermost first. Watchdog side.
+pub(crate) fn capture(slot: &Slot, poll: u64) -> Captured {
+    let mut out = Captured::default();
+    let Some(e) = slot.spans.innermost(poll) else {
+        return out;
+    };
+    let Ok(live) = LIVE.lock() else { return out };
+    let mut next = Some(e.id);
+    while let Some(id) = next {
+        if out.spans.len() >= MAX_SPANS {
+            break;
+        }
+        let Some(k) = live.get(&(e.layer, id)) else {
+            break;
+        };
+        if out.trace_id.is_none() && k.trace_id.is_some() {
+            out.trace_id.clone_from(&k.trace_id);
+            out.span_id.clone_from(&k.span_id);
+        }
+        out.spans.push(k.info.clone());
+        next = k.parent;
+    }
+    drop(live);
+    out.spans.reverse();
+    out
+}

@@ -424,7 +424,7 @@ pub(crate) fn install_server() -> Result<(), Error> {
 
 /// What to write instead, when the service has a `tracing` subscriber of its own.
 const WRITE_INSTEAD: &str = "keep your subscriber and put the console in it: \
-     `tracing_subscriber::registry().with(pinwatch::console_layer()).with(tracing_subscriber::fmt::layer()).init()` \
+     `tracing_subscriber::registry().with(pinwatch::console_layer()).with(tracing_subscriber::fmt::layer()).with(pinwatch::tracing_layer()).init()` \
      (with `use tracing_subscriber::prelude::*;`), and set PINWATCH_CONSOLE=resources (pinwatch \
      then adds its worker resources to your console); or drop your subscriber: with \
      PINWATCH_CONSOLE=on pinwatch's own prints to stderr, filtered by RUST_LOG";

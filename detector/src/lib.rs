@@ -68,6 +68,10 @@
 //! - `otlp`: `Builder::otlp` / `PINWATCH_OTLP=on`, pin reports and metrics over OTLP.
 //! - `console`: `Builder::console` / `PINWATCH_CONSOLE=on`, tokio-console with a resource per
 //!   worker (turns on tokio's `tracing` feature).
+//! - `otel-trace`: [`tracing_layer()`] also puts the OpenTelemetry `trace_id`/`span_id` of the
+//!   pinned poll's span on the event (from `tracing-opentelemetry`'s layer, added before it).
+//!
+//! [`tracing_layer()`] itself needs no feature (`tracing-subscriber` with only its registry).
 //!
 //! ## Guides
 //!

@@ -70,6 +70,8 @@ static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
 pub fn tracing_layer() -> SpanLayer {
     SpanLayer {
         instance: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
+        #[cfg(feature = "otel-trace")]
+        dispatch: std::sync::OnceLock::new(),
     }
 }
 
@@ -77,6 +79,34 @@ pub fn tracing_layer() -> SpanLayer {
 #[derive(Debug)]
 pub struct SpanLayer {
     instance: u64,
+    /// The subscriber the layer is part of, to ask `tracing-opentelemetry` for a span's context.
+    #[cfg(feature = "otel-trace")]
+    dispatch: std::sync::OnceLock<tracing::dispatcher::WeakDispatch>,
+}
+
+#[cfg(feature = "otel-trace")]
+impl SpanLayer {
+    /// The OpenTelemetry trace and span id of span `id` (hex), when `tracing-opentelemetry`'s
+    /// layer is in the subscriber and gave it a valid context. Starts the OpenTelemetry span now
+    /// (it would start when first entered), so that its ids exist.
+    fn otel_ids(&self, id: &Id) -> (Option<String>, Option<String>) {
+        use opentelemetry::trace::TraceContextExt;
+        let Some(dispatch) = self.dispatch.get().and_then(|d| d.upgrade()) else {
+            return (None, None);
+        };
+        let Some(cx) = tracing_opentelemetry::get_otel_context(id, &dispatch) else {
+            return (None, None);
+        };
+        let span = cx.span();
+        let sc = span.span_context();
+        if !sc.is_valid() {
+            return (None, None);
+        }
+        (
+            Some(sc.trace_id().to_string()),
+            Some(sc.span_id().to_string()),
+        )
+    }
 }
 
 /// Reads a span's fields into a bounded map.
@@ -115,6 +145,11 @@ impl<S> tracing_subscriber::Layer<S> for SpanLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
+    #[cfg(feature = "otel-trace")]
+    fn on_register_dispatch(&self, subscriber: &tracing::Dispatch) {
+        let _ = self.dispatch.set(subscriber.downgrade());
+    }
+
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let meta = attrs.metadata();
         let mut fields = BTreeMap::new();
@@ -124,8 +159,11 @@ where
             .as_ref()
             .and_then(|s| s.parent())
             .map(|p| p.id().into_u64());
-        let (trace_id, span_id) = (None, None);
         let _ = span;
+        #[cfg(feature = "otel-trace")]
+        let (trace_id, span_id) = self.otel_ids(id);
+        #[cfg(not(feature = "otel-trace"))]
+        let (trace_id, span_id) = (None, None);
         let kept = Kept {
             info: SpanInfo {
                 name: meta.name().to_owned(),

@@ -6,6 +6,8 @@
 //! - System calls (and so any lock that would wait, and any allocation that would grow the heap):
 //!   a child process runs a million polls through the same hook path under strict seccomp, where
 //!   any system call but `read`, `write`, `exit` and `sigreturn` kills it.
+//! - Span enter and exit (`pinwatch::tracing_layer()`, inside polls): the same child, entering and
+//!   exiting nested spans through a real `tracing_subscriber::registry()`.
 //! - Locks and panics: the `layout` test keeps lock types and panicking macros out of `poll/`.
 
 mod support;
@@ -111,11 +113,26 @@ fn hook_path_makes_no_system_call() {
     hooks.before_poll_raw(1, location);
     hooks.after_poll_raw();
 
+    let allocs = under_strict_seccomp(|| {
+        for i in 0..1_000_000u64 {
+            hooks.before_poll_raw(i, location);
+            hooks.after_poll_raw();
+        }
+    });
+    assert_eq!(allocs, 0, "allocations in the hook path");
+    drop(prepared);
+}
+
+/// Runs `work` in a forked child under strict seccomp (any system call but read, write, exit and
+/// sigreturn kills it), with the counting allocator on; the allocations it made. Fails the test
+/// if the child was killed.
+fn under_strict_seccomp(mut work: impl FnMut()) -> u64 {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe() writes.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: the child only runs the hook path (atomics and a thread-local read on this same
-    // thread), writes to the pipe and exits; it touches no lock another thread could hold.
+    // SAFETY: the child only runs `work` (the hook path and span enter/exit: atomics and this
+    // thread's own thread-locals, warmed up before), writes to the pipe and exits; it touches no
+    // lock another thread could hold.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
@@ -124,10 +141,7 @@ fn hook_path_makes_no_system_call() {
         // SAFETY: strict seccomp takes no pointers; from here on any system call but read,
         // write, exit and sigreturn kills this child.
         unsafe { libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) };
-        for i in 0..1_000_000u64 {
-            hooks.before_poll_raw(i, location);
-            hooks.after_poll_raw();
-        }
+        work();
         let allocs = IN_HOOK_ALLOCS.load(Ordering::Relaxed) - allocs_before;
         let report = allocs.to_le_bytes();
         // SAFETY: writes 8 bytes from a live buffer to the pipe; then ends this process with
@@ -154,10 +168,42 @@ fn hook_path_makes_no_system_call() {
         "the hook path was killed under strict seccomp (status {status:#x}): it made a system call"
     );
     assert_eq!(n, 8);
-    assert_eq!(
-        u64::from_le_bytes(report),
-        0,
-        "allocations in the hook path"
-    );
+    u64::from_le_bytes(report)
+}
+
+#[test]
+fn span_enter_and_exit_make_no_system_call_and_allocate_nothing() {
+    use tracing_subscriber::prelude::*;
+    let events = support::Collected::default();
+    let prepared = support::builder(&events).prepare().unwrap();
+    let hooks = prepared.hooks();
+    let location = std::panic::Location::caller();
+    let subscriber = tracing_subscriber::registry().with(pinwatch::tracing_layer());
+    tracing::subscriber::with_default(subscriber, || {
+        let request = tracing::info_span!("request", method = "GET", uri = "/report");
+        let inner = tracing::info_span!(parent: &request, "load_report", user = 7);
+        let nest = || {
+            let _request = request.enter();
+            let _inner = inner.enter();
+            // The same span twice, and exits out of order.
+            let again = inner.enter();
+            let other = request.enter();
+            drop(again);
+            drop(other);
+        };
+        // The claim (first poll on a thread) and the subscriber's own first use (its per-thread
+        // stack) may allocate and ask the kernel; take them now.
+        hooks.before_poll_raw(1, location);
+        nest();
+        hooks.after_poll_raw();
+        let allocs = under_strict_seccomp(|| {
+            for i in 0..200_000u64 {
+                hooks.before_poll_raw(i, location);
+                nest();
+                hooks.after_poll_raw();
+            }
+        });
+        assert_eq!(allocs, 0, "allocations entering and exiting spans");
+    });
     drop(prepared);
 }

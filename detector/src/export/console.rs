@@ -403,7 +403,9 @@ pub(crate) fn install_server() -> Result<(), Error> {
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
                 .with_filter(filter),
-        );
+        )
+        // Last: the span chain on every pinned event.
+        .with(crate::spans::tracing_layer());
     tracing::subscriber::set_global_default(subscriber)
         .map_err(|_| Error::Console(ALREADY_SET.to_owned()))?;
     explain_a_second_subscriber();

@@ -238,7 +238,6 @@ fn pin_and_its_exported_span() -> (serde_json::Value, Span, Shared, Proc, tempfi
 }
 
 #[test]
-#[ignore = "needs tracing_layer() to read the OpenTelemetry context (trace_id/span_id; branch `spans`)"]
 fn the_pins_trace_id_is_its_request_spans_in_the_trace_export() {
     let (pin, span, _got, _service, _dir) = pin_and_its_exported_span();
     let hex_of = |v: &serde_json::Value, n: usize| {

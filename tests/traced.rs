@@ -94,16 +94,18 @@ fn a_pin_names_its_request_and_the_other_route_never_appears() {
         get_ok(addr, "/report");
     }
     health.join().unwrap();
-    // The last /report's pin completes when its poll ends; wait (bounded) for a completed pin.
+    // Wait (bounded) for a completed pin; on a machine so loaded that the watchdog saw none of
+    // those pins, one more /report each round.
     let events = wait_for(
         "a completed pin in the recording",
-        Duration::from_secs(60),
+        Duration::from_secs(90),
         || {
             let events = recorded(&record);
-            events
-                .iter()
-                .any(|e| e["state"] == "completed")
-                .then_some(events)
+            let done = events.iter().any(|e| e["state"] == "completed");
+            if !done {
+                get_ok(addr, "/report");
+            }
+            done.then_some(events)
         },
     );
     for e in &events {
@@ -223,15 +225,21 @@ fn pin_and_its_exported_span() -> (serde_json::Value, Span, Shared, Proc, tempfi
         "a completed pin whose request span was exported",
         Duration::from_secs(90),
         || {
-            let g = got.lock().unwrap();
-            recorded(&record)
-                .into_iter()
-                .filter(|e| e["state"] == "completed")
-                .find_map(|e| {
-                    let id = e["span_id"].as_str()?.to_owned();
-                    let span = g.spans.iter().find(|s| hex(&s.span_id) == id)?.clone();
-                    Some((e, span))
-                })
+            let found = {
+                let g = got.lock().unwrap();
+                recorded(&record)
+                    .into_iter()
+                    .filter(|e| e["state"] == "completed")
+                    .find_map(|e| {
+                        let id = e["span_id"].as_str()?.to_owned();
+                        let span = g.spans.iter().find(|s| hex(&s.span_id) == id)?.clone();
+                        Some((e, span))
+                    })
+            };
+            if found.is_none() {
+                get_ok(addr, "/report"); // a machine too loaded to see the pins: one more
+            }
+            found
         },
     );
     (pin, span, got, service, dir)
@@ -258,7 +266,7 @@ fn the_pins_trace_id_is_its_request_spans_in_the_trace_export() {
 }
 
 #[test]
-#[ignore = "needs the OTLP sink to set the log record's trace_id/span_id (issue 24, branch `sinks`)"]
+#[ignore = "needs the OTLP sink to set the log record's trace_id/span_id (branch `sinks`): remove this line when it is merged"]
 fn the_pins_otlp_log_record_carries_its_requests_trace_id() {
     let (pin, span, got, _service, _dir) = pin_and_its_exported_span();
     let record = wait_for("the pin's OTLP log record", Duration::from_secs(60), || {

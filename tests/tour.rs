@@ -32,6 +32,7 @@ fn tour_detects_every_bad_case_and_no_fixed_one() {
         ("blocking_io", "io"),
         ("lock_contention", "lock_wait"),
         ("blocking_wait", "other"),
+        ("traced_service", "sleep"),
         ("stalled_runtime", "lock_wait"),
         ("stalled_runtime (not timer-woken)", "lock_wait"),
     ] {

@@ -36,11 +36,16 @@ pub enum Config {
     PinwatchConsole,
     /// tokio-blocked's layer (reports polls longer than 20 ms, after they return).
     TokioBlocked,
+    /// pinwatch, the http service with tower-http's `TraceLayer` (a span per request) and a
+    /// `tracing_subscriber::registry()` without pinwatch's layer: the denominator of the next.
+    PinwatchTrace,
+    /// The same with `pinwatch::tracing_layer()` in the registry (each pin names its request).
+    PinwatchTraceLayer,
 }
 
 impl Config {
     /// In table order.
-    pub const ALL: [Config; 10] = [
+    pub const ALL: [Config; 12] = [
         Config::Plain,
         Config::Hook1,
         Config::Hooks,
@@ -51,6 +56,8 @@ impl Config {
         Config::Console,
         Config::PinwatchConsole,
         Config::TokioBlocked,
+        Config::PinwatchTrace,
+        Config::PinwatchTraceLayer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,6 +72,8 @@ impl Config {
             Config::Console => "console",
             Config::PinwatchConsole => "pinwatch-console",
             Config::TokioBlocked => "tokio-blocked",
+            Config::PinwatchTrace => "pinwatch-trace",
+            Config::PinwatchTraceLayer => "pinwatch-trace-layer",
         }
     }
 
@@ -81,7 +90,14 @@ impl Config {
             Config::Console => "console-subscriber",
             Config::PinwatchConsole => "pinwatch + `PINWATCH_CONSOLE=on`",
             Config::TokioBlocked => "tokio-blocked",
+            Config::PinwatchTrace => "pinwatch, TraceLayer spans, registry",
+            Config::PinwatchTraceLayer => "pinwatch, TraceLayer spans, registry + tracing_layer()",
         }
+    }
+
+    /// Measured on the http workload only (a span per request is all they add).
+    pub fn http_only(self) -> bool {
+        matches!(self, Config::PinwatchTrace | Config::PinwatchTraceLayer)
     }
 
     pub fn parse(s: &str) -> Option<Config> {
@@ -100,7 +116,11 @@ impl Config {
     pub fn reports_stuck(self) -> bool {
         matches!(
             self,
-            Config::Pinwatch | Config::PinwatchAll | Config::PinwatchConsole
+            Config::Pinwatch
+                | Config::PinwatchAll
+                | Config::PinwatchConsole
+                | Config::PinwatchTrace
+                | Config::PinwatchTraceLayer
         )
     }
 }
@@ -204,6 +224,8 @@ struct Setup {
     stop: Arc<std::sync::atomic::AtomicBool>,
     helpers: Vec<std::thread::JoinHandle<()>>,
     record: Option<std::path::PathBuf>,
+    /// The http service's requests are `TraceLayer` spans.
+    trace: bool,
 }
 
 fn free_port() -> u16 {
@@ -254,6 +276,16 @@ fn setup(config: Config, workload: Workload) -> Setup {
             (rt, Some(d))
         }
         Config::PinwatchConsole => pinwatch_console(&mut tokio, sink),
+        Config::PinwatchTrace | Config::PinwatchTraceLayer => {
+            use tracing_subscriber::prelude::*;
+            let layer = (config == Config::PinwatchTraceLayer).then(pinwatch::tracing_layer);
+            tracing_subscriber::registry().with(layer).init();
+            let (rt, d) = pinwatch::Builder::new()
+                .sink(sink)
+                .build(&mut tokio)
+                .expect("pinwatch");
+            (rt, Some(d))
+        }
         Config::PinwatchAll => {
             let otlp = otlp_receiver(&stop, &mut helpers);
             // Read by the OpenTelemetry SDK when the exporter starts, before any thread of
@@ -284,6 +316,7 @@ fn setup(config: Config, workload: Workload) -> Setup {
         stop,
         helpers,
         record,
+        trace: config.http_only(),
     }
 }
 
@@ -508,6 +541,11 @@ fn serve(s: &Setup, pins: bool) -> SocketAddr {
             }
         }),
     );
+    let app = if s.trace {
+        app.layer(tower_http::trace::TraceLayer::new_for_http())
+    } else {
+        app
+    };
     let sp = s.spawner.clone();
     let listener =
         s.rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))

@@ -175,6 +175,7 @@ fn main() {
                 .iter()
                 .copied()
                 .filter(|c| workload != Workload::Stuck || c.reports_stuck())
+                .filter(|c| workload == Workload::Http || !c.http_only())
                 .map(|c| (c, false))
                 .collect();
             if workload == Workload::FirstPin && debug_build.is_some() {

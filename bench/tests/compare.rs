@@ -294,3 +294,12 @@ fn bad_arguments_name_themselves() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn the_traced_http_configurations_serve_requests_with_and_without_the_span_layer() {
+    for config in ["pinwatch-trace", "pinwatch-trace-layer"] {
+        let h = child(config, "http");
+        assert!(h["requests"].as_u64().unwrap() > 0, "{config}: {h}");
+        assert!(h["cpu_us_per_req"].as_f64().unwrap() > 0.0, "{config}: {h}");
+    }
+}

@@ -12,6 +12,7 @@ pub mod dns;
 pub mod http;
 pub mod procstat;
 pub mod table;
+pub mod traced;
 
 /// Which variant of a case to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -283,6 +284,17 @@ pub fn cases() -> Vec<Case> {
             body: |v, n, full| Box::pin(http::run(v, n, full)),
         },
         Case {
+            name: "traced_service",
+            about: "an axum service with TraceLayer request spans and OpenTelemetry traces; \
+                    GET /report blocks 80 ms, GET /health does not",
+            expected: Reason::Sleep,
+            allowed: &[Reason::Sleep],
+            min_expected: 3,
+            workers: 2,
+            tasks: (20, 4),
+            body: |v, n, full| Box::pin(traced::run(v, n, full)),
+        },
+        Case {
             name: "blocking_wait",
             about: "std mpsc recv, Condvar wait and futures::executor::block_on inside tasks",
             expected: Reason::Other,
@@ -437,6 +449,25 @@ pub fn prepare(case: &Case) -> Result<(), String> {
     }
 }
 
+/// `traced_service` only: its subscriber (`tracing-opentelemetry` with a tracer that exports
+/// nowhere, and `pinwatch::tracing_layer()`) as the default of every thread of the runtime
+/// being built, so that the other cases run as before; the provider lives as long as the run.
+fn traced_subscriber(
+    case: &Case,
+    tokio: &mut tokio::runtime::Builder,
+) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    if case.name != "traced_service" {
+        return None;
+    }
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let dispatch = traced::dispatch(&provider, false);
+    tokio.on_thread_start(move || {
+        // The thread keeps it until it ends (a guard dropped would restore the global one).
+        std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+    });
+    Some(provider)
+}
+
 /// Finds a case by name.
 pub fn case(name: &str) -> Option<Case> {
     cases().into_iter().find(|c| c.name == name)
@@ -449,6 +480,7 @@ pub fn run(case: &Case, variant: Variant, workers: usize, tasks: usize, full: bo
     let sink = Arc::clone(&events);
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
     tokio.worker_threads(workers).enable_all();
+    let _provider = traced_subscriber(case, &mut tokio);
     let builder = match pinwatch::Builder::from_env() {
         Ok(b) => b,
         Err(e) => {
@@ -835,6 +867,10 @@ fn article(name: &str) -> &'static str {
         "stalled_runtime" => {
             "measured (tokio 1.54, 2 workers): one pinned worker froze all 4 tickers though the \
              other worker was free; in Java a pinned carrier costs one carrier"
+        }
+        "traced_service" => {
+            "every request of an axum service is spawned at the same line of axum; the request \
+             span (method, uri) and its OpenTelemetry trace id say which request pinned"
         }
         "http_server" => {
             "article (wrk, 100 ms DB wait): pool of 200 threads 450 req/s, 220 ms; virtual \

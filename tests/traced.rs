@@ -266,7 +266,6 @@ fn the_pins_trace_id_is_its_request_spans_in_the_trace_export() {
 }
 
 #[test]
-#[ignore = "needs the OTLP sink to set the log record's trace_id/span_id (branch `sinks`): remove this line when it is merged"]
 fn the_pins_otlp_log_record_carries_its_requests_trace_id() {
     let (pin, span, got, _service, _dir) = pin_and_its_exported_span();
     let record = wait_for("the pin's OTLP log record", Duration::from_secs(60), || {

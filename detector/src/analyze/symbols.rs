@@ -152,6 +152,9 @@ struct Image {
     bias: usize,
     /// Its loaded segments, runtime addresses.
     segments: Vec<(usize, usize)>,
+    /// The build id in the loaded image's notes: the file at `path` is read only if it has
+    /// the same (a library replaced on disk since it was loaded is another file).
+    loaded_id: Option<Vec<u8>>,
     /// Mapped on first use (`Some(None)`: could not be read).
     file: Option<Option<Opened>>,
 }
@@ -172,9 +175,10 @@ impl Image {
 
     fn frames(&mut self, addr: usize) -> Vec<Frame> {
         let main = self.main;
-        let opened = self
-            .file
-            .get_or_insert_with(|| self.path.as_deref().and_then(|p| open(p, main)));
+        let opened = self.file.get_or_insert_with(|| {
+            let path = self.path.as_deref()?;
+            open(path, main, self.loaded_id.as_deref())
+        });
         let Some(opened) = opened else {
             return Vec::new();
         };
@@ -215,9 +219,18 @@ impl Image {
 
 /// Maps the file at `path` and reads its DWARF index: the program's DWARF (its own, or its
 /// separate debug file's, compressed or not), a library's only when it has its own, uncompressed.
-fn open(path: &std::path::Path, main: bool) -> Option<Opened> {
+///
+/// `loaded_id`: the build id of the image in memory; a file with another (or none) is not the
+/// one loaded — replaced on disk since — and is not read (its names would be another build's):
+/// the caller falls back to the dynamic linker's names.
+fn open(path: &std::path::Path, main: bool, loaded_id: Option<&[u8]>) -> Option<Opened> {
     let map = Mmap::open(path)?;
     let elf = Elf::parse(map.bytes())?;
+    if let Some(id) = loaded_id {
+        if elf.build_id() != Some(id) {
+            return None;
+        }
+    }
     let debug = elf
         .build_id()
         .and_then(debug_file_by_build_id)
@@ -292,6 +305,18 @@ fn loaded_objects() -> Vec<Image> {
             // SAFETY: the linker gives `dlpi_phnum` headers at `dlpi_phdr`.
             unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
         };
+        let loaded_id = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_NOTE)
+            .find_map(|p| {
+                let start = bias.wrapping_add(p.p_vaddr as usize);
+                // SAFETY: a PT_NOTE segment lies inside the object's loaded image (the
+                // linker maps it with its PT_LOAD segment), readable while the object is
+                // loaded, which it is during this call.
+                let notes =
+                    unsafe { std::slice::from_raw_parts(start as *const u8, p.p_memsz as usize) };
+                gnu_build_id(notes)
+            });
         let segments = phdrs
             .iter()
             .filter(|p| p.p_type == libc::PT_LOAD)
@@ -325,6 +350,7 @@ fn loaded_objects() -> Vec<Image> {
             main,
             bias,
             segments,
+            loaded_id,
             file: None,
         });
         0
@@ -336,6 +362,29 @@ fn loaded_objects() -> Vec<Image> {
         libc::dl_iterate_phdr(Some(each), (&mut out as *mut Vec<Image>).cast());
     }
     out
+}
+
+/// The GNU build id in a block of ELF notes (`namesz`, `descsz`, `type`, then the name and the
+/// descriptor, each padded to 4 bytes), bounds-checked.
+fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
+    let word = |b: &[u8], at: usize| -> Option<usize> {
+        let bytes: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
+        Some(u32::from_ne_bytes(bytes) as usize)
+    };
+    let pad = |n: usize| n.checked_add(3).map(|n| n & !3);
+    while notes.len() >= 12 {
+        let (namesz, descsz, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
+        let name_end = 12usize.checked_add(pad(namesz)?)?;
+        let desc_end = name_end.checked_add(pad(descsz)?)?;
+        let name = notes.get(12..12usize.checked_add(namesz)?)?;
+        let desc = notes.get(name_end..name_end.checked_add(descsz)?)?;
+        if name == b"GNU\0" && kind == 3 {
+            // NT_GNU_BUILD_ID
+            return Some(desc.to_vec());
+        }
+        notes = notes.get(desc_end..)?;
+    }
+    None
 }
 
 /// The dynamic symbol `dladdr` finds for `addr` (the vDSO, a file that could not be read).
@@ -421,6 +470,37 @@ pub(crate) fn mark_lock_frames(frames: &mut [Frame], held: &[HeldEntry]) {
 
 #[cfg(test)]
 mod tests {
+    /// A library is read from disk only if the file there is the one loaded: same build id as
+    /// the image in memory. One replaced since (another build id) is not read.
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn a_library_replaced_on_disk_is_not_read() {
+        let libc = loaded_objects()
+            .into_iter()
+            .find(|i| {
+                i.path
+                    .as_deref()
+                    .is_some_and(|p| p.to_string_lossy().contains("libc.so"))
+            })
+            .expect("libc is loaded");
+        let path = libc.path.clone().unwrap();
+        let id = libc
+            .loaded_id
+            .clone()
+            .expect("libc's loaded image has a build id");
+        assert!(
+            open(&path, false, Some(&id)).is_some(),
+            "the loaded file is read"
+        );
+        let other: Vec<u8> = id.iter().map(|b| b ^ 0xff).collect();
+        assert!(
+            open(&path, false, Some(&other)).is_none(),
+            "a file whose build id is not the loaded image's is read"
+        );
+        assert_eq!(gnu_build_id(&[0xff; 11]), None);
+        assert_eq!(gnu_build_id(&[0xff; 64]), None);
+    }
+
     use super::*;
 
     /// A service that pins for weeks at ever new addresses: the resolver keeps at most

@@ -228,6 +228,14 @@ pub(crate) struct Captured {
 
 /// The spans poll `poll` of `slot` is in: the innermost entered during that poll and its parents,
 /// outermost first. Watchdog side.
+/// A span of tokio's own instrumentation (`runtime.spawn`, `runtime.resource`, …: targets
+/// `tokio::…` and `runtime::…`).
+fn is_runtimes(info: &SpanInfo) -> bool {
+    info.name.starts_with("runtime.")
+        || info.target.starts_with("tokio::")
+        || info.target.starts_with("runtime::")
+}
+
 pub(crate) fn capture(slot: &Slot, poll: u64) -> Captured {
     let mut out = Captured::default();
     let Some(e) = slot.spans.innermost(poll) else {
@@ -235,19 +243,29 @@ pub(crate) fn capture(slot: &Slot, poll: u64) -> Captured {
     };
     let Ok(live) = LIVE.lock() else { return out };
     let mut next = Some(e.id);
+    // Bounded also in steps: span ids are reused once closed, so a stale parent link could in
+    // principle lead back into the chain.
+    let mut steps = 0;
     while let Some(id) = next {
-        if out.spans.len() >= MAX_SPANS {
+        steps += 1;
+        if out.spans.len() >= MAX_SPANS || steps > 4 * MAX_SPANS {
             break;
         }
         let Some(k) = live.get(&(e.layer, id)) else {
             break;
         };
+        next = k.parent;
+        if is_runtimes(&k.info) {
+            // tokio's own instrumentation (its `tracing` feature: the task span it enters
+            // around every poll, resources): not the service's request. Walked through, so
+            // that the spans a task was spawned in still show.
+            continue;
+        }
         if out.trace_id.is_none() && k.trace_id.is_some() {
             out.trace_id.clone_from(&k.trace_id);
             out.span_id.clone_from(&k.span_id);
         }
         out.spans.push(k.info.clone());
-        next = k.parent;
     }
     drop(live);
     out.spans.reverse();

@@ -33,36 +33,16 @@ type Shared = Arc<Mutex<Received>>;
 
 /// An OTLP/HTTP receiver on loopback: `POST /v1/logs` and `/v1/metrics`, protobuf bodies.
 fn http_receiver() -> (u16, Shared) {
-    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
-    let port = server.server_addr().to_ip().unwrap().port();
     let got: Shared = Arc::default();
     let store = Arc::clone(&got);
-    std::thread::spawn(move || {
-        for mut req in server.incoming_requests() {
-            let mut body = Vec::new();
-            let _ = req.as_reader().read_to_end(&mut body);
-            let ok = match req.url() {
-                "/v1/logs" => ExportLogsServiceRequest::decode(body.as_slice())
-                    .map(|r| store.lock().unwrap().logs.push(r))
-                    .is_ok(),
-                "/v1/metrics" => ExportMetricsServiceRequest::decode(body.as_slice())
-                    .map(|r| store.lock().unwrap().metrics.push(r))
-                    .is_ok(),
-                _ => false,
-            };
-            let response = if ok {
-                tiny_http::Response::from_data(Vec::new()).with_header(
-                    tiny_http::Header::from_bytes(
-                        &b"Content-Type"[..],
-                        &b"application/x-protobuf"[..],
-                    )
-                    .unwrap(),
-                )
-            } else {
-                tiny_http::Response::from_data(Vec::new()).with_status_code(400)
-            };
-            let _ = req.respond(response);
-        }
+    let port = support::otlp_http_receiver(move |path, body| match path {
+        "/v1/logs" => ExportLogsServiceRequest::decode(body)
+            .map(|r| store.lock().unwrap().logs.push(r))
+            .is_ok(),
+        "/v1/metrics" => ExportMetricsServiceRequest::decode(body)
+            .map(|r| store.lock().unwrap().metrics.push(r))
+            .is_ok(),
+        _ => false,
     });
     (port, got)
 }

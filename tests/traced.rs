@@ -132,51 +132,31 @@ type Shared = Arc<Mutex<Received>>;
 /// An OTLP/HTTP receiver on loopback, as in `tests/otlp.rs`, with traces: `POST /v1/traces` and
 /// `/v1/logs`, protobuf bodies, decoded into spans and log records.
 fn receiver() -> (u16, Shared) {
-    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
-    let port = server.server_addr().to_ip().unwrap().port();
     let got: Shared = Arc::default();
     let store = Arc::clone(&got);
-    std::thread::spawn(move || {
-        for mut req in server.incoming_requests() {
-            let mut body = Vec::new();
-            let _ = req.as_reader().read_to_end(&mut body);
-            let ok = match req.url() {
-                "/v1/traces" => ExportTraceServiceRequest::decode(body.as_slice())
-                    .map(|r| {
-                        let spans = r
-                            .resource_spans
-                            .into_iter()
-                            .flat_map(|r| r.scope_spans)
-                            .flat_map(|s| s.spans);
-                        store.lock().unwrap().spans.extend(spans);
-                    })
-                    .is_ok(),
-                "/v1/logs" => ExportLogsServiceRequest::decode(body.as_slice())
-                    .map(|r| {
-                        let records = r
-                            .resource_logs
-                            .into_iter()
-                            .flat_map(|r| r.scope_logs)
-                            .flat_map(|s| s.log_records);
-                        store.lock().unwrap().logs.extend(records);
-                    })
-                    .is_ok(),
-                "/v1/metrics" => true,
-                _ => false,
-            };
-            let response = if ok {
-                tiny_http::Response::from_data(Vec::new()).with_header(
-                    tiny_http::Header::from_bytes(
-                        &b"Content-Type"[..],
-                        &b"application/x-protobuf"[..],
-                    )
-                    .unwrap(),
-                )
-            } else {
-                tiny_http::Response::from_data(Vec::new()).with_status_code(400)
-            };
-            let _ = req.respond(response);
-        }
+    let port = support::otlp_http_receiver(move |path, body| match path {
+        "/v1/traces" => ExportTraceServiceRequest::decode(body)
+            .map(|r| {
+                let spans = r
+                    .resource_spans
+                    .into_iter()
+                    .flat_map(|r| r.scope_spans)
+                    .flat_map(|s| s.spans);
+                store.lock().unwrap().spans.extend(spans);
+            })
+            .is_ok(),
+        "/v1/logs" => ExportLogsServiceRequest::decode(body)
+            .map(|r| {
+                let records = r
+                    .resource_logs
+                    .into_iter()
+                    .flat_map(|r| r.scope_logs)
+                    .flat_map(|s| s.log_records);
+                store.lock().unwrap().logs.extend(records);
+            })
+            .is_ok(),
+        "/v1/metrics" => true,
+        _ => false,
     });
     (port, got)
 }

@@ -252,3 +252,30 @@ pub fn pinwatch_cli() -> PathBuf {
     })
     .clone()
 }
+
+/// An OTLP/HTTP receiver on loopback: every `POST` body goes to `take(path, body)`, which
+/// decodes it (protobuf) and says whether it was an export it knows; answered 200 with an
+/// empty protobuf body, or 400. Returns the port.
+pub fn otlp_http_receiver(take: impl Fn(&str, &[u8]) -> bool + Send + 'static) -> u16 {
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let port = server.server_addr().to_ip().unwrap().port();
+    std::thread::spawn(move || {
+        for mut req in server.incoming_requests() {
+            let mut body = Vec::new();
+            let _ = req.as_reader().read_to_end(&mut body);
+            let response = if take(req.url(), &body) {
+                tiny_http::Response::from_data(Vec::new()).with_header(
+                    tiny_http::Header::from_bytes(
+                        &b"Content-Type"[..],
+                        &b"application/x-protobuf"[..],
+                    )
+                    .unwrap(),
+                )
+            } else {
+                tiny_http::Response::from_data(Vec::new()).with_status_code(400)
+            };
+            let _ = req.respond(response);
+        }
+    });
+    port
+}

@@ -50,8 +50,14 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn idle_then_pin(mut tokio: tokio::runtime::Builder, in_body: bool) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+/// A runtime watched by pinwatch (no tracing, no control socket), and its events.
+fn watched(
+    tokio: &mut tokio::runtime::Builder,
+) -> (
+    tokio::runtime::Runtime,
+    pinwatch::Detector,
+    mpsc::Receiver<PinnedEvent>,
+) {
     let (tx, events) = mpsc::channel::<PinnedEvent>();
     let (rt, detector) = pinwatch::Builder::new()
         .tracing(false)
@@ -59,8 +65,14 @@ fn idle_then_pin(mut tokio: tokio::runtime::Builder, in_body: bool) {
         .sink(move |e: &PinnedEvent| {
             let _ = tx.send(e.clone());
         })
-        .build(&mut tokio)
+        .build(tokio)
         .unwrap();
+    (rt, detector, events)
+}
+
+fn idle_then_pin(mut tokio: tokio::runtime::Builder, in_body: bool) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (rt, detector, events) = watched(&mut tokio);
     let pin = Duration::from_millis(150);
     // A `block_on` body, on a thread of its own, that blocks (itself, or in a task it spawns)
     // when told to: a current-thread runtime runs only inside it.
@@ -184,15 +196,7 @@ fn without_the_park_hooks_the_watchdog_keeps_looking() {
 /// (woken through `poll_begins`), else a task it spawns (woken through the unpark hook).
 fn pins_at_every_phase_of_falling_asleep(mut tokio: tokio::runtime::Builder, in_body: bool) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (tx, events) = mpsc::channel::<PinnedEvent>();
-    let (rt, detector) = pinwatch::Builder::new()
-        .tracing(false)
-        .control(Control::Off)
-        .sink(move |e: &PinnedEvent| {
-            let _ = tx.send(e.clone());
-        })
-        .build(&mut tokio)
-        .unwrap();
+    let (rt, detector, events) = watched(&mut tokio);
     // Well past the threshold (20 ms): a loaded machine delays the watchdog, not the verdict.
     let pin = Duration::from_millis(120);
     let (go, mut orders) = tokio::sync::mpsc::unbounded_channel::<()>();

@@ -169,25 +169,13 @@ mod tests {
     /// spawn site are fields too.
     #[test]
     fn the_warn_line_leads_with_the_top_frame_and_the_advice() {
-        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-        let writer = {
-            let out = Arc::clone(&out);
-            move || Buffer(Arc::clone(&out))
-        };
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(writer)
-            .with_ansi(false)
-            .finish();
         let mut e = PinnedEvent::for_test(3, State::InProgress, Reason::Sleep, 25, 7);
         e.spawned_at = Some(crate::event::SourceLocation {
             file: "src/server.rs".into(),
             line: 389,
             column: 5,
         });
-        tracing::subscriber::with_default(subscriber, || {
-            TracingSink::new(Stacks::Short).event(&e);
-        });
-        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        let text = warn_line(Stacks::Short, &e);
         assert!(
             text.contains(
                 "WARN pinwatch: pinned in_progress for 25.0 ms at src/app.rs:7 app::f: reason=sleep \
@@ -210,15 +198,6 @@ mod tests {
     /// itself says which request (`in request{..}`), and `span`/`trace_id` are fields.
     #[test]
     fn the_warn_line_says_which_request_pinned() {
-        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-        let writer = {
-            let out = Arc::clone(&out);
-            move || Buffer(Arc::clone(&out))
-        };
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(writer)
-            .with_ansi(false)
-            .finish();
         let mut e = PinnedEvent::for_test(3, State::Completed, Reason::Sleep, 25, 7);
         e.spans = vec![crate::SpanInfo {
             name: "request".into(),
@@ -233,10 +212,7 @@ mod tests {
             .collect(),
         }];
         e.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
-        tracing::subscriber::with_default(subscriber, || {
-            TracingSink::new(Stacks::Off).event(&e);
-        });
-        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        let text = warn_line(Stacks::Off, &e);
         assert!(
             text.contains("task 3 in request{http.route=/report method=GET uri=/report}, worker 0"),
             "{text}"
@@ -246,6 +222,22 @@ mod tests {
             text.contains("trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\""),
             "{text}"
         );
+    }
+
+    /// What the sink writes for `e` through a `fmt` subscriber (no colours).
+    fn warn_line(stacks: Stacks, e: &PinnedEvent) -> String {
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let writer = {
+            let out = Arc::clone(&out);
+            move || Buffer(Arc::clone(&out))
+        };
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || TracingSink::new(stacks).event(e));
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        text
     }
 
     struct Buffer(Arc<Mutex<Vec<u8>>>);

@@ -28,6 +28,9 @@ pub(crate) struct SpanStack {
     seq: AtomicU64,
     /// Spans entered and not exited; may exceed [`STACK_MAX`].
     depth: AtomicUsize,
+    /// The poll counter of the latest push: what tells, when the stack is deeper than kept
+    /// (the top entries not stored), that it is all left over from an earlier poll.
+    last: AtomicU64,
     entries: [Entry; STACK_MAX],
 }
 
@@ -43,6 +46,7 @@ impl SpanStack {
         SpanStack {
             seq: AtomicU64::new(0),
             depth: AtomicUsize::new(0),
+            last: AtomicU64::new(0),
             entries: [const {
                 Entry {
                     id: AtomicU64::new(0),
@@ -74,13 +78,19 @@ impl SpanStack {
     pub(crate) fn push(&self, layer: u64, id: u64, poll: u64) {
         let s = self.write_begin();
         let mut depth = self.depth.load(Ordering::Relaxed);
-        if depth > 0 && depth <= STACK_MAX {
-            // Entries are pushed in time order and poll counters only grow: when the top one is
-            // from another poll, all are. Nothing of theirs can be reported any more.
-            if self.entries[depth - 1].poll.load(Ordering::Relaxed) != poll {
-                depth = 0;
-            }
+        // Entries are pushed in time order and poll counters only grow: when the top one is
+        // from another poll, all are. Nothing of theirs can be reported any more. Deeper than
+        // kept, the top is not stored: the latest push says (else spans entered and never
+        // exited here, 17 deep, would leave the thread with no span on any later pin).
+        let stale = match depth {
+            0 => false,
+            1..=STACK_MAX => self.entries[depth - 1].poll.load(Ordering::Relaxed) != poll,
+            _ => self.last.load(Ordering::Relaxed) != poll,
+        };
+        if stale {
+            depth = 0;
         }
+        self.last.store(poll, Ordering::Relaxed);
         if let Some(e) = self.entries.get(depth) {
             e.id.store(id, Ordering::Relaxed);
             e.layer.store(layer, Ordering::Relaxed);
@@ -228,5 +238,21 @@ mod tests {
         st.push(1, 7, 1);
         st.clear();
         assert_eq!(st.innermost(1), None);
+    }
+
+    /// Spans entered deeper than kept and never exited on this thread (exited on another, or a
+    /// guard forgotten) do not blind the thread: the next poll's spans show.
+    #[test]
+    fn a_deep_leftover_does_not_hide_later_polls_spans() {
+        let st = SpanStack::new();
+        for i in 0..STACK_MAX as u64 + 1 {
+            st.push(1, i + 1, 1);
+        }
+        st.push(1, 99, 2);
+        assert_eq!(st.innermost(2), Some(Entered { layer: 1, id: 99 }));
+        st.pop(1, 99);
+        assert_eq!(st.innermost(2), None);
+        st.push(1, 100, 3);
+        assert_eq!(st.innermost(3), Some(Entered { layer: 1, id: 100 }));
     }
 }

@@ -453,6 +453,17 @@ pub struct SpanInfo {
 /// readable line whatever a service records in its spans.
 pub const MAX_SPAN_TEXT: usize = 256;
 
+/// `text` appended to `s`, control and bidirectional characters escaped (`\u{1b}`).
+fn push_shown(s: &mut String, text: &str) {
+    for c in text.chars() {
+        if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+            s.extend(c.escape_unicode());
+        } else {
+            s.push(c);
+        }
+    }
+}
+
 /// `s` cut to `max` characters, `…` marking the cut.
 fn cut(s: String, max: usize) -> String {
     if s.chars().count() <= max {
@@ -467,17 +478,23 @@ impl SpanInfo {
     /// The span as `tracing`'s own formatter shows it in a context: `request{method=GET
     /// uri=/report}` (fields in name order; no braces without fields), at most
     /// [`MAX_SPAN_TEXT`] characters.
+    ///
+    /// Field values come from requests (a header, a user name, an `#[instrument]`ed argument):
+    /// control characters (`ESC` sequences that rewrite a terminal, a newline that forges a
+    /// log line) and the bidirectional controls are written escaped (`\u{1b}`), so that the
+    /// WARN line (on stderr too), `ctl status` and the OTLP body stay the one line they are.
     pub fn display(&self) -> String {
-        let mut s = self.name.clone();
+        let mut s = String::new();
+        push_shown(&mut s, &self.name);
         if !self.fields.is_empty() {
             s.push('{');
             for (i, (k, v)) in self.fields.iter().enumerate() {
                 if i > 0 {
                     s.push(' ');
                 }
-                s.push_str(k);
+                push_shown(&mut s, k);
                 s.push('=');
-                s.push_str(v);
+                push_shown(&mut s, v);
             }
             s.push('}');
         }
@@ -948,6 +965,31 @@ mod tests {
         assert!(chain.starts_with("request{uri=xx") && chain.ends_with('…'));
         e.spans.clear();
         assert!(e.span_context().is_none() && e.headline().contains("src/main.rs:10:5, worker 1"));
+    }
+
+    /// A field from a request with a terminal escape, a newline (a forged log line) and a
+    /// bidirectional override: the headline (the WARN line) stays one line, nothing raw.
+    #[test]
+    fn span_fields_from_a_request_are_escaped_in_the_headline() {
+        let mut e = sample();
+        e.spans = vec![span(
+            "request",
+            &[(
+                "user",
+                "\u{1b}]0;owned\u{7}\u{1b}[2J\nWARN pinwatch: fake\u{202e}x",
+            )],
+        )];
+        let h = e.headline();
+        assert!(
+            !h.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{h:?}"
+        );
+        assert!(
+            h.contains(
+                r"request{user=\u{1b}]0;owned\u{7}\u{1b}[2J\u{a}WARN pinwatch: fake\u{202e}x}"
+            ),
+            "{h}"
+        );
     }
 
     #[test]

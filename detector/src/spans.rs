@@ -117,8 +117,11 @@ impl Fields<'_> {
         if self.0.len() >= MAX_FIELDS && !self.0.contains_key(field.name()) {
             return;
         }
-        let mut v = String::new();
-        let _ = v.write_fmt(value);
+        let mut w = Capped(String::new());
+        // A value longer than kept stops being formatted there (`Capped` returns an error):
+        // an `#[instrument]`ed request body is not formatted whole, inside a poll, to be cut.
+        let _ = w.write_fmt(value);
+        let mut v = w.0;
         if v.len() > MAX_VALUE_BYTES {
             let mut cut = MAX_VALUE_BYTES;
             while !v.is_char_boundary(cut) {
@@ -128,6 +131,26 @@ impl Fields<'_> {
             v.push('…');
         }
         self.0.insert(field.name().to_owned(), v);
+    }
+}
+
+/// A `String` that takes a little more than [`MAX_VALUE_BYTES`] (enough to tell a value was
+/// longer), then fails the write, which stops the formatting.
+struct Capped(String);
+
+impl std::fmt::Write for Capped {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = (MAX_VALUE_BYTES + 4).saturating_sub(self.0.len());
+        if s.len() <= room {
+            self.0.push_str(s);
+            return Ok(());
+        }
+        let mut end = room;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.0.push_str(&s[..end]);
+        Err(std::fmt::Error)
     }
 }
 
@@ -270,4 +293,55 @@ pub(crate) fn capture(slot: &Slot, poll: u64) -> Captured {
     drop(live);
     out.spans.reverse();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use tracing_subscriber::prelude::*;
+
+    /// A value whose `Debug` writes `chunks` pieces of 1 KiB, counting those written.
+    struct Huge {
+        chunks: usize,
+        written: AtomicUsize,
+    }
+
+    impl std::fmt::Debug for Huge {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let piece = "b".repeat(1024);
+            for _ in 0..self.chunks {
+                f.write_str(&piece)?;
+                self.written.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }
+    }
+
+    /// An `#[instrument]`ed handler taking a 64 MiB body: creating its span formats the body
+    /// only as far as is kept, and keeps the value cut with `…`.
+    #[test]
+    fn a_huge_field_is_formatted_only_as_far_as_kept() {
+        let body = Huge {
+            chunks: 64 * 1024,
+            written: AtomicUsize::new(0),
+        };
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("upload", body = ?body);
+            let id = span.id().expect("the span is enabled");
+            let live = LIVE.lock().unwrap();
+            let kept = &live[&(instance, id.into_u64())].info.fields["body"];
+            assert!(
+                kept.len() <= MAX_VALUE_BYTES + '…'.len_utf8(),
+                "{}",
+                kept.len()
+            );
+            assert!(kept.starts_with("bbbb") && kept.ends_with('…'), "{kept}");
+        });
+        let written = body.written.load(Ordering::Relaxed);
+        assert!(written <= 1, "{written} KiB of the body were formatted");
+    }
 }

@@ -203,9 +203,18 @@ where
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+        // Formatted before the map is locked: a value's `Debug` is the service's code, and may
+        // make a span itself (whose `on_new_span` takes the lock: a deadlock if held here).
+        let mut recorded = BTreeMap::new();
+        values.record(&mut Fields(&mut recorded));
         if let Ok(mut live) = LIVE.lock() {
             if let Some(k) = live.get_mut(&(self.instance, id.into_u64())) {
-                values.record(&mut Fields(&mut k.info.fields));
+                let fields = &mut k.info.fields;
+                for (name, value) in recorded {
+                    if fields.len() < MAX_FIELDS || fields.contains_key(&name) {
+                        fields.insert(name, value);
+                    }
+                }
             }
         }
     }

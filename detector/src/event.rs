@@ -475,6 +475,19 @@ fn cut(s: String, max: usize) -> String {
 }
 
 impl SpanInfo {
+    /// A span named `name` from `target` with `fields`, for tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(name: &str, target: &str, fields: &[(&str, &str)]) -> SpanInfo {
+        SpanInfo {
+            name: name.to_owned(),
+            target: target.to_owned(),
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
     /// The span as `tracing`'s own formatter shows it in a context: `request{method=GET
     /// uri=/report}` (fields in name order; no braces without fields), at most
     /// [`MAX_SPAN_TEXT`] characters.
@@ -915,17 +928,8 @@ mod tests {
         assert!(e.duration > Duration::from_secs(u64::MAX / 2));
     }
 
-    /// The headline leads with the blocking line, the reason and the advice; the task, spawn
-    /// site and worker follow.
     fn span(name: &str, fields: &[(&str, &str)]) -> SpanInfo {
-        SpanInfo {
-            name: name.to_owned(),
-            target: "svc".to_owned(),
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
+        SpanInfo::for_test(name, "svc", fields)
     }
 
     #[test]
@@ -992,6 +996,8 @@ mod tests {
         );
     }
 
+    /// The headline leads with the blocking line, the reason and the advice; the task, spawn
+    /// site and worker follow.
     #[test]
     fn the_headline_leads_with_the_top_frame_and_the_advice() {
         let mut e = sample();

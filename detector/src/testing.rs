@@ -218,14 +218,11 @@ mod tests {
     fn the_failure_message_names_the_request_the_pin_was_in() {
         let mut e = PinnedEvent::for_test(1, State::Completed, Reason::Sleep, 40, 1);
         assert!(!render(std::slice::from_ref(&e)).contains(" in request"));
-        e.spans = vec![crate::SpanInfo {
-            name: "request".to_owned(),
-            target: "tower_http::trace::make_span".to_owned(),
-            fields: [("method", "GET"), ("uri", "/report")]
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-        }];
+        e.spans = vec![crate::SpanInfo::for_test(
+            "request",
+            "tower_http::trace::make_span",
+            &[("method", "GET"), ("uri", "/report")],
+        )];
         let msg = render(&[e]);
         assert!(msg.contains(" in request{method=GET uri=/report}"), "{msg}");
     }

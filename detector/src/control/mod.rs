@@ -705,14 +705,7 @@ mod tests {
         use crate::event::{Reason, State};
         let mut e = crate::PinnedEvent::for_test(1, State::InProgress, Reason::Sleep, 30, 3);
         assert_eq!(request_of(&e), None);
-        let span = |name: &str, fields: &[(&str, &str)]| crate::SpanInfo {
-            name: name.to_owned(),
-            target: "svc".to_owned(),
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
+        let span = |name, fields| crate::SpanInfo::for_test(name, "svc", fields);
         e.spans = vec![
             span("conn", &[("peer", "127.0.0.1:4000")]),
             span("request", &[("method", "GET"), ("uri", "/report")]),

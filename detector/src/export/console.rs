@@ -558,14 +558,11 @@ mod tests {
                     name: "conn".to_owned(),
                     ..Default::default()
                 },
-                crate::SpanInfo {
-                    name: "request".to_owned(),
-                    target: "tower_http::trace::make_span".to_owned(),
-                    fields: [("method", "GET"), ("uri", "/report")]
-                        .into_iter()
-                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                        .collect(),
-                },
+                crate::SpanInfo::for_test(
+                    "request",
+                    "tower_http::trace::make_span",
+                    &[("method", "GET"), ("uri", "/report")],
+                ),
             ];
             w.event(&e);
             // A later report in the same span sets nothing again.

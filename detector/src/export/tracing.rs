@@ -199,18 +199,15 @@ mod tests {
     #[test]
     fn the_warn_line_says_which_request_pinned() {
         let mut e = PinnedEvent::for_test(3, State::Completed, Reason::Sleep, 25, 7);
-        e.spans = vec![crate::SpanInfo {
-            name: "request".into(),
-            target: "tower_http::trace::make_span".into(),
-            fields: [
+        e.spans = vec![crate::SpanInfo::for_test(
+            "request",
+            "tower_http::trace::make_span",
+            &[
                 ("http.route", "/report"),
                 ("method", "GET"),
                 ("uri", "/report"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
-        }];
+            ],
+        )];
         e.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
         let text = warn_line(Stacks::Off, &e);
         assert!(

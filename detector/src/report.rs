@@ -177,7 +177,7 @@ pub(crate) fn rotated_numbers(path: &Path) -> std::io::Result<Vec<usize>> {
 }
 
 /// `Some(k)` when `candidate` is the `k`-th rotated file of `path`.
-fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
+pub(crate) fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
     let name = candidate.file_name()?.to_str()?;
     let base = path.file_name()?.to_str()?;
     let (stem, ext) = match base.rsplit_once('.') {

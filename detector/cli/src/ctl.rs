@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use pinwatch::control::client;
 use pinwatch::control::protocol::{Reply, Request, Status};
+use pinwatch::export::RecordStatus;
 use pinwatch::report::SummaryRow;
 
 /// How long a whole exchange with a service may take: connect, request, the full reply.
@@ -22,7 +23,7 @@ const LIST_TOTAL: Duration = Duration::from_secs(20);
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pinwatch ctl list\n  pinwatch ctl 4242 status --watch\n  pinwatch ctl 4242 set threshold=50ms stacks=full\n  pinwatch ctl 4242 record start /tmp/incident.jsonl --max-size 50MB --max-age 1h\n  pinwatch ctl 4242 record stop\n  pinwatch ctl 4242 pause"
+    after_help = "Examples:\n  pinwatch ctl list\n  pinwatch ctl 4242 status --watch\n  pinwatch ctl 4242 set threshold=50ms stacks=full\n  pinwatch ctl 4242 record start /tmp/incident.jsonl --max-size 50MB --max-age 1h\n  pinwatch ctl 4242 record list\n  pinwatch ctl 4242 record stop 1\n  pinwatch ctl 4242 pause"
 )]
 pub struct CtlArgs {
     /// `list` (the processes with pinwatch), or the service: its pid, `<pid>.<n>` for its n-th
@@ -60,7 +61,8 @@ enum Action {
         #[arg(required = true)]
         settings: Vec<String>,
     },
-    /// Start or stop a recording (JSON lines, as PINWATCH_RECORD makes).
+    /// Start, list or stop recordings (JSON lines, as PINWATCH_RECORD makes); several may run
+    /// at once, each with its own file and limits.
     Record {
         #[command(subcommand)]
         what: RecordAction,
@@ -89,8 +91,20 @@ enum RecordAction {
         #[arg(long)]
         keep: Option<usize>,
     },
-    /// Stop the recording; says what it wrote.
-    Stop,
+    /// The recordings running: id (0 is the start-up one, PINWATCH_RECORD), file, since when,
+    /// events, bytes, rotations, write errors.
+    List {
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a recording, by ID (`0` or `startup`: the start-up one) or by FILE; with neither,
+    /// the only one running (refused when several run: say which). Says what it wrote.
+    Stop {
+        /// The recording's ID (`record list`), or its file (a relative path is made absolute
+        /// here; write `./3` for a file named like an ID).
+        which: Option<String>,
+    },
 }
 
 pub fn run(args: &CtlArgs) -> ExitCode {
@@ -170,8 +184,24 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
             keep: *keep,
         },
         Action::Record {
-            what: RecordAction::Stop,
-        } => Request::RecordStop,
+            what: RecordAction::Stop { which },
+        } => match which.as_deref().map(which_recording).transpose()? {
+            None => Request::RecordStop {
+                id: None,
+                path: None,
+            },
+            Some(Ok(id)) => Request::RecordStop {
+                id: Some(id),
+                path: None,
+            },
+            Some(Err(path)) => Request::RecordStop {
+                id: None,
+                path: Some(path),
+            },
+        },
+        Action::Record {
+            what: RecordAction::List { json },
+        } => return record_list(&socket, *json),
         Action::Pause => Request::Pause,
         Action::Resume => Request::Resume,
     };
@@ -186,6 +216,90 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
     } else {
         Err(reply.message)
     }
+}
+
+/// `record stop`'s argument: a recording's id (`startup` is 0), else its file made absolute.
+fn which_recording(s: &str) -> Result<Result<u64, PathBuf>, String> {
+    if s == "startup" {
+        return Ok(Ok(0));
+    }
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse().map(Ok).map_err(|_| {
+            format!(
+                "{s} is no recording id (too large); see `record list`, or write ./{s} for a file"
+            )
+        });
+    }
+    absolute(Path::new(s)).map(Err)
+}
+
+/// `record list`: a table, or JSON.
+fn record_list(socket: &client::Endpoint, json: bool) -> Result<ExitCode, String> {
+    let reply = client::request(socket, &Request::RecordList, TIMEOUT)?;
+    if !reply.ok {
+        return Err(reply.message);
+    }
+    let Some(list) = reply.recordings else {
+        return Err(format!(
+            "{} answered no list of recordings",
+            socket.path.display()
+        ));
+    };
+    if json {
+        return Ok(crate::print_out(&format!(
+            "{}\n",
+            json_safe(&serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?)
+        )));
+    }
+    let list = escaped(&list)?;
+    if list.is_empty() {
+        return Ok(crate::print_out(
+            "no recording is running; start one with `record start FILE`\n",
+        ));
+    }
+    let rows: Vec<[String; 7]> = list
+        .iter()
+        .map(|r| {
+            [
+                record_label(r),
+                since(r.started_ms),
+                r.events.to_string(),
+                bytes(r.bytes),
+                r.rotations.to_string(),
+                r.write_errors.to_string(),
+                r.path.display().to_string(),
+            ]
+        })
+        .collect();
+    Ok(crate::print_out(&table(
+        &[
+            "ID",
+            "SINCE",
+            "EVENTS",
+            "BYTES",
+            "ROTATIONS",
+            "WRITE ERRORS",
+            "FILE",
+        ],
+        &rows,
+    )))
+}
+
+/// `0 (startup)`, `3`; `-` from a service older than recording ids.
+fn record_label(r: &RecordStatus) -> String {
+    match (r.id, r.startup) {
+        (Some(id), true) => format!("{id} (startup)"),
+        (Some(id), false) => id.to_string(),
+        (None, _) => "-".to_owned(),
+    }
+}
+
+/// A start time in ms since the epoch, as UTC (`2026-12-01T12:15:11Z`); `?` when unknown.
+fn since(ms: u64) -> String {
+    if ms == 0 {
+        return "?".to_owned();
+    }
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
 fn absolute(file: &Path) -> Result<PathBuf, String> {
@@ -460,45 +574,50 @@ fn render(st: &Status) -> String {
             "on".to_owned()
         }
     );
-    match &st.recording {
-        None => {
-            let _ = writeln!(w, "recording  off");
-        }
-        Some(r) => {
-            let limit = match (r.max_size, r.max_age_ms) {
-                (None, None) => "never rotated".to_owned(),
-                (size, age) => {
-                    let mut parts = Vec::new();
-                    if let Some(s) = size {
-                        parts.push(format!("at {}", bytes(s)));
-                    }
-                    if let Some(a) = age {
-                        parts.push(format!("every {}", human_ms(a)));
-                    }
-                    format!("rotated {}, {} kept", parts.join(" or "), r.keep)
+    // A service older than several recordings sends only `recording`.
+    let recordings: Vec<&RecordStatus> = if st.recordings.is_empty() {
+        st.recording.iter().collect()
+    } else {
+        st.recordings.iter().collect()
+    };
+    if recordings.is_empty() {
+        let _ = writeln!(w, "recording  off");
+    }
+    for r in recordings {
+        let limit = match (r.max_size, r.max_age_ms) {
+            (None, None) => "never rotated".to_owned(),
+            (size, age) => {
+                let mut parts = Vec::new();
+                if let Some(s) = size {
+                    parts.push(format!("at {}", bytes(s)));
                 }
-            };
+                if let Some(a) = age {
+                    parts.push(format!("every {}", human_ms(a)));
+                }
+                format!("rotated {}, {} kept", parts.join(" or "), r.keep)
+            }
+        };
+        let _ = writeln!(
+            w,
+            "recording  {}{}: {} events, {} written, current file {} ({limit}){}",
+            r.id.map_or_else(String::new, |_| format!("{} ", record_label(r))),
+            r.path.display(),
+            r.events,
+            bytes(r.bytes),
+            bytes(r.current_size),
+            if r.write_errors > 0 {
+                format!(", {} events NOT written", r.write_errors)
+            } else {
+                String::new()
+            }
+        );
+        if r.rotation_errors > 0 {
             let _ = writeln!(
                 w,
-                "recording  {}: {} events, {} written, current file {} ({limit}){}",
-                r.path.display(),
-                r.events,
-                bytes(r.bytes),
-                bytes(r.current_size),
-                if r.write_errors > 0 {
-                    format!(", {} events NOT written", r.write_errors)
-                } else {
-                    String::new()
-                }
+                "           {} rotations FAILED: the current file grows past its limit \
+                 until one works (the service's log says why)",
+                r.rotation_errors
             );
-            if r.rotation_errors > 0 {
-                let _ = writeln!(
-                    w,
-                    "           {} rotations FAILED: the current file grows past its limit \
-                     until one works (the service's log says why)",
-                    r.rotation_errors
-                );
-            }
         }
     }
     let _ = writeln!(w);

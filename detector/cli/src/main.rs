@@ -58,7 +58,8 @@ enum Command {
         output: Option<PathBuf>,
     },
     /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,
-    /// `set threshold=50ms`, `record start FILE` / `record stop`, `pause` / `resume`.
+    /// `set threshold=50ms`, `record start FILE` / `record list` /
+    /// `record stop [ID|FILE]`, `pause` / `resume`.
     Ctl(ctl::CtlArgs),
 }
 

@@ -36,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{Settings, Stacks};
-use crate::export::{Recorder, Rotation};
+use crate::export::{Recorder, Rotation, Which};
 use crate::watch::Watched;
 pub use dir::ControlDir;
 use protocol::{PinnedNow, Reply, Request, Status, MAX_REQUEST};
@@ -415,9 +415,8 @@ fn answer(req: Request, s: &Served) -> Reply {
     let w = &ctx.watched;
     match req {
         Request::Status => Reply {
-            ok: true,
-            message: String::new(),
             status: Some(Box::new(status(s))),
+            ..Reply::ok("")
         },
         Request::Set { settings } => set(w, &settings),
         Request::RecordStart {
@@ -433,25 +432,30 @@ fn answer(req: Request, s: &Served) -> Reply {
                 path.display()
             )),
             Ok(r) => match ctx.recorder.start(&path, r) {
-                Ok(()) => Reply::ok(format!("recording to {} ({})", path.display(), describe(r))),
+                Ok(st) => Reply {
+                    recordings: Some(vec![st.clone()]),
+                    ..Reply::ok(format!(
+                        "recording {} to {} ({}); `record stop {0}` stops it",
+                        st.id.unwrap_or_default(),
+                        path.display(),
+                        describe(r)
+                    ))
+                },
                 Err(e) => Reply::error(e),
             },
         },
-        Request::RecordStop => match ctx.recorder.stop() {
-            Some(st) => Reply::ok(format!(
-                "stopped recording to {}: {} events, {} bytes, {} rotations{}",
-                st.path.display(),
-                st.events,
-                st.bytes,
-                st.rotations,
-                if st.write_errors > 0 {
-                    format!(", {} events could not be written", st.write_errors)
-                } else {
-                    String::new()
-                }
-            )),
-            None => Reply::error("no recording is running; start one with `record start FILE`"),
-        },
+        Request::RecordStop { id, path } => record_stop(&ctx.recorder, id, path.as_deref()),
+        Request::RecordList => {
+            let list = ctx.recorder.list();
+            Reply {
+                recordings: Some(list.clone()),
+                ..Reply::ok(match list.len() {
+                    0 => "no recording is running".to_owned(),
+                    1 => "1 recording is running".to_owned(),
+                    n => format!("{n} recordings are running"),
+                })
+            }
+        }
         Request::Pause | Request::Resume => {
             let pause = matches!(req, Request::Pause);
             let Ok((before, _)) = w.tunables.update(|s| {
@@ -469,6 +473,42 @@ fn answer(req: Request, s: &Served) -> Reply {
                 (false, true) => "resumed: pins are reported again".to_owned(),
             })
         }
+    }
+}
+
+/// `record stop [ID|FILE]`.
+fn record_stop(recorder: &Recorder, id: Option<u64>, path: Option<&Path>) -> Reply {
+    let which = match (id, path) {
+        (Some(_), Some(_)) => return Reply::error("give the recording's id or its file, not both"),
+        (Some(id), None) => Which::Id(id),
+        (None, Some(p)) if !p.is_absolute() => {
+            return Reply::error(format!(
+                "{} is not an absolute path: the service's working directory is not yours; \
+                 give an absolute one (`pinwatch ctl` does)",
+                p.display()
+            ))
+        }
+        (None, Some(p)) => Which::Path(p),
+        (None, None) => Which::Only,
+    };
+    match recorder.stop(which) {
+        Ok(st) => Reply {
+            recordings: Some(vec![st.clone()]),
+            ..Reply::ok(format!(
+                "stopped recording {} to {}: {} events, {} bytes, {} rotations{}",
+                st.id.unwrap_or_default(),
+                st.path.display(),
+                st.events,
+                st.bytes,
+                st.rotations,
+                if st.write_errors > 0 {
+                    format!(", {} events could not be written", st.write_errors)
+                } else {
+                    String::new()
+                }
+            ))
+        },
+        Err(e) => Reply::error(e),
     }
 }
 
@@ -606,6 +646,7 @@ fn status(s: &Served) -> Status {
         .collect();
     pinned.sort_by_key(|p| std::cmp::Reverse(p.for_ms));
     let stats = crate::watch::snapshot(&w.stats, &w.table);
+    let recordings = ctx.recorder.list();
     let command = std::fs::read("/proc/self/cmdline")
         .map(|b| {
             b.split(|&c| c == 0)
@@ -637,7 +678,9 @@ fn status(s: &Served) -> Status {
             .collect(),
         paused: settings.paused,
         stacks_unavailable: w.stacks_blocked.map(str::to_owned),
-        recording: ctx.recorder.status(),
+        // One look, so that `recording` is the first of `recordings`.
+        recording: recordings.first().cloned(),
+        recordings,
         pinned,
         top: ctx
             .view
@@ -699,6 +742,7 @@ fn bounded(mut s: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::RecordStatus;
 
     #[test]
     fn status_names_the_innermost_span_with_its_fields_bounded() {
@@ -724,6 +768,43 @@ mod tests {
             shown.len()
         );
         assert!(shown.starts_with("request{uri=xxx") && shown.ends_with('…'));
+    }
+
+    /// Several recordings changed the protocol only by adding: an older `pinwatch ctl`'s
+    /// `record_stop` (no id, no file) still means "the only one running", a stop with no target
+    /// is sent as before (so an older service understands it), and a status or reply from an
+    /// older service (no `recordings`, no ids) still reads.
+    #[test]
+    fn record_requests_and_replies_stay_compatible() {
+        let old: Request = serde_json::from_str(r#"{"cmd":"record_stop"}"#).unwrap();
+        assert_eq!(
+            old,
+            Request::RecordStop {
+                id: None,
+                path: None
+            }
+        );
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"cmd":"record_stop"}"#
+        );
+        let by_id: Request = serde_json::from_str(r#"{"cmd":"record_stop","id":2}"#).unwrap();
+        assert_eq!(
+            by_id,
+            Request::RecordStop {
+                id: Some(2),
+                path: None
+            }
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"record_stop","who":2}"#).is_err());
+        let reply: Reply = serde_json::from_str(r#"{"ok":true,"message":"x"}"#).unwrap();
+        assert!(reply.recordings.is_none());
+        let rec: RecordStatus = serde_json::from_value(serde_json::json!({
+            "path": "/tmp/r.jsonl", "events": 1, "bytes": 2, "current_size": 2, "rotations": 0,
+            "write_errors": 0, "max_size": null, "max_age_ms": null, "keep": 5,
+        }))
+        .unwrap();
+        assert_eq!((rec.id, rec.startup, rec.started_ms), (None, false, 0));
     }
 
     #[test]

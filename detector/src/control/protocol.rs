@@ -39,8 +39,18 @@ pub enum Request {
         #[serde(default)]
         keep: Option<usize>,
     },
-    /// Stop the recording.
-    RecordStop,
+    /// Stop a recording: the one with `id`, or the one writing `path` (absolute); with
+    /// neither, the only one running (refused, naming them, when several run).
+    RecordStop {
+        /// Its id ([`RecordStatus::id`]; 0 is the start-up recording).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        /// Its file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<PathBuf>,
+    },
+    /// The recordings running, in the reply's `recordings`.
+    RecordList,
     /// Report no new pins until `resume` (the hooks keep running; see docs/ctl.md).
     Pause,
     /// Report pins again.
@@ -59,6 +69,10 @@ pub struct Reply {
     /// For [`Request::Status`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Box<Status>>,
+    /// For [`Request::RecordList`] (every recording running, oldest first), and for
+    /// [`Request::RecordStart`] and [`Request::RecordStop`] (the one started or stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recordings: Option<Vec<RecordStatus>>,
 }
 
 impl Reply {
@@ -67,6 +81,7 @@ impl Reply {
             ok: true,
             message: message.into(),
             status: None,
+            recordings: None,
         }
     }
 
@@ -75,6 +90,7 @@ impl Reply {
             ok: false,
             message: message.into(),
             status: None,
+            recordings: None,
         }
     }
 }
@@ -108,8 +124,13 @@ pub struct Status {
     pub paused: bool,
     /// Why stacks cannot be sampled here whatever the settings, if so.
     pub stacks_unavailable: Option<String>,
-    /// The running recording, if any.
+    /// The oldest recording running, if any: kept for clients older than several recordings
+    /// (which show this one); [`Status::recordings`] has them all.
     pub recording: Option<RecordStatus>,
+    /// Every recording running, oldest first (the start-up one, id 0, first while it runs).
+    /// Empty from services older than several recordings: then see [`Status::recording`].
+    #[serde(default)]
+    pub recordings: Vec<RecordStatus>,
     /// The pins running now, longest first.
     pub pinned: Vec<PinnedNow>,
     /// Top functions since start, each with its lines (pins counted once; running ones

@@ -19,8 +19,8 @@ use crate::config::Config;
 use crate::event::PinnedEvent;
 use crate::Error;
 
-pub(crate) use record::Recorder;
-pub use record::{RecordSink, RecordStatus, Rotation};
+pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
+pub(crate) use record::{Recorder, Which};
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
 pub(crate) use tracing::{no_subscriber, to_stderr};

@@ -3,9 +3,10 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
@@ -74,6 +75,10 @@ pub struct RecordSink {
     size: u64,
     /// When this process started writing the current file.
     since: Instant,
+    /// When the recording started (for `record list`).
+    started: SystemTime,
+    /// The current file's device and inode, to tell a second recording to the same file.
+    file_id: (u64, u64),
     /// The current file holds a whole line (so that rotating it keeps something).
     holds_lines: bool,
     /// The current file ends in part of a line: the next line starts with a newline.
@@ -89,10 +94,23 @@ pub struct RecordSink {
     write_errors: u64,
 }
 
-/// What a recording has written, for `pinwatch ctl <pid> status` and `record stop`.
+/// What a recording has written, for `pinwatch ctl <pid> status`, `record list` and
+/// `record stop`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct RecordStatus {
+    /// The recording's id in its service (`record stop ID`): 0 for the start-up recording
+    /// (`PINWATCH_RECORD`), 1, 2, … for those started with `pinwatch ctl`, never reused.
+    /// `None` for a [`RecordSink`] of one's own (and from services older than several
+    /// recordings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// Whether it is the start-up recording (`PINWATCH_RECORD`).
+    #[serde(default)]
+    pub startup: bool,
+    /// When it started, in ms since the Unix epoch (0 from services older than this field).
+    #[serde(default)]
+    pub started_ms: u64,
     /// The current file.
     pub path: PathBuf,
     /// Events written since the recording started.
@@ -125,10 +143,11 @@ impl RecordSink {
 
     /// Opens (creating if needed) `path` for appending, rotating it as `rotation` says.
     pub fn open_rotating(path: &Path, rotation: Rotation) -> Result<RecordSink, Error> {
-        let (file, size) = append(path).map_err(|source| Error::Record {
+        let (file, meta) = append(path).map_err(|source| Error::Record {
             path: path.to_owned(),
             source,
         })?;
+        let size = meta.len();
         Ok(RecordSink {
             file,
             path: path.to_owned(),
@@ -138,6 +157,8 @@ impl RecordSink {
             },
             size,
             since: Instant::now(),
+            started: SystemTime::now(),
+            file_id: (meta.dev(), meta.ino()),
             holds_lines: size > 0,
             torn: size > 0 && !ends_with_newline(path, size),
             failing: None,
@@ -153,6 +174,12 @@ impl RecordSink {
     /// What it has written so far.
     pub fn status(&self) -> RecordStatus {
         RecordStatus {
+            id: None,
+            startup: false,
+            started_ms: self
+                .started
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
             path: self.path.clone(),
             events: self.events,
             bytes: self.bytes,
@@ -199,7 +226,8 @@ impl RecordSink {
             }
             // The current file is gone (deleted by hand): start a new one under its name,
             // leaving the rotated ones where they are.
-            self.switch_to(append(&self.path)?.0);
+            let (file, meta) = append(&self.path)?;
+            self.switch_to(file, &meta);
             return Ok(());
         }
         let fresh = fresh_path(&self.path);
@@ -215,6 +243,8 @@ impl RecordSink {
             let _ = std::fs::remove_file(&fresh);
             e
         };
+        // Its size and inode, before any name moves.
+        let meta = file.metadata().map_err(undo)?;
         // Only the files that are there: `keep` may be huge (`--keep 18446744073709551615`
         // made every rotation try that many renames, the export thread spinning for good with
         // the recorder's lock held). Files numbered `keep` or more are left alone, as before.
@@ -237,14 +267,15 @@ impl RecordSink {
             return Err(undo(e));
         }
         self.rotations += 1;
-        self.switch_to(file);
+        self.switch_to(file, &meta);
         Ok(())
     }
 
     /// Makes `file` the current file (a fresh one, or one that a reader should take as
     /// possibly ending mid-line when it holds anything).
-    fn switch_to(&mut self, file: File) {
-        self.size = file.metadata().map_or(0, |m| m.len());
+    fn switch_to(&mut self, file: File, meta: &std::fs::Metadata) {
+        self.size = meta.len();
+        self.file_id = (meta.dev(), meta.ino());
         self.file = file;
         self.since = Instant::now();
         self.holds_lines = false;
@@ -321,7 +352,7 @@ impl RecordSink {
 /// makes opening a FIFO that nobody reads fail at once (`ENXIO`) instead of blocking the
 /// caller, who may hold the recorder's lock, for good. The check is made on the opened
 /// descriptor (`fstat`), not on the path.
-fn append(path: &Path) -> std::io::Result<(File, u64)> {
+fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let file = OpenOptions::new()
         .create(true)
@@ -359,7 +390,7 @@ fn append(path: &Path) -> std::io::Result<(File, u64)> {
             libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
         }
     }
-    Ok((file, meta.len()))
+    Ok((file, meta))
 }
 
 /// Whether the `size`-byte file `path` ends with a newline; when it cannot be read, it is taken
@@ -381,10 +412,11 @@ fn fresh_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.next"))
 }
 
-impl Sink for RecordSink {
-    fn event(&mut self, event: &PinnedEvent) {
-        let line = event.to_json_line();
-        if let Err(e) = self.write_line(&line) {
+impl RecordSink {
+    /// Appends one event's line (see [`PinnedEvent::to_json_line`]), counting and logging a
+    /// failure once.
+    fn write(&mut self, line: &str) {
+        if let Err(e) = self.write_line(line) {
             self.write_errors += 1;
             match &mut self.failing {
                 Some(lost) => *lost += 1,
@@ -406,40 +438,215 @@ impl Sink for RecordSink {
             );
         }
     }
+}
+
+impl Sink for RecordSink {
+    fn event(&mut self, event: &PinnedEvent) {
+        self.write(&event.to_json_line());
+    }
 
     fn flush(&mut self) {
         let _ = self.file.sync_data();
     }
 }
 
-/// The one recording of a detector, which `PINWATCH_RECORD` starts and `pinwatch ctl` starts
-/// and stops while the service runs. Its sink sits in the export thread's fan-out; the control
-/// thread swaps the file in and out under the lock (the lock is taken per event on the export
-/// thread, never on a worker or on the watchdog).
+/// Recordings one service runs at once, the start-up one (`PINWATCH_RECORD`) included; one
+/// more `record start` is refused until one is stopped. Each costs a file descriptor and one
+/// `write` per event on the export thread.
+pub const MAX_RECORDINGS: usize = 8;
+
+/// Where a recording's names live: its directory, by device and inode (so that a symlinked
+/// directory, `..` or a relative path name the same one), and the file's name in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Place {
+    dir: (u64, u64),
+    name: std::ffi::OsString,
+}
+
+impl Place {
+    /// The place of `path` as named (where its rotation renames files).
+    fn of(path: &Path) -> std::io::Result<Place> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let name = path.file_name().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "it names no file (it ends in `..`); give the path of a file",
+            )
+        })?;
+        let meta = std::fs::metadata(dir)?;
+        Ok(Place {
+            dir: (meta.dev(), meta.ino()),
+            name: name.to_owned(),
+        })
+    }
+
+    /// The places of `path`: as named, and where a symlink at its end leads (where its lines
+    /// go), when that is elsewhere.
+    fn all(path: &Path) -> Vec<Place> {
+        let mut places: Vec<Place> = Place::of(path).into_iter().collect();
+        if let Ok(real) = std::fs::canonicalize(path).and_then(|p| Place::of(&p)) {
+            if !places.contains(&real) {
+                places.push(real);
+            }
+        }
+        places
+    }
+
+    /// Whether recordings here and at `other` would write or rotate each other's files: the
+    /// same file, or one a rotated name of the other (`rec.1.jsonl` of `rec.jsonl`), or the
+    /// hidden name a rotation opens its next file under.
+    fn clashes(&self, other: &Place) -> bool {
+        let related = |a: &std::ffi::OsStr, b: &std::ffi::OsStr| {
+            let (a, b) = (Path::new(a), Path::new(b));
+            crate::report::rotation_number(a, b).is_some() || fresh_path(a) == b
+        };
+        self.dir == other.dir
+            && (self.name == other.name
+                || related(&self.name, &other.name)
+                || related(&other.name, &self.name))
+    }
+}
+
+/// A running recording.
+#[derive(Debug)]
+struct Running {
+    id: u64,
+    startup: bool,
+    /// Where its names are (see [`Place::all`]), as it started.
+    places: Vec<Place>,
+    sink: RecordSink,
+}
+
+impl Running {
+    fn status(&self) -> RecordStatus {
+        RecordStatus {
+            id: Some(self.id),
+            startup: self.startup,
+            ..self.sink.status()
+        }
+    }
+
+    /// Why a recording to `path` (its `places`, its file `file_id`) cannot run beside this
+    /// one, if it cannot.
+    fn clash(&self, path: &Path, places: &[Place], file_id: Option<(u64, u64)>) -> Option<String> {
+        let same_file = file_id == Some(self.sink.file_id);
+        let related = places
+            .iter()
+            .any(|p| self.places.iter().any(|q| q.clashes(p)));
+        (same_file || related).then(|| {
+            format!(
+                "cannot record to {}: recording {} writes {}, and that is the same file or one \
+                 of its rotated files (`name.1.ext`, …) — two recordings there would interleave \
+                 and rotate each other's lines; stop it first (`record stop {}`) or record to \
+                 another file",
+                path.display(),
+                self.label(),
+                self.sink.path.display(),
+                self.id
+            )
+        })
+    }
+
+    /// `0 (startup)`, `3`.
+    fn label(&self) -> String {
+        if self.startup {
+            format!("{} (startup)", self.id)
+        } else {
+            self.id.to_string()
+        }
+    }
+}
+
+/// The recordings running in a detector.
+#[derive(Debug)]
+struct Recordings {
+    /// By id, oldest first.
+    running: Vec<Running>,
+    /// The id of the next recording started with `pinwatch ctl` (the start-up one is 0).
+    next_id: u64,
+}
+
+impl Default for Recordings {
+    fn default() -> Self {
+        Recordings {
+            running: Vec::new(),
+            next_id: 1,
+        }
+    }
+}
+
+impl Recordings {
+    fn full(&self) -> Option<String> {
+        (self.running.len() >= MAX_RECORDINGS).then(|| {
+            format!(
+                "{} recordings are running, the most a service keeps at once; stop one first \
+                 (`record list` shows them, `record stop ID` stops one)",
+                self.running.len()
+            )
+        })
+    }
+
+    fn clash(&self, path: &Path, places: &[Place], file_id: Option<(u64, u64)>) -> Option<String> {
+        self.running
+            .iter()
+            .find_map(|r| r.clash(path, places, file_id))
+    }
+
+    /// One line per recording: `  1 /tmp/a.jsonl`.
+    fn listing(&self) -> String {
+        self.running
+            .iter()
+            .map(|r| format!("\n  {} {}", r.label(), r.sink.path.display()))
+            .collect()
+    }
+}
+
+/// Which recording `record stop` stops.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Which<'a> {
+    /// The only one running.
+    Only,
+    /// The one with this id.
+    Id(u64),
+    /// The one writing this file.
+    Path(&'a Path),
+}
+
+/// The recordings of a detector: the one `PINWATCH_RECORD` starts (id 0) and up to
+/// [`MAX_RECORDINGS`] in all that `pinwatch ctl` starts and stops while the service runs.
+/// Their sink sits in the export thread's fan-out and writes each event to every recording
+/// running, under one lock: a recording gets an event whole or not at all, and exactly the
+/// events delivered between its start and its stop. The lock is taken per event on the export
+/// thread, never on a worker or on the watchdog; the control thread opens, inspects and syncs
+/// files without it.
 #[derive(Clone, Default)]
-pub(crate) struct Recorder(Arc<Mutex<Option<RecordSink>>>);
+pub(crate) struct Recorder(Arc<Mutex<Recordings>>);
 
 impl Recorder {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<RecordSink>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recordings> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts recording to `path`; fails when a recording runs already or the file cannot be
-    /// opened.
-    pub(crate) fn start(&self, path: &Path, rotation: Rotation) -> Result<(), String> {
-        let running = |slot: &Option<RecordSink>| {
-            slot.as_ref().map(|running| {
-                format!(
-                    "a recording is already running, to {}; stop it first (`record stop`)",
-                    running.path.display()
-                )
-            })
-        };
-        if let Some(e) = running(&self.lock()) {
-            return Err(e);
+    /// Starts a recording to `path`; what it is (its id). Fails when [`MAX_RECORDINGS`] run,
+    /// when a running one writes the same file or one of its rotated names, or when the file
+    /// cannot be opened.
+    pub(crate) fn start(&self, path: &Path, rotation: Rotation) -> Result<RecordStatus, String> {
+        // Everything that touches the disk is done without the lock, which the export thread
+        // takes for every event: an open that takes long (a slow network filesystem) holds up
+        // neither the events nor `status`.
+        let named = Place::of(path).ok();
+        {
+            let slots = self.lock();
+            if let Some(e) = slots
+                .full()
+                .or_else(|| slots.clash(path, named.as_slice(), None))
+            {
+                return Err(e);
+            }
         }
-        // Opened without the lock, which the export thread takes for every event: an open
-        // that takes long (a slow network filesystem) holds up neither the events nor `status`.
         let sink = RecordSink::open_rotating(path, rotation).map_err(|e| match e {
             Error::Record { source, .. } if source.kind() == std::io::ErrorKind::InvalidInput => {
                 format!("cannot record to {}: {source}", path.display())
@@ -451,33 +658,97 @@ impl Recorder {
             ),
             other => other.to_string(),
         })?;
-        let mut slot = self.lock();
-        // Another client may have started one meanwhile.
-        if let Some(e) = running(&slot) {
+        let places = Place::all(path);
+        let mut slots = self.lock();
+        // Another client may have started one meanwhile; and now that the file exists, a
+        // symlink or hard link to a running recording's file shows.
+        if let Some(e) = slots
+            .full()
+            .or_else(|| slots.clash(path, &places, Some(sink.file_id)))
+        {
             return Err(e);
         }
-        *slot = Some(sink);
-        Ok(())
+        let id = slots.next_id;
+        slots.next_id += 1;
+        let running = Running {
+            id,
+            startup: false,
+            places,
+            sink,
+        };
+        let status = running.status();
+        slots.running.push(running);
+        Ok(status)
     }
 
-    /// Makes `sink` the recording (at start, from `PINWATCH_RECORD`).
+    /// Makes `sink` the start-up recording (id 0, from `PINWATCH_RECORD`).
     pub(crate) fn install(&self, sink: RecordSink) {
-        *self.lock() = Some(sink);
+        let places = Place::all(&sink.path);
+        let mut slots = self.lock();
+        slots.running.retain(|r| r.id != 0);
+        slots.running.insert(
+            0,
+            Running {
+                id: 0,
+                startup: true,
+                places,
+                sink,
+            },
+        );
     }
 
-    /// Stops the recording, its data on disk; what it wrote. `None` when none was running.
-    pub(crate) fn stop(&self) -> Option<RecordStatus> {
-        let mut sink = self.lock().take()?;
-        sink.flush();
-        Some(sink.status())
+    /// Stops the recording `which` says, its data on disk; what it wrote. Never guesses: with
+    /// [`Which::Only`] and several running, it stops none and says which run.
+    pub(crate) fn stop(&self, which: Which<'_>) -> Result<RecordStatus, String> {
+        // The file's places are looked up before the lock is taken.
+        let places = match which {
+            Which::Path(p) => Place::all(p),
+            _ => Vec::new(),
+        };
+        let mut slots = self.lock();
+        if slots.running.is_empty() {
+            return Err("no recording is running; start one with `record start FILE`".to_owned());
+        }
+        let at = match which {
+            Which::Only if slots.running.len() == 1 => Some(0),
+            Which::Only => {
+                return Err(format!(
+                    "{} recordings are running; say which to stop, by id or file (`record stop \
+                     ID`, `record stop FILE`):{}",
+                    slots.running.len(),
+                    slots.listing()
+                ))
+            }
+            Which::Id(id) => slots.running.iter().position(|r| r.id == id),
+            Which::Path(p) => slots
+                .running
+                .iter()
+                .position(|r| r.sink.path == p || places.iter().any(|q| r.places.contains(q))),
+        };
+        let Some(at) = at else {
+            let what = match which {
+                Which::Id(id) => format!("no recording {id} is running"),
+                Which::Path(p) => format!("no recording writes {}", p.display()),
+                Which::Only => "no recording is running".to_owned(),
+            };
+            return Err(format!(
+                "{what}; running (`record list`):{}",
+                slots.listing()
+            ));
+        };
+        let running = slots.running.remove(at);
+        drop(slots);
+        let mut running = running;
+        running.sink.flush();
+        Ok(running.status())
     }
 
-    /// What the running recording has written, if one runs.
-    pub(crate) fn status(&self) -> Option<RecordStatus> {
-        self.lock().as_ref().map(RecordSink::status)
+    /// The recordings running, oldest first.
+    pub(crate) fn list(&self) -> Vec<RecordStatus> {
+        self.lock().running.iter().map(Running::status).collect()
     }
 
-    /// The sink that writes to whichever recording runs.
+    /// The sink that writes to every recording running.
     pub(crate) fn sink(&self) -> RecorderSink {
         RecorderSink(self.clone())
     }
@@ -488,14 +759,20 @@ pub(crate) struct RecorderSink(Recorder);
 
 impl Sink for RecorderSink {
     fn event(&mut self, event: &PinnedEvent) {
-        if let Some(sink) = self.0.lock().as_mut() {
-            sink.event(event);
+        let mut slots = self.0.lock();
+        if slots.running.is_empty() {
+            return;
+        }
+        // Made once, written to each.
+        let line = event.to_json_line();
+        for r in &mut slots.running {
+            r.sink.write(&line);
         }
     }
 
     fn flush(&mut self) {
-        if let Some(sink) = self.0.lock().as_mut() {
-            sink.flush();
+        for r in &mut self.0.lock().running {
+            r.sink.flush();
         }
     }
 }
@@ -614,34 +891,239 @@ mod tests {
         assert_eq!(rec.events.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2]);
     }
 
+    /// The start-up recording and two started later run at once, stopped in another order than
+    /// started: each file holds exactly the events delivered while it ran. `stop` without an
+    /// id refuses to guess while several run; an unknown id or file is refused, naming the
+    /// running ones; ids are never reused.
     #[test]
-    fn the_recorder_starts_once_and_stops_with_what_it_wrote() {
+    fn several_recordings_each_get_exactly_the_events_of_their_span() {
         let dir = tempfile::tempdir().unwrap();
         let r = Recorder::default();
         let mut sink = r.sink();
         sink.event(&event(1, 0)); // nothing runs: dropped
-        let path = dir.path().join("a.jsonl");
-        r.start(&path, Rotation::NEVER).unwrap();
-        let again = r.start(&dir.path().join("b.jsonl"), Rotation::NEVER);
-        assert!(again.unwrap_err().contains("already running"));
+        let (s, a, b) = (
+            dir.path().join("startup.jsonl"),
+            dir.path().join("a.jsonl"),
+            dir.path().join("b.jsonl"),
+        );
+        r.install(RecordSink::open(&s).unwrap());
         sink.event(&event(2, 0));
-        let st = r.stop().unwrap();
-        assert_eq!((st.events, st.path.clone()), (1, path.clone()));
-        assert!(r.stop().is_none());
+        let st = r.start(&a, Rotation::NEVER).unwrap();
+        assert_eq!((st.id, st.startup), (Some(1), false));
         sink.event(&event(3, 0));
-        let ids: Vec<u64> = read_recording(&path)
-            .unwrap()
-            .events
-            .iter()
-            .map(|e| e.id)
-            .collect();
-        assert_eq!(ids, [2]);
+        assert_eq!(r.start(&b, Rotation::NEVER).unwrap().id, Some(2));
+        sink.event(&event(4, 0));
+        let list = r.list();
+        let ids: Vec<_> = list.iter().map(|s| (s.id, s.startup)).collect();
+        assert_eq!(ids, [(Some(0), true), (Some(1), false), (Some(2), false)]);
+        assert!(list.iter().all(|s| s.started_ms > 0));
+
+        let e = r.stop(Which::Only).unwrap_err();
+        assert!(
+            e.contains("3 recordings are running")
+                && e.contains("0 (startup)")
+                && e.contains(&a.display().to_string())
+                && e.contains("record stop ID"),
+            "{e}"
+        );
+        assert_eq!(r.list().len(), 3, "an ambiguous stop stopped one");
+        let e = r.stop(Which::Id(7)).unwrap_err();
+        assert!(e.contains("no recording 7") && e.contains("b.jsonl"), "{e}");
+        let e = r
+            .stop(Which::Path(&dir.path().join("c.jsonl")))
+            .unwrap_err();
+        assert!(e.contains("no recording writes"), "{e}");
+
+        let st = r.stop(Which::Id(1)).unwrap();
+        assert_eq!((st.id, st.events, st.path.clone()), (Some(1), 2, a.clone()));
+        sink.event(&event(5, 0));
+        // By its file, through a `..`.
+        let via = dir.path().join("sub");
+        std::fs::create_dir(&via).unwrap();
+        let st = r.stop(Which::Path(&via.join("../startup.jsonl"))).unwrap();
+        assert_eq!((st.id, st.startup, st.events), (Some(0), true, 4));
+        sink.event(&event(6, 0));
+        // One left: no id needed.
+        let st = r.stop(Which::Only).unwrap();
+        assert_eq!((st.id, st.events), (Some(2), 3));
+        sink.event(&event(7, 0));
+        assert!(r
+            .stop(Which::Only)
+            .unwrap_err()
+            .contains("no recording is running"));
+
+        assert_eq!(ids_of(&s), [2, 3, 4, 5]);
+        assert_eq!(ids_of(&a), [3, 4]);
+        assert_eq!(ids_of(&b), [4, 5, 6]);
+        // Ids are not reused.
+        assert_eq!(r.start(&a, Rotation::NEVER).unwrap().id, Some(3));
+
         let bad = r.start(&dir.path().join("no/such/dir/c.jsonl"), Rotation::NEVER);
         let bad = bad.unwrap_err();
         assert!(
             bad.contains("no/such/dir") && !bad.contains("PINWATCH_RECORD"),
             "{bad}"
         );
+    }
+
+    fn ids_of(path: &Path) -> Vec<u64> {
+        read_recording(path)
+            .unwrap()
+            .events
+            .iter()
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// Two writers on one file would interleave their lines and rotate each other's files: a
+    /// second recording of a file that one writes already is refused, however it is named —
+    /// the same path, through `..`, a symlinked directory, a symlink or hard link to the file —
+    /// and so is one of its rotated names (or the other way round). Another file in the same
+    /// directory, or the same name elsewhere, is fine.
+    #[test]
+    fn a_second_recording_of_the_same_file_or_its_rotated_names_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        let rec = d.join("rec.jsonl");
+        let r = Recorder::default();
+        r.start(&rec, Rotation::NEVER).unwrap();
+        std::os::unix::fs::symlink(&d, dir.path().join("linked")).unwrap();
+        std::os::unix::fs::symlink(&rec, d.join("to-rec.jsonl")).unwrap();
+        std::fs::hard_link(&rec, d.join("hard.jsonl")).unwrap();
+        for same in [
+            rec.clone(),
+            d.join("sub/../rec.jsonl"),
+            dir.path().join("linked/rec.jsonl"),
+            d.join("to-rec.jsonl"),
+            d.join("hard.jsonl"),
+            d.join("rec.1.jsonl"),
+            d.join("rec.12.jsonl"),
+            dir.path().join("linked/rec.3.jsonl"),
+            d.join(".rec.jsonl.next"),
+        ] {
+            let e = r.start(&same, Rotation::NEVER).unwrap_err();
+            assert!(
+                e.contains("recording 1 writes")
+                    && e.contains(&rec.display().to_string())
+                    && e.contains("record stop 1"),
+                "{}: {e}",
+                same.display()
+            );
+        }
+        assert!(
+            !d.join("rec.1.jsonl").exists(),
+            "a refused start made a file"
+        );
+        assert_eq!(r.list().len(), 1);
+        // The other way round: a recording of a rotated name refuses the base name.
+        let other = d.join("other.2.jsonl");
+        assert_eq!(r.start(&other, Rotation::NEVER).unwrap().id, Some(2));
+        let e = r
+            .start(&d.join("other.jsonl"), Rotation::NEVER)
+            .unwrap_err();
+        assert!(e.contains("recording 2 writes"), "{e}");
+        // Unrelated names are fine: `rec.1.1.jsonl` is no rotated name of `rec.jsonl`.
+        for fine in [
+            d.join("rec2.jsonl"),
+            d.join("sub/rec.jsonl"),
+            d.join("rec.jsonl.1"),
+        ] {
+            r.start(&fine, Rotation::NEVER)
+                .unwrap_or_else(|e| panic!("{}: {e}", fine.display()));
+        }
+        // Once stopped, the file may be recorded again.
+        r.stop(Which::Id(1)).unwrap();
+        r.start(&d.join("hard.jsonl"), Rotation::NEVER).unwrap();
+    }
+
+    /// At most [`MAX_RECORDINGS`] run, the start-up one counted; the next start says the bound
+    /// and how to stop one, and works again once one stops.
+    #[test]
+    fn recordings_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Recorder::default();
+        r.install(RecordSink::open(&dir.path().join("startup.jsonl")).unwrap());
+        for k in 1..MAX_RECORDINGS {
+            r.start(&dir.path().join(format!("r{k}.jsonl")), Rotation::NEVER)
+                .unwrap();
+        }
+        let e = r
+            .start(&dir.path().join("one-more.jsonl"), Rotation::NEVER)
+            .unwrap_err();
+        assert!(
+            e.contains(&format!("{MAX_RECORDINGS} recordings are running"))
+                && e.contains("record stop ID"),
+            "{e}"
+        );
+        assert!(!dir.path().join("one-more.jsonl").exists());
+        r.stop(Which::Id(0)).unwrap();
+        let st = r
+            .start(&dir.path().join("one-more.jsonl"), Rotation::NEVER)
+            .unwrap();
+        assert_eq!(st.id, Some(MAX_RECORDINGS as u64));
+    }
+
+    /// Recordings started and stopped while the export thread delivers events as fast as it
+    /// can: every file holds an unbroken run of events (none skipped, none twice), as many as
+    /// its stop said it wrote.
+    #[test]
+    fn starting_and_stopping_under_a_stream_of_events_cuts_between_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Recorder::default();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sender = std::thread::spawn({
+            let (mut sink, stop) = (r.sink(), Arc::clone(&stop));
+            move || {
+                let mut id = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    id += 1;
+                    sink.event(&event(id, 0));
+                }
+            }
+        });
+        // Until recording `id` has at least `n` events (bounded).
+        let wait_events = |id: u64, n: u64| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !r.list().iter().any(|s| s.id == Some(id) && s.events >= n) {
+                assert!(Instant::now() < deadline, "recording {id} got no events");
+                std::thread::yield_now();
+            }
+        };
+        let mut stopped = Vec::new();
+        let mut running = std::collections::VecDeque::new();
+        for k in 0..24 {
+            let path = dir.path().join(format!("r{k}.jsonl"));
+            let st = r.start(&path, Rotation::NEVER).unwrap();
+            let id = st.id.unwrap();
+            running.push_back(id);
+            wait_events(id, 3);
+            // Up to three at once, stopped oldest or newest first in turn.
+            if running.len() == 3 {
+                let id = if k % 2 == 0 {
+                    running.pop_front()
+                } else {
+                    running.pop_back()
+                };
+                stopped.push(r.stop(Which::Id(id.unwrap())).unwrap());
+            }
+        }
+        for id in running {
+            stopped.push(r.stop(Which::Id(id)).unwrap());
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        sender.join().unwrap();
+        assert_eq!(stopped.len(), 24);
+        for st in stopped {
+            let ids = ids(&st.path);
+            assert_eq!(ids.len() as u64, st.events, "{}", st.path.display());
+            assert!(
+                ids.windows(2).all(|w| w[1] == w[0] + 1),
+                "{}: a gap or a repeat in {ids:?}",
+                st.path.display()
+            );
+        }
     }
 
     /// `ctl record start` to a FIFO nobody reads used to block in `open` holding the
@@ -672,7 +1154,7 @@ mod tests {
         };
         let e = started.unwrap_err();
         assert!(e.contains("fifo"), "{e}");
-        assert!(r.status().is_none());
+        assert!(r.list().is_empty());
         // A FIFO someone reads: open would work, but it is no file to rotate.
         let reader = std::thread::spawn({
             let fifo = fifo.clone();
@@ -711,7 +1193,7 @@ mod tests {
         // A regular file still works, and so does a second start after a refused one.
         r.start(&dir.path().join("rec.jsonl"), Rotation::NEVER)
             .unwrap();
-        assert!(r.status().is_some());
+        assert_eq!(r.list().len(), 1);
     }
 
     /// `keep` as large as a `usize` goes (`ctl record start --keep 18446744073709551615`):

@@ -282,9 +282,11 @@ fn status_pins_settings_and_recording_through_ctl() {
     );
     let rec = dir.path().join("incident.jsonl");
     assert!(said.contains(&rec.display().to_string()), "{said}");
-    let again = ctl_in(None, &[&pid, "record", "start", "/tmp/other.jsonl"]);
+    // A second recording of the same file is refused (two writers would interleave).
+    let again = ctl_in(None, &[&pid, "record", "start", &rec.display().to_string()]);
     assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already running"));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("recording 1 writes"), "{err}");
     svc.send("pin 150ms");
     svc.expect("pin_service: pin of 150ms done");
     status_until(&pid, "the recorded pin's end", |st| {
@@ -397,6 +399,265 @@ fn rotation_keeps_the_recording_bounded_under_an_event_storm() {
         .unwrap();
     let printed = ok(printed, &["print"]);
     assert_eq!(printed.lines().count(), lines);
+    svc.finish();
+}
+
+/// `pin_service --quiet --commands` started in `dir` with `PINWATCH_RECORD=startup.jsonl` (a
+/// path relative to the service's directory).
+fn service_recording_in(dir: &Path) -> Service {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pin_service"));
+    cmd.current_dir(dir);
+    Service::start_as(cmd, &[("PINWATCH_RECORD", "startup.jsonl")])
+}
+
+/// `pinwatch ctl ARGS` run in `dir`, which must fail; its stderr.
+fn refused(dir: &Path, args: &[&str]) -> String {
+    let out = ctl_in(Some(dir), args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "pinwatch ctl {args:?} was not refused: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    err
+}
+
+/// The pins' events in a recording file: `(id, report, state)` in file order.
+fn reports_in(path: &Path) -> Vec<(u64, u32, String)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let e: Value = serde_json::from_str(l)
+                .unwrap_or_else(|err| panic!("{}: {err}: {l}", path.display()));
+            let field = |k: &str| e[k].as_u64().unwrap_or_else(|| panic!("no {k} in {l}"));
+            (
+                field("id"),
+                field("report") as u32,
+                e["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Makes one 60 ms pin and waits until its last report (`completed`) is in `file`, the file
+/// of a recording running now: then every recording running got all of it, and one started
+/// later gets none of it. The pin's id.
+fn pin_into(svc: &mut Service, file: &Path, seen: &mut Vec<u64>) -> u64 {
+    svc.send("pin 60ms");
+    svc.expect("pin_service: pin of 60ms done");
+    let id = wait_for(
+        &format!("the pin's completed report in {}", file.display()),
+        LONG,
+        || {
+            reports_in(file)
+                .into_iter()
+                .find(|(id, _, state)| state == "completed" && !seen.contains(id))
+                .map(|(id, _, _)| id)
+        },
+    );
+    seen.push(id);
+    id
+}
+
+/// The pins in a recording, each once with all its reports (numbered 1, 2, … and ending
+/// `completed`), in order.
+fn whole_pins(path: &Path) -> Vec<u64> {
+    let mut pins: Vec<(u64, Vec<(u32, String)>)> = Vec::new();
+    for (id, report, state) in reports_in(path) {
+        match pins.iter_mut().find(|(p, _)| *p == id) {
+            Some((_, r)) => r.push((report, state)),
+            None => pins.push((id, vec![(report, state)])),
+        }
+    }
+    for (id, r) in &pins {
+        let numbers: Vec<u32> = r.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            numbers,
+            (1..=r.len() as u32).collect::<Vec<_>>(),
+            "{}: pin {id} is not whole: {r:?}",
+            path.display()
+        );
+        assert_eq!(
+            r.last().unwrap().1,
+            "completed",
+            "{}: pin {id}",
+            path.display()
+        );
+    }
+    pins.into_iter().map(|(id, _)| id).collect()
+}
+
+/// The start-up recording and two started with `ctl` run at once and are stopped in another
+/// order than started (A, then the start-up one by its file, then B without an id): each
+/// file holds exactly the pins made while it ran, each pin whole. Pins are ordered by waiting
+/// for each one's last report in a running recording before the next step.
+#[test]
+fn three_recordings_at_once_each_get_exactly_the_pins_of_their_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut svc = service_recording_in(d);
+    let pid = svc.pid.to_string();
+    let (startup, a, b) = (
+        d.join("startup.jsonl"),
+        d.join("a.jsonl"),
+        d.join("b.jsonl"),
+    );
+    let mut seen = Vec::new();
+    let p1 = pin_into(&mut svc, &startup, &mut seen);
+
+    let said = ok(
+        ctl_in(Some(d), &[&pid, "record", "start", "a.jsonl"]),
+        &["start a"],
+    );
+    assert!(
+        said.contains(&format!("recording 1 to {}", a.display())),
+        "{said}"
+    );
+    let p2 = pin_into(&mut svc, &a, &mut seen);
+    let p3 = pin_into(&mut svc, &a, &mut seen);
+    let said = ok(
+        ctl_in(
+            Some(d),
+            &[&pid, "record", "start", "b.jsonl", "--max-size", "1MB"],
+        ),
+        &["start b"],
+    );
+    assert!(said.contains("recording 2 to"), "{said}");
+    let p4 = pin_into(&mut svc, &b, &mut seen);
+    let p5 = pin_into(&mut svc, &b, &mut seen);
+
+    // Three run: `record stop` alone does not guess, and stops none.
+    let err = refused(d, &[&pid, "record", "stop"]);
+    assert!(
+        err.contains("3 recordings are running")
+            && err.contains("0 (startup)")
+            && err.contains(&a.display().to_string())
+            && err.contains(&b.display().to_string()),
+        "{err}"
+    );
+    let list: Value = serde_json::from_str(&ctl(&[&pid, "record", "list", "--json"])).unwrap();
+    let ids: Vec<u64> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [0, 1, 2], "{list}");
+    assert_eq!(list[0]["startup"], true, "{list}");
+    assert_eq!(list[2]["max_size"], 1_000_000, "{list}");
+
+    let said = ctl(&[&pid, "record", "stop", "1"]);
+    assert!(
+        said.contains(&format!("stopped recording 1 to {}", a.display())),
+        "{said}"
+    );
+    let p6 = pin_into(&mut svc, &b, &mut seen);
+    let p7 = pin_into(&mut svc, &b, &mut seen);
+    // By its file: the service named it relative to its own directory, `ctl` absolute.
+    let said = ok(
+        ctl_in(Some(d), &[&pid, "record", "stop", "startup.jsonl"]),
+        &["stop"],
+    );
+    assert!(said.contains("stopped recording 0 to"), "{said}");
+    let p8 = pin_into(&mut svc, &b, &mut seen);
+    let said = ctl(&[&pid, "record", "stop"]);
+    assert!(said.contains("stopped recording 2 to"), "{said}");
+    let st = status(&pid);
+    assert!(
+        st["recording"].is_null() && st["recordings"] == serde_json::json!([]),
+        "{st}"
+    );
+
+    assert_eq!(whole_pins(&startup), [p1, p2, p3, p4, p5, p6, p7]);
+    assert_eq!(whole_pins(&a), [p2, p3, p4, p5]);
+    assert_eq!(whole_pins(&b), [p4, p5, p6, p7, p8]);
+    svc.finish();
+}
+
+/// What `ctl` refuses with several recordings: a second recording of a running one's file
+/// (absolute for a relative one, through a symlinked directory, or one of its rotated names),
+/// one past the bound of 8, a `record stop` that would have to guess, an unknown id. And what
+/// `record list` and `status` show of eight recordings.
+#[test]
+fn ctl_refuses_a_second_writer_of_a_file_past_the_bound_and_every_guess() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("recs");
+    std::fs::create_dir(&d).unwrap();
+    std::os::unix::fs::symlink(&d, dir.path().join("link")).unwrap();
+    let mut svc = service_recording_in(&d);
+    let pid = svc.pid.to_string();
+    let startup = d.join("startup.jsonl");
+    for same in [
+        startup.clone(),
+        dir.path().join("link/startup.jsonl"),
+        d.join("startup.1.jsonl"),
+    ] {
+        let err = refused(&d, &[&pid, "record", "start", &same.display().to_string()]);
+        assert!(
+            err.contains("recording 0 (startup) writes") && err.contains("record stop 0"),
+            "{}: {err}",
+            same.display()
+        );
+    }
+    for k in 1..8 {
+        let said = ctl(&[
+            &pid,
+            "record",
+            "start",
+            &d.join(format!("r{k}.jsonl")).display().to_string(),
+        ]);
+        assert!(said.contains(&format!("recording {k} to")), "{said}");
+    }
+    let err = refused(&d, &[&pid, "record", "start", "r8.jsonl"]);
+    assert!(
+        err.contains("8 recordings are running") && err.contains("record stop ID"),
+        "{err}"
+    );
+    assert!(!d.join("r8.jsonl").exists());
+    let err = refused(&d, &[&pid, "record", "stop"]);
+    assert!(
+        err.contains("8 recordings are running") && err.contains("r7.jsonl"),
+        "{err}"
+    );
+    let err = refused(&d, &[&pid, "record", "stop", "99"]);
+    assert!(err.contains("no recording 99 is running"), "{err}");
+    let err = refused(&d, &[&pid, "record", "stop", "r8.jsonl"]);
+    assert!(err.contains("no recording writes"), "{err}");
+
+    let list = ctl(&[&pid, "record", "list"]);
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 9, "{list}");
+    for h in [
+        "ID",
+        "SINCE",
+        "EVENTS",
+        "BYTES",
+        "ROTATIONS",
+        "WRITE ERRORS",
+        "FILE",
+    ] {
+        assert!(lines[0].contains(h), "{list}");
+    }
+    assert!(
+        // Named absolute, though PINWATCH_RECORD named it relative to the service's directory.
+        lines[1].starts_with("0 (startup)")
+            && lines[1].ends_with(&format!(" {}", startup.display())),
+        "{list}"
+    );
+    let st = status(&pid);
+    assert_eq!(st["recordings"].as_array().unwrap().len(), 8, "{st}");
+    assert_eq!(st["recording"]["id"], 0, "{st}");
+    let text = ctl(&[&pid, "status"]);
+    assert_eq!(text.matches("\nrecording  ").count(), 8, "{text}");
+    assert!(text.contains("recording  0 (startup) "), "{text}");
+
+    // Stopped by name, the start-up one frees a place.
+    assert!(ctl(&[&pid, "record", "stop", "startup"]).contains("stopped recording 0"));
+    let said = ok(
+        ctl_in(Some(&d), &[&pid, "record", "start", "r8.jsonl"]),
+        &["start"],
+    );
+    assert!(said.contains("recording 8 to"), "{said}");
     svc.finish();
 }
 

@@ -796,6 +796,62 @@ mod tests {
         );
     }
 
+    /// `status` shows one line per recording, with its id; from a service older than several
+    /// recordings (only `recording`, no ids) it shows that one as before.
+    #[test]
+    fn status_shows_every_recording_and_an_older_services_one() {
+        let rec = |id: Option<u64>, startup: bool, path: &str| {
+            serde_json::json!({
+                "id": id, "startup": startup, "started_ms": 1, "path": path, "events": 3,
+                "bytes": 4000, "current_size": 4000, "rotations": 0, "write_errors": 0,
+                "max_size": null, "max_age_ms": null, "keep": 5,
+            })
+        };
+        let status = |recording: serde_json::Value, recordings: Option<serde_json::Value>| {
+            let mut v = serde_json::json!({
+                "pid": 1, "socket": "/run/x.sock", "command": "svc", "version": "0.1.0",
+                "run_id": "r", "uptime_ms": 10, "built_at": "src/main.rs:1",
+                "flavor": "multi_thread", "workers": 2, "settings": [], "paused": false,
+                "recording": recording, "pinned": [], "top": [], "counters": [],
+            });
+            if let Some(r) = recordings {
+                v["recordings"] = r;
+            }
+            serde_json::from_value::<Status>(v).unwrap()
+        };
+        let both = [
+            rec(Some(0), true, "/r/always.jsonl"),
+            rec(Some(3), false, "/r/incident.jsonl"),
+        ];
+        let text = render_status(&status(both[0].clone(), Some(serde_json::json!(both))));
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("recording"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].starts_with("recording  0 (startup) /r/always.jsonl: 3 events"));
+        assert!(lines[1].starts_with("recording  3 /r/incident.jsonl: 3 events"));
+        let old = render_status(&status(rec(None, false, "/r/old.jsonl"), None));
+        assert!(old.contains("recording  /r/old.jsonl: 3 events"), "{old}");
+        let off = render_status(&status(serde_json::Value::Null, None));
+        assert!(off.contains("recording  off"), "{off}");
+    }
+
+    #[test]
+    fn record_stop_takes_an_id_or_a_file() {
+        assert_eq!(which_recording("startup"), Ok(Ok(0)));
+        assert_eq!(which_recording("12"), Ok(Ok(12)));
+        assert_eq!(
+            which_recording("/tmp/r.jsonl"),
+            Ok(Err(PathBuf::from("/tmp/r.jsonl")))
+        );
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(which_recording("./3"), Ok(Err(cwd.join("./3"))));
+        assert!(which_recording("99999999999999999999999")
+            .unwrap_err()
+            .contains("./99999999999999999999999"));
+    }
+
     #[test]
     fn untrusted_text_is_shown_escaped() {
         assert_eq!(

@@ -55,8 +55,11 @@ pub(crate) fn builtin(config: &Config, recorder: &Recorder) -> Result<Vec<Box<dy
         ));
     }
     if let Some(path) = &config.record {
+        // Absolute, as `pinwatch ctl` names the others: `record list` and `status` say where
+        // it is to a client in another directory, and a later `chdir` does not move it.
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
         recorder.install(RecordSink::open_rotating(
-            path,
+            &path,
             Rotation::from_config(config),
         )?);
     }

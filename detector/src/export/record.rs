@@ -700,10 +700,13 @@ impl Recorder {
     /// Stops the recording `which` says, its data on disk; what it wrote. Never guesses: with
     /// [`Which::Only`] and several running, it stops none and says which run.
     pub(crate) fn stop(&self, which: Which<'_>) -> Result<RecordStatus, String> {
-        // The file's places are looked up before the lock is taken.
-        let places = match which {
-            Which::Path(p) => Place::all(p),
-            _ => Vec::new(),
+        // The file's places and inode are looked up before the lock is taken.
+        let (places, file_id) = match which {
+            Which::Path(p) => (
+                Place::all(p),
+                std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())),
+            ),
+            _ => (Vec::new(), None),
         };
         let mut slots = self.lock();
         if slots.running.is_empty() {
@@ -720,10 +723,11 @@ impl Recorder {
                 ))
             }
             Which::Id(id) => slots.running.iter().position(|r| r.id == id),
-            Which::Path(p) => slots
-                .running
-                .iter()
-                .position(|r| r.sink.path == p || places.iter().any(|q| r.places.contains(q))),
+            Which::Path(p) => slots.running.iter().position(|r| {
+                r.sink.path == p
+                    || places.iter().any(|q| r.places.contains(q))
+                    || file_id == Some(r.sink.file_id)
+            }),
         };
         let Some(at) = at else {
             let what = match which {
@@ -1033,9 +1037,14 @@ mod tests {
             r.start(&fine, Rotation::NEVER)
                 .unwrap_or_else(|e| panic!("{}: {e}", fine.display()));
         }
-        // Once stopped, the file may be recorded again.
+        // Once stopped, the file may be recorded again; a recording is stopped by any name
+        // of its file too, a hard link's included, but not by a rotated name.
         r.stop(Which::Id(1)).unwrap();
         r.start(&d.join("hard.jsonl"), Rotation::NEVER).unwrap();
+        let e = r.stop(Which::Path(&d.join("rec.1.jsonl"))).unwrap_err();
+        assert!(e.contains("no recording writes"), "{e}");
+        let st = r.stop(Which::Path(&rec)).unwrap();
+        assert_eq!(st.path, d.join("hard.jsonl"));
     }
 
     /// At most [`MAX_RECORDINGS`] run, the start-up one counted; the next start says the bound

@@ -292,6 +292,25 @@ mod tests {
         );
     }
 
+    /// The test harness names a test's thread for the test's whole path, and the body of a
+    /// current-thread test runs on it: the pin names it whole (it was cut at 48 bytes).
+    #[test]
+    fn a_pin_in_a_test_with_a_long_name_names_its_thread_in_full_not_cut_at_forty_eight_bytes() {
+        let name = std::thread::current()
+            .name()
+            .expect("the test harness names its threads")
+            .to_owned();
+        assert!(name.len() > 48, "{name}");
+        let ((), pins) = Check::new()
+            .threshold(Duration::from_millis(20))
+            .stacks(Stacks::Off)
+            .run(async { std::thread::sleep(Duration::from_millis(200)) });
+        assert_eq!(pins.len(), 1, "{pins:#?}");
+        assert_eq!(pins[0].worker.name, name);
+        let text = render(&pins);
+        assert!(text.contains(&name), "{text}");
+    }
+
     #[test]
     fn render_counts_and_cuts() {
         let many: Vec<_> = (1..=7)

@@ -130,24 +130,42 @@ pub use signal::sample_signal;
 pub use spans::{tracing_layer, SpanLayer};
 
 /// Drop-in for `#[tokio::main]`: builds the runtime with pinwatch watching it, configured from
-/// the environment. Takes the same arguments (`flavor = "multi_thread" | "current_thread"`,
-/// `worker_threads = N`). A bad `PINWATCH_*` value stops the program with a message naming it.
+/// the environment. Takes the same arguments, refused in the same cases with tokio's messages
+/// (`flavor = "multi_thread" | "current_thread" | "local"`, `worker_threads = N`,
+/// `start_paused = true`, `crate = "path::to::tokio"`, `unhandled_panic = "ignore" |
+/// "shutdown_runtime"`, `name = "…"`; each needs what tokio needs for it), and
+/// `pinwatch_crate = "path::to::pinwatch"` when pinwatch is renamed or re-exported. A bad
+/// `PINWATCH_*` value stops the program with a message naming it.
 pub use pinwatch_macros::main;
 
 /// Drop-in for `#[tokio::test]` that fails the test when a poll pins a worker — the test body's
-/// own polls included. Takes `#[tokio::test]`'s arguments (`flavor`, `worker_threads`,
-/// `start_paused`) and pinwatch's: `threshold = "50ms"`, `allow = "cpu, sleep"` (reasons that do
-/// not count), `stacks = "full"`. The environment's detection settings apply under them, never
+/// own polls included. Takes every argument of `#[tokio::test]` (as [`main`]'s) and pinwatch's:
+/// `threshold = "50ms"`, `allow = "cpu, sleep"` (reasons that do not count), `stacks = "full"`,
+/// `pinwatch_crate = "…"`. The environment's detection settings apply under them, never
 /// its exporters, recording or control socket. See [`testing`].
 pub use pinwatch_macros::test;
 
 #[doc(hidden)]
 pub mod __private {
+    use std::future::Future;
+
+    /// pinwatch's tokio: what the attributes name when not given `crate = "…"`.
     pub use tokio;
 
-    /// What `#[pinwatch::test]` expands to: runs the test, fails it on a pin.
+    /// The runtime flavor an attribute asked for.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Flavor {
+        /// `Builder::new_current_thread().build()`.
+        CurrentThread,
+        /// `Builder::new_multi_thread().build()`.
+        MultiThread,
+        /// `Builder::new_current_thread().build_local(..)`: a `LocalRuntime`.
+        Local,
+    }
+
+    /// What `#[pinwatch::test]` expands to.
     #[track_caller]
-    pub fn test_main<F: std::future::Future>(check: crate::testing::Check, body: F) -> F::Output {
+    pub fn test_main<F: Future>(check: crate::testing::Check, body: F) -> F::Output {
         let (out, pins) = check.run(body);
         if !pins.is_empty() {
             panic!("{}", crate::testing::render(&pins));
@@ -155,25 +173,43 @@ pub mod __private {
         out
     }
 
-    /// What `#[pinwatch::main]` expands to.
+    /// What `#[pinwatch::main]` expands to: the runtime of `flavor`, `configure`d with the
+    /// attribute's tokio options, watched, configured from the environment (a bad value stops
+    /// the program with status 2), running `body`.
     #[track_caller]
-    pub fn main_runtime(
-        current_thread: bool,
-        worker_threads: Option<usize>,
-    ) -> (tokio::runtime::Runtime, crate::Detector) {
-        let mut tokio = crate::runtime::tokio_builder((!current_thread).then_some(worker_threads));
-        // No closure between here and `build`: it takes the caller's location (`track_caller`),
-        // the user's `#[pinwatch::main]`, for the console resources.
-        let built = match crate::Builder::from_env() {
-            Ok(b) => b.build(&mut tokio),
-            Err(e) => Err(e),
-        };
-        match built {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("pinwatch: {e}");
-                std::process::exit(2);
-            }
+    pub fn main<F: Future>(
+        flavor: Flavor,
+        configure: impl FnOnce(&mut tokio::runtime::Builder),
+        body: F,
+    ) -> F::Output {
+        let at = std::panic::Location::caller();
+        let mut tokio = crate::runtime::tokio_builder(flavor, None);
+        configure(&mut tokio);
+        let builder = crate::Builder::from_env().unwrap_or_else(|e| exit(e));
+        // No closure around `build`: it takes the caller's location (`track_caller`), the
+        // user's `#[pinwatch::main]`, for the console resources. The body is the runtime's
+        // `block_on` future, which tokio's task hooks never see: watched on its own. The
+        // runtime is dropped first, so that a poll still running at shutdown is completed;
+        // then the detector: a last scan, the sinks flushed.
+        if flavor == Flavor::Local {
+            let built = builder.build_local(&mut tokio, Default::default());
+            let (runtime, detector) = built.unwrap_or_else(|e| exit(e));
+            let output = runtime.block_on(detector.watch_block_on_at(at, body));
+            drop(runtime);
+            drop(detector);
+            output
+        } else {
+            let built = builder.build(&mut tokio);
+            let (runtime, detector) = built.unwrap_or_else(|e| exit(e));
+            let output = runtime.block_on(detector.watch_block_on_at(at, body));
+            drop(runtime);
+            drop(detector);
+            output
         }
+    }
+
+    fn exit(e: crate::Error) -> ! {
+        eprintln!("pinwatch: {e}");
+        std::process::exit(2);
     }
 }

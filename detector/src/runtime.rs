@@ -342,6 +342,30 @@ impl Builder {
         self,
         tokio: &mut tokio::runtime::Builder,
     ) -> Result<(tokio::runtime::Runtime, Detector), Error> {
+        let prepared = self.prepare_on(tokio)?;
+        let rt = tokio.build().map_err(Error::Runtime)?;
+        let detector = prepared.start(rt.handle())?;
+        Ok((rt, detector))
+    }
+
+    /// [`build`](Self::build) for a `LocalRuntime` (tokio's `Builder::build_local`; `tokio`
+    /// made with `new_current_thread`).
+    #[track_caller]
+    pub fn build_local(
+        self,
+        tokio: &mut tokio::runtime::Builder,
+        options: tokio::runtime::LocalOptions,
+    ) -> Result<(tokio::runtime::LocalRuntime, Detector), Error> {
+        let prepared = self.prepare_on(tokio)?;
+        let rt = tokio.build_local(options).map_err(Error::Runtime)?;
+        let detector = prepared.start(rt.handle())?;
+        Ok((rt, detector))
+    }
+
+    /// [`prepare`](Self::prepare), and the hooks installed on `tokio` (with its timer for the
+    /// heartbeat).
+    #[track_caller]
+    fn prepare_on(self, tokio: &mut tokio::runtime::Builder) -> Result<Prepared, Error> {
         let heartbeat = self.config.enabled && self.config.heartbeat.is_some();
         let prepared = self.prepare()?;
         prepared.hooks().install(tokio);
@@ -349,9 +373,7 @@ impl Builder {
             // The heartbeat sleeps on tokio's timer.
             tokio.enable_time();
         }
-        let rt = tokio.build().map_err(Error::Runtime)?;
-        let detector = prepared.start(rt.handle())?;
-        Ok((rt, detector))
+        Ok(prepared)
     }
 
     /// Validates the settings, opens the sinks and makes the hooks, without touching a tokio
@@ -399,13 +421,16 @@ impl Builder {
     }
 }
 
-/// tokio's builder as `#[tokio::main]` and `#[tokio::test]` make it, everything enabled: `None`
-/// is a current-thread runtime, `Some(workers)` a multi-thread one with that many workers
-/// (tokio's default when `None`).
-pub(crate) fn tokio_builder(multi_thread: Option<Option<usize>>) -> tokio::runtime::Builder {
-    let mut tokio = match multi_thread {
-        None => tokio::runtime::Builder::new_current_thread(),
-        Some(workers) => {
+/// tokio's builder as `#[tokio::main]` and `#[tokio::test]` make it for `flavor`, everything
+/// enabled; a multi-thread one with `workers` workers (tokio's default when `None`).
+pub(crate) fn tokio_builder(
+    flavor: crate::__private::Flavor,
+    workers: Option<usize>,
+) -> tokio::runtime::Builder {
+    use crate::__private::Flavor;
+    let mut tokio = match flavor {
+        Flavor::CurrentThread | Flavor::Local => tokio::runtime::Builder::new_current_thread(),
+        Flavor::MultiThread => {
             let mut b = tokio::runtime::Builder::new_multi_thread();
             if let Some(n) = workers {
                 b.worker_threads(n);

@@ -29,6 +29,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe, Location};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::__private::Flavor;
 use crate::config::Stacks;
 use crate::event::{PinnedEvent, Reason, State};
 
@@ -37,15 +38,29 @@ pub const SHOWN_IN_FULL: usize = 5;
 
 /// How a watched test runs and what it tolerates. The detection settings of the environment
 /// apply first (see the [module docs](self)); what is set here wins.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Check {
-    /// `None`: a current-thread runtime (`#[tokio::test]`'s default); `Some(n)`: multi-thread,
-    /// with `n` workers (tokio's default when `None`).
-    multi_thread: Option<Option<usize>>,
+    /// Current-thread (`#[tokio::test]`'s default), multi-thread or a `LocalRuntime`.
+    flavor: Flavor,
+    /// A multi-thread runtime's workers (tokio's default when `None`).
+    workers: Option<usize>,
     threshold: Option<Duration>,
     allow: Vec<Reason>,
     stacks: Option<Stacks>,
     tokio: Option<fn(&mut tokio::runtime::Builder)>,
+}
+
+impl Default for Check {
+    fn default() -> Check {
+        Check {
+            flavor: Flavor::CurrentThread,
+            workers: None,
+            threshold: None,
+            allow: Vec::new(),
+            stacks: None,
+            tokio: None,
+        }
+    }
 }
 
 impl Check {
@@ -56,7 +71,14 @@ impl Check {
 
     /// A multi-thread runtime, with `workers` workers (tokio's default when `None`).
     pub fn multi_thread(mut self, workers: Option<usize>) -> Check {
-        self.multi_thread = Some(workers);
+        self.flavor = Flavor::MultiThread;
+        self.workers = workers;
+        self
+    }
+
+    /// A `LocalRuntime` (tokio's `Builder::build_local`: `spawn_local` works in the body).
+    pub fn local(mut self) -> Check {
+        self.flavor = Flavor::Local;
         self
     }
 
@@ -79,7 +101,9 @@ impl Check {
     }
 
     /// Configures tokio's builder further, after pinwatch's settings (e.g.
-    /// `|b| { b.start_paused(true); }`, with tokio's `test-util` feature).
+    /// `|b| { b.start_paused(true); }`, with tokio's `test-util` feature). What
+    /// `#[pinwatch::test]` does with tokio's options (`worker_threads`, `start_paused`,
+    /// `unhandled_panic`, `name`).
     pub fn tokio(mut self, configure: fn(&mut tokio::runtime::Builder)) -> Check {
         self.tokio = Some(configure);
         self
@@ -96,7 +120,7 @@ impl Check {
     #[track_caller]
     pub fn run<F: Future>(self, fut: F) -> (F::Output, Vec<PinnedEvent>) {
         let at = Location::caller();
-        let mut tokio = crate::runtime::tokio_builder(self.multi_thread);
+        let mut tokio = crate::runtime::tokio_builder(self.flavor, self.workers);
         if let Some(configure) = self.tokio {
             configure(&mut tokio);
         }
@@ -111,15 +135,27 @@ impl Check {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(e.clone());
         });
-        let (rt, detector) = builder
-            .build(&mut tokio)
-            .unwrap_or_else(|e| panic!("pinwatch: {e}"));
-        let body = detector.watch_block_on_at(at, fut);
-        let result = catch_unwind(AssertUnwindSafe(|| rt.block_on(body)));
-        // The runtime first (a poll still running is completed), then the detector: a last
-        // scan, every event delivered.
-        drop(rt);
-        drop(detector);
+        // The runtime is dropped first (a poll still running is completed), then the detector:
+        // a last scan, every event delivered.
+        let result = if self.flavor == Flavor::Local {
+            let (rt, detector) = builder
+                .build_local(&mut tokio, Default::default())
+                .unwrap_or_else(|e| panic!("pinwatch: {e}"));
+            let body = detector.watch_block_on_at(at, fut);
+            let result = catch_unwind(AssertUnwindSafe(|| rt.block_on(body)));
+            drop(rt);
+            drop(detector);
+            result
+        } else {
+            let (rt, detector) = builder
+                .build(&mut tokio)
+                .unwrap_or_else(|e| panic!("pinwatch: {e}"));
+            let body = detector.watch_block_on_at(at, fut);
+            let result = catch_unwind(AssertUnwindSafe(|| rt.block_on(body)));
+            drop(rt);
+            drop(detector);
+            result
+        };
         let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
         let pins = pins(events, &self.allow);
         match result {
@@ -290,6 +326,25 @@ mod tests {
             err.contains("PINWATCH_THRESHOLD") && err.contains("\"soon\""),
             "{err}"
         );
+    }
+
+    /// The test harness names a test's thread for the test's whole path, and the body of a
+    /// current-thread test runs on it: the pin names it whole (it was cut at 48 bytes).
+    #[test]
+    fn a_pin_in_a_test_with_a_long_name_names_its_thread_in_full_not_cut_at_forty_eight_bytes() {
+        let name = std::thread::current()
+            .name()
+            .expect("the test harness names its threads")
+            .to_owned();
+        assert!(name.len() > 48, "{name}");
+        let ((), pins) = Check::new()
+            .threshold(Duration::from_millis(20))
+            .stacks(Stacks::Off)
+            .run(async { std::thread::sleep(Duration::from_millis(200)) });
+        assert_eq!(pins.len(), 1, "{pins:#?}");
+        assert_eq!(pins[0].worker.name, name);
+        let text = render(&pins);
+        assert!(text.contains(&name), "{text}");
     }
 
     #[test]

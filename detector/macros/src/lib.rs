@@ -1,156 +1,70 @@
 //! `#[pinwatch::main]`: `#[tokio::main]` with pinwatch watching the runtime; `#[pinwatch::test]`:
 //! `#[tokio::test]` that fails when a poll pins a worker.
+//!
+//! Both take every argument tokio's attributes take (`flavor`, `worker_threads`,
+//! `start_paused`, `crate`, `unhandled_panic`, `name`), refuse what tokio's refuse with tokio's
+//! messages, and hand the runtime options to tokio's own `runtime::Builder` in the generated
+//! code: an option the user's tokio lacks is the same compile error as with `#[tokio::main]`.
 
 use proc_macro::TokenStream;
-use quote::quote;
+use proc_macro2::Span;
+use quote::{quote, ToTokens};
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprLit, ItemFn, Lit, MetaNameValue, Token};
+use syn::{ItemFn, Lit, Meta, Path, Token};
 
-/// Drop-in for `#[tokio::main]`. Accepts `flavor = "multi_thread" | "current_thread"` and
-/// `worker_threads = N`.
+/// Drop-in for `#[tokio::main]`: its arguments (`flavor = "multi_thread" | "current_thread" |
+/// "local"`, `worker_threads = N`, `start_paused`, `crate = "path::to::tokio"`,
+/// `unhandled_panic = "ignore" | "shutdown_runtime"`, `name = "…"`), and `pinwatch_crate =
+/// "path::to::pinwatch"` for a renamed or re-exported pinwatch.
 #[proc_macro_attribute]
 pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
-    match expand(args.into(), item.into()) {
+    match expand(args.into(), item.into(), false) {
         Ok(ts) => ts.into(),
         Err(e) => e.to_compile_error().into(),
-    }
-}
-
-fn expand(
-    args: proc_macro2::TokenStream,
-    item: proc_macro2::TokenStream,
-) -> syn::Result<proc_macro2::TokenStream> {
-    let (mut func, args, mut flavor) = parse(args, item, true)?;
-    for arg in &args {
-        if !flavor.take(arg)? {
-            return Err(syn::Error::new_spanned(
-                &arg.path,
-                "unknown argument; #[pinwatch::main] takes `flavor` and `worker_threads`",
-            ));
-        }
-    }
-    flavor.check()?;
-    take_async(&mut func, "#[pinwatch::main]")?;
-    let current_thread = !flavor.multi_thread;
-    let worker_threads = flavor.worker_threads;
-    let body = &func.block;
-    let workers = match worker_threads {
-        Some(n) => quote!(::core::option::Option::Some(#n)),
-        None => quote!(::core::option::Option::None),
-    };
-    let attrs = &func.attrs;
-    let vis = &func.vis;
-    let sig = &func.sig;
-    Ok(quote! {
-        #(#attrs)*
-        #vis #sig {
-            let body = async #body;
-            let (runtime, detector) = ::pinwatch::__private::main_runtime(#current_thread, #workers);
-            // The body is the runtime's `block_on` future, which tokio's task hooks never see:
-            // watched on its own.
-            let output = runtime.block_on(detector.watch_block_on(body));
-            // The runtime first, so that a poll still running at shutdown is completed; then the
-            // detector: a last scan, the sinks flushed.
-            ::core::mem::drop(runtime);
-            ::core::mem::drop(detector);
-            output
-        }
-    })
-}
-
-/// The function and the `name = value` arguments of either attribute, and the flavor they
-/// start from: multi-thread for `main`, current-thread for `test`, as tokio's.
-fn parse(
-    args: proc_macro2::TokenStream,
-    item: proc_macro2::TokenStream,
-    multi_thread: bool,
-) -> syn::Result<(ItemFn, Punctuated<MetaNameValue, Token![,]>, Flavor)> {
-    let func: ItemFn = syn::parse2(item)?;
-    let args = Punctuated::<MetaNameValue, Token![,]>::parse_terminated.parse2(args)?;
-    let flavor = Flavor {
-        multi_thread,
-        worker_threads: None,
-    };
-    Ok((func, args, flavor))
-}
-
-/// `flavor` and `worker_threads`, as `#[tokio::main]` and `#[tokio::test]` take them.
-struct Flavor {
-    multi_thread: bool,
-    worker_threads: Option<usize>,
-}
-
-impl Flavor {
-    /// Takes `arg` if it is one of these two; `false` if it is not.
-    fn take(&mut self, arg: &MetaNameValue) -> syn::Result<bool> {
-        match arg.path.get_ident().map(|i| i.to_string()).as_deref() {
-            Some("flavor") => match lit(&arg.value) {
-                Some(Lit::Str(s)) if s.value() == "current_thread" => self.multi_thread = false,
-                Some(Lit::Str(s)) if s.value() == "multi_thread" => self.multi_thread = true,
-                _ => {
-                    return Err(syn::Error::new_spanned(
-                        &arg.value,
-                        "flavor must be \"multi_thread\" or \"current_thread\"",
-                    ))
-                }
-            },
-            Some("worker_threads") => match lit(&arg.value) {
-                Some(Lit::Int(i)) if i.base10_parse::<usize>()? > 0 => {
-                    self.worker_threads = Some(i.base10_parse()?)
-                }
-                _ => {
-                    return Err(syn::Error::new_spanned(
-                        &arg.value,
-                        "worker_threads must be an integer of at least 1",
-                    ))
-                }
-            },
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-
-    fn check(&self) -> syn::Result<()> {
-        if !self.multi_thread && self.worker_threads.is_some() {
-            return Err(syn::Error::new(
-                proc_macro2::Span::call_site(),
-                "worker_threads needs flavor = \"multi_thread\"",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Makes `func` synchronous; an error if it was not `async`.
-fn take_async(func: &mut ItemFn, what: &str) -> syn::Result<()> {
-    if func.sig.asyncness.take().is_none() {
-        return Err(syn::Error::new_spanned(
-            func.sig.fn_token,
-            format!("{what} goes on an `async fn`"),
-        ));
-    }
-    Ok(())
-}
-
-fn lit(e: &Expr) -> Option<&Lit> {
-    match e {
-        Expr::Lit(ExprLit { lit, .. }) => Some(lit),
-        _ => None,
     }
 }
 
 /// Drop-in for `#[tokio::test]` that fails the test when a poll pins a worker (the body's own
-/// polls included). Accepts `flavor`, `worker_threads`, `start_paused` (as `#[tokio::test]`;
-/// `start_paused` needs tokio's `test-util` feature), `threshold = "50ms"`, `allow = "cpu, sleep"`
-/// and `stacks = "off" | "short" | "full"`.
+/// polls included). Takes `#[tokio::test]`'s arguments (as [`main`]'s; `start_paused` needs
+/// tokio's `test-util` feature) and pinwatch's: `threshold = "50ms"`, `allow = "cpu, sleep"`,
+/// `stacks = "off" | "short" | "full"`, `pinwatch_crate = "…"`.
 #[proc_macro_attribute]
 pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
-    match expand_test(args.into(), item.into()) {
+    match expand(args.into(), item.into(), true) {
         Ok(ts) => ts.into(),
         Err(e) => e.to_compile_error().into(),
     }
 }
+
+#[derive(Clone, Copy, PartialEq)]
+enum Flavor {
+    CurrentThread,
+    MultiThread,
+    Local,
+}
+
+/// The arguments of either attribute, each at most once, with the span to blame.
+#[derive(Default)]
+struct Args {
+    flavor: Option<Flavor>,
+    worker_threads: Option<(usize, Span)>,
+    start_paused: Option<(bool, Span)>,
+    tokio: Option<Path>,
+    /// `true`: shut the runtime down.
+    unhandled_panic: Option<(bool, Span)>,
+    name: Option<String>,
+    pinwatch: Option<Path>,
+    // #[pinwatch::test] only.
+    threshold: Option<u64>,
+    allow: Vec<syn::Ident>,
+    stacks: Option<syn::Ident>,
+    /// `#[pinwatch::test]`: current-thread by default, as `#[tokio::test]`.
+    is_test: bool,
+}
+
+const TOKIO_ARGS: &str =
+    "`flavor`, `worker_threads`, `start_paused`, `crate`, `unhandled_panic`, `name`";
 
 const REASONS: [(&str, &str); 9] = [
     ("cpu", "Cpu"),
@@ -164,135 +78,426 @@ const REASONS: [(&str, &str); 9] = [
     ("other", "Other"),
 ];
 
-fn str_arg(arg: &MetaNameValue, what: &str) -> syn::Result<syn::LitStr> {
-    match lit(&arg.value) {
-        Some(Lit::Str(s)) => Ok(s.clone()),
-        _ => Err(syn::Error::new_spanned(
-            &arg.value,
-            format!("{what} takes a string"),
-        )),
+fn err<T>(span: Span, msg: impl std::fmt::Display) -> syn::Result<T> {
+    Err(syn::Error::new(span, msg))
+}
+
+fn string(lit: &Lit, field: &str) -> syn::Result<String> {
+    match lit {
+        Lit::Str(s) => Ok(s.value()),
+        Lit::Verbatim(s) => Ok(s.to_string()),
+        _ => err(
+            lit.span(),
+            format!("Failed to parse value of `{field}` as string."),
+        ),
     }
 }
 
-fn expand_test(
-    args: proc_macro2::TokenStream,
-    item: proc_macro2::TokenStream,
-) -> syn::Result<proc_macro2::TokenStream> {
-    let (mut func, args, mut flavor) = parse(args, item, false)?;
-    let mut settings = Vec::new();
-    for arg in &args {
-        if flavor.take(arg)? {
-            continue;
-        }
-        let name = arg
-            .path
-            .get_ident()
-            .map(|i| i.to_string())
-            .unwrap_or_default();
-        match name.as_str() {
-            "start_paused" => match lit(&arg.value) {
-                Some(Lit::Bool(b)) if b.value => settings.push(quote!(
-                    .tokio(|b| { b.start_paused(true); })
-                )),
-                Some(Lit::Bool(_)) => {}
-                _ => {
+fn path(lit: &Lit, field: &str) -> syn::Result<Path> {
+    match lit {
+        Lit::Str(s) => s.parse::<Path>().or_else(|_| {
+            err(
+                lit.span(),
+                format!(
+                    "Failed to parse value of `{field}` as path: \"{}\"",
+                    s.value()
+                ),
+            )
+        }),
+        _ => err(
+            lit.span(),
+            format!("Failed to parse value of `{field}` as path."),
+        ),
+    }
+}
+
+impl Args {
+    fn parse(args: proc_macro2::TokenStream, is_test: bool) -> syn::Result<Args> {
+        let macro_name = macro_name(is_test);
+        let expected = if is_test {
+            format!("{TOKIO_ARGS}, `threshold`, `allow`, `stacks`, `pinwatch_crate`")
+        } else {
+            format!("{TOKIO_ARGS}, `pinwatch_crate`")
+        };
+        let mut a = Args {
+            is_test,
+            ..Args::default()
+        };
+        for meta in Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)? {
+            let nv = match meta {
+                Meta::NameValue(nv) => nv,
+                Meta::Path(p) => {
+                    let Some(ident) = p.get_ident() else {
+                        return Err(syn::Error::new_spanned(&p, "Must have specified ident"));
+                    };
+                    let name = ident.to_string().to_lowercase();
+                    let msg = match name.as_str() {
+                        "threaded_scheduler" | "multi_thread" => format!(
+                            "Set the runtime flavor with #[{macro_name}(flavor = \"multi_thread\")]."
+                        ),
+                        "basic_scheduler" | "current_thread" | "single_threaded" => format!(
+                            "Set the runtime flavor with #[{macro_name}(flavor = \"current_thread\")]."
+                        ),
+                        "flavor" | "worker_threads" | "start_paused" | "crate"
+                        | "unhandled_panic" | "name" | "pinwatch_crate" => {
+                            format!("The `{name}` attribute requires an argument.")
+                        }
+                        "threshold" | "allow" | "stacks" if is_test => {
+                            format!("The `{name}` attribute requires an argument.")
+                        }
+                        _ => format!(
+                            "Unknown attribute {name} is specified; expected one of: {expected}."
+                        ),
+                    };
+                    return Err(syn::Error::new_spanned(&p, msg));
+                }
+                other => {
                     return Err(syn::Error::new_spanned(
-                        &arg.value,
-                        "start_paused must be true or false",
+                        other,
+                        "Unknown attribute inside the macro",
                     ))
                 }
-            },
-            "threshold" => {
-                let s = str_arg(arg, "threshold")?;
-                let d = humantime::parse_duration(s.value().trim()).map_err(|e| {
-                    syn::Error::new_spanned(
-                        &s,
-                        format!("threshold is not a duration ({e}); write it like \"50ms\""),
-                    )
-                })?;
-                if d.is_zero() {
-                    return Err(syn::Error::new_spanned(
-                        &s,
-                        "threshold must be more than zero",
-                    ));
+            };
+            let Some(ident) = nv.path.get_ident() else {
+                return Err(syn::Error::new_spanned(&nv, "Must have specified ident"));
+            };
+            let name = ident.to_string().to_lowercase();
+            let lit = match &nv.value {
+                syn::Expr::Lit(syn::ExprLit { lit, .. }) => lit,
+                expr => return Err(syn::Error::new_spanned(expr, "Must be a literal")),
+            };
+            let span = lit.span();
+            let twice = |set: bool| -> syn::Result<()> {
+                if set {
+                    return err(span, format!("`{name}` set multiple times."));
                 }
-                let nanos = d.as_nanos() as u64;
-                settings.push(quote!(.threshold(::core::time::Duration::from_nanos(#nanos))));
-            }
-            "allow" => {
-                let s = str_arg(arg, "allow")?;
-                for reason in s
-                    .value()
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|r| !r.is_empty())
-                {
-                    let Some((_, variant)) = REASONS.iter().find(|(n, _)| *n == reason) else {
-                        return Err(syn::Error::new_spanned(
-                            &s,
-                            format!(
-                                "unknown reason {reason:?}; the reasons: {}",
-                                REASONS.map(|(n, _)| n).join(", ")
-                            ),
-                        ));
+                Ok(())
+            };
+            match name.as_str() {
+                "flavor" => {
+                    twice(a.flavor.is_some())?;
+                    a.flavor = Some(match string(lit, "flavor")?.as_str() {
+                        "current_thread" => Flavor::CurrentThread,
+                        "multi_thread" => Flavor::MultiThread,
+                        "local" => Flavor::Local,
+                        "single_thread" => {
+                            return err(
+                                span,
+                                "The single threaded runtime flavor is called `current_thread`.",
+                            )
+                        }
+                        "basic_scheduler" => return err(
+                            span,
+                            "The `basic_scheduler` runtime flavor has been renamed to `current_thread`.",
+                        ),
+                        "threaded_scheduler" => return err(
+                            span,
+                            "The `threaded_scheduler` runtime flavor has been renamed to `multi_thread`.",
+                        ),
+                        s => return err(
+                            span,
+                            format!("No such runtime flavor `{s}`. The runtime flavors are `current_thread`, `local`, and `multi_thread`."),
+                        ),
+                    });
+                }
+                "worker_threads" => {
+                    twice(a.worker_threads.is_some())?;
+                    let n = match lit {
+                        Lit::Int(i) => i.base10_parse::<usize>().or_else(|e| {
+                            err(
+                                span,
+                                format!(
+                                    "Failed to parse value of `worker_threads` as integer: {e}"
+                                ),
+                            )
+                        })?,
+                        _ => {
+                            return err(
+                                span,
+                                "Failed to parse value of `worker_threads` as integer.",
+                            )
+                        }
                     };
-                    let v = syn::Ident::new(variant, s.span());
-                    settings.push(quote!(.allow(::pinwatch::Reason::#v)));
-                }
-            }
-            "stacks" => {
-                let s = str_arg(arg, "stacks")?;
-                let v = match s.value().as_str() {
-                    "off" => "Off",
-                    "short" => "Short",
-                    "full" => "Full",
-                    _ => {
-                        return Err(syn::Error::new_spanned(
-                            &s,
-                            "stacks must be \"off\", \"short\" or \"full\"",
-                        ))
+                    if n == 0 {
+                        return err(span, "`worker_threads` may not be 0.");
                     }
-                };
-                let v = syn::Ident::new(v, s.span());
-                settings.push(quote!(.stacks(::pinwatch::Stacks::#v)));
-            }
-            _ => {
-                return Err(syn::Error::new_spanned(
-                    &arg.path,
-                    "unknown argument; #[pinwatch::test] takes `flavor`, `worker_threads`, \
-                     `start_paused`, `threshold`, `allow` and `stacks`",
-                ))
+                    a.worker_threads = Some((n, span));
+                }
+                "start_paused" => {
+                    twice(a.start_paused.is_some())?;
+                    let Lit::Bool(b) = lit else {
+                        return err(span, "Failed to parse value of `start_paused` as bool.");
+                    };
+                    a.start_paused = Some((b.value, span));
+                }
+                "crate" => {
+                    twice(a.tokio.is_some())?;
+                    a.tokio = Some(path(lit, "crate")?);
+                }
+                "pinwatch_crate" => {
+                    twice(a.pinwatch.is_some())?;
+                    a.pinwatch = Some(path(lit, "pinwatch_crate")?);
+                }
+                "unhandled_panic" => {
+                    twice(a.unhandled_panic.is_some())?;
+                    let shutdown = match string(lit, "unhandled_panic")?.as_str() {
+                        "ignore" => false,
+                        "shutdown_runtime" => true,
+                        s => return err(
+                            span,
+                            format!("No such unhandled panic behavior `{s}`. The unhandled panic behaviors are `ignore` and `shutdown_runtime`."),
+                        ),
+                    };
+                    a.unhandled_panic = Some((shutdown, span));
+                }
+                "name" => {
+                    twice(a.name.is_some())?;
+                    a.name = Some(string(lit, "name")?);
+                }
+                "core_threads" => {
+                    return Err(syn::Error::new_spanned(
+                        &nv,
+                        "Attribute `core_threads` is renamed to `worker_threads`",
+                    ))
+                }
+                "threshold" if is_test => {
+                    twice(a.threshold.is_some())?;
+                    let s = string(lit, "threshold")?;
+                    let d = humantime::parse_duration(s.trim()).or_else(|e| {
+                        err(
+                            span,
+                            format!("threshold is not a duration ({e}); write it like \"50ms\""),
+                        )
+                    })?;
+                    if d.is_zero() {
+                        return err(span, "threshold must be more than zero");
+                    }
+                    a.threshold = Some(d.as_nanos().min(u64::MAX as u128) as u64);
+                }
+                "allow" if is_test => {
+                    let s = string(lit, "allow")?;
+                    for reason in s.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+                        let Some((_, variant)) = REASONS.iter().find(|(n, _)| *n == reason) else {
+                            return err(
+                                span,
+                                format!(
+                                    "unknown reason {reason:?}; the reasons: {}",
+                                    REASONS.map(|(n, _)| n).join(", ")
+                                ),
+                            );
+                        };
+                        a.allow.push(syn::Ident::new(variant, span));
+                    }
+                }
+                "stacks" if is_test => {
+                    twice(a.stacks.is_some())?;
+                    let v = match string(lit, "stacks")?.as_str() {
+                        "off" => "Off",
+                        "short" => "Short",
+                        "full" => "Full",
+                        _ => return err(span, "stacks must be \"off\", \"short\" or \"full\""),
+                    };
+                    a.stacks = Some(syn::Ident::new(v, span));
+                }
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &nv,
+                        format!(
+                            "Unknown attribute {name} is specified; expected one of: {expected}."
+                        ),
+                    ))
+                }
             }
         }
+        a.check(is_test)?;
+        Ok(a)
     }
-    flavor.check()?;
-    take_async(&mut func, "#[pinwatch::test]")?;
-    if !func.sig.inputs.is_empty() {
+
+    /// What tokio's attributes refuse once every argument is read, in tokio's words.
+    fn check(&self, is_test: bool) -> syn::Result<()> {
+        let macro_name = macro_name(is_test);
+        let flavor = self.flavor();
+        if let (Flavor::CurrentThread | Flavor::Local, Some((_, span))) =
+            (flavor, self.worker_threads)
+        {
+            return err(
+                span,
+                format!("The `worker_threads` option requires the `multi_thread` runtime flavor. Use `#[{macro_name}(flavor = \"multi_thread\")]`"),
+            );
+        }
+        if flavor == Flavor::MultiThread {
+            for (option, set) in [
+                ("start_paused", self.start_paused.map(|(_, s)| s)),
+                ("unhandled_panic", self.unhandled_panic.map(|(_, s)| s)),
+            ] {
+                if let Some(span) = set {
+                    return err(
+                        span,
+                        format!("The `{option}` option requires the `current_thread` runtime flavor. Use `#[{macro_name}(flavor = \"current_thread\")]`"),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flavor(&self) -> Flavor {
+        self.flavor.unwrap_or(if self.is_test {
+            Flavor::CurrentThread
+        } else {
+            Flavor::MultiThread
+        })
+    }
+
+    /// The statements that configure tokio's builder `b`, after pinwatch has made it for the
+    /// flavor (`#tokio::runtime::Builder`, so that a renamed tokio is the one named).
+    fn tokio_options(&self, tokio: &proc_macro2::TokenStream) -> proc_macro2::TokenStream {
+        let mut stmts = Vec::new();
+        if let Some((n, _)) = self.worker_threads {
+            stmts.push(quote!(b.worker_threads(#n);));
+        }
+        if let Some((paused, _)) = self.start_paused {
+            stmts.push(quote!(b.start_paused(#paused);));
+        }
+        if let Some((shutdown, _)) = self.unhandled_panic {
+            let v = if shutdown {
+                quote!(ShutdownRuntime)
+            } else {
+                quote!(Ignore)
+            };
+            stmts.push(quote!(b.unhandled_panic(#tokio::runtime::UnhandledPanic::#v);));
+        }
+        if let Some(name) = &self.name {
+            stmts.push(quote!(b.name(#name);));
+        }
+        if stmts.is_empty() {
+            quote!(|_: &mut #tokio::runtime::Builder| {})
+        } else {
+            quote!(|b: &mut #tokio::runtime::Builder| { #(#stmts)* })
+        }
+    }
+}
+
+fn macro_name(is_test: bool) -> &'static str {
+    if is_test {
+        "pinwatch::test"
+    } else {
+        "pinwatch::main"
+    }
+}
+
+fn expand(
+    args: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+    is_test: bool,
+) -> syn::Result<proc_macro2::TokenStream> {
+    let mut func: ItemFn = syn::parse2(item)?;
+    if func.sig.asyncness.is_none() {
+        return err(
+            func.sig.fn_token.span,
+            "the `async` keyword is missing from the function declaration",
+        );
+    }
+    if is_test {
+        if let Some(attr) = func.attrs.iter().find(|a| is_test_attribute(a)) {
+            return Err(syn::Error::new_spanned(
+                attr,
+                "second test attribute is supplied, consider removing or changing the order of your test attributes",
+            ));
+        }
+        if !func.sig.inputs.is_empty() {
+            return Err(syn::Error::new_spanned(
+                &func.sig.inputs,
+                "a test function takes no arguments",
+            ));
+        }
+    } else if func.sig.ident == "main" && !func.sig.inputs.is_empty() {
         return Err(syn::Error::new_spanned(
-            &func.sig.inputs,
-            "a test function takes no arguments",
+            &func.sig.ident,
+            "the main function cannot accept arguments",
         ));
     }
-    if flavor.multi_thread {
-        let workers = match flavor.worker_threads {
-            Some(n) => quote!(::core::option::Option::Some(#n)),
-            None => quote!(::core::option::Option::None),
-        };
-        settings.insert(0, quote!(.multi_thread(#workers)));
-    }
+    let args = Args::parse(args, is_test)?;
+    func.sig.asyncness = None;
+
+    let pinwatch = args
+        .pinwatch
+        .as_ref()
+        .map_or_else(|| quote!(::pinwatch), ToTokens::to_token_stream);
+    // Without `crate`, pinwatch's own tokio: the user's crate need not call it `tokio`.
+    let tokio = args.tokio.as_ref().map_or_else(
+        || quote!(#pinwatch::__private::tokio),
+        ToTokens::to_token_stream,
+    );
+    let flavor = match args.flavor() {
+        Flavor::CurrentThread => quote!(CurrentThread),
+        Flavor::MultiThread => quote!(MultiThread),
+        Flavor::Local => quote!(Local),
+    };
+    let options = args.tokio_options(&tokio);
     let body = &func.block;
     let attrs = &func.attrs;
     let vis = &func.vis;
     let sig = &func.sig;
+    if !is_test {
+        return Ok(quote! {
+            #(#attrs)*
+            #vis #sig {
+                let body = async #body;
+                #pinwatch::__private::main(#pinwatch::__private::Flavor::#flavor, #options, body)
+            }
+        });
+    }
+    let mut settings = Vec::new();
+    match args.flavor() {
+        Flavor::CurrentThread => {}
+        Flavor::MultiThread => settings.push(quote!(.multi_thread(::core::option::Option::None))),
+        Flavor::Local => settings.push(quote!(.local())),
+    }
+    if let Some(nanos) = args.threshold {
+        settings.push(quote!(.threshold(::core::time::Duration::from_nanos(#nanos))));
+    }
+    for v in &args.allow {
+        settings.push(quote!(.allow(#pinwatch::Reason::#v)));
+    }
+    if let Some(v) = &args.stacks {
+        settings.push(quote!(.stacks(#pinwatch::Stacks::#v)));
+    }
     Ok(quote! {
         #[::core::prelude::v1::test]
         #(#attrs)*
         #vis #sig {
             let body = async #body;
-            ::pinwatch::__private::test_main(
-                ::pinwatch::testing::Check::new() #(#settings)*,
+            #pinwatch::__private::test_main(
+                #pinwatch::testing::Check::new()
+                    #(#settings)*
+                    .tokio(#options),
                 body,
             )
         }
     })
+}
+
+/// `#[test]`, `#[core::prelude::*::test]` or `#[std::prelude::*::test]`, with or without the
+/// leading `::` (what tokio recognizes as a second test attribute).
+fn is_test_attribute(attr: &syn::Attribute) -> bool {
+    let Meta::Path(path) = &attr.meta else {
+        return false;
+    };
+    let segments: Vec<String> = path
+        .segments
+        .iter()
+        .filter(|s| s.arguments.is_none())
+        .map(|s| s.ident.to_string())
+        .collect();
+    if segments.len() != path.segments.len() {
+        return false;
+    }
+    match segments.as_slice() {
+        [one] => path.leading_colon.is_none() && one == "test",
+        [root, prelude, _, test] => {
+            (root == "core" || root == "std") && prelude == "prelude" && test == "test"
+        }
+        _ => false,
+    }
 }

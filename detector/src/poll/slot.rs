@@ -21,8 +21,13 @@ const FREE: u8 = 0;
 const CLAIMING: u8 = 1;
 const ACTIVE: u8 = 2;
 
-/// Bytes of a thread's name kept (longer names are cut).
-const NAME_MAX: usize = 48;
+/// Bytes of a thread's name kept. A longer name keeps its start and its end around
+/// [`ELLIPSIS`] (a test's thread is named for its whole path, and the test's own name is at the
+/// end).
+pub(crate) const NAME_MAX: usize = 128;
+
+/// What stands for the middle of a name longer than [`NAME_MAX`].
+const ELLIPSIS: &str = "…";
 
 /// One thread's slot. Aligned to 128 bytes so that two workers' slots never share a cache line
 /// (or an adjacent-line prefetch pair): unpadded slots measured 2× slower here. `repr(C)` with
@@ -78,10 +83,29 @@ impl Slot {
         n
     }
 
-    fn set_name(&self, name: &[u8]) {
-        let n = name.len().min(NAME_MAX);
-        for (b, &c) in self.name.iter().zip(&name[..n]) {
+    /// Keeps `name` whole, or when it is longer than [`NAME_MAX`] its start and its end with
+    /// [`ELLIPSIS`] between them, cut at character boundaries. No allocation (the claim path).
+    fn set_name(&self, name: &str) {
+        let (head, tail) = if name.len() <= NAME_MAX {
+            (name, "")
+        } else {
+            let room = NAME_MAX - ELLIPSIS.len();
+            let mut h = room / 2;
+            while !name.is_char_boundary(h) {
+                h -= 1;
+            }
+            let mut t = name.len() - (room - room / 2);
+            while !name.is_char_boundary(t) {
+                t += 1;
+            }
+            (&name[..h], &name[t..])
+        };
+        let ellipsis = if tail.is_empty() { "" } else { ELLIPSIS };
+        let bytes = head.bytes().chain(ellipsis.bytes()).chain(tail.bytes());
+        let mut n = 0;
+        for (b, c) in self.name.iter().zip(bytes) {
             b.store(c, Ordering::Relaxed);
+            n += 1;
         }
         self.name_len.store(n, Ordering::Release);
     }
@@ -145,8 +169,7 @@ impl SlotTable {
                     current
                         .as_ref()
                         .and_then(|t| t.name())
-                        .unwrap_or("<unnamed>")
-                        .as_bytes(),
+                        .unwrap_or("<unnamed>"),
                 );
                 s.state.store(ACTIVE, Ordering::Release);
                 return Some(i);
@@ -322,5 +345,41 @@ mod tests {
         // The fields a poll writes or reads: the counter, the task, the flag.
         let (start, end) = PollCell::per_poll_bytes();
         assert!(end <= 64, "{start}..{end}");
+    }
+
+    fn stored(name: &str) -> String {
+        let slot = Slot::new();
+        slot.set_name(name);
+        let mut buf: NameBuf = [0; NAME_MAX];
+        let n = slot.name_into(&mut buf);
+        String::from_utf8(buf[..n].to_vec()).expect("a name is cut at character boundaries")
+    }
+
+    #[test]
+    fn a_name_is_kept_whole_up_to_name_max_then_keeps_its_start_and_end() {
+        let whole = "task::future_monitor_tests::total_duration_includes_the_time_to_first_poll";
+        assert!(whole.len() > 48 && whole.len() <= NAME_MAX);
+        assert_eq!(stored(whole), whole);
+        let exact = "x".repeat(NAME_MAX);
+        assert_eq!(stored(&exact), exact);
+
+        let long = format!("{}::{}", "module".repeat(40), "the_test_that_pinned");
+        let s = stored(&long);
+        assert!(s.len() <= NAME_MAX, "{s}");
+        assert!(s.contains(ELLIPSIS), "{s}");
+        assert!(s.starts_with("modulemodule"), "{s}");
+        assert!(s.ends_with("::the_test_that_pinned"), "{s}");
+
+        // Multi-byte characters on either side of the cut stay whole.
+        let wide = "é".repeat(200);
+        let s = stored(&wide);
+        assert!(s.len() <= NAME_MAX && s.contains(ELLIPSIS), "{s}");
+        assert_eq!(
+            s.replace(ELLIPSIS, "")
+                .chars()
+                .filter(|&c| c != 'é')
+                .count(),
+            0
+        );
     }
 }

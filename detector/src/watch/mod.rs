@@ -23,7 +23,7 @@ use tokio::runtime::Handle;
 
 use crate::config::{Config, Settings};
 use crate::event::{PinnedEvent, SourceLocation, State, Worker};
-use crate::poll::slot::{NameBuf, Slot, SlotTable};
+use crate::poll::slot::{NameBuf, Slot, SlotTable, NAME_MAX};
 use probe::Probe;
 use workers::Owner;
 
@@ -650,7 +650,7 @@ impl Watchdog<'_> {
         let Some(snap) = slot.poll.read() else { return };
         let tid = slot.tid.load(Ordering::Relaxed);
         let thread = slot.thread.load(Ordering::Relaxed);
-        let mut name: NameBuf = [0; 48];
+        let mut name: NameBuf = [0; NAME_MAX];
         let name_len = slot.name_into(&mut name);
         if snap.seq != seq || slot.poll.seq() != seq {
             return;

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::{StatsCounters, Watched};
 use crate::config::Stacks;
 use crate::poll::locks::HeldEntry;
-use crate::poll::slot::{NameBuf, Slot};
+use crate::poll::slot::{NameBuf, Slot, NAME_MAX};
 use crate::signal;
 
 /// The thread's state as `/proc/self/task/<tid>/stat` and `syscall` tell it.
@@ -180,7 +180,7 @@ fn waiting_for(w: &Watched, slot: &Slot) -> Option<Option<Holder>> {
                 site = Some(e.site);
             }
         });
-        let mut name: NameBuf = [0; 48];
+        let mut name: NameBuf = [0; NAME_MAX];
         let n = other.name_into(&mut name);
         Some(Holder {
             tid: other.tid.load(Ordering::Relaxed),

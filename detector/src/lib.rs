@@ -116,6 +116,7 @@ pub mod testing;
 pub mod config;
 mod error;
 pub mod event;
+pub mod profile;
 pub mod report;
 
 pub use config::{Config, Console, Control, Settings, Stacks};

@@ -38,8 +38,8 @@
 //!
 //! ## Bounds
 //!
-//! A crafted or huge recording gives a bounded profile: strings are interned once and cut to
-//! [`MAX_STRING_BYTES`], the string table holds at most [`MAX_STRING_TABLE_BYTES`], a stack at
+//! A crafted or huge recording gives a bounded profile: strings are interned once, their control
+//! and bidirectional characters escaped (`\u{1b}`), and cut to [`MAX_STRING_BYTES`], the string table holds at most [`MAX_STRING_TABLE_BYTES`], a stack at
 //! most [`MAX_DEPTH`] frames (the innermost), the profile at most [`MAX_LOCATIONS`] locations
 //! and [`MAX_SAMPLES`] samples. Past a bound, what does not fit counts under a frame that says
 //! so (`[pinwatch: …]`): every pin and all pinned time stay in the totals.
@@ -228,16 +228,35 @@ impl FrameKey {
     }
 }
 
-/// `s`, cut to [`MAX_STRING_BYTES`] at a character boundary with `…`.
+/// `s` as the profile holds it: control and bidirectional characters escaped (`\u{1b}`: a
+/// crafted recording's names reach the terminal of whoever reads the profile with `go tool
+/// pprof`), cut to [`MAX_STRING_BYTES`] at a character boundary with `…`.
 fn cut(s: &str) -> String {
-    if s.len() <= MAX_STRING_BYTES {
+    let escaped =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if s.len() <= MAX_STRING_BYTES && !s.chars().any(escaped) {
         return s.to_owned();
     }
-    let mut end = MAX_STRING_BYTES - '…'.len_utf8();
-    while !s.is_char_boundary(end) {
-        end -= 1;
+    let room = MAX_STRING_BYTES - '…'.len_utf8();
+    let mut out = String::with_capacity(s.len().min(MAX_STRING_BYTES));
+    // The longest prefix that leaves room for the `…`, at a character's (or escape's) end.
+    let mut fits = 0;
+    for c in s.chars() {
+        if out.len() <= room {
+            fits = out.len();
+        }
+        if escaped(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+        if out.len() > MAX_STRING_BYTES {
+            out.truncate(fits);
+            out.push('…');
+            break;
+        }
     }
-    format!("{}…", &s[..end])
+    out
 }
 
 /// A sample as the profile keys it: its locations, and its label strings' indices.
@@ -996,6 +1015,30 @@ mod tests {
         );
         assert!(none.sample.is_empty());
         assert_eq!(totals(&none), (0, 0));
+    }
+
+    #[test]
+    fn strings_are_escaped_and_cut() {
+        assert_eq!(cut("app::f"), "app::f");
+        assert_eq!(cut("a\u{1b}[2J\nb\u{202e}"), r"a\u{1b}[2J\u{a}b\u{202e}");
+        let long = "é".repeat(MAX_STRING_BYTES);
+        let c = cut(&long);
+        assert!(
+            c.len() <= MAX_STRING_BYTES && c.ends_with('…'),
+            "{}",
+            c.len()
+        );
+        assert!(c.len() > MAX_STRING_BYTES - 8);
+        // Escapes are never split by the cut.
+        let c = cut(&"\u{1b}".repeat(MAX_STRING_BYTES));
+        assert!(
+            c.len() <= MAX_STRING_BYTES && c.ends_with(r"\u{1b}…"),
+            "{c}"
+        );
+        // Exactly the bound after escaping: whole.
+        let exact = format!("{}\u{1b}", "x".repeat(MAX_STRING_BYTES - 6));
+        assert_eq!(cut(&exact).len(), MAX_STRING_BYTES);
+        assert!(!cut(&exact).ends_with('…'));
     }
 
     /// A crafted recording: 20,000 pins with distinct stacks and spans, a few of 1,000 frames

@@ -41,8 +41,9 @@
 //! A crafted or huge recording gives a bounded profile: strings are interned once, their control
 //! and bidirectional characters escaped (`\u{1b}`), and cut to [`MAX_STRING_BYTES`]; the string
 //! table holds at most [`MAX_STRING_TABLE_BYTES`], a stack at most [`MAX_DEPTH`] frames (the
-//! innermost), the profile at most [`MAX_LOCATIONS`] locations and [`MAX_SAMPLES`] samples. Past a bound, what does not fit counts under a frame that says
-//! so (`[pinwatch: …]`): every pin and all pinned time stay in the totals.
+//! innermost), the profile at most [`MAX_LOCATIONS`] locations and [`MAX_SAMPLES`] samples.
+//! Past a bound, what does not fit counts under a frame that says so (`[pinwatch: …]`): every
+//! pin and all pinned time stay in the totals.
 
 use std::collections::HashMap;
 use std::io::Write as _;

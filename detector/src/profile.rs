@@ -203,8 +203,7 @@ fn nanos_i64(d: Option<Duration>) -> i64 {
     d.map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
-/// A frame as the profile keys it: function, file, line (lock marks left out).
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// A frame as the profile writes it: function, file (escaped and cut), line.
 struct FrameKey {
     function: String,
     file: String,
@@ -267,13 +266,33 @@ struct SampleKey {
     labels: Vec<(i64, i64)>,
 }
 
+/// A frame of a stack being added: one of the events' (borrowed: looking it up allocates
+/// nothing), or one the profile makes (`[no stack: …]`).
+#[derive(Clone)]
+enum Fr<'a> {
+    Event(&'a Frame),
+    Made(String),
+}
+
+/// An event frame's key: function, file, line (its lock marks left out).
+fn key(f: &Frame) -> (&str, &str, u32) {
+    (
+        f.function.as_deref().unwrap_or("<unknown>"),
+        f.file.as_deref().unwrap_or(""),
+        f.line.unwrap_or(0),
+    )
+}
+
 #[derive(Default)]
-struct Builder {
+struct Builder<'a> {
     profile: proto::Profile,
     strings: HashMap<String, i64>,
     string_bytes: usize,
     functions: HashMap<(i64, i64), u64>,
-    locations: HashMap<FrameKey, u64>,
+    /// The locations of the events' frames, by [`key`].
+    locations: HashMap<(&'a str, &'a str, u32), u64>,
+    /// The locations of the frames the profile makes, by text.
+    made: HashMap<String, u64>,
     samples: HashMap<SampleKey, usize>,
     /// Per reason string: the sample that pins past [`MAX_SAMPLES`] count in.
     overflow_samples: HashMap<i64, usize>,
@@ -283,7 +302,7 @@ struct Builder {
     overflow_sample_location: Option<u64>,
 }
 
-impl Builder {
+impl<'a> Builder<'a> {
     /// The index of `s` in the string table (cut to [`MAX_STRING_BYTES`]), added when new.
     fn string(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.strings.get(s) {
@@ -321,11 +340,15 @@ impl Builder {
         id
     }
 
-    fn location(&mut self, frame: &FrameKey) -> u64 {
-        if let Some(&id) = self.locations.get(frame) {
+    fn location(&mut self, frame: &Fr<'a>) -> u64 {
+        let known = match frame {
+            Fr::Event(f) => self.locations.get(&key(f)),
+            Fr::Made(text) => self.made.get(text),
+        };
+        if let Some(&id) = known {
             return id;
         }
-        if self.locations.len() >= MAX_LOCATIONS {
+        if self.locations.len() + self.made.len() >= MAX_LOCATIONS {
             if let Some(id) = self.overflow_location {
                 return id;
             }
@@ -334,9 +357,18 @@ impl Builder {
             self.overflow_location = Some(id);
             return id;
         }
-        let id = self.push_location(frame);
-        self.locations.insert(frame.clone(), id);
-        id
+        match frame {
+            Fr::Event(f) => {
+                let id = self.push_location(&FrameKey::of(f));
+                self.locations.insert(key(f), id);
+                id
+            }
+            Fr::Made(text) => {
+                let id = self.push_location(&FrameKey::synthetic(text));
+                self.made.insert(text.clone(), id);
+                id
+            }
+        }
     }
 
     fn push_location(&mut self, frame: &FrameKey) -> u64 {
@@ -357,14 +389,14 @@ impl Builder {
     }
 
     /// The location ids of `frames` (innermost first), at most [`MAX_DEPTH`].
-    fn stack(&mut self, frames: &[FrameKey]) -> Vec<u64> {
+    fn stack(&mut self, frames: &[Fr<'a>]) -> Vec<u64> {
         let mut ids: Vec<u64> = Vec::with_capacity(frames.len().min(MAX_DEPTH));
         if frames.len() > MAX_DEPTH {
             for f in &frames[..MAX_DEPTH - 1] {
                 ids.push(self.location(f));
             }
             let left_out = frames.len() - (MAX_DEPTH - 1);
-            ids.push(self.location(&FrameKey::synthetic(&format!(
+            ids.push(self.location(&Fr::Made(format!(
                 "[pinwatch: {left_out} outer frames left out]"
             ))));
         } else {
@@ -376,7 +408,7 @@ impl Builder {
     }
 
     /// Adds `pins` and `nanos` to the sample of `frames` with `labels` (key, value).
-    fn add(&mut self, frames: &[FrameKey], labels: &[(&str, &str)], pins: i64, nanos: u128) {
+    fn add(&mut self, frames: &[Fr<'a>], labels: &[(&str, &str)], pins: i64, nanos: u128) {
         let locations = self.stack(frames);
         let labels: Vec<(i64, i64)> = labels
             .iter()
@@ -439,7 +471,7 @@ impl Builder {
         self.profile.sample.len() - 1
     }
 
-    fn add_pin(&mut self, e: &PinnedEvent) {
+    fn add_pin(&mut self, e: &'a PinnedEvent) {
         let reason = e.reason.map_or("unknown", |r| r.as_str());
         let span = e.innermost_span().map(|s| s.label());
         let spawned = e.spawned_at.as_ref().map(|s| s.to_string());
@@ -450,34 +482,36 @@ impl Builder {
             (None, None) => {}
         }
         let nanos = e.duration.as_nanos();
-        let stack: Vec<FrameKey> = if !e.stack.is_empty() {
-            e.stack.iter().map(FrameKey::of).collect()
+        let stack: Vec<Fr<'a>> = if !e.stack.is_empty() {
+            e.stack.iter().map(Fr::Event).collect()
         } else {
             let why = format!(
                 "[no stack: {}]",
                 e.no_stack.as_deref().unwrap_or("not sampled")
             );
             let top = match &e.top_frame {
-                Some(f) => FrameKey::of(f),
-                None => FrameKey::synthetic(&format!("[{reason}]")),
+                Some(f) => Fr::Event(f),
+                None => Fr::Made(format!("[{reason}]")),
             };
-            vec![top, FrameKey::synthetic(&why)]
+            vec![top, Fr::Made(why)]
         };
         if e.profile.len() < 2 {
             self.add(&stack, &labels, 1, nanos);
             return;
         }
         // Several top frames: split the time by samples.
-        let shown_top = e.top_frame.as_ref().map(FrameKey::of);
-        let top_index = shown_top
-            .as_ref()
-            .and_then(|t| stack.iter().position(|f| f == t));
+        let shown_top = e.top_frame.as_ref().map(key);
+        let top_index = shown_top.and_then(|t| {
+            stack
+                .iter()
+                .position(|f| matches!(f, Fr::Event(f) if key(f) == t))
+        });
         let total: u128 = e.profile.iter().map(|p| u128::from(p.samples)).sum();
         let total = total.max(1);
         let shown_entry = e
             .profile
             .iter()
-            .position(|p| Some(FrameKey::of(&p.frame)) == shown_top)
+            .position(|p| Some(key(&p.frame)) == shown_top)
             .unwrap_or(0);
         let mut given: u128 = 0;
         let shares: Vec<u128> = e
@@ -491,7 +525,6 @@ impl Builder {
             .collect();
         let remainder = nanos - given.min(nanos);
         for (i, (entry, share)) in e.profile.iter().zip(shares).enumerate() {
-            let frame = FrameKey::of(&entry.frame);
             let share = if i == shown_entry {
                 share + remainder
             } else {
@@ -501,9 +534,9 @@ impl Builder {
                 self.add(&stack, &labels, 1, share);
                 continue;
             }
-            let mut frames = vec![frame.clone()];
-            if let (Some(top), Some(k)) = (&shown_top, top_index) {
-                if top.function == frame.function {
+            let mut frames = vec![Fr::Event(&entry.frame)];
+            if let (Some(top), Some(k)) = (shown_top, top_index) {
+                if top.0 == key(&entry.frame).0 {
                     frames.extend(stack[k + 1..].iter().cloned());
                 }
             }

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Every test of the workspace, on a fresh Debian machine with only Rust on it: installs what the
 # end-to-end tests talk to when it is missing (a real Prometheus and promtool, Alertmanager and
-# amtool, setpriv, headless Chromium, kubernetes-validate), then runs `cargo test --workspace
-# --locked` with any arguments given. `.ci/run` calls this same script.
+# amtool, setpriv, headless Chromium, kubernetes-validate, Go for `go tool pprof`), then runs
+# `cargo test --workspace --locked` with any arguments given. `.ci/run` calls this same script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for tool in prometheus promtool prometheus-alertmanager amtool setpriv chromium; do
+for tool in prometheus promtool prometheus-alertmanager amtool setpriv chromium go; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -16,7 +16,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null 2>&1 || {
       echo "tests/run.sh: ${missing[*]} missing, and installing them needs root: run as root, or" >&2
-      echo "  apt-get install -y prometheus prometheus-alertmanager util-linux chromium" >&2
+      echo "  apt-get install -y prometheus prometheus-alertmanager util-linux chromium golang-go" >&2
       exit 1
     }
     sudo=(sudo)
@@ -24,8 +24,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   "${sudo[@]}" apt-get update -qq
   # setpriv (util-linux) runs `pinwatch ctl` as another user in the control socket's test;
-  # headless Chromium renders `pinwatch report`'s page in its test.
-  "${sudo[@]}" apt-get install -y -qq prometheus prometheus-alertmanager util-linux chromium >/dev/null
+  # headless Chromium renders `pinwatch report`'s page in its test; golang-go's `go tool pprof`
+  # reads `pinwatch profile`'s output in tests/profile.rs.
+  "${sudo[@]}" apt-get install -y -qq prometheus prometheus-alertmanager util-linux chromium golang-go >/dev/null
   # The packages start their own services; the tests start their own on free loopback ports.
   for s in prometheus prometheus-alertmanager prometheus-node-exporter; do
     "${sudo[@]}" service "$s" stop >/dev/null 2>&1 || true
@@ -35,7 +36,7 @@ if ! { python3 -c 'import yaml' 2>/dev/null && command -v kubernetes-validate >/
   echo "tests/run.sh: installing kubernetes-validate and PyYAML (PyPI)"
   python3 -m pip install -q kubernetes-validate pyyaml
 fi
-for tool in prometheus promtool prometheus-alertmanager amtool kubernetes-validate setpriv chromium; do
+for tool in prometheus promtool prometheus-alertmanager amtool kubernetes-validate setpriv chromium go; do
   command -v "$tool" >/dev/null || { echo "tests/run.sh: $tool did not install" >&2; exit 1; }
 done
 

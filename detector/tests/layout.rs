@@ -11,8 +11,8 @@ const PIPELINE: &[&str] = &[
     "testing",
 ];
 /// Leaves every stage may use; they use no pipeline module, except `report` (which reads
-/// recordings of events).
-const LEAVES: &[&str] = &["error", "config", "event", "report"];
+/// recordings of events) and `profile` (which turns events into a pprof profile).
+const LEAVES: &[&str] = &["error", "config", "event", "report", "profile"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

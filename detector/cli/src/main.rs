@@ -2,6 +2,7 @@
 //!
 //! `pinwatch print FILE` renders each event like `jfr print --events jdk.VirtualThreadPinned`;
 //! `pinwatch summary FILE` groups them by top application frame like `jfr view pinned-threads`;
+//! `pinwatch profile FILE -o pinned.pb.gz` writes their pinned-time profile for `go tool pprof`;
 //! `pinwatch ctl <pid> status | set | record | pause | resume` talks to a running service's
 //! control socket like `jcmd <pid> JFR.*`.
 
@@ -57,6 +58,22 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Write a recording's pins as a pinned-time profile in the pprof format (gzipped
+    /// `profile.proto`: `pins/count` and `pinned/nanoseconds`, labels `reason` and `span`), for
+    /// `go tool pprof`, Pyroscope, Parca. The last report of each pin counts; retracted polls
+    /// count nothing.
+    Profile {
+        /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
+        file: PathBuf,
+        /// Where to write the profile (default: the recording's path with `.pb.gz`); an
+        /// existing file is replaced.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Only the pins that ran in the recording's last N seconds (counted back from the end
+        /// of its last pin).
+        #[arg(long, value_name = "N")]
+        seconds: Option<u64>,
+    },
     /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,
     /// `set threshold=50ms`, `record start FILE` / `record list` /
     /// `record stop [ID|FILE]`, `pause` / `resume`.
@@ -72,6 +89,14 @@ fn main() -> ExitCode {
         Command::Report { file, output } => {
             let output = output.unwrap_or_else(|| file.with_extension("html"));
             (file, View::Report { output })
+        }
+        Command::Profile {
+            file,
+            output,
+            seconds,
+        } => {
+            let output = output.unwrap_or_else(|| file.with_extension("pb.gz"));
+            (file, View::Profile { output, seconds })
         }
     };
     let rec = match report::read_recording(&file) {
@@ -99,6 +124,7 @@ fn main() -> ExitCode {
         warn(format_args!("warning: {w}"));
     }
     match view {
+        View::Profile { output, seconds } => write_profile(&file, &rec.events, &output, seconds),
         View::Print { json, latest } => {
             let events: Vec<pinwatch::PinnedEvent> = if latest {
                 report::latest_reports(&rec.events)
@@ -188,7 +214,95 @@ pub(crate) fn warn(msg: std::fmt::Arguments<'_>) {
 
 /// What to show of a recording.
 enum View {
-    Print { json: bool, latest: bool },
-    Summary { json: bool },
-    Report { output: PathBuf },
+    Print {
+        json: bool,
+        latest: bool,
+    },
+    Summary {
+        json: bool,
+    },
+    Report {
+        output: PathBuf,
+    },
+    Profile {
+        output: PathBuf,
+        seconds: Option<u64>,
+    },
+}
+
+/// `pinwatch profile`: the pprof profile of `events` (of the recording `file`) written to
+/// `output`, replaced whole (written beside it, then renamed over it).
+fn write_profile(
+    file: &std::path::Path,
+    events: &[pinwatch::PinnedEvent],
+    output: &std::path::Path,
+    seconds: Option<u64>,
+) -> ExitCode {
+    use pinwatch::profile;
+    let fail = |msg: std::fmt::Arguments<'_>| {
+        warn(msg);
+        ExitCode::from(1)
+    };
+    // The end of the recording: the latest end of a pin in it.
+    let end = events
+        .iter()
+        .filter_map(|e| e.start.checked_add(e.duration))
+        .max();
+    let mut options = profile::Options::default();
+    if let (Some(n), Some(end)) = (seconds, end) {
+        options = options.since(
+            end.checked_sub(std::time::Duration::from_secs(n))
+                .unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+        );
+    }
+    let built = profile::build(events, &options);
+    let pins: i64 = built.sample.iter().map(|s| s.value[0]).sum();
+    let nanos: i64 = built
+        .sample
+        .iter()
+        .fold(0i64, |t, s| t.saturating_add(s.value[1]));
+    if pins == 0 {
+        let what = match seconds {
+            _ if events.is_empty() => "holds no pins".to_owned(),
+            Some(n) => format!(
+                "holds only retracted polls (block_in_place, which did not pin) in its last {n} s"
+            ),
+            None => "holds only retracted polls (block_in_place, which did not pin)".to_owned(),
+        };
+        return fail(format_args!(
+            "{} {what}: no profile written",
+            file.display()
+        ));
+    }
+    // Never write the profile over the recording (or one of its rotated files).
+    if let Ok(out) = std::fs::metadata(output) {
+        use std::os::unix::fs::MetadataExt as _;
+        let files = report::recording_files(file).unwrap_or_default();
+        for f in &files {
+            if std::fs::metadata(f).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino()) {
+                return fail(format_args!(
+                    "{} is the recording {}: name another file with -o",
+                    output.display(),
+                    f.display()
+                ));
+            }
+        }
+    }
+    let bytes = profile::encode(&built);
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "profile".to_owned());
+    let tmp = output.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    if let Err(e) = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, output)) {
+        let _ = std::fs::remove_file(&tmp);
+        return fail(format_args!("cannot write {}: {e}", output.display()));
+    }
+    print_out(&format!(
+        "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: go tool pprof -top {}\n",
+        output.display(),
+        nanos as f64 / 1e6,
+        built.sample.len(),
+        output.display()
+    ))
 }

@@ -1,6 +1,6 @@
 //! Every reader of a recording against crafted input (a recording may come from another
-//! machine): the line parser, the recording parser, `print`, `summary`, the HTML report, and the
-//! `ctl` reply parser, run in-process on lines mutated from the checked-in recordings. None may
+//! machine): the line parser, the recording parser, `print`, `summary`, the HTML report, the
+//! pprof profile and the `ctl` reply parser, run in-process on lines mutated from the checked-in recordings. None may
 //! panic, and the page never holds a raw string of the input.
 //!
 //! A seeded xorshift mutator (no dependency): `PINWATCH_FUZZ_SEED=N` and
@@ -581,6 +581,25 @@ fn every_reader_survives_crafted_recordings() {
             serde_json::to_string_pretty(&rows)
         })
         .unwrap();
+
+        // The pprof profile: built, encoded and decoded back whole; every pin counted once.
+        let profile = no_panic("profile::build", seed, &events, || {
+            pinwatch::profile::build(&events, &Default::default())
+        });
+        let bytes = no_panic("profile::encode", seed, &profile, || {
+            pinwatch::profile::encode(&profile)
+        });
+        assert_eq!(
+            pinwatch::profile::decode(&bytes).ok().as_ref(),
+            Some(&profile),
+            "the profile reads back (seed {seed})"
+        );
+        let pins = latest
+            .iter()
+            .filter(|e| e.state != pinwatch::State::Retracted)
+            .count();
+        let counted: i64 = profile.sample.iter().map(|s| s.value[0]).sum();
+        assert_eq!(counted, pins as i64, "pins in the profile (seed {seed})");
 
         let source = format!("{MARK}rec\"'.jsonl");
         let warnings = vec![format!("{MARK} a warning </script>")];

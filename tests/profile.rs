@@ -1,0 +1,342 @@
+//! `pinwatch profile`: a sample app's recording as a pprof profile, read by the real
+//! `go tool pprof` (Debian's `golang-go`, which `tests/run.sh` installs).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod support;
+
+/// One sample app at a time (they would stretch each other's polls).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs sample app `bin` (its bad variant) with a recording into `dir`; returns the recording.
+fn record(bin: &str, dir: &Path, env: &[(&str, &str)]) -> PathBuf {
+    let path = dir.join("pinned.jsonl");
+    let out = Command::new(bin)
+        .args(["--variant", "bad"])
+        .env_remove("PINWATCH")
+        .env_remove("PINWATCH_THRESHOLD")
+        .env_remove("PINWATCH_STACKS")
+        .env("PINWATCH_RECORD", &path)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{bin}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+/// The recording's pins: the last report of each (run, id) that is not retracted, as JSON.
+fn pins(recording: &Path) -> Vec<serde_json::Value> {
+    let mut last: BTreeMap<(String, u64), serde_json::Value> = BTreeMap::new();
+    for line in std::fs::read_to_string(recording).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["event"] == "pinned" {
+            let key = (
+                v["run_id"].as_str().unwrap().to_owned(),
+                v["id"].as_u64().unwrap(),
+            );
+            last.insert(key, v);
+        }
+    }
+    last.into_values()
+        .filter(|v| v["state"] != "retracted")
+        .collect()
+}
+
+/// `pinwatch profile ARGS`: its stdout; fails the test when it fails.
+fn profile(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(support::pinwatch_cli())
+        .arg("profile")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pinwatch profile {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `go tool pprof -symbolize=none ARGS FILE`, offline, with its caches in `dir`.
+fn go_pprof(dir: &Path, args: &[&str], file: &Path) -> String {
+    let go = support::system_binary("go", "golang-go");
+    let home = dir.join("go-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = Command::new(go)
+        .args(["tool", "pprof", "-symbolize=none"])
+        .args(args)
+        .arg(file)
+        .current_dir(dir)
+        .env("HOME", &home)
+        .env("GOCACHE", home.join("cache"))
+        .env("GOPATH", home.join("path"))
+        .env("PPROF_TMPDIR", &home)
+        // Never reach for a toolchain or module over the network.
+        .env("GOTOOLCHAIN", "local")
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The rows of `go tool pprof -top`: (flat, cum, name), in its order.
+fn top_rows(text: &str) -> Vec<(f64, f64, String)> {
+    let number = |cell: &str| -> f64 {
+        cell.trim_end_matches("ms")
+            .parse()
+            .unwrap_or_else(|_| panic!("{cell:?} in\n{text}"))
+    };
+    text.lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            (number(cells[0]), number(cells[3]), cells[5..].join(" "))
+        })
+        .collect()
+}
+
+/// The total of `-top`'s header: `Showing nodes accounting for X, 100% of T total`.
+fn top_total(text: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Showing nodes"))
+        .unwrap_or_else(|| panic!("no total in\n{text}"));
+    let t = line.split(" of ").nth(1).unwrap();
+    t.trim_end_matches(" total")
+        .trim_end_matches("ms")
+        .parse()
+        .unwrap_or_else(|_| panic!("{line}"))
+}
+
+/// `lock_sleep` (8 tasks sleeping 100 ms inside a std lock) with the default stacks: in
+/// `go tool pprof -top`, the sleeping closure is the top entry, with all the pinned time —
+/// the sum of the recording's pins' durations; `-sample_index=pins` counts the recording's
+/// pins; `-traces` shows the `reason` and `spawned_at` labels.
+#[test]
+fn go_tool_pprof_reads_the_profile_the_blocking_closure_on_top_with_all_the_pinned_time() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = record(env!("CARGO_BIN_EXE_lock_sleep"), dir.path(), &[]);
+    let pins = pins(&rec);
+    assert!(!pins.is_empty(), "no pins recorded");
+    let total_ms: f64 = pins
+        .iter()
+        .map(|p| p["duration_ms"].as_f64().unwrap())
+        .sum();
+    let out = dir.path().join("pinned.pb.gz");
+    let said = profile(&[rec.as_os_str(), "-o".as_ref(), out.as_os_str()]);
+    assert!(said.contains(&format!("{} pins", pins.len())), "{said}");
+
+    let top = go_pprof(dir.path(), &["-top", "-unit=ms"], &out);
+    let rows = top_rows(&top);
+    let (flat, cum, name) = &rows[0];
+    assert!(
+        name.starts_with("sample_apps::lock_sleep::{{closure}}"),
+        "the blocking closure is the top entry:\n{top}"
+    );
+    // pprof prints two decimals; the recording has microseconds.
+    assert!(
+        (flat - total_ms).abs() < 0.02,
+        "{flat} vs {total_ms}:\n{top}"
+    );
+    assert!((cum - total_ms).abs() < 0.02, "{cum} vs {total_ms}:\n{top}");
+    assert!((top_total(&top) - total_ms).abs() < 0.02, "{top}");
+    assert!(
+        top.contains("Type: pinned"),
+        "the default sample type:\n{top}"
+    );
+
+    let count = go_pprof(dir.path(), &["-top", "-sample_index=pins"], &out);
+    assert!(count.contains("Type: pins"), "{count}");
+    assert_eq!(top_total(&count), pins.len() as f64, "{count}");
+
+    let traces = go_pprof(dir.path(), &["-traces"], &out);
+    assert!(traces.contains("reason:  sleep"), "{traces}");
+    assert!(
+        traces.contains("spawned_at:  sample-apps/src/lib.rs:"),
+        "{traces}"
+    );
+    assert!(
+        traces.contains("sample_apps::lock_sleep::{{closure}}"),
+        "{traces}"
+    );
+
+    // `-lines`: the sleep's own line.
+    let lines = go_pprof(dir.path(), &["-top", "-lines"], &out);
+    let sleep_line = include_str!("../sample-apps/src/lib.rs")
+        .lines()
+        .position(|l| l.contains("// pinned: sleeps holding a std lock"))
+        .unwrap()
+        + 1;
+    assert!(
+        lines.contains(&format!("sample-apps/src/lib.rs:{sleep_line}")),
+        "line {sleep_line}:\n{lines}"
+    );
+}
+
+/// `blocking_io` with full stacks: the blocking system call's libc frame is the leaf and the
+/// sample app's closure is below it in every trace, with the `io` reason; each of the two
+/// blocking functions (a file read, a socket read) carries its pins' time, and the closure's
+/// cumulative time is the whole recording's pinned time.
+#[test]
+fn full_stacks_keep_every_frame_in_order_leaf_first() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = record(
+        env!("CARGO_BIN_EXE_blocking_io"),
+        dir.path(),
+        &[("PINWATCH_STACKS", "full")],
+    );
+    let pins = pins(&rec);
+    assert!(!pins.is_empty(), "no pins recorded");
+    let total_ms: f64 = pins
+        .iter()
+        .map(|p| p["duration_ms"].as_f64().unwrap())
+        .sum();
+    let out = dir.path().join("full.pb.gz");
+    profile(&[rec.as_os_str(), "--output".as_ref(), out.as_os_str()]);
+
+    let top = go_pprof(dir.path(), &["-top", "-unit=ms"], &out);
+    assert!((top_total(&top) - total_ms).abs() < 0.02, "{top}");
+    let rows = top_rows(&top);
+    let closure: f64 = rows
+        .iter()
+        .filter(|(_, _, n)| n.starts_with("sample_apps::blocking_io::{{closure}}"))
+        .map(|(_, cum, _)| *cum)
+        .fold(0.0, f64::max);
+    assert!(
+        (closure - total_ms).abs() < 0.02,
+        "{closure} vs {total_ms}:\n{top}"
+    );
+
+    let traces = go_pprof(dir.path(), &["-traces"], &out);
+    let mut blocks = 0;
+    for block in traces.split("-----------+").skip(1) {
+        let lines: Vec<&str> = block.lines().skip(1).collect();
+        // The labels, then the first frame after the sample's value (`  117.81ms   __libc_read`),
+        // then one frame a line.
+        let Some(first) = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        else {
+            continue;
+        };
+        blocks += 1;
+        assert!(
+            lines[..first].iter().any(|l| l.trim() == "reason:  io"),
+            "{block}"
+        );
+        let mut frames: Vec<&str> = lines[first + 1..].iter().map(|l| l.trim()).collect();
+        frames.insert(
+            0,
+            lines[first].trim_start().split_once(' ').unwrap().1.trim(),
+        );
+        let app = frames
+            .iter()
+            .position(|f| f.starts_with("sample_apps::blocking_io::{{closure}}"))
+            .unwrap_or_else(|| panic!("no app frame in {block}"));
+        let read = frames
+            .iter()
+            .position(|f| f.contains("::read") || f.contains("::recv"))
+            .unwrap_or_else(|| panic!("no read in {block}"));
+        assert!(
+            read < app,
+            "the read is a callee of (above) the closure: {block}"
+        );
+        assert!(
+            app + 1 < frames.len(),
+            "the closure's callers follow it: {block}"
+        );
+    }
+    assert!(blocks > 0, "{traces}");
+}
+
+/// The errors: no such file, a file that is no recording, an empty recording; `-o` naming the
+/// recording itself is refused, leaving it whole; `--seconds` keeps the recording's last
+/// seconds.
+#[test]
+fn clear_errors_and_the_recording_is_never_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(support::pinwatch_cli())
+            .arg("profile")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let missing = dir.path().join("missing.jsonl");
+    let (code, err) = run(&[missing.as_os_str()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("cannot read") && err.contains("missing.jsonl"),
+        "{err}"
+    );
+
+    let not_rec = dir.path().join("notes.txt");
+    std::fs::write(&not_rec, "hello\nworld\n").unwrap();
+    let (code, err) = run(&[not_rec.as_os_str()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is it a recording"), "{err}");
+
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let (code, err) = run(&[empty.as_os_str()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("holds no pins: no profile written"), "{err}");
+    assert!(!dir.path().join("empty.pb.gz").exists());
+
+    // A recording of two pins 10 s apart (lines as pinwatch writes them).
+    let rec = dir.path().join("rec.jsonl");
+    let line = |id: u32, start: &str, ms: &str| {
+        format!(
+            r#"{{"schema":2,"event":"pinned","id":{id},"run_id":"r","pid":1,"state":"completed","start":"{start}","duration_ms":{ms},"threshold_ms":20.0,"task_id":1,"spawned_at":null,"worker":{{"index":0,"tid":1,"name":"w"}},"reason":"sleep","blocking_operation":"clock_nanosleep","top_frame":{{"function":"app::f","file":"src/app.rs","line":3}},"stack":[{{"function":"app::f","file":"src/app.rs","line":3}}],"held_locks":[],"samples":1,"report":1}}"#
+        ) + "\n"
+    };
+    let text =
+        line(1, "2026-05-28T20:26:40.123456Z", "30.5") + &line(2, "2026-05-28T20:26:50Z", "10.0");
+    std::fs::write(&rec, &text).unwrap();
+    let (code, err) = run(&[rec.as_os_str(), "-o".as_ref(), rec.as_os_str()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is the recording"), "{err}");
+    assert_eq!(std::fs::read_to_string(&rec).unwrap(), text);
+
+    // The default output: beside the recording, `.pb.gz`, replaced when it exists.
+    let written = dir.path().join("rec.pb.gz");
+    std::fs::write(&written, "old").unwrap();
+    let said = profile(&[rec.as_os_str()]);
+    assert!(
+        said.contains("rec.pb.gz (2 pins, 40.5 ms pinned, 1 samples)"),
+        "{said}"
+    );
+    let p = pinwatch::profile::decode(&std::fs::read(&written).unwrap()).unwrap();
+    assert_eq!(p.sample[0].value, [2, 40_500_000]);
+
+    let said = profile(&[rec.as_os_str(), "--seconds".as_ref(), "5".as_ref()]);
+    assert!(
+        said.contains("(1 pins, 10.0 ms pinned, 1 samples)"),
+        "{said}"
+    );
+    let p = pinwatch::profile::decode(&std::fs::read(&written).unwrap()).unwrap();
+    assert_eq!(p.sample[0].value, [1, 10_000_000]);
+}

@@ -48,6 +48,18 @@ pub struct Recording {
     pub damaged_lines: usize,
     /// The first [`MAX_DAMAGED_SHOWN`] of them, in file order.
     pub damaged: Vec<DamagedLine>,
+    /// The `dump` lines read, in file order: a flight recording's dump
+    /// ([`Detector::dump`](crate::Detector::dump), `pinwatch ctl <pid> dump`) starts with one,
+    /// saying whose events follow and what was dropped for space.
+    pub dumps: Vec<crate::event::DumpInfo>,
+}
+
+impl Recording {
+    /// One line per dump in it ([`DumpInfo::describe`](crate::event::DumpInfo::describe)), for
+    /// the head of `print`, `summary` and `report`.
+    pub fn describe_dumps(&self) -> Vec<String> {
+        self.dumps.iter().map(|d| d.describe()).collect()
+    }
 }
 
 /// How many damaged lines a [`Recording`] names one by one (the rest are only counted).
@@ -243,8 +255,9 @@ fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), Read
         if line.trim().is_empty() {
             continue;
         }
-        match PinnedEvent::from_json_line(line) {
-            Ok(e) => rec.events.push(e),
+        match crate::event::Line::parse(line) {
+            Ok(crate::event::Line::Pinned(e)) => rec.events.push(*e),
+            Ok(crate::event::Line::Dump(d)) => rec.dumps.push(d),
             // Not JSON, a pinwatch event with a field that is not what the schema says (a wrong
             // type, a number out of range), another kind of line or another schema: either way
             // this line cannot be read, and the rest of the recording is still worth reading.

@@ -41,6 +41,11 @@ pub enum Request {
     },
     /// Stop the recording.
     RecordStop,
+    /// Send the flight recording: the reply line has [`Reply::dump_bytes`], and that many
+    /// bytes follow it — the dump, a recording whose first line is a
+    /// [`DumpInfo`](crate::event::DumpInfo) — all within
+    /// [`DUMP_DEADLINE`](super::DUMP_DEADLINE). The client writes the file (see docs/ctl.md).
+    Dump,
     /// Report no new pins until `resume` (the hooks keep running; see docs/ctl.md).
     Pause,
     /// Report pins again.
@@ -59,6 +64,9 @@ pub struct Reply {
     /// For [`Request::Status`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Box<Status>>,
+    /// For [`Request::Dump`]: the bytes of the dump that follow the reply line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dump_bytes: Option<u64>,
 }
 
 impl Reply {
@@ -67,6 +75,7 @@ impl Reply {
             ok: true,
             message: message.into(),
             status: None,
+            dump_bytes: None,
         }
     }
 
@@ -75,6 +84,7 @@ impl Reply {
             ok: false,
             message: message.into(),
             status: None,
+            dump_bytes: None,
         }
     }
 }

@@ -224,9 +224,7 @@ fn a_dump_has_the_pins_made_while_nothing_recorded() {
             "pin {id}"
         );
         assert_eq!(reports.last().unwrap().state, State::Completed, "pin {id}");
-        assert!(reports
-            .iter()
-            .all(|e| e.run_id == d.run_id && e.pid == pid));
+        assert!(reports.iter().all(|e| e.run_id == d.run_id && e.pid == pid));
     }
     // The 600 ms pin was reported while it ran, every 100 ms: all of those are there.
     let long = pins.values().next().unwrap();
@@ -238,8 +236,14 @@ fn a_dump_has_the_pins_made_while_nothing_recorded() {
     let out = cli(dir.path(), &["ctl", &pid.to_string(), "dump", "dump.jsonl"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("dump.jsonl exists") && err.contains("--force"), "{err}");
-    assert_eq!(std::fs::read(dir.path().join("dump.jsonl")).unwrap(), before);
+    assert!(
+        err.contains("dump.jsonl exists") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("dump.jsonl")).unwrap(),
+        before
+    );
 
     // The readers say whose it is.
     let whose = format!("flight recording of pid {pid} (");
@@ -265,7 +269,10 @@ fn a_dump_has_the_pins_made_while_nothing_recorded() {
         dir.path(),
         &["ctl", &pid.to_string(), "report", "-o", "live.html"],
     );
-    assert!(said.contains("wrote live.html") && said.contains(&whose), "{said}");
+    assert!(
+        said.contains("wrote live.html") && said.contains(&whose),
+        "{said}"
+    );
     let page = std::fs::read_to_string(dir.path().join("live.html")).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>") && page.contains(&whose));
     assert!(page.contains("pin_service"), "no pins on the page");
@@ -291,9 +298,9 @@ fn a_small_flight_keeps_the_newest_and_says_what_it_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let pid = svc.pid;
     let rec = dump_until(dir.path(), pid, "small.jsonl", "the last pin's end", |r| {
-        r.events
-            .last()
-            .is_some_and(|e| e.state == State::Completed && e.duration >= Duration::from_millis(250))
+        r.events.last().is_some_and(|e| {
+            e.state == State::Completed && e.duration >= Duration::from_millis(250)
+        })
     });
     let delivered = counter(&status(pid), "delivered");
     let d = &rec.dumps[0];
@@ -438,7 +445,10 @@ fn clients_that_never_read_a_dump_hold_up_nobody() {
         })
         .collect();
     let dir = tempfile::tempdir().unwrap();
-    let out = cli(dir.path(), &["ctl", &pid.to_string(), "dump", "third.jsonl"]);
+    let out = cli(
+        dir.path(),
+        &["ctl", &pid.to_string(), "dump", "third.jsonl"],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("busy"), "{err}");
     assert!(!dir.path().join("third.jsonl").exists());
@@ -446,10 +456,13 @@ fn clients_that_never_read_a_dump_hold_up_nobody() {
     drop(stalled);
     // Once they are gone, a dump goes through.
     wait_for("a dump after the stalled ones", LONG, || {
-        cli(dir.path(), &["ctl", &pid.to_string(), "dump", "third.jsonl"])
-            .status
-            .success()
-            .then_some(())
+        cli(
+            dir.path(),
+            &["ctl", &pid.to_string(), "dump", "third.jsonl"],
+        )
+        .status
+        .success()
+        .then_some(())
     });
     svc.finish();
 }

@@ -750,20 +750,23 @@ impl DumpInfo {
         } else {
             format!(" ({})", self.exe)
         };
-        let dropped =
-            if self.dropped_events == 0 {
-                "nothing was dropped for space".to_owned()
-            } else {
-                format!(
-                "{} earlier event{} of {} pin{} {} dropped for space (the buffer holds {} bytes)",
+        let dropped = if self.dropped_events == 0 {
+            "nothing was dropped for space".to_owned()
+        } else {
+            format!(
+                "{} earlier event{} of {} pin{} {} dropped for space (the buffer holds {})",
                 self.dropped_events,
                 if self.dropped_events == 1 { "" } else { "s" },
                 self.dropped_pins,
                 if self.dropped_pins == 1 { "" } else { "s" },
-                if self.dropped_events == 1 { "was" } else { "were" },
-                self.flight_size
+                if self.dropped_events == 1 {
+                    "was"
+                } else {
+                    "were"
+                },
+                bytesize::ByteSize(self.flight_size).display().iec()
             )
-            };
+        };
         format!(
             "flight recording of pid {}{exe}, dumped at {}; {dropped}",
             self.pid,
@@ -1013,6 +1016,64 @@ mod tests {
         assert_eq!(v["start"], "2026-05-28T20:26:40.123456Z");
         let back = PinnedEvent::from_json_line(line.trim_end()).unwrap();
         assert_eq!(back, ev);
+    }
+
+    /// The `dump` line of a flight recording's dump: the fields docs/recording.md lists, read
+    /// back as a [`Line::Dump`], and refused (not taken for an event) by `from_json_line`.
+    #[test]
+    fn dump_line_round_trips() {
+        let t = |us| SystemTime::UNIX_EPOCH + Duration::from_micros(us);
+        let d = DumpInfo {
+            pid: 42,
+            exe: "/usr/bin/svc".into(),
+            run_id: "r".into(),
+            process_started: Some(t(1_780_000_000_000_000)),
+            detector_started: t(1_780_000_000_500_000),
+            dumped_at: t(1_780_000_100_000_000),
+            flight_size: 4 << 20,
+            events: 3,
+            bytes: 2700,
+            dropped_events: 120,
+            dropped_pins: 50,
+            first_event_at: Some(t(1_780_000_050_000_000)),
+        };
+        let line = d.to_json_line();
+        assert_eq!(line.matches('\n').count(), 1);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            (v["schema"].as_u64(), v["event"].as_str()),
+            (Some(2), Some("dump"))
+        );
+        for key in [
+            "pid",
+            "exe",
+            "run_id",
+            "process_started",
+            "detector_started",
+            "dumped_at",
+            "flight_size",
+            "events",
+            "bytes",
+            "dropped_events",
+            "dropped_pins",
+            "first_event_at",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key} in {line}");
+        }
+        assert_eq!(v["dumped_at"], "2026-05-28T20:28:20.000000Z");
+        assert_eq!(Line::parse(line.trim_end()).unwrap(), Line::Dump(d.clone()));
+        assert!(matches!(
+            PinnedEvent::from_json_line(&line),
+            Err(ParseLineError::NotAnEvent(_))
+        ));
+        assert_eq!(
+            d.describe(),
+            "flight recording of pid 42 (/usr/bin/svc), dumped at 2026-05-28T20:28:20.000Z; \
+             120 earlier events of 50 pins were dropped for space (the buffer holds 4.0 MiB)"
+        );
+        // An event line is still an event.
+        let e = sample().to_json_line();
+        assert_eq!(Line::parse(&e).unwrap(), Line::Pinned(Box::new(sample())));
     }
 
     #[test]

@@ -79,7 +79,7 @@
 //! `features.md` (the long feature list), `builder.md` (your own runtime, hooks, sinks), `configuration.md`, `prometheus.md` (metrics,
 //! dashboard, alerts), `runbooks.md`, `otlp.md`, `console.md`, `testing.md`
 //! (`#[pinwatch::test]`), `recording.md` (`pinwatch print` / `summary`, the format),
-//! `report.md`, `ctl.md` (a running service), `reasons.md`, `blast-radius.md`,
+//! `report.md`, `ctl.md` (a running service), `flight.md` (the flight recording: dumps after the fact), `reasons.md`, `blast-radius.md`,
 //! `how-it-works.md` (design, signals, limits), `overhead.md` and `sample-apps.md`. Examples to
 //! copy are in `detector/examples/`: `web_service` (axum and the Prometheus endpoint),
 //! `own_runtime`, `own_registry`, `own_subscriber_console`.

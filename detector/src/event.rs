@@ -741,38 +741,6 @@ impl DumpInfo {
         s.push('\n');
         s
     }
-
-    /// One sentence for people: `flight recording of pid 42 (/usr/bin/svc), dumped at …; 120
-    /// earlier events of 50 pins were dropped for space`.
-    pub fn describe(&self) -> String {
-        let exe = if self.exe.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", self.exe)
-        };
-        let dropped = if self.dropped_events == 0 {
-            "nothing was dropped for space".to_owned()
-        } else {
-            format!(
-                "{} earlier event{} of {} pin{} {} dropped for space (the buffer holds {})",
-                self.dropped_events,
-                if self.dropped_events == 1 { "" } else { "s" },
-                self.dropped_pins,
-                if self.dropped_pins == 1 { "" } else { "s" },
-                if self.dropped_events == 1 {
-                    "was"
-                } else {
-                    "were"
-                },
-                bytesize::ByteSize(self.flight_size).display().iec()
-            )
-        };
-        format!(
-            "flight recording of pid {}{exe}, dumped at {}; {dropped}",
-            self.pid,
-            crate::report::format_time(self.dumped_at)
-        )
-    }
 }
 
 /// One line of a recording, read: an event, or a dump's header.
@@ -1066,11 +1034,6 @@ mod tests {
             PinnedEvent::from_json_line(&line),
             Err(ParseLineError::NotAnEvent(_))
         ));
-        assert_eq!(
-            d.describe(),
-            "flight recording of pid 42 (/usr/bin/svc), dumped at 2026-05-28T20:28:20.000Z; \
-             120 earlier events of 50 pins were dropped for space (the buffer holds 4.0 MiB)"
-        );
         // An event line is still an event.
         let e = sample().to_json_line();
         assert_eq!(Line::parse(&e).unwrap(), Line::Pinned(Box::new(sample())));

@@ -935,7 +935,7 @@ impl Detector {
     ///     .build(tokio::runtime::Builder::new_multi_thread().enable_all())?;
     /// rt.block_on(async { /* the service, until something looks wrong */ });
     /// let dumped = detector.dump("/var/tmp/pins.jsonl")?;
-    /// eprintln!("{}", dumped.describe()); // flight recording of pid …, dumped at …
+    /// eprintln!("{}", pinwatch::report::describe_dump(&dumped)); // flight recording of pid …
     /// # Ok(()) }
     /// ```
     pub fn dump(&self, path: impl AsRef<std::path::Path>) -> Result<crate::event::DumpInfo, Error> {

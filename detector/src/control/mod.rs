@@ -377,7 +377,7 @@ fn dump(stream: UnixStream, deadline: Instant, s: &Served) {
         );
     }
     let dump = crate::export::Dump::new(flight.snapshot(), who);
-    let mut head = Reply::ok(dump.info.describe());
+    let mut head = Reply::ok(crate::report::describe_dump(&dump.info));
     head.dump_bytes = Some(dump.len());
     let mut line = serde_json::to_string(&head)
         .unwrap_or_else(|_| r#"{"ok":false,"message":"cannot encode the reply"}"#.to_owned());

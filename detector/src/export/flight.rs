@@ -479,12 +479,12 @@ mod tests {
         assert!(d.exe.contains("pinwatch"), "{}", d.exe);
         assert!(d.process_started.is_some_and(|t| t <= d.dumped_at));
         assert!(
-            d.describe().starts_with(&format!(
+            crate::report::describe_dump(d).starts_with(&format!(
                 "flight recording of pid {} ({}), dumped at ",
                 d.pid, d.exe
             )),
             "{}",
-            d.describe()
+            crate::report::describe_dump(d)
         );
     }
 

@@ -174,11 +174,44 @@ fn by_pin(events: &[PinnedEvent]) -> BTreeMap<u64, Vec<&PinnedEvent>> {
     pins
 }
 
-fn completed(rec: &Recording) -> usize {
-    rec.events
-        .iter()
-        .filter(|e| e.state == State::Completed)
+/// The line of `pin_service.rs` where its `pin D` command spawns the task that pins: the
+/// `spawned_at` of the pins a test asked for (a loaded machine may add pins of its own).
+fn pin_command_line() -> u32 {
+    let src = include_str!("../sample-apps/src/bin/pin_service.rs");
+    let lines: Vec<&str> = src.lines().map(str::trim).collect();
+    let i = lines
+        .windows(2)
+        .position(|w| w == ["rt.spawn(async move {", "std::thread::sleep(d);"])
+        .expect("pin_service's `pin` command spawns its task as before");
+    i as u32 + 1
+}
+
+/// The pins of `pin D` commands, by event id: every report of each, as the dump has them.
+fn commanded(rec: &Recording) -> BTreeMap<u64, Vec<&PinnedEvent>> {
+    let line = pin_command_line();
+    let mut pins = by_pin(&rec.events);
+    pins.retain(|_, reports| {
+        reports[0]
+            .spawned_at
+            .as_ref()
+            .is_some_and(|l| l.file.ends_with("pin_service.rs") && l.line == line)
+    });
+    pins
+}
+
+fn completed(pins: &BTreeMap<u64, Vec<&PinnedEvent>>) -> usize {
+    pins.values()
+        .filter(|r| r.last().is_some_and(|e| e.state == State::Completed))
         .count()
+}
+
+/// Waits (bounded) until the export thread has handed on every report made so far.
+fn drained(pid: u32) {
+    wait_for("the export thread to hand on every report", LONG, || {
+        let st = status(pid);
+        (counter(&st, "delivered") + counter(&st, "block_in_place") >= counter(&st, "events"))
+            .then_some(())
+    });
 }
 
 /// Pins made while nothing records are in `ctl dump`'s file, in order, every report of each,
@@ -187,15 +220,16 @@ fn completed(rec: &Recording) -> usize {
 #[test]
 fn a_dump_has_the_pins_made_while_nothing_recorded() {
     let mut svc = Service::start(&[("PINWATCH_REPORT_INTERVAL", "100ms")]);
-    svc.pin("pin 600ms", "pin_service: pin of 600ms done");
+    // Long enough that a watchdog starved by a loaded machine still sees each one.
+    svc.pin("pin 800ms", "pin_service: pin of 800ms done");
     for _ in 0..3 {
-        svc.pin("pin 60ms", "pin_service: pin of 60ms done");
+        svc.pin("pin 300ms", "pin_service: pin of 300ms done");
     }
     let dir = tempfile::tempdir().unwrap();
     let pid = svc.pid;
     // A relative path: relative to the client.
     let rec = dump_until(dir.path(), pid, "dump.jsonl", "4 completed pins", |r| {
-        completed(r) == 4
+        completed(&commanded(r)) == 4
     });
     assert_eq!(rec.damaged_lines, 0, "{:?}", rec.warnings);
     assert_eq!(rec.dumps.len(), 1);
@@ -207,15 +241,20 @@ fn a_dump_has_the_pins_made_while_nothing_recorded() {
     let started = d.process_started.expect("the process's start time");
     assert!(started <= d.detector_started && d.detector_started <= d.dumped_at);
     // In order: pin after pin, each one's reports 1, 2, … ending with its completion.
-    let pins = by_pin(&rec.events);
+    let pins = commanded(&rec);
     assert_eq!(pins.len(), 4, "{:?}", rec.events);
-    let in_file: Vec<(u64, u32)> = rec.events.iter().map(|e| (e.id, e.report)).collect();
-    let sorted = {
-        let mut s = in_file.clone();
-        s.sort();
-        s
-    };
-    assert_eq!(in_file, sorted, "not in order");
+    // Pins in the order they were made: their first reports in id order in the file.
+    let first: Vec<u64> = rec
+        .events
+        .iter()
+        .filter(|e| e.report == 1 && pins.contains_key(&e.id))
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(
+        first,
+        pins.keys().copied().collect::<Vec<_>>(),
+        "not in order"
+    );
     for (id, reports) in &pins {
         let numbers: Vec<u32> = reports.iter().map(|e| e.report).collect();
         assert_eq!(
@@ -226,10 +265,10 @@ fn a_dump_has_the_pins_made_while_nothing_recorded() {
         assert_eq!(reports.last().unwrap().state, State::Completed, "pin {id}");
         assert!(reports.iter().all(|e| e.run_id == d.run_id && e.pid == pid));
     }
-    // The 600 ms pin was reported while it ran, every 100 ms: all of those are there.
+    // The 800 ms pin was reported while it ran, every 100 ms: all of those are there.
     let long = pins.values().next().unwrap();
-    assert!(long.len() >= 4, "{long:?}");
-    assert!(long.last().unwrap().duration >= Duration::from_millis(600));
+    assert!(long.len() >= 3, "{long:?}");
+    assert!(long.last().unwrap().duration >= Duration::from_millis(800));
 
     // An existing file is not replaced unless asked, and stays whole.
     let before = std::fs::read(dir.path().join("dump.jsonl")).unwrap();
@@ -330,22 +369,32 @@ fn a_small_flight_keeps_the_newest_and_says_what_it_dropped() {
 }
 
 /// Memory stays within the buffer's bound under a pin storm: thousands of events with full
-/// stacks, many times the bound, go through a 1 MiB buffer; the process's RSS grows by no
-/// more than the bound and a few MiB (what a storm costs elsewhere: queues, symbol caches).
+/// stacks, tens of times the bound, go through a 1 MiB buffer; the process's RSS grows by no
+/// more than the bound and 8 MiB (what a storm costs elsewhere: the allocator's arenas,
+/// symbol caches) — less than half of what went through, which an unbounded buffer would keep.
 #[test]
 fn memory_stays_bounded_under_a_pin_storm() {
     let mut svc = Service::start(&[
         ("PINWATCH_FLIGHT_SIZE", "1MiB"),
-        ("PINWATCH_THRESHOLD", "2ms"),
+        ("PINWATCH_THRESHOLD", "5ms"),
+        // One malloc arena: what is measured is the buffer, not how many arenas glibc made
+        // for the threads that answered `status` meanwhile.
+        ("MALLOC_ARENA_MAX", "1"),
         ("PINWATCH_STACKS", "full"),
     ]);
-    // A first storm fills the buffer and warms every cache.
-    svc.pin("storm 1000 4ms", "pin_service: storm of 1000 done");
+    // A first storm fills the buffer and warms every cache. Pins of 20 ms: a storm the
+    // export thread keeps up with (reports the queue drops leave their pins' `in_progress`
+    // reports in `ctl status`'s view for good, which is not what this measures).
+    svc.pin("storm 300 20ms", "pin_service: storm of 300 done");
+    // Measured with the queue to the export thread empty each time (it holds up to 1024
+    // reports of its own, whatever the buffer's bound).
+    drained(svc.pid);
     let before = svc.rss_kib();
     let delivered_before = counter(&status(svc.pid), "delivered");
-    for _ in 0..4 {
-        svc.pin("storm 1000 4ms", "pin_service: storm of 1000 done");
+    for _ in 0..8 {
+        svc.pin("storm 300 20ms", "pin_service: storm of 300 done");
     }
+    drained(svc.pid);
     let after = svc.rss_kib();
     let dir = tempfile::tempdir().unwrap();
     ok(
@@ -354,11 +403,14 @@ fn memory_stays_bounded_under_a_pin_storm() {
     );
     let rec = read_recording(&dir.path().join("storm.jsonl")).unwrap();
     let d = &rec.dumps[0];
-    let delivered = counter(&status(svc.pid), "delivered") - delivered_before;
+    let st = status(svc.pid);
+    let delivered = counter(&st, "delivered") - delivered_before;
+    let queue_dropped = counter(&st, "dropped");
     let through = delivered * d.bytes / d.events.max(1);
     println!(
         "pin storm: {delivered} events (~{} KiB of lines) through a {} KiB buffer holding {} \
-         events ({} KiB, {} bytes an event); RSS {before} KiB -> {after} KiB ({:+} KiB)",
+         events ({} KiB, {} bytes an event); RSS {before} KiB -> {after} KiB ({:+} KiB); \
+         {queue_dropped} reports dropped by the queue",
         through / 1024,
         d.flight_size / 1024,
         d.events,
@@ -367,14 +419,14 @@ fn memory_stays_bounded_under_a_pin_storm() {
         after as i64 - before as i64
     );
     assert!(d.bytes <= 1 << 20, "{d:?}");
+    let bound_kib = 1024 + 8 * 1024;
     assert!(
-        through > 4 * (1 << 20),
-        "the storm did not push several times the bound through: {delivered} events"
+        through / 1024 > 2 * bound_kib,
+        "the storm did not push twice the bound through: {delivered} events, {through} bytes"
     );
-    let bound_kib = 1024 + 6 * 1024;
     assert!(
         after <= before + bound_kib,
-        "RSS grew by {} KiB under the storm, past the 1 MiB buffer and 6 MiB",
+        "RSS grew by {} KiB under the storm, past the 1 MiB buffer and 8 MiB",
         after - before
     );
     svc.finish();
@@ -388,7 +440,7 @@ fn dump_on_exit_is_written_after_a_clean_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let pattern = dir.path().join("exit-%p.jsonl");
     let mut svc = Service::start(&[("PINWATCH_DUMP_ON_EXIT", pattern.to_str().unwrap())]);
-    svc.pin("pin 80ms", "pin_service: pin of 80ms done");
+    svc.pin("pin 300ms", "pin_service: pin of 300ms done");
     let pid = svc.pid;
     svc.finish();
     let path = dir.path().join(format!("exit-{pid}.jsonl"));
@@ -397,7 +449,7 @@ fn dump_on_exit_is_written_after_a_clean_shutdown() {
     assert_eq!(rec.dumps[0].pid, pid);
     let last = rec.events.last().expect("the pin");
     assert_eq!(last.state, State::Completed);
-    assert!(last.duration >= Duration::from_millis(80));
+    assert!(last.duration >= Duration::from_millis(300));
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -50,9 +50,8 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// a client that reads slowly, or not at all, holds its connection's thread no longer.
 pub const DUMP_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Dumps sent at once; one more is told to try again. Each holds a copy of the list of the
-/// flight recording's lines (the lines themselves are shared), which keeps lines the buffer
-/// has dropped since alive until it is sent: with this bound, at most `1 + MAX_DUMPS` times
+/// Dumps sent at once; one more is told to try again. Each holds a copy of the flight
+/// recording's bytes until it is sent: with this bound, at most `1 + MAX_DUMPS` times
 /// `PINWATCH_FLIGHT_SIZE` of lines are in memory.
 pub const MAX_DUMPS: usize = 2;
 
@@ -354,7 +353,7 @@ fn reply(mut stream: UnixStream, reply: &Reply) {
 }
 
 /// Sends the flight recording on `stream`: the reply line with its size, then the dump, all
-/// by `deadline`. The buffer's lock is held only to copy its list of lines; the socket is
+/// by `deadline`. The buffer's lock is held only to copy its bytes out; the socket is
 /// written without it, each write waiting at most until the deadline, so a client that never
 /// reads holds this thread until then and no longer (and nothing else waits for it).
 fn dump(stream: UnixStream, deadline: Instant, s: &Served) {

@@ -6,9 +6,12 @@
 //! Fed by a sink on the export thread — never by the per-poll path or the watchdog. Each
 //! event is kept as its recording line ([`PinnedEvent::to_json_line`], made before the lock
 //! is taken): the line's length is what counts toward the bound, and a dump writes the lines
-//! as they are. The oldest whole events are dropped to make room, and counted. The lock is
-//! held by the export thread to push one line, and by a dump to copy the list of lines (each
-//! an `Arc<str>`: no line is copied); the dump is written without it.
+//! as they are. The lines lie one after another in one ring of bytes, allocated at its bound
+//! when the first event comes (the kernel backs only the pages written), so the memory it
+//! takes is the bound, never more, and adding an event allocates nothing in it (not one
+//! allocation per line, left to the allocator to reuse). The oldest whole events are dropped to make
+//! room, and counted. The lock is held by the export thread to copy one line in, and by a
+//! dump to copy the ring out; the dump is written without it.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -25,39 +28,42 @@ use crate::event::{DumpInfo, PinnedEvent};
 pub(crate) struct Flight(Arc<Mutex<Ring>>);
 
 struct Ring {
+    /// The kept lines, oldest first, one after another.
+    bytes: VecDeque<u8>,
+    /// One per kept line, in the same order.
     entries: VecDeque<Entry>,
-    /// Bytes of the lines kept.
-    bytes: u64,
-    /// The bound on `bytes`.
+    /// The bound on `bytes.len()`.
     max: u64,
     dropped_events: u64,
     dropped_pins: u64,
 }
 
+#[derive(Clone, Copy)]
 struct Entry {
     at: SystemTime,
     /// The event's first report (`report` 1).
     first: bool,
-    line: Arc<str>,
+    len: usize,
 }
 
 /// One event of a [`FlightSnapshot`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct FlightEntry {
     /// When it was reported: its `start` plus its `duration_ms` (for a reader that wants the
     /// pins of the last N seconds, the pprof profile).
     #[allow(dead_code)]
     pub at: SystemTime,
-    /// Its recording line, newline included; [`PinnedEvent::from_json_line`] reads it back.
-    pub line: Arc<str>,
+    /// Where its line is in [`FlightSnapshot::lines`].
+    pub range: (usize, usize),
 }
 
 /// What the buffer holds at one moment, oldest first.
 #[derive(Clone, Debug)]
 pub(crate) struct FlightSnapshot {
+    /// Every kept event's recording line, oldest first, one after another (each ends with its
+    /// newline; [`PinnedEvent::from_json_line`] reads one back).
+    pub lines: String,
     pub entries: Vec<FlightEntry>,
-    /// Bytes of the lines.
-    pub bytes: u64,
     /// The buffer's bound in bytes.
     pub max_bytes: u64,
     /// Events dropped (oldest first) to make room, since the buffer was made.
@@ -70,12 +76,17 @@ pub(crate) struct FlightSnapshot {
 
 #[cfg_attr(not(test), allow(dead_code))]
 impl FlightSnapshot {
+    /// The line of `e`, newline included.
+    pub(crate) fn line(&self, e: &FlightEntry) -> &str {
+        self.lines.get(e.range.0..e.range.1).unwrap_or_default()
+    }
+
     /// The events, parsed back (a line that does not parse, which pinwatch never writes, is
     /// left out).
     pub(crate) fn events(&self) -> Vec<PinnedEvent> {
         self.entries
             .iter()
-            .filter_map(|e| PinnedEvent::from_json_line(&e.line).ok())
+            .filter_map(|e| PinnedEvent::from_json_line(self.line(e)).ok())
             .collect()
     }
 }
@@ -84,8 +95,8 @@ impl Flight {
     /// A buffer of at most `max_bytes` of lines.
     pub(crate) fn new(max_bytes: u64) -> Flight {
         Flight(Arc::new(Mutex::new(Ring {
+            bytes: VecDeque::new(),
             entries: VecDeque::new(),
-            bytes: 0,
             max: max_bytes,
             dropped_events: 0,
             dropped_pins: 0,
@@ -105,15 +116,15 @@ impl Flight {
     /// buffer is not kept (it is counted as dropped, with everything it pushed out).
     pub(crate) fn push(&self, e: &PinnedEvent) {
         // Made before the lock: a dump never waits for a line to be serialised.
-        let line: Arc<str> = e.to_json_line().into();
+        let line = e.to_json_line();
         let entry = Entry {
             at: e.start + e.duration,
             first: e.report <= 1,
-            line,
+            len: line.len(),
         };
-        let len = entry.line.len() as u64;
+        let len = line.len() as u64;
         let mut ring = self.lock();
-        while !ring.entries.is_empty() && ring.bytes + len > ring.max {
+        while !ring.entries.is_empty() && ring.bytes.len() as u64 + len > ring.max {
             ring.evict();
         }
         if len > ring.max {
@@ -121,27 +132,44 @@ impl Flight {
             ring.dropped_pins += u64::from(entry.first);
             return;
         }
-        ring.bytes += len;
+        if ring.bytes.capacity() == 0 {
+            // Once, at the bound (at most MAX_FLIGHT_SIZE): the ring never grows past it.
+            let max = ring.max as usize;
+            ring.bytes.reserve_exact(max);
+        }
+        ring.bytes.extend(line.as_bytes());
         ring.entries.push_back(entry);
     }
 
-    /// What it holds now. Copies the list of lines under the lock (not the lines).
+    /// What it holds now: the ring's bytes copied under the lock, the rest after it.
     pub(crate) fn snapshot(&self) -> FlightSnapshot {
         let ring = self.lock();
+        let (a, b) = ring.bytes.as_slices();
+        let mut bytes = Vec::with_capacity(a.len() + b.len());
+        bytes.extend_from_slice(a);
+        bytes.extend_from_slice(b);
+        let kept: Vec<Entry> = ring.entries.iter().copied().collect();
+        let (max_bytes, dropped_events, dropped_pins) =
+            (ring.max, ring.dropped_events, ring.dropped_pins);
+        drop(ring);
+        let mut at = 0;
+        let entries = kept
+            .iter()
+            .map(|e| {
+                let range = (at, at + e.len);
+                at += e.len;
+                FlightEntry { at: e.at, range }
+            })
+            .collect();
         FlightSnapshot {
-            entries: ring
-                .entries
-                .iter()
-                .map(|e| FlightEntry {
-                    at: e.at,
-                    line: Arc::clone(&e.line),
-                })
-                .collect(),
-            bytes: ring.bytes,
-            max_bytes: ring.max,
-            dropped_events: ring.dropped_events,
-            dropped_pins: ring.dropped_pins,
-            first_at: ring.entries.front().map(|e| e.at),
+            // Whole lines of Strings, so UTF-8; lossy only should that ever not hold.
+            lines: String::from_utf8(bytes)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            entries,
+            max_bytes,
+            dropped_events,
+            dropped_pins,
+            first_at: kept.first().map(|e| e.at),
         }
     }
 }
@@ -149,7 +177,7 @@ impl Flight {
 impl Ring {
     fn evict(&mut self) {
         if let Some(old) = self.entries.pop_front() {
-            self.bytes -= old.line.len() as u64;
+            self.bytes.drain(..old.len);
             self.dropped_events += 1;
             self.dropped_pins += u64::from(old.first);
         }
@@ -176,7 +204,7 @@ pub(crate) struct Identity {
 pub(crate) struct Dump {
     pub info: DumpInfo,
     header: String,
-    lines: Vec<Arc<str>>,
+    lines: String,
 }
 
 impl Dump {
@@ -193,7 +221,7 @@ impl Dump {
             dumped_at: SystemTime::now(),
             flight_size: snapshot.max_bytes,
             events: snapshot.entries.len() as u64,
-            bytes: snapshot.bytes,
+            bytes: snapshot.lines.len() as u64,
             dropped_events: snapshot.dropped_events,
             dropped_pins: snapshot.dropped_pins,
             first_event_at: snapshot.first_at,
@@ -201,21 +229,20 @@ impl Dump {
         Dump {
             header: info.to_json_line(),
             info,
-            lines: snapshot.entries.into_iter().map(|e| e.line).collect(),
+            lines: snapshot.lines,
         }
     }
 
     /// Bytes [`write_to`](Self::write_to) writes.
     pub(crate) fn len(&self) -> u64 {
-        self.header.len() as u64 + self.lines.iter().map(|l| l.len() as u64).sum::<u64>()
+        (self.header.len() + self.lines.len()) as u64
     }
 
-    /// Writes the whole dump to `w` (buffered: a few large writes, not one per line).
-    pub(crate) fn write_to(&self, w: impl Write) -> std::io::Result<()> {
-        let mut w = std::io::BufWriter::with_capacity(64 * 1024, w);
+    /// Writes the whole dump to `w`, in pieces of at most 64 KiB.
+    pub(crate) fn write_to(&self, mut w: impl Write) -> std::io::Result<()> {
         w.write_all(self.header.as_bytes())?;
-        for l in &self.lines {
-            w.write_all(l.as_bytes())?;
+        for piece in self.lines.as_bytes().chunks(64 * 1024) {
+            w.write_all(piece)?;
         }
         w.flush()
     }
@@ -392,9 +419,9 @@ mod tests {
         let s = flight.snapshot();
         assert_eq!(ids(&s), [(2, 1), (2, 2), (3, 1), (3, 2)]);
         assert_eq!((s.dropped_events, s.dropped_pins), (2, 1));
-        let kept: u64 = s.entries.iter().map(|e| e.line.len() as u64).sum();
-        assert_eq!(s.bytes, kept);
-        assert!(s.bytes <= s.max_bytes);
+        let kept: usize = s.entries.iter().map(|e| s.line(e).len()).sum();
+        assert_eq!(s.lines.len(), kept);
+        assert!(s.lines.len() as u64 <= s.max_bytes);
         // The first kept event's report time.
         let first = &s.events()[0];
         let at = s.entries[0].at;
@@ -423,7 +450,12 @@ mod tests {
         flight.push(&event(1, 1, State::InProgress));
         let s = flight.snapshot();
         assert_eq!(
-            (s.entries.len(), s.bytes, s.dropped_events, s.dropped_pins),
+            (
+                s.entries.len(),
+                s.lines.len(),
+                s.dropped_events,
+                s.dropped_pins
+            ),
             (0, 0, 1, 1)
         );
         assert_eq!(s.first_at, None);
@@ -444,7 +476,7 @@ mod tests {
             flight.push(&event(id, 2, State::Completed));
         }
         let s = flight.snapshot();
-        assert!(s.bytes <= 64 * 1024, "{}", s.bytes);
+        assert!(s.lines.len() <= 64 * 1024, "{}", s.lines.len());
         let kept = s.entries.len() as u64;
         assert_eq!(s.dropped_events + kept, 10_000);
         // The newest are kept, the last one last.

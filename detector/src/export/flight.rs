@@ -9,8 +9,8 @@
 //! as they are. The lines lie one after another in one ring of bytes, allocated at its bound
 //! when the first event comes (the kernel backs only the pages written), so the memory it
 //! takes is the bound, never more, and adding an event allocates nothing in it (not one
-//! allocation per line, left to the allocator to reuse). The oldest whole events are dropped to make
-//! room, and counted. The lock is held by the export thread to copy one line in, and by a
+//! allocation per line, left to the allocator to reuse). The oldest whole events are dropped
+//! to make room, and counted. The lock is held by the export thread to copy one line in, and by a
 //! dump to copy the ring out; the dump is written without it.
 
 use std::collections::VecDeque;

@@ -68,6 +68,18 @@ pub const DEFAULT_RECORD_MAX_SIZE: u64 = 100_000_000;
 /// (`PINWATCH_RECORD_KEEP`): at most `(1 + 5) × max size` on disk.
 pub const DEFAULT_RECORD_KEEP: usize = 5;
 
+/// Default bound of the flight recording (`PINWATCH_FLIGHT_SIZE`): 4 MiB of events, as their
+/// JSON lines. Measured on `pin_service`: an event with the default short stacks is about
+/// 0.9 KB and a pin shorter than the report interval has two (`in_progress`, `completed`), so
+/// this holds the last ~2,000 such pins; with `PINWATCH_STACKS=full` an event was about 12 KB
+/// (a debug build's deep stacks), still the last ~170 pins. Enough for the incident just
+/// past, little enough to keep in every process.
+pub const DEFAULT_FLIGHT_SIZE: u64 = 4 * 1024 * 1024;
+
+/// The largest flight recording `PINWATCH_FLIGHT_SIZE` accepts: 1 GiB (a dump is held in
+/// memory twice while it is written, and `pinwatch ctl` reads at most this much).
+pub const MAX_FLIGHT_SIZE: u64 = 1024 * 1024 * 1024;
+
 /// How much stack context an event carries (`PINWATCH_STACKS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -193,6 +205,23 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "rotated files kept (`rec.1.jsonl` newest … `rec.5.jsonl`); older ones are deleted",
     },
     EnvVar {
+        name: "PINWATCH_FLIGHT_SIZE",
+        default: "4MiB",
+        doc: "the flight recording: the last events (every report of each pin) kept in memory, \
+              at most this many bytes of their JSON lines, for `pinwatch ctl <pid> dump`; the \
+              oldest are dropped (and counted) to make room. An event is about 0.9 KB with \
+              short stacks (4 MiB: the last ~2,000 pins), up to ~12 KB with full ones (~170 \
+              pins); at most `1GiB`; `off`: none",
+    },
+    EnvVar {
+        name: "PINWATCH_DUMP_ON_EXIT",
+        default: "",
+        doc: "when the detector stops (the runtime and detector dropped, `Detector::shutdown`), \
+              write the flight recording to this file (replaced whole, atomically; `%p` is the \
+              pid); its directory must exist and be writable, checked at start-up; unset: no \
+              dump",
+    },
+    EnvVar {
         name: "PINWATCH_CONTROL",
         default: "on",
         doc: "the control socket for `pinwatch ctl` at `/tmp/pinwatch-<uid>/<pid>.sock` (owner \
@@ -311,6 +340,11 @@ pub struct Config {
     pub record_max_age: Option<Duration>,
     /// Rotated recording files kept; see [`DEFAULT_RECORD_KEEP`].
     pub record_keep: usize,
+    /// The flight recording's bound in bytes (`None`: no flight recording); see
+    /// [`DEFAULT_FLIGHT_SIZE`].
+    pub flight_size: Option<u64>,
+    /// Where the flight recording is written when the detector stops (`%p`: the pid).
+    pub dump_on_exit: Option<PathBuf>,
     /// See [`Control`].
     pub control: Control,
     /// See [`DEFAULT_HEARTBEAT`]; `None`: no heartbeat, no stall detection.
@@ -353,6 +387,8 @@ impl Default for Config {
             record_max_size: Some(DEFAULT_RECORD_MAX_SIZE),
             record_max_age: None,
             record_keep: DEFAULT_RECORD_KEEP,
+            flight_size: Some(DEFAULT_FLIGHT_SIZE),
+            dump_on_exit: None,
             control: Control::On,
             heartbeat: Some(DEFAULT_HEARTBEAT),
             stacks: Stacks::default(),
@@ -424,6 +460,20 @@ impl Config {
         }
         if let Some(v) = read("PINWATCH_RECORD_KEEP")? {
             self.record_keep = parse_count("PINWATCH_RECORD_KEEP", &v)?;
+        }
+        if let Some(v) = read("PINWATCH_FLIGHT_SIZE")? {
+            self.flight_size = env("PINWATCH_FLIGHT_SIZE", &v, parse_flight_size)?;
+        }
+        if let Some(v) = read("PINWATCH_DUMP_ON_EXIT")? {
+            if v.trim().is_empty() {
+                return Err(Error::invalid_env(
+                    "PINWATCH_DUMP_ON_EXIT",
+                    v,
+                    "is empty; give the path of the file to write when the detector stops, or \
+                     unset the variable",
+                ));
+            }
+            self.dump_on_exit = Some(PathBuf::from(v));
         }
         if let Some(v) = read("PINWATCH_CONTROL")? {
             self.control = match switch(&v) {
@@ -626,6 +676,17 @@ pub(crate) fn parse_size(v: &str) -> Result<Option<u64>, String> {
     }
 }
 
+/// A flight recording's bound: a size of at most [`MAX_FLIGHT_SIZE`], or `off`.
+pub(crate) fn parse_flight_size(v: &str) -> Result<Option<u64>, String> {
+    match parse_size(v)? {
+        Some(b) if b > MAX_FLIGHT_SIZE => Err(format!(
+            "is more than the largest flight recording, {} (1GiB); give a smaller size, or `off`",
+            MAX_FLIGHT_SIZE
+        )),
+        b => Ok(b),
+    }
+}
+
 /// The settings that can change while the service runs (`pinwatch ctl <pid> set key=value`);
 /// the watchdog and the analysis read them afresh every scan and every event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -761,6 +822,12 @@ mod tests {
             c.record_max_age
         );
         assert_eq!(table["PINWATCH_RECORD_KEEP"], c.record_keep.to_string());
+        assert_eq!(
+            parse_flight_size(table["PINWATCH_FLIGHT_SIZE"]).unwrap(),
+            c.flight_size
+        );
+        assert_eq!(table["PINWATCH_DUMP_ON_EXIT"], "");
+        assert!(c.dump_on_exit.is_none());
         assert_eq!(table["PINWATCH_CONTROL"], "on");
         assert_eq!(parse_age(table["PINWATCH_HEARTBEAT"]).unwrap(), c.heartbeat);
         assert_eq!(c.control, Control::On);
@@ -840,9 +907,16 @@ mod tests {
             ("PINWATCH_RECORD_KEEP", "2"),
             ("PINWATCH_CONTROL", "/run/svc/pinwatch"),
             ("PINWATCH_HEARTBEAT", "10ms"),
+            ("PINWATCH_FLIGHT_SIZE", "64KiB"),
+            ("PINWATCH_DUMP_ON_EXIT", "/var/tmp/flight-%p.jsonl"),
         ])
         .unwrap();
         assert_eq!(c.heartbeat, Some(Duration::from_millis(10)));
+        assert_eq!(c.flight_size, Some(65536));
+        assert_eq!(
+            c.dump_on_exit.as_deref(),
+            Some(std::path::Path::new("/var/tmp/flight-%p.jsonl"))
+        );
         assert_eq!(c.record_max_size, Some(65536));
         assert_eq!(c.record_max_age, Some(Duration::from_secs(3600)));
         assert_eq!(c.record_keep, 2);
@@ -851,12 +925,14 @@ mod tests {
             ("PINWATCH_RECORD_MAX_SIZE", "off"),
             ("PINWATCH_CONTROL", "off"),
             ("PINWATCH_HEARTBEAT", "off"),
+            ("PINWATCH_FLIGHT_SIZE", "off"),
         ])
         .unwrap();
         assert_eq!(
             (off.record_max_size, off.control, off.heartbeat),
             (None, Control::Off, None)
         );
+        assert_eq!(off.flight_size, None);
         assert_eq!(c.console, Console::Resources);
         assert_eq!(c.prometheus_addr, Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!(c.prometheus_max_locations, 7);
@@ -898,6 +974,10 @@ mod tests {
             ("PINWATCH_CONTROL", "relative/dir"),
             ("PINWATCH_HEARTBEAT", "0ms"),
             ("PINWATCH_HEARTBEAT", "often"),
+            ("PINWATCH_FLIGHT_SIZE", "lots"),
+            ("PINWATCH_FLIGHT_SIZE", "0MiB"),
+            ("PINWATCH_FLIGHT_SIZE", "2GiB"),
+            ("PINWATCH_DUMP_ON_EXIT", " "),
         ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");

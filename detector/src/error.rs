@@ -67,6 +67,14 @@ pub enum Error {
     /// The control socket cannot be made in the directory `PINWATCH_CONTROL` names.
     #[error("PINWATCH_CONTROL: {0}")]
     Control(String),
+    /// The flight recording could not be dumped to a file.
+    #[error("cannot dump the pinwatch flight recording to {path:?}: {reason}")]
+    Dump {
+        /// The file asked for.
+        path: PathBuf,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// tokio could not build the runtime.
     #[error("building the tokio runtime failed: {0}")]
     Runtime(#[source] std::io::Error),

@@ -551,11 +551,12 @@ impl PinnedEvent {
     pub fn from_json_line(line: &str) -> Result<PinnedEvent, ParseLineError> {
         let value: serde_json::Value =
             serde_json::from_str(line).map_err(|e| ParseLineError::Json(e.to_string()))?;
-        match value.get("schema").and_then(|v| v.as_u64()) {
-            Some(v) if (OLDEST_READABLE_SCHEMA as u64..=RECORD_SCHEMA as u64).contains(&v) => {}
-            Some(v) => return Err(ParseLineError::Schema(v)),
-            None => return Err(ParseLineError::NotAnEvent("no `schema` field".into())),
-        }
+        check_schema(&value)?;
+        PinnedEvent::from_value(value)
+    }
+
+    /// A `pinned` line, parsed as JSON and its schema checked.
+    fn from_value(value: serde_json::Value) -> Result<PinnedEvent, ParseLineError> {
         match value.get("event").and_then(|v| v.as_str()) {
             Some("pinned") => {}
             other => {
@@ -688,6 +689,95 @@ impl PinnedEvent {
     }
 }
 
+/// The first line of a flight recording's dump (`"event": "dump"`, see
+/// [`Detector::dump`](crate::Detector::dump)): whose events follow, and what the in-memory
+/// buffer had dropped for space before they were dumped. The events after it are ordinary
+/// `pinned` lines.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DumpInfo {
+    /// The process the events are from.
+    pub pid: u32,
+    /// Its executable (`/proc/self/exe`), empty when it could not be read.
+    #[serde(default)]
+    pub exe: String,
+    /// The detector's run id (as in each event's `run_id`).
+    #[serde(default)]
+    pub run_id: String,
+    /// When the process started (from `/proc`), if known.
+    #[serde(default, with = "opt_rfc3339", skip_serializing_if = "Option::is_none")]
+    pub process_started: Option<SystemTime>,
+    /// When the detector started.
+    #[serde(with = "rfc3339")]
+    pub detector_started: SystemTime,
+    /// When the dump was taken.
+    #[serde(with = "rfc3339")]
+    pub dumped_at: SystemTime,
+    /// The buffer's bound in bytes (`PINWATCH_FLIGHT_SIZE`).
+    pub flight_size: u64,
+    /// Events in the dump (the lines after this one).
+    pub events: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Events the buffer dropped, oldest first, to make room for newer ones.
+    pub dropped_events: u64,
+    /// Pins whose first report was among them (the dump may still hold their later reports).
+    pub dropped_pins: u64,
+    /// When the first event in the dump was reported (its `start` plus its `duration_ms`).
+    #[serde(default, with = "opt_rfc3339", skip_serializing_if = "Option::is_none")]
+    pub first_event_at: Option<SystemTime>,
+}
+
+impl DumpInfo {
+    /// The line, newline included.
+    pub fn to_json_line(&self) -> String {
+        let line = RecordLine {
+            schema: RECORD_SCHEMA,
+            event: "dump".to_owned(),
+            pinned: self,
+        };
+        // Serialising plain data into a String cannot fail.
+        let mut s = serde_json::to_string(&line).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// One line of a recording, read: an event, or a dump's header.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Line {
+    /// A `pinned` event.
+    Pinned(Box<PinnedEvent>),
+    /// A flight recording dump's first line.
+    Dump(DumpInfo),
+}
+
+impl Line {
+    /// Reads one line of a recording: a `pinned` event or a `dump` line.
+    pub fn parse(line: &str) -> Result<Line, ParseLineError> {
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| ParseLineError::Json(e.to_string()))?;
+        check_schema(&value)?;
+        match value.get("event").and_then(|v| v.as_str()) {
+            Some("dump") => {
+                let line: RecordLine<DumpInfo> = serde_json::from_value(value)
+                    .map_err(|e| ParseLineError::Json(e.to_string()))?;
+                Ok(Line::Dump(line.pinned))
+            }
+            _ => PinnedEvent::from_value(value).map(|e| Line::Pinned(Box::new(e))),
+        }
+    }
+}
+
+fn check_schema(value: &serde_json::Value) -> Result<(), ParseLineError> {
+    match value.get("schema").and_then(|v| v.as_u64()) {
+        Some(v) if (OLDEST_READABLE_SCHEMA as u64..=RECORD_SCHEMA as u64).contains(&v) => Ok(()),
+        Some(v) => Err(ParseLineError::Schema(v)),
+        None => Err(ParseLineError::NotAnEvent("no `schema` field".into())),
+    }
+}
+
 /// Why a recording line could not be read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -746,6 +836,28 @@ mod millis {
             "{ms:?} is not a duration in milliseconds: it must be a number from 0 to {:e}",
             Duration::MAX.as_secs_f64() * 1e3
         ))
+    }
+}
+
+/// `Option<SystemTime>` as RFC 3339, like [`rfc3339`].
+mod opt_rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::SystemTime;
+
+    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => super::rfc3339::serialize(t, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(s) => humantime::parse_rfc3339(&s)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+        }
     }
 }
 
@@ -872,6 +984,59 @@ mod tests {
         assert_eq!(v["start"], "2026-05-28T20:26:40.123456Z");
         let back = PinnedEvent::from_json_line(line.trim_end()).unwrap();
         assert_eq!(back, ev);
+    }
+
+    /// The `dump` line of a flight recording's dump: the fields docs/recording.md lists, read
+    /// back as a [`Line::Dump`], and refused (not taken for an event) by `from_json_line`.
+    #[test]
+    fn dump_line_round_trips() {
+        let t = |us| SystemTime::UNIX_EPOCH + Duration::from_micros(us);
+        let d = DumpInfo {
+            pid: 42,
+            exe: "/usr/bin/svc".into(),
+            run_id: "r".into(),
+            process_started: Some(t(1_780_000_000_000_000)),
+            detector_started: t(1_780_000_000_500_000),
+            dumped_at: t(1_780_000_100_000_000),
+            flight_size: 4 << 20,
+            events: 3,
+            bytes: 2700,
+            dropped_events: 120,
+            dropped_pins: 50,
+            first_event_at: Some(t(1_780_000_050_000_000)),
+        };
+        let line = d.to_json_line();
+        assert_eq!(line.matches('\n').count(), 1);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            (v["schema"].as_u64(), v["event"].as_str()),
+            (Some(2), Some("dump"))
+        );
+        for key in [
+            "pid",
+            "exe",
+            "run_id",
+            "process_started",
+            "detector_started",
+            "dumped_at",
+            "flight_size",
+            "events",
+            "bytes",
+            "dropped_events",
+            "dropped_pins",
+            "first_event_at",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key} in {line}");
+        }
+        assert_eq!(v["dumped_at"], "2026-05-28T20:28:20.000000Z");
+        assert_eq!(Line::parse(line.trim_end()).unwrap(), Line::Dump(d.clone()));
+        assert!(matches!(
+            PinnedEvent::from_json_line(&line),
+            Err(ParseLineError::NotAnEvent(_))
+        ));
+        // An event line is still an event.
+        let e = sample().to_json_line();
+        assert_eq!(Line::parse(&e).unwrap(), Line::Pinned(Box::new(sample())));
     }
 
     #[test]

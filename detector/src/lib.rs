@@ -80,7 +80,7 @@
 //! dashboard, alerts), `runbooks.md`, `otlp.md`, `console.md`, `testing.md`
 //! (`#[pinwatch::test]`), `recording.md` (`pinwatch print` / `summary`, the format),
 //! `report.md`, `profiling.md` (pprof profiles: `pinwatch profile`, [`profile`]), `ctl.md`
-//! (a running service), `reasons.md`, `blast-radius.md`,
+//! (a running service), `flight.md` (the flight recording: dumps after the fact), `reasons.md`, `blast-radius.md`,
 //! `how-it-works.md` (design, signals, limits), `overhead.md` and `sample-apps.md`. Examples to
 //! copy are in `detector/examples/`: `web_service` (axum and the Prometheus endpoint),
 //! `own_runtime`, `own_registry`, `own_subscriber_console`.

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::event::{PinnedEvent, Reason};
+use crate::event::{DumpInfo, PinnedEvent, Reason};
 
 /// A recording that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,18 @@ pub struct Recording {
     pub damaged_lines: usize,
     /// The first [`MAX_DAMAGED_SHOWN`] of them, in file order.
     pub damaged: Vec<DamagedLine>,
+    /// The `dump` lines read, in file order: a flight recording's dump
+    /// ([`Detector::dump`](crate::Detector::dump), `pinwatch ctl <pid> dump`) starts with one,
+    /// saying whose events follow and what was dropped for space.
+    pub dumps: Vec<DumpInfo>,
+}
+
+impl Recording {
+    /// One line per dump in it ([`describe_dump`]), for
+    /// the head of `print`, `summary` and `report`.
+    pub fn describe_dumps(&self) -> Vec<String> {
+        self.dumps.iter().map(describe_dump).collect()
+    }
 }
 
 /// How many damaged lines a [`Recording`] names one by one (the rest are only counted).
@@ -115,6 +127,34 @@ impl Recording {
             at.join(", ")
         ));
     }
+}
+
+/// A flight recording dump's `dump` line in one sentence, for people: `flight recording of pid 42 (/usr/bin/svc), dumped at …; 120
+/// earlier events of 50 pins were dropped for space`.
+pub fn describe_dump(d: &DumpInfo) -> String {
+    let exe = if d.exe.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", d.exe)
+    };
+    let dropped = if d.dropped_events == 0 {
+        "nothing was dropped for space".to_owned()
+    } else {
+        format!(
+            "{} earlier event{} of {} pin{} {} dropped for space (the buffer holds {})",
+            d.dropped_events,
+            if d.dropped_events == 1 { "" } else { "s" },
+            d.dropped_pins,
+            if d.dropped_pins == 1 { "" } else { "s" },
+            if d.dropped_events == 1 { "was" } else { "were" },
+            bytesize::ByteSize(d.flight_size).display().iec()
+        )
+    };
+    format!(
+        "flight recording of pid {}{exe}, dumped at {}; {dropped}",
+        d.pid,
+        format_time(d.dumped_at)
+    )
 }
 
 /// The `k`-th rotated file of the recording `path`: `rec.jsonl` → `rec.1.jsonl`, `rec` →
@@ -243,8 +283,9 @@ fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), Read
         if line.trim().is_empty() {
             continue;
         }
-        match PinnedEvent::from_json_line(line) {
-            Ok(e) => rec.events.push(e),
+        match crate::event::Line::parse(line) {
+            Ok(crate::event::Line::Pinned(e)) => rec.events.push(*e),
+            Ok(crate::event::Line::Dump(d)) => rec.dumps.push(d),
             // Not JSON, a pinwatch event with a field that is not what the schema says (a wrong
             // type, a number out of range), another kind of line or another schema: either way
             // this line cannot be read, and the rest of the recording is still worth reading.
@@ -1215,6 +1256,48 @@ mod tests {
             "{}",
             rec.warnings[0]
         );
+    }
+
+    /// A dump's line in one sentence, and a dump line is no damaged line.
+    #[test]
+    fn a_dump_line_is_read_and_described() {
+        let t = |us| SystemTime::UNIX_EPOCH + Duration::from_micros(us);
+        let d = crate::event::DumpInfo {
+            pid: 42,
+            exe: "/usr/bin/svc".into(),
+            run_id: "r".into(),
+            process_started: None,
+            detector_started: t(1_780_000_000_500_000),
+            dumped_at: t(1_780_000_100_000_000),
+            flight_size: 4 << 20,
+            events: 1,
+            bytes: 100,
+            dropped_events: 120,
+            dropped_pins: 50,
+            first_event_at: None,
+        };
+        assert_eq!(
+            describe_dump(&d),
+            "flight recording of pid 42 (/usr/bin/svc), dumped at 2026-05-28T20:28:20.000Z; \
+             120 earlier events of 50 pins were dropped for space (the buffer holds 4.0 MiB)"
+        );
+        let one = crate::event::DumpInfo {
+            exe: String::new(),
+            dropped_events: 1,
+            dropped_pins: 1,
+            ..d.clone()
+        };
+        assert!(describe_dump(&one).ends_with(
+            "pid 42, dumped at 2026-05-28T20:28:20.000Z; 1 earlier event of 1 pin was dropped \
+             for space (the buffer holds 4.0 MiB)"
+        ));
+        let text = format!("{}{}", d.to_json_line(), good(1));
+        let rec = parse_recording(&text, "d").unwrap();
+        assert_eq!(
+            (rec.events.len(), rec.damaged_lines, rec.dumps.len()),
+            (1, 0, 1)
+        );
+        assert_eq!(rec.describe_dumps(), [describe_dump(&d)]);
     }
 
     #[test]

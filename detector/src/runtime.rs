@@ -243,6 +243,25 @@ impl Builder {
         self
     }
 
+    /// Keeps the last events in memory, at most `bytes` of their JSON lines, for a dump after
+    /// the fact ([`Detector::dump`], `pinwatch ctl <pid> dump`) (`PINWATCH_FLIGHT_SIZE`,
+    /// default [`DEFAULT_FLIGHT_SIZE`](crate::config::DEFAULT_FLIGHT_SIZE), at most
+    /// [`MAX_FLIGHT_SIZE`](crate::config::MAX_FLIGHT_SIZE); `None`: no flight recording).
+    pub fn flight_size(mut self, bytes: Option<u64>) -> Self {
+        self.config.flight_size = bytes;
+        self
+    }
+
+    /// Writes the flight recording to `path` when the detector stops — dropped, or
+    /// [`shutdown`](Detector::shutdown) — after the last event is exported
+    /// (`PINWATCH_DUMP_ON_EXIT`; `%p` in it is the pid). The file is replaced whole, never left
+    /// half written. Its directory must exist and be writable: [`prepare`](Self::prepare)
+    /// checks.
+    pub fn dump_on_exit(mut self, path: Option<PathBuf>) -> Self {
+        self.config.dump_on_exit = path;
+        self
+    }
+
     /// Tests only: the watchdog sleeps `d` before every other scan, as a watchdog slowed by a
     /// probe or preempted by the kernel would.
     #[doc(hidden)]
@@ -301,6 +320,27 @@ impl Builder {
                 "record_max_size",
                 "must be greater than zero (or None: never)",
             );
+        }
+        match c.flight_size {
+            Some(0) => return bad("flight_size", "must be greater than zero (or None: off)"),
+            Some(b) if b > crate::config::MAX_FLIGHT_SIZE => {
+                return bad("flight_size", "must be at most MAX_FLIGHT_SIZE (1 GiB)")
+            }
+            _ => {}
+        }
+        if let Some(path) = &c.dump_on_exit {
+            let value = path.display().to_string();
+            if c.flight_size.is_none() {
+                return Err(Error::invalid_env(
+                    "PINWATCH_DUMP_ON_EXIT",
+                    value,
+                    "is set, but the flight recording is off (PINWATCH_FLIGHT_SIZE=off): there \
+                     is nothing to dump; turn the flight recording on or unset the variable",
+                ));
+            }
+            if let Err(reason) = export::check_dump_path(path) {
+                return Err(Error::invalid_env("PINWATCH_DUMP_ON_EXIT", value, reason));
+            }
         }
         if let crate::config::Control::Dir(d) = &c.control {
             if !d.is_absolute() {
@@ -391,7 +431,8 @@ impl Builder {
             });
         }
         let recorder = export::Recorder::default();
-        let mut sinks = export::builtin(&config, &recorder)?;
+        let flight = config.flight_size.map(export::Flight::new);
+        let mut sinks = export::builtin(&config, &recorder, flight.as_ref())?;
         sinks.extend(self.sinks);
         let safe = self
             .unwinder_safe
@@ -414,6 +455,7 @@ impl Builder {
                 watched: Arc::new(watched),
                 sinks,
                 recorder,
+                flight,
                 #[cfg(feature = "prometheus")]
                 prometheus_registry: self.prometheus_registry,
             }),
@@ -483,6 +525,7 @@ struct Pending {
     watched: Arc<Watched>,
     sinks: Vec<Box<dyn Sink>>,
     recorder: export::Recorder,
+    flight: Option<export::Flight>,
     #[cfg(feature = "prometheus")]
     prometheus_registry: Option<prometheus::Registry>,
 }
@@ -507,6 +550,8 @@ impl Prepared {
         let Some(pending) = self.rest else {
             return Ok(Detector {
                 watched: None,
+                flight: None,
+                dump_on_exit: None,
                 control: None,
                 stop: None,
                 watchdog: None,
@@ -524,8 +569,18 @@ impl Prepared {
             watched,
             mut sinks,
             recorder,
+            flight,
             ..
         } = pending;
+        let flight = flight.map(|f| {
+            (
+                f,
+                export::Identity {
+                    run_id: watched.run_id.clone(),
+                    detector_started: std::time::SystemTime::now(),
+                },
+            )
+        });
         #[cfg(feature = "otlp")]
         let otlp = if watched.config.otlp {
             let o = export::otlp::Otlp::start(
@@ -576,6 +631,7 @@ impl Prepared {
             handle: handle.clone(),
             recorder,
             view,
+            flight: flight.clone(),
             built_at: self.built_at,
         })?;
         let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
@@ -623,8 +679,11 @@ impl Prepared {
                 None,
             )
         });
+        let dump_on_exit = watched.config.dump_on_exit.as_deref().map(export::with_pid);
         Ok(Detector {
             watched: Some(watched),
+            flight,
+            dump_on_exit,
             control,
             stop: Some(stop_tx),
             watchdog: Some(watchdog),
@@ -805,6 +864,10 @@ fn start_prometheus(
 /// poll still running at shutdown is completed.
 pub struct Detector {
     watched: Option<Arc<Watched>>,
+    /// The flight recording and whose it is, when on.
+    flight: Option<(export::Flight, export::Identity)>,
+    /// `PINWATCH_DUMP_ON_EXIT`, `%p` replaced; taken when it is written.
+    dump_on_exit: Option<PathBuf>,
     control: Option<control::Server>,
     stop: Option<mpsc::Sender<()>>,
     watchdog: Option<JoinHandle<()>>,
@@ -883,6 +946,65 @@ impl Detector {
         crate::poll::WatchBody::new(self.watched.as_ref().map(|w| Arc::clone(&w.table)), at, fut)
     }
 
+    /// Writes the flight recording — the last events the detector exported, every report of
+    /// each pin, as far as `PINWATCH_FLIGHT_SIZE` holds them — to a new file at `path`: a
+    /// recording (`pinwatch print`, `summary` and `report` read it) whose first line says
+    /// whose events they are and what was dropped for space. An existing file is not
+    /// replaced (see [`dump_replacing`](Self::dump_replacing)); the file appears whole or
+    /// not at all (it is written beside `path` and then linked into place). Returns what the
+    /// dump's first line says.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), pinwatch::Error> {
+    /// let (rt, detector) = pinwatch::Builder::from_env()?
+    ///     .build(tokio::runtime::Builder::new_multi_thread().enable_all())?;
+    /// rt.block_on(async { /* the service, until something looks wrong */ });
+    /// let dumped = detector.dump("/var/tmp/pins.jsonl")?;
+    /// eprintln!("{}", pinwatch::report::describe_dump(&dumped)); // flight recording of pid …
+    /// # Ok(()) }
+    /// ```
+    pub fn dump(&self, path: impl AsRef<std::path::Path>) -> Result<crate::event::DumpInfo, Error> {
+        self.dump_(path.as_ref(), false)
+    }
+
+    /// [`dump`](Self::dump), replacing a file at `path` (by a rename: never truncated, never
+    /// left half written).
+    pub fn dump_replacing(
+        &self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<crate::event::DumpInfo, Error> {
+        self.dump_(path.as_ref(), true)
+    }
+
+    fn dump_(
+        &self,
+        path: &std::path::Path,
+        replace: bool,
+    ) -> Result<crate::event::DumpInfo, Error> {
+        let err = |reason: String| Error::Dump {
+            path: path.to_owned(),
+            reason,
+        };
+        let Some((flight, who)) = &self.flight else {
+            return Err(err(if self.watched.is_none() {
+                "pinwatch is off (PINWATCH=off): nothing was recorded".to_owned()
+            } else {
+                "the flight recording is off (PINWATCH_FLIGHT_SIZE=off); turn it on to dump it"
+                    .to_owned()
+            }));
+        };
+        let dump = export::Dump::new(flight.snapshot(), who);
+        export::write_whole_file(path, replace, |f| dump.write_to(f))
+            .map_err(|e| err(e.to_string()))?;
+        Ok(dump.info)
+    }
+
+    /// The flight recording now, for code in the crate that reads it (the pprof profile).
+    #[allow(dead_code)]
+    pub(crate) fn flight_snapshot(&self) -> Option<export::FlightSnapshot> {
+        self.flight.as_ref().map(|(f, _)| f.snapshot())
+    }
+
     /// pinwatch's Prometheus metrics, when the endpoint or a registry was asked for.
     #[cfg(feature = "prometheus")]
     pub fn prometheus(&self) -> Option<&export::prometheus::PinwatchCollector> {
@@ -914,12 +1036,42 @@ impl Detector {
         if let Some(s) = self.export.take() {
             let _ = s.join();
         }
+        // Every event is exported: the flight recording holds the last ones.
+        if let Some(path) = self.dump_on_exit.take() {
+            self.dump_at_exit(&path);
+        }
         // After the export thread (its sinks are flushed): the OTLP thread sends what is
         // queued, then stops.
         #[cfg(feature = "otlp")]
         drop(self.otlp.take());
         #[cfg(feature = "console")]
         drop(self.console.take());
+    }
+}
+
+impl Detector {
+    /// `PINWATCH_DUMP_ON_EXIT`: the dump, or why it failed, said like the start-up line.
+    fn dump_at_exit(&self, path: &std::path::Path) {
+        let Some(config) = self.config() else { return };
+        match self.dump_(path, true) {
+            Ok(info) => announce(config, false, || {
+                format!(
+                    "wrote the flight recording to {} ({} events; PINWATCH_DUMP_ON_EXIT)",
+                    path.display(),
+                    info.events
+                )
+            }),
+            // A lost dump is said even with PINWATCH_TRACING=off: it was asked for.
+            Err(e) => {
+                let line = format!("PINWATCH_DUMP_ON_EXIT: {e}");
+                if export::no_subscriber() {
+                    export::to_stderr("ERROR", &line);
+                } else {
+                    tracing::error!(target: "pinwatch", "{line}");
+                }
+            }
+        }
+        export::flush_stderr();
     }
 }
 

@@ -23,7 +23,7 @@ const LIST_TOTAL: Duration = Duration::from_secs(20);
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pinwatch ctl list\n  pinwatch ctl 4242 status --watch\n  pinwatch ctl 4242 set threshold=50ms stacks=full\n  pinwatch ctl 4242 record start /tmp/incident.jsonl --max-size 50MB --max-age 1h\n  pinwatch ctl 4242 record list\n  pinwatch ctl 4242 record stop 1\n  pinwatch ctl 4242 pause"
+    after_help = "Examples:\n  pinwatch ctl list\n  pinwatch ctl 4242 status --watch\n  pinwatch ctl 4242 set threshold=50ms stacks=full\n  pinwatch ctl 4242 record start /tmp/incident.jsonl --max-size 50MB --max-age 1h\n  pinwatch ctl 4242 record list\n  pinwatch ctl 4242 record stop 1\n  pinwatch ctl 4242 dump incident.jsonl\n  pinwatch ctl 4242 report -o incident.html\n  pinwatch ctl 4242 pause"
 )]
 pub struct CtlArgs {
     /// `list` (the processes with pinwatch), or the service: its pid, `<pid>.<n>` for its n-th
@@ -66,6 +66,27 @@ enum Action {
     Record {
         #[command(subcommand)]
         what: RecordAction,
+    },
+    /// Write the service's flight recording — the last pins it had, every report of each,
+    /// recorded or not — to FILE: a recording that `print`, `summary` and `report` read, whose
+    /// first line says which process it is from and what was dropped for space.
+    Dump {
+        /// The file, written here (by this command, not by the service); it must not exist
+        /// unless `--force`.
+        file: PathBuf,
+        /// Replace FILE if it exists (whole, never left half written).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Dump the flight recording and write it as an HTML page in one step (like `pinwatch
+    /// report` on a dump).
+    Report {
+        /// Where to write the page; it must not exist unless `--force`.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Replace the page if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Report no new pins until `resume` (pins already reported are followed to their end).
     Pause,
@@ -128,7 +149,7 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
             return list(&dirs);
         }
         return Err(format!(
-            "what should {} do? add one of: status, set, record, pause, resume \
+            "what should {} do? add one of: status, set, record, dump, report, pause, resume \
              (`pinwatch ctl --help`)",
             args.target
         ));
@@ -202,6 +223,8 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
         Action::Record {
             what: RecordAction::List { json },
         } => return record_list(&socket, *json),
+        Action::Dump { file, force } => return dump(&socket, file, *force),
+        Action::Report { output, force } => return report(&socket, output, *force),
         Action::Pause => Request::Pause,
         Action::Resume => Request::Resume,
     };
@@ -300,6 +323,63 @@ fn since(ms: u64) -> String {
         return "?".to_owned();
     }
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// How long a dump may take in all: the service's own bound on sending it.
+const DUMP_TIMEOUT: Duration = pinwatch::control::DUMP_DEADLINE;
+
+/// `ctl <pid> dump FILE`: the service sends its flight recording over the socket and this
+/// process writes it (so a relative path is relative to here, and the service never writes
+/// where a client asked), whole or not at all.
+fn dump(socket: &client::Endpoint, file: &Path, force: bool) -> Result<ExitCode, String> {
+    let mut said = None;
+    pinwatch::export::write_whole_file(file, force, |f| {
+        let reply = client::dump(socket, DUMP_TIMEOUT, f).map_err(std::io::Error::other)?;
+        if !reply.ok {
+            return Err(std::io::Error::other(reply.message));
+        }
+        said = Some(reply.message);
+        Ok(())
+    })
+    .map_err(|e| format!("cannot dump to {}: {e}", file.display()))?;
+    Ok(crate::print_out(&format!(
+        "wrote {}: {}\n",
+        file.display(),
+        untrusted(&said.unwrap_or_default())
+    )))
+}
+
+/// `ctl <pid> report -o PAGE`: a dump, read and rendered as `pinwatch report` does.
+fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitCode, String> {
+    if !force && std::fs::symlink_metadata(output).is_ok() {
+        return Err(format!(
+            "{} exists; give another file, or ask to replace it (`--force`)",
+            output.display()
+        ));
+    }
+    let mut bytes = Vec::new();
+    let reply = client::dump(socket, DUMP_TIMEOUT, &mut bytes)?;
+    if !reply.ok {
+        return Err(reply.message);
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let name = format!("pid {}", socket.pid);
+    let rec = pinwatch::report::parse_recording(&text, &name).map_err(|e| e.to_string())?;
+    let source = rec
+        .describe_dumps()
+        .first()
+        .cloned()
+        .unwrap_or_else(|| format!("flight recording of {name}"));
+    let page = pinwatch_cli::page::render(&rec.events, &source, &rec.warnings)?;
+    pinwatch::export::write_whole_file(output, force, |f| f.write_all(page.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    let pins = pinwatch::report::latest_reports(&rec.events).len();
+    Ok(crate::print_out(&format!(
+        "wrote {} ({} events, {pins} pins; {}); open it in a browser\n",
+        output.display(),
+        rec.events.len(),
+        untrusted(&source)
+    )))
 }
 
 fn absolute(file: &Path) -> Result<PathBuf, String> {

@@ -3,7 +3,7 @@
 //! `pinwatch print FILE` renders each event like `jfr print --events jdk.VirtualThreadPinned`;
 //! `pinwatch summary FILE` groups them by top application frame like `jfr view pinned-threads`;
 //! `pinwatch profile FILE -o pinned.pb.gz` writes their pinned-time profile for `go tool pprof`;
-//! `pinwatch ctl <pid> status | set | record | pause | resume` talks to a running service's
+//! `pinwatch ctl <pid> status | set | record | dump | report | pause | resume` talks to a running service's
 //! control socket like `jcmd <pid> JFR.*`.
 
 mod ctl;
@@ -76,7 +76,7 @@ enum Command {
     },
     /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,
     /// `set threshold=50ms`, `record start FILE` / `record list` /
-    /// `record stop [ID|FILE]`, `pause` / `resume`.
+    /// `record stop [ID|FILE]`, `dump FILE`, `report -o PAGE`, `pause` / `resume`.
     Ctl(ctl::CtlArgs),
 }
 
@@ -123,6 +123,22 @@ fn main() -> ExitCode {
     for w in &rec.warnings {
         warn(format_args!("warning: {w}"));
     }
+    // A flight recording's dump says whose it is and what it lacks: at the head of each view
+    // (on stderr for the JSON ones, which stay pure JSON).
+    let dumps = rec.describe_dumps();
+    let head: String = dumps
+        .iter()
+        .map(|d| format!("{}\n", ctl::untrusted(d)))
+        .collect();
+    let json_view = matches!(
+        view,
+        View::Print { json: true, .. } | View::Summary { json: true }
+    );
+    if json_view {
+        for d in &dumps {
+            warn(format_args!("{}", ctl::untrusted(d)));
+        }
+    }
     match view {
         View::Profile { output, seconds } => write_profile(&file, &rec.events, &output, seconds),
         View::Print { json, latest } => {
@@ -140,11 +156,14 @@ fn main() -> ExitCode {
                 let lines: String = events.iter().map(|e| e.to_json_line()).collect();
                 print_out(&ctl::json_safe(&lines))
             } else {
-                print_out(&report::render_print(&events))
+                print_out(&(head + &report::render_print(&events)))
             }
         }
         View::Report { output } => {
-            let source = file.display().to_string();
+            let mut source = file.display().to_string();
+            if let Some(d) = dumps.first() {
+                source = format!("{source} — {d}");
+            }
             let page = match pinwatch_cli::page::render(&rec.events, &source, &rec.warnings) {
                 Ok(p) => p,
                 Err(e) => {
@@ -158,7 +177,7 @@ fn main() -> ExitCode {
             }
             let pins = report::latest_reports(&rec.events).len();
             print_out(&format!(
-                "wrote {} ({} events, {pins} pins); open it in a browser\n",
+                "wrote {} ({} events, {pins} pins); open it in a browser\n{head}",
                 output.display(),
                 rec.events.len()
             ))
@@ -174,7 +193,7 @@ fn main() -> ExitCode {
                     }
                 }
             } else {
-                let mut text = report::render_summary(&rows);
+                let mut text = head + &report::render_summary(&rows);
                 let spans = report::render_spans(&report::summarize_spans(&rec.events));
                 if !spans.is_empty() {
                     text.push('\n');

@@ -289,7 +289,181 @@ pub fn find(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
 pub fn request(ep: &Endpoint, request: &Request, timeout: Duration) -> Result<Reply, String> {
     let path = &ep.path;
     let deadline = Instant::now() + timeout;
-    let mut stream = connect(path, timeout).map_err(|e| match e.kind() {
+    let mut stream = open(ep, timeout)?;
+    let left = |what: &str| -> Result<Duration, String> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(format!(
+                "no whole answer from {} within {timeout:?} ({what})",
+                path.display()
+            ));
+        }
+        Ok((deadline - now).max(Duration::from_millis(1)))
+    };
+    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    line.push('\n');
+    // A service that refuses a client answers before reading: then the send fails (the
+    // service has closed), but its answer is there to read.
+    let _ = stream.set_write_timeout(Some(left("sending")?));
+    let sent = stream.write_all(line.as_bytes());
+    let mut answer = Vec::new();
+    let read = read_line(&mut stream, &mut answer, &left, path)?;
+    let answer = String::from_utf8_lossy(&answer);
+    if let Ok(reply) = serde_json::from_str::<Reply>(answer.trim()) {
+        return Ok(reply);
+    }
+    Err(not_a_reply(path, timeout, &answer, sent, read))
+}
+
+/// The most `pinwatch ctl` takes of a dump: the largest flight recording a service keeps
+/// ([`MAX_FLIGHT_SIZE`](crate::config::MAX_FLIGHT_SIZE)) and its first line.
+pub const MAX_DUMP: u64 = crate::config::MAX_FLIGHT_SIZE + 64 * 1024;
+
+/// Asks `ep` for its flight recording and copies it to `out` as it arrives: the reply (for a
+/// dump, its [`Reply::dump_bytes`] bytes were all written to `out`; a reply that is not `ok`
+/// wrote nothing). The whole exchange within `timeout`, the dump at most [`MAX_DUMP`] bytes.
+pub fn dump(ep: &Endpoint, timeout: Duration, out: &mut dyn Write) -> Result<Reply, String> {
+    let path = &ep.path;
+    let deadline = Instant::now() + timeout;
+    let mut stream = open(ep, timeout)?;
+    let left = |what: &str| -> Result<Duration, String> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(format!(
+                "no whole dump from {} within {timeout:?} ({what})",
+                path.display()
+            ));
+        }
+        Ok((deadline - now).max(Duration::from_millis(1)))
+    };
+    let mut line = serde_json::to_string(&Request::Dump).map_err(|e| e.to_string())?;
+    line.push('\n');
+    let _ = stream.set_write_timeout(Some(left("sending")?));
+    let sent = stream.write_all(line.as_bytes());
+    let mut got = Vec::new();
+    let read = read_line(&mut stream, &mut got, &left, path)?;
+    let Some(end) = got.iter().position(|&b| b == b'\n') else {
+        let answer = String::from_utf8_lossy(&got).into_owned();
+        return Err(not_a_reply(path, timeout, &answer, sent, read));
+    };
+    let rest = got.split_off(end + 1);
+    let answer = String::from_utf8_lossy(&got).into_owned();
+    let Ok(reply) = serde_json::from_str::<Reply>(answer.trim()) else {
+        return Err(not_a_reply(path, timeout, &answer, sent, read));
+    };
+    if !reply.ok {
+        return Ok(reply);
+    }
+    let Some(n) = reply.dump_bytes else {
+        return Err(format!(
+            "{} sent no dump (is it an older pinwatch, without `dump`?)",
+            path.display()
+        ));
+    };
+    if n > MAX_DUMP || rest.len() as u64 > n {
+        return Err(format!(
+            "{} sent a dump of {n} bytes (or more than it said): not a pinwatch dump, which is \
+             at most {MAX_DUMP} bytes; gave up",
+            path.display()
+        ));
+    }
+    let write_err = |e: std::io::Error| format!("cannot write the dump: {e}");
+    out.write_all(&rest).map_err(write_err)?;
+    let mut have = rest.len() as u64;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while have < n {
+        let _ = stream.set_read_timeout(Some(left("reading")?));
+        let want = chunk.len().min((n - have) as usize);
+        match stream.read(&mut chunk[..want]) {
+            Ok(0) => {
+                return Err(format!(
+                    "{} ended the dump after {have} of its {n} bytes (the service stopped, or \
+                     was too slow to send it within {timeout:?}); nothing was written",
+                    path.display()
+                ))
+            }
+            Ok(k) => {
+                out.write_all(&chunk[..k]).map_err(write_err)?;
+                have += k as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(format!(
+                    "reading the dump from {} after {have} of {n} bytes: {e}",
+                    path.display()
+                ))
+            }
+        }
+    }
+    Ok(reply)
+}
+
+/// Reads from `stream` into `answer` until a newline arrives, the peer ends, or an error;
+/// at most [`MAX_REPLY`] bytes (more is an error); `left` gives the time left.
+fn read_line(
+    stream: &mut UnixStream,
+    answer: &mut Vec<u8>,
+    left: &dyn Fn(&str) -> Result<Duration, String>,
+    path: &Path,
+) -> Result<std::io::Result<()>, String> {
+    let mut chunk = vec![0u8; 64 * 1024];
+    Ok(loop {
+        let _ = stream.set_read_timeout(Some(left("reading")?));
+        match stream.read(&mut chunk) {
+            Ok(0) => break Ok(()),
+            Ok(n) => {
+                if answer.len() + n > MAX_REPLY {
+                    return Err(format!(
+                        "{} answered more than {} bytes: not a pinwatch reply; gave up",
+                        path.display(),
+                        MAX_REPLY
+                    ));
+                }
+                answer.extend_from_slice(&chunk[..n]);
+                // One line is the whole reply.
+                if chunk[..n].contains(&b'\n') {
+                    break Ok(());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => break Err(e),
+        }
+    })
+}
+
+/// Why `answer` is no reply, for a person.
+fn not_a_reply(
+    path: &Path,
+    timeout: Duration,
+    answer: &str,
+    sent: std::io::Result<()>,
+    read: std::io::Result<()>,
+) -> String {
+    if let Err(e) = sent {
+        return format!("cannot send the request to {}: {e}", path.display());
+    }
+    if let Err(e) = read {
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+                "no whole answer from {} within {timeout:?} (got {} bytes)",
+                path.display(),
+                answer.len()
+            ),
+            _ => format!("no answer from {}: {e}", path.display()),
+        };
+    }
+    format!(
+        "{} answered something that is not a pinwatch reply: {:?}",
+        path.display(),
+        answer.chars().take(200).collect::<String>()
+    )
+}
+
+/// Connects to `ep` within `timeout` and checks that the process answering is the socket's
+/// owner's, before a word is sent.
+fn open(ep: &Endpoint, timeout: Duration) -> Result<UnixStream, String> {
+    let path = &ep.path;
+    let stream = connect(path, timeout).map_err(|e| match e.kind() {
         std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => format!(
             "{}: nobody listens there (the process is gone or has stopped its detector): {e}",
             path.display()
@@ -325,71 +499,7 @@ pub fn request(ep: &Endpoint, request: &Request, timeout: Duration) -> Result<Re
             ))
         }
     }
-    let left = |what: &str| -> Result<Duration, String> {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(format!(
-                "no whole answer from {} within {timeout:?} ({what})",
-                path.display()
-            ));
-        }
-        Ok((deadline - now).max(Duration::from_millis(1)))
-    };
-    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
-    line.push('\n');
-    // A service that refuses a client answers before reading: then the send fails (the
-    // service has closed), but its answer is there to read.
-    let _ = stream.set_write_timeout(Some(left("sending")?));
-    let sent = stream.write_all(line.as_bytes());
-    let mut answer = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    let read = loop {
-        let _ = stream.set_read_timeout(Some(left("reading")?));
-        match stream.read(&mut chunk) {
-            Ok(0) => break Ok(()),
-            Ok(n) => {
-                if answer.len() + n > MAX_REPLY {
-                    return Err(format!(
-                        "{} answered more than {} bytes: not a pinwatch reply; gave up",
-                        path.display(),
-                        MAX_REPLY
-                    ));
-                }
-                answer.extend_from_slice(&chunk[..n]);
-                // One line is the whole reply.
-                if chunk[..n].contains(&b'\n') {
-                    break Ok(());
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => break Err(e),
-        }
-    };
-    let answer = String::from_utf8_lossy(&answer);
-    if let Ok(reply) = serde_json::from_str::<Reply>(answer.trim()) {
-        return Ok(reply);
-    }
-    if let Err(e) = sent {
-        return Err(format!(
-            "cannot send the request to {}: {e}",
-            path.display()
-        ));
-    }
-    if let Err(e) = read {
-        return Err(match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
-                "no whole answer from {} within {timeout:?} (got {} bytes)",
-                path.display(),
-                answer.len()
-            ),
-            _ => format!("no answer from {}: {e}", path.display()),
-        });
-    }
-    Err(format!(
-        "{} answered something that is not a pinwatch reply: {:?}",
-        path.display(),
-        answer.chars().take(200).collect::<String>()
-    ))
+    Ok(stream)
 }
 
 /// `connect(path)`, waiting at most `timeout` for a listener whose queue is full (the socket's

@@ -1,4 +1,4 @@
-//! The control socket: `pinwatch ctl <pid> status | set | record | pause | resume` on a running
+//! The control socket: `pinwatch ctl <pid> status | set | record | dump | pause | resume` on a running
 //! service, like `jcmd <pid> JFR.start`.
 //!
 //! Each detector serves a Unix domain socket, `<pid>.sock` (`<pid>.<n>.sock` for a process's
@@ -46,6 +46,15 @@ pub(crate) use view::View;
 /// (one deadline across all reads, not one per read); and the service to send the reply.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
+/// How long a client has to take a whole dump (`pinwatch ctl <pid> dump`), from its accept:
+/// a client that reads slowly, or not at all, holds its connection's thread no longer.
+pub const DUMP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Dumps sent at once; one more is told to try again. Each holds a copy of the flight
+/// recording's bytes until it is sent: with this bound, at most `1 + MAX_DUMPS` times
+/// `PINWATCH_FLIGHT_SIZE` of lines are in memory.
+pub const MAX_DUMPS: usize = 2;
+
 /// Connections still sending their request at once. One more cuts off the one that has been
 /// sending longest (a well-behaved client sends its line at once, so it is never the oldest
 /// for long): slow or stuck clients cannot keep `pinwatch ctl` out.
@@ -71,6 +80,8 @@ pub(crate) struct Context {
     pub handle: tokio::runtime::Handle,
     pub recorder: Recorder,
     pub view: View,
+    /// The flight recording and whose it is, when on.
+    pub flight: Option<(crate::export::Flight, crate::export::Identity)>,
     pub built_at: &'static std::panic::Location<'static>,
 }
 
@@ -124,6 +135,7 @@ impl Server {
                 started: Instant::now(),
                 socket: path.clone(),
                 clients: AtomicUsize::new(0),
+                dumps: AtomicUsize::new(0),
                 reading: Mutex::new(VecDeque::new()),
             });
             std::thread::Builder::new()
@@ -216,6 +228,8 @@ struct Served {
     socket: PathBuf,
     /// Connections being served.
     clients: AtomicUsize,
+    /// Dumps being sent.
+    dumps: AtomicUsize,
     /// The connections still sending their request, oldest first (a handle to cut each off).
     reading: Mutex<VecDeque<(u64, UnixStream)>>,
 }
@@ -319,6 +333,7 @@ fn handle(stream: UnixStream, id: u64, accepted_at: Instant, s: &Served) {
     let read = read_request(&stream, accepted_at + REQUEST_DEADLINE);
     let cut_off = !s.done_reading(id);
     let answer = match read {
+        Ok(Request::Dump) => return dump(stream, accepted_at + DUMP_DEADLINE, s),
         Ok(req) => answer(req, s),
         Err(_) if cut_off => Reply::error(format!(
             "dropped: the request was not complete while {MAX_CLIENTS} newer connections \
@@ -335,6 +350,69 @@ fn reply(mut stream: UnixStream, reply: &Reply) {
     line.push('\n');
     let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
     let _ = stream.write_all(line.as_bytes());
+}
+
+/// Sends the flight recording on `stream`: the reply line with its size, then the dump, all
+/// by `deadline`. The buffer's lock is held only to copy its bytes out; the socket is
+/// written without it, each write waiting at most until the deadline, so a client that never
+/// reads holds this thread until then and no longer (and nothing else waits for it).
+fn dump(stream: UnixStream, deadline: Instant, s: &Served) {
+    let Some((flight, who)) = &s.ctx.flight else {
+        return reply(
+            stream,
+            &Reply::error(
+                "the flight recording is off in this service (PINWATCH_FLIGHT_SIZE=off); \
+                 start one with `record start FILE` instead",
+            ),
+        );
+    };
+    if s.dumps.fetch_add(1, Ordering::AcqRel) >= MAX_DUMPS {
+        s.dumps.fetch_sub(1, Ordering::AcqRel);
+        return reply(
+            stream,
+            &Reply::error(format!(
+                "busy: {MAX_DUMPS} dumps are being sent already; try again when they are done"
+            )),
+        );
+    }
+    let dump = crate::export::Dump::new(flight.snapshot(), who);
+    let mut head = Reply::ok(crate::report::describe_dump(&dump.info));
+    head.dump_bytes = Some(dump.len());
+    let mut line = serde_json::to_string(&head)
+        .unwrap_or_else(|_| r#"{"ok":false,"message":"cannot encode the reply"}"#.to_owned());
+    line.push('\n');
+    let mut out = ByDeadline {
+        stream: &stream,
+        deadline,
+    };
+    let _ = out
+        .write_all(line.as_bytes())
+        .and_then(|()| dump.write_to(&mut out));
+    drop(dump);
+    s.dumps.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Writes to a socket, each write waiting at most until `deadline` (then `TimedOut`).
+struct ByDeadline<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl Write for ByDeadline<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream
+            .set_write_timeout(Some((self.deadline - now).max(Duration::from_millis(1))))?;
+        let mut s = self.stream;
+        s.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The request on `stream`, from a peer allowed to send one, whole by `deadline`; or the error
@@ -456,6 +534,8 @@ fn answer(req: Request, s: &Served) -> Reply {
                 })
             }
         }
+        // Answered by `dump` (its reply is more than a line); not reached.
+        Request::Dump => Reply::error("a dump is sent by its own path (this is a bug)"),
         Request::Pause | Request::Resume => {
             let pause = matches!(req, Request::Pause);
             let Ok((before, _)) = w.tunables.update(|s| {

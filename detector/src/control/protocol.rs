@@ -51,6 +51,11 @@ pub enum Request {
     },
     /// The recordings running, in the reply's `recordings`.
     RecordList,
+    /// Send the flight recording: the reply line has [`Reply::dump_bytes`], and that many
+    /// bytes follow it — the dump, a recording whose first line is a
+    /// [`DumpInfo`](crate::event::DumpInfo) — all within
+    /// [`DUMP_DEADLINE`](super::DUMP_DEADLINE). The client writes the file (see docs/ctl.md).
+    Dump,
     /// Report no new pins until `resume` (the hooks keep running; see docs/ctl.md).
     Pause,
     /// Report pins again.
@@ -73,6 +78,9 @@ pub struct Reply {
     /// [`Request::RecordStart`] and [`Request::RecordStop`] (the one started or stopped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recordings: Option<Vec<RecordStatus>>,
+    /// For [`Request::Dump`]: the bytes of the dump that follow the reply line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dump_bytes: Option<u64>,
 }
 
 impl Reply {
@@ -82,6 +90,7 @@ impl Reply {
             message: message.into(),
             status: None,
             recordings: None,
+            dump_bytes: None,
         }
     }
 
@@ -91,6 +100,7 @@ impl Reply {
             message: message.into(),
             status: None,
             recordings: None,
+            dump_bytes: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "console")]
 pub mod console;
+mod flight;
 #[cfg(feature = "prometheus")]
 mod http;
 #[cfg(feature = "otlp")]
@@ -19,11 +20,15 @@ use crate::config::Config;
 use crate::event::PinnedEvent;
 use crate::Error;
 
+pub use flight::write_whole_file;
+pub(crate) use flight::{check_dump_path, with_pid, Dump, Flight, Identity};
+#[allow(unused_imports)]
+pub(crate) use flight::{FlightEntry, FlightSnapshot};
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
 pub(crate) use record::{Recorder, Which};
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
-pub(crate) use tracing::{no_subscriber, to_stderr};
+pub(crate) use tracing::{flush_stderr, no_subscriber, to_stderr};
 
 /// Receives finished events, one at a time, on pinwatch's export thread.
 ///
@@ -44,8 +49,13 @@ impl<F: FnMut(&PinnedEvent) + Send + 'static> Sink for F {
 }
 
 /// The sinks the configuration turns on. `recorder` is the detector's recording: its sink is
-/// always there, and `PINWATCH_RECORD` starts it.
-pub(crate) fn builtin(config: &Config, recorder: &Recorder) -> Result<Vec<Box<dyn Sink>>, Error> {
+/// always there, and `PINWATCH_RECORD` starts it. `flight` is the flight recording
+/// (`PINWATCH_FLIGHT_SIZE`), when on: it gets every event the recording gets.
+pub(crate) fn builtin(
+    config: &Config,
+    recorder: &Recorder,
+    flight: Option<&Flight>,
+) -> Result<Vec<Box<dyn Sink>>, Error> {
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     if config.tracing {
         // The analysis keeps as much of the stack as the settings in force say (they may
@@ -64,6 +74,9 @@ pub(crate) fn builtin(config: &Config, recorder: &Recorder) -> Result<Vec<Box<dy
         )?);
     }
     sinks.push(Box::new(recorder.sink()));
+    if let Some(flight) = flight {
+        sinks.push(Box::new(flight.sink()));
+    }
     Ok(sinks)
 }
 

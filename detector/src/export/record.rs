@@ -782,7 +782,7 @@ impl Sink for RecorderSink {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::report::{read_recording, recording_files};
 
@@ -1416,10 +1416,11 @@ mod tests {
     }
 
     /// A 64 KiB tmpfs, mounted for a test and unmounted after.
-    struct SmallDisk(PathBuf);
+    /// (The flight recording's dump tests use it too.)
+    pub(in crate::export) struct SmallDisk(pub(in crate::export) PathBuf);
 
     impl SmallDisk {
-        fn mount(dir: &Path) -> SmallDisk {
+        pub(in crate::export) fn mount(dir: &Path) -> SmallDisk {
             // SAFETY: geteuid has no preconditions.
             let root = unsafe { libc::geteuid() } == 0;
             assert!(

@@ -1,0 +1,520 @@
+//! The flight recording, end to end: a sample service (`pin_service --commands`) pins while
+//! nothing records; `pinwatch ctl <pid> dump` and `ctl <pid> report` get those pins after the
+//! fact, `print` / `summary` / `report` read the dump, a small buffer keeps the newest and
+//! says what it dropped, memory stays bounded under a pin storm, and `PINWATCH_DUMP_ON_EXIT`
+//! writes the dump when the service stops.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use pinwatch::report::{read_recording, Recording};
+use pinwatch::{PinnedEvent, State};
+use serde_json::Value;
+use support::{pinwatch_cli, wait_for, Proc};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// `pin_service --quiet --commands`: pins made on request, its answers read line by line.
+struct Service {
+    proc: Proc,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    pid: u32,
+}
+
+impl Service {
+    fn start(envs: &[(&str, &str)]) -> Service {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pin_service"));
+        cmd.args(["--quiet", "--commands"])
+            .env("PINWATCH_TRACING", "off")
+            .env_remove("PINWATCH")
+            .env_remove("PINWATCH_THRESHOLD")
+            .env_remove("PINWATCH_CONTROL")
+            .env_remove("PINWATCH_RECORD")
+            .env_remove("PINWATCH_FLIGHT_SIZE")
+            .env_remove("PINWATCH_DUMP_ON_EXIT")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child: Child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let pid = child.id();
+        let mut s = Service {
+            proc: Proc {
+                child,
+                name: "pin_service".into(),
+            },
+            stdin,
+            lines,
+            pid,
+        };
+        s.expect("pin_service: running");
+        s
+    }
+
+    fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{command}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits (bounded) for an output line starting with `prefix`.
+    fn expect(&mut self, prefix: &str) {
+        loop {
+            match self.lines.recv_timeout(LONG) {
+                Ok(l) if l.starts_with(prefix) => return,
+                Ok(_) => continue,
+                Err(e) => panic!("pin_service never said {prefix:?}: {e}"),
+            }
+        }
+    }
+
+    /// `command`, then waits for `done`.
+    fn pin(&mut self, command: &str, done: &str) {
+        self.send(command);
+        self.expect(done);
+    }
+
+    /// Ends its stdin: it stops, and its detector with it.
+    fn finish(&mut self) {
+        drop(self.stdin.take());
+        let status = wait_for("pin_service to exit", LONG, || {
+            self.proc.child.try_wait().unwrap()
+        });
+        assert!(status.success(), "{status:?}");
+    }
+
+    /// Its resident set size, in KiB.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+    }
+}
+
+fn cli(dir: &Path, args: &[&str]) -> Output {
+    Command::new(pinwatch_cli())
+        .args(args)
+        .env_remove("PINWATCH_CONTROL")
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// `pinwatch ARGS` in `dir`, which must succeed; its stdout.
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = cli(dir, args);
+    assert!(
+        out.status.success(),
+        "pinwatch {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status(pid: u32) -> Value {
+    let dir = std::env::temp_dir();
+    serde_json::from_str(&ok(&dir, &["ctl", &pid.to_string(), "status", "--json"])).unwrap()
+}
+
+fn counter(st: &Value, name: &str) -> u64 {
+    st["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c[0] == name)
+        .unwrap_or_else(|| panic!("no counter {name} in {st}"))[1]
+        .as_u64()
+        .unwrap()
+}
+
+/// `ctl <pid> dump NAME --force` in `dir` until the dump holds `until`; the dump read.
+fn dump_until(
+    dir: &Path,
+    pid: u32,
+    name: &str,
+    what: &str,
+    until: impl Fn(&Recording) -> bool,
+) -> Recording {
+    wait_for(what, LONG, || {
+        ok(dir, &["ctl", &pid.to_string(), "dump", name, "--force"]);
+        let rec = read_recording(&dir.join(name)).unwrap();
+        until(&rec).then_some(rec)
+    })
+}
+
+/// Every report of each pin, by event id, in the order the dump has them.
+fn by_pin(events: &[PinnedEvent]) -> BTreeMap<u64, Vec<&PinnedEvent>> {
+    let mut pins: BTreeMap<u64, Vec<&PinnedEvent>> = BTreeMap::new();
+    for e in events {
+        pins.entry(e.id).or_default().push(e);
+    }
+    pins
+}
+
+/// The line of `pin_service.rs` where its `pin D` command spawns the task that pins: the
+/// `spawned_at` of the pins a test asked for (a loaded machine may add pins of its own).
+fn pin_command_line() -> u32 {
+    let src = include_str!("../sample-apps/src/bin/pin_service.rs");
+    let lines: Vec<&str> = src.lines().map(str::trim).collect();
+    let i = lines
+        .windows(2)
+        .position(|w| w == ["rt.spawn(async move {", "std::thread::sleep(d);"])
+        .expect("pin_service's `pin` command spawns its task as before");
+    i as u32 + 1
+}
+
+/// The pins of `pin D` commands, by event id: every report of each, as the dump has them.
+fn commanded(rec: &Recording) -> BTreeMap<u64, Vec<&PinnedEvent>> {
+    let line = pin_command_line();
+    let mut pins = by_pin(&rec.events);
+    pins.retain(|_, reports| {
+        reports[0]
+            .spawned_at
+            .as_ref()
+            .is_some_and(|l| l.file.ends_with("pin_service.rs") && l.line == line)
+    });
+    pins
+}
+
+fn completed(pins: &BTreeMap<u64, Vec<&PinnedEvent>>) -> usize {
+    pins.values()
+        .filter(|r| r.last().is_some_and(|e| e.state == State::Completed))
+        .count()
+}
+
+/// Waits (bounded) until the export thread has handed on every report made so far.
+fn drained(pid: u32) {
+    wait_for("the export thread to hand on every report", LONG, || {
+        let st = status(pid);
+        (counter(&st, "delivered") + counter(&st, "block_in_place") >= counter(&st, "events"))
+            .then_some(())
+    });
+}
+
+/// Pins made while nothing records are in `ctl dump`'s file, in order, every report of each,
+/// with the process's identity; the file is written where the client runs, never over a file
+/// unless asked; `print`, `summary`, `report` and `ctl report` read it and say whose it is.
+#[test]
+fn a_dump_has_the_pins_made_while_nothing_recorded() {
+    let mut svc = Service::start(&[("PINWATCH_REPORT_INTERVAL", "100ms")]);
+    // Long enough that a watchdog starved by a loaded machine still sees each one.
+    svc.pin("pin 800ms", "pin_service: pin of 800ms done");
+    for _ in 0..3 {
+        svc.pin("pin 300ms", "pin_service: pin of 300ms done");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pid = svc.pid;
+    // A relative path: relative to the client.
+    let rec = dump_until(dir.path(), pid, "dump.jsonl", "4 completed pins", |r| {
+        completed(&commanded(r)) == 4
+    });
+    assert_eq!(rec.damaged_lines, 0, "{:?}", rec.warnings);
+    assert_eq!(rec.dumps.len(), 1);
+    let d = &rec.dumps[0];
+    assert_eq!((d.pid, d.dropped_events, d.dropped_pins), (pid, 0, 0));
+    assert!(d.exe.ends_with("pin_service"), "{}", d.exe);
+    assert!(d.run_id.len() >= 16, "{}", d.run_id);
+    assert_eq!(d.events, rec.events.len() as u64);
+    let started = d.process_started.expect("the process's start time");
+    assert!(started <= d.detector_started && d.detector_started <= d.dumped_at);
+    // In order: pin after pin, each one's reports 1, 2, … ending with its completion.
+    let pins = commanded(&rec);
+    assert_eq!(pins.len(), 4, "{:?}", rec.events);
+    // Pins in the order they were made: their first reports in id order in the file.
+    let first: Vec<u64> = rec
+        .events
+        .iter()
+        .filter(|e| e.report == 1 && pins.contains_key(&e.id))
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(
+        first,
+        pins.keys().copied().collect::<Vec<_>>(),
+        "not in order"
+    );
+    for (id, reports) in &pins {
+        let numbers: Vec<u32> = reports.iter().map(|e| e.report).collect();
+        assert_eq!(
+            numbers,
+            (1..=reports.len() as u32).collect::<Vec<_>>(),
+            "pin {id}"
+        );
+        assert_eq!(reports.last().unwrap().state, State::Completed, "pin {id}");
+        assert!(reports.iter().all(|e| e.run_id == d.run_id && e.pid == pid));
+    }
+    // The 800 ms pin was reported while it ran, every 100 ms: all of those are there.
+    let long = pins.values().next().unwrap();
+    assert!(long.len() >= 3, "{long:?}");
+    assert!(long.last().unwrap().duration >= Duration::from_millis(800));
+
+    // An existing file is not replaced unless asked, and stays whole.
+    let before = std::fs::read(dir.path().join("dump.jsonl")).unwrap();
+    let out = cli(dir.path(), &["ctl", &pid.to_string(), "dump", "dump.jsonl"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("dump.jsonl exists") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("dump.jsonl")).unwrap(),
+        before
+    );
+
+    // The readers say whose it is.
+    let whose = format!("flight recording of pid {pid} (");
+    let print = ok(dir.path(), &["print", "dump.jsonl"]);
+    assert!(print.starts_with(&whose), "{print}");
+    assert!(print.contains("nothing was dropped for space"), "{print}");
+    let summary = ok(dir.path(), &["summary", "dump.jsonl"]);
+    assert!(summary.starts_with(&whose), "{summary}");
+    assert!(summary.contains("pin_service"), "{summary}");
+    ok(dir.path(), &["report", "dump.jsonl", "-o", "dump.html"]);
+    let page = std::fs::read_to_string(dir.path().join("dump.html")).unwrap();
+    assert!(page.contains(&whose), "no dump line on the page");
+    // `print --json` stays JSON: the dump line is said on stderr.
+    let out = cli(dir.path(), &["print", "--json", "dump.jsonl"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&whose));
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        PinnedEvent::from_json_line(line).unwrap();
+    }
+
+    // Dump and page in one step.
+    let said = ok(
+        dir.path(),
+        &["ctl", &pid.to_string(), "report", "-o", "live.html"],
+    );
+    assert!(
+        said.contains("wrote live.html") && said.contains(&whose),
+        "{said}"
+    );
+    let page = std::fs::read_to_string(dir.path().join("live.html")).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains(&whose));
+    assert!(page.contains("pin_service"), "no pins on the page");
+    let out = cli(
+        dir.path(),
+        &["ctl", &pid.to_string(), "report", "-o", "live.html"],
+    );
+    assert!(!out.status.success(), "a page was replaced unasked");
+    svc.finish();
+}
+
+/// A buffer smaller than the pins keeps the newest whole events and says how many earlier ones
+/// it dropped: the kept and the dropped add up to every event the detector delivered.
+#[test]
+fn a_small_flight_keeps_the_newest_and_says_what_it_dropped() {
+    let mut svc = Service::start(&[
+        ("PINWATCH_FLIGHT_SIZE", "8KiB"),
+        ("PINWATCH_REPORT_INTERVAL", "100ms"),
+    ]);
+    svc.pin("storm 40 30ms", "pin_service: storm of 40 done");
+    // The last pin: once its completion is in the buffer, every event before it is too.
+    svc.pin("pin 250ms", "pin_service: pin of 250ms done");
+    let dir = tempfile::tempdir().unwrap();
+    let pid = svc.pid;
+    let rec = dump_until(dir.path(), pid, "small.jsonl", "the last pin's end", |r| {
+        r.events.last().is_some_and(|e| {
+            e.state == State::Completed && e.duration >= Duration::from_millis(250)
+        })
+    });
+    let delivered = counter(&status(pid), "delivered");
+    let d = &rec.dumps[0];
+    assert_eq!(rec.damaged_lines, 0, "{:?}", rec.warnings);
+    assert_eq!(d.flight_size, 8192);
+    assert!(d.bytes <= 8192, "{d:?}");
+    assert!(d.dropped_events > 0 && d.dropped_pins > 0, "{d:?}");
+    assert_eq!(d.events, rec.events.len() as u64);
+    assert_eq!(
+        d.events + d.dropped_events,
+        delivered,
+        "kept and dropped are not every event delivered: {d:?}"
+    );
+    // The newest: the highest ids, up to the last one, and nothing after a gap.
+    let ids: Vec<u64> = by_pin(&rec.events).keys().copied().collect();
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1),
+        "kept pins are not the last ones in a row: {ids:?}"
+    );
+    let print = ok(dir.path(), &["print", "small.jsonl"]);
+    let said = format!(
+        "{} earlier events of {} pins were dropped for space",
+        d.dropped_events, d.dropped_pins
+    );
+    assert!(print.lines().next().unwrap().contains(&said), "{print}");
+    svc.finish();
+}
+
+/// Memory stays within the buffer's bound under a pin storm: thousands of events with full
+/// stacks, tens of times the bound, go through a 1 MiB buffer; the process's RSS grows by no
+/// more than the bound and 8 MiB (what a storm costs elsewhere: the allocator's arenas,
+/// symbol caches) — less than half of what went through, which an unbounded buffer would keep.
+#[test]
+fn memory_stays_bounded_under_a_pin_storm() {
+    let mut svc = Service::start(&[
+        ("PINWATCH_FLIGHT_SIZE", "1MiB"),
+        ("PINWATCH_THRESHOLD", "5ms"),
+        // One malloc arena: what is measured is the buffer, not how many arenas glibc made
+        // for the threads that answered `status` meanwhile.
+        ("MALLOC_ARENA_MAX", "1"),
+        ("PINWATCH_STACKS", "full"),
+    ]);
+    // A first storm fills the buffer and warms every cache. Pins of 20 ms: a storm the
+    // export thread keeps up with (reports the queue drops leave their pins' `in_progress`
+    // reports in `ctl status`'s view for good, which is not what this measures).
+    svc.pin("storm 300 20ms", "pin_service: storm of 300 done");
+    // Measured with the queue to the export thread empty each time (it holds up to 1024
+    // reports of its own, whatever the buffer's bound).
+    drained(svc.pid);
+    let before = svc.rss_kib();
+    let delivered_before = counter(&status(svc.pid), "delivered");
+    for _ in 0..8 {
+        svc.pin("storm 300 20ms", "pin_service: storm of 300 done");
+    }
+    drained(svc.pid);
+    let after = svc.rss_kib();
+    let dir = tempfile::tempdir().unwrap();
+    ok(
+        dir.path(),
+        &["ctl", &svc.pid.to_string(), "dump", "storm.jsonl"],
+    );
+    let rec = read_recording(&dir.path().join("storm.jsonl")).unwrap();
+    let d = &rec.dumps[0];
+    let st = status(svc.pid);
+    let delivered = counter(&st, "delivered") - delivered_before;
+    let queue_dropped = counter(&st, "dropped");
+    let through = delivered * d.bytes / d.events.max(1);
+    println!(
+        "pin storm: {delivered} events (~{} KiB of lines) through a {} KiB buffer holding {} \
+         events ({} KiB, {} bytes an event); RSS {before} KiB -> {after} KiB ({:+} KiB); \
+         {queue_dropped} reports dropped by the queue",
+        through / 1024,
+        d.flight_size / 1024,
+        d.events,
+        d.bytes / 1024,
+        d.bytes / d.events.max(1),
+        after as i64 - before as i64
+    );
+    assert!(d.bytes <= 1 << 20, "{d:?}");
+    let bound_kib = 1024 + 8 * 1024;
+    assert!(
+        through / 1024 > 2 * bound_kib,
+        "the storm did not push twice the bound through: {delivered} events, {through} bytes"
+    );
+    assert!(
+        after <= before + bound_kib,
+        "RSS grew by {} KiB under the storm, past the 1 MiB buffer and 8 MiB",
+        after - before
+    );
+    svc.finish();
+}
+
+/// `PINWATCH_DUMP_ON_EXIT`: the dump is written when the service stops cleanly, after the
+/// last event was exported (`%p` is the pid); a path whose directory is missing stops the
+/// service at start-up, naming the variable and the value.
+#[test]
+fn dump_on_exit_is_written_after_a_clean_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = dir.path().join("exit-%p.jsonl");
+    let mut svc = Service::start(&[("PINWATCH_DUMP_ON_EXIT", pattern.to_str().unwrap())]);
+    svc.pin("pin 300ms", "pin_service: pin of 300ms done");
+    let pid = svc.pid;
+    svc.finish();
+    let path = dir.path().join(format!("exit-{pid}.jsonl"));
+    let rec = read_recording(&path).unwrap();
+    assert_eq!(rec.dumps.len(), 1);
+    assert_eq!(rec.dumps[0].pid, pid);
+    let last = rec.events.last().expect("the pin");
+    assert_eq!(last.state, State::Completed);
+    assert!(last.duration >= Duration::from_millis(300));
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_pin_service"))
+        .args(["--quiet", "--for", "1ms"])
+        .env("PINWATCH_DUMP_ON_EXIT", "/nonexistent-dir/exit.jsonl")
+        .env_remove("PINWATCH")
+        .env_remove("PINWATCH_FLIGHT_SIZE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("PINWATCH_DUMP_ON_EXIT=\"/nonexistent-dir/exit.jsonl\""),
+        "{err}"
+    );
+}
+
+/// Clients that never read a dump hold no more than their own connections: a third dump at
+/// once is told to try again, and the service answers `status` meanwhile.
+#[test]
+fn clients_that_never_read_a_dump_hold_up_nobody() {
+    let mut svc = Service::start(&[("PINWATCH_STACKS", "full")]);
+    // Enough events that a dump is more than the sockets buffer.
+    svc.pin("storm 600 30ms", "pin_service: storm of 600 done");
+    let pid = svc.pid;
+    let socket = status(pid)["socket"].as_str().unwrap().to_owned();
+    let stalled: Vec<UnixStream> = (0..2)
+        .map(|_| {
+            let mut s = UnixStream::connect(&socket).unwrap();
+            s.write_all(b"{\"cmd\":\"dump\"}\n").unwrap();
+            // Its reply line, then not a byte more is read.
+            let mut head = Vec::new();
+            let mut byte = [0u8];
+            while byte[0] != b'\n' {
+                s.read_exact(&mut byte).unwrap();
+                head.push(byte[0]);
+            }
+            let v: Value = serde_json::from_slice(&head).unwrap();
+            assert!(v["dump_bytes"].as_u64().unwrap() > 1 << 20, "{v}");
+            s
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli(
+        dir.path(),
+        &["ctl", &pid.to_string(), "dump", "third.jsonl"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("busy"), "{err}");
+    assert!(!dir.path().join("third.jsonl").exists());
+    assert!(counter(&status(pid), "delivered") > 0);
+    drop(stalled);
+    // Once they are gone, a dump goes through.
+    wait_for("a dump after the stalled ones", LONG, || {
+        cli(
+            dir.path(),
+            &["ctl", &pid.to_string(), "dump", "third.jsonl"],
+        )
+        .status
+        .success()
+        .then_some(())
+    });
+    svc.finish();
+}

@@ -7,6 +7,8 @@ use std::process::Command;
 
 mod support;
 
+const LONG: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// One sample app at a time (they would stretch each other's polls).
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -339,4 +341,197 @@ fn clear_errors_and_the_recording_is_never_overwritten() {
     );
     let p = pinwatch::profile::decode(&std::fs::read(&written).unwrap()).unwrap();
     assert_eq!(p.sample[0].value, [1, 10_000_000]);
+}
+
+/// A profile as comparable data: for each (stack of `function file:line`, labels), its
+/// `pins` and `pinned` values summed.
+type Canonical = BTreeMap<(Vec<String>, Vec<(String, String)>), (i64, i64)>;
+
+fn canonical(bytes: &[u8]) -> Canonical {
+    let p = pinwatch::profile::decode(bytes).expect("a profile pinwatch can read back");
+    let s = |i: i64| p.string_table[i as usize].clone();
+    let mut out = Canonical::new();
+    for sample in &p.sample {
+        let stack: Vec<String> = sample
+            .location_id
+            .iter()
+            .flat_map(|id| {
+                let loc = p.location.iter().find(|l| l.id == *id).unwrap();
+                loc.line.iter().map(|line| {
+                    let f = p
+                        .function
+                        .iter()
+                        .find(|f| f.id == line.function_id)
+                        .unwrap();
+                    format!("{} {}:{}", s(f.name), s(f.filename), line.line)
+                })
+            })
+            .collect();
+        let mut labels: Vec<(String, String)> =
+            sample.label.iter().map(|l| (s(l.key), s(l.str))).collect();
+        labels.sort();
+        let v = out.entry((stack, labels)).or_default();
+        v.0 += sample.value[0];
+        v.1 += sample.value[1];
+    }
+    out
+}
+
+/// GET `url`: status and body, as bytes.
+fn get_bytes(url: &str) -> (u16, Vec<u8>) {
+    let mut r = support::agent(std::time::Duration::from_secs(30))
+        .get(url)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = r.status().as_u16();
+    let body = r
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap();
+    (status, body)
+}
+
+/// A live service's pins as a profile three ways — `/debug/pprof/pinned` on its Prometheus
+/// endpoint, `pinwatch ctl <pid> profile -o`, and `pinwatch profile` of its recording — give the
+/// same samples, and `go tool pprof -top` reads the endpoint's with the same rows and total as
+/// the recording's. `seconds` picks the pins of the last N seconds; a bad one is refused.
+#[test]
+fn the_endpoint_ctl_and_a_recording_give_the_same_profile() {
+    use support::service::Service;
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec.jsonl");
+    let port = support::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut svc = Service::start(&[
+        ("PINWATCH_RECORD", rec.to_str().unwrap()),
+        ("PINWATCH_PROMETHEUS_ADDR", &addr),
+    ]);
+    for ms in [300, 150, 300] {
+        svc.pin(
+            &format!("pin {ms}ms"),
+            &format!("pin_service: pin of {ms}ms done"),
+        );
+    }
+    let url = format!("http://{addr}{}", "/debug/pprof/pinned");
+    // The pins have ended; wait until the last one's completion is exported everywhere.
+    let endpoint = support::wait_for("the three pins in the profile", LONG, || {
+        let (status, body) = get_bytes(&url);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let counted: i64 = canonical(&body).values().map(|v| v.0).sum();
+        (counted == 3 && pins(&rec).len() == 3).then_some(body)
+    });
+    let from_endpoint = canonical(&endpoint);
+    let nanos: i64 = from_endpoint.values().map(|v| v.1).sum();
+    let recorded: f64 = pins(&rec)
+        .iter()
+        .map(|p| p["duration_ms"].as_f64().unwrap())
+        .sum();
+    assert!(
+        (nanos as f64 / 1e6 - recorded).abs() < 0.01 && recorded >= 750.0,
+        "{nanos} ns vs {recorded} ms recorded"
+    );
+    assert!(
+        from_endpoint
+            .keys()
+            .all(|(_, labels)| labels.iter().any(|(k, v)| k == "reason" && v == "sleep")),
+        "{from_endpoint:?}"
+    );
+
+    let ctl_out = dir.path().join("ctl.pb.gz");
+    let pid = svc.pid.to_string();
+    let out = Command::new(support::pinwatch_cli())
+        .args(["ctl", &pid, "profile", "-o"])
+        .arg(&ctl_out)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("3 pins"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(canonical(&std::fs::read(&ctl_out).unwrap()), from_endpoint);
+    // An existing file is not replaced unasked.
+    let again = Command::new(support::pinwatch_cli())
+        .args(["ctl", &pid, "profile", "-o"])
+        .arg(&ctl_out)
+        .output()
+        .unwrap();
+    assert!(
+        !again.status.success() && String::from_utf8_lossy(&again.stderr).contains("--force"),
+        "{again:?}"
+    );
+
+    let rec_out = dir.path().join("rec.pb.gz");
+    profile(&[rec.as_os_str(), "-o".as_ref(), rec_out.as_os_str()]);
+    assert_eq!(canonical(&std::fs::read(&rec_out).unwrap()), from_endpoint);
+
+    let served = dir.path().join("served.pb.gz");
+    std::fs::write(&served, &endpoint).unwrap();
+    let top_served = go_pprof(dir.path(), &["-top", "-unit=ms"], &served);
+    let top_rec = go_pprof(dir.path(), &["-top", "-unit=ms"], &rec_out);
+    assert_eq!(
+        top_rows(&top_served),
+        top_rows(&top_rec),
+        "{top_served}\n{top_rec}"
+    );
+    assert!(
+        (top_total(&top_served) - recorded).abs() < 0.02,
+        "{top_served}"
+    );
+
+    // `seconds`: an hour holds every pin; a bad value is refused, naming it; POST is not GET.
+    let (status, body) = get_bytes(&format!("{url}?seconds=3600"));
+    assert_eq!(status, 200);
+    assert_eq!(canonical(&body), from_endpoint);
+    for bad in ["abc", "0", "-5", "99999999999999999999"] {
+        let (status, body) = get_bytes(&format!("{url}?seconds={bad}"));
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            status == 400 && text.contains(&format!("seconds={bad} is not")),
+            "{status} {text}"
+        );
+    }
+    let post = support::agent(std::time::Duration::from_secs(30))
+        .post(&url)
+        .send("")
+        .unwrap();
+    assert_eq!(post.status().as_u16(), 405);
+    svc.finish();
+}
+
+/// Without the flight recording there is nothing to profile: the endpoint says so (404) and
+/// `ctl profile` fails naming the setting.
+#[test]
+fn without_the_flight_recording_the_endpoint_says_it_is_off() {
+    use support::service::Service;
+    let _serial = serial();
+    let port = support::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut svc = Service::start(&[
+        ("PINWATCH_PROMETHEUS_ADDR", &addr),
+        ("PINWATCH_FLIGHT_SIZE", "off"),
+    ]);
+    let (status, body) = get_bytes(&format!("http://{addr}/debug/pprof/pinned"));
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        status == 404 && text.contains("PINWATCH_FLIGHT_SIZE=off"),
+        "{status} {text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(support::pinwatch_cli())
+        .args(["ctl", &svc.pid.to_string(), "profile", "-o"])
+        .arg(dir.path().join("p.pb.gz"))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("PINWATCH_FLIGHT_SIZE=off"),
+        "{out:?}"
+    );
+    assert!(!dir.path().join("p.pb.gz").exists());
+    svc.finish();
 }

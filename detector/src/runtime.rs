@@ -605,6 +605,7 @@ impl Prepared {
                 None,
             ),
             pending.prometheus_registry.as_ref(),
+            flight.as_ref().map(|(f, _)| f.clone()),
             &mut sinks,
         )?;
         #[cfg(feature = "console")]
@@ -828,6 +829,7 @@ fn start_prometheus(
     watched: &Arc<Watched>,
     live: export::LiveFn,
     registry: Option<&prometheus::Registry>,
+    flight: Option<export::Flight>,
     sinks: &mut Vec<Box<dyn Sink>>,
 ) -> Result<PrometheusParts, Error> {
     let addr = watched.config.prometheus_addr;
@@ -853,6 +855,7 @@ fn start_prometheus(
         Some(addr) => Some(export::prometheus::Endpoint::serve(
             addr,
             collector.clone(),
+            flight,
         )?),
         None => None,
     };
@@ -999,10 +1002,34 @@ impl Detector {
         Ok(dump.info)
     }
 
-    /// The flight recording now, for code in the crate that reads it (the pprof profile).
-    #[allow(dead_code)]
-    pub(crate) fn flight_snapshot(&self) -> Option<export::FlightSnapshot> {
-        self.flight.as_ref().map(|(f, _)| f.snapshot())
+    /// The pinned-time profile (the pprof format, gzipped: [`profile`](crate::profile)) of
+    /// the pins the flight recording holds that ran in the `last` stretch of time before now,
+    /// or of all it holds (`None`) — what `/debug/pprof/pinned?seconds=N` serves on the
+    /// Prometheus endpoint, for a service that serves its own HTTP (see docs/profiling.md).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), pinwatch::Error> {
+    /// let (rt, detector) = pinwatch::Builder::from_env()?
+    ///     .build(tokio::runtime::Builder::new_multi_thread().enable_all())?;
+    /// rt.block_on(async { /* … */ });
+    /// let body = detector.profile(Some(std::time::Duration::from_secs(60)))?;
+    /// std::fs::write("/var/tmp/pinned.pb.gz", body).expect("write the profile");
+    /// # Ok(()) }
+    /// ```
+    pub fn profile(&self, last: Option<std::time::Duration>) -> Result<Vec<u8>, Error> {
+        match &self.flight {
+            Some((flight, _)) => Ok(flight.profile(last)),
+            None => Err(Error::InvalidSetting {
+                setting: "flight_size",
+                reason: if self.watched.is_none() {
+                    "pinwatch is off (PINWATCH=off): there are no pins to profile".to_owned()
+                } else {
+                    "the flight recording is off (PINWATCH_FLIGHT_SIZE=off), and the profile is \
+                     made from the pins it holds; turn it on"
+                        .to_owned()
+                },
+            }),
+        }
     }
 
     /// pinwatch's Prometheus metrics, when the endpoint or a registry was asked for.

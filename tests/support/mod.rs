@@ -3,6 +3,8 @@
 //! installs. A missing server binary fails the test that needs it: nothing is skipped.
 #![allow(dead_code)]
 
+pub mod service;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

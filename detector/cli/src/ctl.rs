@@ -23,7 +23,7 @@ const LIST_TOTAL: Duration = Duration::from_secs(20);
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pinwatch ctl list\n  pinwatch ctl 4242 status --watch\n  pinwatch ctl 4242 set threshold=50ms stacks=full\n  pinwatch ctl 4242 record start /tmp/incident.jsonl --max-size 50MB --max-age 1h\n  pinwatch ctl 4242 record list\n  pinwatch ctl 4242 record stop 1\n  pinwatch ctl 4242 dump incident.jsonl\n  pinwatch ctl 4242 report -o incident.html\n  pinwatch ctl 4242 pause"
+    after_help = "Examples:\n  pinwatch ctl list\n  pinwatch ctl 4242 status --watch\n  pinwatch ctl 4242 set threshold=50ms stacks=full\n  pinwatch ctl 4242 record start /tmp/incident.jsonl --max-size 50MB --max-age 1h\n  pinwatch ctl 4242 record list\n  pinwatch ctl 4242 record stop 1\n  pinwatch ctl 4242 dump incident.jsonl\n  pinwatch ctl 4242 report -o incident.html\n  pinwatch ctl 4242 profile -o pinned.pb.gz --seconds 600\n  pinwatch ctl 4242 pause"
 )]
 pub struct CtlArgs {
     /// `list` (the processes with pinwatch), or the service: its pid, `<pid>.<n>` for its n-th
@@ -85,6 +85,20 @@ enum Action {
         #[arg(short, long)]
         output: PathBuf,
         /// Replace the page if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write the pinned-time profile (pprof, gzipped) of the pins in the service's flight
+    /// recording, as `pinwatch profile` does for a recording and `/debug/pprof/pinned` serves;
+    /// read it with `go tool pprof -top FILE`.
+    Profile {
+        /// Where to write the profile; it must not exist unless `--force`.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Only the pins that ran in the last N seconds (counted back from now).
+        #[arg(long, value_name = "N")]
+        seconds: Option<u64>,
+        /// Replace the file if it exists.
         #[arg(long)]
         force: bool,
     },
@@ -225,6 +239,11 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
         } => return record_list(&socket, *json),
         Action::Dump { file, force } => return dump(&socket, file, *force),
         Action::Report { output, force } => return report(&socket, output, *force),
+        Action::Profile {
+            output,
+            seconds,
+            force,
+        } => return profile(&socket, output, *seconds, *force),
         Action::Pause => Request::Pause,
         Action::Resume => Request::Resume,
     };
@@ -379,6 +398,60 @@ fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitC
         output.display(),
         rec.events.len(),
         untrusted(&source)
+    )))
+}
+
+/// `ctl <pid> profile -o FILE`: a dump, made into the pinned-time profile here (the same
+/// [`pinwatch::profile`] the service's `/debug/pprof/pinned` serves).
+fn profile(
+    socket: &client::Endpoint,
+    output: &Path,
+    seconds: Option<u64>,
+    force: bool,
+) -> Result<ExitCode, String> {
+    if !force && std::fs::symlink_metadata(output).is_ok() {
+        return Err(format!(
+            "{} exists; give another file, or ask to replace it (`--force`)",
+            output.display()
+        ));
+    }
+    let mut bytes = Vec::new();
+    let reply = client::dump(socket, DUMP_TIMEOUT, &mut bytes)?;
+    if !reply.ok {
+        return Err(reply.message);
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let rec = pinwatch::report::parse_recording(&text, &format!("pid {}", socket.pid))
+        .map_err(|e| e.to_string())?;
+    let mut options = pinwatch::profile::Options::default();
+    if let Some(n) = seconds {
+        let since = std::time::SystemTime::now()
+            .checked_sub(Duration::from_secs(n))
+            .unwrap_or(std::time::UNIX_EPOCH);
+        options = options.since(since);
+    }
+    let built = pinwatch::profile::build(&rec.events, &options);
+    let pins: i64 = built.sample.iter().map(|s| s.value[0]).sum();
+    if pins == 0 {
+        let when = seconds.map_or(String::new(), |n| format!(" that ran in the last {n} s"));
+        return Err(format!(
+            "the flight recording of pid {} holds no pins{when}: no profile written",
+            socket.pid
+        ));
+    }
+    let nanos = built
+        .sample
+        .iter()
+        .fold(0i64, |t, s| t.saturating_add(s.value[1]));
+    let body = pinwatch::profile::encode(&built);
+    pinwatch::export::write_whole_file(output, force, |f| f.write_all(&body))
+        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    Ok(crate::print_out(&format!(
+        "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: go tool pprof -top {}\n",
+        output.display(),
+        nanos as f64 / 1e6,
+        built.sample.len(),
+        output.display()
     )))
 }
 

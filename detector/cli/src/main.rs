@@ -308,13 +308,10 @@ fn write_profile(
         }
     }
     let bytes = profile::encode(&built);
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "profile".to_owned());
-    let tmp = output.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    if let Err(e) = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, output)) {
-        let _ = std::fs::remove_file(&tmp);
+    // Whole or not at all (a temporary file beside it, then renamed over it).
+    if let Err(e) =
+        pinwatch::export::write_whole_file(output, true, |f| std::io::Write::write_all(f, &bytes))
+    {
         return fail(format_args!("cannot write {}: {e}", output.display()));
     }
     print_out(&format!(

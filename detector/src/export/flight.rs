@@ -388,6 +388,24 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+impl Flight {
+    /// The pinned-time profile (pprof, gzipped) of the pins the buffer holds that ran in the
+    /// `last` stretch of time before now (all it holds when `None`): what
+    /// `/debug/pprof/pinned?seconds=N` and [`Detector::profile`](crate::Detector::profile)
+    /// answer. The lock is held only to copy the buffer.
+    pub(crate) fn profile(&self, last: Option<std::time::Duration>) -> Vec<u8> {
+        let events = self.snapshot().events();
+        let mut options = crate::profile::Options::default();
+        if let Some(last) = last {
+            let since = SystemTime::now()
+                .checked_sub(last)
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            options = options.since(since);
+        }
+        crate::profile::pprof(&events, &options)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -386,6 +386,7 @@ impl Endpoint {
     pub(crate) fn serve(
         addr: std::net::SocketAddr,
         collector: PinwatchCollector,
+        flight: Option<super::Flight>,
     ) -> Result<Endpoint, Error> {
         let listen_error = |reason: String| Error::PrometheusListen { addr, reason };
         let listener =
@@ -395,7 +396,7 @@ impl Endpoint {
             .register(Box::new(collector))
             .map_err(|e| listen_error(e.to_string()))?;
         let server = super::http::Server::start(listener, "pinwatch-prometheus", move |req| {
-            route(&registry, req)
+            route(&registry, flight.as_ref(), req)
         })
         .map_err(|source| Error::Thread {
             what: "prometheus",
@@ -411,8 +412,19 @@ impl Endpoint {
     }
 }
 
+/// Where the pinned-time profile is served (like Go's `net/http/pprof` profiles).
+pub const PPROF_PATH: &str = "/debug/pprof/pinned";
+
+/// The longest `seconds` of `/debug/pprof/pinned?seconds=N` (a year): what a buffer of the last
+/// pins could hold, with room.
+const MAX_PPROF_SECONDS: u64 = 366 * 24 * 3600;
+
 /// The endpoint's paths.
-fn route(registry: &Registry, req: &super::http::Request<'_>) -> super::http::Response {
+fn route(
+    registry: &Registry,
+    flight: Option<&super::Flight>,
+    req: &super::http::Request<'_>,
+) -> super::http::Response {
     use super::http::Response;
     match req.path {
         "/metrics" if req.method == "GET" => {
@@ -423,7 +435,46 @@ fn route(registry: &Registry, req: &super::http::Request<'_>) -> super::http::Re
             Response::ok("text/plain; version=0.0.4; charset=utf-8", body)
         }
         "/metrics" => Response::method_not_allowed("GET"),
-        _ => Response::error(404, "pinwatch: try /metrics"),
+        PPROF_PATH if req.method == "GET" => {
+            let Some(flight) = flight else {
+                return Response::error(
+                    404,
+                    "pinwatch: the flight recording is off (PINWATCH_FLIGHT_SIZE=off), and \
+                     /debug/pprof/pinned profiles the pins it holds; turn it on to serve profiles",
+                );
+            };
+            match pprof_seconds(req.query) {
+                Ok(last) => Response::ok("application/octet-stream", flight.profile(last)),
+                Err(e) => Response::error(400, &e),
+            }
+        }
+        PPROF_PATH => Response::method_not_allowed("GET"),
+        _ => Response::error(404, "pinwatch: try /metrics or /debug/pprof/pinned"),
+    }
+}
+
+/// `seconds=N` of `/debug/pprof/pinned`'s query: the pins of the last N seconds (`None`: all
+/// the flight recording holds). Other parameters are ignored, as Go's handlers ignore what they
+/// do not know; a bad `seconds` is refused, quoting it (cut and escaped: it is the peer's).
+fn pprof_seconds(query: &str) -> Result<Option<std::time::Duration>, String> {
+    let Some(value) = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("seconds="))
+    else {
+        return Ok(None);
+    };
+    match value.parse::<u64>() {
+        Ok(n) if (1..=MAX_PPROF_SECONDS).contains(&n) => {
+            Ok(Some(std::time::Duration::from_secs(n)))
+        }
+        _ => {
+            let shown: String = value.chars().take(32).collect();
+            Err(format!(
+                "pinwatch: seconds={} is not a whole number of seconds from 1 to {MAX_PPROF_SECONDS} \
+                 (e.g. {PPROF_PATH}?seconds=60; without it, every pin the flight recording holds)",
+                shown.escape_default()
+            ))
+        }
     }
 }
 

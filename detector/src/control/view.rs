@@ -11,10 +11,21 @@ use crate::report::{Summary, SummaryRow};
 /// Distinct top frames remembered; later ones count as `(other locations)`.
 const MAX_LOCATIONS: usize = 1000;
 
+/// Pins remembered as running. Far more than can run at once (one per worker and `block_on`
+/// body); the bound is for pins whose `completed` report the queue dropped, which would
+/// otherwise stay here for good — about 12 KB each with full stacks, without limit under a pin
+/// storm. Past it the one reported longest ago goes; one still running comes back at its
+/// next re-report.
+const MAX_OPEN: usize = 1024;
+
 #[derive(Default)]
 struct State_ {
-    /// The latest report of each pin not yet completed, by event id.
+    /// The latest report of each pin not yet completed, by event id (at most [`MAX_OPEN`]).
     open: HashMap<u64, PinnedEvent>,
+    /// When each of `open` was last reported, in events seen.
+    reported: HashMap<u64, u64>,
+    /// Events seen.
+    seen: u64,
     /// Completed pins.
     done: Summary,
 }
@@ -27,6 +38,8 @@ impl Default for View {
     fn default() -> Self {
         View(Arc::new(Mutex::new(State_ {
             open: HashMap::new(),
+            reported: HashMap::new(),
+            seen: 0,
             done: Summary::bounded(MAX_LOCATIONS),
         })))
     }
@@ -68,14 +81,27 @@ impl Sink for ViewSink {
         let mut state = self.0.lock();
         match e.state {
             State::InProgress => {
+                state.seen += 1;
+                let seen = state.seen;
                 state.open.insert(e.id, e.clone());
+                state.reported.insert(e.id, seen);
+                if state.open.len() > MAX_OPEN {
+                    // Rare (completions dropped): a scan of at most MAX_OPEN + 1.
+                    if let Some(oldest) = state.reported.iter().min_by_key(|(_, at)| **at) {
+                        let oldest = *oldest.0;
+                        state.open.remove(&oldest);
+                        state.reported.remove(&oldest);
+                    }
+                }
             }
             State::Completed => {
                 state.open.remove(&e.id);
+                state.reported.remove(&e.id);
                 state.done.add(e);
             }
             State::Retracted => {
                 state.open.remove(&e.id);
+                state.reported.remove(&e.id);
             }
         }
     }
@@ -110,5 +136,36 @@ mod tests {
         assert_eq!((top.len(), top[0].lines.len()), (1, 1));
         assert_eq!((top[0].count, top[0].in_progress), (1, 0));
         assert_eq!(top[0].total_ms, 1500.0);
+    }
+
+    /// Pins whose `completed` report never came (the queue dropped it) do not pile up: the
+    /// view keeps the MAX_OPEN reported last, and a pin still running comes back at its next
+    /// report.
+    #[test]
+    fn pins_whose_completion_was_dropped_do_not_pile_up() {
+        let view = View::default();
+        let mut sink = view.sink();
+        let n = MAX_OPEN as u64 * 3;
+        for id in 1..=n {
+            sink.event(&PinnedEvent::for_test(
+                id,
+                State::InProgress,
+                Reason::Sleep,
+                30,
+                10,
+            ));
+        }
+        assert_eq!(view.lock().open.len(), MAX_OPEN);
+        assert!(view.open(1).is_none() && view.open(n).is_some());
+        // The oldest, still stuck, is re-reported: it is shown again.
+        sink.event(&PinnedEvent::for_test(
+            1,
+            State::InProgress,
+            Reason::Sleep,
+            5000,
+            10,
+        ));
+        assert_eq!(view.open(1).unwrap().duration.as_millis(), 5000);
+        assert_eq!(view.lock().open.len(), MAX_OPEN);
     }
 }

@@ -10,7 +10,16 @@
 //! Every time is taken next to the counter load it belongs to, per slot: a watchdog made late by
 //! a slow probe or by the kernel never ages a poll by its own lateness. The poll's start is
 //! bounded by looks at its slot: it began after the last look that saw another counter. That
-//! bound is what `start` and `duration` report, so a duration is never shorter than the real one.
+//! bound is what `start` and `duration` report, so a duration is never shorter than the real one
+//! (the reported start is at or before the real start, the end is the exact one).
+//!
+//! Against the threshold a poll's age is taken from the first look that saw it, plus the gap
+//! before that look credited up to one and a half scan intervals (see `Watch::age`): so a poll
+//! running for the threshold plus one scan interval is reported while the watchdog looks on
+//! time, and no poll is reported that ran less than the threshold minus one and a half scan
+//! intervals. Time the worker spent waiting for a CPU after the watchdog's second look at the
+//! poll (its thread's `schedstat`) does not count; before that look at most a quarter of the
+//! threshold plus one scan interval counts.
 
 pub(crate) mod probe;
 mod workers;
@@ -344,10 +353,32 @@ struct Watch {
     after: Instant,
     /// The thread has handed its worker over (`block_in_place`): not pinning while that lasts.
     handed_off: bool,
-    /// The thread's scheduler accounting when the poll was a quarter of the threshold old:
-    /// time spent after it waiting for a CPU does not count toward the threshold.
+    /// The thread's scheduler accounting at the second look at the poll: time spent after it
+    /// waiting for a CPU does not count toward the threshold.
     baseline: Option<Baseline>,
+    /// The most pinned time found for the poll so far: time only adds up, and a look that
+    /// finds the thread runnable (its sleep just ended, it waits for a CPU) can count less of
+    /// it than an earlier look that found it blocked.
+    counted: Duration,
     pinned: Option<Pinned>,
+}
+
+/// How much of the time between the last look that saw another counter and the first that saw
+/// this poll counts toward its age: one and a half scan intervals (a timely watchdog's looks
+/// are one interval and its wake-up apart).
+const GAP_CREDIT: (u32, u32) = (3, 2);
+
+impl Watch {
+    /// The poll's age at `t` as the threshold sees it: the time since the first look that saw
+    /// it, plus the gap before that look (the poll started in it), credited up to one and a
+    /// half scan intervals. Never more than the poll's real age plus that, and, while the
+    /// watchdog looks on time, never less than its real age: a poll that runs for the threshold
+    /// plus one scan interval is seen past the threshold by the last look before it returns.
+    fn age(&self, t: Instant, interval: Duration) -> Duration {
+        let gap = self.first_seen.saturating_duration_since(self.after);
+        t.saturating_duration_since(self.first_seen)
+            + gap.min(interval * GAP_CREDIT.0 / GAP_CREDIT.1)
+    }
 }
 
 /// A poll reported as pinned and not yet completed.
@@ -589,6 +620,7 @@ impl Watchdog<'_> {
                 after: prev_look,
                 handed_off: false,
                 baseline: None,
+                counted: Duration::ZERO,
                 pinned: None,
             });
             return;
@@ -600,6 +632,7 @@ impl Watchdog<'_> {
             wt.after = prev_look;
             wt.handed_off = false;
             wt.baseline = None;
+            wt.counted = Duration::ZERO;
             return;
         }
         if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
@@ -614,31 +647,40 @@ impl Watchdog<'_> {
                 wt.first_seen = now;
                 wt.after = prev_look;
                 wt.baseline = None;
+                wt.counted = Duration::ZERO;
             }
             return;
         }
         let threshold = self.settings.threshold;
-        let age = before.saturating_duration_since(wt.first_seen);
+        let interval = self.settings.effective_scan_interval();
         let tid = slot.tid.load(Ordering::Relaxed);
-        if wt.baseline.is_none() && age >= threshold / 4 {
-            wt.baseline = probe::read_schedstat(tid).map(|stat| Baseline {
-                at: Instant::now(),
-                // What the poll did before the baseline is unknown: on a CPU, blocked, or
-                // waiting for a CPU. Credit it with at most what a timely look would have seen
-                // (a quarter of the threshold); a watchdog that looks late — preempted on a
-                // loaded machine — must not turn a preempted worker's wait into a pin.
-                age: age.min(threshold / 4),
-                stat,
+        if wt.baseline.is_none() {
+            // The second look at this poll (polls this long are rare: the read is too). What
+            // the poll did before it is unknown: on a CPU, blocked, or waiting for a CPU.
+            // Credit it with what two timely looks see, at most a quarter of the threshold
+            // plus one scan interval: a watchdog that looks late — preempted on a loaded
+            // machine — must not turn a preempted worker's wait into a pin.
+            wt.baseline = probe::read_schedstat(tid).map(|stat| {
+                let at = Instant::now();
+                Baseline {
+                    at,
+                    age: wt.age(at, interval).min(threshold / 4 + interval),
+                    stat,
+                }
             });
         }
-        if age >= threshold {
+        let age = wt.age(before, interval);
+        // From half the threshold on (polls that long are rare), every look counts the
+        // pinned time: a look that finds the thread blocked is kept for the looks after it.
+        if age >= threshold / 2 {
             // A worker the kernel preempted (an overloaded machine, a CPU quota) is late, but
             // not pinned by its task: only time on a CPU or blocked counts.
             let (pinned_for, waited) = match wt.baseline {
                 Some(b) => b.pinned_time(Instant::now(), tid),
                 None => (age, Duration::ZERO),
             };
-            if pinned_for >= threshold {
+            wt.counted = wt.counted.max(pinned_for);
+            if age >= threshold && wt.counted >= threshold {
                 self.flag(slot, wt, seq, waited);
             }
         }
@@ -844,11 +886,12 @@ impl Watchdog<'_> {
     }
 }
 
-/// The scheduler's view of a poll, taken when it was a quarter of the threshold old.
+/// The scheduler's view of a poll, taken at the watchdog's second look at it.
 #[derive(Clone, Copy)]
 struct Baseline {
     at: Instant,
-    /// The poll's age then, credited toward the threshold (at most a quarter of it).
+    /// The poll's age then, credited toward the threshold (at most a quarter of it plus one
+    /// scan interval).
     age: Duration,
     stat: probe::SchedStat,
 }

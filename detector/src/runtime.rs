@@ -402,6 +402,26 @@ impl Builder {
 /// tokio's builder as `#[tokio::main]` and `#[tokio::test]` make it, everything enabled: `None`
 /// is a current-thread runtime, `Some(workers)` a multi-thread one with that many workers
 /// (tokio's default when `None`).
+/// Installs, once per process, a panic hook that marks a watched poll that panics as unwinding
+/// from then on (see [`crate::poll::slot::poll_panics`]), then calls the hook that was there
+/// before (std's, which prints the message and, with `RUST_BACKTRACE`, symbolizes a backtrace
+/// inside the poll: hundreds of milliseconds the first time, which are not a pin of the code
+/// under test). A hook set after it replaces it: polls that panic are then timed to their end,
+/// as without it. Not installed from a thread that is panicking (`set_hook` would panic).
+fn install_panic_hook() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    if std::thread::panicking() {
+        return;
+    }
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            crate::poll::slot::poll_panics();
+            previous(info);
+        }));
+    });
+}
+
 pub(crate) fn tokio_builder(multi_thread: Option<Option<usize>>) -> tokio::runtime::Builder {
     let mut tokio = match multi_thread {
         None => tokio::runtime::Builder::new_current_thread(),
@@ -494,6 +514,7 @@ impl Prepared {
                 console: None,
             });
         };
+        install_panic_hook();
         #[allow(unused_mut)]
         let Pending {
             watched,

@@ -601,7 +601,11 @@ impl Watchdog<'_> {
         if let Some(wt) = watch.as_mut() {
             if let Some(p) = wt.pinned.take() {
                 wt.pinned = self.follow_pinned(slot, p, seq, now);
-                if wt.pinned.is_none() && wt.seq == seq && seq & 1 == 1 {
+                if wt.pinned.is_none()
+                    && wt.seq == seq
+                    && seq & 1 == 1
+                    && slot.unwinding.since(seq).is_none()
+                {
                     // Retracted while the same poll runs on: it is in `block_in_place`.
                     wt.handed_off = true;
                 }
@@ -636,6 +640,11 @@ impl Watchdog<'_> {
             return;
         }
         if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
+            return;
+        }
+        if slot.unwinding.since(seq).is_some() {
+            // It panicked before it was found pinned: the rest is the panic machinery's (the
+            // panic hook symbolizing a backtrace, the unwinding), not the code under test's.
             return;
         }
         if wt.handed_off {
@@ -795,8 +804,11 @@ impl Watchdog<'_> {
         now: Instant,
     ) -> Option<Pinned> {
         let ended = slot.poll.ended(p.seq);
-        if ended.is_some() || seq != p.seq {
-            let end = match ended {
+        // A pinned poll that panics ends, for pinwatch, where the panic began: the panic hook
+        // and the unwinding after it are not the pin.
+        let unwinding = slot.unwinding.since(p.seq);
+        if ended.is_some() || seq != p.seq || unwinding.is_some() {
+            let end = match unwinding.or(ended) {
                 Some(nanos) => self.w.table.base + Duration::from_nanos(nanos),
                 // The end time was missed (the thread went away mid-poll): this look is the
                 // tightest bound left.

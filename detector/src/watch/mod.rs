@@ -442,7 +442,14 @@ pub(crate) fn run(
             idle_at = None;
             !matches!(stop.try_recv(), Err(mpsc::TryRecvError::Empty))
         } else {
-            match stop.recv_timeout(wd.settings.effective_scan_interval()) {
+            // One scan interval from the start of the last scan, not from its end: scans keep
+            // to the interval on average (a poll's start and the threshold are bounded by the
+            // looks, and a period longer than the interval would lose the difference).
+            let wait = wd
+                .settings
+                .effective_scan_interval()
+                .saturating_sub(last_scan.elapsed());
+            match stop.recv_timeout(wait) {
                 Err(mpsc::RecvTimeoutError::Timeout) => false,
                 // Sender dropped: the detector is stopping. Scan once more to complete what
                 // ended.

@@ -20,6 +20,12 @@
 //! intervals. Time the worker spent waiting for a CPU after the watchdog's second look at the
 //! poll (its thread's `schedstat`) does not count; before that look at most a quarter of the
 //! threshold plus one scan interval counts.
+//!
+//! At its second look at a poll the watchdog also asks the thread to record the poll's end, as
+//! for a pinned one, without reporting anything: a watchdog kept off the CPU past the poll's end
+//! (the host stealing a VM's CPUs, its code paged back in, a loaded machine) then still finds
+//! the exact end at its next look, judges the poll by it the same way, and reports it completed
+//! (without a stack: there was nothing left to sample). Before, such a poll was never reported.
 
 pub(crate) mod probe;
 mod workers;
@@ -32,6 +38,7 @@ use tokio::runtime::Handle;
 
 use crate::config::{Config, Settings};
 use crate::event::{PinnedEvent, SourceLocation, State, Worker};
+use crate::poll::protocol::Snapshot;
 use crate::poll::slot::{NameBuf, Slot, SlotTable};
 use probe::Probe;
 use workers::Owner;
@@ -360,6 +367,9 @@ struct Watch {
     /// finds the thread runnable (its sleep just ended, it waits for a CPU) can count less of
     /// it than an earlier look that found it blocked.
     counted: Duration,
+    /// The poll's task, read at the second look, when the watchdog asked there for its end
+    /// time (see `Watchdog::arm`).
+    armed: Option<Snapshot>,
     pinned: Option<Pinned>,
 }
 
@@ -619,8 +629,9 @@ impl Watchdog<'_> {
             }
         }
         if !active {
-            if watch.as_ref().is_some_and(|w| w.pinned.is_none()) {
-                *watch = None;
+            if let Some(wt) = watch.take_if(|w| w.pinned.is_none()) {
+                // The thread went away: its last poll may have ended unseen past the threshold.
+                self.ended_unseen(slot, &wt, now);
             }
             return;
         }
@@ -632,18 +643,22 @@ impl Watchdog<'_> {
                 handed_off: false,
                 baseline: None,
                 counted: Duration::ZERO,
+                armed: None,
                 pinned: None,
             });
             return;
         };
         if seq != wt.seq {
-            // Counters never repeat, not even across owners of the slot: another poll.
+            // Counters never repeat, not even across owners of the slot: another poll. The one
+            // before may have ended past the threshold while the watchdog was kept away.
+            self.ended_unseen(slot, wt, now);
             wt.seq = seq;
             wt.first_seen = now;
             wt.after = prev_look;
             wt.handed_off = false;
             wt.baseline = None;
             wt.counted = Duration::ZERO;
+            wt.armed = None;
             return;
         }
         if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
@@ -664,6 +679,7 @@ impl Watchdog<'_> {
                 wt.after = prev_look;
                 wt.baseline = None;
                 wt.counted = Duration::ZERO;
+                wt.armed = None;
             }
             return;
         }
@@ -685,6 +701,9 @@ impl Watchdog<'_> {
                 }
             });
         }
+        if wt.armed.is_none() {
+            self.arm(slot, wt, seq);
+        }
         let age = wt.age(before, interval);
         // From half the threshold on (polls that long are rare), every look counts the
         // pinned time: a look that finds the thread blocked is kept for the looks after it.
@@ -700,6 +719,94 @@ impl Watchdog<'_> {
                 self.flag(slot, wt, seq, waited);
             }
         }
+    }
+
+    /// The second look at poll `seq`: asks its thread to record when it ends, as for a poll
+    /// found pinned, without reporting anything. If the watchdog is then kept away until after
+    /// the poll has ended (the host steals the CPUs, the kernel pages the watchdog's code back
+    /// in, a loaded machine), its next look still finds the exact end and judges the poll by it
+    /// ([`ended_unseen`](Self::ended_unseen)); without it, such a poll ended unknown and was
+    /// never reported. Costs what flagging costs (a barrier here, a clock read when the poll
+    /// returns), once per poll that lives to a second look; the per-poll path is unchanged.
+    fn arm(&mut self, slot: &Slot, wt: &mut Watch, seq: u64) {
+        let Some(snap) = slot.poll.read().filter(|s| s.seq == seq) else {
+            return;
+        };
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let thread = slot.thread.load(Ordering::Relaxed);
+        if !body && workers::owner(self.handle, thread) == Owner::HandedOff {
+            // In `block_in_place` (the flag path counts it): nothing to time.
+            return;
+        }
+        if slot.poll.flag(seq) {
+            wt.armed = Some(snap);
+        }
+    }
+
+    /// Poll `wt.seq`, armed at its second look and not reported, has ended (the slot's counter
+    /// moved, or its thread went away): if it ran past the threshold — timed to its recorded
+    /// end, the same way as while it ran, time spent waiting for a CPU not counted — reports it,
+    /// completed, in one event without a stack.
+    fn ended_unseen(&mut self, slot: &Slot, wt: &Watch, now: Instant) {
+        let Some(snap) = wt.armed else { return };
+        if wt.pinned.is_some() || wt.handed_off || self.settings.paused {
+            return;
+        }
+        let Some(nanos) = slot.poll.ended(wt.seq) else {
+            return;
+        };
+        if slot.unwinding.since(wt.seq).is_some() {
+            // Ended in a panic: the panic machinery's time is not a pin.
+            return;
+        }
+        let end = self.w.table.base + Duration::from_nanos(nanos);
+        let threshold = self.settings.threshold;
+        let age = wt.age(end, self.settings.effective_scan_interval());
+        if age < threshold {
+            // The common case: a poll of a few milliseconds. Nothing more to read.
+            return;
+        }
+        let tid = slot.tid.load(Ordering::Relaxed);
+        // Waited since the baseline until now, not until the end: never more pinned time than
+        // there was.
+        let waited = waited_since(wt.baseline, tid);
+        let pinned_for = match wt.baseline {
+            Some(b) => (b.age + end.saturating_duration_since(b.at)).saturating_sub(waited),
+            None => age,
+        };
+        if pinned_for < threshold {
+            return;
+        }
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let thread = slot.thread.load(Ordering::Relaxed);
+        let index = match workers::owner(self.handle, thread) {
+            Owner::Worker(i) => Some(i),
+            Owner::HandedOff if body => None,
+            Owner::HandedOff => return,
+        };
+        self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
+        let mut name: NameBuf = [0; 48];
+        let name_len = slot.name_into(&mut name);
+        let worker = Worker {
+            index,
+            tid,
+            name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
+        };
+        let mut event = self.new_event(snap, worker, Default::default(), wt.after, waited);
+        event.state = State::Completed;
+        event.duration = end.saturating_duration_since(wt.after);
+        let pinned = Pinned {
+            seq: wt.seq,
+            tid,
+            thread,
+            baseline: wt.baseline,
+            event,
+            start: wt.after,
+            last_report: now,
+            last_sample: now,
+            probes: Vec::new(),
+        };
+        self.send(&pinned);
     }
 
     /// A poll just crossed the threshold: decide whether it is pinned, and report it.
@@ -731,6 +838,46 @@ impl Watchdog<'_> {
             // It returned as it was being flagged: not worth a report.
             return;
         }
+        // The spans the poll entered, as they are now: the report keeps them, even once the
+        // spans close.
+        let spans = crate::spans::capture(slot, seq);
+        self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
+        let worker = Worker {
+            index,
+            tid,
+            name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
+        };
+        let event = self.new_event(snap, worker, spans, wt.after, waited);
+        let now = Instant::now();
+        let mut pinned = Pinned {
+            seq,
+            tid,
+            thread,
+            baseline: wt.baseline,
+            event,
+            start: wt.after,
+            last_report: now,
+            last_sample: now,
+            probes: Vec::new(),
+        };
+        self.probe(slot, &mut pinned);
+        self.send(&pinned);
+        wt.pinned = Some(pinned);
+        // Reported: its end is followed from here, not judged again when it ends.
+        wt.armed = None;
+    }
+
+    /// A new event (`in_progress`, first report) for the poll `snap` began after `after`.
+    fn new_event(
+        &self,
+        snap: Snapshot,
+        worker: Worker,
+        spans: crate::spans::Captured,
+        after: Instant,
+        waited: Duration,
+    ) -> PinnedEvent {
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let index = worker.index;
         let spawned_at = if snap.spawned_at == 0 {
             None
         } else {
@@ -740,14 +887,9 @@ impl Watchdog<'_> {
                 &*(snap.spawned_at as *const std::panic::Location<'static>)
             }))
         };
-        // The spans the poll entered, as they are now: the report keeps them, even once the
-        // spans close.
-        let spans = crate::spans::capture(slot, seq);
-        self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(wt.after);
-        let stall = self.stalled.filter(|s| s.blames(wt.after));
-        let event = PinnedEvent {
+        let elapsed = Instant::now().saturating_duration_since(after);
+        let stall = self.stalled.filter(|s| s.blames(after));
+        PinnedEvent {
             id: self.w.next_id.fetch_add(1, Ordering::Relaxed),
             run_id: self.w.run_id.clone(),
             pid: std::process::id(),
@@ -760,11 +902,7 @@ impl Watchdog<'_> {
             task_id: (!body).then_some(snap.task_id),
             block_on: body,
             spawned_at,
-            worker: Worker {
-                index,
-                tid,
-                name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
-            },
+            worker,
             reason: None,
             other_reasons: Vec::new(),
             blocking_operation: None,
@@ -784,21 +922,7 @@ impl Watchdog<'_> {
             spans: spans.spans,
             trace_id: spans.trace_id,
             span_id: spans.span_id,
-        };
-        let mut pinned = Pinned {
-            seq,
-            tid,
-            thread,
-            baseline: wt.baseline,
-            event,
-            start: wt.after,
-            last_report: now,
-            last_sample: now,
-            probes: Vec::new(),
-        };
-        self.probe(slot, &mut pinned);
-        self.send(&pinned);
-        wt.pinned = Some(pinned);
+        }
     }
 
     /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.

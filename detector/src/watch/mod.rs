@@ -21,8 +21,9 @@
 //! poll (its thread's `schedstat`) does not count; before that look at most a quarter of the
 //! threshold plus one scan interval counts.
 //!
-//! At its second look at a poll the watchdog also asks the thread to record the poll's end, as
-//! for a pinned one, without reporting anything: a watchdog kept off the CPU past the poll's end
+//! At its second look at a poll blocked in the kernel the watchdog also asks the thread to
+//! record the poll's end, as for a pinned one, without reporting anything: a watchdog kept off
+//! the CPU past the poll's end
 //! (the host stealing a VM's CPUs, its code paged back in, a loaded machine) then still finds
 //! the exact end at its next look, judges the poll by it the same way, and reports it completed
 //! (without a stack: there was nothing left to sample). Before, such a poll was never reported.
@@ -368,8 +369,10 @@ struct Watch {
     /// it than an earlier look that found it blocked.
     counted: Duration,
     /// The poll's task, read at the second look, when the watchdog asked there for its end
-    /// time (see `Watchdog::arm`).
+    /// time because its thread was blocked (see `Watchdog::arm`).
     armed: Option<Snapshot>,
+    /// The second look has decided whether to arm it.
+    tried_arm: bool,
     pinned: Option<Pinned>,
 }
 
@@ -644,6 +647,7 @@ impl Watchdog<'_> {
                 baseline: None,
                 counted: Duration::ZERO,
                 armed: None,
+                tried_arm: false,
                 pinned: None,
             });
             return;
@@ -659,6 +663,7 @@ impl Watchdog<'_> {
             wt.baseline = None;
             wt.counted = Duration::ZERO;
             wt.armed = None;
+            wt.tried_arm = false;
             return;
         }
         if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
@@ -680,6 +685,7 @@ impl Watchdog<'_> {
                 wt.baseline = None;
                 wt.counted = Duration::ZERO;
                 wt.armed = None;
+                wt.tried_arm = false;
             }
             return;
         }
@@ -701,7 +707,8 @@ impl Watchdog<'_> {
                 }
             });
         }
-        if wt.armed.is_none() {
+        if wt.armed.is_none() && !wt.tried_arm {
+            wt.tried_arm = true;
             self.arm(slot, wt, seq);
         }
         let age = wt.age(before, interval);
@@ -721,7 +728,7 @@ impl Watchdog<'_> {
         }
     }
 
-    /// The second look at poll `seq`: asks its thread to record when it ends, as for a poll
+    /// The second look at poll `seq`, if its thread is blocked: asks it to record when it ends, as for a poll
     /// found pinned, without reporting anything. If the watchdog is then kept away until after
     /// the poll has ended (the host steals the CPUs, the kernel pages the watchdog's code back
     /// in, a loaded machine), its next look still finds the exact end and judges the poll by it
@@ -736,6 +743,14 @@ impl Watchdog<'_> {
         let thread = slot.thread.load(Ordering::Relaxed);
         if !body && workers::owner(self.handle, thread) == Owner::HandedOff {
             // In `block_in_place` (the flag path counts it): nothing to time.
+            return;
+        }
+        // Only a poll blocked in the kernel (asleep, in a blocking call): time its thread spends
+        // off the CPU and not waiting for one is then the block. A poll found running could
+        // spend it stolen by the host (a VM's CPUs), which no account shows; it is judged only
+        // by looks while it runs, as before.
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if !matches!(probe::read_state(tid), Some('S' | 'D')) {
             return;
         }
         if slot.poll.flag(seq) {

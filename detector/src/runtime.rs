@@ -463,6 +463,26 @@ impl Builder {
     }
 }
 
+/// Installs, once per process, a panic hook that marks a watched poll that panics as unwinding
+/// from then on (see [`crate::poll::slot::poll_panics`]), then calls the hook that was there
+/// before (std's, which prints the message and, with `RUST_BACKTRACE`, symbolizes a backtrace
+/// inside the poll: hundreds of milliseconds the first time, which are not a pin of the code
+/// under test). A hook set after it replaces it: polls that panic are then timed to their end,
+/// as without it. Not installed from a thread that is panicking (`set_hook` would panic).
+fn install_panic_hook() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    if std::thread::panicking() {
+        return;
+    }
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            crate::poll::slot::poll_panics();
+            previous(info);
+        }));
+    });
+}
+
 /// tokio's builder as `#[tokio::main]` and `#[tokio::test]` make it for `flavor`, everything
 /// enabled; a multi-thread one with `workers` workers (tokio's default when `None`).
 pub(crate) fn tokio_builder(
@@ -564,6 +584,7 @@ impl Prepared {
                 console: None,
             });
         };
+        install_panic_hook();
         #[allow(unused_mut)]
         let Pending {
             watched,

@@ -13,7 +13,7 @@ use std::time::Instant;
 use super::current::{self, Current, NO_CLAIM};
 use super::locks::LockTable;
 use super::park::Parking;
-use super::protocol::PollCell;
+use super::protocol::{PollCell, NOT_FLAGGED};
 use super::sample::SampleArea;
 use super::spans::SpanStack;
 
@@ -51,6 +51,47 @@ pub(crate) struct Slot {
     pub sample: SampleArea,
     /// The `tracing` spans the owner has entered ([`crate::spans`]).
     pub spans: SpanStack,
+    /// The running poll is unwinding from a panic, since when ([`poll_panics`]).
+    pub unwinding: Unwinding,
+}
+
+/// Which poll of a slot began to unwind from a panic, and when: the watchdog counts none of the
+/// time after it (the panic hook's message and backtrace, the unwinding), which is the panic
+/// machinery's, not the code under test's. Written by the owner, from the panic hook only.
+pub(crate) struct Unwinding {
+    /// The poll counter (odd) of the poll that panicked, or `NOT_FLAGGED` while being written.
+    seq: AtomicU64,
+    /// When it panicked, in ns since the table's base.
+    nanos: AtomicU64,
+}
+
+impl Unwinding {
+    const fn new() -> Unwinding {
+        Unwinding {
+            seq: AtomicU64::new(NOT_FLAGGED),
+            nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// Poll `seq` panics at `nanos`. Owner only.
+    fn mark(&self, seq: u64, nanos: u64) {
+        // Busy first, so that a reader never pairs `seq` with another poll's time.
+        self.seq.store(NOT_FLAGGED, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.nanos.store(nanos, Ordering::Relaxed);
+        self.seq.store(seq, Ordering::Release);
+    }
+
+    /// When poll `seq` began to unwind (ns since the table's base), if it did. Counters never
+    /// repeat, so a mark left by an earlier poll or owner never matches.
+    pub fn since(&self, seq: u64) -> Option<u64> {
+        if self.seq.load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let nanos = self.nanos.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == seq).then_some(nanos)
+    }
 }
 
 impl Slot {
@@ -65,6 +106,7 @@ impl Slot {
             locks: LockTable::new(),
             sample: SampleArea::new(),
             spans: SpanStack::new(),
+            unwinding: Unwinding::new(),
         }
     }
 
@@ -274,6 +316,25 @@ fn flagged_poll_ended(seq: u64) {
         // slot's cell (see `begin_poll`).
         let (table, cell) = unsafe { (&*(current.owner as *const SlotTable), &*current.cell) };
         cell.record_end(seq, table.nanos_since_base(now));
+    }
+}
+
+/// The calling thread panics (called from pinwatch's panic hook): if it is running a watched
+/// poll, marks that poll unwinding from now, so that the watchdog counts none of the time the
+/// panic hook and the unwinding take. Locks nothing, allocates nothing, cannot panic; a
+/// thread without a slot, or between polls, changes nothing.
+pub(crate) fn poll_panics() {
+    let current = current::get();
+    if current.owner == 0 || current.slot.is_null() {
+        return;
+    }
+    // SAFETY: a nonzero `owner` is the address of the table holding the thread's slot, and
+    // `slot` that slot, both kept alive by the thread's `Claim` (see `flagged_poll_ended`).
+    let (table, slot) = unsafe { (&*(current.owner as *const SlotTable), &*current.slot) };
+    let seq = slot.poll.seq();
+    if seq & 1 == 1 {
+        slot.unwinding
+            .mark(seq, table.nanos_since_base(Instant::now()));
     }
 }
 

@@ -10,7 +10,23 @@
 //! Every time is taken next to the counter load it belongs to, per slot: a watchdog made late by
 //! a slow probe or by the kernel never ages a poll by its own lateness. The poll's start is
 //! bounded by looks at its slot: it began after the last look that saw another counter. That
-//! bound is what `start` and `duration` report, so a duration is never shorter than the real one.
+//! bound is what `start` and `duration` report, so a duration is never shorter than the real one
+//! (the reported start is at or before the real start, the end is the exact one).
+//!
+//! Against the threshold a poll's age is taken from the first look that saw it, plus the gap
+//! before that look credited up to one and a half scan intervals (see `Watch::age`): so a poll
+//! running for the threshold plus one scan interval is reported while the watchdog looks on
+//! time, and no poll is reported that ran less than the threshold minus one and a half scan
+//! intervals. Time the worker spent waiting for a CPU after the watchdog's second look at the
+//! poll (its thread's `schedstat`) does not count; before that look at most a quarter of the
+//! threshold plus one scan interval counts.
+//!
+//! At its second look at a poll blocked in the kernel the watchdog also asks the thread to
+//! record the poll's end, as for a pinned one, without reporting anything: a watchdog kept off
+//! the CPU past the poll's end
+//! (the host stealing a VM's CPUs, its code paged back in, a loaded machine) then still finds
+//! the exact end at its next look, judges the poll by it the same way, and reports it completed
+//! (without a stack: there was nothing left to sample). Before, such a poll was never reported.
 
 pub(crate) mod probe;
 mod workers;
@@ -23,6 +39,7 @@ use tokio::runtime::Handle;
 
 use crate::config::{Config, Settings};
 use crate::event::{PinnedEvent, SourceLocation, State, Worker};
+use crate::poll::protocol::Snapshot;
 use crate::poll::slot::{NameBuf, Slot, SlotTable, NAME_MAX};
 use probe::Probe;
 use workers::Owner;
@@ -344,10 +361,37 @@ struct Watch {
     after: Instant,
     /// The thread has handed its worker over (`block_in_place`): not pinning while that lasts.
     handed_off: bool,
-    /// The thread's scheduler accounting when the poll was a quarter of the threshold old:
-    /// time spent after it waiting for a CPU does not count toward the threshold.
+    /// The thread's scheduler accounting at the second look at the poll: time spent after it
+    /// waiting for a CPU does not count toward the threshold.
     baseline: Option<Baseline>,
+    /// The most pinned time found for the poll so far: time only adds up, and a look that
+    /// finds the thread runnable (its sleep just ended, it waits for a CPU) can count less of
+    /// it than an earlier look that found it blocked.
+    counted: Duration,
+    /// The poll's task, read at the second look, when the watchdog asked there for its end
+    /// time because its thread was blocked (see `Watchdog::arm`).
+    armed: Option<Snapshot>,
+    /// The second look has decided whether to arm it.
+    tried_arm: bool,
     pinned: Option<Pinned>,
+}
+
+/// How much of the time between the last look that saw another counter and the first that saw
+/// this poll counts toward its age: one and a half scan intervals (a timely watchdog's looks
+/// are one interval and its wake-up apart).
+const GAP_CREDIT: (u32, u32) = (3, 2);
+
+impl Watch {
+    /// The poll's age at `t` as the threshold sees it: the time since the first look that saw
+    /// it, plus the gap before that look (the poll started in it), credited up to one and a
+    /// half scan intervals. Never more than the poll's real age plus that, and, while the
+    /// watchdog looks on time, never less than its real age: a poll that runs for the threshold
+    /// plus one scan interval is seen past the threshold by the last look before it returns.
+    fn age(&self, t: Instant, interval: Duration) -> Duration {
+        let gap = self.first_seen.saturating_duration_since(self.after);
+        t.saturating_duration_since(self.first_seen)
+            + gap.min(interval * GAP_CREDIT.0 / GAP_CREDIT.1)
+    }
 }
 
 /// A poll reported as pinned and not yet completed.
@@ -411,7 +455,14 @@ pub(crate) fn run(
             idle_at = None;
             !matches!(stop.try_recv(), Err(mpsc::TryRecvError::Empty))
         } else {
-            match stop.recv_timeout(wd.settings.effective_scan_interval()) {
+            // One scan interval from the start of the last scan, not from its end: scans keep
+            // to the interval on average (a poll's start and the threshold are bounded by the
+            // looks, and a period longer than the interval would lose the difference).
+            let wait = wd
+                .settings
+                .effective_scan_interval()
+                .saturating_sub(last_scan.elapsed());
+            match stop.recv_timeout(wait) {
                 Err(mpsc::RecvTimeoutError::Timeout) => false,
                 // Sender dropped: the detector is stopping. Scan once more to complete what
                 // ended.
@@ -570,15 +621,20 @@ impl Watchdog<'_> {
         if let Some(wt) = watch.as_mut() {
             if let Some(p) = wt.pinned.take() {
                 wt.pinned = self.follow_pinned(slot, p, seq, now);
-                if wt.pinned.is_none() && wt.seq == seq && seq & 1 == 1 {
+                if wt.pinned.is_none()
+                    && wt.seq == seq
+                    && seq & 1 == 1
+                    && slot.unwinding.since(seq).is_none()
+                {
                     // Retracted while the same poll runs on: it is in `block_in_place`.
                     wt.handed_off = true;
                 }
             }
         }
         if !active {
-            if watch.as_ref().is_some_and(|w| w.pinned.is_none()) {
-                *watch = None;
+            if let Some(wt) = watch.take_if(|w| w.pinned.is_none()) {
+                // The thread went away: its last poll may have ended unseen past the threshold.
+                self.ended_unseen(slot, &wt, now);
             }
             return;
         }
@@ -589,20 +645,33 @@ impl Watchdog<'_> {
                 after: prev_look,
                 handed_off: false,
                 baseline: None,
+                counted: Duration::ZERO,
+                armed: None,
+                tried_arm: false,
                 pinned: None,
             });
             return;
         };
         if seq != wt.seq {
-            // Counters never repeat, not even across owners of the slot: another poll.
+            // Counters never repeat, not even across owners of the slot: another poll. The one
+            // before may have ended past the threshold while the watchdog was kept away.
+            self.ended_unseen(slot, wt, now);
             wt.seq = seq;
             wt.first_seen = now;
             wt.after = prev_look;
             wt.handed_off = false;
             wt.baseline = None;
+            wt.counted = Duration::ZERO;
+            wt.armed = None;
+            wt.tried_arm = false;
             return;
         }
         if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
+            return;
+        }
+        if slot.unwinding.since(seq).is_some() {
+            // It panicked before it was found pinned: the rest is the panic machinery's (the
+            // panic hook symbolizing a backtrace, the unwinding), not the code under test's.
             return;
         }
         if wt.handed_off {
@@ -614,34 +683,145 @@ impl Watchdog<'_> {
                 wt.first_seen = now;
                 wt.after = prev_look;
                 wt.baseline = None;
+                wt.counted = Duration::ZERO;
+                wt.armed = None;
+                wt.tried_arm = false;
             }
             return;
         }
         let threshold = self.settings.threshold;
-        let age = before.saturating_duration_since(wt.first_seen);
+        let interval = self.settings.effective_scan_interval();
         let tid = slot.tid.load(Ordering::Relaxed);
-        if wt.baseline.is_none() && age >= threshold / 4 {
-            wt.baseline = probe::read_schedstat(tid).map(|stat| Baseline {
-                at: Instant::now(),
-                // What the poll did before the baseline is unknown: on a CPU, blocked, or
-                // waiting for a CPU. Credit it with at most what a timely look would have seen
-                // (a quarter of the threshold); a watchdog that looks late — preempted on a
-                // loaded machine — must not turn a preempted worker's wait into a pin.
-                age: age.min(threshold / 4),
-                stat,
+        if wt.baseline.is_none() {
+            // The second look at this poll (polls this long are rare: the read is too). What
+            // the poll did before it is unknown: on a CPU, blocked, or waiting for a CPU.
+            // Credit it with what two timely looks see, at most a quarter of the threshold
+            // plus one scan interval: a watchdog that looks late — preempted on a loaded
+            // machine — must not turn a preempted worker's wait into a pin.
+            wt.baseline = probe::read_schedstat(tid).map(|stat| {
+                let at = Instant::now();
+                Baseline {
+                    at,
+                    age: wt.age(at, interval).min(threshold / 4 + interval),
+                    stat,
+                }
             });
         }
-        if age >= threshold {
+        if wt.armed.is_none() && !wt.tried_arm {
+            wt.tried_arm = true;
+            self.arm(slot, wt, seq);
+        }
+        let age = wt.age(before, interval);
+        // From half the threshold on (polls that long are rare), every look counts the
+        // pinned time: a look that finds the thread blocked is kept for the looks after it.
+        if age >= threshold / 2 {
             // A worker the kernel preempted (an overloaded machine, a CPU quota) is late, but
             // not pinned by its task: only time on a CPU or blocked counts.
             let (pinned_for, waited) = match wt.baseline {
                 Some(b) => b.pinned_time(Instant::now(), tid),
                 None => (age, Duration::ZERO),
             };
-            if pinned_for >= threshold {
+            wt.counted = wt.counted.max(pinned_for);
+            if age >= threshold && wt.counted >= threshold {
                 self.flag(slot, wt, seq, waited);
             }
         }
+    }
+
+    /// The second look at poll `seq`, if its thread is blocked: asks it to record when it ends, as for a poll
+    /// found pinned, without reporting anything. If the watchdog is then kept away until after
+    /// the poll has ended (the host steals the CPUs, the kernel pages the watchdog's code back
+    /// in, a loaded machine), its next look still finds the exact end and judges the poll by it
+    /// ([`ended_unseen`](Self::ended_unseen)); without it, such a poll ended unknown and was
+    /// never reported. Costs what flagging costs (a barrier here, a clock read when the poll
+    /// returns), once per poll that lives to a second look; the per-poll path is unchanged.
+    fn arm(&mut self, slot: &Slot, wt: &mut Watch, seq: u64) {
+        let Some(snap) = slot.poll.read().filter(|s| s.seq == seq) else {
+            return;
+        };
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let thread = slot.thread.load(Ordering::Relaxed);
+        if !body && workers::owner(self.handle, thread) == Owner::HandedOff {
+            // In `block_in_place` (the flag path counts it): nothing to time.
+            return;
+        }
+        // Only a poll blocked in the kernel (asleep, in a blocking call): time its thread spends
+        // off the CPU and not waiting for one is then the block. A poll found running could
+        // spend it stolen by the host (a VM's CPUs), which no account shows; it is judged only
+        // by looks while it runs, as before.
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if !matches!(probe::read_state(tid), Some('S' | 'D')) {
+            return;
+        }
+        if slot.poll.flag(seq) {
+            wt.armed = Some(snap);
+        }
+    }
+
+    /// Poll `wt.seq`, armed at its second look and not reported, has ended (the slot's counter
+    /// moved, or its thread went away): if it ran past the threshold — timed to its recorded
+    /// end, the same way as while it ran, time spent waiting for a CPU not counted — reports it,
+    /// completed, in one event without a stack.
+    fn ended_unseen(&mut self, slot: &Slot, wt: &Watch, now: Instant) {
+        let Some(snap) = wt.armed else { return };
+        if wt.pinned.is_some() || wt.handed_off || self.settings.paused {
+            return;
+        }
+        let Some(nanos) = slot.poll.ended(wt.seq) else {
+            return;
+        };
+        if slot.unwinding.since(wt.seq).is_some() {
+            // Ended in a panic: the panic machinery's time is not a pin.
+            return;
+        }
+        let end = self.w.table.base + Duration::from_nanos(nanos);
+        let threshold = self.settings.threshold;
+        let age = wt.age(end, self.settings.effective_scan_interval());
+        if age < threshold {
+            // The common case: a poll of a few milliseconds. Nothing more to read.
+            return;
+        }
+        let tid = slot.tid.load(Ordering::Relaxed);
+        // Waited since the baseline until now, not until the end: never more pinned time than
+        // there was.
+        let waited = waited_since(wt.baseline, tid);
+        let pinned_for = match wt.baseline {
+            Some(b) => (b.age + end.saturating_duration_since(b.at)).saturating_sub(waited),
+            None => age,
+        };
+        if pinned_for < threshold {
+            return;
+        }
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let thread = slot.thread.load(Ordering::Relaxed);
+        let index = match workers::owner(self.handle, thread) {
+            Owner::Worker(i) => Some(i),
+            Owner::HandedOff if body => None,
+            Owner::HandedOff => return,
+        };
+        self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
+        let mut name: NameBuf = [0; NAME_MAX];
+        let name_len = slot.name_into(&mut name);
+        let worker = Worker {
+            index,
+            tid,
+            name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
+        };
+        let mut event = self.new_event(snap, worker, Default::default(), wt.after, waited);
+        event.state = State::Completed;
+        event.duration = end.saturating_duration_since(wt.after);
+        let pinned = Pinned {
+            seq: wt.seq,
+            tid,
+            thread,
+            baseline: wt.baseline,
+            event,
+            start: wt.after,
+            last_report: now,
+            last_sample: now,
+            probes: Vec::new(),
+        };
+        self.send(&pinned);
     }
 
     /// A poll just crossed the threshold: decide whether it is pinned, and report it.
@@ -673,6 +853,46 @@ impl Watchdog<'_> {
             // It returned as it was being flagged: not worth a report.
             return;
         }
+        // The spans the poll entered, as they are now: the report keeps them, even once the
+        // spans close.
+        let spans = crate::spans::capture(slot, seq);
+        self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
+        let worker = Worker {
+            index,
+            tid,
+            name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
+        };
+        let event = self.new_event(snap, worker, spans, wt.after, waited);
+        let now = Instant::now();
+        let mut pinned = Pinned {
+            seq,
+            tid,
+            thread,
+            baseline: wt.baseline,
+            event,
+            start: wt.after,
+            last_report: now,
+            last_sample: now,
+            probes: Vec::new(),
+        };
+        self.probe(slot, &mut pinned);
+        self.send(&pinned);
+        wt.pinned = Some(pinned);
+        // Reported: its end is followed from here, not judged again when it ends.
+        wt.armed = None;
+    }
+
+    /// A new event (`in_progress`, first report) for the poll `snap` began after `after`.
+    fn new_event(
+        &self,
+        snap: Snapshot,
+        worker: Worker,
+        spans: crate::spans::Captured,
+        after: Instant,
+        waited: Duration,
+    ) -> PinnedEvent {
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let index = worker.index;
         let spawned_at = if snap.spawned_at == 0 {
             None
         } else {
@@ -682,14 +902,9 @@ impl Watchdog<'_> {
                 &*(snap.spawned_at as *const std::panic::Location<'static>)
             }))
         };
-        // The spans the poll entered, as they are now: the report keeps them, even once the
-        // spans close.
-        let spans = crate::spans::capture(slot, seq);
-        self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(wt.after);
-        let stall = self.stalled.filter(|s| s.blames(wt.after));
-        let event = PinnedEvent {
+        let elapsed = Instant::now().saturating_duration_since(after);
+        let stall = self.stalled.filter(|s| s.blames(after));
+        PinnedEvent {
             id: self.w.next_id.fetch_add(1, Ordering::Relaxed),
             run_id: self.w.run_id.clone(),
             pid: std::process::id(),
@@ -702,11 +917,7 @@ impl Watchdog<'_> {
             task_id: (!body).then_some(snap.task_id),
             block_on: body,
             spawned_at,
-            worker: Worker {
-                index,
-                tid,
-                name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
-            },
+            worker,
             reason: None,
             other_reasons: Vec::new(),
             blocking_operation: None,
@@ -726,21 +937,7 @@ impl Watchdog<'_> {
             spans: spans.spans,
             trace_id: spans.trace_id,
             span_id: spans.span_id,
-        };
-        let mut pinned = Pinned {
-            seq,
-            tid,
-            thread,
-            baseline: wt.baseline,
-            event,
-            start: wt.after,
-            last_report: now,
-            last_sample: now,
-            probes: Vec::new(),
-        };
-        self.probe(slot, &mut pinned);
-        self.send(&pinned);
-        wt.pinned = Some(pinned);
+        }
     }
 
     /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.
@@ -753,8 +950,11 @@ impl Watchdog<'_> {
         now: Instant,
     ) -> Option<Pinned> {
         let ended = slot.poll.ended(p.seq);
-        if ended.is_some() || seq != p.seq {
-            let end = match ended {
+        // A pinned poll that panics ends, for pinwatch, where the panic began: the panic hook
+        // and the unwinding after it are not the pin.
+        let unwinding = slot.unwinding.since(p.seq);
+        if ended.is_some() || seq != p.seq || unwinding.is_some() {
+            let end = match unwinding.or(ended) {
                 Some(nanos) => self.w.table.base + Duration::from_nanos(nanos),
                 // The end time was missed (the thread went away mid-poll): this look is the
                 // tightest bound left.
@@ -844,11 +1044,12 @@ impl Watchdog<'_> {
     }
 }
 
-/// The scheduler's view of a poll, taken when it was a quarter of the threshold old.
+/// The scheduler's view of a poll, taken at the watchdog's second look at it.
 #[derive(Clone, Copy)]
 struct Baseline {
     at: Instant,
-    /// The poll's age then, credited toward the threshold (at most a quarter of it).
+    /// The poll's age then, credited toward the threshold (at most a quarter of it plus one
+    /// scan interval).
     age: Duration,
     stat: probe::SchedStat,
 }

@@ -16,8 +16,10 @@
 //! Against the threshold a poll's age is taken from the first look that saw it, plus the gap
 //! before that look credited up to one and a half scan intervals (see `Watch::age`): so a poll
 //! running for the threshold plus one scan interval is reported while the watchdog looks on
-//! time, and no poll is reported that ran less than the threshold minus one and a half scan
-//! intervals. Time the worker spent waiting for a CPU after the watchdog's second look at the
+//! time, and on an idle machine no poll is reported that ran less than the threshold minus one
+//! and a half scan intervals. (On a loaded one, a poll whose worker waited for a CPU can be
+//! credited part of that wait, below: a poll of half the threshold was reported 1 in 120 times
+//! with both cores busy.) Time the worker spent waiting for a CPU after the watchdog's second look at the
 //! poll (its thread's `schedstat`) does not count; before that look at most a quarter of the
 //! threshold plus one scan interval counts.
 //!

@@ -71,7 +71,8 @@ enum Command {
         output: Option<PathBuf>,
         /// Only the pins that ran in the recording's last N seconds (counted back from the end
         /// of its last pin).
-        #[arg(long, value_name = "N")]
+        /// At least 1, as `/debug/pprof/pinned?seconds=N` takes it.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         seconds: Option<u64>,
     },
     /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,

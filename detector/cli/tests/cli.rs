@@ -427,3 +427,26 @@ fn many_dump_lines_are_named_a_few_and_counted() {
     assert!(err.lines().count() <= 5, "{}", err.lines().count());
     assert!(err.contains("more dumps"), "{err}");
 }
+
+/// `--seconds 0` is refused naming the option, as the endpoint refuses `seconds=0`: it asked
+/// for the pins of no time at all (and got one pin, the last to end).
+#[test]
+fn profile_seconds_zero_is_refused_naming_it() {
+    let out = tempfile::tempdir().unwrap();
+    let page = out.path().join("p.pb.gz");
+    let rec = data("recording.jsonl");
+    let (code, _, err) = pinwatch(&[
+        "profile",
+        rec.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+        "--seconds",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--seconds"), "{err}");
+    assert!(!page.exists());
+    let (code, _, err) = pinwatch(&["ctl", "1", "profile", "-o", "x.pb.gz", "--seconds", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--seconds"), "{err}");
+}

@@ -419,6 +419,10 @@ fn the_endpoint_ctl_and_a_recording_give_the_same_profile() {
     // The pins have ended; wait until the last one's completion is exported everywhere.
     let endpoint = support::wait_for("the three pins in the profile", LONG, || {
         let (status, body) = get_bytes(&url);
+        if status == 503 {
+            // Asked again before as long as the last profile took to make: try later.
+            return None;
+        }
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
         let counted: i64 = canonical(&body).values().map(|v| v.0).sum();
         (counted == 3 && pins(&rec).len() == 3).then_some(body)

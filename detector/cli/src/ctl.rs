@@ -96,7 +96,8 @@ enum Action {
         #[arg(short, long)]
         output: PathBuf,
         /// Only the pins that ran in the last N seconds (counted back from now).
-        #[arg(long, value_name = "N")]
+        /// At least 1, as `/debug/pprof/pinned?seconds=N` takes it.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         seconds: Option<u64>,
         /// Replace the file if it exists.
         #[arg(long)]

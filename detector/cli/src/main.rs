@@ -71,7 +71,8 @@ enum Command {
         output: Option<PathBuf>,
         /// Only the pins that ran in the recording's last N seconds (counted back from the end
         /// of its last pin).
-        #[arg(long, value_name = "N")]
+        /// At least 1, as `/debug/pprof/pinned?seconds=N` takes it.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         seconds: Option<u64>,
     },
     /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,
@@ -125,18 +126,29 @@ fn main() -> ExitCode {
     }
     // A flight recording's dump says whose it is and what it lacks: at the head of each view
     // (on stderr for the JSON ones, which stay pure JSON).
+    // The first few, then a count: a file of many dump lines (concatenated dumps, or a crafted
+    // file) must not bury the view under a line per dump.
     let dumps = rec.describe_dumps();
-    let head: String = dumps
+    let mut named: Vec<String> = dumps
         .iter()
-        .map(|d| format!("{}\n", ctl::untrusted(d)))
+        .take(MAX_DUMPS_NAMED)
+        .map(|d| ctl::untrusted(d))
         .collect();
+    if dumps.len() > MAX_DUMPS_NAMED {
+        named.push(format!(
+            "and {} more dumps (the file holds {} dump lines: dumps put one after another)",
+            dumps.len() - MAX_DUMPS_NAMED,
+            dumps.len()
+        ));
+    }
+    let head: String = named.iter().map(|d| format!("{d}\n")).collect();
     let json_view = matches!(
         view,
         View::Print { json: true, .. } | View::Summary { json: true }
     );
     if json_view {
-        for d in &dumps {
-            warn(format_args!("{}", ctl::untrusted(d)));
+        for d in &named {
+            warn(format_args!("{d}"));
         }
     }
     match view {
@@ -251,6 +263,9 @@ enum View {
 
 /// `pinwatch profile`: the pprof profile of `events` (of the recording `file`) written to
 /// `output`, replaced whole (written beside it, then renamed over it).
+/// Dumps named at the head of `print`, `summary` and `report`; more are counted.
+const MAX_DUMPS_NAMED: usize = 3;
+
 fn write_profile(
     file: &std::path::Path,
     events: &[pinwatch::PinnedEvent],

@@ -399,3 +399,54 @@ fn print_shows_the_request_and_summary_has_a_by_span_table() {
     let (_, out, _) = pinwatch(&["summary", data("recording.jsonl").to_str().unwrap()]);
     assert!(!out.contains("By Span"), "{out}");
 }
+
+/// A file of many `dump` lines (crafted, or many dumps concatenated) names a few of them at the
+/// head of `print` and `summary` and counts the rest: the view itself is not buried under a
+/// line per dump.
+#[test]
+fn many_dump_lines_are_named_a_few_and_counted() {
+    let dump = r#"{"schema":2,"event":"dump","pid":7,"exe":"/svc","run_id":"r","detector_started":"2026-12-01T10:00:00Z","dumped_at":"2026-12-01T10:00:00Z","flight_size":4194304,"events":1,"bytes":1,"dropped_events":0,"dropped_pins":0}"#;
+    let mut lines: Vec<String> = vec![dump.to_owned(); 1000];
+    lines.extend(first_lines(4));
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let rec = with_lines(&refs, true);
+    let path = rec.path().to_str().unwrap();
+    for view in ["print", "summary"] {
+        let (code, out, err) = pinwatch(&[view, path]);
+        assert_eq!(code, 0, "{err}");
+        let named = out.matches("flight recording of pid 7").count();
+        assert!((1..=3).contains(&named), "{view}: {named} dumps named");
+        assert!(
+            out.contains(&format!("and {} more dumps", 1000 - named)),
+            "{view}: {}",
+            out.lines().take(5).collect::<Vec<_>>().join("\n")
+        );
+    }
+    let (code, _, err) = pinwatch(&["print", "--json", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.lines().count() <= 5, "{}", err.lines().count());
+    assert!(err.contains("more dumps"), "{err}");
+}
+
+/// `--seconds 0` is refused naming the option, as the endpoint refuses `seconds=0`: it asked
+/// for the pins of no time at all (and got one pin, the last to end).
+#[test]
+fn profile_seconds_zero_is_refused_naming_it() {
+    let out = tempfile::tempdir().unwrap();
+    let page = out.path().join("p.pb.gz");
+    let rec = data("recording.jsonl");
+    let (code, _, err) = pinwatch(&[
+        "profile",
+        rec.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+        "--seconds",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--seconds"), "{err}");
+    assert!(!page.exists());
+    let (code, _, err) = pinwatch(&["ctl", "1", "profile", "-o", "x.pb.gz", "--seconds", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--seconds"), "{err}");
+}

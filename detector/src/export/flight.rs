@@ -293,14 +293,7 @@ pub fn write_whole_file(
             "the path names no file; give a file's path",
         )
     })?;
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp: PathBuf = dir.join(format!(
-        ".{}.{}.{n}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+    let (mut file, tmp) = new_temporary(dir, &name.to_string_lossy())?;
     let done = fill(&mut file)
         .and_then(|()| file.sync_all())
         .and_then(|()| {
@@ -320,6 +313,42 @@ pub fn write_whole_file(
     // failure) it goes.
     let _ = std::fs::remove_file(&tmp);
     done
+}
+
+/// Attempts at a temporary name before [`write_whole_file`] gives up.
+const TEMPORARY_TRIES: usize = 16;
+
+/// A new file `.NAME.PID.RANDOM.tmp` in `dir`, made with `O_EXCL` (a symlink or file already
+/// there is never opened or followed). The name is not guessable by another process: one that
+/// planted files at the names it could predict (the pid is public) would otherwise make every
+/// dump in a shared directory fail (`PINWATCH_DUMP_ON_EXIT=/var/tmp/pins-%p.jsonl` lost).
+fn new_temporary(dir: &Path, name: &str) -> std::io::Result<(File, PathBuf)> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut last = None;
+    for attempt in 0..TEMPORARY_TRIES {
+        // RandomState's keys are drawn from the OS's randomness (once per thread, then stepped).
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(attempt);
+        let tmp = dir.join(format!(
+            ".{name}.{}.{:016x}.tmp",
+            std::process::id(),
+            h.finish()
+        ));
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(tmp),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!(
+            "{TEMPORARY_TRIES} temporary names in {} were taken (the last {}); something is \
+             making files there: give a directory only you can write to",
+            dir.display(),
+            last.unwrap_or_default().display()
+        ),
+    ))
 }
 
 fn exists(path: &Path) -> std::io::Error {
@@ -562,6 +591,38 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["dump.jsonl"]);
+    }
+
+    /// Files planted at the temporary names another process could predict (this pid, the
+    /// first counts) neither make the dump fail nor get written through: a symlink there is
+    /// left as it was, and so is what it points to.
+    #[test]
+    fn planted_temporary_names_are_neither_followed_nor_in_the_way() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep\n").unwrap();
+        let path = dir.path().join("dump.jsonl");
+        let pid = std::process::id();
+        for n in 0..256 {
+            let planted = dir.path().join(format!(".dump.jsonl.{pid}.{n}.tmp"));
+            std::os::unix::fs::symlink(&victim, planted).unwrap();
+        }
+        write_whole_file(&path, false, |f| f.write_all(b"dump\n")).unwrap();
+        write_whole_file(&path, true, |f| f.write_all(b"again\n")).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "again\n");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+        let left = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.as_bytes().ends_with(b".tmp")
+                    && std::fs::symlink_metadata(e.as_ref().unwrap().path())
+                        .unwrap()
+                        .is_file()
+            })
+            .count();
+        assert_eq!(left, 0, "a temporary file of ours was left");
     }
 
     /// On a full disk the dump fails, naming why, and leaves no file — neither under its name

@@ -55,6 +55,8 @@ pub(crate) struct Response {
     status: u16,
     content_type: &'static str,
     allow: Option<&'static str>,
+    /// `Retry-After`, in seconds.
+    retry_after: Option<u64>,
     body: Vec<u8>,
 }
 
@@ -65,6 +67,7 @@ impl Response {
             status: 200,
             content_type,
             allow: None,
+            retry_after: None,
             body,
         }
     }
@@ -75,6 +78,7 @@ impl Response {
             status,
             content_type: "text/plain; charset=utf-8",
             allow: None,
+            retry_after: None,
             body: format!("{text}\n").into_bytes(),
         }
     }
@@ -87,6 +91,14 @@ impl Response {
         }
     }
 
+    /// `503 Service Unavailable` with `Retry-After: seconds`.
+    pub(crate) fn busy(seconds: u64, text: &str) -> Response {
+        Response {
+            retry_after: Some(seconds),
+            ..Response::error(503, text)
+        }
+    }
+
     fn into_bytes(self) -> Vec<u8> {
         let reason = match self.status {
             200 => "OK",
@@ -96,6 +108,7 @@ impl Response {
             408 => "Request Timeout",
             431 => "Request Header Fields Too Large",
             500 => "Internal Server Error",
+            503 => "Service Unavailable",
             505 => "HTTP Version Not Supported",
             _ => "",
         };
@@ -107,6 +120,9 @@ impl Response {
         );
         if let Some(allow) = self.allow {
             out.push_str(&format!("Allow: {allow}\r\n"));
+        }
+        if let Some(s) = self.retry_after {
+            out.push_str(&format!("Retry-After: {s}\r\n"));
         }
         out.push_str("\r\n");
         let mut out = out.into_bytes();

@@ -395,8 +395,9 @@ impl Endpoint {
         registry
             .register(Box::new(collector))
             .map_err(|e| listen_error(e.to_string()))?;
+        let mut pprof_free_at = None;
         let server = super::http::Server::start(listener, "pinwatch-prometheus", move |req| {
-            route(&registry, flight.as_ref(), req)
+            route(&registry, flight.as_ref(), &mut pprof_free_at, req)
         })
         .map_err(|source| Error::Thread {
             what: "prometheus",
@@ -419,10 +420,15 @@ pub const PPROF_PATH: &str = "/debug/pprof/pinned";
 /// pins could hold, with room.
 const MAX_PPROF_SECONDS: u64 = 366 * 24 * 3600;
 
-/// The endpoint's paths.
+/// The endpoint's paths. `pprof_free_at`: before then a profile is refused (`503`, with
+/// `Retry-After`) — after each profile, for as long as it took to make: profiles are made on the
+/// endpoint's one thread, and without this, peers asking for one after another (each costs
+/// hundreds of ms of a full 4 MiB buffer) held `/metrics` up for seconds; with it, profiles take
+/// at most about half of the thread's time, and a scrape waits for at most one being made.
 fn route(
     registry: &Registry,
     flight: Option<&super::Flight>,
+    pprof_free_at: &mut Option<std::time::Instant>,
     req: &super::http::Request<'_>,
 ) -> super::http::Response {
     use super::http::Response;
@@ -444,7 +450,24 @@ fn route(
                 );
             };
             match pprof_seconds(req.query) {
-                Ok(last) => Response::ok("application/octet-stream", flight.profile(last)),
+                Ok(last) => {
+                    let now = std::time::Instant::now();
+                    if let Some(at) = pprof_free_at.filter(|at| now < *at) {
+                        let secs = (at - now).as_secs() + 1;
+                        return Response::busy(
+                            secs,
+                            &format!(
+                                "pinwatch: a profile was just made; making one holds up /metrics \
+                                 (one thread serves both), so the next is made in {secs} s at \
+                                 the latest: try again then"
+                            ),
+                        );
+                    }
+                    let body = flight.profile(last);
+                    let done = std::time::Instant::now();
+                    *pprof_free_at = Some(done + (done - now));
+                    Response::ok("application/octet-stream", body)
+                }
                 Err(e) => Response::error(400, &e),
             }
         }
@@ -673,5 +696,72 @@ mod tests {
                 m.name
             );
         }
+    }
+
+    /// Peers asking for profiles at once (each made on the endpoint's one thread, from the whole
+    /// flight recording) get one made and the rest a `503` with `Retry-After` until as long as
+    /// it took has passed: `/metrics` waits for at most one being made, not for all of them.
+    #[test]
+    fn profiles_asked_for_at_once_are_made_one_per_its_own_time() {
+        use crate::event::{Reason, State};
+        use std::io::{Read, Write};
+        let flight = super::super::Flight::new(512 * 1024);
+        for id in 0..600u64 {
+            let mut e = PinnedEvent::for_test(id, State::Completed, Reason::Sleep, 30, 7);
+            let top = e.top_frame.clone().unwrap();
+            e.stack = (0..40u64)
+                .map(|k| {
+                    let mut f = top.clone();
+                    f.function = Some(format!("svc::m{}::f{}", k % 20, (id * 13 + k * 31) % 400));
+                    f.line = Some(10 + k as u32);
+                    f
+                })
+                .collect();
+            flight.push(&e);
+        }
+        let live = Arc::new(Mutex::new(Vec::new()));
+        let ep = Endpoint::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            collector(live, 8),
+            Some(flight),
+        )
+        .unwrap();
+        let addr = ep.local_addr();
+        let get = move |path: &str| -> String {
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            write!(c, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
+            let mut b = Vec::new();
+            c.read_to_end(&mut b).unwrap();
+            String::from_utf8_lossy(&b).into_owned()
+        };
+        const PEERS: usize = 8;
+        let barrier = Arc::new(std::sync::Barrier::new(PEERS));
+        let peers: Vec<_> = (0..PEERS)
+            .map(|k| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    get(&format!("/debug/pprof/pinned?seconds={}", 1000 + k))
+                })
+            })
+            .collect();
+        let answers: Vec<String> = peers.into_iter().map(|p| p.join().unwrap()).collect();
+        let made = answers
+            .iter()
+            .filter(|a| a.starts_with("HTTP/1.1 200"))
+            .count();
+        let busy: Vec<&String> = answers
+            .iter()
+            .filter(|a| a.starts_with("HTTP/1.1 503"))
+            .collect();
+        assert!(made >= 1, "{answers:?}");
+        assert!(!busy.is_empty(), "all {made} made one after another");
+        assert_eq!(made + busy.len(), PEERS);
+        for b in busy {
+            assert!(b.contains("\r\nRetry-After: "), "{b}");
+            assert!(b.contains("try again"), "{b}");
+        }
+        assert!(get("/metrics").starts_with("HTTP/1.1 200"));
     }
 }

@@ -369,8 +369,15 @@ fn dump(socket: &client::Endpoint, file: &Path, force: bool) -> Result<ExitCode,
     )))
 }
 
-/// `ctl <pid> report -o PAGE`: a dump, read and rendered as `pinwatch report` does.
-fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitCode, String> {
+/// What `ctl report -o` and `ctl profile -o` start with: refuse an existing `output` unless
+/// `force` (before asking the service for anything), then the service's dump, read as a
+/// recording named `name` in messages.
+fn dumped_recording(
+    socket: &client::Endpoint,
+    output: &Path,
+    force: bool,
+    name: &str,
+) -> Result<pinwatch::report::Recording, String> {
     if !force && std::fs::symlink_metadata(output).is_ok() {
         return Err(format!(
             "{} exists; give another file, or ask to replace it (`--force`)",
@@ -383,8 +390,13 @@ fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitC
         return Err(reply.message);
     }
     let text = String::from_utf8_lossy(&bytes);
+    pinwatch::report::parse_recording(&text, name).map_err(|e| e.to_string())
+}
+
+/// `ctl <pid> report -o PAGE`: a dump, read and rendered as `pinwatch report` does.
+fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitCode, String> {
     let name = format!("pid {}", socket.pid);
-    let rec = pinwatch::report::parse_recording(&text, &name).map_err(|e| e.to_string())?;
+    let rec = dumped_recording(socket, output, force, &name)?;
     let source = rec
         .describe_dumps()
         .first()
@@ -410,20 +422,7 @@ fn profile(
     seconds: Option<u64>,
     force: bool,
 ) -> Result<ExitCode, String> {
-    if !force && std::fs::symlink_metadata(output).is_ok() {
-        return Err(format!(
-            "{} exists; give another file, or ask to replace it (`--force`)",
-            output.display()
-        ));
-    }
-    let mut bytes = Vec::new();
-    let reply = client::dump(socket, DUMP_TIMEOUT, &mut bytes)?;
-    if !reply.ok {
-        return Err(reply.message);
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    let rec = pinwatch::report::parse_recording(&text, &format!("pid {}", socket.pid))
-        .map_err(|e| e.to_string())?;
+    let rec = dumped_recording(socket, output, force, &format!("pid {}", socket.pid))?;
     let mut options = pinwatch::profile::Options::default();
     if let Some(n) = seconds {
         let since = std::time::SystemTime::now()

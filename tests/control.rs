@@ -8,92 +8,15 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{pinwatch_cli, wait_for, Proc};
+use support::service::Service;
+use support::{pinwatch_cli, wait_for};
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// `pin_service --quiet --commands`: pins made on request, its answers read line by line.
-struct Service {
-    proc: Proc,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    pid: u32,
-}
-
-impl Service {
-    fn start(envs: &[(&str, &str)]) -> Service {
-        Service::start_as(Command::new(env!("CARGO_BIN_EXE_pin_service")), envs)
-    }
-
-    /// `cmd` (a `pin_service`, maybe a copy of it run as another user).
-    fn start_as(mut cmd: Command, envs: &[(&str, &str)]) -> Service {
-        cmd.args(["--quiet", "--commands"])
-            .env("PINWATCH_TRACING", "off")
-            .env_remove("PINWATCH")
-            .env_remove("PINWATCH_THRESHOLD")
-            .env_remove("PINWATCH_CONTROL")
-            .env_remove("PINWATCH_RECORD")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child: Child = cmd.spawn().unwrap();
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let pid = child.id();
-        let mut s = Service {
-            proc: Proc {
-                child,
-                name: "pin_service".into(),
-            },
-            stdin,
-            lines,
-            pid,
-        };
-        s.expect("pin_service: running");
-        s
-    }
-
-    fn send(&mut self, command: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{command}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Waits (bounded) for an output line starting with `prefix`.
-    fn expect(&mut self, prefix: &str) {
-        loop {
-            match self.lines.recv_timeout(LONG) {
-                Ok(l) if l.starts_with(prefix) => return,
-                Ok(_) => continue,
-                Err(e) => panic!("pin_service never said {prefix:?}: {e}"),
-            }
-        }
-    }
-
-    /// Ends its stdin: it stops, and its detector with it.
-    fn finish(&mut self) {
-        drop(self.stdin.take());
-        let status = wait_for("pin_service to exit", LONG, || {
-            self.proc.child.try_wait().unwrap()
-        });
-        assert!(status.success(), "{status:?}");
-    }
-}
 
 fn ctl_in(dir: Option<&Path>, args: &[&str]) -> Output {
     let mut cmd = Command::new(pinwatch_cli());

@@ -21,7 +21,11 @@ pub struct Service {
 
 impl Service {
     pub fn start(envs: &[(&str, &str)]) -> Service {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pin_service"));
+        Service::start_as(Command::new(env!("CARGO_BIN_EXE_pin_service")), envs)
+    }
+
+    /// `cmd` (a `pin_service`, maybe a copy of it run as another user).
+    pub fn start_as(mut cmd: Command, envs: &[(&str, &str)]) -> Service {
         cmd.args(["--quiet", "--commands"])
             .env("PINWATCH_TRACING", "off")
             .env_remove("PINWATCH")

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
+#[cfg(test)]
 use super::Sink;
 use crate::event::{DumpInfo, PinnedEvent};
 
@@ -107,16 +108,23 @@ impl Flight {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The sink that feeds it, for the export thread's fan-out.
+    /// A sink that feeds it alone.
+    #[cfg(test)]
     pub(crate) fn sink(&self) -> FlightSink {
         FlightSink(self.clone())
     }
 
     /// Keeps `e`, dropping the oldest events until it fits. An event longer than the whole
     /// buffer is not kept (it is counted as dropped, with everything it pushed out).
+    #[cfg(test)]
     pub(crate) fn push(&self, e: &PinnedEvent) {
         // Made before the lock: a dump never waits for a line to be serialised.
-        let line = e.to_json_line();
+        self.push_line(e, &e.to_json_line());
+    }
+
+    /// [`push`](Self::push) with `e`'s line made already (`e.to_json_line()`), for the sink
+    /// that also writes it to the recordings: an event is serialised once.
+    pub(crate) fn push_line(&self, e: &PinnedEvent, line: &str) {
         let entry = Entry {
             at: e.start + e.duration,
             first: e.report <= 1,
@@ -184,9 +192,13 @@ impl Ring {
     }
 }
 
-/// See [`Flight`].
+/// See [`Flight`]. (The export thread feeds the flight recording through
+/// [`Recorder::sink`](super::Recorder::sink), which makes each line once for it and the
+/// recordings.)
+#[cfg(test)]
 pub(crate) struct FlightSink(Flight);
 
+#[cfg(test)]
 impl Sink for FlightSink {
     fn event(&mut self, e: &PinnedEvent) {
         self.0.push(e);

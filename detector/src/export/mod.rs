@@ -73,10 +73,8 @@ pub(crate) fn builtin(
             Rotation::from_config(config),
         )?);
     }
-    sinks.push(Box::new(recorder.sink()));
-    if let Some(flight) = flight {
-        sinks.push(Box::new(flight.sink()));
-    }
+    // One sink for the recordings and the flight recording: each event's line is made once.
+    sinks.push(Box::new(recorder.sink_with(flight.cloned())));
     Ok(sinks)
 }
 

@@ -752,25 +752,36 @@ impl Recorder {
         self.lock().running.iter().map(Running::status).collect()
     }
 
-    /// The sink that writes to every recording running.
+    /// The sink that writes to every recording running (and keeps no flight recording).
+    #[cfg(test)]
     pub(crate) fn sink(&self) -> RecorderSink {
-        RecorderSink(self.clone())
+        RecorderSink(self.clone(), None)
+    }
+
+    /// [`sink`](Self::sink), also keeping each event in `flight`: its line is made once for
+    /// the flight recording and every recording running.
+    pub(crate) fn sink_with(&self, flight: Option<super::Flight>) -> RecorderSink {
+        RecorderSink(self.clone(), flight)
     }
 }
 
-/// See [`Recorder::sink`].
-pub(crate) struct RecorderSink(Recorder);
+/// See [`Recorder::sink`] and [`Recorder::sink_with`].
+pub(crate) struct RecorderSink(Recorder, Option<super::Flight>);
 
 impl Sink for RecorderSink {
     fn event(&mut self, event: &PinnedEvent) {
         let mut slots = self.0.lock();
-        if slots.running.is_empty() {
+        if slots.running.is_empty() && self.1.is_none() {
             return;
         }
-        // Made once, written to each.
+        // Made once, written to each recording and kept in the flight recording.
         let line = event.to_json_line();
         for r in &mut slots.running {
             r.sink.write(&line);
+        }
+        drop(slots);
+        if let Some(flight) = &self.1 {
+            flight.push_line(event, &line);
         }
     }
 

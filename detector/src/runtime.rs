@@ -463,11 +463,11 @@ impl Builder {
     }
 }
 
-/// Installs, once per process, a panic hook that marks a watched poll that panics as unwinding
-/// from then on (see [`crate::poll::slot::poll_panics`]), then calls the hook that was there
-/// before (std's, which prints the message and, with `RUST_BACKTRACE`, symbolizes a backtrace
-/// inside the poll: hundreds of milliseconds the first time, which are not a pin of the code
-/// under test). A hook set after it replaces it: polls that panic are then timed to their end,
+/// Installs, once per process, a panic hook that marks a watched poll that panics (see
+/// [`crate::poll::slot::poll_panics`]), calls the hook that was there before (std's, which
+/// prints the message and, with `RUST_BACKTRACE`, symbolizes a backtrace inside the poll:
+/// hundreds of milliseconds the first time, which are not a pin of the code under test), then
+/// marks when that returned: a poll that catches the panic is timed again from there. A hook set after it replaces it: polls that panic are then timed to their end,
 /// as without it. Not installed from a thread that is panicking (`set_hook` would panic).
 fn install_panic_hook() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
@@ -477,8 +477,11 @@ fn install_panic_hook() {
     INSTALLED.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            crate::poll::slot::poll_panics();
+            let poll = crate::poll::slot::poll_panics();
             previous(info);
+            if let Some(seq) = poll {
+                crate::poll::slot::poll_panic_hook_returned(seq);
+            }
         }));
     });
 }

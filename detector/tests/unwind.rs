@@ -169,3 +169,85 @@ fn unwind_child_pinned_task_panics() {
         machinery.as_millis(),
     );
 }
+
+/// A poll that catches a panic (`catch_unwind`) and goes on is watched after the catch: a
+/// block before the panic and one after it are two pins, each timed without the panic hook.
+#[test]
+fn a_poll_that_catches_a_panic_is_watched_after_it() {
+    let out = child("unwind_child_caught_then_blocks", false);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("caught here"),
+        "the child's panic:\n{stderr}"
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| Some(l.split_once("unwind child: ")?.1))
+        .unwrap_or_else(|| panic!("no result from the child:\n{stdout}\n{stderr}"));
+    let ms = |key: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+    };
+    let hook = SLOW_HOOK.as_millis() as u64;
+    assert_eq!(
+        ms("pins"),
+        2,
+        "the block after the catch is not a pin: {line}"
+    );
+    let (first, before) = (ms("first_ms"), ms("before_ms"));
+    let (second, after) = (ms("second_ms"), ms("after_ms"));
+    assert!(first >= before, "{line}");
+    assert!(
+        first < before + hook / 2,
+        "the first pin counts the hook: {line}"
+    );
+    // Timed afresh from the look after the hook returned: on time, all of the block; a
+    // watchdog kept away by a loaded machine may start a little late.
+    assert!(second >= after * 2 / 3, "{line}");
+    assert!(
+        second < after + hook / 2,
+        "the second pin counts the hook: {line}"
+    );
+}
+
+#[test]
+fn unwind_child_caught_then_blocks() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    slow_panic_hook();
+    let ((before, after), pins) =
+        pinwatch::testing::Check::new()
+            .multi_thread(Some(2))
+            .run(async {
+                tokio::spawn(async {
+                    let start = Instant::now();
+                    std::thread::sleep(Duration::from_millis(100));
+                    let before = start.elapsed();
+                    let caught = std::panic::catch_unwind(|| panic!("caught here"));
+                    assert!(caught.is_err());
+                    let start = Instant::now();
+                    std::thread::sleep(Duration::from_millis(150));
+                    (before, start.elapsed())
+                })
+                .await
+                .unwrap()
+            });
+    let mut completed: Vec<_> = pins
+        .iter()
+        .filter(|p| p.state == State::Completed)
+        .collect();
+    completed.sort_by_key(|p| p.id);
+    let ms = |i: usize| completed.get(i).map_or(0, |p| p.duration.as_millis());
+    println!(
+        "unwind child: pins={} first_ms={} second_ms={} before_ms={} after_ms={}",
+        completed.len(),
+        ms(0),
+        ms(1),
+        before.as_millis(),
+        after.as_millis(),
+    );
+}

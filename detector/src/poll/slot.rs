@@ -55,42 +55,89 @@ pub(crate) struct Slot {
     pub unwinding: Unwinding,
 }
 
-/// Which poll of a slot began to unwind from a panic, and when: the watchdog counts none of the
-/// time after it (the panic hook's message and backtrace, the unwinding), which is the panic
-/// machinery's, not the code under test's. Written by the owner, from the panic hook only.
+/// Which poll of a slot panicked, when, and when the panic hook returned: the watchdog counts
+/// none of the time between (the panic hook's message and backtrace), which is the panic
+/// machinery's, not the code under test's. A panic caught inside the poll (`catch_unwind`)
+/// lets the poll go on: the watchdog times what it does after the hook returned afresh.
+/// Written by the owner, from the panic hook only; read by the watchdog, as a seqlock.
 pub(crate) struct Unwinding {
-    /// The poll counter (odd) of the poll that panicked, or `NOT_FLAGGED` while being written.
+    /// Even while the fields hold a whole mark; odd while the owner writes them.
+    version: AtomicU64,
+    /// The poll counter (odd) of the poll that panicked, or `NOT_FLAGGED`.
     seq: AtomicU64,
     /// When it panicked, in ns since the table's base.
     nanos: AtomicU64,
+    /// When the panic hook returned, in ns since the table's base; `NOT_FLAGGED` while it runs.
+    resumed: AtomicU64,
+}
+
+/// A poll's panic, as the watchdog reads it ([`Unwinding::since`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Panicked {
+    /// When it panicked, in ns since the table's base.
+    pub at: u64,
+    /// When the panic hook returned (the unwinding began), in ns since the table's base; `None`
+    /// while the hook runs.
+    pub resumed: Option<u64>,
 }
 
 impl Unwinding {
     const fn new() -> Unwinding {
         Unwinding {
+            version: AtomicU64::new(0),
             seq: AtomicU64::new(NOT_FLAGGED),
             nanos: AtomicU64::new(0),
+            resumed: AtomicU64::new(NOT_FLAGGED),
         }
     }
 
-    /// Poll `seq` panics at `nanos`. Owner only.
-    fn mark(&self, seq: u64, nanos: u64) {
-        // Busy first, so that a reader never pairs `seq` with another poll's time.
-        self.seq.store(NOT_FLAGGED, Ordering::Relaxed);
+    /// Writes the fields `write` stores, as one change a reader sees whole or not at all.
+    /// Owner only (one writer).
+    fn write(&self, write: impl FnOnce()) {
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        self.nanos.store(nanos, Ordering::Relaxed);
-        self.seq.store(seq, Ordering::Release);
+        write();
+        self.version.store(v.wrapping_add(2), Ordering::Release);
     }
 
-    /// When poll `seq` began to unwind (ns since the table's base), if it did. Counters never
-    /// repeat, so a mark left by an earlier poll or owner never matches.
-    pub fn since(&self, seq: u64) -> Option<u64> {
-        if self.seq.load(Ordering::Acquire) != seq {
-            return None;
+    /// Poll `seq` panics at `nanos`; its hook runs. Owner only.
+    fn mark(&self, seq: u64, nanos: u64) {
+        self.write(|| {
+            self.seq.store(seq, Ordering::Relaxed);
+            self.nanos.store(nanos, Ordering::Relaxed);
+            self.resumed.store(NOT_FLAGGED, Ordering::Relaxed);
+        });
+    }
+
+    /// The panic hook of poll `seq` returned at `nanos`. Owner only.
+    fn resume(&self, seq: u64, nanos: u64) {
+        if self.seq.load(Ordering::Relaxed) == seq {
+            self.write(|| self.resumed.store(nanos, Ordering::Relaxed));
         }
-        let nanos = self.nanos.load(Ordering::Relaxed);
-        fence(Ordering::Acquire);
-        (self.seq.load(Ordering::Relaxed) == seq).then_some(nanos)
+    }
+
+    /// Whether poll `seq` panicked, when, and when its hook returned. Counters never repeat,
+    /// so a mark left by an earlier poll or owner never matches. A read that overlaps the
+    /// owner's write is retried a few times; then the mark counts as none.
+    pub fn since(&self, seq: u64) -> Option<Panicked> {
+        for _ in 0..8 {
+            let v = self.version.load(Ordering::Acquire);
+            if v & 1 == 0 {
+                let marked = self.seq.load(Ordering::Relaxed);
+                let at = self.nanos.load(Ordering::Relaxed);
+                let resumed = self.resumed.load(Ordering::Relaxed);
+                fence(Ordering::Acquire);
+                if self.version.load(Ordering::Relaxed) == v {
+                    return (marked == seq).then_some(Panicked {
+                        at,
+                        resumed: (resumed != NOT_FLAGGED).then_some(resumed),
+                    });
+                }
+            }
+            std::hint::spin_loop();
+        }
+        None
     }
 }
 
@@ -319,23 +366,40 @@ fn flagged_poll_ended(seq: u64) {
     }
 }
 
-/// The calling thread panics (called from pinwatch's panic hook): if it is running a watched
-/// poll, marks that poll unwinding from now, so that the watchdog counts none of the time the
-/// panic hook and the unwinding take. Locks nothing, allocates nothing, cannot panic; a
-/// thread without a slot, or between polls, changes nothing.
-pub(crate) fn poll_panics() {
+/// The calling thread panics (called from pinwatch's panic hook, before the hook it chains):
+/// if it is running a watched poll, marks that poll panicking from now, so that the watchdog
+/// counts none of the time the panic hook takes; returns that poll's counter, for
+/// [`poll_panic_hook_returned`]. Locks nothing, allocates nothing, cannot panic; a thread
+/// without a slot, or between polls, changes nothing.
+pub(crate) fn poll_panics() -> Option<u64> {
     let current = current::get();
     if current.owner == 0 || current.slot.is_null() {
-        return;
+        return None;
     }
     // SAFETY: a nonzero `owner` is the address of the table holding the thread's slot, and
     // `slot` that slot, both kept alive by the thread's `Claim` (see `flagged_poll_ended`).
     let (table, slot) = unsafe { (&*(current.owner as *const SlotTable), &*current.slot) };
     let seq = slot.poll.seq();
-    if seq & 1 == 1 {
-        slot.unwinding
-            .mark(seq, table.nanos_since_base(Instant::now()));
+    if seq & 1 == 0 {
+        return None;
     }
+    slot.unwinding
+        .mark(seq, table.nanos_since_base(Instant::now()));
+    Some(seq)
+}
+
+/// The panic hook that pinwatch's chains returned, on the thread whose poll `seq` panicked
+/// ([`poll_panics`]): the unwinding begins, and the poll may catch it and go on; the watchdog
+/// times it again from here. Locks nothing, allocates nothing, cannot panic.
+pub(crate) fn poll_panic_hook_returned(seq: u64) {
+    let current = current::get();
+    if current.owner == 0 || current.slot.is_null() {
+        return;
+    }
+    // SAFETY: as in `poll_panics`: the thread's own slot and table, kept alive by its `Claim`.
+    let (table, slot) = unsafe { (&*(current.owner as *const SlotTable), &*current.slot) };
+    slot.unwinding
+        .resume(seq, table.nanos_since_base(Instant::now()));
 }
 
 /// Rare path of [`begin_poll`]: claims a slot, then marks the poll. (`spawned_at` first: the
@@ -406,6 +470,61 @@ mod tests {
         // The fields a poll writes or reads: the counter, the task, the flag.
         let (start, end) = PollCell::per_poll_bytes();
         assert!(end <= 64, "{start}..{end}");
+    }
+
+    #[test]
+    fn a_panic_mark_is_read_whole_and_only_for_its_poll() {
+        let u = Unwinding::new();
+        assert_eq!(u.since(3), None);
+        u.mark(3, 100);
+        let hook = Panicked {
+            at: 100,
+            resumed: None,
+        };
+        assert_eq!(u.since(3), Some(hook));
+        assert_eq!(u.since(5), None, "another poll's mark");
+        u.resume(5, 200);
+        assert_eq!(u.since(3), Some(hook), "resumed by another poll");
+        u.resume(3, 200);
+        let resumed = Panicked {
+            resumed: Some(200),
+            ..hook
+        };
+        assert_eq!(u.since(3), Some(resumed));
+        // A second panic caught in the same poll: its hook runs again.
+        u.mark(3, 300);
+        assert_eq!(u.since(3).map(|p| (p.at, p.resumed)), Some((300, None)));
+    }
+
+    #[test]
+    fn a_reader_never_pairs_a_panic_with_another_resumption() {
+        // The owner marks and resumes with matching values; the reader must never see a
+        // resumption from another mark (resumed = at + 1, always).
+        let u = std::sync::Arc::new(Unwinding::new());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (u, stop) = (u.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut t = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    t += 2;
+                    u.mark(1, t);
+                    u.resume(1, t + 1);
+                }
+            })
+        };
+        let (mut seen, start) = (0, Instant::now());
+        while seen < 10_000 && start.elapsed() < std::time::Duration::from_secs(60) {
+            if let Some(p) = u.since(1) {
+                if let Some(r) = p.resumed {
+                    assert_eq!(r, p.at + 1, "{p:?}");
+                    seen += 1;
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        assert!(seen > 0, "the writer never ran");
     }
 
     fn stored(name: &str) -> String {

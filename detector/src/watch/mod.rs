@@ -622,11 +622,12 @@ impl Watchdog<'_> {
         let prev_look = std::mem::replace(last_look, before);
         if let Some(wt) = watch.as_mut() {
             if let Some(p) = wt.pinned.take() {
+                let start = p.start;
                 wt.pinned = self.follow_pinned(slot, p, seq, now);
                 if wt.pinned.is_none()
                     && wt.seq == seq
                     && seq & 1 == 1
-                    && slot.unwinding.since(seq).is_none()
+                    && self.panicked_after(slot, seq, start).is_none()
                 {
                     // Retracted while the same poll runs on: it is in `block_in_place`.
                     wt.handed_off = true;
@@ -671,10 +672,23 @@ impl Watchdog<'_> {
         if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
             return;
         }
-        if slot.unwinding.since(seq).is_some() {
-            // It panicked before it was found pinned: the rest is the panic machinery's (the
-            // panic hook symbolizing a backtrace, the unwinding), not the code under test's.
-            return;
+        if let Some(panicked) = slot.unwinding.since(seq) {
+            // It panicked before it was found pinned: the panic hook's time (symbolizing a
+            // backtrace) is the panic machinery's, not the code under test's.
+            let Some(resumed) = panicked.resumed.map(|r| self.at(r)) else {
+                return;
+            };
+            if resumed > wt.after {
+                // The hook has returned: the poll unwinds, and may catch the panic and go on
+                // (`catch_unwind`). Time what it does from here, as a poll begun now.
+                wt.first_seen = now;
+                wt.after = resumed;
+                wt.baseline = None;
+                wt.counted = Duration::ZERO;
+                wt.armed = None;
+                wt.tried_arm = false;
+                return;
+            }
         }
         if wt.handed_off {
             // Still in `block_in_place`? Once the thread has a worker again, the rest of the
@@ -772,11 +786,16 @@ impl Watchdog<'_> {
         let Some(nanos) = slot.poll.ended(wt.seq) else {
             return;
         };
-        if slot.unwinding.since(wt.seq).is_some() {
-            // Ended in a panic: the panic machinery's time is not a pin.
+        if slot
+            .unwinding
+            .since(wt.seq)
+            .is_some_and(|p| p.resumed.is_none_or(|r| self.at(r) > wt.after))
+        {
+            // Panicked after the time it was armed from: the panic machinery's time is not a
+            // pin.
             return;
         }
-        let end = self.w.table.base + Duration::from_nanos(nanos);
+        let end = self.at(nanos);
         let threshold = self.settings.threshold;
         let age = wt.age(end, self.settings.effective_scan_interval());
         if age < threshold {
@@ -942,6 +961,20 @@ impl Watchdog<'_> {
         }
     }
 
+    /// The instant of `nanos` on the slot table's clock.
+    fn at(&self, nanos: u64) -> Instant {
+        self.w.table.base + Duration::from_nanos(nanos)
+    }
+
+    /// When poll `seq` panicked (ns on the table's clock), if it did at or after `start`: a
+    /// panic caught earlier in the same poll, which the timing began after, does not count.
+    fn panicked_after(&self, slot: &Slot, seq: u64, start: Instant) -> Option<u64> {
+        slot.unwinding
+            .since(seq)
+            .map(|p| p.at)
+            .filter(|&at| self.at(at) >= start)
+    }
+
     /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.
     /// Returns it while it is still running and pinning. `seq` is the counter just loaded.
     fn follow_pinned(
@@ -953,11 +986,12 @@ impl Watchdog<'_> {
     ) -> Option<Pinned> {
         let ended = slot.poll.ended(p.seq);
         // A pinned poll that panics ends, for pinwatch, where the panic began: the panic hook
-        // and the unwinding after it are not the pin.
-        let unwinding = slot.unwinding.since(p.seq);
+        // and the unwinding after it are not the pin (a poll that catches the panic and goes on
+        // is timed afresh from where the hook returned).
+        let unwinding = self.panicked_after(slot, p.seq, p.start);
         if ended.is_some() || seq != p.seq || unwinding.is_some() {
             let end = match unwinding.or(ended) {
-                Some(nanos) => self.w.table.base + Duration::from_nanos(nanos),
+                Some(nanos) => self.at(nanos),
                 // The end time was missed (the thread went away mid-poll): this look is the
                 // tightest bound left.
                 None => now,

@@ -419,6 +419,11 @@ fn expand(
     }
     let args = Args::parse(args, is_test)?;
     func.sig.asyncness = None;
+    // syn keeps the body's inner attributes (`#![allow(…)]`) with the outer ones, and the
+    // body's block prints without them: put them in front of the function, as tokio does.
+    for attr in &mut func.attrs {
+        attr.style = syn::AttrStyle::Outer;
+    }
 
     let pinwatch = args
         .pinwatch

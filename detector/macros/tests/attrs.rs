@@ -128,3 +128,26 @@ async fn flavor_local_a_pin_in_a_spawn_local_task_fails_the_test() {
     .await
     .unwrap();
 }
+
+/// An inner attribute of the body (`#![…]`) is the function's, as with tokio's attributes: it
+/// is moved out in front of the function (left in place, `#![…]` before `fn` is refused).
+#[pinwatch::test]
+async fn an_inner_attribute_of_the_body_applies_to_the_function() {
+    #![allow(unused_variables)]
+    let unused = tokio1::task::yield_now().await;
+}
+
+mod inner_attribute_main {
+    /// The same for `#[pinwatch::main]`.
+    #[pinwatch::main(flavor = "current_thread")]
+    pub async fn run() -> u32 {
+        #![allow(unused_variables)]
+        let unused = tokio1::task::yield_now().await;
+        7
+    }
+
+    #[test]
+    fn runs() {
+        assert_eq!(run(), 7);
+    }
+}

@@ -370,9 +370,9 @@ struct Watch {
     /// finds the thread runnable (its sleep just ended, it waits for a CPU) can count less of
     /// it than an earlier look that found it blocked.
     counted: Duration,
-    /// The poll's task, read at the second look, when the watchdog asked there for its end
-    /// time because its thread was blocked (see `Watchdog::arm`).
-    armed: Option<Snapshot>,
+    /// The poll's task and thread, read at the second look, when the watchdog asked there for
+    /// its end time because its thread was blocked (see `Watchdog::arm`).
+    armed: Option<Armed>,
     /// The second look has decided whether to arm it.
     tried_arm: bool,
     pinned: Option<Pinned>,
@@ -397,6 +397,19 @@ impl Watch {
 }
 
 /// A poll reported as pinned and not yet completed.
+/// A poll armed at its second look: what the report would say of it, read then — by the time it
+/// is judged, the thread may be gone and its slot another thread's.
+#[derive(Clone, Copy)]
+struct Armed {
+    snap: Snapshot,
+    tid: i32,
+    thread: u64,
+    /// The worker the thread owned then (`None`: a `block_on` body).
+    index: Option<usize>,
+    name: NameBuf,
+    name_len: usize,
+}
+
 struct Pinned {
     seq: u64,
     tid: i32,
@@ -407,6 +420,23 @@ struct Pinned {
     last_report: Instant,
     last_sample: Instant,
     probes: Vec<Probe>,
+}
+
+impl Pinned {
+    /// Poll `wt.seq` of thread `thread` (`tid`), reported now as `event`.
+    fn new(wt: &Watch, tid: i32, thread: u64, event: PinnedEvent, now: Instant) -> Pinned {
+        Pinned {
+            seq: wt.seq,
+            tid,
+            thread,
+            baseline: wt.baseline,
+            event,
+            start: wt.after,
+            last_report: now,
+            last_sample: now,
+            probes: Vec::new(),
+        }
+    }
 }
 
 pub(crate) fn run(
@@ -757,10 +787,12 @@ impl Watchdog<'_> {
         };
         let body = snap.task_id == crate::poll::BODY_TASK_ID;
         let thread = slot.thread.load(Ordering::Relaxed);
-        if !body && workers::owner(self.handle, thread) == Owner::HandedOff {
+        let index = match workers::owner(self.handle, thread) {
+            Owner::Worker(i) => Some(i),
+            Owner::HandedOff if body => None,
             // In `block_in_place` (the flag path counts it): nothing to time.
-            return;
-        }
+            Owner::HandedOff => return,
+        };
         // Only a poll blocked in the kernel (asleep, in a blocking call): time its thread spends
         // off the CPU and not waiting for one is then the block. A poll found running could
         // spend it stolen by the host (a VM's CPUs), which no account shows; it is judged only
@@ -769,8 +801,17 @@ impl Watchdog<'_> {
         if !matches!(probe::read_state(tid), Some('S' | 'D')) {
             return;
         }
-        if slot.poll.flag(seq) {
-            wt.armed = Some(snap);
+        let mut name: NameBuf = [0; NAME_MAX];
+        let name_len = slot.name_into(&mut name);
+        if slot.poll.flag(seq) && slot.poll.seq() == seq {
+            wt.armed = Some(Armed {
+                snap,
+                tid,
+                thread,
+                index,
+                name,
+                name_len,
+            });
         }
     }
 
@@ -779,7 +820,7 @@ impl Watchdog<'_> {
     /// end, the same way as while it ran, time spent waiting for a CPU not counted — reports it,
     /// completed, in one event without a stack.
     fn ended_unseen(&mut self, slot: &Slot, wt: &Watch, now: Instant) {
-        let Some(snap) = wt.armed else { return };
+        let Some(armed) = wt.armed else { return };
         if wt.pinned.is_some() || wt.handed_off || self.settings.paused {
             return;
         }
@@ -802,7 +843,7 @@ impl Watchdog<'_> {
             // The common case: a poll of a few milliseconds. Nothing more to read.
             return;
         }
-        let tid = slot.tid.load(Ordering::Relaxed);
+        let tid = armed.tid;
         // Waited since the baseline until now, not until the end: never more pinned time than
         // there was.
         let waited = waited_since(wt.baseline, tid);
@@ -813,35 +854,24 @@ impl Watchdog<'_> {
         if pinned_for < threshold {
             return;
         }
-        let body = snap.task_id == crate::poll::BODY_TASK_ID;
-        let thread = slot.thread.load(Ordering::Relaxed);
-        let index = match workers::owner(self.handle, thread) {
-            Owner::Worker(i) => Some(i),
-            Owner::HandedOff if body => None,
-            Owner::HandedOff => return,
-        };
+        if let Some(i) = armed.index {
+            if workers::owner(self.handle, armed.thread) != Owner::Worker(i) {
+                // tokio no longer has the thread running the worker it ran at the second look:
+                // it handed it over since (`block_in_place`), so what it did after that look
+                // may not have held a worker. Not judged.
+                return;
+            }
+        }
         self.w.stats.pinned_polls.fetch_add(1, Ordering::Relaxed);
-        let mut name: NameBuf = [0; NAME_MAX];
-        let name_len = slot.name_into(&mut name);
         let worker = Worker {
-            index,
+            index: armed.index,
             tid,
-            name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
+            name: String::from_utf8_lossy(&armed.name[..armed.name_len]).into_owned(),
         };
-        let mut event = self.new_event(snap, worker, Default::default(), wt.after, waited);
+        let mut event = self.new_event(armed.snap, worker, Default::default(), wt.after, waited);
         event.state = State::Completed;
         event.duration = end.saturating_duration_since(wt.after);
-        let pinned = Pinned {
-            seq: wt.seq,
-            tid,
-            thread,
-            baseline: wt.baseline,
-            event,
-            start: wt.after,
-            last_report: now,
-            last_sample: now,
-            probes: Vec::new(),
-        };
+        let pinned = Pinned::new(wt, tid, armed.thread, event, now);
         self.send(&pinned);
     }
 
@@ -884,18 +914,7 @@ impl Watchdog<'_> {
             name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
         };
         let event = self.new_event(snap, worker, spans, wt.after, waited);
-        let now = Instant::now();
-        let mut pinned = Pinned {
-            seq,
-            tid,
-            thread,
-            baseline: wt.baseline,
-            event,
-            start: wt.after,
-            last_report: now,
-            last_sample: now,
-            probes: Vec::new(),
-        };
+        let mut pinned = Pinned::new(wt, tid, thread, event, Instant::now());
         self.probe(slot, &mut pinned);
         self.send(&pinned);
         wt.pinned = Some(pinned);

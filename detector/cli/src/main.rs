@@ -183,7 +183,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            if let Err(e) = std::fs::write(&output, page) {
+            // Whole or not at all, replacing the file (not writing through a symlink there).
+            if let Err(e) = pinwatch::export::write_whole_file(&output, true, |f| {
+                std::io::Write::write_all(f, page.as_bytes())
+            }) {
                 warn(format_args!("cannot write {}: {e}", output.display()));
                 return ExitCode::from(1);
             }

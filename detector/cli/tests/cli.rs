@@ -450,3 +450,30 @@ fn profile_seconds_zero_is_refused_naming_it() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--seconds"), "{err}");
 }
+
+/// `report -o` replaces the page whole: a symlink at the name is replaced, never written
+/// through (the file it pointed to is left as it was), and the page is its owner's only.
+#[test]
+fn report_replaces_a_symlink_instead_of_writing_through_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep\n").unwrap();
+    let page = dir.path().join("page.html");
+    std::os::unix::fs::symlink(&victim, &page).unwrap();
+    let rec = data("recording.jsonl");
+    let (code, _, err) = pinwatch(&[
+        "report",
+        rec.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+    let meta = std::fs::symlink_metadata(&page).unwrap();
+    assert!(meta.is_file(), "{meta:?}");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(std::fs::read_to_string(&page)
+        .unwrap()
+        .starts_with("<!DOCTYPE html>"));
+}

@@ -336,6 +336,7 @@ const TEMPORARY_TRIES: usize = 16;
 /// dump in a shared directory fail (`PINWATCH_DUMP_ON_EXIT=/var/tmp/pins-%p.jsonl` lost).
 fn new_temporary(dir: &Path, name: &str) -> std::io::Result<(File, PathBuf)> {
     use std::hash::{BuildHasher, Hasher};
+    use std::os::unix::fs::OpenOptionsExt;
     let mut last = None;
     for attempt in 0..TEMPORARY_TRIES {
         // RandomState's keys are drawn from the OS's randomness (once per thread, then stepped).
@@ -346,7 +347,13 @@ fn new_temporary(dir: &Path, name: &str) -> std::io::Result<(File, PathBuf)> {
             std::process::id(),
             h.finish()
         ));
-        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+        // Its owner's only: a dump or a profile says what the service does.
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+        {
             Ok(f) => return Ok((f, tmp)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(tmp),
             Err(e) => return Err(e),
@@ -590,6 +597,9 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\n");
         write_whole_file(&path, true, |f| f.write_all(b"two\n")).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a dump is its owner's only: {mode:o}");
         // A failing fill leaves the file as it was and no temporary file.
         let err = write_whole_file(&path, true, |f| {
             f.write_all(b"half")?;

@@ -220,16 +220,18 @@ impl RecordSink {
     /// leaves every file there (at worst one number is skipped, which readers and the next
     /// rotation take in their stride) and the current file in use.
     fn rotate(&mut self) -> std::io::Result<()> {
-        if let Err(e) = std::fs::symlink_metadata(&self.path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                return Err(e);
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let current = match std::fs::symlink_metadata(&self.path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The current file is gone (deleted by hand): start a new one under its name,
+                // leaving the rotated ones where they are.
+                let (file, meta) = append(&self.path)?;
+                self.switch_to(file, &meta);
+                return Ok(());
             }
-            // The current file is gone (deleted by hand): start a new one under its name,
-            // leaving the rotated ones where they are.
-            let (file, meta) = append(&self.path)?;
-            self.switch_to(file, &meta);
-            return Ok(());
-        }
+            Err(e) => return Err(e),
+        };
         let fresh = fresh_path(&self.path);
         match std::fs::remove_file(&fresh) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
@@ -238,11 +240,17 @@ impl RecordSink {
         let file = OpenOptions::new()
             .create_new(true)
             .append(true)
+            .mode(0o600)
             .open(&fresh)?;
         let undo = |e: std::io::Error| {
             let _ = std::fs::remove_file(&fresh);
             e
         };
+        // The new file is readable by whom the current one is (a recording made 0640 for a log
+        // shipper stays so), never by more than its owner otherwise.
+        let mode = current.permissions().mode() & 0o777;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(undo)?;
         // Its size and inode, before any name moves.
         let meta = file.metadata().map_err(undo)?;
         // Only the files that are there: `keep` may be huge (`--keep 18446744073709551615`
@@ -357,6 +365,9 @@ fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     let file = OpenOptions::new()
         .create(true)
         .append(true)
+        // A new recording is its owner's only (stacks, span fields and thread names say what
+        // the service does); an existing file keeps its mode.
+        .mode(0o600)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
     let meta = file.metadata()?;
@@ -857,6 +868,36 @@ pub(super) mod tests {
             "ids not contiguous: {ids:?}"
         );
         assert!(ids.len() > 20);
+    }
+
+    /// A new recording is its owner's only, whatever the umask; a rotation gives the new file
+    /// the current one's mode (made readable on purpose, it stays so).
+    #[test]
+    fn a_new_recording_is_private_and_rotation_keeps_the_mode_given() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(2_000),
+                max_age: None,
+                keep: 2,
+            },
+        )
+        .unwrap();
+        sink.event(&event(1, 0));
+        sink.flush();
+        assert_eq!(mode(&path), 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        for id in 2..=40 {
+            sink.event(&event(id, 100));
+        }
+        sink.flush();
+        assert!(sink.status().rotations > 0, "{:?}", sink.status());
+        assert_eq!(mode(&path), 0o640, "the rotated-to file");
+        assert_eq!(mode(&dir.path().join("rec.1.jsonl")), 0o640);
     }
 
     #[test]

@@ -175,6 +175,41 @@ pub mod __private {
         out
     }
 
+    /// What `#[pinwatch::test]` expands to for a `#[should_panic]` test (`expected` its
+    /// string). A pin that the test expects — its failure message contains `expected` — fails
+    /// it as in other tests, by panicking: the test passes. Any other pin cannot fail such a
+    /// test by panicking (any panic passes a bare `#[should_panic]`, and `expected` may match
+    /// the body's own panic), so it fails it by returning instead: the pins are printed, and
+    /// the body's panic, if any, is caught — the harness then says the test did not panic as
+    /// expected.
+    #[track_caller]
+    pub fn test_main_should_panic<F: Future<Output = ()>>(
+        check: crate::testing::Check,
+        expected: Option<&str>,
+        body: F,
+    ) {
+        let (result, pins) = check.run_catching(std::panic::Location::caller(), body);
+        if pins.is_empty() {
+            if let Err(panic) = result {
+                std::panic::resume_unwind(panic);
+            }
+            return;
+        }
+        let text = crate::testing::render(&pins);
+        if expected.is_some_and(|e| text.contains(e)) {
+            panic!("{text}");
+        }
+        eprintln!(
+            "{text}\npinwatch: this #[should_panic] test pinned a worker, which its `expected` \
+             does not name: it fails by not panicking{}",
+            if result.is_err() {
+                " (the body's own panic was caught)"
+            } else {
+                ""
+            }
+        );
+    }
+
     /// What `#[pinwatch::main]` expands to: the runtime of `flavor`, `configure`d with the
     /// attribute's tokio options, watched, configured from the environment (a bad value stops
     /// the program with status 2), running `body`.

@@ -119,7 +119,23 @@ impl Check {
     /// When a detection variable holds a bad value, or the runtime cannot be built.
     #[track_caller]
     pub fn run<F: Future>(self, fut: F) -> (F::Output, Vec<PinnedEvent>) {
-        let at = Location::caller();
+        match self.run_catching(Location::caller(), fut) {
+            (Ok(out), pins) => (out, pins),
+            (Err(panic), pins) => {
+                if !pins.is_empty() {
+                    eprintln!("{}", render(&pins));
+                }
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    /// [`run`](Self::run), the body's panic caught and returned.
+    pub(crate) fn run_catching<F: Future>(
+        self,
+        at: &'static Location<'static>,
+        fut: F,
+    ) -> (std::thread::Result<F::Output>, Vec<PinnedEvent>) {
         let mut tokio = crate::runtime::tokio_builder(self.flavor, self.workers);
         if let Some(configure) = self.tokio {
             configure(&mut tokio);
@@ -157,16 +173,7 @@ impl Check {
             result
         };
         let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
-        let pins = pins(events, &self.allow);
-        match result {
-            Ok(out) => (out, pins),
-            Err(panic) => {
-                if !pins.is_empty() {
-                    eprintln!("{}", render(&pins));
-                }
-                resume_unwind(panic)
-            }
-        }
+        (result, pins(events, &self.allow))
     }
 }
 

@@ -468,19 +468,60 @@ fn expand(
     if let Some(v) = &args.stacks {
         settings.push(quote!(.stacks(#pinwatch::Stacks::#v)));
     }
+    // A `#[should_panic]` test passes on any panic, the pin's failure included: a pin must fail
+    // it another way.
+    let should_panic = func
+        .attrs
+        .iter()
+        .find(|a| a.path().is_ident("should_panic"));
+    let (main, expected) = match should_panic {
+        None => (quote!(test_main), quote!()),
+        Some(attr) => {
+            let expected = match should_panic_expected(attr) {
+                Some(s) => quote!(::core::option::Option::Some(#s),),
+                None => quote!(::core::option::Option::None,),
+            };
+            (quote!(test_main_should_panic), expected)
+        }
+    };
     Ok(quote! {
         #[::core::prelude::v1::test]
         #(#attrs)*
         #vis #sig {
             let body = async #body;
-            #pinwatch::__private::test_main(
+            #pinwatch::__private::#main(
                 #pinwatch::testing::Check::new()
                     #(#settings)*
                     .tokio(#options),
+                #expected
                 body,
             )
         }
     })
+}
+
+/// The `expected` string of `#[should_panic(expected = "…")]` or `#[should_panic = "…"]`.
+fn should_panic_expected(attr: &syn::Attribute) -> Option<syn::LitStr> {
+    let lit = |e: &syn::Expr| match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Some(s.clone()),
+        _ => None,
+    };
+    match &attr.meta {
+        Meta::NameValue(nv) => lit(&nv.value),
+        Meta::List(_) => {
+            let mut found = None;
+            let _ = attr.parse_nested_meta(|m| {
+                if m.path.is_ident("expected") {
+                    found = lit(&m.value()?.parse()?);
+                }
+                Ok(())
+            });
+            found
+        }
+        Meta::Path(_) => None,
+    }
 }
 
 /// `#[test]`, `#[core::prelude::*::test]` or `#[std::prelude::*::test]`, with or without the

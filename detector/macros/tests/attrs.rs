@@ -151,3 +151,122 @@ mod inner_attribute_main {
         assert_eq!(run(), 7);
     }
 }
+
+/// Each accepted form of `#[pinwatch::main]` on a function of its own, run by a test: it does
+/// what it says (built by the tests' own build: `ui/` holds only what must fail to compile, so
+/// trybuild checks it without building and linking a second copy of the dependencies).
+mod main_forms {
+    use std::time::Duration;
+
+    #[pinwatch::main]
+    async fn default_flavor() -> (tokio1::runtime::RuntimeFlavor, usize) {
+        let h = tokio1::runtime::Handle::current();
+        (h.runtime_flavor(), h.metrics().num_workers())
+    }
+
+    #[pinwatch::main(worker_threads = 3)]
+    async fn three_workers() -> usize {
+        tokio1::runtime::Handle::current().metrics().num_workers()
+    }
+
+    #[pinwatch::main(flavor = "current_thread", start_paused = true)]
+    async fn paused() -> Duration {
+        let start = tokio1::time::Instant::now();
+        tokio1::time::sleep(Duration::from_secs(3600)).await;
+        start.elapsed()
+    }
+
+    #[pinwatch::main(flavor = "local")]
+    async fn local() -> u32 {
+        let n = std::rc::Rc::new(5);
+        let m = n.clone();
+        tokio1::task::spawn_local(async move { *m + 1 })
+            .await
+            .unwrap()
+    }
+
+    #[pinwatch::main(flavor = "current_thread", unhandled_panic = "shutdown_runtime")]
+    async fn shut_down_by_a_panicking_task() {
+        tokio1::spawn(async { panic!("the spawned task's own panic") });
+        std::future::pending::<()>().await;
+    }
+
+    #[pinwatch::main(
+        flavor = "current_thread",
+        unhandled_panic = "ignore",
+        crate = "tokio1"
+    )]
+    async fn ignoring_a_panicking_task() -> bool {
+        tokio1::spawn(async { panic!("the spawned task's own panic") })
+            .await
+            .unwrap_err()
+            .is_panic()
+    }
+
+    #[pinwatch::main(
+        flavor = "multi_thread",
+        worker_threads = 1,
+        name = "by-the-attribute",
+        crate = "tokio1"
+    )]
+    async fn named() -> Option<String> {
+        tokio1::runtime::Handle::current().name().map(str::to_owned)
+    }
+
+    mod reexported {
+        pub use ::pinwatch as watcher;
+    }
+
+    #[self::reexported::watcher::main(
+        pinwatch_crate = "self::reexported::watcher",
+        flavor = "current_thread"
+    )]
+    async fn through_a_reexport() -> Result<u8, String> {
+        Ok(1)
+    }
+
+    #[test]
+    fn the_default_is_multi_thread_with_a_worker_per_core() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(
+            default_flavor(),
+            (tokio1::runtime::RuntimeFlavor::MultiThread, cores)
+        );
+    }
+
+    #[test]
+    fn worker_threads_3() {
+        assert_eq!(three_workers(), 3);
+    }
+
+    #[test]
+    fn start_paused() {
+        assert!(paused() >= Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn flavor_local_runs_a_local_task() {
+        assert_eq!(local(), 6);
+    }
+
+    #[test]
+    #[should_panic(expected = "configured to shut down on unhandled panic")]
+    fn unhandled_panic_shutdown_runtime() {
+        shut_down_by_a_panicking_task();
+    }
+
+    #[test]
+    fn unhandled_panic_ignore() {
+        assert!(ignoring_a_panicking_task());
+    }
+
+    #[test]
+    fn name_and_crate() {
+        assert_eq!(named().as_deref(), Some("by-the-attribute"));
+    }
+
+    #[test]
+    fn pinwatch_crate_through_a_reexport() {
+        assert_eq!(through_a_reexport(), Ok(1));
+    }
+}

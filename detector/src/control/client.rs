@@ -284,35 +284,98 @@ pub fn find(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     Err(msg)
 }
 
+/// One exchange with a service: the stream, and the time left of the whole exchange.
+struct Exchange<'a> {
+    stream: UnixStream,
+    path: &'a Path,
+    deadline: Instant,
+    timeout: Duration,
+    /// What the exchange waits for, in the error once the time is up ("answer", "dump").
+    awaited: &'static str,
+}
+
+impl<'a> Exchange<'a> {
+    /// Connects to `ep` (checking who answers) and sends `request`; then reads the first line
+    /// of the answer into `got` (it may hold what followed it too). Returns the exchange and
+    /// how the send and the read went: a service that refuses a client answers before reading,
+    /// so the send may fail with the answer there to read.
+    fn begin(
+        ep: &'a Endpoint,
+        request: &Request,
+        timeout: Duration,
+        awaited: &'static str,
+        got: &mut Vec<u8>,
+    ) -> Result<(Exchange<'a>, std::io::Result<()>, std::io::Result<()>), String> {
+        let deadline = Instant::now() + timeout;
+        let stream = open(ep, timeout)?;
+        let mut ex = Exchange {
+            stream,
+            path: &ep.path,
+            deadline,
+            timeout,
+            awaited,
+        };
+        let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
+        line.push('\n');
+        let _ = ex.stream.set_write_timeout(Some(ex.left("sending")?));
+        let sent = ex.stream.write_all(line.as_bytes());
+        let read = ex.read_line(got)?;
+        Ok((ex, sent, read))
+    }
+
+    /// The time left, or the error once it is gone (`what`: the step that ran out of it).
+    fn left(&self, what: &str) -> Result<Duration, String> {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(format!(
+                "no whole {} from {} within {:?} ({what})",
+                self.awaited,
+                self.path.display(),
+                self.timeout
+            ));
+        }
+        Ok((self.deadline - now).max(Duration::from_millis(1)))
+    }
+
+    /// Reads into `answer` until a newline arrives, the peer ends, or an error; at most
+    /// [`MAX_REPLY`] bytes (more is an error).
+    fn read_line(&mut self, answer: &mut Vec<u8>) -> Result<std::io::Result<()>, String> {
+        let mut chunk = vec![0u8; 64 * 1024];
+        Ok(loop {
+            let _ = self.stream.set_read_timeout(Some(self.left("reading")?));
+            match self.stream.read(&mut chunk) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    if answer.len() + n > MAX_REPLY {
+                        return Err(format!(
+                            "{} answered more than {} bytes: not a pinwatch reply; gave up",
+                            self.path.display(),
+                            MAX_REPLY
+                        ));
+                    }
+                    answer.extend_from_slice(&chunk[..n]);
+                    // One line is the whole reply.
+                    if chunk[..n].contains(&b'\n') {
+                        break Ok(());
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => break Err(e),
+            }
+        })
+    }
+}
+
 /// Sends `request` to `ep` and reads the reply: the whole exchange within `timeout`, the reply
 /// at most [`MAX_REPLY`] bytes, and only from a process of the socket's owner (`SO_PEERCRED`).
 pub fn request(ep: &Endpoint, request: &Request, timeout: Duration) -> Result<Reply, String> {
-    let path = &ep.path;
-    let deadline = Instant::now() + timeout;
-    let mut stream = open(ep, timeout)?;
-    let left = |what: &str| -> Result<Duration, String> {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(format!(
-                "no whole answer from {} within {timeout:?} ({what})",
-                path.display()
-            ));
-        }
-        Ok((deadline - now).max(Duration::from_millis(1)))
-    };
-    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
-    line.push('\n');
-    // A service that refuses a client answers before reading: then the send fails (the
-    // service has closed), but its answer is there to read.
-    let _ = stream.set_write_timeout(Some(left("sending")?));
-    let sent = stream.write_all(line.as_bytes());
     let mut answer = Vec::new();
-    let read = read_line(&mut stream, &mut answer, &left, path)?;
+    let (_, sent, read) = Exchange::begin(ep, request, timeout, "answer", &mut answer)?;
     let answer = String::from_utf8_lossy(&answer);
     if let Ok(reply) = serde_json::from_str::<Reply>(answer.trim()) {
         return Ok(reply);
     }
-    Err(not_a_reply(path, timeout, &answer, sent, read))
+    Err(not_a_reply(&ep.path, timeout, &answer, sent, read))
 }
 
 /// The most `pinwatch ctl` takes of a dump: the largest flight recording a service keeps
@@ -324,24 +387,8 @@ pub const MAX_DUMP: u64 = crate::config::MAX_FLIGHT_SIZE + 64 * 1024;
 /// wrote nothing). The whole exchange within `timeout`, the dump at most [`MAX_DUMP`] bytes.
 pub fn dump(ep: &Endpoint, timeout: Duration, out: &mut dyn Write) -> Result<Reply, String> {
     let path = &ep.path;
-    let deadline = Instant::now() + timeout;
-    let mut stream = open(ep, timeout)?;
-    let left = |what: &str| -> Result<Duration, String> {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(format!(
-                "no whole dump from {} within {timeout:?} ({what})",
-                path.display()
-            ));
-        }
-        Ok((deadline - now).max(Duration::from_millis(1)))
-    };
-    let mut line = serde_json::to_string(&Request::Dump).map_err(|e| e.to_string())?;
-    line.push('\n');
-    let _ = stream.set_write_timeout(Some(left("sending")?));
-    let sent = stream.write_all(line.as_bytes());
     let mut got = Vec::new();
-    let read = read_line(&mut stream, &mut got, &left, path)?;
+    let (mut ex, sent, read) = Exchange::begin(ep, &Request::Dump, timeout, "dump", &mut got)?;
     let Some(end) = got.iter().position(|&b| b == b'\n') else {
         let answer = String::from_utf8_lossy(&got).into_owned();
         return Err(not_a_reply(path, timeout, &answer, sent, read));
@@ -372,9 +419,9 @@ pub fn dump(ep: &Endpoint, timeout: Duration, out: &mut dyn Write) -> Result<Rep
     let mut have = rest.len() as u64;
     let mut chunk = vec![0u8; 64 * 1024];
     while have < n {
-        let _ = stream.set_read_timeout(Some(left("reading")?));
+        let _ = ex.stream.set_read_timeout(Some(ex.left("reading")?));
         let want = chunk.len().min((n - have) as usize);
-        match stream.read(&mut chunk[..want]) {
+        match ex.stream.read(&mut chunk[..want]) {
             Ok(0) => {
                 return Err(format!(
                     "{} ended the dump after {have} of its {n} bytes (the service stopped, or \
@@ -396,39 +443,6 @@ pub fn dump(ep: &Endpoint, timeout: Duration, out: &mut dyn Write) -> Result<Rep
         }
     }
     Ok(reply)
-}
-
-/// Reads from `stream` into `answer` until a newline arrives, the peer ends, or an error;
-/// at most [`MAX_REPLY`] bytes (more is an error); `left` gives the time left.
-fn read_line(
-    stream: &mut UnixStream,
-    answer: &mut Vec<u8>,
-    left: &dyn Fn(&str) -> Result<Duration, String>,
-    path: &Path,
-) -> Result<std::io::Result<()>, String> {
-    let mut chunk = vec![0u8; 64 * 1024];
-    Ok(loop {
-        let _ = stream.set_read_timeout(Some(left("reading")?));
-        match stream.read(&mut chunk) {
-            Ok(0) => break Ok(()),
-            Ok(n) => {
-                if answer.len() + n > MAX_REPLY {
-                    return Err(format!(
-                        "{} answered more than {} bytes: not a pinwatch reply; gave up",
-                        path.display(),
-                        MAX_REPLY
-                    ));
-                }
-                answer.extend_from_slice(&chunk[..n]);
-                // One line is the whole reply.
-                if chunk[..n].contains(&b'\n') {
-                    break Ok(());
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => break Err(e),
-        }
-    })
 }
 
 /// Why `answer` is no reply, for a person.

@@ -295,16 +295,7 @@ pub fn write_whole_file(
     if !replace && std::fs::symlink_metadata(path).is_ok() {
         return Err(exists(path));
     }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "the path names no file; give a file's path",
-        )
-    })?;
+    let (dir, name) = super::dir_and_name(path)?;
     let (mut file, tmp) = new_temporary(dir, &name.to_string_lossy())?;
     let done = fill(&mut file)
         .and_then(|()| file.sync_all())
@@ -396,13 +387,7 @@ pub(crate) fn with_pid(path: &Path) -> PathBuf {
 pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
     use std::os::unix::ffi::OsStrExt;
     let path = with_pid(path);
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if path.file_name().is_none() {
-        return Err("names no file; give a file's path".to_owned());
-    }
+    let (dir, _) = super::dir_and_name(&path).map_err(|e| e.to_string())?;
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(format!("{} is not a directory", dir.display())),

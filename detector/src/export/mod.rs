@@ -363,6 +363,24 @@ impl Fanout {
     }
 }
 
+/// The directory `path` is in (`.` for a bare name) and its file name; an error for a path that
+/// names no file (it ends in `..`, or is `/`).
+pub(crate) fn dir_and_name(
+    path: &std::path::Path,
+) -> std::io::Result<(&std::path::Path, &std::ffi::OsStr)> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the path names no file (it ends in `..`, or is `/`); give a file's path",
+        )
+    })?;
+    Ok((dir, name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -477,16 +477,7 @@ struct Place {
 impl Place {
     /// The place of `path` as named (where its rotation renames files).
     fn of(path: &Path) -> std::io::Result<Place> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let name = path.file_name().ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "it names no file (it ends in `..`); give the path of a file",
-            )
-        })?;
+        let (dir, name) = super::dir_and_name(path)?;
         let meta = std::fs::metadata(dir)?;
         Ok(Place {
             dir: (meta.dev(), meta.ino()),

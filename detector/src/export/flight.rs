@@ -52,7 +52,6 @@ struct Entry {
 pub(crate) struct FlightEntry {
     /// When it was reported: its `start` plus its `duration_ms` (for a reader that wants the
     /// pins of the last N seconds, the pprof profile).
-    #[allow(dead_code)]
     pub at: SystemTime,
     /// Where its line is in [`FlightSnapshot::lines`].
     pub range: (usize, usize),
@@ -85,8 +84,15 @@ impl FlightSnapshot {
     /// The events, parsed back (a line that does not parse, which pinwatch never writes, is
     /// left out).
     pub(crate) fn events(&self) -> Vec<PinnedEvent> {
+        self.events_since(None)
+    }
+
+    /// The kept events reported at or after `since` (all with `None`), read back: the lines
+    /// before it are never parsed (each entry knows when its event was reported).
+    pub(crate) fn events_since(&self, since: Option<SystemTime>) -> Vec<PinnedEvent> {
         self.entries
             .iter()
+            .filter(|e| since.is_none_or(|t| e.at >= t))
             .filter_map(|e| PinnedEvent::from_json_line(self.line(e)).ok())
             .collect()
     }
@@ -427,7 +433,6 @@ impl Flight {
     /// `/debug/pprof/pinned?seconds=N` and [`Detector::profile`](crate::Detector::profile)
     /// answer. The lock is held only to copy the buffer.
     pub(crate) fn profile(&self, last: Option<std::time::Duration>) -> Vec<u8> {
-        let events = self.snapshot().events();
         let mut options = crate::profile::Options::default();
         if let Some(last) = last {
             let since = SystemTime::now()
@@ -435,6 +440,9 @@ impl Flight {
                 .unwrap_or(SystemTime::UNIX_EPOCH);
             options = options.since(since);
         }
+        // The same window as the profile's (`profile::ran_since`: start + duration), applied
+        // before the lines are parsed.
+        let events = self.snapshot().events_since(options.since);
         crate::profile::pprof(&events, &options)
     }
 }
@@ -452,6 +460,37 @@ mod tests {
 
     fn ids(s: &FlightSnapshot) -> Vec<(u64, u32)> {
         s.events().iter().map(|e| (e.id, e.report)).collect()
+    }
+
+    /// The events of a window are those whose end (start + duration) is in it, as the
+    /// profile's `ran_since` has them; the others are not parsed.
+    #[test]
+    fn events_since_keeps_those_that_ended_in_the_window() {
+        let flight = Flight::new(1 << 20);
+        let mut sink = flight.sink();
+        let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let mut all = Vec::new();
+        for id in 1..=6 {
+            let mut e = event(id, 1, State::Completed);
+            e.start = t0 + std::time::Duration::from_secs(10 * id);
+            sink.event(&e);
+            all.push(e);
+        }
+        let snap = flight.snapshot();
+        let since = t0 + std::time::Duration::from_secs(35);
+        let got: Vec<u64> = snap
+            .events_since(Some(since))
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        let want: Vec<u64> = all
+            .iter()
+            .filter(|e| crate::profile::ran_since(e, since))
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got, vec![4, 5, 6]);
+        assert_eq!(snap.events_since(None).len(), 6);
     }
 
     /// The newest whole events are kept, in order; the oldest go first; the dropped events

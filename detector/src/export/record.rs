@@ -221,8 +221,8 @@ impl RecordSink {
     /// rotation take in their stride) and the current file in use.
     fn rotate(&mut self) -> std::io::Result<()> {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let current = match std::fs::symlink_metadata(&self.path) {
-            Ok(m) => m,
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // The current file is gone (deleted by hand): start a new one under its name,
                 // leaving the rotated ones where they are.
@@ -231,7 +231,9 @@ impl RecordSink {
                 return Ok(());
             }
             Err(e) => return Err(e),
-        };
+        }
+        // The mode of the file written (`fstat`), not of the path: a symlink's own is 0777.
+        let current = self.file.metadata()?;
         let fresh = fresh_path(&self.path);
         match std::fs::remove_file(&fresh) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
@@ -889,6 +891,37 @@ pub(super) mod tests {
         assert!(sink.status().rotations > 0, "{:?}", sink.status());
         assert_eq!(mode(&path), 0o640, "the rotated-to file");
         assert_eq!(mode(&dir.path().join("rec.1.jsonl")), 0o640);
+    }
+
+    /// A recording whose path is a symlink (to a private file) rotates into a file as private
+    /// as the one written: the mode is the written file's, not the symlink's own (always 0777).
+    #[test]
+    fn a_recording_through_a_symlink_rotates_into_a_private_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target.jsonl");
+        std::fs::write(&target, "").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let path = dir.path().join("rec.jsonl");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(2_000),
+                max_age: None,
+                keep: 2,
+            },
+        )
+        .unwrap();
+        for id in 1..=40 {
+            sink.event(&event(id, 100));
+        }
+        sink.flush();
+        assert!(sink.status().rotations > 0, "{:?}", sink.status());
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.is_file(), "{meta:?}");
+        let mode = meta.permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the rotated-to file: {mode:o}");
     }
 
     #[test]

@@ -387,6 +387,56 @@ fn a_watchdog_kept_away_past_a_polls_end_still_reports_it() {
     assert_eq!(stats.dropped, 0, "{stats:?}");
 }
 
+/// As above, for a block after a panic the poll caught (`catch_unwind`): armed at a look
+/// before the panic, then not seen again until the poll has ended, it is reported, timed from
+/// where the panic hook returned. Before the fix every such poll was dropped unjudged (the
+/// panic came after the time it was armed from).
+#[test]
+fn a_watchdog_kept_away_past_a_caught_panic_still_reports_the_block_after_it() {
+    let _serial = serial();
+    let events = Collected::default();
+    let rt = support::watch(
+        builder(&events).__late_watchdog(Duration::from_millis(150)),
+        &mut multi_thread(2),
+    );
+    const POLLS: usize = 12;
+    const BEFORE: Duration = Duration::from_millis(60);
+    let mut ran = Vec::new();
+    for _ in 0..POLLS {
+        ran.push(
+            rt.block_on(rt.spawn(async {
+                std::thread::sleep(BEFORE);
+                let caught = std::panic::catch_unwind(|| panic!("caught by the test"));
+                assert!(caught.is_err());
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(100));
+                let id: u64 = tokio::task::id().to_string().parse().unwrap();
+                (id, t.elapsed())
+            }))
+            .unwrap(),
+        );
+    }
+    let stats = rt.shutdown();
+    let completed = events.completed();
+    let mut reported = 0;
+    for (id, after) in &ran {
+        for e in completed.iter().filter(|e| e.task_id == Some(*id)) {
+            reported += 1;
+            // The block after the catch, not the one before the panic as well.
+            assert!(
+                e.duration >= *after && e.duration < *after + BEFORE,
+                "{after:?} {e:#?}"
+            );
+        }
+    }
+    // A poll the watchdog never looked at while it ran (a pair of looks falls on each side
+    // of it) cannot be reported: most are.
+    assert!(
+        reported >= POLLS / 2,
+        "{reported} of {POLLS} reported: {stats:?}\n{completed:#?}"
+    );
+}
+
 #[test]
 fn block_in_place_is_not_reported_when_tokio_records_the_hand_over_late() {
     let _serial = serial();

@@ -42,7 +42,7 @@ use tokio::runtime::Handle;
 use crate::config::{Config, Settings};
 use crate::event::{PinnedEvent, SourceLocation, State, Worker};
 use crate::poll::protocol::Snapshot;
-use crate::poll::slot::{NameBuf, Slot, SlotTable, NAME_MAX};
+use crate::poll::slot::{NameBuf, Panicked, Slot, SlotTable, NAME_MAX};
 use probe::Probe;
 use workers::Owner;
 
@@ -708,7 +708,12 @@ impl Watchdog<'_> {
             let Some(resumed) = panicked.resumed.map(|r| self.at(r)) else {
                 return;
             };
-            if resumed > wt.after {
+            if resumed > wt.after && resumed <= wt.first_seen {
+                // The hook had returned by the first look at the poll: that look and the ones
+                // after it timed what the poll did after it already, from a start bound that
+                // the return makes tighter.
+                wt.after = resumed;
+            } else if resumed > wt.after {
                 // The hook has returned: the poll unwinds, and may catch the panic and go on
                 // (`catch_unwind`). Time what it does from here, as a poll begun now.
                 wt.first_seen = now;
@@ -827,30 +832,39 @@ impl Watchdog<'_> {
         let Some(nanos) = slot.poll.ended(wt.seq) else {
             return;
         };
-        if slot
-            .unwinding
-            .since(wt.seq)
-            .is_some_and(|p| p.resumed.is_none_or(|r| self.at(r) > wt.after))
-        {
-            // Panicked after the time it was armed from: the panic machinery's time is not a
-            // pin.
-            return;
-        }
         let end = self.at(nanos);
         let threshold = self.settings.threshold;
-        let age = wt.age(end, self.settings.effective_scan_interval());
-        if age < threshold {
-            // The common case: a poll of a few milliseconds. Nothing more to read.
-            return;
-        }
         let tid = armed.tid;
         // Waited since the baseline until now, not until the end: never more pinned time than
         // there was.
         let waited = waited_since(wt.baseline, tid);
-        let pinned_for = match wt.baseline {
-            Some(b) => (b.age + end.saturating_duration_since(b.at)).saturating_sub(waited),
-            None => age,
+        let (after, age, pinned_for) = match slot.unwinding.since(wt.seq) {
+            // Its panic hook never returned: the poll ended in the panic machinery.
+            Some(p) if p.resumed.is_none() => return,
+            Some(Panicked {
+                resumed: Some(r), ..
+            }) if self.at(r) > wt.after => {
+                // It panicked after the time it was armed from, and the hook returned (the
+                // panic was caught, or it unwound): the panic machinery's time is not a pin,
+                // what the poll did after it may be. Timed from the hook's return, as a look
+                // then would have, less all it waited for a CPU since the baseline.
+                let after = self.at(r);
+                let age = end.saturating_duration_since(after);
+                (after, age, age.saturating_sub(waited))
+            }
+            _ => {
+                let age = wt.age(end, self.settings.effective_scan_interval());
+                let pinned_for = match wt.baseline {
+                    Some(b) => (b.age + end.saturating_duration_since(b.at)).saturating_sub(waited),
+                    None => age,
+                };
+                (wt.after, age, pinned_for)
+            }
         };
+        if age < threshold {
+            // The common case: a poll of a few milliseconds. Nothing more to read.
+            return;
+        }
         if pinned_for < threshold {
             return;
         }
@@ -868,9 +882,9 @@ impl Watchdog<'_> {
             tid,
             name: String::from_utf8_lossy(&armed.name[..armed.name_len]).into_owned(),
         };
-        let mut event = self.new_event(armed.snap, worker, Default::default(), wt.after, waited);
+        let mut event = self.new_event(armed.snap, worker, Default::default(), after, waited);
         event.state = State::Completed;
-        event.duration = end.saturating_duration_since(wt.after);
+        event.duration = end.saturating_duration_since(after);
         let pinned = Pinned::new(wt, tid, armed.thread, event, now);
         self.send(&pinned);
     }

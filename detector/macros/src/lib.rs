@@ -39,19 +39,31 @@ pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// A refusal, and the function still defined (not `async`, its body never run), as tokio's
-/// attributes leave it: the refusal is then the only error, not joined by "`main` function not
-/// found" or every call of a function that vanished.
+/// A refusal, and the function still defined, never run: the refusal is then the only error,
+/// not joined by "`main` function not found" or every call of a function that vanished. A
+/// `main` is left neither `async` nor taking arguments, its body `loop {}` (rustc refuses an
+/// `async` or an argument-taking `main`); any other function is left as written (an `async fn`
+/// is Rust), without its attributes (a second `#[test]`): a `loop {}` body would not do for an
+/// `-> impl Trait` return, nor a function no longer `async` for its callers' `.await`.
 fn with_error(item: proc_macro2::TokenStream, e: syn::Error) -> proc_macro2::TokenStream {
     let error = e.to_compile_error();
     let Ok(mut func) = syn::parse2::<ItemFn>(item) else {
         return error;
     };
+    func.attrs.clear();
+    if func.sig.ident != "main" {
+        return quote! {
+            #error
+            #[allow(dead_code)]
+            #func
+        };
+    }
     func.sig.asyncness = None;
+    func.sig.inputs.clear();
     let (vis, sig) = (&func.vis, &func.sig);
     quote! {
         #error
-        #[allow(unused_variables, unreachable_code, clippy::empty_loop)]
+        #[allow(unreachable_code, clippy::empty_loop)]
         #vis #sig { loop {} }
     }
 }

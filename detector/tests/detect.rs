@@ -387,10 +387,11 @@ fn a_watchdog_kept_away_past_a_polls_end_still_reports_it() {
     assert_eq!(stats.dropped, 0, "{stats:?}");
 }
 
-/// As above, for a block after a panic the poll caught (`catch_unwind`): armed at a look
-/// before the panic, then not seen again until the poll has ended, it is reported, timed from
-/// where the panic hook returned. Before the fix every such poll was dropped unjudged (the
-/// panic came after the time it was armed from).
+/// As above, for a poll that catches a panic (`catch_unwind`) early and then blocks: seen by
+/// a pair of looks, then not again until it has ended, it is reported for the block after the
+/// catch (the block before it is shorter than the threshold). Before the fix every such poll
+/// was dropped unjudged (the panic came after the time it was timed from). That the panic
+/// hook's time is left out is tests/unwind.rs's, with a slow hook.
 #[test]
 fn a_watchdog_kept_away_past_a_caught_panic_still_reports_the_block_after_it() {
     let _serial = serial();
@@ -400,18 +401,20 @@ fn a_watchdog_kept_away_past_a_caught_panic_still_reports_the_block_after_it() {
         &mut multi_thread(2),
     );
     const POLLS: usize = 12;
-    const BEFORE: Duration = Duration::from_millis(60);
+    const BEFORE: Duration = Duration::from_millis(5);
     let mut ran = Vec::new();
     for _ in 0..POLLS {
         ran.push(
             rt.block_on(rt.spawn(async {
+                let t = Instant::now();
                 std::thread::sleep(BEFORE);
+                let before = t.elapsed();
                 let caught = std::panic::catch_unwind(|| panic!("caught by the test"));
                 assert!(caught.is_err());
                 let t = Instant::now();
                 std::thread::sleep(Duration::from_millis(100));
                 let id: u64 = tokio::task::id().to_string().parse().unwrap();
-                (id, t.elapsed())
+                (id, before + t.elapsed())
             }))
             .unwrap(),
         );
@@ -419,14 +422,11 @@ fn a_watchdog_kept_away_past_a_caught_panic_still_reports_the_block_after_it() {
     let stats = rt.shutdown();
     let completed = events.completed();
     let mut reported = 0;
-    for (id, after) in &ran {
+    for (id, blocked) in &ran {
         for e in completed.iter().filter(|e| e.task_id == Some(*id)) {
             reported += 1;
-            // The block after the catch, not the one before the panic as well.
-            assert!(
-                e.duration >= *after && e.duration < *after + BEFORE,
-                "{after:?} {e:#?}"
-            );
+            // Both blocks (timed from a start bound at or before the poll's).
+            assert!(e.duration >= *blocked, "{blocked:?} {e:#?}");
         }
     }
     // A poll the watchdog never looked at while it ran (a pair of looks falls on each side

@@ -69,6 +69,9 @@ pub(crate) struct Unwinding {
     nanos: AtomicU64,
     /// When the panic hook returned, in ns since the table's base; `NOT_FLAGGED` while it runs.
     resumed: AtomicU64,
+    /// The time poll `seq`'s panic hooks took, all of them, the running one left out (ns): a
+    /// poll that catches one panic after another has each hook left out of its time.
+    hooks: AtomicU64,
 }
 
 /// A poll's panic, as the watchdog reads it ([`Unwinding::since`]).
@@ -79,6 +82,9 @@ pub struct Panicked {
     /// When the panic hook returned (the unwinding began), in ns since the table's base; `None`
     /// while the hook runs.
     pub resumed: Option<u64>,
+    /// How long the poll's returned panic hooks took in all (ns): every panic it caught before
+    /// this one and, once returned, this one.
+    pub hooks: u64,
 }
 
 impl Unwinding {
@@ -88,6 +94,7 @@ impl Unwinding {
             seq: AtomicU64::new(NOT_FLAGGED),
             nanos: AtomicU64::new(0),
             resumed: AtomicU64::new(NOT_FLAGGED),
+            hooks: AtomicU64::new(0),
         }
     }
 
@@ -104,6 +111,9 @@ impl Unwinding {
     /// Poll `seq` panics at `nanos`; its hook runs. Owner only.
     fn mark(&self, seq: u64, nanos: u64) {
         self.write(|| {
+            if self.seq.load(Ordering::Relaxed) != seq {
+                self.hooks.store(0, Ordering::Relaxed);
+            }
             self.seq.store(seq, Ordering::Relaxed);
             self.nanos.store(nanos, Ordering::Relaxed);
             self.resumed.store(NOT_FLAGGED, Ordering::Relaxed);
@@ -112,8 +122,15 @@ impl Unwinding {
 
     /// The panic hook of poll `seq` returned at `nanos`. Owner only.
     fn resume(&self, seq: u64, nanos: u64) {
-        if self.seq.load(Ordering::Relaxed) == seq {
-            self.write(|| self.resumed.store(nanos, Ordering::Relaxed));
+        if self.seq.load(Ordering::Relaxed) == seq
+            && self.resumed.load(Ordering::Relaxed) == NOT_FLAGGED
+        {
+            let took = nanos.saturating_sub(self.nanos.load(Ordering::Relaxed));
+            let hooks = self.hooks.load(Ordering::Relaxed).saturating_add(took);
+            self.write(|| {
+                self.resumed.store(nanos, Ordering::Relaxed);
+                self.hooks.store(hooks, Ordering::Relaxed);
+            });
         }
     }
 
@@ -127,11 +144,13 @@ impl Unwinding {
                 let marked = self.seq.load(Ordering::Relaxed);
                 let at = self.nanos.load(Ordering::Relaxed);
                 let resumed = self.resumed.load(Ordering::Relaxed);
+                let hooks = self.hooks.load(Ordering::Relaxed);
                 fence(Ordering::Acquire);
                 if self.version.load(Ordering::Relaxed) == v {
                     return (marked == seq).then_some(Panicked {
                         at,
                         resumed: (resumed != NOT_FLAGGED).then_some(resumed),
+                        hooks,
                     });
                 }
             }
@@ -480,6 +499,7 @@ mod tests {
         let hook = Panicked {
             at: 100,
             resumed: None,
+            hooks: 0,
         };
         assert_eq!(u.since(3), Some(hook));
         assert_eq!(u.since(5), None, "another poll's mark");
@@ -488,12 +508,24 @@ mod tests {
         u.resume(3, 200);
         let resumed = Panicked {
             resumed: Some(200),
+            hooks: 100,
             ..hook
         };
         assert_eq!(u.since(3), Some(resumed));
-        // A second panic caught in the same poll: its hook runs again.
+        u.resume(3, 250);
+        assert_eq!(u.since(3), Some(resumed), "resumed twice");
+        // A second panic caught in the same poll: its hook runs again, and adds up.
         u.mark(3, 300);
-        assert_eq!(u.since(3).map(|p| (p.at, p.resumed)), Some((300, None)));
+        assert_eq!(
+            u.since(3).map(|p| (p.at, p.resumed, p.hooks)),
+            Some((300, None, 100))
+        );
+        u.resume(3, 330);
+        assert_eq!(u.since(3).map(|p| p.hooks), Some(130));
+        // Another poll's panic starts from none.
+        u.mark(5, 400);
+        u.resume(5, 410);
+        assert_eq!(u.since(5).map(|p| p.hooks), Some(10));
     }
 
     #[test]
@@ -518,6 +550,8 @@ mod tests {
             if let Some(p) = u.since(1) {
                 if let Some(r) = p.resumed {
                     assert_eq!(r, p.at + 1, "{p:?}");
+                    // One nanosecond per hook, one hook per mark (`at` steps by 2).
+                    assert_eq!(p.hooks, p.at / 2, "{p:?}");
                     seen += 1;
                 }
             }

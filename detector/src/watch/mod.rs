@@ -375,6 +375,8 @@ struct Watch {
     armed: Option<Armed>,
     /// The second look has decided whether to arm it.
     tried_arm: bool,
+    /// The time of the poll's panic hooks (`Panicked::hooks`) left out of its timing so far.
+    hooks_left_out: u64,
     pinned: Option<Pinned>,
 }
 
@@ -384,6 +386,38 @@ struct Watch {
 const GAP_CREDIT: (u32, u32) = (3, 2);
 
 impl Watch {
+    /// Poll `seq`, first seen at `first_seen`, begun after `after`; `hooks` of its panic
+    /// hooks' time had passed before (not left out: it is in the gap before the first look).
+    fn new(seq: u64, first_seen: Instant, after: Instant, hooks: u64) -> Watch {
+        Watch {
+            seq,
+            first_seen,
+            after,
+            handed_off: false,
+            baseline: None,
+            counted: Duration::ZERO,
+            armed: None,
+            tried_arm: false,
+            hooks_left_out: hooks,
+            pinned: None,
+        }
+    }
+
+    /// Leaves `hooks` of panic hooks' time, new since the last look, out of the poll's
+    /// timing: its start bounds move that much later, and so does its baseline's instant.
+    fn leave_out(&mut self, hooks: u64, now: Instant) {
+        let new = Duration::from_nanos(hooks.saturating_sub(self.hooks_left_out));
+        self.hooks_left_out = self.hooks_left_out.max(hooks);
+        if new.is_zero() {
+            return;
+        }
+        self.first_seen = (self.first_seen + new).min(now);
+        self.after = (self.after + new).min(self.first_seen);
+        if let Some(b) = self.baseline.as_mut() {
+            b.at += new;
+        }
+    }
+
     /// The poll's age at `t` as the threshold sees it: the time since the first look that saw
     /// it, plus the gap before that look (the poll started in it), credited up to one and a
     /// half scan intervals. Never more than the poll's real age plus that, and, while the
@@ -417,6 +451,8 @@ struct Pinned {
     baseline: Option<Baseline>,
     event: PinnedEvent,
     start: Instant,
+    /// The time of the poll's panic hooks (`Panicked::hooks`) left out of the pin so far.
+    hooks_left_out: u64,
     last_report: Instant,
     last_sample: Instant,
     probes: Vec<Probe>,
@@ -432,6 +468,7 @@ impl Pinned {
             baseline: wt.baseline,
             event,
             start: wt.after,
+            hooks_left_out: wt.hooks_left_out,
             last_report: now,
             last_sample: now,
             probes: Vec::new(),
@@ -652,13 +689,8 @@ impl Watchdog<'_> {
         let prev_look = std::mem::replace(last_look, before);
         if let Some(wt) = watch.as_mut() {
             if let Some(p) = wt.pinned.take() {
-                let start = p.start;
                 wt.pinned = self.follow_pinned(slot, p, seq, now);
-                if wt.pinned.is_none()
-                    && wt.seq == seq
-                    && seq & 1 == 1
-                    && self.panicked_after(slot, seq, start).is_none()
-                {
+                if wt.pinned.is_none() && wt.seq == seq && seq & 1 == 1 {
                     // Retracted while the same poll runs on: it is in `block_in_place`.
                     wt.handed_off = true;
                 }
@@ -671,72 +703,41 @@ impl Watchdog<'_> {
             }
             return;
         }
+        let hooks_now = || slot.unwinding.since(seq).map_or(0, |p| p.hooks);
         let Some(wt) = watch.as_mut() else {
-            *watch = Some(Watch {
-                seq,
-                first_seen: now,
-                after: prev_look,
-                handed_off: false,
-                baseline: None,
-                counted: Duration::ZERO,
-                armed: None,
-                tried_arm: false,
-                pinned: None,
-            });
+            *watch = Some(Watch::new(seq, now, prev_look, hooks_now()));
             return;
         };
         if seq != wt.seq {
             // Counters never repeat, not even across owners of the slot: another poll. The one
             // before may have ended past the threshold while the watchdog was kept away.
             self.ended_unseen(slot, wt, now);
-            wt.seq = seq;
-            wt.first_seen = now;
-            wt.after = prev_look;
-            wt.handed_off = false;
-            wt.baseline = None;
-            wt.counted = Duration::ZERO;
-            wt.armed = None;
-            wt.tried_arm = false;
+            let pinned = wt.pinned.take();
+            *wt = Watch::new(seq, now, prev_look, hooks_now());
+            wt.pinned = pinned;
             return;
         }
         if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
             return;
         }
         if let Some(panicked) = slot.unwinding.since(seq) {
-            // It panicked before it was found pinned: the panic hook's time (symbolizing a
-            // backtrace) is the panic machinery's, not the code under test's.
-            let Some(resumed) = panicked.resumed.map(|r| self.at(r)) else {
-                return;
-            };
-            if resumed > wt.after && resumed <= wt.first_seen {
-                // The hook had returned by the first look at the poll: that look and the ones
-                // after it timed what the poll did after it already, from a start bound that
-                // the return makes tighter.
-                wt.after = resumed;
-            } else if resumed > wt.after {
-                // The hook has returned: the poll unwinds, and may catch the panic and go on
-                // (`catch_unwind`). Time what it does from here, as a poll begun now.
-                wt.first_seen = now;
-                wt.after = resumed;
-                wt.baseline = None;
-                wt.counted = Duration::ZERO;
-                wt.armed = None;
-                wt.tried_arm = false;
+            // It panicked: the panic hook's time (printing, symbolizing a backtrace) is the
+            // panic machinery's, not the code under test's. Not timed while the hook runs.
+            if panicked.resumed.is_none() {
                 return;
             }
+            // The hook has returned (the poll unwinds, or caught the panic and goes on): leave
+            // the hooks' time out, and time the rest.
+            wt.leave_out(panicked.hooks, now);
         }
         if wt.handed_off {
             // Still in `block_in_place`? Once the thread has a worker again, the rest of the
             // poll holds that worker: time it from here.
             let thread = slot.thread.load(Ordering::Relaxed);
             if workers::owner(self.handle, thread) != Owner::HandedOff {
-                wt.handed_off = false;
-                wt.first_seen = now;
-                wt.after = prev_look;
-                wt.baseline = None;
-                wt.counted = Duration::ZERO;
-                wt.armed = None;
-                wt.tried_arm = false;
+                let mut fresh = Watch::new(seq, now, prev_look, hooks_now());
+                fresh.pinned = wt.pinned.take();
+                *wt = fresh;
             }
             return;
         }
@@ -838,29 +839,23 @@ impl Watchdog<'_> {
         // Waited since the baseline until now, not until the end: never more pinned time than
         // there was.
         let waited = waited_since(wt.baseline, tid);
-        let (after, age, pinned_for) = match slot.unwinding.since(wt.seq) {
+        // The poll's panic hooks since the last look (it caught the panics, or ended unwinding
+        // from one) are the panic machinery's time, not a pin: left out, as a look would.
+        let hooks = match slot.unwinding.since(wt.seq) {
             // Its panic hook never returned: the poll ended in the panic machinery.
-            Some(p) if p.resumed.is_none() => return,
-            Some(Panicked {
-                resumed: Some(r), ..
-            }) if self.at(r) > wt.after => {
-                // It panicked after the time it was armed from, and the hook returned (the
-                // panic was caught, or it unwound): the panic machinery's time is not a pin,
-                // what the poll did after it may be. Timed from the hook's return, as a look
-                // then would have, less all it waited for a CPU since the baseline.
-                let after = self.at(r);
-                let age = end.saturating_duration_since(after);
-                (after, age, age.saturating_sub(waited))
-            }
-            _ => {
-                let age = wt.age(end, self.settings.effective_scan_interval());
-                let pinned_for = match wt.baseline {
-                    Some(b) => (b.age + end.saturating_duration_since(b.at)).saturating_sub(waited),
-                    None => age,
-                };
-                (wt.after, age, pinned_for)
-            }
+            Some(Panicked { resumed: None, .. }) => return,
+            Some(p) => Duration::from_nanos(p.hooks.saturating_sub(wt.hooks_left_out)),
+            None => Duration::ZERO,
         };
+        let after = wt.after;
+        let age = wt
+            .age(end, self.settings.effective_scan_interval())
+            .saturating_sub(hooks);
+        let pinned_for = match wt.baseline {
+            Some(b) => (b.age + end.saturating_duration_since(b.at)).saturating_sub(waited),
+            None => age,
+        }
+        .saturating_sub(hooks);
         if age < threshold {
             // The common case: a poll of a few milliseconds. Nothing more to read.
             return;
@@ -884,7 +879,7 @@ impl Watchdog<'_> {
         };
         let mut event = self.new_event(armed.snap, worker, Default::default(), after, waited);
         event.state = State::Completed;
-        event.duration = end.saturating_duration_since(after);
+        event.duration = end.saturating_duration_since(after).saturating_sub(hooks);
         let pinned = Pinned::new(wt, tid, armed.thread, event, now);
         self.send(&pinned);
     }
@@ -999,15 +994,6 @@ impl Watchdog<'_> {
         self.w.table.base + Duration::from_nanos(nanos)
     }
 
-    /// When poll `seq` panicked (ns on the table's clock), if it did at or after `start`: a
-    /// panic caught earlier in the same poll, which the timing began after, does not count.
-    fn panicked_after(&self, slot: &Slot, seq: u64, start: Instant) -> Option<u64> {
-        slot.unwinding
-            .since(seq)
-            .map(|p| p.at)
-            .filter(|&at| self.at(at) >= start)
-    }
-
     /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.
     /// Returns it while it is still running and pinning. `seq` is the counter just loaded.
     fn follow_pinned(
@@ -1017,13 +1003,19 @@ impl Watchdog<'_> {
         seq: u64,
         now: Instant,
     ) -> Option<Pinned> {
+        // The panic hooks the poll ran since it was found pinned (it caught the panics, or
+        // ends unwinding from one) are the panic machinery's time, not the pin's: its start
+        // moves that much later. Nothing is sampled or reported while a hook runs.
+        let mut in_hook = false;
+        if let Some(m) = slot.unwinding.since(p.seq) {
+            let new = m.hooks.saturating_sub(p.hooks_left_out);
+            p.hooks_left_out = p.hooks_left_out.max(m.hooks);
+            p.start += Duration::from_nanos(new);
+            in_hook = m.resumed.is_none();
+        }
         let ended = slot.poll.ended(p.seq);
-        // A pinned poll that panics ends, for pinwatch, where the panic began: the panic hook
-        // and the unwinding after it are not the pin (a poll that catches the panic and goes on
-        // is timed afresh from where the hook returned).
-        let unwinding = self.panicked_after(slot, p.seq, p.start);
-        if ended.is_some() || seq != p.seq || unwinding.is_some() {
-            let end = match unwinding.or(ended) {
+        if ended.is_some() || seq != p.seq {
+            let end = match ended {
                 Some(nanos) => self.at(nanos),
                 // The end time was missed (the thread went away mid-poll): this look is the
                 // tightest bound left.
@@ -1039,6 +1031,9 @@ impl Watchdog<'_> {
             p.event.report += 1;
             self.send(&p);
             return None;
+        }
+        if in_hook {
+            return Some(p);
         }
         if !p.event.block_on && workers::owner(self.handle, p.thread) == Owner::HandedOff {
             // tokio has now recorded that this thread handed its worker over: the poll was in

@@ -9,7 +9,7 @@
 mod ctl;
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -183,11 +183,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            // Whole or not at all, replacing the file (not writing through a symlink there).
-            if let Err(e) = pinwatch::export::write_whole_file(&output, true, |f| {
-                std::io::Write::write_all(f, page.as_bytes())
-            }) {
-                warn(format_args!("cannot write {}: {e}", output.display()));
+            if let Err(e) = write_output(&file, &output, page.as_bytes()) {
+                warn(format_args!("{e}"));
                 return ExitCode::from(1);
             }
             let pins = report::latest_reports(&rec.events).len();
@@ -264,6 +261,36 @@ enum View {
     },
 }
 
+/// Writes `bytes` (a page, a profile) to `output`, made from the recording `recording`: never
+/// over the recording or one of its rotated files; a regular file (or nothing yet) replaced
+/// whole or not at all (a temporary file beside it, then renamed over it: a symlink there is
+/// replaced, not written through); a terminal, `/dev/stdout` or a FIFO written to as it is.
+fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let cannot = |e: std::io::Error| format!("cannot write {}: {e}", output.display());
+    if let Ok(out) = std::fs::metadata(output) {
+        let files = report::recording_files(recording).unwrap_or_default();
+        for f in &files {
+            if std::fs::metadata(f).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino()) {
+                return Err(format!(
+                    "{} is the recording {}: name another file with -o",
+                    output.display(),
+                    f.display()
+                ));
+            }
+        }
+        if !out.is_file() && !out.is_dir() {
+            // A device or a FIFO: there is no file to replace.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(output)
+                .map_err(cannot)?;
+            return std::io::Write::write_all(&mut f, bytes).map_err(cannot);
+        }
+    }
+    pinwatch::export::write_whole_file(output, true, |f| std::io::Write::write_all(f, bytes))
+        .map_err(cannot)
+}
 /// `pinwatch profile`: the pprof profile of `events` (of the recording `file`) written to
 /// `output`, replaced whole (written beside it, then renamed over it).
 /// Dumps named at the head of `print`, `summary` and `report`; more are counted.
@@ -311,26 +338,9 @@ fn write_profile(
             file.display()
         ));
     }
-    // Never write the profile over the recording (or one of its rotated files).
-    if let Ok(out) = std::fs::metadata(output) {
-        use std::os::unix::fs::MetadataExt as _;
-        let files = report::recording_files(file).unwrap_or_default();
-        for f in &files {
-            if std::fs::metadata(f).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino()) {
-                return fail(format_args!(
-                    "{} is the recording {}: name another file with -o",
-                    output.display(),
-                    f.display()
-                ));
-            }
-        }
-    }
     let bytes = profile::encode(&built);
-    // Whole or not at all (a temporary file beside it, then renamed over it).
-    if let Err(e) =
-        pinwatch::export::write_whole_file(output, true, |f| std::io::Write::write_all(f, &bytes))
-    {
-        return fail(format_args!("cannot write {}: {e}", output.display()));
+    if let Err(e) = write_output(file, output, &bytes) {
+        return fail(format_args!("{e}"));
     }
     print_out(&format!(
         "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: go tool pprof -top {}\n",

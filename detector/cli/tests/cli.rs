@@ -477,3 +477,34 @@ fn report_replaces_a_symlink_instead_of_writing_through_it() {
         .unwrap()
         .starts_with("<!DOCTYPE html>"));
 }
+
+/// `report -o` never writes over the recording it reads (named directly or through a
+/// symlink), and writes to `/dev/stdout` (a pipe here) as it is, instead of trying to replace
+/// it with a file.
+#[test]
+fn report_refuses_its_own_recording_and_writes_to_dev_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec.jsonl");
+    std::fs::copy(data("recording.jsonl"), &rec).unwrap();
+    let before = std::fs::read(&rec).unwrap();
+    let link = dir.path().join("link.html");
+    std::os::unix::fs::symlink(&rec, &link).unwrap();
+    for out in [&rec, &link] {
+        let (code, _, err) =
+            pinwatch(&["report", rec.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("is the recording"), "{err}");
+        assert_eq!(
+            std::fs::read(&rec).unwrap(),
+            before,
+            "the recording changed"
+        );
+    }
+    let (code, out, err) = pinwatch(&["report", rec.to_str().unwrap(), "-o", "/dev/stdout"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("<!DOCTYPE html>"),
+        "{}",
+        &out[..out.len().min(200)]
+    );
+}

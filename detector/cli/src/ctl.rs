@@ -353,7 +353,7 @@ const DUMP_TIMEOUT: Duration = pinwatch::control::DUMP_DEADLINE;
 /// where a client asked), whole or not at all.
 fn dump(socket: &client::Endpoint, file: &Path, force: bool) -> Result<ExitCode, String> {
     let mut said = None;
-    pinwatch::export::write_whole_file(file, force, |f| {
+    crate::write_file(file, force, |f| {
         let reply = client::dump(socket, DUMP_TIMEOUT, f).map_err(std::io::Error::other)?;
         if !reply.ok {
             return Err(std::io::Error::other(reply.message));
@@ -362,11 +362,14 @@ fn dump(socket: &client::Endpoint, file: &Path, force: bool) -> Result<ExitCode,
         Ok(())
     })
     .map_err(|e| format!("cannot dump to {}: {e}", file.display()))?;
-    Ok(crate::print_out(&format!(
-        "wrote {}: {}\n",
-        file.display(),
-        untrusted(&said.unwrap_or_default())
-    )))
+    Ok(crate::say_wrote(
+        file,
+        &format!(
+            "wrote {}: {}\n",
+            file.display(),
+            untrusted(&said.unwrap_or_default())
+        ),
+    ))
 }
 
 /// What `ctl report -o` and `ctl profile -o` start with: refuse an existing `output` unless
@@ -378,7 +381,10 @@ fn dumped_recording(
     force: bool,
     name: &str,
 ) -> Result<pinwatch::report::Recording, String> {
-    if !force && std::fs::symlink_metadata(output).is_ok() {
+    if !force
+        && std::fs::symlink_metadata(output).is_ok()
+        && !std::fs::metadata(output).is_ok_and(|m| crate::is_stream(&m))
+    {
         return Err(format!(
             "{} exists; give another file, or ask to replace it (`--force`)",
             output.display()
@@ -403,15 +409,18 @@ fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitC
         .cloned()
         .unwrap_or_else(|| format!("flight recording of {name}"));
     let page = pinwatch_cli::page::render(&rec.events, &source, &rec.warnings)?;
-    pinwatch::export::write_whole_file(output, force, |f| f.write_all(page.as_bytes()))
+    crate::write_file(output, force, |f| f.write_all(page.as_bytes()))
         .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
     let pins = pinwatch::report::latest_reports(&rec.events).len();
-    Ok(crate::print_out(&format!(
-        "wrote {} ({} events, {pins} pins; {}); open it in a browser\n",
-        output.display(),
-        rec.events.len(),
-        untrusted(&source)
-    )))
+    Ok(crate::say_wrote(
+        output,
+        &format!(
+            "wrote {} ({} events, {pins} pins; {}); open it in a browser\n",
+            output.display(),
+            rec.events.len(),
+            untrusted(&source)
+        ),
+    ))
 }
 
 /// `ctl <pid> profile -o FILE`: a dump, made into the pinned-time profile here (the same
@@ -444,9 +453,9 @@ fn profile(
         .iter()
         .fold(0i64, |t, s| t.saturating_add(s.value[1]));
     let body = pinwatch::profile::encode(&built);
-    pinwatch::export::write_whole_file(output, force, |f| f.write_all(&body))
+    crate::write_file(output, force, |f| f.write_all(&body))
         .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-    Ok(crate::print_out(&format!(
+    Ok(crate::say_wrote(output, &format!(
         "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: go tool pprof -top {}\n",
         output.display(),
         nanos as f64 / 1e6,

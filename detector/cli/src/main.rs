@@ -188,11 +188,14 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             let pins = report::latest_reports(&rec.events).len();
-            print_out(&format!(
-                "wrote {} ({} events, {pins} pins); open it in a browser\n{head}",
-                output.display(),
-                rec.events.len()
-            ))
+            say_wrote(
+                &output,
+                &format!(
+                    "wrote {} ({} events, {pins} pins); open it in a browser\n{head}",
+                    output.display(),
+                    rec.events.len()
+                ),
+            )
         }
         View::Summary { json } => {
             let rows = report::summarize(&rec.events);
@@ -238,6 +241,16 @@ pub(crate) fn print_out(text: &str) -> ExitCode {
     write_out(text).err().unwrap_or(ExitCode::SUCCESS)
 }
 
+/// Says what was written to `output`: on stdout, or on stderr when `output` is a stream
+/// ([`is_stream`]: `-o /dev/stdout`), whose bytes must not be followed by the message.
+pub(crate) fn say_wrote(output: &Path, text: &str) -> ExitCode {
+    if std::fs::metadata(output).is_ok_and(|m| is_stream(&m)) {
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+        return ExitCode::SUCCESS;
+    }
+    print_out(text)
+}
+
 /// `pinwatch: <msg>` on stderr; never panics (`eprintln!` does when stderr is a closed pipe).
 pub(crate) fn warn(msg: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "pinwatch: {msg}");
@@ -262,12 +275,9 @@ enum View {
 }
 
 /// Writes `bytes` (a page, a profile) to `output`, made from the recording `recording`: never
-/// over the recording or one of its rotated files; a regular file (or nothing yet) replaced
-/// whole or not at all (a temporary file beside it, then renamed over it: a symlink there is
-/// replaced, not written through); a terminal, `/dev/stdout` or a FIFO written to as it is.
+/// over the recording or one of its rotated files; otherwise as [`write_file`] does.
 fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt as _;
-    let cannot = |e: std::io::Error| format!("cannot write {}: {e}", output.display());
     if let Ok(out) = std::fs::metadata(output) {
         let files = report::recording_files(recording).unwrap_or_default();
         for f in &files {
@@ -279,17 +289,46 @@ fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), Str
                 ));
             }
         }
-        if !out.is_file() && !out.is_dir() {
-            // A device or a FIFO: there is no file to replace.
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(output)
-                .map_err(cannot)?;
-            return std::io::Write::write_all(&mut f, bytes).map_err(cannot);
+    }
+    write_file(output, true, |f| f.write_all(bytes))
+        .map_err(|e| format!("cannot write {}: {e}", output.display()))
+}
+
+/// Writes what `fill` writes to `path`. A terminal, `/dev/null`, or a pipe or FIFO of this
+/// user's (`-o /dev/stdout`) is written to as it is; a regular file (or nothing yet) is made
+/// whole or not at all, replacing one that is there only when `replace` ([`write_whole_file`]:
+/// a temporary file beside it, then linked or renamed into place; a symlink there is replaced,
+/// not written through). A FIFO of another user's is not written into (it could be read by
+/// them): it is replaced like a file, which a sticky `/tmp` refuses. A block device is refused.
+///
+/// [`write_whole_file`]: pinwatch::export::write_whole_file
+pub(crate) fn write_file(
+    path: &Path,
+    replace: bool,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.file_type().is_block_device() {
+            return Err(std::io::Error::other("it is a block device; name a file"));
+        }
+        if is_stream(&m) {
+            let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+            return fill(&mut f);
         }
     }
-    pinwatch::export::write_whole_file(output, true, |f| std::io::Write::write_all(f, bytes))
-        .map_err(cannot)
+    pinwatch::export::write_whole_file(path, replace, fill)
+}
+
+/// Whether what is at a path ([`std::fs::metadata`]: through symlinks) is a terminal, a
+/// device such as `/dev/null`, or a pipe, FIFO or socket of this user's: [`write_file`] writes
+/// to it as it is, there is no file to replace (no `--force` needed).
+pub(crate) fn is_stream(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let t = m.file_type();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let ours = m.uid() == unsafe { libc::geteuid() };
+    t.is_char_device() || ((t.is_fifo() || t.is_socket()) && ours)
 }
 /// `pinwatch profile`: the pprof profile of `events` (of the recording `file`) written to
 /// `output`, replaced whole (written beside it, then renamed over it).
@@ -342,7 +381,7 @@ fn write_profile(
     if let Err(e) = write_output(file, output, &bytes) {
         return fail(format_args!("{e}"));
     }
-    print_out(&format!(
+    say_wrote(output, &format!(
         "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: go tool pprof -top {}\n",
         output.display(),
         nanos as f64 / 1e6,

@@ -136,7 +136,8 @@ impl Unwinding {
 
     /// Whether poll `seq` panicked, when, and when its hook returned. Counters never repeat,
     /// so a mark left by an earlier poll or owner never matches. A read that overlaps the
-    /// owner's write is retried a few times; then the mark counts as none.
+    /// owner's write is retried a few times; then the owner, which writes only from its panic
+    /// hook, is taken to be in one (at 0, not resumed, no hook time known).
     pub fn since(&self, seq: u64) -> Option<Panicked> {
         for _ in 0..8 {
             let v = self.version.load(Ordering::Acquire);
@@ -156,7 +157,11 @@ impl Unwinding {
             }
             std::hint::spin_loop();
         }
-        None
+        Some(Panicked {
+            at: 0,
+            resumed: None,
+            hooks: 0,
+        })
     }
 }
 

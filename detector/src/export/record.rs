@@ -863,6 +863,16 @@ pub(super) mod tests {
         assert!(ids.len() > 20);
     }
 
+    /// A recording at `path` that rotates every few events (2,000 bytes, two files kept).
+    fn small_rotating(path: &Path) -> RecordSink {
+        let rotation = Rotation {
+            max_size: Some(2_000),
+            max_age: None,
+            keep: 2,
+        };
+        RecordSink::open_rotating(path, rotation).unwrap()
+    }
+
     /// A new recording is its owner's only, whatever the umask; a rotation gives the new file
     /// the current one's mode (made readable on purpose, it stays so).
     #[test]
@@ -871,15 +881,7 @@ pub(super) mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rec.jsonl");
-        let mut sink = RecordSink::open_rotating(
-            &path,
-            Rotation {
-                max_size: Some(2_000),
-                max_age: None,
-                keep: 2,
-            },
-        )
-        .unwrap();
+        let mut sink = small_rotating(&path);
         sink.event(&event(1, 0));
         sink.flush();
         assert_eq!(mode(&path), 0o600);
@@ -904,15 +906,7 @@ pub(super) mod tests {
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
         let path = dir.path().join("rec.jsonl");
         std::os::unix::fs::symlink(&target, &path).unwrap();
-        let mut sink = RecordSink::open_rotating(
-            &path,
-            Rotation {
-                max_size: Some(2_000),
-                max_age: None,
-                keep: 2,
-            },
-        )
-        .unwrap();
+        let mut sink = small_rotating(&path);
         for id in 1..=40 {
             sink.event(&event(id, 100));
         }

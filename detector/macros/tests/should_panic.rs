@@ -38,6 +38,22 @@ fn a_should_panic_test_that_pins_then_panics_as_expected_fails() {
     assert!(out.contains("the body's own panic was caught"), "{out}");
 }
 
+/// `expected` meant for the body's own panic does not let a pin through by matching the pin
+/// report's file or function names: only the failure's first line is matched.
+#[test]
+fn an_expected_string_in_the_pins_stack_does_not_pass_the_pin() {
+    let (passed, out) = child("child_pins_with_expected_in_its_function_name");
+    assert!(!passed, "the test passed:\n{out}");
+    assert!(out.contains("pinned a worker"), "{out}");
+}
+
+#[pinwatch::test]
+#[ignore = "run in a child process by the test above it"]
+#[should_panic(expected = "with_expected_in_its_function_name")]
+async fn child_pins_with_expected_in_its_function_name() {
+    std::thread::sleep(Duration::from_millis(200));
+}
+
 #[test]
 fn a_should_panic_test_that_panics_without_pinning_passes() {
     let (passed, out) = child("child_panics_without_pinning");

@@ -381,10 +381,7 @@ fn dumped_recording(
     force: bool,
     name: &str,
 ) -> Result<pinwatch::report::Recording, String> {
-    if !force
-        && std::fs::symlink_metadata(output).is_ok()
-        && !std::fs::metadata(output).is_ok_and(|m| crate::is_stream(&m))
-    {
+    if !force && std::fs::symlink_metadata(output).is_ok() && !crate::written_as_is(output) {
         return Err(format!(
             "{} exists; give another file, or ask to replace it (`--force`)",
             output.display()

@@ -241,10 +241,10 @@ pub(crate) fn print_out(text: &str) -> ExitCode {
     write_out(text).err().unwrap_or(ExitCode::SUCCESS)
 }
 
-/// Says what was written to `output`: on stdout, or on stderr when `output` is a stream
-/// ([`is_stream`]: `-o /dev/stdout`), whose bytes must not be followed by the message.
+/// Says what was written to `output`: on stdout, or on stderr when `output` is written as it
+/// is ([`written_as_is`]: `-o /dev/stdout`), whose bytes must not be followed by the message.
 pub(crate) fn say_wrote(output: &Path, text: &str) -> ExitCode {
-    if std::fs::metadata(output).is_ok_and(|m| is_stream(&m)) {
+    if written_as_is(output) {
         let _ = std::io::stderr().lock().write_all(text.as_bytes());
         return ExitCode::SUCCESS;
     }
@@ -294,8 +294,10 @@ fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), Str
         .map_err(|e| format!("cannot write {}: {e}", output.display()))
 }
 
-/// Writes what `fill` writes to `path`. A terminal, `/dev/null`, or a pipe or FIFO of this
-/// user's (`-o /dev/stdout`) is written to as it is; a regular file (or nothing yet) is made
+/// Writes what `fill` writes to `path`. One of this process's descriptors (`/dev/stdout`,
+/// `/dev/fd/N`, `/proc/self/fd/N`: `own_descriptor`) is written through as it is, whatever it
+/// is open to (a file the shell redirected stdout to); so is a terminal, `/dev/null`, or a
+/// pipe or FIFO of this user's; a regular file (or nothing yet) is made
 /// whole or not at all, replacing one that is there only when `replace` ([`write_whole_file`]:
 /// a temporary file beside it, then linked or renamed into place; a symlink there is replaced,
 /// not written through). A FIFO of another user's is not written into (it could be read by
@@ -312,12 +314,65 @@ pub(crate) fn write_file(
         if m.file_type().is_block_device() {
             return Err(std::io::Error::other("it is a block device; name a file"));
         }
-        if is_stream(&m) {
+        if is_stream(&m) && own_descriptor(path).is_none() {
             let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
             return fill(&mut f);
         }
     }
+    if let Some(fd) = own_descriptor(path) {
+        // SAFETY: F_DUPFD_CLOEXEC reads and writes no memory of ours; on a descriptor that is
+        // not open it fails (EBADF), which is returned.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `dup` was just made by fcntl above and nothing else owns or closes it.
+        let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+        return fill(&mut f);
+    }
     pinwatch::export::write_whole_file(path, replace, fill)
+}
+
+/// Whether [`write_file`] writes to `path` as it is, with nothing to replace (no `--force`
+/// needed, and the 'wrote' line goes to stderr): one of this process's descriptors
+/// (`own_descriptor`: `/dev/stdout`, whatever it is open to), or a stream ([`is_stream`]).
+pub(crate) fn written_as_is(path: &Path) -> bool {
+    own_descriptor(path).is_some() || std::fs::metadata(path).is_ok_and(|m| is_stream(&m))
+}
+
+/// Symlinks followed at most by [`own_descriptor`] (the kernel's own limit is 40).
+const DESCRIPTOR_LINKS: usize = 8;
+
+/// The descriptor `path` names, if it is one of this process's: `/dev/fd/N`,
+/// `/proc/self/fd/N`, `/proc/thread-self/fd/N` or `/proc/PID/fd/N` (ours), named directly or
+/// through symlinks (`/dev/stdout`). What such a descriptor is open to is written through it
+/// as it is, even a regular file (`> out.html`): that file is the shell's redirection, at the
+/// descriptor's offset (`>>` appends), not one to replace by a temporary file renamed over
+/// the path (over `/dev/stdout` itself, for root).
+fn own_descriptor(path: &Path) -> Option<i32> {
+    let ours = PathBuf::from(format!("/proc/{}/fd", std::process::id()));
+    let dirs = [
+        Path::new("/dev/fd"),
+        Path::new("/proc/self/fd"),
+        Path::new("/proc/thread-self/fd"),
+        ours.as_path(),
+    ];
+    let mut p = path.to_path_buf();
+    for _ in 0..=DESCRIPTOR_LINKS {
+        if p.parent().is_some_and(|d| dirs.contains(&d)) {
+            if let Some(fd) = p.file_name().and_then(|n| n.to_str()?.parse::<i32>().ok()) {
+                return Some(fd);
+            }
+        }
+        // A descriptor's own link (`/proc/self/fd/1` -> `/tmp/out.html`) was matched above,
+        // before it is read.
+        let target = std::fs::read_link(&p).ok()?;
+        p = match p.parent() {
+            Some(dir) => dir.join(target),
+            None => target,
+        };
+    }
+    None
 }
 
 /// Whether what is at a path ([`std::fs::metadata`]: through symlinks) is a terminal, a

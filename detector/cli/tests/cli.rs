@@ -508,3 +508,45 @@ fn report_refuses_its_own_recording_and_writes_to_dev_stdout() {
         &out[..out.len().min(200)]
     );
 }
+
+/// `report -o /proc/self/fd/1` (or `/dev/fd/1`) with stdout redirected to a file (`>> out`):
+/// the page goes through the descriptor as it is, after what the file held (the shell's
+/// append), and the 'wrote' line goes to stderr, not after the page. It was taken for a file
+/// to replace: a temporary file made beside it (in `/proc/self/fd`, refused; for `/dev/stdout`,
+/// in `/dev`, which root may write: not named here, so that this test never replaces
+/// `/dev/stdout` when run on a build without the fix).
+#[test]
+fn report_writes_through_its_own_stdout_when_that_is_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, out) in ["/proc/self/fd/1", "/dev/fd/1"].into_iter().enumerate() {
+        let file = dir.path().join(format!("out{i}.html"));
+        std::fs::write(&file, "kept\n").unwrap();
+        let stdout = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        let run = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+            .args([
+                "report",
+                data("recording.jsonl").to_str().unwrap(),
+                "-o",
+                out,
+            ])
+            .stdout(stdout)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "-o {out}: {err}");
+        let page = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            page.starts_with("kept\n<!DOCTYPE html>"),
+            "-o {out}: {}",
+            &page[..page.len().min(200)]
+        );
+        assert!(
+            !page.contains("wrote "),
+            "-o {out}: the 'wrote' line is in the page"
+        );
+        assert!(err.contains(&format!("wrote {out}")), "-o {out}: {err}");
+    }
+}

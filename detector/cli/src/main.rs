@@ -301,7 +301,8 @@ fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), Str
 /// whole or not at all, replacing one that is there only when `replace` ([`write_whole_file`]:
 /// a temporary file beside it, then linked or renamed into place; a symlink there is replaced,
 /// not written through). A FIFO of another user's is not written into (it could be read by
-/// them): it is replaced like a file, which a sticky `/tmp` refuses. A block device is refused.
+/// them): it is replaced like a file, which a sticky `/tmp` refuses. A block device or a
+/// socket is refused.
 ///
 /// [`write_whole_file`]: pinwatch::export::write_whole_file
 pub(crate) fn write_file(
@@ -313,6 +314,12 @@ pub(crate) fn write_file(
     if let Ok(m) = std::fs::metadata(path) {
         if m.file_type().is_block_device() {
             return Err(std::io::Error::other("it is a block device; name a file"));
+        }
+        if m.file_type().is_socket() {
+            // open() of a socket's path fails with ENXIO ("No such device or address").
+            return Err(std::io::Error::other(
+                "it is a socket, which cannot be opened to write to; name a file",
+            ));
         }
         if is_stream(&m) && own_descriptor(path).is_none() {
             let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
@@ -376,14 +383,14 @@ fn own_descriptor(path: &Path) -> Option<i32> {
 }
 
 /// Whether what is at a path ([`std::fs::metadata`]: through symlinks) is a terminal, a
-/// device such as `/dev/null`, or a pipe, FIFO or socket of this user's: [`write_file`] writes
+/// device such as `/dev/null`, or a pipe or FIFO of this user's: [`write_file`] writes
 /// to it as it is, there is no file to replace (no `--force` needed).
 pub(crate) fn is_stream(m: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
     let t = m.file_type();
     // SAFETY: geteuid has no preconditions and cannot fail.
     let ours = m.uid() == unsafe { libc::geteuid() };
-    t.is_char_device() || ((t.is_fifo() || t.is_socket()) && ours)
+    t.is_char_device() || (t.is_fifo() && ours)
 }
 /// `pinwatch profile`: the pprof profile of `events` (of the recording `file`) written to
 /// `output`, replaced whole (written beside it, then renamed over it).

@@ -550,3 +550,20 @@ fn report_writes_through_its_own_stdout_when_that_is_a_file() {
         assert!(err.contains(&format!("wrote {out}")), "-o {out}: {err}");
     }
 }
+
+/// `report -o` a Unix socket's path is refused, saying it is a socket: it was taken for a
+/// stream to write to, and open() failed with "No such device or address".
+#[test]
+fn report_refuses_a_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let (code, _, err) = pinwatch(&[
+        "report",
+        data("recording.jsonl").to_str().unwrap(),
+        "-o",
+        sock.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("it is a socket"), "{err}");
+}

@@ -323,6 +323,7 @@ pub(crate) fn write_file(
         }
         if is_stream(&m) && own_descriptor(path).is_none() {
             let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+            check_opened(&f, false)?;
             return fill(&mut f);
         }
     }
@@ -335,6 +336,7 @@ pub(crate) fn write_file(
         }
         // SAFETY: `dup` was just made by fcntl above and nothing else owns or closes it.
         let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+        check_opened(&f, true)?;
         return fill(&mut f);
     }
     pinwatch::export::write_whole_file(path, replace, fill)
@@ -392,11 +394,31 @@ pub(crate) fn is_stream(m: &std::fs::Metadata) -> bool {
     let ours = m.uid() == unsafe { libc::geteuid() };
     t.is_char_device() || (t.is_fifo() && ours)
 }
-/// `pinwatch profile`: the pprof profile of `events` (of the recording `file`) written to
-/// `output`, replaced whole (written beside it, then renamed over it).
+
+/// Refuses a terminal (`fill` writes a page, a profile or a service's dump, never for a
+/// terminal: the dump's bytes come from the service as they are) and, once opened, anything
+/// that is no longer a stream of this user's (a FIFO swapped in after it was looked at).
+fn check_opened(f: &std::fs::File, own: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: isatty only reads the descriptor number, which `f` keeps open.
+    if unsafe { libc::isatty(f.as_raw_fd()) } == 1 {
+        return Err(std::io::Error::other(
+            "it is a terminal; send it through a pipe (| less) or name a file",
+        ));
+    }
+    if !own && !is_stream(&f.metadata()?) {
+        return Err(std::io::Error::other(
+            "it changed as it was opened (no longer a pipe or device of yours); name a file",
+        ));
+    }
+    Ok(())
+}
+
 /// Dumps named at the head of `print`, `summary` and `report`; more are counted.
 const MAX_DUMPS_NAMED: usize = 3;
 
+/// `pinwatch profile`: the pprof profile of `events` (of the recording `file`) written to
+/// `output`, replaced whole (written beside it, then renamed over it).
 fn write_profile(
     file: &std::path::Path,
     events: &[pinwatch::PinnedEvent],

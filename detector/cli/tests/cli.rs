@@ -567,3 +567,30 @@ fn report_refuses_a_socket() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("it is a socket"), "{err}");
 }
+
+/// A terminal is refused as `-o` (a page, a profile or a service's raw dump is never for one):
+/// a real pseudo-terminal's device, named by its path.
+#[test]
+fn report_refuses_a_terminal() {
+    // SAFETY: posix_openpt/grantpt/unlockpt take the descriptor they return; ptsname's result
+    // is copied at once, before any other call could reuse its buffer.
+    let (master, tty) = unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0, "{}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let name = libc::ptsname(master);
+        assert!(!name.is_null());
+        let tty = std::ffi::CStr::from_ptr(name).to_str().unwrap().to_owned();
+        (master, tty)
+    };
+    let rec = data("recording.jsonl");
+    let (code, _, err) = pinwatch(&["report", rec.to_str().unwrap(), "-o", &tty]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("is a terminal") || err.contains("it is a terminal"),
+        "{err}"
+    );
+    // SAFETY: `master` is the descriptor opened above, closed once.
+    unsafe { libc::close(master) };
+}

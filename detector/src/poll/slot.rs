@@ -136,9 +136,25 @@ impl Unwinding {
 
     /// Whether poll `seq` panicked, when, and when its hook returned. Counters never repeat,
     /// so a mark left by an earlier poll or owner never matches. A read that overlaps the
-    /// owner's write is retried a few times; then the owner, which writes only from its panic
-    /// hook, is taken to be in one (at 0, not resumed, no hook time known).
+    /// owner's write is retried a few times; then there is no answer (for a poll that has
+    /// ended: the owner writes another's mark).
     pub fn since(&self, seq: u64) -> Option<Panicked> {
+        self.read(seq, None)
+    }
+
+    /// [`since`](Self::since) for the poll the owner is running: a read that keeps overlapping
+    /// the owner's write is taken for its panic hook running (the owner writes only from
+    /// there, and only its running poll's mark): at 0, not resumed, no hook time known.
+    pub fn since_running(&self, seq: u64) -> Option<Panicked> {
+        let hook = Panicked {
+            at: 0,
+            resumed: None,
+            hooks: 0,
+        };
+        self.read(seq, Some(hook))
+    }
+
+    fn read(&self, seq: u64, torn: Option<Panicked>) -> Option<Panicked> {
         for _ in 0..8 {
             let v = self.version.load(Ordering::Acquire);
             if v & 1 == 0 {
@@ -157,11 +173,7 @@ impl Unwinding {
             }
             std::hint::spin_loop();
         }
-        Some(Panicked {
-            at: 0,
-            resumed: None,
-            hooks: 0,
-        })
+        torn
     }
 }
 

@@ -359,8 +359,11 @@ struct Watch {
     seq: u64,
     /// Just after the load that first saw `seq`.
     first_seen: Instant,
-    /// Just before the last load that saw another counter: the poll started after it.
+    /// Just before the last load that saw another counter: the poll started after it (moved
+    /// later by the time its panic hooks took, which is not timed).
     after: Instant,
+    /// `after` as first found, never moved: what a stall blames.
+    began: Instant,
     /// The thread has handed its worker over (`block_in_place`): not pinning while that lasts.
     handed_off: bool,
     /// The thread's scheduler accounting at the second look at the poll: time spent after it
@@ -393,6 +396,7 @@ impl Watch {
             seq,
             first_seen,
             after,
+            began: after,
             handed_off: false,
             baseline: None,
             counted: Duration::ZERO,
@@ -450,7 +454,11 @@ struct Pinned {
     thread: u64,
     baseline: Option<Baseline>,
     event: PinnedEvent,
+    /// When it started, moved later by the time of its panic hooks (not timed): its duration is
+    /// up to now from here, and `event.start` moves with it (start + duration is the end).
     start: Instant,
+    /// `start` never moved: what a stall blames.
+    began: Instant,
     /// The time of the poll's panic hooks (`Panicked::hooks`) left out of the pin so far.
     hooks_left_out: u64,
     last_report: Instant,
@@ -468,6 +476,7 @@ impl Pinned {
             baseline: wt.baseline,
             event,
             start: wt.after,
+            began: wt.began,
             hooks_left_out: wt.hooks_left_out,
             last_report: now,
             last_sample: now,
@@ -582,7 +591,7 @@ pub(crate) fn run(
                 live.id.store(id, Ordering::Release);
             }
             if let (Some(p), Some(stall)) = (pinned, wd.stalled) {
-                blamed |= stall.blames(p.start);
+                blamed |= stall.blames(p.began);
             }
         }
         // Stalled: a pin that was running when the heartbeat was due runs still, and the
@@ -703,9 +712,8 @@ impl Watchdog<'_> {
             }
             return;
         }
-        let hooks_now = || slot.unwinding.since(seq).map_or(0, |p| p.hooks);
         let Some(wt) = watch.as_mut() else {
-            *watch = Some(Watch::new(seq, now, prev_look, hooks_now()));
+            *watch = Some(self.fresh_watch(slot, seq, now, prev_look));
             return;
         };
         if seq != wt.seq {
@@ -713,14 +721,14 @@ impl Watchdog<'_> {
             // before may have ended past the threshold while the watchdog was kept away.
             self.ended_unseen(slot, wt, now);
             let pinned = wt.pinned.take();
-            *wt = Watch::new(seq, now, prev_look, hooks_now());
+            *wt = self.fresh_watch(slot, seq, now, prev_look);
             wt.pinned = pinned;
             return;
         }
         if seq & 1 == 0 || wt.pinned.is_some() || self.settings.paused {
             return;
         }
-        if let Some(panicked) = slot.unwinding.since(seq) {
+        if let Some(panicked) = slot.unwinding.since_running(seq) {
             // It panicked: the panic hook's time (printing, symbolizing a backtrace) is the
             // panic machinery's, not the code under test's. Not timed while the hook runs.
             if panicked.resumed.is_none() {
@@ -735,7 +743,7 @@ impl Watchdog<'_> {
             // poll holds that worker: time it from here.
             let thread = slot.thread.load(Ordering::Relaxed);
             if workers::owner(self.handle, thread) != Owner::HandedOff {
-                let mut fresh = Watch::new(seq, now, prev_look, hooks_now());
+                let mut fresh = self.fresh_watch(slot, seq, now, prev_look);
                 fresh.pinned = wt.pinned.take();
                 *wt = fresh;
             }
@@ -877,9 +885,18 @@ impl Watchdog<'_> {
             tid,
             name: String::from_utf8_lossy(&armed.name[..armed.name_len]).into_owned(),
         };
-        let mut event = self.new_event(armed.snap, worker, Default::default(), after, waited);
+        let mut event = self.new_event(
+            armed.snap,
+            worker,
+            Default::default(),
+            after,
+            wt.began,
+            waited,
+        );
         event.state = State::Completed;
+        // Its panic hooks left out: it starts that much later, and ends where it ended.
         event.duration = end.saturating_duration_since(after).saturating_sub(hooks);
+        event.start += hooks;
         let pinned = Pinned::new(wt, tid, armed.thread, event, now);
         self.send(&pinned);
     }
@@ -922,7 +939,7 @@ impl Watchdog<'_> {
             tid,
             name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
         };
-        let event = self.new_event(snap, worker, spans, wt.after, waited);
+        let event = self.new_event(snap, worker, spans, wt.after, wt.began, waited);
         let mut pinned = Pinned::new(wt, tid, thread, event, Instant::now());
         self.probe(slot, &mut pinned);
         self.send(&pinned);
@@ -938,6 +955,7 @@ impl Watchdog<'_> {
         worker: Worker,
         spans: crate::spans::Captured,
         after: Instant,
+        began: Instant,
         waited: Duration,
     ) -> PinnedEvent {
         let body = snap.task_id == crate::poll::BODY_TASK_ID;
@@ -952,7 +970,7 @@ impl Watchdog<'_> {
             }))
         };
         let elapsed = Instant::now().saturating_duration_since(after);
-        let stall = self.stalled.filter(|s| s.blames(after));
+        let stall = self.stalled.filter(|s| s.blames(began));
         PinnedEvent {
             id: self.w.next_id.fetch_add(1, Ordering::Relaxed),
             run_id: self.w.run_id.clone(),
@@ -989,6 +1007,21 @@ impl Watchdog<'_> {
         }
     }
 
+    /// A watch of poll `seq`, first seen at `first_seen` and begun after `after`: a panic
+    /// hook of it that had returned since `after` is in the gap before the first look, which
+    /// the timing credits only in part; the poll is timed from the hook's return instead
+    /// (what it did before the panic is unknown).
+    fn fresh_watch(&self, slot: &Slot, seq: u64, first_seen: Instant, after: Instant) -> Watch {
+        let mark = slot.unwinding.since_running(seq);
+        let mut w = Watch::new(seq, first_seen, after, mark.map_or(0, |p| p.hooks));
+        if let Some(r) = mark.and_then(|p| p.resumed).map(|r| self.at(r)) {
+            if r > after {
+                w.after = r.min(first_seen);
+            }
+        }
+        w
+    }
+
     /// The instant of `nanos` on the slot table's clock.
     fn at(&self, nanos: u64) -> Instant {
         self.w.table.base + Duration::from_nanos(nanos)
@@ -1007,10 +1040,11 @@ impl Watchdog<'_> {
         // ends unwinding from one) are the panic machinery's time, not the pin's: its start
         // moves that much later. Nothing is sampled or reported while a hook runs.
         let mut in_hook = false;
-        if let Some(m) = slot.unwinding.since(p.seq) {
-            let new = m.hooks.saturating_sub(p.hooks_left_out);
+        if let Some(m) = slot.unwinding.since_running(p.seq) {
+            let new = Duration::from_nanos(m.hooks.saturating_sub(p.hooks_left_out));
             p.hooks_left_out = p.hooks_left_out.max(m.hooks);
-            p.start += Duration::from_nanos(new);
+            p.start += new;
+            p.event.start += new;
             in_hook = m.resumed.is_none();
         }
         let ended = slot.poll.ended(p.seq);
@@ -1045,7 +1079,7 @@ impl Watchdog<'_> {
             self.send(&p);
             return None;
         }
-        if let Some(late) = self.stalled.filter(|s| s.blames(p.start)).map(|s| s.late) {
+        if let Some(late) = self.stalled.filter(|s| s.blames(p.began)).map(|s| s.late) {
             p.event.heartbeat_late = Some(p.event.heartbeat_late.map_or(late, |m| m.max(late)));
             if !p.event.runtime_stalled {
                 // Say so now, not at the next report: the whole service has stopped.

@@ -107,21 +107,12 @@ fn a_task_pinned_before_it_panics_is_reported_without_the_panic() {
     let out = child("unwind_child_pinned_task_panics", false);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    let line = stdout
-        .lines()
-        .find_map(|l| Some(l.split_once("unwind child: ")?.1))
-        .unwrap_or_else(|| panic!("no result from the child:\n{stdout}\n{stderr}"));
-    let ms = |key: &str| -> u64 {
-        line.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-    };
+    let line = result(&stdout, &stderr);
     let (pins, reported, blocked, machinery) = (
-        ms("pins"),
-        ms("reported_ms"),
-        ms("blocked_ms"),
-        ms("machinery_ms"),
+        ms(line, "pins"),
+        ms(line, "reported_ms"),
+        ms(line, "blocked_ms"),
+        ms(line, "machinery_ms"),
     );
     assert_eq!(pins, 1, "{stdout}");
     // The panic hook and the unwinding took longer than the block: were they counted, the

@@ -311,6 +311,7 @@ pub(crate) fn write_file(
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::FileTypeExt as _;
+    let own = own_descriptor(path);
     if let Ok(m) = std::fs::metadata(path) {
         if m.file_type().is_block_device() {
             return Err(std::io::Error::other("it is a block device; name a file"));
@@ -321,13 +322,13 @@ pub(crate) fn write_file(
                 "it is a socket, which cannot be opened to write to; name a file",
             ));
         }
-        if is_stream(&m) && own_descriptor(path).is_none() {
+        if is_stream(&m) && own.is_none() {
             let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
             check_opened(&f, false)?;
             return fill(&mut f);
         }
     }
-    if let Some(fd) = own_descriptor(path) {
+    if let Some(fd) = own {
         // SAFETY: F_DUPFD_CLOEXEC reads and writes no memory of ours; on a descriptor that is
         // not open it fails (EBADF), which is returned.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };

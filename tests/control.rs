@@ -1026,7 +1026,7 @@ fn ctl_caps_a_flooding_reply() {
 
 /// What a hostile answer puts in its strings: retitle the terminal, clear the screen.
 const EVIL: &str = "\x1b]0;pwned\x07\x1b[2J";
-const EVIL_SHOWN: &str = r"\x1b]0;pwned\x07\x1b[2J";
+const EVIL_SHOWN: &str = r"\u{1b}]0;pwned\u{7}\u{1b}[2J";
 
 #[test]
 fn ctl_shows_control_characters_in_replies_escaped() {

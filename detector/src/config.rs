@@ -367,6 +367,10 @@ pub struct Config {
     pub otlp: bool,
     /// See [`Console`].
     pub console: Console,
+    /// A registry of the service's to register pinwatch's metrics into
+    /// ([`Builder::prometheus_registry`](crate::Builder::prometheus_registry)).
+    #[cfg(feature = "prometheus")]
+    pub(crate) prometheus_registry: Option<prometheus::Registry>,
     /// Tests only: the watchdog sleeps this long before every other scan's slot reads, as a
     /// watchdog preempted or slowed by a probe would.
     pub(crate) late_scans: Option<Duration>,
@@ -400,6 +404,8 @@ impl Default for Config {
             prometheus_max_locations: DEFAULT_PROMETHEUS_MAX_LOCATIONS,
             otlp: false,
             console: Console::Off,
+            #[cfg(feature = "prometheus")]
+            prometheus_registry: None,
             late_scans: None,
             announce: true,
         }
@@ -543,6 +549,95 @@ impl Config {
         }
         if let Some(v) = read("PINWATCH_PROMETHEUS_MAX_LOCATIONS")? {
             self.prometheus_max_locations = parse_count("PINWATCH_PROMETHEUS_MAX_LOCATIONS", &v)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the settings before a detector is built: each setting in range, the dump
+    /// directory usable, and every exporter asked for built in (its cargo feature).
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |setting, reason: &str| {
+            Err(Error::InvalidSetting {
+                setting,
+                reason: reason.to_owned(),
+            })
+        };
+        let c = self;
+        if c.threshold.is_zero() {
+            return bad("threshold", "must be greater than zero");
+        }
+        if c.report_interval.is_zero() {
+            return bad("report_interval", "must be greater than zero");
+        }
+        if c.sample_interval.is_zero() {
+            return bad("sample_interval", "must be greater than zero");
+        }
+        if c.queue_capacity == 0 {
+            return bad("queue_capacity", "must be at least 1");
+        }
+        if c.max_threads == 0 {
+            return bad("max_threads", "must be at least 1");
+        }
+        if c.prometheus_max_locations == 0 {
+            return bad("prometheus_max_locations", "must be at least 1");
+        }
+        if c.heartbeat.is_some_and(|d| d.is_zero()) {
+            return bad("heartbeat", "must be greater than zero (or None: off)");
+        }
+        if c.record_keep == 0 {
+            return bad("record_keep", "must be at least 1");
+        }
+        if c.record_max_size == Some(0) {
+            return bad(
+                "record_max_size",
+                "must be greater than zero (or None: never)",
+            );
+        }
+        match c.flight_size {
+            Some(0) => return bad("flight_size", "must be greater than zero (or None: off)"),
+            Some(b) if b > MAX_FLIGHT_SIZE => {
+                return bad("flight_size", "must be at most MAX_FLIGHT_SIZE (1 GiB)")
+            }
+            _ => {}
+        }
+        if let Some(path) = &c.dump_on_exit {
+            let value = path.display().to_string();
+            if c.flight_size.is_none() {
+                return Err(Error::invalid_env(
+                    "PINWATCH_DUMP_ON_EXIT",
+                    value,
+                    "is set, but the flight recording is off (PINWATCH_FLIGHT_SIZE=off): there \
+                     is nothing to dump; turn the flight recording on or unset the variable",
+                ));
+            }
+            if let Err(reason) = crate::files::check_dump_path(path) {
+                return Err(Error::invalid_env("PINWATCH_DUMP_ON_EXIT", value, reason));
+            }
+        }
+        if let Control::Dir(d) = &c.control {
+            if !d.is_absolute() {
+                return bad("control", "must be an absolute directory");
+            }
+        }
+        // (asked for, its variable, its cargo feature, built with it)
+        for (asked, var, feature, built) in [
+            (c.otlp, "PINWATCH_OTLP", "otlp", cfg!(feature = "otlp")),
+            (
+                c.console != Console::Off,
+                "PINWATCH_CONSOLE",
+                "console",
+                cfg!(feature = "console"),
+            ),
+            (
+                c.prometheus_addr.is_some(),
+                "PINWATCH_PROMETHEUS_ADDR",
+                "prometheus",
+                cfg!(feature = "prometheus"),
+            ),
+        ] {
+            if asked && !built {
+                return Err(Error::MissingFeature { var, feature });
+            }
         }
         Ok(())
     }
@@ -1090,5 +1185,40 @@ mod tests {
             Config::default().settings().effective_scan_interval(),
             DEFAULT_SCAN_INTERVAL
         );
+    }
+
+    /// An exporter asked for in a build without its cargo feature fails validation, naming the
+    /// variable and the feature; one that is built in passes.
+    #[test]
+    fn an_exporter_without_its_feature_is_named() {
+        for (var, value, feature, built) in [
+            ("PINWATCH_OTLP", "on", "otlp", cfg!(feature = "otlp")),
+            (
+                "PINWATCH_CONSOLE",
+                "on",
+                "console",
+                cfg!(feature = "console"),
+            ),
+            (
+                "PINWATCH_PROMETHEUS_ADDR",
+                "127.0.0.1:9464",
+                "prometheus",
+                cfg!(feature = "prometheus"),
+            ),
+        ] {
+            let mut c = Config::default();
+            c.apply_env(|n| (n == var).then(|| value.into())).unwrap();
+            match c.validate() {
+                Ok(()) => assert!(built, "{var} passed without the `{feature}` feature"),
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(!built, "{var} refused with `{feature}` built in: {e}");
+                    assert!(
+                        e.contains(var) && e.contains(&format!("`{feature}` cargo feature")),
+                        "{e}"
+                    );
+                }
+            }
+        }
     }
 }

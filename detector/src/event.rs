@@ -204,10 +204,6 @@ pub struct Frame {
 #[cfg(test)]
 impl PinnedEvent {
     /// An event of worker 0 whose task id is its id, with a top frame at `src/app.rs:line`.
-    #[cfg_attr(
-        not(any(feature = "prometheus", feature = "console")),
-        allow(dead_code)
-    )]
     pub(crate) fn for_test(
         id: u64,
         state: State,
@@ -449,30 +445,13 @@ pub struct SpanInfo {
 }
 
 /// The longest text of a span chain ([`PinnedEvent::span_context`]) and of one span
-/// ([`SpanInfo::display`]), in characters: a WARN line, a status row or an attribute stays one
-/// readable line whatever a service records in its spans.
+/// ([`SpanInfo::display`]), in bytes after escaping (see [`text`](crate::text)): a WARN line,
+/// a status row or an attribute stays one readable line whatever a service records in its
+/// spans.
 pub const MAX_SPAN_TEXT: usize = 256;
 
-/// `text` appended to `s`, control and bidirectional characters escaped (`\u{1b}`).
-fn push_shown(s: &mut String, text: &str) {
-    for c in text.chars() {
-        if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
-            s.extend(c.escape_unicode());
-        } else {
-            s.push(c);
-        }
-    }
-}
-
-/// `s` cut to `max` characters, `…` marking the cut.
-fn cut(s: String, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s;
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
+/// The `span` label (metrics, summaries, profiles) of a pin outside any span.
+pub const NO_SPAN: &str = "none";
 
 impl SpanInfo {
     /// A span named `name` from `target` with `fields`, for tests.
@@ -490,28 +469,26 @@ impl SpanInfo {
 
     /// The span as `tracing`'s own formatter shows it in a context: `request{method=GET
     /// uri=/report}` (fields in name order; no braces without fields), at most
-    /// [`MAX_SPAN_TEXT`] characters.
+    /// [`MAX_SPAN_TEXT`] bytes.
     ///
     /// Field values come from requests (a header, a user name, an `#[instrument]`ed argument):
-    /// control characters (`ESC` sequences that rewrite a terminal, a newline that forges a
-    /// log line) and the bidirectional controls are written escaped (`\u{1b}`), so that the
-    /// WARN line (on stderr too), `ctl status` and the OTLP body stay the one line they are.
+    /// they are escaped ([`text`](crate::text)), so that the WARN line (on stderr too), `ctl
+    /// status` and the OTLP body stay the one line they are.
     pub fn display(&self) -> String {
-        let mut s = String::new();
-        push_shown(&mut s, &self.name);
+        let mut s = self.name.clone();
         if !self.fields.is_empty() {
             s.push('{');
             for (i, (k, v)) in self.fields.iter().enumerate() {
                 if i > 0 {
                     s.push(' ');
                 }
-                push_shown(&mut s, k);
+                s.push_str(k);
                 s.push('=');
-                push_shown(&mut s, v);
+                s.push_str(v);
             }
             s.push('}');
         }
-        cut(s, MAX_SPAN_TEXT)
+        crate::text::bounded(&s, MAX_SPAN_TEXT)
     }
 
     /// What metrics and tables group by: the name, with OpenTelemetry's `http.route` when the
@@ -533,18 +510,25 @@ pub(crate) struct RecordLine<E> {
     pub pinned: E,
 }
 
-impl PinnedEvent {
-    /// The event as one line of a recording, newline included.
-    pub fn to_json_line(&self) -> String {
+impl<E: Serialize> RecordLine<E> {
+    /// `body` as a recording line of kind `event` (`pinned`, `dump`), newline included.
+    fn line(event: &str, body: E) -> String {
         let line = RecordLine {
             schema: RECORD_SCHEMA,
-            event: "pinned".to_owned(),
-            pinned: self,
+            event: event.to_owned(),
+            pinned: body,
         };
         // Serialising plain data into a String cannot fail.
         let mut s = serde_json::to_string(&line).unwrap_or_default();
         s.push('\n');
         s
+    }
+}
+
+impl PinnedEvent {
+    /// The event as one line of a recording, newline included.
+    pub fn to_json_line(&self) -> String {
+        RecordLine::line("pinned", self)
     }
 
     /// Reads one line of a recording.
@@ -585,17 +569,18 @@ impl PinnedEvent {
 
     /// The span chain as `tracing`'s formatter prints a context, outermost first and the
     /// innermost last: `request{method=GET uri=/report}:render{id=7}`. At most
-    /// [`MAX_SPAN_TEXT`] characters: outer spans that do not fit are left out, `…:` marking
-    /// them. `None` without spans.
+    /// [`MAX_SPAN_TEXT`] bytes: outer spans that do not fit are left out, `…:` marking them.
+    /// `None` without spans.
     pub fn span_context(&self) -> Option<String> {
+        const LEFT_OUT: &str = "…:";
         let mut parts: Vec<String> = Vec::new();
         let mut len = 0;
         let mut cut_outer = false;
         for (i, span) in self.spans.iter().rev().enumerate() {
             let d = span.display();
-            let n = d.chars().count() + usize::from(i > 0);
-            // Room kept for the `…:` mark when an outer span is left out.
-            if i > 0 && len + n + 2 > MAX_SPAN_TEXT {
+            let n = d.len() + usize::from(i > 0);
+            // Room kept for the mark when an outer span is left out.
+            if i > 0 && len + n + LEFT_OUT.len() > MAX_SPAN_TEXT {
                 cut_outer = true;
                 break;
             }
@@ -608,7 +593,7 @@ impl PinnedEvent {
         parts.reverse();
         let chain = parts.join(":");
         Some(if cut_outer {
-            format!("…:{chain}")
+            format!("{LEFT_OUT}{chain}")
         } else {
             chain
         })
@@ -731,15 +716,7 @@ pub struct DumpInfo {
 impl DumpInfo {
     /// The line, newline included.
     pub fn to_json_line(&self) -> String {
-        let line = RecordLine {
-            schema: RECORD_SCHEMA,
-            event: "dump".to_owned(),
-            pinned: self,
-        };
-        // Serialising plain data into a String cannot fail.
-        let mut s = serde_json::to_string(&line).unwrap_or_default();
-        s.push('\n');
-        s
+        RecordLine::line("dump", self)
     }
 }
 
@@ -886,6 +863,31 @@ mod opt_millis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Reason::ALL` is every reason, once, in declaration order, each written in recordings
+    /// as `as_str` says (the attribute crate and the report page are checked against it in
+    /// their own tests).
+    #[test]
+    fn reason_all_is_every_reason_by_its_recorded_name() {
+        // Exhaustive: a new reason does not compile here until it has its place, the next
+        // one; then it must be in `ALL` at that place, and the count below moves with it.
+        let place = |r: Reason| match r {
+            Reason::Cpu => 0,
+            Reason::Sleep => 1,
+            Reason::Io => 2,
+            Reason::Dns => 3,
+            Reason::LockWait => 4,
+            Reason::LockHeld => 5,
+            Reason::OnceInit => 6,
+            Reason::OnceWait => 7,
+            Reason::Other => 8,
+        };
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(place(*r), i, "{r}");
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+        assert_eq!(Reason::ALL.len(), 9);
+    }
 
     fn sample() -> PinnedEvent {
         PinnedEvent {
@@ -1122,7 +1124,7 @@ mod tests {
             .map(|i| span(&format!("s{i}"), &[("k", big.as_str())]))
             .collect();
         let chain = e.span_context().unwrap();
-        assert!(chain.chars().count() <= MAX_SPAN_TEXT, "{}", chain.len());
+        assert!(chain.len() <= MAX_SPAN_TEXT, "{}", chain.len());
         assert!(
             chain.starts_with("…:s1") && chain.ends_with(&format!("s19{{k={big}}}")),
             "{chain}"
@@ -1130,7 +1132,7 @@ mod tests {
         // One span too big on its own: cut.
         e.spans = vec![span("request", &[("uri", "x".repeat(5000).as_str())])];
         let chain = e.span_context().unwrap();
-        assert_eq!(chain.chars().count(), MAX_SPAN_TEXT);
+        assert_eq!(chain.len(), MAX_SPAN_TEXT);
         assert!(chain.starts_with("request{uri=xx") && chain.ends_with('…'));
         e.spans.clear();
         assert!(e.span_context().is_none() && e.headline().contains("src/main.rs:10:5, worker 1"));

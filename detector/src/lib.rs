@@ -102,6 +102,7 @@ compile_error!(
 
 // The pipeline, in the order data flows (see the crate docs).
 mod analyze;
+mod builder;
 pub mod control;
 pub mod export;
 mod poll;
@@ -117,9 +118,12 @@ pub mod testing;
 pub mod config;
 mod error;
 pub mod event;
+pub mod files;
 pub mod profile;
 pub mod report;
+pub mod text;
 
+pub use builder::Builder;
 pub use config::{Config, Console, Control, Settings, Stacks};
 pub use error::Error;
 pub use event::{PinnedEvent, Reason, SpanInfo, State};
@@ -127,7 +131,7 @@ pub use event::{PinnedEvent, Reason, SpanInfo, State};
 pub use export::console::console_layer;
 pub use export::Sink;
 pub use poll::PollHooks;
-pub use runtime::{Builder, Detector, Prepared, Stats};
+pub use runtime::{Detector, Prepared, Stats};
 pub use signal::sample_signal;
 pub use spans::{tracing_layer, SpanLayer};
 
@@ -225,7 +229,7 @@ pub mod __private {
         body: F,
     ) -> F::Output {
         let at = std::panic::Location::caller();
-        let mut tokio = crate::runtime::tokio_builder(flavor, None);
+        let mut tokio = crate::builder::tokio_builder(flavor, None);
         configure(&mut tokio);
         let builder = crate::Builder::from_env().unwrap_or_else(|e| exit(e));
         // No closure around `build`: it takes the caller's location (`track_caller`), the

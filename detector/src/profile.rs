@@ -228,35 +228,11 @@ impl FrameKey {
     }
 }
 
-/// `s` as the profile holds it: control and bidirectional characters escaped (`\u{1b}`: a
-/// crafted recording's names reach the terminal of whoever reads the profile with `go tool
-/// pprof`), cut to [`MAX_STRING_BYTES`] at a character boundary with `…`.
+/// `s` as the profile holds it: escaped (a crafted recording's names reach the terminal of
+/// whoever reads the profile with `go tool pprof`) and bounded to [`MAX_STRING_BYTES`]
+/// ([`text::bounded`](crate::text::bounded)).
 fn cut(s: &str) -> String {
-    let escaped =
-        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    if s.len() <= MAX_STRING_BYTES && !s.chars().any(escaped) {
-        return s.to_owned();
-    }
-    let room = MAX_STRING_BYTES - '…'.len_utf8();
-    let mut out = String::with_capacity(s.len().min(MAX_STRING_BYTES));
-    // The longest prefix that leaves room for the `…`, at a character's (or escape's) end.
-    let mut fits = 0;
-    for c in s.chars() {
-        if out.len() <= room {
-            fits = out.len();
-        }
-        if escaped(c) {
-            out.extend(c.escape_unicode());
-        } else {
-            out.push(c);
-        }
-        if out.len() > MAX_STRING_BYTES {
-            out.truncate(fits);
-            out.push('…');
-            break;
-        }
-    }
-    out
+    crate::text::bounded(s, MAX_STRING_BYTES)
 }
 
 /// A sample as the profile keys it: its locations, and its label strings' indices.
@@ -1051,28 +1027,15 @@ mod tests {
         assert_eq!(totals(&none), (0, 0));
     }
 
+    /// The profile's strings follow the one text rule ([`crate::text`] tests it).
     #[test]
-    fn strings_are_escaped_and_cut() {
-        assert_eq!(cut("app::f"), "app::f");
-        assert_eq!(cut("a\u{1b}[2J\nb\u{202e}"), r"a\u{1b}[2J\u{a}b\u{202e}");
-        let long = "é".repeat(MAX_STRING_BYTES);
-        let c = cut(&long);
+    fn strings_are_escaped_and_bounded() {
+        assert_eq!(cut("a\u{1b}[2J\nb"), r"a\u{1b}[2J\u{a}b");
+        let long = cut(&"é".repeat(MAX_STRING_BYTES));
         assert!(
-            c.len() <= MAX_STRING_BYTES && c.ends_with('…'),
-            "{}",
-            c.len()
+            long.len() <= MAX_STRING_BYTES && long.ends_with('…'),
+            "{long}"
         );
-        assert!(c.len() > MAX_STRING_BYTES - 8);
-        // Escapes are never split by the cut.
-        let c = cut(&"\u{1b}".repeat(MAX_STRING_BYTES));
-        assert!(
-            c.len() <= MAX_STRING_BYTES && c.ends_with(r"\u{1b}…"),
-            "{c}"
-        );
-        // Exactly the bound after escaping: whole.
-        let exact = format!("{}\u{1b}", "x".repeat(MAX_STRING_BYTES - 6));
-        assert_eq!(cut(&exact).len(), MAX_STRING_BYTES);
-        assert!(!cut(&exact).ends_with('…'));
     }
 
     /// A crafted recording: 20,000 pins with distinct stacks and spans, a few of 1,000 frames

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::event::{DumpInfo, PinnedEvent, Reason};
+use crate::text::Escaped;
 
 /// A recording that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -86,9 +87,9 @@ impl Recording {
             self.damaged.push(DamagedLine {
                 // Both may quote what the file holds (a parser's message quotes the bad value):
                 // shown escaped wherever the warning goes.
-                file: Shown(file).to_string(),
+                file: Escaped(file).to_string(),
                 line,
-                why: Shown(why).to_string(),
+                why: Escaped(why).to_string(),
                 cut_off,
             });
         }
@@ -157,22 +158,6 @@ pub fn describe_dump(d: &DumpInfo) -> String {
     )
 }
 
-/// The `k`-th rotated file of the recording `path`: `rec.jsonl` → `rec.1.jsonl`, `rec` →
-/// `rec.1`. `rec.1.jsonl` is the newest rotated file.
-pub fn rotated_path(path: &Path, k: usize) -> std::path::PathBuf {
-    let name = path.file_name().map_or_else(
-        || std::ffi::OsString::from(format!("{k}")),
-        |n| {
-            let n = n.to_string_lossy();
-            match n.rsplit_once('.') {
-                Some((stem, ext)) if !stem.is_empty() => format!("{stem}.{k}.{ext}").into(),
-                _ => format!("{n}.{k}").into(),
-            }
-        },
-    );
-    path.with_file_name(name)
-}
-
 /// The files of the recording `path`, oldest first: its rotated files (`rec.N.jsonl` …
 /// `rec.1.jsonl`) that exist, then `path` itself.
 pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError> {
@@ -182,14 +167,10 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
     };
     std::fs::metadata(path).map_err(io)?;
     let mut rotated: Vec<(usize, std::path::PathBuf)> = Vec::new();
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    for entry in std::fs::read_dir(dir).map_err(io)? {
+    for entry in std::fs::read_dir(crate::files::dir_of(path)).map_err(io)? {
         let candidate = entry.map_err(io)?.path();
         // A name is rotated file k of `path` exactly when it is rotated_path(path, k).
-        let Some(k) = rotation_number(path, &candidate) else {
+        let Some(k) = crate::files::rotation_number(path, &candidate) else {
             continue;
         };
         rotated.push((k, candidate));
@@ -198,41 +179,6 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
     let mut files: Vec<std::path::PathBuf> = rotated.into_iter().map(|(_, p)| p).collect();
     files.push(path.to_owned());
     Ok(files)
-}
-
-/// The numbers `k` of the rotated files of `path` that exist now (see [`rotated_path`]), in no
-/// particular order: one look at the directory, whatever the number of files kept.
-pub(crate) fn rotated_numbers(path: &Path) -> std::io::Result<Vec<usize>> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        if let Some(k) = rotation_number(path, &entry?.path()) {
-            out.push(k);
-        }
-    }
-    Ok(out)
-}
-
-/// `Some(k)` when `candidate` is the `k`-th rotated file of `path`.
-pub(crate) fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
-    let name = candidate.file_name()?.to_str()?;
-    let base = path.file_name()?.to_str()?;
-    let (stem, ext) = match base.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() => (stem, Some(ext)),
-        _ => (base, None),
-    };
-    let rest = name.strip_prefix(stem)?.strip_prefix('.')?;
-    let digits = match ext {
-        Some(ext) => rest.strip_suffix(ext)?.strip_suffix('.')?,
-        None => rest,
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.starts_with('0') {
-        return None;
-    }
-    digits.parse().ok()
 }
 
 /// Reads a recording: `path` and, before it, its rotated files (`rec.N.jsonl` … `rec.1.jsonl`),
@@ -313,33 +259,6 @@ pub fn latest_reports(events: &[PinnedEvent]) -> Vec<&PinnedEvent> {
     order.iter().map(|key| latest[key]).collect()
 }
 
-/// Text from a recording, shown on a terminal: control characters (a recording from another
-/// machine may hold `ESC` sequences that retitle or clear the terminal, or a newline that forges
-/// a line of output) and the bidirectional controls that reorder what a terminal shows are
-/// written escaped (`\u{1b}`), so that what is printed is what the recording holds.
-struct Shown<T>(T);
-
-impl<T: std::fmt::Display> std::fmt::Display for Shown<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        struct Escaping<'a, 'b>(&'a mut std::fmt::Formatter<'b>);
-        impl std::fmt::Write for Escaping<'_, '_> {
-            fn write_str(&mut self, s: &str) -> std::fmt::Result {
-                for c in s.chars() {
-                    if c.is_control()
-                        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-                    {
-                        write!(self.0, "{}", c.escape_unicode())?;
-                    } else {
-                        self.0.write_char(c)?;
-                    }
-                }
-                Ok(())
-            }
-        }
-        write!(Escaping(f), "{}", self.0)
-    }
-}
-
 /// `t` in RFC 3339 with milliseconds, for any `t`: humantime's formatter panics on a time before
 /// the epoch and fails on one past the year 9999 (which a recording's start plus its duration
 /// can reach); those are written as seconds from the epoch instead.
@@ -408,7 +327,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let _ = writeln!(out, "pinwatch.Pinned {{");
         let _ = writeln!(out, "  id = {}", e.id);
         if !e.run_id.is_empty() {
-            let _ = writeln!(out, "  run = {} (pid {})", Shown(&e.run_id), e.pid);
+            let _ = writeln!(out, "  run = {} (pid {})", Escaped(&e.run_id), e.pid);
         }
         let _ = writeln!(
             out,
@@ -429,7 +348,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let task = e.task_id.map_or_else(|| "?".to_owned(), |t| t.to_string());
         match &e.spawned_at {
             Some(at) => {
-                let _ = writeln!(out, "  task = {task} spawned at {}", Shown(at));
+                let _ = writeln!(out, "  task = {task} spawned at {}", Escaped(at));
             }
             None => {
                 let _ = writeln!(out, "  task = {task}");
@@ -438,7 +357,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let _ = writeln!(
             out,
             "  carrierThread = \"{}\" (worker {}, tid {})",
-            Shown(&e.worker.name),
+            Escaped(&e.worker.name),
             e.worker
                 .index
                 .map_or_else(|| "?".to_owned(), |i| i.to_string()),
@@ -458,10 +377,10 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let _ = writeln!(
             out,
             "  blockingOperation = \"{}\"",
-            Shown(e.blocking_operation.as_deref().unwrap_or("unknown"))
+            Escaped(e.blocking_operation.as_deref().unwrap_or("unknown"))
         );
         if let Some(advice) = &e.advice {
-            let _ = writeln!(out, "  advice = \"{}\"", Shown(advice));
+            let _ = writeln!(out, "  advice = \"{}\"", Escaped(advice));
         }
         if e.runtime_stalled {
             let _ = writeln!(
@@ -481,8 +400,8 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
                 let _ = writeln!(
                     out,
                     "    {} ({})",
-                    Shown(span.display()),
-                    Shown(&span.target)
+                    Escaped(span.display()),
+                    Escaped(&span.target)
                 );
             }
             let _ = writeln!(out, "  ]");
@@ -490,25 +409,30 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         if let Some(trace) = &e.trace_id {
             match &e.span_id {
                 Some(span) => {
-                    let _ = writeln!(out, "  traceId = {} (span {})", Shown(trace), Shown(span));
+                    let _ = writeln!(
+                        out,
+                        "  traceId = {} (span {})",
+                        Escaped(trace),
+                        Escaped(span)
+                    );
                 }
                 None => {
-                    let _ = writeln!(out, "  traceId = {}", Shown(trace));
+                    let _ = writeln!(out, "  traceId = {}", Escaped(trace));
                 }
             }
         }
         match &e.top_frame {
             Some(f) => {
-                let _ = writeln!(out, "  topApplicationFrame = {}", Shown(f));
+                let _ = writeln!(out, "  topApplicationFrame = {}", Escaped(f));
             }
             None => {
-                let _ = writeln!(out, "  topApplicationFrame = {}", Shown(no_top_frame(e)));
+                let _ = writeln!(out, "  topApplicationFrame = {}", Escaped(no_top_frame(e)));
             }
         }
         if !e.profile.is_empty() {
             let _ = writeln!(out, "  samples = {} [", e.samples);
             for p in &e.profile {
-                let _ = writeln!(out, "    {:>4}  {}", p.samples, Shown(&p.frame));
+                let _ = writeln!(out, "    {:>4}  {}", p.samples, Escaped(&p.frame));
             }
             let _ = writeln!(out, "  ]");
         }
@@ -516,28 +440,28 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             let _ = writeln!(
                 out,
                 "  heldLock = {} acquired at {}",
-                Shown(&l.kind),
-                Shown(&l.acquired_at)
+                Escaped(&l.kind),
+                Escaped(&l.acquired_at)
             );
         }
         if let Some(h) = &e.lock_holder {
             let _ = writeln!(
                 out,
                 "  lockHolder = \"{}\" (tid {}) acquired at {}",
-                Shown(&h.worker.name),
+                Escaped(&h.worker.name),
                 h.worker.tid,
-                Shown(&h.acquired_at)
+                Escaped(&h.acquired_at)
             );
         }
         if e.stack.is_empty() {
-            let _ = writeln!(out, "  stackTrace = {}", Shown(no_stack(e)));
+            let _ = writeln!(out, "  stackTrace = {}", Escaped(no_stack(e)));
         } else {
             let _ = writeln!(out, "  stackTrace = [");
             for f in &e.stack {
                 if f.locks > 0 {
-                    let _ = writeln!(out, "    {} <== locks:{}", Shown(f), f.locks);
+                    let _ = writeln!(out, "    {} <== locks:{}", Escaped(f), f.locks);
                 } else {
-                    let _ = writeln!(out, "    {}", Shown(f));
+                    let _ = writeln!(out, "    {}", Escaped(f));
                 }
             }
             let _ = writeln!(out, "  ]");
@@ -802,8 +726,7 @@ pub struct SpanRow {
     pub total_ms: f64,
 }
 
-/// The "by span" label of the pins outside any span.
-pub const NO_SPAN: &str = "(no span)";
+pub use crate::event::NO_SPAN;
 
 /// Pins and time pinned per innermost span label, by total time, most first: which request
 /// pinned. Each pin counts once, with its last report; retracted ones do not. Empty when no
@@ -849,7 +772,7 @@ pub fn render_spans(rows: &[SpanRow]) -> String {
         .iter()
         .map(|r| {
             [
-                Shown(&r.span).to_string(),
+                Escaped(&r.span).to_string(),
                 r.count.to_string(),
                 human_ms(r.longest_ms),
                 human_ms(r.total_ms),
@@ -919,10 +842,10 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
     let mut cells: Vec<[String; 5]> = Vec::new();
     let mut advice: Vec<Option<&str>> = Vec::new();
     for r in rows {
-        cells.push(cell(r, Shown(&r.frame).to_string()));
+        cells.push(cell(r, Escaped(&r.frame).to_string()));
         advice.push(None);
         for l in &r.lines {
-            cells.push(cell(l, format!("  {}", Shown(&l.at))));
+            cells.push(cell(l, format!("  {}", Escaped(&l.at))));
             advice.push(None);
         }
         if let Some(a) = advice.last_mut() {
@@ -958,7 +881,7 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
     for (row, advice) in cells.iter().zip(advice) {
         let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
         if let Some(advice) = advice {
-            let _ = writeln!(out, "  advice: {}", Shown(advice));
+            let _ = writeln!(out, "  advice: {}", Escaped(advice));
         }
     }
     if rows.is_empty() {

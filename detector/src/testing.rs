@@ -136,7 +136,7 @@ impl Check {
         at: &'static Location<'static>,
         fut: F,
     ) -> (std::thread::Result<F::Output>, Vec<PinnedEvent>) {
-        let mut tokio = crate::runtime::tokio_builder(self.flavor, self.workers);
+        let mut tokio = crate::builder::tokio_builder(self.flavor, self.workers);
         if let Some(configure) = self.tokio {
             configure(&mut tokio);
         }

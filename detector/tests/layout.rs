@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 /// The pipeline, first to last: a module may use the ones before it, never one after it.
 const PIPELINE: &[&str] = &[
     "poll", "signal", "sync", "spans", "watch", "analyze", "export", "control", "runtime",
-    "testing",
+    "builder", "testing",
 ];
 /// Leaves every stage may use; they use no pipeline module, except `report` (which reads
 /// recordings of events) and `profile` (which turns events into a pprof profile).
-const LEAVES: &[&str] = &["error", "config", "event", "report", "profile"];
+const LEAVES: &[&str] = &["error", "config", "event", "files", "report", "profile"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

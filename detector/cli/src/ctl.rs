@@ -632,24 +632,12 @@ fn bytes(b: u64) -> String {
     bytesize::ByteSize(b).display().si().to_string()
 }
 
-/// `s` as it may be shown on a terminal: every control character (C0, DEL, C1) and every
-/// bidirectional override escaped as `\x1b` / `\u{9b}`, so that nothing a service — or
-/// whatever answers on its socket — says can move the cursor, retitle the window, clear the
-/// screen or reorder the text. Every string from a reply goes through here before it is shown.
+/// `s` as it may be shown on a terminal: escaped by the one rule of [`pinwatch::text`], so
+/// that nothing a service — or whatever answers on its socket — says can move the cursor,
+/// retitle the window, clear the screen or reorder the text. Every string from a reply goes
+/// through here before it is shown.
 pub fn untrusted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c as u32 {
-            0..=0x1f | 0x7f => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            0x80..=0x9f | 0x200e | 0x200f | 0x202a..=0x202e | 0x2066..=0x2069 => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            _ => out.push(c),
-        }
-    }
-    out
+    pinwatch::text::escape(s)
 }
 
 /// `value` with every string in it passed through [`untrusted`] (whatever field it is in, so a
@@ -668,19 +656,9 @@ fn escaped<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> Resu
     serde_json::from_value(v).map_err(|e| e.to_string())
 }
 
-/// JSON text with the control characters JSON itself lets through raw (DEL, C1) and the
-/// bidirectional overrides written as `\u` escapes: the same JSON, safe on a terminal.
+/// JSON text safe on a terminal ([`pinwatch::text::json_safe`]).
 pub(crate) fn json_safe(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c as u32 {
-            0x7f..=0x9f | 0x200e | 0x200f | 0x202a..=0x202e | 0x2066..=0x2069 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            _ => out.push(c),
-        }
-    }
-    out
+    pinwatch::text::json_safe(json)
 }
 
 /// The status as text; every string in it escaped ([`untrusted`]).
@@ -940,7 +918,7 @@ mod tests {
         // What the service's span says is shown, its terminal escape escaped.
         assert!(
             row("task 7").contains(
-                r"request{method=GET uri=/report\x1b[2J} trace=4bf92f3577b34da6a3ce929d0e0e4736"
+                r"request{method=GET uri=/report\u{1b}[2J} trace=4bf92f3577b34da6a3ce929d0e0e4736"
             ),
             "{text}"
         );
@@ -1009,25 +987,5 @@ mod tests {
         assert!(which_recording("99999999999999999999999")
             .unwrap_err()
             .contains("./99999999999999999999999"));
-    }
-
-    #[test]
-    fn untrusted_text_is_shown_escaped() {
-        assert_eq!(
-            untrusted("\x1b]0;pwned\x07\x1b[2J"),
-            r"\x1b]0;pwned\x07\x1b[2J"
-        );
-        assert_eq!(untrusted("a\nb\tc\x7f"), r"a\x0ab\x09c\x7f");
-        assert_eq!(untrusted("\u{9b}2J \u{202e}txt"), r"\u{9b}2J \u{202e}txt");
-        assert_eq!(
-            untrusted("plain: é ✓ (file.rs:12)"),
-            "plain: é ✓ (file.rs:12)"
-        );
-        let json = json_safe("{\"a\":\"\u{9b}x\"}");
-        assert_eq!(json, r#"{"a":"\u009bx"}"#);
-        assert_eq!(
-            serde_json::from_str::<serde_json::Value>(&json).unwrap()["a"],
-            "\u{9b}x"
-        );
     }
 }

@@ -304,7 +304,7 @@ fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), Str
 /// them): it is replaced like a file, which a sticky `/tmp` refuses. A block device or a
 /// socket is refused.
 ///
-/// [`write_whole_file`]: pinwatch::export::write_whole_file
+/// [`write_whole_file`]: pinwatch::files::write_whole_file
 pub(crate) fn write_file(
     path: &Path,
     replace: bool,
@@ -340,7 +340,7 @@ pub(crate) fn write_file(
         check_opened(&f, true)?;
         return fill(&mut f);
     }
-    pinwatch::export::write_whole_file(path, replace, fill)
+    pinwatch::files::write_whole_file(path, replace, fill)
 }
 
 /// Whether [`write_file`] writes to `path` as it is, with nothing to replace (no `--force`

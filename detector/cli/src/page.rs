@@ -486,41 +486,14 @@ pub fn flame_graph(events: &[PinnedEvent]) -> Result<String, String> {
     Ok(svg[at..].replacen("<svg", "<svg id=\"flamegraph\"", 1))
 }
 
-/// JSON text made safe to embed in a `<script>` element: no `<` (which could close the element
-/// with `</script>` or, with `<!--<script>`, put the HTML parser in its double-escaped state
-/// where the page's own `</script>` no longer ends it and the next script is swallowed), no `>`
-/// or `&`, and no U+2028/U+2029 (line terminators to older JavaScript). Each is written as its
-/// JSON `\uXXXX` escape, which is the same string to `JSON.parse`; in JSON text these
-/// characters occur only inside strings, where the escape is valid.
+/// JSON text safe to embed in a `<script>` element ([`pinwatch::text::script_json`]).
 pub fn script_json(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            _ => out.push(c),
-        }
-    }
-    out
+    pinwatch::text::script_json(json)
 }
 
-/// HTML-escapes text for element content and attribute values.
+/// HTML-escapes text for element content and attribute values ([`pinwatch::text::html`]).
 fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
+    pinwatch::text::html(s)
 }
 
 /// A reason's colour, the same everywhere on the page.
@@ -931,6 +904,17 @@ if(hash.has('sort')){
 mod tests {
     use super::*;
 
+    /// Every reason has a colour of its own, not the fallback's.
+    #[test]
+    fn every_reason_has_its_own_colour() {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in pinwatch::Reason::ALL {
+            let c = color(r.as_str());
+            assert_ne!(c, color("no such reason"), "{r} has the fallback colour");
+            assert!(seen.insert(c), "{r} shares its colour {c}");
+        }
+    }
+
     fn events() -> Vec<PinnedEvent> {
         let text = include_str!("../tests/data/report-small.jsonl");
         pinwatch::report::parse_recording(text, "report-small.jsonl")
@@ -1004,14 +988,6 @@ mod tests {
         assert_eq!(no_stack.stack, ["[no stack: stacks_off]"]);
         let locked = d.pins.iter().find(|p| p.reason == "lock_held").unwrap();
         assert_eq!(locked.held_locks, ["mutex acquired at src/update.rs:29:21"]);
-    }
-
-    #[test]
-    fn escapes_text() {
-        assert_eq!(
-            esc("<a href=\"x\">&'"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
-        );
     }
 
     #[test]

@@ -270,3 +270,21 @@ mod main_forms {
         assert_eq!(through_a_reexport(), Ok(1));
     }
 }
+
+/// `allow` takes every reason pinwatch reports, by the name recordings use: were one missing
+/// from the attribute's list, this would not compile. The pin here is allowed.
+#[pinwatch::test(allow = "cpu, sleep, io, dns, lock_wait, lock_held, once_init, once_wait, other")]
+async fn allow_takes_every_reason() {
+    std::thread::sleep(Duration::from_millis(60));
+}
+
+/// The list above is every reason there is: a reason added to `Reason::ALL` fails here until
+/// it is added above (and to the attribute's list).
+#[test]
+fn the_allow_list_above_is_every_reason() {
+    let names: Vec<&str> = pinwatch::Reason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(
+        names.join(", "),
+        "cpu, sleep, io, dns, lock_wait, lock_held, once_init, once_wait, other"
+    );
+}

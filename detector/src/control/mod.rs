@@ -36,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{Settings, Stacks};
-use crate::export::{Recorder, Rotation, Which};
+use crate::export::{Parts, Recorder, Rotation, Which};
 use crate::watch::Watched;
 pub use dir::ControlDir;
 use protocol::{PinnedNow, Reply, Request, Status, MAX_REQUEST};
@@ -76,13 +76,9 @@ pub fn default_dir() -> PathBuf {
 
 /// What the control thread reads and changes.
 pub(crate) struct Context {
-    pub watched: Arc<Watched>,
-    pub handle: tokio::runtime::Handle,
+    pub parts: Parts,
     pub recorder: Recorder,
     pub view: View,
-    /// The flight recording and whose it is, when on.
-    pub flight: Option<(crate::export::Flight, crate::export::Identity)>,
-    pub built_at: &'static std::panic::Location<'static>,
 }
 
 /// A running control socket; dropping it stops the thread and removes the socket.
@@ -357,7 +353,7 @@ fn reply(mut stream: UnixStream, reply: &Reply) {
 /// written without it, each write waiting at most until the deadline, so a client that never
 /// reads holds this thread until then and no longer (and nothing else waits for it).
 fn dump(stream: UnixStream, deadline: Instant, s: &Served) {
-    let Some((flight, who)) = &s.ctx.flight else {
+    let Some((flight, who)) = &s.ctx.parts.flight else {
         return reply(
             stream,
             &Reply::error(
@@ -490,7 +486,7 @@ fn read_request(mut stream: &UnixStream, deadline: Instant) -> Result<Request, R
 
 fn answer(req: Request, s: &Served) -> Reply {
     let ctx = &s.ctx;
-    let w = &ctx.watched;
+    let w = &ctx.parts.watched;
     match req {
         Request::Status => Reply {
             status: Some(Box::new(status(s))),
@@ -681,7 +677,7 @@ fn set(w: &Watched, pairs: &[(String, String)]) -> Reply {
 
 fn status(s: &Served) -> Status {
     let ctx = &s.ctx;
-    let w = &ctx.watched;
+    let w = &ctx.parts.watched;
     let settings = w.tunables.get();
     let stalled_now = w.stall().0;
     let mut pinned: Vec<PinnedNow> = w
@@ -737,7 +733,7 @@ fn status(s: &Served) -> Status {
         })
         .map(|c| bounded(c, MAX_COMMAND))
         .unwrap_or_default();
-    let flavor = match ctx.handle.runtime_flavor() {
+    let flavor = match ctx.parts.handle.runtime_flavor() {
         tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
         tokio::runtime::RuntimeFlavor::MultiThread => "multi_thread",
         _ => "other",
@@ -749,9 +745,13 @@ fn status(s: &Served) -> Status {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         run_id: w.run_id.clone(),
         uptime_ms: s.started.elapsed().as_millis() as u64,
-        built_at: format!("{}:{}", ctx.built_at.file(), ctx.built_at.line()),
+        built_at: format!(
+            "{}:{}",
+            ctx.parts.built_at.file(),
+            ctx.parts.built_at.line()
+        ),
         flavor: flavor.to_owned(),
-        workers: ctx.handle.metrics().num_workers(),
+        workers: ctx.parts.handle.metrics().num_workers(),
         settings: Settings::KEYS
             .iter()
             .map(|k| ((*k).to_owned(), settings.get(k).unwrap_or_default()))
@@ -771,7 +771,7 @@ fn status(s: &Served) -> Status {
                 r
             })
             .collect(),
-        counters: vec![
+        counters: [
             ("pinned_polls".into(), stats.pinned_polls),
             ("events".into(), stats.events),
             ("delivered".into(), stats.delivered),
@@ -786,7 +786,17 @@ fn status(s: &Served) -> Status {
                 "runtime_stalled_ms".into(),
                 stats.runtime_stalled_time.as_millis() as u64,
             ),
-        ],
+        ]
+        .into_iter()
+        // Events each sink with a queue of its own lost (`dropped_otlp`, …).
+        .chain(
+            ctx.parts
+                .drops
+                .totals()
+                .into_iter()
+                .map(|(sink, n)| (format!("dropped_{sink}"), n)),
+        )
+        .collect(),
     }
 }
 
@@ -797,7 +807,6 @@ const MAX_COMMAND: usize = 4096;
 /// stays under `pinwatch ctl`'s [`client::MAX_REPLY`] up to about a thousand pinned workers.
 const MAX_FIELD: usize = 1024;
 
-/// `s` cut to at most `max` bytes (at a character's boundary), marked `…` if cut.
 /// A trace id is 32 hex digits; a longer one (a bug elsewhere) is cut there.
 const MAX_TRACE_ID: usize = 32;
 
@@ -807,16 +816,9 @@ fn request_of(e: &crate::PinnedEvent) -> Option<String> {
         .map(|s| bounded(s.display(), crate::event::MAX_SPAN_TEXT))
 }
 
-fn bounded(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push('…');
-    }
-    s
+/// `s` escaped and cut to at most `max` bytes ([`text::bounded`](crate::text::bounded)).
+fn bounded(s: String, max: usize) -> String {
+    crate::text::bounded(&s, max)
 }
 
 #[cfg(test)]
@@ -885,13 +887,5 @@ mod tests {
         }))
         .unwrap();
         assert_eq!((rec.id, rec.startup, rec.started_ms), (None, false, 0));
-    }
-
-    #[test]
-    fn bounded_cuts_at_a_character_boundary() {
-        assert_eq!(bounded("abc".into(), 3), "abc");
-        assert_eq!(bounded("abcd".into(), 3), "abc…");
-        // 'é' is two bytes: a cut inside it goes before it.
-        assert_eq!(bounded("aé".into(), 2), "a…");
     }
 }

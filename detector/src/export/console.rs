@@ -22,8 +22,10 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{LiveFn, QueueSink};
+use super::exporter::{Exporter, Parts, Started};
+use super::QueueSink;
 use crate::event::{PinnedEvent, State};
+use crate::watch::Watched;
 use crate::Error;
 
 /// The resources' `kind`, as the console shows it.
@@ -292,25 +294,27 @@ impl WorkerResource {
 }
 
 /// The console's resource thread and its queue.
-pub(crate) struct Console {
+struct Console {
     tx: Option<mpsc::SyncSender<PinnedEvent>>,
     thread: Option<JoinHandle<()>>,
     dropped: Arc<AtomicU64>,
+    mode: crate::config::Console,
 }
 
 impl Console {
     /// Starts the thread that keeps one resource per worker (`workers` of them; more appear if
     /// events name higher indexes). `at`: the resources' location (where the runtime was built).
-    pub(crate) fn start(
+    fn start(
         workers: usize,
         at: &'static Location<'static>,
         queue: usize,
-        live: LiveFn,
+        watched: Arc<Watched>,
+        mode: crate::config::Console,
     ) -> Result<Console, Error> {
         let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
         let thread = std::thread::Builder::new()
             .name("pinwatch-console".into())
-            .spawn(move || run(rx, workers, at, live))
+            .spawn(move || run(rx, workers, at, &watched))
             .map_err(|source| Error::Thread {
                 what: "console",
                 source,
@@ -319,13 +323,62 @@ impl Console {
             tx: Some(tx),
             thread: Some(thread),
             dropped: Arc::new(AtomicU64::new(0)),
+            mode,
         })
     }
 
     /// The sink the export thread hands events to.
-    pub(crate) fn sink(&self) -> QueueSink {
+    fn sink(&self) -> QueueSink {
         QueueSink::new(self.tx.clone(), Arc::clone(&self.dropped))
     }
+}
+
+impl Exporter for Console {
+    fn describe(&self) -> String {
+        match self.mode {
+            crate::config::Console::On => {
+                let bind =
+                    std::env::var("TOKIO_CONSOLE_BIND").unwrap_or_else(|_| "127.0.0.1:6669".into());
+                format!("tokio-console on {bind}")
+            }
+            _ => "console resources in the service's subscriber".to_owned(),
+        }
+    }
+}
+
+impl crate::Builder {
+    /// Serves tokio-console and keeps one console resource per worker
+    /// ([`Console::On`](crate::config::Console::On)), or only the resources, for a subscriber of
+    /// yours with the console layer ([`Console::Resources`](crate::config::Console::Resources))
+    /// (`PINWATCH_CONSOLE`).
+    pub fn console(mut self, mode: crate::config::Console) -> Self {
+        self.config.console = mode;
+        self
+    }
+}
+
+/// The resources (and with [`Console::On`](crate::config::Console::On), the console's server),
+/// when `PINWATCH_CONSOLE` asks for them.
+pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
+    let config = &parts.watched.config;
+    if config.console == crate::config::Console::Off {
+        return Ok(None);
+    }
+    if config.console == crate::config::Console::On {
+        install_server()?;
+    }
+    let c = Console::start(
+        parts.handle.metrics().num_workers(),
+        parts.built_at,
+        config.queue_capacity,
+        Arc::clone(&parts.watched),
+        config.console,
+    )?;
+    Ok(Some(Started {
+        sink: Box::new(c.sink()),
+        dropped: Some(Arc::clone(&c.dropped)),
+        exporter: Box::new(c),
+    }))
 }
 
 impl Drop for Console {
@@ -341,7 +394,7 @@ fn run(
     rx: mpsc::Receiver<PinnedEvent>,
     workers: usize,
     at: &'static Location<'static>,
-    live: LiveFn,
+    watched: &Watched,
 ) {
     let mut resources: Vec<WorkerResource> =
         (0..workers).map(|i| WorkerResource::new(i, at)).collect();
@@ -365,7 +418,7 @@ fn run(
                     r.make_span(at);
                 }
                 if resources.iter().any(|r| r.current.is_some()) {
-                    let pinned: HashMap<u64, Duration> = live().pinned.into_iter().collect();
+                    let pinned: HashMap<u64, Duration> = watched.pinned_now().into_iter().collect();
                     for r in resources.iter_mut() {
                         r.tick(&pinned);
                     }
@@ -380,7 +433,7 @@ fn run(
 /// layer (its server on a thread of its own, configured by `TOKIO_CONSOLE_BIND` and the other
 /// `TOKIO_CONSOLE_*` variables) and a `fmt` layer to stderr filtered by `RUST_LOG` (default:
 /// `warn`, so that pinwatch's own reports show).
-pub(crate) fn install_server() -> Result<(), Error> {
+fn install_server() -> Result<(), Error> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::Layer;
     let filter = match std::env::var("RUST_LOG") {

@@ -14,9 +14,7 @@
 //! dump to copy the ring out; the dump is written without it.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
@@ -74,7 +72,6 @@ pub(crate) struct FlightSnapshot {
     pub first_at: Option<SystemTime>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 impl FlightSnapshot {
     /// The line of `e`, newline included.
     pub(crate) fn line(&self, e: &FlightEntry) -> &str {
@@ -83,6 +80,7 @@ impl FlightSnapshot {
 
     /// The events, parsed back (a line that does not parse, which pinwatch never writes, is
     /// left out).
+    #[cfg(test)]
     pub(crate) fn events(&self) -> Vec<PinnedEvent> {
         self.events_since(None)
     }
@@ -288,145 +286,6 @@ fn process_started() -> Option<SystemTime> {
     SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(btime) + since_boot)
 }
 
-/// Writes a new file at `path` whole, or not at all: `fill` writes into a temporary file in the
-/// same directory, which is synced and then takes `path`'s name — with `replace`, by a rename
-/// over whatever is there; without it, by a hard link that fails if `path` exists (so a file
-/// the user did not mean is never replaced, even one that appears meanwhile). On any failure
-/// (a full disk, `fill`'s own error) the temporary file is removed and `path` is as it was.
-pub fn write_whole_file(
-    path: &Path,
-    replace: bool,
-    fill: impl FnOnce(&mut File) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    if !replace && std::fs::symlink_metadata(path).is_ok() {
-        return Err(exists(path));
-    }
-    let (dir, name) = super::dir_and_name(path)?;
-    let (mut file, tmp) = new_temporary(dir, &name.to_string_lossy())?;
-    let done = fill(&mut file)
-        .and_then(|()| file.sync_all())
-        .and_then(|()| {
-            if replace {
-                std::fs::rename(&tmp, path)
-            } else {
-                std::fs::hard_link(&tmp, path).map_err(|e| {
-                    if e.kind() == std::io::ErrorKind::AlreadyExists {
-                        exists(path)
-                    } else {
-                        e
-                    }
-                })
-            }
-        });
-    // After a rename there is nothing left under the temporary name; after a link (or a
-    // failure) it goes.
-    let _ = std::fs::remove_file(&tmp);
-    done
-}
-
-/// Attempts at a temporary name before [`write_whole_file`] gives up.
-const TEMPORARY_TRIES: usize = 16;
-
-/// A new file `.NAME.PID.RANDOM.tmp` in `dir`, made with `O_EXCL` (a symlink or file already
-/// there is never opened or followed). The name is not guessable by another process: one that
-/// planted files at the names it could predict (the pid is public) would otherwise make every
-/// dump in a shared directory fail (`PINWATCH_DUMP_ON_EXIT=/var/tmp/pins-%p.jsonl` lost).
-fn new_temporary(dir: &Path, name: &str) -> std::io::Result<(File, PathBuf)> {
-    use std::hash::{BuildHasher, Hasher};
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut last = None;
-    for attempt in 0..TEMPORARY_TRIES {
-        // RandomState's keys are drawn from the OS's randomness (once per thread, then stepped).
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(attempt);
-        let tmp = dir.join(format!(
-            ".{name}.{}.{:016x}.tmp",
-            std::process::id(),
-            h.finish()
-        ));
-        // Its owner's only: a dump or a profile says what the service does.
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-        {
-            Ok(f) => return Ok((f, tmp)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(tmp),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::AlreadyExists,
-        format!(
-            "{TEMPORARY_TRIES} temporary names in {} were taken (the last {}); something is \
-             making files there: give a directory only you can write to",
-            dir.display(),
-            last.unwrap_or_default().display()
-        ),
-    ))
-}
-
-fn exists(path: &Path) -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::AlreadyExists,
-        format!(
-            "{} exists; give another file, or ask to replace it (`--force`)",
-            path.display()
-        ),
-    )
-}
-
-/// `path` with every `%p` replaced by this process's id (`PINWATCH_DUMP_ON_EXIT`).
-pub(crate) fn with_pid(path: &Path) -> PathBuf {
-    let s = path.to_string_lossy();
-    if s.contains("%p") {
-        PathBuf::from(s.replace("%p", &std::process::id().to_string()))
-    } else {
-        path.to_owned()
-    }
-}
-
-/// Whether a dump could be written at `path` when the detector stops: its directory exists
-/// and this process may write there, and `path` is not something other than a regular file.
-/// The reason when not.
-pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = with_pid(path);
-    let (dir, _) = super::dir_and_name(&path).map_err(|e| e.to_string())?;
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("{} is not a directory", dir.display())),
-        Err(e) => {
-            return Err(format!(
-                "its directory {} cannot be used ({e}); make it, or give a path in a directory \
-                 that exists",
-                dir.display()
-            ))
-        }
-    }
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| "has a NUL byte".to_owned())?;
-    // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
-        return Err(format!(
-            "its directory {} is not writable by this process ({}); give a directory it may \
-             write to",
-            dir.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
-    if let Ok(m) = std::fs::symlink_metadata(&path) {
-        if !m.is_file() {
-            return Err(format!(
-                "{} exists and is not a regular file; give the path of a file",
-                path.display()
-            ));
-        }
-    }
-    Ok(())
-}
-
 impl Flight {
     /// The pinned-time profile (pprof, gzipped) of the pins the buffer holds that ran in the
     /// `last` stretch of time before now (all it holds when `None`): what
@@ -610,67 +469,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_whole_file_never_replaces_one_unasked() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("dump.jsonl");
-        write_whole_file(&path, false, |f| f.write_all(b"one\n")).unwrap();
-        let err = write_whole_file(&path, false, |f| f.write_all(b"two\n")).unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
-        assert!(err.to_string().contains("--force"), "{err}");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\n");
-        write_whole_file(&path, true, |f| f.write_all(b"two\n")).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600, "a dump is its owner's only: {mode:o}");
-        // A failing fill leaves the file as it was and no temporary file.
-        let err = write_whole_file(&path, true, |f| {
-            f.write_all(b"half")?;
-            Err(std::io::Error::other("the service went away"))
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("went away"));
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
-        let names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, ["dump.jsonl"]);
-    }
-
-    /// Files planted at the temporary names another process could predict (this pid, the
-    /// first counts) neither make the dump fail nor get written through: a symlink there is
-    /// left as it was, and so is what it points to.
-    #[test]
-    fn planted_temporary_names_are_neither_followed_nor_in_the_way() {
-        use std::os::unix::ffi::OsStrExt;
-        let dir = tempfile::tempdir().unwrap();
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, "keep\n").unwrap();
-        let path = dir.path().join("dump.jsonl");
-        let pid = std::process::id();
-        for n in 0..256 {
-            let planted = dir.path().join(format!(".dump.jsonl.{pid}.{n}.tmp"));
-            std::os::unix::fs::symlink(&victim, planted).unwrap();
-        }
-        write_whole_file(&path, false, |f| f.write_all(b"dump\n")).unwrap();
-        write_whole_file(&path, true, |f| f.write_all(b"again\n")).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "again\n");
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
-        let left = std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter(|e| {
-                let name = e.as_ref().unwrap().file_name();
-                name.as_bytes().ends_with(b".tmp")
-                    && std::fs::symlink_metadata(e.as_ref().unwrap().path())
-                        .unwrap()
-                        .is_file()
-            })
-            .count();
-        assert_eq!(left, 0, "a temporary file of ours was left");
-    }
-
     /// On a full disk the dump fails, naming why, and leaves no file — neither under its name
     /// nor a temporary one — and an older file under the name stays whole.
     #[test]
@@ -690,9 +488,9 @@ mod tests {
         );
         assert!(dump.len() > 64 * 1024, "{}", dump.len());
         let path = disk.0.join("dump.jsonl");
-        let err = write_whole_file(&path, false, |f| dump.write_to(f)).unwrap_err();
+        let err = crate::files::write_whole_file(&path, false, |f| dump.write_to(f)).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
-        let names = |d: &Path| -> Vec<std::ffi::OsString> {
+        let names = |d: &std::path::Path| -> Vec<std::ffi::OsString> {
             std::fs::read_dir(d)
                 .unwrap()
                 .map(|e| e.unwrap().file_name())
@@ -700,25 +498,10 @@ mod tests {
         };
         assert!(names(&disk.0).is_empty(), "{:?}", names(&disk.0));
         std::fs::write(&path, "old\n").unwrap();
-        let err = write_whole_file(&path, true, |f| dump.write_to(f)).unwrap_err();
+        let err = crate::files::write_whole_file(&path, true, |f| dump.write_to(f)).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old\n");
         assert_eq!(names(&disk.0), ["dump.jsonl"]);
         drop(disk);
-    }
-
-    #[test]
-    fn dump_paths_are_checked_at_start_up() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(check_dump_path(&dir.path().join("d-%p.jsonl")), Ok(()));
-        let err = check_dump_path(Path::new("/nonexistent-dir/d.jsonl")).unwrap_err();
-        assert!(err.contains("/nonexistent-dir"), "{err}");
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        let err = check_dump_path(&dir.path().join("sub")).unwrap_err();
-        assert!(err.contains("not a regular file"), "{err}");
-        assert_eq!(
-            with_pid(Path::new("/x/f-%p.jsonl")),
-            PathBuf::from(format!("/x/f-{}.jsonl", std::process::id()))
-        );
     }
 }

@@ -17,7 +17,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -46,7 +45,6 @@ pub(crate) struct Request<'a> {
     /// The target up to `?`.
     pub(crate) path: &'a str,
     /// The target after `?`, or empty.
-    #[allow(dead_code)] // for `/debug/pprof/pinned?seconds=N`
     pub(crate) query: &'a str,
 }
 
@@ -131,7 +129,7 @@ impl Response {
     }
 }
 
-/// What the server has done, for tests and the log.
+/// What the server has done, for its log.
 #[derive(Default, Debug)]
 pub(crate) struct Counters {
     /// Connections accepted.
@@ -148,7 +146,6 @@ pub(crate) struct Server {
     waker: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
     addr: SocketAddr,
-    counters: Arc<Counters>,
 }
 
 impl Server {
@@ -162,29 +159,19 @@ impl Server {
         listener.set_nonblocking(true)?;
         let (waker, woken) = UnixStream::pair()?;
         woken.set_nonblocking(true)?;
-        let counters = Arc::new(Counters::default());
-        let c = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || run(&listener, &woken, handle, &c))?;
+            .spawn(move || run(&listener, &woken, handle, &Counters::default()))?;
         Ok(Server {
             waker: Some(waker),
             thread: Some(thread),
             addr,
-            counters,
         })
     }
 
     /// Where it listens.
-    #[allow(dead_code)] // tests
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.addr
-    }
-
-    /// What it has done so far.
-    #[allow(dead_code)] // tests
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.counters
     }
 }
 

@@ -1,34 +1,70 @@
 //! Export: where finished events go. One fan-out hands each event to every sink in turn, on
-//! pinwatch's own export thread (never on the watched runtime, never on the watchdog). Adding a
-//! way out is adding a file here and a line in `builtin`.
+//! pinwatch's own export thread (never on the watched runtime, never on the watchdog).
+//!
+//! The sinks of every detector: the `tracing` WARN event ([`TracingSink`]), the recordings and
+//! the flight recording (`record`, `flight`), and any [`Sink`] of the user's. The exporters
+//! that run beside the export thread — Prometheus, OTLP, tokio-console, each behind its cargo
+//! feature — are listed in [`EXPORTERS`]: adding one is a file here with its `start`
+//! (see `exporter`), its `mod` line and its line in that list, and its settings
+//! (CONTRIBUTING.md lists the files).
 
 #[cfg(feature = "console")]
 pub mod console;
+pub(crate) mod exporter;
+mod fanout;
 mod flight;
 #[cfg(feature = "prometheus")]
 mod http;
+#[cfg(any(feature = "prometheus", feature = "otlp"))]
+mod live;
+#[cfg(any(feature = "prometheus", feature = "otlp"))]
+mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
+#[cfg(any(feature = "otlp", feature = "console"))]
+mod queue;
 mod record;
 mod tracing;
-
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::config::Config;
 use crate::event::PinnedEvent;
 use crate::Error;
 
-pub use flight::write_whole_file;
-pub(crate) use flight::{check_dump_path, with_pid, Dump, Flight, Identity};
-#[allow(unused_imports)]
-pub(crate) use flight::{FlightEntry, FlightSnapshot};
+use exporter::{exporter, Entry};
+pub(crate) use exporter::{Drops, Parts, Running};
+pub(crate) use fanout::spawn_export_thread;
+pub(crate) use flight::{Dump, Flight, Identity};
+#[cfg(any(feature = "prometheus", feature = "otlp"))]
+pub(crate) use live::LiveFn;
+#[cfg(any(feature = "prometheus", feature = "otlp"))]
+pub use metrics::DURATION_BUCKETS;
+#[cfg(any(feature = "prometheus", feature = "otlp"))]
+pub(crate) use metrics::{PinCounter, PinTime};
+#[cfg(any(feature = "otlp", feature = "console"))]
+pub(crate) use queue::QueueSink;
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
 pub(crate) use record::{Recorder, Which};
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
 pub(crate) use tracing::{flush_stderr, no_subscriber, to_stderr};
+
+/// The exporters, in the order they start, are named in the start-up line and stop. Each
+/// module's `start` returns `None` when the settings do not ask for it.
+const EXPORTERS: &[Entry] = &[
+    exporter!("prometheus", "Prometheus", prometheus),
+    exporter!("otlp", "OTLP", otlp),
+    exporter!("console", "console", console),
+];
+
+/// Starts the exporters the settings ask for, adding their sinks to `sinks`.
+pub(crate) fn start_exporters(
+    parts: &Parts,
+    sinks: &mut Vec<Box<dyn Sink>>,
+) -> Result<Running, Error> {
+    Running::start(parts, EXPORTERS, sinks)
+}
 
 /// Receives finished events, one at a time, on pinwatch's export thread.
 ///
@@ -76,427 +112,4 @@ pub(crate) fn builtin(
     // One sink for the recordings and the flight recording: each event's line is made once.
     sinks.push(Box::new(recorder.sink_with(flight.cloned())));
     Ok(sinks)
-}
-
-/// What a metrics exporter reads live, from the watchdog (never waiting for the export thread).
-#[cfg_attr(
-    not(any(feature = "prometheus", feature = "otlp", feature = "console")),
-    allow(dead_code)
-)]
-#[derive(Default)]
-pub(crate) struct Live {
-    /// The threshold in force.
-    pub threshold: std::time::Duration,
-    /// Whether the runtime is stalled now, and for how long it has been stalled in all.
-    pub stall: (bool, std::time::Duration),
-    /// Each pin running now (workers' and `block_on` bodies'): event id and age.
-    pub pinned: Vec<(u64, std::time::Duration)>,
-    /// Workers pinned now: the pins that hold one of the runtime's workers. A multi-thread
-    /// runtime's `block_on` body holds none and is not counted here.
-    pub workers_pinned: usize,
-    /// The age of the oldest pin that holds a worker (zero when none).
-    pub oldest_worker_pin: std::time::Duration,
-    /// `block_on` bodies of a multi-thread runtime blocked now.
-    pub bodies_blocked: usize,
-    /// Workers of the runtime.
-    pub workers: usize,
-    /// Reports the queue dropped so far.
-    pub queue_dropped: u64,
-    /// Events the OTLP exporter's queue dropped so far, when it runs.
-    pub otlp_dropped: Option<u64>,
-}
-
-/// Reads [`Live`]; called on an exporter's own thread.
-#[cfg_attr(
-    not(any(feature = "prometheus", feature = "otlp", feature = "console")),
-    allow(dead_code)
-)]
-pub(crate) type LiveFn = std::sync::Arc<dyn Fn() -> Live + Send + Sync>;
-
-/// Pin-duration histogram buckets, in seconds: from 25 ms (just past the default threshold) to a
-/// minute. Prometheus and OTLP use the same.
-pub const DURATION_BUCKETS: &[f64] =
-    &[0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
-
-/// What the metrics exporters share about counting pins: each pin counts once, at its first
-/// report that is not a retraction, under a `location` label drawn from a bounded set (its top
-/// frame's `file:line`, else its function, else `unknown`; past the bound, `other`). A metrics
-/// exporter serves one detector, so a pin is named by its event id alone.
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
-pub(crate) struct PinCounter {
-    /// Pins already counted and not yet completed.
-    counted: std::collections::HashSet<u64>,
-    locations: Bounded,
-    spans: Bounded,
-}
-
-/// The labels a pin is counted under, once, at its first report.
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
-pub(crate) struct PinLabels {
-    /// Its top frame (`file:line`, or the function), bounded.
-    pub location: String,
-    /// Its innermost span's [`SpanInfo::label`](crate::SpanInfo::label) (`none` outside any
-    /// span), bounded.
-    pub span: String,
-}
-
-/// A label's values: the first `max - 1` seen, then `other` (one of the `max`).
-struct Bounded {
-    seen: std::collections::HashSet<String>,
-    max: usize,
-}
-
-impl Bounded {
-    fn label(&mut self, value: String) -> String {
-        if self.seen.contains(&value) || self.seen.len() < self.max.saturating_sub(1) {
-            self.seen.insert(value.clone());
-            value
-        } else {
-            "other".to_owned()
-        }
-    }
-}
-
-/// The `span` label of a pin outside any span.
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
-pub(crate) const NO_SPAN: &str = "none";
-
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
-impl PinCounter {
-    /// Counts at most `max_labels` values of each label (`location`, `span`), `other` among
-    /// them.
-    pub(crate) fn new(max_labels: usize) -> PinCounter {
-        PinCounter {
-            counted: std::collections::HashSet::new(),
-            locations: Bounded {
-                seen: std::collections::HashSet::new(),
-                max: max_labels,
-            },
-            spans: Bounded {
-                seen: std::collections::HashSet::new(),
-                max: max_labels,
-            },
-        }
-    }
-
-    /// The labels when `e` is the first countable report of its pin, `None` otherwise.
-    /// A completed or retracted pin is forgotten.
-    pub(crate) fn first_report(&mut self, e: &PinnedEvent) -> Option<PinLabels> {
-        let first = e.state != crate::event::State::Retracted && self.counted.insert(e.id);
-        if e.state != crate::event::State::InProgress {
-            self.counted.remove(&e.id);
-        }
-        first.then(|| {
-            let location = e.top_frame.as_ref().map_or_else(
-                || "unknown".to_owned(),
-                |f| match (&f.file, f.line) {
-                    (Some(file), Some(line)) => format!("{file}:{line}"),
-                    _ => f.function.clone().unwrap_or_else(|| "unknown".to_owned()),
-                },
-            );
-            let span = e
-                .innermost_span()
-                .map_or_else(|| NO_SPAN.to_owned(), crate::SpanInfo::label);
-            PinLabels {
-                location: self.locations.label(location),
-                span: self.spans.label(span),
-            }
-        })
-    }
-}
-
-/// Pins still open in [`PinTime`] at most; past it, the oldest that are not running any more
-/// (their completion was dropped) are forgotten.
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
-pub(crate) const MAX_OPEN_PINS: usize = 4096;
-
-/// The worker-seconds of pins, as a counter by reason must see them: only ever increments. Each
-/// pin seen and not yet completed keeps how much of its time is accounted; a report or the live
-/// age of a running pin adds only what goes past that, under the pin's latest reason (time
-/// already accounted under an earlier reason stays there). So the series never go back: not when
-/// the reason changes between reports, not when a pin has ended but its completion is still on
-/// its way (the live age is gone, the accounted time stays), not when the completion is dropped.
-/// A metrics exporter serves one detector, so a pin is named by its event id alone.
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
-pub(crate) struct PinTime {
-    /// By event id: the reason the pin's latest time went to, and the time accounted.
-    open: std::collections::BTreeMap<u64, (crate::event::Reason, std::time::Duration)>,
-    /// The pins running at the last [`advance`](Self::advance): never forgotten.
-    running: Vec<u64>,
-}
-
-#[cfg_attr(not(any(feature = "prometheus", feature = "otlp")), allow(dead_code))]
-impl PinTime {
-    pub(crate) fn new() -> PinTime {
-        PinTime {
-            open: std::collections::BTreeMap::new(),
-            running: Vec::new(),
-        }
-    }
-
-    /// Accounts the report `e`: calls `add(reason, increment)` for the time it has beyond what
-    /// its pin has accounted (a pin never seen before: all of it). A completed or retracted pin
-    /// is closed.
-    pub(crate) fn report(
-        &mut self,
-        e: &PinnedEvent,
-        mut add: impl FnMut(crate::event::Reason, std::time::Duration),
-    ) {
-        use crate::event::{Reason, State};
-        let reason = e.reason.unwrap_or(Reason::Other);
-        let accounted = self
-            .open
-            .get(&e.id)
-            .map_or(std::time::Duration::ZERO, |o| o.1);
-        if e.duration > accounted {
-            add(reason, e.duration - accounted);
-        }
-        match e.state {
-            State::InProgress => {
-                self.open.insert(e.id, (reason, e.duration.max(accounted)));
-                self.bound();
-            }
-            State::Completed | State::Retracted => {
-                self.open.remove(&e.id);
-            }
-        }
-    }
-
-    /// Advances each open pin that is running (`pinned`: event id and age, as [`Live`] has
-    /// them) to its age: `add(reason, increment)` for what goes past its accounted time. A
-    /// running pin not yet reported is left for its report, which carries its reason.
-    pub(crate) fn advance(
-        &mut self,
-        pinned: &[(u64, std::time::Duration)],
-        mut add: impl FnMut(crate::event::Reason, std::time::Duration),
-    ) {
-        for (id, age) in pinned {
-            if let Some((reason, accounted)) = self.open.get_mut(id) {
-                if *age > *accounted {
-                    add(*reason, *age - *accounted);
-                    *accounted = *age;
-                }
-            }
-        }
-        self.running.clear();
-        self.running.extend(pinned.iter().map(|(id, _)| *id));
-        self.bound();
-    }
-
-    /// Keeps at most [`MAX_OPEN_PINS`]: forgets the oldest (lowest ids: they are handed out in
-    /// order) that were not running at the last `advance`. Such a pin's completion was dropped
-    /// or is very late; if it arrives after all, its time is counted again from zero (more,
-    /// never less).
-    fn bound(&mut self) {
-        while self.open.len() > MAX_OPEN_PINS {
-            let running = &self.running;
-            let Some(old) = self.open.keys().copied().find(|id| !running.contains(id)) else {
-                return;
-            };
-            self.open.remove(&old);
-        }
-    }
-
-    /// Pins open (seen, not completed).
-    #[cfg(test)]
-    pub(crate) fn open(&self) -> usize {
-        self.open.len()
-    }
-}
-
-/// Hands each event to an exporter thread of pinwatch's own through a bounded queue, and never
-/// waits: what does not fit is dropped and counted. `flush` closes the queue, which ends the
-/// thread's loop.
-#[cfg_attr(not(any(feature = "otlp", feature = "console")), allow(dead_code))]
-pub(crate) struct QueueSink {
-    tx: Option<std::sync::mpsc::SyncSender<PinnedEvent>>,
-    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-#[cfg_attr(not(any(feature = "otlp", feature = "console")), allow(dead_code))]
-impl QueueSink {
-    pub(crate) fn new(
-        tx: Option<std::sync::mpsc::SyncSender<PinnedEvent>>,
-        dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    ) -> QueueSink {
-        QueueSink { tx, dropped }
-    }
-}
-
-impl Sink for QueueSink {
-    fn event(&mut self, event: &PinnedEvent) {
-        if let Some(tx) = &self.tx {
-            if tx.try_send(event.clone()).is_err() {
-                self.dropped
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn flush(&mut self) {
-        drop(self.tx.take());
-    }
-}
-
-/// Every sink, in order.
-pub(crate) struct Fanout {
-    sinks: Vec<Box<dyn Sink>>,
-}
-
-impl Fanout {
-    pub(crate) fn new(sinks: Vec<Box<dyn Sink>>) -> Fanout {
-        Fanout { sinks }
-    }
-
-    /// Hands `event` to every sink; a sink's panic is contained.
-    pub(crate) fn deliver(&mut self, event: &PinnedEvent) {
-        for sink in self.sinks.iter_mut() {
-            let _ = catch_unwind(AssertUnwindSafe(|| sink.event(event)));
-        }
-    }
-
-    /// Flushes every sink, once, at the end.
-    pub(crate) fn flush(&mut self) {
-        for sink in self.sinks.iter_mut() {
-            let _ = catch_unwind(AssertUnwindSafe(|| sink.flush()));
-        }
-    }
-}
-
-/// The directory `path` is in (`.` for a bare name) and its file name; an error for a path that
-/// names no file (it ends in `..`, or is `/`).
-pub(crate) fn dir_and_name(
-    path: &std::path::Path,
-) -> std::io::Result<(&std::path::Path, &std::ffi::OsStr)> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "the path names no file (it ends in `..`, or is `/`); give a file's path",
-        )
-    })?;
-    Ok((dir, name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::{Reason, State};
-    use std::time::Duration;
-
-    const MS: fn(u64) -> Duration = Duration::from_millis;
-
-    /// Feeds `steps` to a `PinTime` and returns the cumulative series by reason after each.
-    fn series(steps: &[Step]) -> Vec<[Duration; Reason::ALL.len()]> {
-        let mut time = PinTime::new();
-        let mut totals = [Duration::ZERO; Reason::ALL.len()];
-        let mut out = Vec::new();
-        let index = |r: Reason| Reason::ALL.iter().position(|x| *x == r).unwrap();
-        for step in steps {
-            match step {
-                Step::Report(id, state, reason, ms) => {
-                    let e = PinnedEvent::for_test(*id, *state, *reason, *ms, 1);
-                    time.report(&e, |r, d| totals[index(r)] += d);
-                }
-                Step::Live(pinned) => {
-                    let pinned: Vec<(u64, Duration)> =
-                        pinned.iter().map(|(id, ms)| (*id, MS(*ms))).collect();
-                    time.advance(&pinned, |r, d| totals[index(r)] += d);
-                }
-            }
-            out.push(totals);
-        }
-        out
-    }
-
-    enum Step {
-        Report(u64, State, Reason, u64),
-        Live(&'static [(u64, u64)]),
-    }
-    use Step::{Live, Report};
-
-    fn assert_never_back(s: &[[Duration; Reason::ALL.len()]]) {
-        for (i, w) in s.windows(2).enumerate() {
-            for (r, reason) in Reason::ALL.iter().enumerate() {
-                assert!(
-                    w[1][r] >= w[0][r],
-                    "{} went back at step {}: {:?} -> {:?}",
-                    reason.as_str(),
-                    i + 1,
-                    w[0][r],
-                    w[1][r]
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn pin_time_never_goes_back_when_the_reason_changes() {
-        let s = series(&[
-            Report(1, State::InProgress, Reason::Cpu, 25),
-            Live(&[(1, 400)]),
-            Report(1, State::Completed, Reason::Sleep, 500),
-            Live(&[]),
-        ]);
-        assert_never_back(&s);
-        let last = s.last().unwrap();
-        // The 400 ms seen under cpu stay there; only the rest goes to sleep.
-        assert_eq!(last[0], MS(400));
-        assert_eq!(last[1], MS(100));
-    }
-
-    #[test]
-    fn pin_time_never_goes_back_between_a_pins_end_and_its_completion() {
-        let s = series(&[
-            Report(1, State::InProgress, Reason::Sleep, 25),
-            Live(&[(1, 300)]),
-            // The pin has ended: it is gone from the live list, its completion still queued.
-            Live(&[]),
-            Live(&[]),
-            Report(1, State::Completed, Reason::Sleep, 320),
-        ]);
-        assert_never_back(&s);
-        assert_eq!(s.last().unwrap()[1], MS(320));
-    }
-
-    #[test]
-    fn pin_time_never_goes_back_when_the_completion_is_dropped() {
-        let mut steps = vec![
-            Report(1, State::InProgress, Reason::Io, 25),
-            Live(&[(1, 900), (2, 10)]),
-        ];
-        // Completion dropped: the pin never comes back, nor does its report; a later pin runs.
-        for _ in 0..5 {
-            steps.push(Live(&[(2, 30)]));
-        }
-        steps.push(Report(2, State::InProgress, Reason::Io, 30));
-        steps.push(Live(&[(2, 60)]));
-        let s = series(&steps);
-        assert_never_back(&s);
-        assert_eq!(s.last().unwrap()[2], MS(960));
-    }
-
-    #[test]
-    fn pin_time_forgets_the_oldest_dropped_completions_past_its_bound() {
-        let mut time = PinTime::new();
-        let mut total = Duration::ZERO;
-        // Pin 1 stays stuck; thousands of others lose their completions.
-        time.report(
-            &PinnedEvent::for_test(1, State::InProgress, Reason::Other, 25, 1),
-            |_, d| total += d,
-        );
-        for id in 2..(MAX_OPEN_PINS as u64 + 100) {
-            time.advance(&[(1, MS(id))], |_, d| total += d);
-            let e = PinnedEvent::for_test(id, State::InProgress, Reason::Sleep, 25, 1);
-            time.report(&e, |_, d| total += d);
-            assert!(time.open() <= MAX_OPEN_PINS);
-        }
-        // The stuck pin was kept: its live age still counts.
-        let before = total;
-        time.advance(&[(1, MS(10_000))], |_, d| total += d);
-        assert_eq!(total - before, MS(10_000) - MS(MAX_OPEN_PINS as u64 + 99));
-    }
 }

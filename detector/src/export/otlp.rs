@@ -24,6 +24,7 @@ use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
+use super::exporter::{Exporter, Parts, Started};
 use super::{LiveFn, QueueSink};
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;
@@ -117,7 +118,7 @@ impl Otlp {
     /// and a meter provider whose reader thread exports the metrics.
     /// `queue`: events queued for the OTLP thread before new ones are dropped (the detector's
     /// queue capacity).
-    pub(crate) fn start(max_locations: usize, queue: usize, live: LiveFn) -> Result<Otlp, Error> {
+    fn start(max_locations: usize, queue: usize, live: LiveFn) -> Result<Otlp, Error> {
         Otlp::start_to(max_locations, queue, live, None)
     }
 
@@ -192,7 +193,7 @@ impl Otlp {
             .with_reader(PeriodicReader::builder(metric_exporter).build())
             .build();
         let state = Arc::new(Mutex::new(MetricState::new()));
-        register_metrics(&meters, live, Arc::clone(&state), Arc::clone(&dropped));
+        register_metrics(&meters, live, Arc::clone(&state));
         let mut instruments = Instruments::new(&meters, max_locations);
         let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
         let handle = runtime.as_ref().map(|r| r.handle().clone());
@@ -225,11 +226,41 @@ impl Otlp {
     pub(crate) fn sink(&self) -> QueueSink {
         QueueSink::new(self.tx.clone(), Arc::clone(&self.dropped))
     }
+}
 
-    /// The counter of events the OTLP queue dropped.
-    pub(crate) fn drop_counter(&self) -> Arc<AtomicU64> {
-        Arc::clone(&self.dropped)
+impl Exporter for Otlp {
+    fn describe(&self) -> String {
+        let to = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .unwrap_or_else(|_| "the OTLP default endpoint".to_owned());
+        format!("OTLP to {to}")
     }
+}
+
+impl crate::Builder {
+    /// Sends pin reports as OpenTelemetry log records, and pinwatch's metrics, over OTLP
+    /// (`PINWATCH_OTLP=on`); the standard `OTEL_*` variables configure where and how.
+    pub fn otlp(mut self, on: bool) -> Self {
+        self.config.otlp = on;
+        self
+    }
+}
+
+/// The exporter, when `PINWATCH_OTLP` asks for it.
+pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
+    let config = &parts.watched.config;
+    if !config.otlp {
+        return Ok(None);
+    }
+    let otlp = Otlp::start(
+        config.prometheus_max_locations,
+        config.queue_capacity,
+        parts.live(),
+    )?;
+    Ok(Some(Started {
+        sink: Box::new(otlp.sink()),
+        dropped: Some(Arc::clone(&otlp.dropped)),
+        exporter: Box::new(otlp),
+    }))
 }
 
 impl Drop for Otlp {
@@ -249,7 +280,7 @@ impl Drop for Otlp {
 /// receiver gets (the events come from JSON lines); not an interface.
 #[doc(hidden)]
 pub fn send_for_test(endpoint: &str, events: Vec<PinnedEvent>) -> Result<(), Error> {
-    let live: LiveFn = Arc::new(super::Live::default);
+    let live: LiveFn = Arc::new(super::live::Live::default);
     let otlp = Otlp::start_to(16, events.len().max(1), live, Some(endpoint))?;
     let mut sink = otlp.sink();
     for e in &events {
@@ -398,12 +429,7 @@ fn kv(key: &'static str, value: impl Into<AnyValue>) -> (&'static str, AnyValue)
 /// pinwatch's metrics, named so that the standard OTLP → Prometheus translation gives the
 /// Prometheus exporter's names (`pinwatch.pins` with unit `{pin}` → `pinwatch_pins_total`,
 /// `pinwatch.pin.duration` in `s` → `pinwatch_pin_duration_seconds`, …).
-fn register_metrics(
-    meters: &SdkMeterProvider,
-    live: LiveFn,
-    state: Arc<Mutex<MetricState>>,
-    dropped: Arc<AtomicU64>,
-) {
+fn register_metrics(meters: &SdkMeterProvider, live: LiveFn, state: Arc<Mutex<MetricState>>) {
     let meter = meters.meter("pinwatch");
     let reasons: Vec<KeyValue> = Reason::ALL
         .iter()
@@ -468,17 +494,14 @@ fn register_metrics(
     }
     {
         let live = Arc::clone(&live);
-        let dropped = Arc::clone(&dropped);
         let _ = meter
             .u64_observable_counter("pinwatch.events.dropped")
             .with_unit("{event}")
             .with_description("Pin reports dropped, by where.")
             .with_callback(move |obs| {
-                obs.observe((live)().queue_dropped, &[KeyValue::new("sink", "queue")]);
-                obs.observe(
-                    dropped.load(Ordering::Relaxed),
-                    &[KeyValue::new("sink", "otlp")],
-                );
+                for (sink, n) in (live)().dropped {
+                    obs.observe(n, &[KeyValue::new("sink", sink)]);
+                }
             })
             .build();
     }

@@ -14,9 +14,98 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use super::exporter::{Exporter, Parts, Started};
 use super::Sink;
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;
+
+impl crate::Builder {
+    /// Serves Prometheus metrics at `http://addr/metrics` from a thread of pinwatch's own
+    /// (`PINWATCH_PROMETHEUS_ADDR`). It answers while every worker is pinned.
+    pub fn prometheus_addr(mut self, addr: std::net::SocketAddr) -> Self {
+        self.config.prometheus_addr = Some(addr);
+        self
+    }
+
+    /// Registers pinwatch's metrics ([`METRICS`]) into `registry`, for a service that already
+    /// serves its own `/metrics`.
+    pub fn prometheus_registry(mut self, registry: &Registry) -> Self {
+        self.config.prometheus_registry = Some(registry.clone());
+        self
+    }
+}
+
+impl crate::Detector {
+    /// pinwatch's Prometheus metrics, when the endpoint or a registry was asked for.
+    pub fn prometheus(&self) -> Option<&PinwatchCollector> {
+        self.exporters.running.iter().find_map(|e| e.prometheus())
+    }
+}
+
+/// The collector, its sink, and the endpoint when one was asked for.
+struct Prometheus {
+    collector: PinwatchCollector,
+    endpoint: Option<Endpoint>,
+}
+
+impl Exporter for Prometheus {
+    fn describe(&self) -> String {
+        match &self.endpoint {
+            Some(e) => format!("Prometheus http://{}/metrics", e.local_addr()),
+            None => "Prometheus metrics in the service's registry".to_owned(),
+        }
+    }
+
+    fn close(&mut self) {
+        // First of all: no scrape reaches a detector that is stopping.
+        drop(self.endpoint.take());
+    }
+
+    fn prometheus(&self) -> Option<&PinwatchCollector> {
+        Some(&self.collector)
+    }
+}
+
+/// The collector when `PINWATCH_PROMETHEUS_ADDR` or a registry asks for it, registered into the
+/// registry, and the endpoint serving it and the pinned-time profile.
+pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
+    let config = &parts.watched.config;
+    let registry = config.prometheus_registry.as_ref();
+    if config.prometheus_addr.is_none() && registry.is_none() {
+        return Ok(None);
+    }
+    let collector =
+        PinwatchCollector::new(config.prometheus_max_locations, parts.live()).map_err(|e| {
+            Error::InvalidSetting {
+                setting: "prometheus",
+                reason: e.to_string(),
+            }
+        })?;
+    if let Some(registry) = registry {
+        registry
+            .register(Box::new(collector.clone()))
+            .map_err(|e| Error::InvalidSetting {
+                setting: "prometheus_registry",
+                reason: format!("cannot register pinwatch's metrics: {e}"),
+            })?;
+    }
+    let endpoint = match config.prometheus_addr {
+        Some(addr) => Some(Endpoint::serve(
+            addr,
+            collector.clone(),
+            parts.flight.as_ref().map(|(f, _)| f.clone()),
+        )?),
+        None => None,
+    };
+    Ok(Some(Started {
+        sink: Box::new(collector.sink()),
+        exporter: Box::new(Prometheus {
+            collector,
+            endpoint,
+        }),
+        dropped: None,
+    }))
+}
 
 /// One exported metric: name, type and meaning.
 #[derive(Clone, Copy, Debug)]
@@ -91,7 +180,7 @@ pub const METRICS: &[MetricDoc] = &[
         name: "pinwatch_events_dropped_total",
         kind: "counter",
         labels: &["sink"],
-        help: "Pin reports lost: sink=\"queue\" when the queue to the export thread was full, sink=\"otlp\" when the OTLP exporter's queue was full or its collector did not take them.",
+        help: "Pin reports lost: sink=\"queue\" when the queue to the export thread was full, sink=\"otlp\" when the OTLP exporter's queue was full or its collector did not take them, sink=\"console\" when the console thread's queue was full.",
     },
     MetricDoc {
         name: "pinwatch_runtime_stalled",
@@ -126,13 +215,7 @@ fn help(name: &str) -> &'static str {
         .map_or("", |m| m.help)
 }
 
-/// Histogram buckets: from 25 ms (just past the default threshold) to a minute.
-pub const DURATION_BUCKETS: &[f64] =
-    &[0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
-
-#[cfg(test)]
-use super::Live;
-pub(crate) use super::LiveFn;
+use super::{LiveFn, DURATION_BUCKETS};
 
 struct Metrics {
     pins: IntCounterVec,
@@ -151,7 +234,7 @@ struct Metrics {
     build_info: IntGaugeVec,
 }
 
-struct State_ {
+struct Counted {
     /// What `pinned_seconds` holds of each open pin.
     time: super::PinTime,
     /// Pins already counted, and the bounded location labels.
@@ -160,7 +243,7 @@ struct State_ {
 
 struct Inner {
     metrics: Metrics,
-    state: Mutex<State_>,
+    state: Mutex<Counted>,
     live: LiveFn,
     descs: Vec<Desc>,
 }
@@ -252,7 +335,7 @@ impl PinwatchCollector {
         Ok(PinwatchCollector {
             inner: Arc::new(Inner {
                 metrics,
-                state: Mutex::new(State_ {
+                state: Mutex::new(Counted {
                     time: super::PinTime::new(),
                     pins_seen: super::PinCounter::new(max_locations),
                 }),
@@ -285,11 +368,7 @@ impl PinwatchCollector {
         m.workers_pinned.set(live.workers_pinned as i64);
         m.bodies_blocked.set(live.bodies_blocked as i64);
         m.oldest.set(live.oldest_worker_pin.as_secs_f64());
-        for (sink, total) in [
-            ("queue", Some(live.queue_dropped)),
-            ("otlp", live.otlp_dropped),
-        ] {
-            let Some(total) = total else { continue };
+        for (sink, total) in live.dropped {
             let dropped = m.dropped.with_label_values(&[sink]);
             let seen = dropped.get();
             if total > seen {
@@ -407,7 +486,6 @@ impl Endpoint {
     }
 
     /// Where it listens (the port chosen when `addr` asked for port 0).
-    #[allow(dead_code)] // tests
     pub(crate) fn local_addr(&self) -> std::net::SocketAddr {
         self.server.local_addr()
     }
@@ -518,7 +596,7 @@ mod tests {
             max_locations,
             Arc::new(move || {
                 let pinned = live.lock().unwrap().clone();
-                Live {
+                super::super::live::Live {
                     threshold: Duration::from_millis(20),
                     stall: (false, Duration::ZERO),
                     workers_pinned: pinned.len(),
@@ -526,8 +604,7 @@ mod tests {
                     pinned,
                     bodies_blocked: 0,
                     workers: 2,
-                    queue_dropped: 3,
-                    otlp_dropped: None,
+                    dropped: vec![("queue", 3)],
                 }
             }),
         )

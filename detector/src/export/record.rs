@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::Sink;
 use crate::event::PinnedEvent;
-use crate::report::rotated_path;
+use crate::files::rotated_path;
 use crate::Error;
 
 /// When a recording moves on to a fresh file: `rec.jsonl` becomes `rec.1.jsonl`, `rec.1.jsonl`
@@ -258,7 +258,7 @@ impl RecordSink {
         // Only the files that are there: `keep` may be huge (`--keep 18446744073709551615`
         // made every rotation try that many renames, the export thread spinning for good with
         // the recorder's lock held). Files numbered `keep` or more are left alone, as before.
-        let mut present = crate::report::rotated_numbers(&self.path).map_err(undo)?;
+        let mut present = crate::files::rotated_numbers(&self.path).map_err(undo)?;
         present.retain(|&k| k < self.rotation.keep);
         present.sort_unstable_by(|a, b| b.cmp(a));
         for k in present {
@@ -479,7 +479,7 @@ struct Place {
 impl Place {
     /// The place of `path` as named (where its rotation renames files).
     fn of(path: &Path) -> std::io::Result<Place> {
-        let (dir, name) = super::dir_and_name(path)?;
+        let (dir, name) = crate::files::dir_and_name(path)?;
         let meta = std::fs::metadata(dir)?;
         Ok(Place {
             dir: (meta.dev(), meta.ino()),
@@ -505,7 +505,7 @@ impl Place {
     fn clashes(&self, other: &Place) -> bool {
         let related = |a: &std::ffi::OsStr, b: &std::ffi::OsStr| {
             let (a, b) = (Path::new(a), Path::new(b));
-            crate::report::rotation_number(a, b).is_some() || fresh_path(a) == b
+            crate::files::rotation_number(a, b).is_some() || fresh_path(a) == b
         };
         self.dir == other.dir
             && (self.name == other.name

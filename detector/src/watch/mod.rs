@@ -90,10 +90,6 @@ struct LivePin {
 
 /// The pins running now, as live views count them.
 #[derive(Clone, Debug, Default)]
-#[cfg_attr(
-    not(any(feature = "prometheus", feature = "otlp", feature = "console")),
-    allow(dead_code)
-)]
 pub(crate) struct PinnedNow {
     /// Every pin running now (workers' and `block_on` bodies'): event id and age.
     pub all: Vec<(u64, Duration)>,
@@ -107,19 +103,11 @@ pub(crate) struct PinnedNow {
 
 impl Watched {
     /// Each pin running now: its event id and how long it has run.
-    #[cfg_attr(
-        not(any(feature = "prometheus", feature = "otlp", feature = "console")),
-        allow(dead_code)
-    )]
     pub(crate) fn pinned_now(&self) -> Vec<(u64, Duration)> {
         self.pinned_now_counted().all
     }
 
     /// The pins running now, with which of them hold a worker.
-    #[cfg_attr(
-        not(any(feature = "prometheus", feature = "otlp", feature = "console")),
-        allow(dead_code)
-    )]
     pub(crate) fn pinned_now_counted(&self) -> PinnedNow {
         let now = self.table.nanos_since_base(Instant::now());
         let mut out = PinnedNow::default();
@@ -220,6 +208,11 @@ impl Tunables {
             generation: AtomicU64::new(0),
             settings: Mutex::new(settings),
         }
+    }
+
+    /// A reader's copy, refreshed when the settings change.
+    pub(crate) fn reader(&self) -> Current {
+        Current::new(self)
     }
 
     /// The settings in force now.
@@ -485,12 +478,24 @@ impl Pinned {
     }
 }
 
-pub(crate) fn run(
+/// Starts the watchdog thread for `w`'s slots on the runtime of `handle`: it sends its reports
+/// into `tx` and stops, after a last scan, when `stop`'s sender is dropped.
+pub(crate) fn spawn(
     w: Arc<Watched>,
     handle: Handle,
     tx: mpsc::SyncSender<RawReport>,
     stop: mpsc::Receiver<()>,
-) {
+) -> Result<std::thread::JoinHandle<()>, crate::Error> {
+    std::thread::Builder::new()
+        .name("pinwatch-watchdog".into())
+        .spawn(move || run(w, handle, tx, stop))
+        .map_err(|source| crate::Error::Thread {
+            what: "watchdog",
+            source,
+        })
+}
+
+fn run(w: Arc<Watched>, handle: Handle, tx: mpsc::SyncSender<RawReport>, stop: mpsc::Receiver<()>) {
     let mut current = Current::new(&w.tunables);
     let n = w.table.slots().len();
     let mut watches: Vec<Option<Watch>> = (0..n).map(|_| None).collect();

@@ -1,0 +1,66 @@
+//! The export thread's loop: every finished event handed to every sink in turn.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+
+use super::Sink;
+use crate::analyze::Analyzer;
+use crate::event::PinnedEvent;
+use crate::watch::{RawReport, Watched};
+use crate::Error;
+
+/// Every sink, in order.
+pub(crate) struct Fanout {
+    sinks: Vec<Box<dyn Sink>>,
+}
+
+impl Fanout {
+    pub(crate) fn new(sinks: Vec<Box<dyn Sink>>) -> Fanout {
+        Fanout { sinks }
+    }
+
+    /// Hands `event` to every sink; a sink's panic is contained.
+    pub(crate) fn deliver(&mut self, event: &PinnedEvent) {
+        for sink in self.sinks.iter_mut() {
+            let _ = catch_unwind(AssertUnwindSafe(|| sink.event(event)));
+        }
+    }
+
+    /// Flushes every sink, once, at the end.
+    pub(crate) fn flush(&mut self) {
+        for sink in self.sinks.iter_mut() {
+            let _ = catch_unwind(AssertUnwindSafe(|| sink.flush()));
+        }
+    }
+}
+
+/// Starts the export thread: each raw report from the watchdog analysed (with the stack
+/// settings in force) and handed to every sink in `sinks`; when the watchdog's sender is gone
+/// and the queue drained, the sinks are flushed and the thread ends.
+pub(crate) fn spawn_export_thread(
+    watched: Arc<Watched>,
+    reports: mpsc::Receiver<RawReport>,
+    sinks: Vec<Box<dyn Sink>>,
+) -> Result<JoinHandle<()>, Error> {
+    std::thread::Builder::new()
+        .name("pinwatch-export".into())
+        .spawn(move || {
+            let mut settings = watched.tunables.reader();
+            let mut analyzer = Analyzer::new(watched.config.stacks);
+            let mut fanout = Fanout::new(sinks);
+            for raw in reports {
+                analyzer.stacks = settings.refresh(&watched.tunables).stacks;
+                if let Some(event) = analyzer.filter(raw, &watched.stats) {
+                    fanout.deliver(&event);
+                    watched.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            fanout.flush();
+        })
+        .map_err(|source| Error::Thread {
+            what: "export",
+            source,
+        })
+}

@@ -1,0 +1,234 @@
+//! Text from outside — span fields, recordings from another machine, a service's replies —
+//! as pinwatch writes it: one escaping rule and one bound, used by every writer of such text
+//! (the log line, `print` and `summary`, the profile's strings, `ctl`'s output, the report
+//! page's JSON).
+//!
+//! **Escaping.** A control character (C0, DEL, C1: `ESC` sequences that retitle or clear a
+//! terminal, a newline that forges a log line) or a bidirectional control (U+061C, U+200E,
+//! U+200F, U+202A–U+202E, U+2066–U+2069: they reorder what is shown) is written as Rust writes
+//! it, `\u{1b}`, so that what is shown is what was recorded. Escaping is idempotent: escaped
+//! text has nothing left to escape.
+//!
+//! **Bounds** are in bytes of UTF-8, counted after escaping, `…` included: a cut falls at the
+//! end of a character or of an escape, never inside one.
+
+use std::fmt::{self, Write};
+
+/// Whether `c` is written escaped: a control character or a bidirectional control.
+pub fn is_escaped(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// Shows `T` with every [`is_escaped`] character escaped: `format!("{}", Escaped(&s))`.
+#[derive(Clone, Copy, Debug)]
+pub struct Escaped<T>(pub T);
+
+impl<T: fmt::Display> fmt::Display for Escaped<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(Escaping(f), "{}", self.0)
+    }
+}
+
+/// Writes what it is given to the inner writer, escaped.
+struct Escaping<W>(W);
+
+impl<W: Write> Write for Escaping<W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for c in s.chars() {
+            if is_escaped(c) {
+                write!(self.0, "{}", c.escape_unicode())?;
+            } else {
+                self.0.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `s` escaped.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    push_escaped(&mut out, s);
+    out
+}
+
+/// Appends `s` to `out`, escaped.
+pub fn push_escaped(out: &mut String, s: &str) {
+    // Writing into a String cannot fail.
+    let _ = Escaping(&mut *out).write_str(s);
+}
+
+/// `s` escaped and cut to at most `max` bytes, `…` marking the cut (and counted in `max`):
+/// the longest prefix of whole characters and whole escapes that leaves room for it.
+pub fn bounded(s: &str, max: usize) -> String {
+    const MARK: char = '…';
+    if s.len() <= max && !s.chars().any(is_escaped) {
+        return s.to_owned();
+    }
+    let room = max.saturating_sub(MARK.len_utf8());
+    let mut out = String::with_capacity(s.len().min(max));
+    // The end of the last character or escape written while it left room for the mark.
+    let mut fits = 0;
+    for c in s.chars() {
+        if out.len() <= room {
+            fits = out.len();
+        }
+        if is_escaped(c) {
+            // Writing into a String cannot fail.
+            let _ = write!(out, "{}", c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+        if out.len() > max {
+            out.truncate(fits);
+            if MARK.len_utf8() <= max {
+                out.push(MARK);
+            }
+            return out;
+        }
+    }
+    out
+}
+
+/// JSON text with what JSON lets through raw and a terminal would act on — DEL, the C1
+/// controls, the bidirectional controls — written as JSON `\uXXXX` escapes (in JSON text they
+/// occur only inside strings, where the escape is valid): the same JSON, safe on a terminal.
+pub fn json_safe(json: &str) -> String {
+    json_escaping(json, |_| false)
+}
+
+/// [`json_safe`] JSON that may also be embedded in a `<script>` element: no `<` (which could
+/// close the element with `</script>` or, with `<!--<script>`, put the HTML parser in its
+/// double-escaped state where the page's own `</script>` no longer ends it), no `>` or `&`,
+/// and no U+2028/U+2029 (line terminators to older JavaScript), each written as its JSON
+/// `\uXXXX` escape, which is the same string to `JSON.parse`.
+pub fn script_json(json: &str) -> String {
+    json_escaping(json, |c| {
+        matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}')
+    })
+}
+
+fn json_escaping(json: &str, also: impl Fn(char) -> bool) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        // Serialised JSON holds no raw C0 control (they are escaped in strings and invalid
+        // elsewhere): what is left to escape is at or past DEL.
+        if (is_escaped(c) && c >= '\u{7f}') || also(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                // Writing into a String cannot fail.
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `s` escaped for HTML element content and attribute values.
+pub fn html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a crafted recording or span field holds to take over a terminal or a log.
+    const EVIL: &str = "a\u{1b}]0;owned\u{7}\u{1b}[2J\nWARN pinwatch: fake\u{202e}x\u{9b}\u{200f}";
+
+    #[test]
+    fn every_control_and_bidirectional_character_is_escaped_the_one_way() {
+        let e = escape(EVIL);
+        assert_eq!(
+            e,
+            r"a\u{1b}]0;owned\u{7}\u{1b}[2J\u{a}WARN pinwatch: fake\u{202e}x\u{9b}\u{200f}"
+        );
+        assert!(!e.chars().any(is_escaped), "{e}");
+        for c in [
+            '\u{0}', '\u{1f}', '\u{7f}', '\u{80}', '\u{9f}', '\u{61c}', '\u{200e}',
+        ] {
+            assert!(is_escaped(c), "{c:?}");
+        }
+        for c in ['a', ' ', 'é', '…', '\u{2028}', '世'] {
+            assert!(!is_escaped(c), "{c:?}");
+        }
+        // The three ways of writing it agree.
+        assert_eq!(Escaped(EVIL).to_string(), e);
+        let mut pushed = String::from(">");
+        push_escaped(&mut pushed, EVIL);
+        assert_eq!(pushed, format!(">{e}"));
+    }
+
+    #[test]
+    fn escaping_is_idempotent() {
+        let once = escape(EVIL);
+        assert_eq!(escape(&once), once);
+        assert_eq!(bounded(&once, 1000), once);
+    }
+
+    #[test]
+    fn bounds_are_bytes_after_escaping_with_the_mark_counted() {
+        assert_eq!(bounded("abc", 3), "abc");
+        assert_eq!(bounded("abcd", 4), "abcd");
+        assert_eq!(bounded("abcdefgh", 6), "abc…");
+        // 'é' is two bytes: a cut inside it goes before it.
+        assert_eq!(bounded("aéééé", 6), "aé…");
+        for max in 0..40 {
+            let b = bounded(EVIL, max);
+            assert!(b.len() <= max, "{max}: {b:?} is {} bytes", b.len());
+            assert!(!b.chars().any(is_escaped), "{b:?}");
+            // Never inside an escape: what precedes the mark is a prefix of the whole escape.
+            let kept = b.trim_end_matches('…');
+            assert!(escape(EVIL).starts_with(kept), "{max}: {b:?}");
+            assert!(
+                !kept.ends_with('\\') && kept.matches("\\u{").count() == kept.matches('}').count(),
+                "{max}: cut inside an escape: {b:?}"
+            );
+        }
+        // An escape that fits exactly is kept whole.
+        let exact = format!("{}\u{1b}", "x".repeat(10));
+        assert_eq!(bounded(&exact, 16), r"xxxxxxxxxx\u{1b}");
+        assert_eq!(bounded(&exact, 15), "xxxxxxxxxx…");
+    }
+
+    #[test]
+    fn json_stays_json_and_safe() {
+        let v = serde_json::json!({ "s": EVIL, "t": "</script><!--<script>&\u{2028}" });
+        let json = serde_json::to_string(&v).unwrap();
+        for safe in [json_safe(&json), script_json(&json)] {
+            assert!(!safe.chars().any(is_escaped), "{safe}");
+            let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+            assert_eq!(back, v);
+        }
+        let script = script_json(&json);
+        assert!(!script.contains(['<', '>', '&', '\u{2028}']), "{script}");
+        // Outside the Basic Multilingual Plane nothing needs escaping; were it escaped it
+        // would be two `\u` units, which is still the same string.
+        assert_eq!(json_safe("\"😀\""), "\"😀\"");
+    }
+
+    #[test]
+    fn html_escapes_markup() {
+        assert_eq!(
+            html("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+}

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use pinwatch::report::{read_recording, Recording};
+use pinwatch::recording::{read_recording, Recording};
 use pinwatch::{PinnedEvent, State};
 use serde_json::Value;
 use support::service::Service;

@@ -12,7 +12,7 @@ use crate::export::{self, Sink};
 use crate::poll::slot::SlotTable;
 use crate::poll::PollHooks;
 use crate::runtime::{Detector, Pending, Prepared};
-use crate::watch::Watched;
+use crate::watch::Shared;
 use crate::Error;
 
 /// Configures pinwatch and builds a watched tokio runtime.
@@ -312,7 +312,7 @@ impl Builder {
         let stacks_blocked = (!safe).then_some("unwinder_not_signal_safe");
         crate::poll::register_membarrier();
         let table = Arc::new(SlotTable::new(config.max_threads));
-        let watched = Watched::new(Arc::clone(&table), config, stacks_blocked, run_id());
+        let watched = Shared::new(Arc::clone(&table), config, stacks_blocked, run_id());
         Ok(Prepared::new(
             PollHooks::new(Some(table)),
             built_at,

@@ -104,7 +104,15 @@ impl Stacks {
     }
 
     /// Reads the spelling of `PINWATCH_STACKS`; the error says what is allowed.
-    pub fn parse(v: &str) -> Result<Stacks, String> {
+    pub fn parse(v: &str) -> Result<Stacks, Error> {
+        Stacks::spelled(v).map_err(|reason| Error::InvalidValue {
+            key: "stacks".to_owned(),
+            value: v.to_owned(),
+            reason,
+        })
+    }
+
+    fn spelled(v: &str) -> Result<Stacks, String> {
         match v.trim() {
             "off" => Ok(Stacks::Off),
             "short" => Ok(Stacks::Short),
@@ -504,7 +512,7 @@ impl Config {
             })?;
         }
         if let Some(v) = read("PINWATCH_STACKS")? {
-            self.stacks = env("PINWATCH_STACKS", &v, Stacks::parse)?;
+            self.stacks = env("PINWATCH_STACKS", &v, Stacks::spelled)?;
         }
         if let Some(v) = read("PINWATCH_SAMPLE_INTERVAL")? {
             self.sample_interval = parse_duration("PINWATCH_SAMPLE_INTERVAL", &v, SAMPLE)?;
@@ -816,8 +824,12 @@ impl Settings {
     /// ([`MIN_THRESHOLD`], [`MIN_REPORT_INTERVAL`], [`MIN_SAMPLE_INTERVAL`],
     /// [`MIN_SCAN_INTERVAL`]). The error names the key and the value and says what would be
     /// right.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let bad = |reason: String| format!("{key}={value:?} {reason}");
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
+        let bad = |reason: String| Error::InvalidValue {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            reason,
+        };
         match key {
             "threshold" => self.threshold = duration_at_least(value, THRESHOLD).map_err(bad)?,
             "report_interval" => {
@@ -827,12 +839,12 @@ impl Settings {
                 self.sample_interval = duration_at_least(value, SAMPLE).map_err(bad)?
             }
             "scan_interval" => self.scan_interval = duration_at_least(value, SCAN).map_err(bad)?,
-            "stacks" => self.stacks = Stacks::parse(value).map_err(bad)?,
+            "stacks" => self.stacks = Stacks::spelled(value).map_err(bad)?,
             _ => {
-                return Err(format!(
-                    "unknown setting `{key}`; the settings that can change at run time are: {}",
-                    Self::KEYS.join(", ")
-                ))
+                return Err(Error::UnknownSetting {
+                    key: key.to_owned(),
+                    known: Self::KEYS.join(", "),
+                })
             }
         }
         Ok(())
@@ -1096,14 +1108,14 @@ mod tests {
             t.set(key, &v).unwrap();
             assert_eq!(t, s, "{key}={v} does not read back");
         }
-        let err = s.set("threshold", "0ms").unwrap_err();
+        let err = s.set("threshold", "0ms").unwrap_err().to_string();
         assert!(
             err.contains("threshold=\"0ms\"") && err.contains("greater than zero"),
             "{err}"
         );
-        let err = s.set("stacks", "medium").unwrap_err();
+        let err = s.set("stacks", "medium").unwrap_err().to_string();
         assert!(err.contains("`off`, `short`, `full`"), "{err}");
-        let err = s.set("max_threads", "4").unwrap_err();
+        let err = s.set("max_threads", "4").unwrap_err().to_string();
         assert!(
             err.contains("unknown setting `max_threads`") && err.contains("threshold"),
             "{err}"
@@ -1149,7 +1161,7 @@ mod tests {
             let Some(key) = key else { continue };
             let mut s = Config::default().settings();
             let before = s;
-            let err = s.set(key, below).unwrap_err();
+            let err = s.set(key, below).unwrap_err().to_string();
             assert!(
                 err.contains(&format!("{key}={below:?}"))
                     && err.contains(&format!("floor of {floor}")),

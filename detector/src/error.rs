@@ -67,6 +67,29 @@ pub enum Error {
     /// The control socket cannot be made in the directory `PINWATCH_CONTROL` names.
     #[error("PINWATCH_CONTROL: {0}")]
     Control(String),
+    /// A control directory or socket cannot be used, or a service did not answer on it as it
+    /// should (`pinwatch ctl`'s side); the message names it and says what to do.
+    #[error("{0}")]
+    ControlSocket(String),
+    /// A setting changed at run time ([`Settings::set`](crate::Settings::set), `pinwatch ctl
+    /// set`) or a spelling ([`Stacks::parse`](crate::Stacks::parse)) that pinwatch cannot use.
+    #[error("{key}={value:?} {reason}")]
+    InvalidValue {
+        /// The setting.
+        key: String,
+        /// The value given.
+        value: String,
+        /// What is wrong with it, and what would be right.
+        reason: String,
+    },
+    /// A setting that cannot change at run time, or does not exist.
+    #[error("unknown setting `{key}`; the settings that can change at run time are: {known}")]
+    UnknownSetting {
+        /// The key given.
+        key: String,
+        /// The keys that exist, comma-separated.
+        known: String,
+    },
     /// The flight recording could not be dumped to a file.
     #[error("cannot dump the pinwatch flight recording to {path:?}: {reason}")]
     Dump {

@@ -40,15 +40,16 @@
 //!
 //! ## The pipeline
 //!
-//! The modules read in the order the data flows, and depend on each other only in that order
-//! (the `layout` test fails on a cycle):
-//!
-//! `poll` (the hooks and per-thread slots: the per-poll path) → `signal` (the sampling signal's
-//! handler and request protocol) → [`sync`] (instrumented locks) → `watch` (the watchdog thread,
-//! `/proc` probes) → one bounded queue → `analyze` (symbols, reasons, top frame; on the export
-//! thread) → [`export`] (sinks: a `tracing` WARN event with target `pinwatch`, a JSON-lines
-//! recording of [`PinnedEvent`]s, and any [`Sink`] you add; with cargo features, Prometheus,
-//! OTLP and tokio-console). `runtime` wires them.
+//! `poll` → `signal` → [`sync`] → [`spans`] → `watch` → `analyze` → [`export`] → [`control`] →
+//! `runtime` → `builder` → [`testing`]: the hooks and per-thread slots (the per-poll path), the
+//! sampling signal's handler, instrumented locks, the span layer, the watchdog (its decisions
+//! and its `/proc` probes), the analysis on the export thread (symbols, reasons, top frame), the
+//! sinks — a `tracing` WARN event with target `pinwatch`, a JSON-lines recording of
+//! [`PinnedEvent`]s, the flight recording and any [`Sink`] you add; with cargo features
+//! Prometheus, OTLP and tokio-console —, the control socket, the [`Detector`] guard, the
+//! [`Builder`], and the runtime of `#[pinwatch::test]`. Each module uses only those before it
+//! and the leaves (`error`, [`config`], [`event`], [`files`], [`text`], [`recording`],
+//! [`profile`]); the repository's CONTRIBUTING.md has the picture and what each file holds.
 //!
 //! ## Platforms
 //!
@@ -76,7 +77,7 @@
 //! ## Guides
 //!
 //! The repository's `docs/` folder has one guide per task, each with commands and real output:
-//! `features.md` (the long feature list), `builder.md` (your own runtime, hooks, sinks), `configuration.md`, `prometheus.md` (metrics,
+//! `builder.md` (your own runtime, hooks, sinks), `configuration.md`, `prometheus.md` (metrics,
 //! dashboard, alerts), `runbooks.md`, `otlp.md`, `console.md`, `testing.md`
 //! (`#[pinwatch::test]`), `recording.md` (`pinwatch print` / `summary`, the format),
 //! `report.md`, `profiling.md` (pprof profiles: `pinwatch profile`, [`profile`]), `ctl.md`
@@ -100,7 +101,7 @@ compile_error!(
      `rustflags = [\"--cfg\", \"tokio_unstable\"]` under `[build]` in .cargo/config.toml"
 );
 
-// The pipeline, in the order data flows (see the crate docs).
+// The pipeline's stages (their order: the crate docs, CONTRIBUTING.md).
 mod analyze;
 mod builder;
 pub mod control;
@@ -120,7 +121,7 @@ mod error;
 pub mod event;
 pub mod files;
 pub mod profile;
-pub mod report;
+pub mod recording;
 pub mod text;
 
 pub use builder::Builder;

@@ -10,7 +10,7 @@
 //! - Two sample types: `pins/count` (how many pinned polls) and `pinned/nanoseconds` (how long
 //!   they held their workers), the default. The period type is `pins/count` with period 1:
 //!   every pin is in it, none is sampled (Go's block and mutex profiles do the same).
-//! - One pin counts once, by its **last report** ([`crate::report::latest_reports`]): a
+//! - One pin counts once, by its **last report** ([`crate::recording::latest_reports`]): a
 //!   `completed` one with the poll's full duration, an `in_progress` one (a poll still running
 //!   when the recording or buffer was read) with its duration so far. A **retracted** poll (its
 //!   thread handed the worker on with `block_in_place`) did not pin and counts nothing.
@@ -135,7 +135,7 @@ pub fn build(events: &[PinnedEvent], options: &Options) -> proto::Profile {
     build_from(latest_of(&kept))
 }
 
-/// [`crate::report::latest_reports`] over borrowed events: the last report of each pin, in order of first
+/// [`crate::recording::latest_reports`] over borrowed events: the last report of each pin, in order of first
 /// appearance.
 fn latest_of<'a>(events: &[&'a PinnedEvent]) -> Vec<&'a PinnedEvent> {
     let mut order: Vec<(&str, u64)> = Vec::new();
@@ -245,7 +245,7 @@ struct SampleKey {
 /// A frame of a stack being added: one of the events' (borrowed: looking it up allocates
 /// nothing), or one the profile makes (`[no stack: …]`).
 #[derive(Clone)]
-enum Fr<'a> {
+enum StackFrame<'a> {
     Event(&'a Frame),
     Made(String),
 }
@@ -316,10 +316,10 @@ impl<'a> Builder<'a> {
         id
     }
 
-    fn location(&mut self, frame: &Fr<'a>) -> u64 {
+    fn location(&mut self, frame: &StackFrame<'a>) -> u64 {
         let known = match frame {
-            Fr::Event(f) => self.locations.get(&key(f)),
-            Fr::Made(text) => self.made.get(text),
+            StackFrame::Event(f) => self.locations.get(&key(f)),
+            StackFrame::Made(text) => self.made.get(text),
         };
         if let Some(&id) = known {
             return id;
@@ -334,12 +334,12 @@ impl<'a> Builder<'a> {
             return id;
         }
         match frame {
-            Fr::Event(f) => {
+            StackFrame::Event(f) => {
                 let id = self.push_location(&FrameKey::of(f));
                 self.locations.insert(key(f), id);
                 id
             }
-            Fr::Made(text) => {
+            StackFrame::Made(text) => {
                 let id = self.push_location(&FrameKey::synthetic(text));
                 self.made.insert(text.clone(), id);
                 id
@@ -365,14 +365,14 @@ impl<'a> Builder<'a> {
     }
 
     /// The location ids of `frames` (innermost first), at most [`MAX_DEPTH`].
-    fn stack(&mut self, frames: &[Fr<'a>]) -> Vec<u64> {
+    fn stack(&mut self, frames: &[StackFrame<'a>]) -> Vec<u64> {
         let mut ids: Vec<u64> = Vec::with_capacity(frames.len().min(MAX_DEPTH));
         if frames.len() > MAX_DEPTH {
             for f in &frames[..MAX_DEPTH - 1] {
                 ids.push(self.location(f));
             }
             let left_out = frames.len() - (MAX_DEPTH - 1);
-            ids.push(self.location(&Fr::Made(format!(
+            ids.push(self.location(&StackFrame::Made(format!(
                 "[pinwatch: {left_out} outer frames left out]"
             ))));
         } else {
@@ -384,7 +384,7 @@ impl<'a> Builder<'a> {
     }
 
     /// Adds `pins` and `nanos` to the sample of `frames` with `labels` (key, value).
-    fn add(&mut self, frames: &[Fr<'a>], labels: &[(&str, &str)], pins: i64, nanos: u128) {
+    fn add(&mut self, frames: &[StackFrame<'a>], labels: &[(&str, &str)], pins: i64, nanos: u128) {
         let locations = self.stack(frames);
         let labels: Vec<(i64, i64)> = labels
             .iter()
@@ -458,18 +458,18 @@ impl<'a> Builder<'a> {
             (None, None) => {}
         }
         let nanos = e.duration.as_nanos();
-        let stack: Vec<Fr<'a>> = if !e.stack.is_empty() {
-            e.stack.iter().map(Fr::Event).collect()
+        let stack: Vec<StackFrame<'a>> = if !e.stack.is_empty() {
+            e.stack.iter().map(StackFrame::Event).collect()
         } else {
             let why = format!(
                 "[no stack: {}]",
                 e.no_stack.as_deref().unwrap_or("not sampled")
             );
             let top = match &e.top_frame {
-                Some(f) => Fr::Event(f),
-                None => Fr::Made(format!("[{reason}]")),
+                Some(f) => StackFrame::Event(f),
+                None => StackFrame::Made(format!("[{reason}]")),
             };
-            vec![top, Fr::Made(why)]
+            vec![top, StackFrame::Made(why)]
         };
         if e.profile.len() < 2 {
             self.add(&stack, &labels, 1, nanos);
@@ -480,7 +480,7 @@ impl<'a> Builder<'a> {
         let top_index = shown_top.and_then(|t| {
             stack
                 .iter()
-                .position(|f| matches!(f, Fr::Event(f) if key(f) == t))
+                .position(|f| matches!(f, StackFrame::Event(f) if key(f) == t))
         });
         let total: u128 = e.profile.iter().map(|p| u128::from(p.samples)).sum();
         let total = total.max(1);
@@ -510,7 +510,7 @@ impl<'a> Builder<'a> {
                 self.add(&stack, &labels, 1, share);
                 continue;
             }
-            let mut frames = vec![Fr::Event(&entry.frame)];
+            let mut frames = vec![StackFrame::Event(&entry.frame)];
             if let (Some(top), Some(k)) = (shown_top, top_index) {
                 if top.0 == key(&entry.frame).0 {
                     frames.extend(stack[k + 1..].iter().cloned());

@@ -12,11 +12,11 @@ use crate::control;
 use crate::export::{self, Parts, Running, Sink};
 use crate::poll::PollHooks;
 pub use crate::watch::Stats;
-use crate::watch::{self, snapshot, Watched};
+use crate::watch::{self, snapshot, Shared};
 use crate::Error;
 
 /// Installs, once per process, a panic hook that marks a watched poll that panics (see
-/// [`crate::poll::slot::poll_panics`]), calls the hook that was there before (std's, which
+/// [`crate::poll::claim::poll_panics`]), calls the hook that was there before (std's, which
 /// prints the message and, with `RUST_BACKTRACE`, symbolizes a backtrace inside the poll:
 /// hundreds of milliseconds the first time, which are not a pin of the code under test), then
 /// marks when that returned: a poll that catches the panic is timed again from there. A hook set after it replaces it: polls that panic are then timed to their end,
@@ -29,17 +29,17 @@ fn install_panic_hook() {
     INSTALLED.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let poll = crate::poll::slot::poll_panics();
+            let poll = crate::poll::claim::poll_panics();
             previous(info);
             if let Some(seq) = poll {
-                crate::poll::slot::poll_panic_hook_returned(seq);
+                crate::poll::claim::poll_panic_hook_returned(seq);
             }
         }));
     });
 }
 
 /// A configured detector whose hooks can be installed, not yet watching anything. See
-/// [`Builder::prepare`].
+/// [`Builder::prepare`](crate::Builder::prepare).
 pub struct Prepared {
     hooks: PollHooks,
     rest: Option<Pending>,
@@ -49,7 +49,7 @@ pub struct Prepared {
 
 /// What [`Prepared::start`] starts.
 pub(crate) struct Pending {
-    pub watched: Arc<Watched>,
+    pub watched: Arc<Shared>,
     pub sinks: Vec<Box<dyn Sink>>,
     pub recorder: export::Recorder,
     pub flight: Option<export::Flight>,
@@ -243,7 +243,7 @@ fn startup_line(
 /// stops them after a last scan, and flushes the sinks. Drop the runtime before it, so that a
 /// poll still running at shutdown is completed.
 pub struct Detector {
-    watched: Option<Arc<Watched>>,
+    watched: Option<Arc<Shared>>,
     /// The flight recording and whose it is, when on.
     flight: Option<(export::Flight, export::Identity)>,
     /// `PINWATCH_DUMP_ON_EXIT`, `%p` replaced; taken when it is written.
@@ -336,11 +336,11 @@ impl Detector {
     ///     .build(tokio::runtime::Builder::new_multi_thread().enable_all())?;
     /// rt.block_on(async { /* the service, until something looks wrong */ });
     /// let dumped = detector.dump("/var/tmp/pins.jsonl")?;
-    /// eprintln!("{}", pinwatch::report::describe_dump(&dumped)); // flight recording of pid …
+    /// eprintln!("{}", pinwatch::recording::describe_dump(&dumped)); // flight recording of pid …
     /// # Ok(()) }
     /// ```
     pub fn dump(&self, path: impl AsRef<std::path::Path>) -> Result<crate::event::DumpInfo, Error> {
-        self.dump_(path.as_ref(), false)
+        self.write_dump(path.as_ref(), false)
     }
 
     /// [`dump`](Self::dump), replacing a file at `path` (by a rename: never truncated, never
@@ -349,10 +349,10 @@ impl Detector {
         &self,
         path: impl AsRef<std::path::Path>,
     ) -> Result<crate::event::DumpInfo, Error> {
-        self.dump_(path.as_ref(), true)
+        self.write_dump(path.as_ref(), true)
     }
 
-    fn dump_(
+    fn write_dump(
         &self,
         path: &std::path::Path,
         replace: bool,
@@ -441,7 +441,7 @@ impl Detector {
     /// `PINWATCH_DUMP_ON_EXIT`: the dump, or why it failed, said like the start-up line.
     fn dump_at_exit(&self, path: &std::path::Path) {
         let Some(config) = self.config() else { return };
-        match self.dump_(path, true) {
+        match self.write_dump(path, true) {
             Ok(info) => announce(config, false, || {
                 format!(
                     "wrote the flight recording to {} ({} events; PINWATCH_DUMP_ON_EXIT)",

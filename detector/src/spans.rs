@@ -28,7 +28,8 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::event::SpanInfo;
-use crate::poll::slot::{current_slot_any, Slot};
+use crate::poll::claim::current_slot_any;
+use crate::poll::slot::Slot;
 
 /// Spans a pinned event carries at most: the innermost ones.
 pub const MAX_SPANS: usize = 8;

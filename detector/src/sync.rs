@@ -12,7 +12,8 @@ use std::ops::{Deref, DerefMut};
 use std::panic::Location;
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
-use crate::poll::slot::{current_slot_any, Slot};
+use crate::poll::claim::current_slot_any;
+use crate::poll::slot::Slot;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -432,7 +432,7 @@ fn a_watchdog_kept_away_past_a_caught_panic_still_reports_the_block_after_it() {
     }
     println!("{reported} of {POLLS} reported");
     // A poll the watchdog never looked at while it ran (a pair of looks falls on each side
-    // of it) cannot be reported: most are (about 90 % idle; the old code: 1 in 12).
+    // of it) cannot be reported: most are (about 90 % idle).
     assert!(
         reported >= POLLS / 3,
         "{reported} of {POLLS} reported: {stats:?}\n{completed:#?}"

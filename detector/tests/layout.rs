@@ -5,14 +5,27 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+/// CONTRIBUTING.md's line that starts with `label:`, its names in order (split on `sep`).
+fn contributing(label: &str, sep: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../CONTRIBUTING.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{label}: ")))
+        .unwrap_or_else(|| panic!("{} has no `{label}:` line", path.display()));
+    line.split(sep).map(|m| m.trim().to_owned()).collect()
+}
+
 /// The pipeline, first to last: a module may use the ones before it, never one after it.
-const PIPELINE: &[&str] = &[
-    "poll", "signal", "sync", "spans", "watch", "analyze", "export", "control", "runtime",
-    "builder", "testing",
-];
-/// Leaves every stage may use; they use no pipeline module, except `report` (which reads
+fn pipeline() -> Vec<String> {
+    contributing("pipeline", "→")
+}
+
+/// Leaves every stage may use; they use no pipeline module, except `recording` (which reads
 /// recordings of events) and `profile` (which turns events into a pprof profile).
-const LEAVES: &[&str] = &["error", "config", "event", "files", "report", "profile"];
+fn leaves() -> Vec<String> {
+    contributing("leaves", ",")
+}
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -88,7 +101,8 @@ fn uses(file: &Path) -> BTreeSet<String> {
 }
 
 fn graph() -> Graph {
-    let known: BTreeSet<&str> = PIPELINE.iter().chain(LEAVES).copied().collect();
+    let (pipeline, leaves) = (pipeline(), leaves());
+    let known: BTreeSet<&str> = pipeline.iter().chain(&leaves).map(String::as_str).collect();
     let mut g = Graph::new();
     for f in files(&src()) {
         let from = module_of(&f);
@@ -97,8 +111,8 @@ fn graph() -> Graph {
         }
         assert!(
             known.contains(from.as_str()),
-            "{} is in module `{from}`, which the layout test does not know: add it to PIPELINE \
-             or LEAVES",
+            "{} is in module `{from}`, which CONTRIBUTING.md's module list does not name: add it \
+             to its `pipeline:` or `leaves:` line",
             f.display()
         );
         let entry = g.entry(from.clone()).or_default();
@@ -112,7 +126,7 @@ fn graph() -> Graph {
 }
 
 fn rank(m: &str) -> Option<usize> {
-    PIPELINE.iter().position(|p| *p == m)
+    pipeline().iter().position(|p| p == m)
 }
 
 type Graph = BTreeMap<String, BTreeSet<(String, PathBuf)>>;
@@ -184,6 +198,67 @@ fn there_is_no_import_cycle() {
     }
 }
 
+/// Within a module folder, which sibling files each file names (`super::sibling`, or
+/// `crate::module::sibling`): the module's root (`mod.rs`) is left out, as its children's
+/// index.
+fn file_graph() -> Graph {
+    let mut g = Graph::new();
+    for f in files(&src()) {
+        let Some(dir) = f.parent().filter(|d| *d != src()) else {
+            continue;
+        };
+        let stem = f.file_stem().unwrap().to_string_lossy().into_owned();
+        if stem == "mod" {
+            continue;
+        }
+        let module = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let siblings: BTreeSet<String> = files(dir)
+            .iter()
+            .filter(|s| s.parent() == Some(dir))
+            .map(|s| s.file_stem().unwrap().to_string_lossy().into_owned())
+            .filter(|s| s != "mod" && *s != stem)
+            .collect();
+        let code = code(&f);
+        let from = format!("{module}/{stem}");
+        let entry = g.entry(from).or_default();
+        for prefix in ["super::".to_owned(), format!("crate::{module}::")] {
+            for (i, _) in code.match_indices(&prefix) {
+                let rest = &code[i + prefix.len()..];
+                let mut names: Vec<String> = Vec::new();
+                if let Some(group) = rest.strip_prefix('{') {
+                    let group = &group[..group.find('}').unwrap_or(0)];
+                    names.extend(group.split(',').map(|p| p.trim().to_owned()));
+                } else {
+                    names.push(rest.to_owned());
+                }
+                for n in names {
+                    let name: String = n
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if siblings.contains(&name) {
+                        entry.insert((format!("{module}/{name}"), f.clone()));
+                    }
+                }
+            }
+        }
+    }
+    g
+}
+
+#[test]
+fn no_two_files_of_a_module_use_each_other() {
+    let g = file_graph();
+    assert!(g.contains_key("poll/claim"), "{g:?}");
+    assert!(
+        g["poll/claim"].iter().any(|(to, _)| to == "poll/current"),
+        "the file graph sees `super::current` in poll/claim.rs: {g:?}"
+    );
+    if let Some(cycle) = find_cycle(&g) {
+        panic!("import cycle between files: {}", cycle.join(" → "));
+    }
+}
+
 #[test]
 fn a_cycle_is_found() {
     let mut g = Graph::new();
@@ -235,4 +310,51 @@ fn per_poll_and_signal_handler_code_neither_allocates_nor_locks_nor_panics() {
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// The crate docs name the modules in the same order as CONTRIBUTING.md, and the crate
+/// declares exactly those modules: one description of the layout, checked.
+#[test]
+fn the_crate_docs_and_the_crate_agree_with_contributing_md() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let section: String = lib
+        .split("//! ## The pipeline")
+        .nth(1)
+        .expect("lib.rs has a `## The pipeline` section")
+        .lines()
+        .take_while(|l| !l.starts_with("//! ##"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // The stages: the backticked names before the first `:`, in order.
+    let stages: Vec<String> = section
+        .split(':')
+        .next()
+        .unwrap()
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(stages, pipeline(), "lib.rs's pipeline");
+    for leaf in leaves() {
+        assert!(
+            section.contains(&format!("`{leaf}`")),
+            "lib.rs's pipeline section does not name the leaf `{leaf}`"
+        );
+    }
+    // Every top-level module declared in lib.rs, and only those, is in the list.
+    let declared: BTreeSet<String> = code(&src().join("lib.rs"))
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let l = l.strip_prefix("pub ").unwrap_or(l);
+            let name = l.strip_prefix("mod ")?.strip_suffix(';')?;
+            Some(name.to_owned())
+        })
+        .collect();
+    let listed: BTreeSet<String> = pipeline().into_iter().chain(leaves()).collect();
+    assert_eq!(
+        declared, listed,
+        "lib.rs's modules against CONTRIBUTING.md's"
+    );
 }

@@ -213,7 +213,7 @@ fn unwind_child_caught_then_blocks() {
 
 /// A poll that catches one panic after another, each sooner than the threshold after the
 /// last, and blocks between them holds its worker for all the blocks: one pin, for their sum,
-/// none of the hooks' time in it (before, each panic restarted the timing: no pin at all).
+/// none of the hooks' time in it (a timing restarted at each panic would see no pin at all).
 #[test]
 fn a_poll_that_catches_many_panics_is_one_pin_without_their_hooks() {
     let out = child("unwind_child_catches_many", false);

@@ -451,7 +451,7 @@ pub fn prepare(case: &Case) -> Result<(), String> {
 
 /// `traced_service` only: its subscriber (`tracing-opentelemetry` with a tracer that exports
 /// nowhere, and `pinwatch::tracing_layer()`) as the default of every thread of the runtime
-/// being built, so that the other cases run as before; the provider lives as long as the run.
+/// being built, so that the other cases keep their own; the provider lives as long as the run.
 fn traced_subscriber(
     case: &Case,
     tokio: &mut tokio::runtime::Builder,

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use pinwatch::control::client;
 use pinwatch::control::protocol::{Reply, Request, Status};
 use pinwatch::export::RecordStatus;
-use pinwatch::report::SummaryRow;
+use pinwatch::recording::SummaryRow;
 
 /// How long a whole exchange with a service may take: connect, request, the full reply.
 const TIMEOUT: Duration = client::DEADLINE;
@@ -144,7 +144,7 @@ enum RecordAction {
 }
 
 pub fn run(args: &CtlArgs) -> ExitCode {
-    match run_(args) {
+    match run_request(args) {
         Ok(code) => code,
         Err(e) => {
             // Errors carry what a service (or whatever answered) said.
@@ -157,7 +157,7 @@ pub fn run(args: &CtlArgs) -> ExitCode {
     }
 }
 
-fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
+fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
     let dirs = client::search_dirs(args.dir.as_deref());
     let Some(action) = &args.action else {
         if args.target == "list" {
@@ -169,7 +169,7 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
             args.target
         ));
     };
-    let socket = client::find(&args.target, &dirs)?;
+    let socket = client::find(&args.target, &dirs).map_err(|e| e.to_string())?;
     let request = match action {
         Action::Status {
             json,
@@ -248,7 +248,7 @@ fn run_(args: &CtlArgs) -> Result<ExitCode, String> {
         Action::Pause => Request::Pause,
         Action::Resume => Request::Resume,
     };
-    let reply = client::request(&socket, &request, TIMEOUT)?;
+    let reply = client::request(&socket, &request, TIMEOUT).map_err(|e| e.to_string())?;
     if reply.ok {
         let text: String = reply
             .message
@@ -278,7 +278,8 @@ fn which_recording(s: &str) -> Result<Result<u64, PathBuf>, String> {
 
 /// `record list`: a table, or JSON.
 fn record_list(socket: &client::Endpoint, json: bool) -> Result<ExitCode, String> {
-    let reply = client::request(socket, &Request::RecordList, TIMEOUT)?;
+    let reply =
+        client::request(socket, &Request::RecordList, TIMEOUT).map_err(|e| e.to_string())?;
     if !reply.ok {
         return Err(reply.message);
     }
@@ -380,7 +381,7 @@ fn dumped_recording(
     output: &Path,
     force: bool,
     name: &str,
-) -> Result<pinwatch::report::Recording, String> {
+) -> Result<pinwatch::recording::Recording, String> {
     if !force && std::fs::symlink_metadata(output).is_ok() && !crate::written_as_is(output) {
         return Err(format!(
             "{} exists; give another file, or ask to replace it (`--force`)",
@@ -388,12 +389,12 @@ fn dumped_recording(
         ));
     }
     let mut bytes = Vec::new();
-    let reply = client::dump(socket, DUMP_TIMEOUT, &mut bytes)?;
+    let reply = client::dump(socket, DUMP_TIMEOUT, &mut bytes).map_err(|e| e.to_string())?;
     if !reply.ok {
         return Err(reply.message);
     }
     let text = String::from_utf8_lossy(&bytes);
-    pinwatch::report::parse_recording(&text, name).map_err(|e| e.to_string())
+    pinwatch::recording::parse_recording(&text, name).map_err(|e| e.to_string())
 }
 
 /// `ctl <pid> report -o PAGE`: a dump, read and rendered as `pinwatch report` does.
@@ -405,10 +406,10 @@ fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitC
         .first()
         .cloned()
         .unwrap_or_else(|| format!("flight recording of {name}"));
-    let page = pinwatch_cli::page::render(&rec.events, &source, &rec.warnings)?;
+    let page = pinwatch_cli::report::render(&rec.events, &source, &rec.warnings)?;
     crate::write_file(output, force, |f| f.write_all(page.as_bytes()))
         .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-    let pins = pinwatch::report::latest_reports(&rec.events).len();
+    let pins = pinwatch::recording::latest_reports(&rec.events).len();
     Ok(crate::say_wrote(
         output,
         &format!(
@@ -471,7 +472,8 @@ fn absolute(file: &Path) -> Result<PathBuf, String> {
 }
 
 fn ask_status(socket: &client::Endpoint) -> Result<Status, String> {
-    let reply: Reply = client::request(socket, &Request::Status, TIMEOUT)?;
+    let reply: Reply =
+        client::request(socket, &Request::Status, TIMEOUT).map_err(|e| e.to_string())?;
     match reply {
         Reply {
             ok: true,
@@ -565,7 +567,7 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
                     untrusted(&ep.path.display().to_string())
                 );
             }
-            Err(e) => rows.push(unknown(untrusted(&e))),
+            Err(e) => rows.push(unknown(untrusted(&e.to_string()))),
         }
     }
     if rows.is_empty() {
@@ -625,7 +627,7 @@ fn advice_lines<'a>(w: &mut String, pairs: impl Iterator<Item = (&'a str, &'a st
 }
 
 fn human_ms(ms: u64) -> String {
-    pinwatch::report::human_ms(ms as f64)
+    pinwatch::recording::human_ms(ms as f64)
 }
 
 fn bytes(b: u64) -> String {
@@ -846,8 +848,8 @@ fn render(st: &Status) -> String {
             } else {
                 r.count.to_string()
             },
-            pinwatch::report::human_ms(r.longest_ms),
-            pinwatch::report::human_ms(r.total_ms),
+            pinwatch::recording::human_ms(r.longest_ms),
+            pinwatch::recording::human_ms(r.total_ms),
             reasons.join(","),
             location,
         ]
@@ -934,7 +936,7 @@ mod tests {
     }
 
     /// `status` shows one line per recording, with its id; from a service older than several
-    /// recordings (only `recording`, no ids) it shows that one as before.
+    /// recordings (only `recording`, no ids) it shows that one.
     #[test]
     fn status_shows_every_recording_and_an_older_services_one() {
         let rec = |id: Option<u64>, startup: bool, path: &str| {

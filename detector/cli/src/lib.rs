@@ -1,4 +1,4 @@
 //! The `pinwatch` command's library part: the HTML report (`pinwatch report`), which `tour`
 //! writes too. The command itself is `src/main.rs`.
 
-pub mod page;
+pub mod report;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use pinwatch::report;
+use pinwatch::recording;
 
 #[derive(Parser)]
 #[command(
@@ -100,7 +100,7 @@ fn main() -> ExitCode {
             (file, View::Profile { output, seconds })
         }
     };
-    let rec = match report::read_recording(&file) {
+    let rec = match recording::read_recording(&file) {
         Ok(r) => r,
         Err(e) => {
             warn(format_args!("{e}"));
@@ -155,7 +155,7 @@ fn main() -> ExitCode {
         View::Profile { output, seconds } => write_profile(&file, &rec.events, &output, seconds),
         View::Print { json, latest } => {
             let events: Vec<pinwatch::PinnedEvent> = if latest {
-                report::latest_reports(&rec.events)
+                recording::latest_reports(&rec.events)
                     .into_iter()
                     .cloned()
                     .collect()
@@ -168,7 +168,7 @@ fn main() -> ExitCode {
                 let lines: String = events.iter().map(|e| e.to_json_line()).collect();
                 print_out(&ctl::json_safe(&lines))
             } else {
-                print_out(&(head + &report::render_print(&events)))
+                print_out(&(head + &recording::render_print(&events)))
             }
         }
         View::Report { output } => {
@@ -176,7 +176,7 @@ fn main() -> ExitCode {
             if let Some(d) = dumps.first() {
                 source = format!("{source} — {d}");
             }
-            let page = match pinwatch_cli::page::render(&rec.events, &source, &rec.warnings) {
+            let page = match pinwatch_cli::report::render(&rec.events, &source, &rec.warnings) {
                 Ok(p) => p,
                 Err(e) => {
                     warn(format_args!("{e}"));
@@ -187,7 +187,7 @@ fn main() -> ExitCode {
                 warn(format_args!("{e}"));
                 return ExitCode::from(1);
             }
-            let pins = report::latest_reports(&rec.events).len();
+            let pins = recording::latest_reports(&rec.events).len();
             say_wrote(
                 &output,
                 &format!(
@@ -198,7 +198,7 @@ fn main() -> ExitCode {
             )
         }
         View::Summary { json } => {
-            let rows = report::summarize(&rec.events);
+            let rows = recording::summarize(&rec.events);
             if json {
                 match serde_json::to_string_pretty(&rows) {
                     Ok(s) => print_out(&(ctl::json_safe(&s) + "\n")),
@@ -208,8 +208,8 @@ fn main() -> ExitCode {
                     }
                 }
             } else {
-                let mut text = head + &report::render_summary(&rows);
-                let spans = report::render_spans(&report::summarize_spans(&rec.events));
+                let mut text = head + &recording::render_summary(&rows);
+                let spans = recording::render_spans(&recording::summarize_spans(&rec.events));
                 if !spans.is_empty() {
                     text.push('\n');
                     text.push_str(&spans);
@@ -279,7 +279,7 @@ enum View {
 fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt as _;
     if let Ok(out) = std::fs::metadata(output) {
-        let files = report::recording_files(recording).unwrap_or_default();
+        let files = recording::recording_files(recording).unwrap_or_default();
         for f in &files {
             if std::fs::metadata(f).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino()) {
                 return Err(format!(

@@ -8,7 +8,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pinwatch::report;
+use pinwatch::recording;
 use pinwatch::PinnedEvent;
 use serde_json::{json, Map, Value};
 
@@ -552,29 +552,29 @@ fn every_reader_survives_crafted_recordings() {
         // Whatever the reader does with bad lines (an error, or skipping them), it does not
         // panic; the cut-off tail of a recording neither.
         let _ = no_panic("parse_recording", seed, &text, || {
-            report::parse_recording(&text, "fuzz.jsonl")
+            recording::parse_recording(&text, "fuzz.jsonl")
         });
         let cut = (text.len() * 2 / 3..text.len())
             .find(|i| text.is_char_boundary(*i))
             .unwrap_or(text.len());
         let _ = no_panic("parse_recording (cut)", seed, &&text[..cut], || {
-            report::parse_recording(&text[..cut], "fuzz.jsonl")
+            recording::parse_recording(&text[..cut], "fuzz.jsonl")
         });
 
         let print = no_panic("render_print", seed, &events, || {
-            report::render_print(&events)
+            recording::render_print(&events)
         });
         assert_printable("print", seed, &print);
-        let latest: Vec<PinnedEvent> = report::latest_reports(&events)
+        let latest: Vec<PinnedEvent> = recording::latest_reports(&events)
             .into_iter()
             .cloned()
             .collect();
         no_panic("render_print --latest", seed, &latest, || {
-            report::render_print(&latest)
+            recording::render_print(&latest)
         });
-        let rows = no_panic("summarize", seed, &events, || report::summarize(&events));
+        let rows = no_panic("summarize", seed, &events, || recording::summarize(&events));
         let summary = no_panic("render_summary", seed, &rows, || {
-            report::render_summary(&rows)
+            recording::render_summary(&rows)
         });
         assert_printable("summary", seed, &summary);
         no_panic("summary --json", seed, &rows, || {
@@ -603,8 +603,8 @@ fn every_reader_survives_crafted_recordings() {
 
         let source = format!("{MARK}rec\"'.jsonl");
         let warnings = vec![format!("{MARK} a warning </script>")];
-        let page = no_panic("page::render", seed, &events, || {
-            pinwatch_cli::page::render(&events, &source, &warnings)
+        let page = no_panic("report::render", seed, &events, || {
+            pinwatch_cli::report::render(&events, &source, &warnings)
         });
         match page {
             Ok(page) => {

@@ -7,8 +7,10 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::dir::parse_socket_name;
 use super::protocol::{Reply, Request};
 use super::ControlDir;
+use crate::Error;
 
 /// The longest reply `pinwatch ctl` reads, in bytes; a longer one is an error. The biggest real
 /// one, a `status` of a service with every worker pinned under long frames, is far smaller
@@ -45,20 +47,6 @@ pub struct Dirs {
     pub notes: Vec<String>,
     /// Every directory looked at, checked or not.
     pub looked: Vec<PathBuf>,
-}
-
-/// `<pid>.sock` → `(pid, "<pid>")`; `<pid>.<n>.sock` → `(pid, "<pid>.<n>")`.
-pub fn parse_socket_name(file: &str) -> Option<(u32, String)> {
-    let name = file.strip_suffix(".sock")?;
-    let (pid, n) = match name.split_once('.') {
-        Some((pid, n)) => (pid, Some(n)),
-        None => (name, None),
-    };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(pid) || n.is_some_and(|n| !digits(n)) {
-        return None;
-    }
-    Some((pid.parse().ok()?, name.to_owned()))
 }
 
 fn euid() -> u32 {
@@ -100,7 +88,7 @@ impl Dirs {
         if quiet_if_missing && std::fs::symlink_metadata(&path).is_err() {
             return;
         }
-        match ControlDir::open(&path, owner) {
+        match ControlDir::checked(&path, owner) {
             Ok(d) => self.dirs.push(d),
             Err(e) => self.notes.push(format!("skipped {e}")),
         }
@@ -201,7 +189,11 @@ pub fn search_dirs(dir: Option<&Path>) -> Dirs {
 
 /// The socket `target` names: a path (it has a `/`), or `<pid>` / `<pid>.<n>` in `dirs`. A
 /// path's directory is checked like the others, and the socket must be its owner's.
-pub fn find(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
+pub fn find(target: &str, dirs: &Dirs) -> Result<Endpoint, Error> {
+    find_socket(target, dirs).map_err(Error::ControlSocket)
+}
+
+fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     if target.contains('/') {
         let path = PathBuf::from(target);
         let (Some(parent), Some(file)) = (path.parent(), path.file_name().and_then(|f| f.to_str()))
@@ -213,7 +205,7 @@ pub fn find(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
         } else {
             parent
         };
-        let dir = ControlDir::open(parent, owner_of_named(parent))
+        let dir = ControlDir::checked(parent, owner_of_named(parent))
             .map_err(|e| format!("refusing to talk to {target}: {e}"))?;
         return match dir.entry(file) {
             Some(e) if e.is_socket && e.uid == dir.owner() => Ok(Endpoint {
@@ -368,7 +360,11 @@ impl<'a> Exchange<'a> {
 
 /// Sends `request` to `ep` and reads the reply: the whole exchange within `timeout`, the reply
 /// at most [`MAX_REPLY`] bytes, and only from a process of the socket's owner (`SO_PEERCRED`).
-pub fn request(ep: &Endpoint, request: &Request, timeout: Duration) -> Result<Reply, String> {
+pub fn request(ep: &Endpoint, request: &Request, timeout: Duration) -> Result<Reply, Error> {
+    exchange_request(ep, request, timeout).map_err(Error::ControlSocket)
+}
+
+fn exchange_request(ep: &Endpoint, request: &Request, timeout: Duration) -> Result<Reply, String> {
     let mut answer = Vec::new();
     let (_, sent, read) = Exchange::begin(ep, request, timeout, "answer", &mut answer)?;
     let answer = String::from_utf8_lossy(&answer);
@@ -385,7 +381,11 @@ pub const MAX_DUMP: u64 = crate::config::MAX_FLIGHT_SIZE + 64 * 1024;
 /// Asks `ep` for its flight recording and copies it to `out` as it arrives: the reply (for a
 /// dump, its [`Reply::dump_bytes`] bytes were all written to `out`; a reply that is not `ok`
 /// wrote nothing). The whole exchange within `timeout`, the dump at most [`MAX_DUMP`] bytes.
-pub fn dump(ep: &Endpoint, timeout: Duration, out: &mut dyn Write) -> Result<Reply, String> {
+pub fn dump(ep: &Endpoint, timeout: Duration, out: &mut dyn Write) -> Result<Reply, Error> {
+    exchange_dump(ep, timeout, out).map_err(Error::ControlSocket)
+}
+
+fn exchange_dump(ep: &Endpoint, timeout: Duration, out: &mut dyn Write) -> Result<Reply, String> {
     let path = &ep.path;
     let mut got = Vec::new();
     let (mut ex, sent, read) = Exchange::begin(ep, &Request::Dump, timeout, "dump", &mut got)?;
@@ -557,25 +557,4 @@ fn connect(path: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(stream)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn socket_names() {
-        assert_eq!(parse_socket_name("123.sock"), Some((123, "123".into())));
-        assert_eq!(parse_socket_name("123.2.sock"), Some((123, "123.2".into())));
-        for bad in [
-            "x.sock",
-            "123",
-            "123..sock",
-            "12a.sock",
-            ".sock",
-            "1.2.3.sock",
-        ] {
-            assert_eq!(parse_socket_name(bad), None, "{bad}");
-        }
-    }
 }

@@ -27,7 +27,12 @@ impl ControlDir {
     /// Opens `path` without following a symlink there and checks the opened directory: it
     /// must belong to `owner` (any owner if `None`) and nobody else may enter it (mode 0700 or
     /// tighter).
-    pub fn open(path: &Path, owner: Option<u32>) -> Result<ControlDir, String> {
+    pub fn open(path: &Path, owner: Option<u32>) -> Result<ControlDir, crate::Error> {
+        ControlDir::checked(path, owner).map_err(crate::Error::ControlSocket)
+    }
+
+    /// [`open`](Self::open), the reason as text (the control socket's own errors are text).
+    pub(crate) fn checked(path: &Path, owner: Option<u32>) -> Result<ControlDir, String> {
         let file = open_nofollow(path)?;
         let m = file
             .metadata()
@@ -150,7 +155,7 @@ impl ControlDir {
     /// anything else), owned by the directory's owner, of a process that is gone (or, with
     /// `ours`, of this very process), that nobody listens on. Returns whether it did.
     pub(crate) fn remove_if_stale(&self, name: &str, ours: bool) -> bool {
-        let Some((pid, _)) = super::client::parse_socket_name(name) else {
+        let Some((pid, _)) = parse_socket_name(name) else {
             return false;
         };
         let Some(e) = self.entry(name) else {
@@ -199,4 +204,39 @@ fn open_nofollow(path: &Path) -> Result<File, String> {
             ),
             _ => format!("cannot open {}: {e}", path.display()),
         })
+}
+
+/// `<pid>.sock` → `(pid, "<pid>")`; `<pid>.<n>.sock` → `(pid, "<pid>.<n>")`.
+pub(crate) fn parse_socket_name(file: &str) -> Option<(u32, String)> {
+    let name = file.strip_suffix(".sock")?;
+    let (pid, n) = match name.split_once('.') {
+        Some((pid, n)) => (pid, Some(n)),
+        None => (name, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || n.is_some_and(|n| !digits(n)) {
+        return None;
+    }
+    Some((pid.parse().ok()?, name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_names() {
+        assert_eq!(parse_socket_name("123.sock"), Some((123, "123".into())));
+        assert_eq!(parse_socket_name("123.2.sock"), Some((123, "123.2".into())));
+        for bad in [
+            "x.sock",
+            "123",
+            "123..sock",
+            "12a.sock",
+            ".sock",
+            "1.2.3.sock",
+        ] {
+            assert_eq!(parse_socket_name(bad), None, "{bad}");
+        }
+    }
 }

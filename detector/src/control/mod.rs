@@ -36,8 +36,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{Settings, Stacks};
-use crate::export::{Parts, Recorder, Rotation, Which};
-use crate::watch::Watched;
+use crate::export::{Parts, Recorder, RecordingRef, Rotation};
+use crate::watch::Shared;
 pub use dir::ControlDir;
 use protocol::{PinnedNow, Reply, Request, Status, MAX_REQUEST};
 pub(crate) use view::View;
@@ -197,7 +197,7 @@ fn prepare_dir(dir: &Path) -> Result<ControlDir, String> {
             }
         }
     }
-    ControlDir::open(dir, Some(uid)).map_err(|e| {
+    ControlDir::checked(dir, Some(uid)).map_err(|e| {
         format!("{e} (this process runs as uid {uid}; PINWATCH_CONTROL=/a/dir/of/yours puts the socket elsewhere)")
     })
 }
@@ -208,7 +208,7 @@ fn prepare_dir(dir: &Path) -> Result<ControlDir, String> {
 fn remove_stale(dir: &ControlDir, ours: &str) {
     let me = std::process::id();
     for name in dir.names() {
-        let Some((pid, _)) = client::parse_socket_name(&name) else {
+        let Some((pid, _)) = dir::parse_socket_name(&name) else {
             continue;
         };
         if pid == me && name != ours {
@@ -372,7 +372,7 @@ fn dump(stream: UnixStream, deadline: Instant, s: &Served) {
         );
     }
     let dump = crate::export::Dump::new(flight.snapshot(), who);
-    let mut head = Reply::ok(crate::report::describe_dump(&dump.info));
+    let mut head = Reply::ok(crate::recording::describe_dump(&dump.info));
     head.dump_bytes = Some(dump.len());
     let mut line = serde_json::to_string(&head)
         .unwrap_or_else(|_| r#"{"ok":false,"message":"cannot encode the reply"}"#.to_owned());
@@ -556,7 +556,7 @@ fn answer(req: Request, s: &Served) -> Reply {
 fn record_stop(recorder: &Recorder, id: Option<u64>, path: Option<&Path>) -> Reply {
     let which = match (id, path) {
         (Some(_), Some(_)) => return Reply::error("give the recording's id or its file, not both"),
-        (Some(id), None) => Which::Id(id),
+        (Some(id), None) => RecordingRef::Id(id),
         (None, Some(p)) if !p.is_absolute() => {
             return Reply::error(format!(
                 "{} is not an absolute path: the service's working directory is not yours; \
@@ -564,8 +564,8 @@ fn record_stop(recorder: &Recorder, id: Option<u64>, path: Option<&Path>) -> Rep
                 p.display()
             ))
         }
-        (None, Some(p)) => Which::Path(p),
-        (None, None) => Which::Only,
+        (None, Some(p)) => RecordingRef::Path(p),
+        (None, None) => RecordingRef::Only,
     };
     match recorder.stop(which) {
         Ok(st) => Reply {
@@ -590,7 +590,7 @@ fn record_stop(recorder: &Recorder, id: Option<u64>, path: Option<&Path>) -> Rep
 
 /// `record start`'s limits: what the request says, else the service's `PINWATCH_RECORD_*`.
 fn rotation(
-    w: &Watched,
+    w: &Shared,
     max_size: Option<String>,
     max_age: Option<String>,
     keep: Option<usize>,
@@ -630,7 +630,7 @@ fn describe(r: Rotation) -> String {
     )
 }
 
-fn set(w: &Watched, pairs: &[(String, String)]) -> Reply {
+fn set(w: &Shared, pairs: &[(String, String)]) -> Reply {
     if pairs.is_empty() {
         return Reply::error(format!(
             "nothing to set; give key=value pairs, keys: {}",
@@ -640,7 +640,7 @@ fn set(w: &Watched, pairs: &[(String, String)]) -> Reply {
     // All under the settings' lock, so that two clients' changes never mix.
     let changed = w.tunables.update(|s| {
         for (k, v) in pairs {
-            s.set(k, v)?;
+            s.set(k, v).map_err(|e| e.to_string())?;
         }
         if s.stacks != Stacks::Off {
             if let Some(why) = w.stacks_blocked {
@@ -810,7 +810,7 @@ const MAX_FIELD: usize = 1024;
 /// A trace id is 32 hex digits; a longer one (a bug elsewhere) is cut there.
 const MAX_TRACE_ID: usize = 32;
 
-/// Which request a pin is in, for `status`: its innermost span with its fields, bounded.
+/// RecordingRef request a pin is in, for `status`: its innermost span with its fields, bounded.
 fn request_of(e: &crate::PinnedEvent) -> Option<String> {
     e.innermost_span()
         .map(|s| bounded(s.display(), crate::event::MAX_SPAN_TEXT))
@@ -854,7 +854,7 @@ mod tests {
 
     /// Several recordings changed the protocol only by adding: an older `pinwatch ctl`'s
     /// `record_stop` (no id, no file) still means "the only one running", a stop with no target
-    /// is sent as before (so an older service understands it), and a status or reply from an
+    /// is sent in the form an older service understands, and a status or reply from an
     /// older service (no `recordings`, no ids) still reads.
     #[test]
     fn record_requests_and_replies_stay_compatible() {

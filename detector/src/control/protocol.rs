@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::export::RecordStatus;
-use crate::report::SummaryRow;
+use crate::recording::SummaryRow;
 
 /// The longest request line a service reads, in bytes; a longer one gets an error.
 pub const MAX_REQUEST: usize = 64 * 1024;

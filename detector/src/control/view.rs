@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::event::{PinnedEvent, State};
 use crate::export::Sink;
-use crate::report::{Summary, SummaryRow};
+use crate::recording::{Summary, SummaryRow};
 
 /// Distinct top frames remembered; later ones count as `(other locations)`.
 const MAX_LOCATIONS: usize = 1000;
@@ -19,7 +19,7 @@ const MAX_LOCATIONS: usize = 1000;
 const MAX_OPEN: usize = 1024;
 
 #[derive(Default)]
-struct State_ {
+struct Pins {
     /// The latest report of each pin not yet completed, by event id (at most [`MAX_OPEN`]).
     open: HashMap<u64, PinnedEvent>,
     /// When each of `open` was last reported, in events seen.
@@ -32,11 +32,11 @@ struct State_ {
 
 /// Shared between the export thread (which feeds it) and the control thread (which reads it).
 #[derive(Clone)]
-pub(crate) struct View(Arc<Mutex<State_>>);
+pub(crate) struct View(Arc<Mutex<Pins>>);
 
 impl Default for View {
     fn default() -> Self {
-        View(Arc::new(Mutex::new(State_ {
+        View(Arc::new(Mutex::new(Pins {
             open: HashMap::new(),
             reported: HashMap::new(),
             seen: 0,
@@ -46,7 +46,7 @@ impl Default for View {
 }
 
 impl View {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State_> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pins> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -22,10 +22,10 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::exporter::{Exporter, Parts, Started};
 use super::QueueSink;
+use super::{Exporter, Parts, Started};
 use crate::event::{PinnedEvent, State};
-use crate::watch::Watched;
+use crate::watch::Shared;
 use crate::Error;
 
 /// The resources' `kind`, as the console shows it.
@@ -308,7 +308,7 @@ impl Console {
         workers: usize,
         at: &'static Location<'static>,
         queue: usize,
-        watched: Arc<Watched>,
+        watched: Arc<Shared>,
         mode: crate::config::Console,
     ) -> Result<Console, Error> {
         let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
@@ -394,7 +394,7 @@ fn run(
     rx: mpsc::Receiver<PinnedEvent>,
     workers: usize,
     at: &'static Location<'static>,
-    watched: &Watched,
+    watched: &Shared,
 ) {
     let mut resources: Vec<WorkerResource> =
         (0..workers).map(|i| WorkerResource::new(i, at)).collect();

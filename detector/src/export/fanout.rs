@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use super::Sink;
 use crate::analyze::Analyzer;
 use crate::event::PinnedEvent;
-use crate::watch::{RawReport, Watched};
+use crate::watch::{RawReport, Shared};
 use crate::Error;
 
 /// Every sink, in order.
@@ -40,7 +40,7 @@ impl Fanout {
 /// settings in force) and handed to every sink in `sinks`; when the watchdog's sender is gone
 /// and the queue drained, the sinks are flushed and the thread ends.
 pub(crate) fn spawn_export_thread(
-    watched: Arc<Watched>,
+    watched: Arc<Shared>,
     reports: mpsc::Receiver<RawReport>,
     sinks: Vec<Box<dyn Sink>>,
 ) -> Result<JoinHandle<()>, Error> {

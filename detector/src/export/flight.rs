@@ -449,7 +449,7 @@ mod tests {
         dump.write_to(&mut bytes).unwrap();
         assert_eq!(bytes.len() as u64, dump.len());
         let rec =
-            crate::report::parse_recording(std::str::from_utf8(&bytes).unwrap(), "d").unwrap();
+            crate::recording::parse_recording(std::str::from_utf8(&bytes).unwrap(), "d").unwrap();
         assert_eq!((rec.events.len(), rec.damaged_lines), (2, 0));
         assert_eq!(rec.dumps.len(), 1);
         let d = &rec.dumps[0];
@@ -460,12 +460,12 @@ mod tests {
         assert!(d.exe.contains("pinwatch"), "{}", d.exe);
         assert!(d.process_started.is_some_and(|t| t <= d.dumped_at));
         assert!(
-            crate::report::describe_dump(d).starts_with(&format!(
+            crate::recording::describe_dump(d).starts_with(&format!(
                 "flight recording of pid {} ({}), dumped at ",
                 d.pid, d.exe
             )),
             "{}",
-            crate::report::describe_dump(d)
+            crate::recording::describe_dump(d)
         );
     }
 

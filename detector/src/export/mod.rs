@@ -4,13 +4,12 @@
 //! The sinks of every detector: the `tracing` WARN event ([`TracingSink`]), the recordings and
 //! the flight recording (`record`, `flight`), and any [`Sink`] of the user's. The exporters
 //! that run beside the export thread — Prometheus, OTLP, tokio-console, each behind its cargo
-//! feature — are listed in [`EXPORTERS`]: adding one is a file here with its `start`
-//! (see `exporter`), its `mod` line and its line in that list, and its settings
+//! feature — are listed in `EXPORTERS`: adding one is a file here with its `start`
+//! (see `Exporter`), its `mod` line and its line in that list, and its settings
 //! (CONTRIBUTING.md lists the files).
 
 #[cfg(feature = "console")]
 pub mod console;
-pub(crate) mod exporter;
 mod fanout;
 mod flight;
 #[cfg(feature = "prometheus")]
@@ -26,14 +25,16 @@ pub mod prometheus;
 #[cfg(any(feature = "otlp", feature = "console"))]
 mod queue;
 mod record;
+mod running;
 mod tracing;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::event::PinnedEvent;
 use crate::Error;
 
-use exporter::{exporter, Entry};
-pub(crate) use exporter::{Drops, Parts, Running};
 pub(crate) use fanout::spawn_export_thread;
 pub(crate) use flight::{Dump, Flight, Identity};
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
@@ -45,10 +46,63 @@ pub(crate) use metrics::{PinCounter, PinTime};
 #[cfg(any(feature = "otlp", feature = "console"))]
 pub(crate) use queue::QueueSink;
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
-pub(crate) use record::{Recorder, Which};
+pub(crate) use record::{Recorder, RecordingRef};
+pub(crate) use running::{Drops, Parts, Running};
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
 pub(crate) use tracing::{flush_stderr, no_subscriber, to_stderr};
+
+/// A running exporter. Dropping it stops it, after it has sent what it was handed.
+pub(crate) trait Exporter: Send + Sync {
+    /// Its part of the start-up line (`Prometheus http://127.0.0.1:9464/metrics`).
+    fn describe(&self) -> String;
+
+    /// The detector is stopping: take no more requests from outside (the last events still
+    /// come, through its sink).
+    fn close(&mut self) {}
+
+    /// pinwatch's metrics, for [`Detector::prometheus`](crate::Detector::prometheus).
+    #[cfg(feature = "prometheus")]
+    fn prometheus(&self) -> Option<&prometheus::PinwatchCollector> {
+        None
+    }
+}
+
+/// What an exporter's `start` returns when its settings ask for it.
+pub(crate) struct Started {
+    pub exporter: Box<dyn Exporter>,
+    /// Where the export thread hands it each event (never waits).
+    pub sink: Box<dyn Sink>,
+    /// Events its own queue dropped, when it has one: `pinwatch_events_dropped_total{sink}`.
+    pub dropped: Option<Arc<AtomicU64>>,
+}
+
+/// Starts an exporter, or returns `None` when the settings do not ask for it.
+pub(crate) type StartFn = fn(&Parts) -> Result<Option<Started>, Error>;
+
+/// One line of [`EXPORTERS`].
+pub(crate) struct Entry {
+    /// How the start-up line names it (`Prometheus off`).
+    pub name: &'static str,
+    /// Its cargo feature: the `sink` label of its drops.
+    pub feature: &'static str,
+    /// `None` in a build without its feature.
+    pub start: Option<StartFn>,
+}
+
+/// An [`Entry`] for the exporter in module `$module`, built with cargo feature `$feature`.
+macro_rules! exporter {
+    ($feature:literal, $name:literal, $module:ident) => {
+        Entry {
+            name: $name,
+            feature: $feature,
+            #[cfg(feature = $feature)]
+            start: Some($module::start),
+            #[cfg(not(feature = $feature))]
+            start: None,
+        }
+    };
+}
 
 /// The exporters, in the order they start, are named in the start-up line and stop. Each
 /// module's `start` returns `None` when the settings do not ask for it.

@@ -24,7 +24,7 @@ use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
-use super::exporter::{Exporter, Parts, Started};
+use super::{Exporter, Parts, Started};
 use super::{LiveFn, QueueSink};
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;

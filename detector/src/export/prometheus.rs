@@ -14,8 +14,8 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use super::exporter::{Exporter, Parts, Started};
 use super::Sink;
+use super::{Exporter, Parts, Started};
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;
 

@@ -255,9 +255,9 @@ impl RecordSink {
             .map_err(undo)?;
         // Its size and inode, before any name moves.
         let meta = file.metadata().map_err(undo)?;
-        // Only the files that are there: `keep` may be huge (`--keep 18446744073709551615`
-        // made every rotation try that many renames, the export thread spinning for good with
-        // the recorder's lock held). Files numbered `keep` or more are left alone, as before.
+        // Only the files that are there: `keep` may be huge (`--keep 18446744073709551615`),
+        // and a rotation must cost what is on disk, not what `keep` allows. Files numbered
+        // `keep` or more are left alone.
         let mut present = crate::files::rotated_numbers(&self.path).map_err(undo)?;
         present.retain(|&k| k < self.rotation.keep);
         present.sort_unstable_by(|a, b| b.cmp(a));
@@ -608,9 +608,9 @@ impl Recordings {
     }
 }
 
-/// Which recording `record stop` stops.
+/// RecordingRef recording `record stop` stops.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Which<'a> {
+pub(crate) enum RecordingRef<'a> {
     /// The only one running.
     Only,
     /// The one with this id.
@@ -702,11 +702,11 @@ impl Recorder {
     }
 
     /// Stops the recording `which` says, its data on disk; what it wrote. Never guesses: with
-    /// [`Which::Only`] and several running, it stops none and says which run.
-    pub(crate) fn stop(&self, which: Which<'_>) -> Result<RecordStatus, String> {
+    /// [`RecordingRef::Only`] and several running, it stops none and says which run.
+    pub(crate) fn stop(&self, which: RecordingRef<'_>) -> Result<RecordStatus, String> {
         // The file's places and inode are looked up before the lock is taken.
         let (places, file_id) = match which {
-            Which::Path(p) => (
+            RecordingRef::Path(p) => (
                 Place::all(p),
                 std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())),
             ),
@@ -717,8 +717,8 @@ impl Recorder {
             return Err("no recording is running; start one with `record start FILE`".to_owned());
         }
         let at = match which {
-            Which::Only if slots.running.len() == 1 => Some(0),
-            Which::Only => {
+            RecordingRef::Only if slots.running.len() == 1 => Some(0),
+            RecordingRef::Only => {
                 return Err(format!(
                     "{} recordings are running; say which to stop, by id or file (`record stop \
                      ID`, `record stop FILE`):{}",
@@ -726,8 +726,8 @@ impl Recorder {
                     slots.listing()
                 ))
             }
-            Which::Id(id) => slots.running.iter().position(|r| r.id == id),
-            Which::Path(p) => slots.running.iter().position(|r| {
+            RecordingRef::Id(id) => slots.running.iter().position(|r| r.id == id),
+            RecordingRef::Path(p) => slots.running.iter().position(|r| {
                 r.sink.path == p
                     || places.iter().any(|q| r.places.contains(q))
                     || file_id == Some(r.sink.file_id)
@@ -735,9 +735,9 @@ impl Recorder {
         };
         let Some(at) = at else {
             let what = match which {
-                Which::Id(id) => format!("no recording {id} is running"),
-                Which::Path(p) => format!("no recording writes {}", p.display()),
-                Which::Only => "no recording is running".to_owned(),
+                RecordingRef::Id(id) => format!("no recording {id} is running"),
+                RecordingRef::Path(p) => format!("no recording writes {}", p.display()),
+                RecordingRef::Only => "no recording is running".to_owned(),
             };
             return Err(format!(
                 "{what}; running (`record list`):{}",
@@ -799,7 +799,7 @@ impl Sink for RecorderSink {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::report::{read_recording, recording_files};
+    use crate::recording::{read_recording, recording_files};
 
     fn event(id: u64, pad: usize) -> PinnedEvent {
         let mut e = PinnedEvent::for_test(
@@ -992,7 +992,7 @@ pub(super) mod tests {
         assert_eq!(ids, [(Some(0), true), (Some(1), false), (Some(2), false)]);
         assert!(list.iter().all(|s| s.started_ms > 0));
 
-        let e = r.stop(Which::Only).unwrap_err();
+        let e = r.stop(RecordingRef::Only).unwrap_err();
         assert!(
             e.contains("3 recordings are running")
                 && e.contains("0 (startup)")
@@ -1001,28 +1001,30 @@ pub(super) mod tests {
             "{e}"
         );
         assert_eq!(r.list().len(), 3, "an ambiguous stop stopped one");
-        let e = r.stop(Which::Id(7)).unwrap_err();
+        let e = r.stop(RecordingRef::Id(7)).unwrap_err();
         assert!(e.contains("no recording 7") && e.contains("b.jsonl"), "{e}");
         let e = r
-            .stop(Which::Path(&dir.path().join("c.jsonl")))
+            .stop(RecordingRef::Path(&dir.path().join("c.jsonl")))
             .unwrap_err();
         assert!(e.contains("no recording writes"), "{e}");
 
-        let st = r.stop(Which::Id(1)).unwrap();
+        let st = r.stop(RecordingRef::Id(1)).unwrap();
         assert_eq!((st.id, st.events, st.path.clone()), (Some(1), 2, a.clone()));
         sink.event(&event(5, 0));
         // By its file, through a `..`.
         let via = dir.path().join("sub");
         std::fs::create_dir(&via).unwrap();
-        let st = r.stop(Which::Path(&via.join("../startup.jsonl"))).unwrap();
+        let st = r
+            .stop(RecordingRef::Path(&via.join("../startup.jsonl")))
+            .unwrap();
         assert_eq!((st.id, st.startup, st.events), (Some(0), true, 4));
         sink.event(&event(6, 0));
         // One left: no id needed.
-        let st = r.stop(Which::Only).unwrap();
+        let st = r.stop(RecordingRef::Only).unwrap();
         assert_eq!((st.id, st.events), (Some(2), 3));
         sink.event(&event(7, 0));
         assert!(r
-            .stop(Which::Only)
+            .stop(RecordingRef::Only)
             .unwrap_err()
             .contains("no recording is running"));
 
@@ -1109,11 +1111,13 @@ pub(super) mod tests {
         }
         // Once stopped, the file may be recorded again; a recording is stopped by any name
         // of its file too, a hard link's included, but not by a rotated name.
-        r.stop(Which::Id(1)).unwrap();
+        r.stop(RecordingRef::Id(1)).unwrap();
         r.start(&d.join("hard.jsonl"), Rotation::NEVER).unwrap();
-        let e = r.stop(Which::Path(&d.join("rec.1.jsonl"))).unwrap_err();
+        let e = r
+            .stop(RecordingRef::Path(&d.join("rec.1.jsonl")))
+            .unwrap_err();
         assert!(e.contains("no recording writes"), "{e}");
-        let st = r.stop(Which::Path(&rec)).unwrap();
+        let st = r.stop(RecordingRef::Path(&rec)).unwrap();
         assert_eq!(st.path, d.join("hard.jsonl"));
     }
 
@@ -1137,7 +1141,7 @@ pub(super) mod tests {
             "{e}"
         );
         assert!(!dir.path().join("one-more.jsonl").exists());
-        r.stop(Which::Id(0)).unwrap();
+        r.stop(RecordingRef::Id(0)).unwrap();
         let st = r
             .start(&dir.path().join("one-more.jsonl"), Rotation::NEVER)
             .unwrap();
@@ -1185,11 +1189,11 @@ pub(super) mod tests {
                 } else {
                     running.pop_back()
                 };
-                stopped.push(r.stop(Which::Id(id.unwrap())).unwrap());
+                stopped.push(r.stop(RecordingRef::Id(id.unwrap())).unwrap());
             }
         }
         for id in running {
-            stopped.push(r.stop(Which::Id(id)).unwrap());
+            stopped.push(r.stop(RecordingRef::Id(id)).unwrap());
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         sender.join().unwrap();
@@ -1205,11 +1209,10 @@ pub(super) mod tests {
         }
     }
 
-    /// `ctl record start` to a FIFO nobody reads used to block in `open` holding the
-    /// recorder's lock: the export thread stopped (every event dropped), `status` and
-    /// `record stop` hung, and the control socket ended up answering only "busy". A device
-    /// (`/dev/null`) was accepted and, at the size limit, renamed away and replaced by a
-    /// regular file. Both are refused at once now: a recording is a regular file.
+    /// `ctl record start` to a FIFO nobody reads, or to a device (`/dev/null`), is refused at
+    /// once: a recording is a regular file. Opening a FIFO would block holding the recorder's
+    /// lock (the export thread stopped, `status` and `record stop` hung), and a device would be
+    /// renamed away at the size limit and replaced by a regular file.
     #[test]
     fn a_recording_is_a_regular_file_and_opening_it_never_waits() {
         let dir = tempfile::tempdir().unwrap();
@@ -1275,10 +1278,9 @@ pub(super) mod tests {
         assert_eq!(r.list().len(), 1);
     }
 
-    /// `keep` as large as a `usize` goes (`ctl record start --keep 18446744073709551615`):
-    /// each rotation used to try `keep - 1` renames, so the first one never ended — the export
-    /// thread spun with the recorder's lock held, every event was dropped and `ctl status`
-    /// hung. A rotation costs what is on disk now, and gaps and files past `keep` stay as
+    /// `keep` as large as a `usize` goes (`ctl record start --keep 18446744073709551615`): a
+    /// rotation costs what is on disk, not `keep - 1` renames (which would spin the export
+    /// thread for good with the recorder's lock held), and gaps and files past `keep` stay as
     /// they were.
     #[test]
     fn a_huge_keep_rotates_at_once() {
@@ -1422,8 +1424,8 @@ pub(super) mod tests {
 
     /// With no file descriptor left, a rotation cannot open its new file: every file stays,
     /// the events go on to the current one (each once, in order), and once descriptors are
-    /// free again the rotation resumes. (Before, the current file was renamed away first and
-    /// every later event rotated again, deleting the whole recording.)
+    /// free again the rotation resumes: the current file is never renamed away before its
+    /// successor is open (or every later event would rotate again, deleting the recording).
     #[test]
     fn a_rotation_without_file_descriptors_loses_nothing_and_resumes() {
         if std::env::var_os(CHILD).is_none() {
@@ -1638,7 +1640,7 @@ pub(super) mod tests {
     }
 
     /// The current file deleted by hand: the next rotation starts a new one and shifts no
-    /// rotated file (before, every event shifted them, deleting them one by one).
+    /// rotated file (shifting them at every event would delete them one by one).
     #[test]
     fn a_deleted_current_file_is_started_again() {
         let dir = tempfile::tempdir().unwrap();

@@ -15,7 +15,8 @@ use std::task::{Context, Poll};
 
 use tokio::runtime::TaskMeta;
 
-use super::slot::{begin_poll, end_poll, SlotTable};
+use super::claim::{begin_poll, end_poll};
+use super::slot::SlotTable;
 
 /// pinwatch's two poll hooks and two park hooks, for a tokio runtime builder.
 ///

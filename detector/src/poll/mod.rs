@@ -3,6 +3,7 @@
 //! module of the crate (the `layout` test checks both).
 
 mod atomic;
+pub(crate) mod claim;
 mod current;
 mod hooks;
 pub(crate) mod locks;
@@ -10,7 +11,7 @@ pub(crate) mod park;
 pub(crate) mod protocol;
 pub(crate) mod sample;
 pub(crate) mod slot;
-pub(crate) mod spans;
+pub(crate) mod span_stack;
 
 pub(crate) use atomic::register as register_membarrier;
 pub use hooks::PollHooks;

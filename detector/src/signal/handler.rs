@@ -4,8 +4,9 @@
 use std::sync::atomic::Ordering;
 
 use super::{DONE, REQUESTED, WRITING};
+use crate::poll::claim::current_slot_any;
 use crate::poll::sample::{SampleArea, MAX_FRAMES};
-use crate::poll::slot::{current_slot_any, Slot};
+use crate::poll::slot::Slot;
 
 /// The signal handler. Async-signal-safe: it reads a const thread-local, does atomic operations
 /// on memory that lives as long as the thread's slot claim, reads the monotonic clock, and runs

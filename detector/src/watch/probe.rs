@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{StatsCounters, Watched};
+use super::{Shared, StatsCounters};
 use crate::config::Stacks;
 use crate::poll::locks::HeldEntry;
 use crate::poll::slot::{NameBuf, Slot, NAME_MAX};
@@ -48,7 +48,7 @@ pub(crate) struct Probe {
 /// system call as at the `previous` probe is not signalled again — its stack has not moved, and
 /// each signal interrupts the call (see docs/how-it-works.md, "Signals") — the previous stack stands.
 pub(crate) fn take(
-    w: &Watched,
+    w: &Shared,
     slot: &Slot,
     seq: u64,
     previous: Option<&Probe>,
@@ -107,7 +107,7 @@ pub(crate) fn take(
     probe
 }
 
-fn sample(w: &Watched, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe) {
+fn sample(w: &Shared, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe) {
     let stats: &StatsCounters = &w.stats;
     // Two tries at most: the first may return a sample an earlier request left behind.
     for _ in 0..2 {
@@ -165,7 +165,7 @@ fn held_by(slot: &Slot) -> Vec<HeldEntry> {
 
 /// The instrumented lock `slot`'s thread waits for, with its holder when a watched thread of
 /// this detector holds it.
-fn waiting_for(w: &Watched, slot: &Slot) -> Option<Option<Holder>> {
+fn waiting_for(w: &Shared, slot: &Slot) -> Option<Option<Holder>> {
     let lock = slot.locks.waiting();
     if lock == 0 {
         return None;
@@ -382,7 +382,7 @@ mod tests {
         crate::signal::install_handler().unwrap();
         let table = Arc::new(SlotTable::new(4));
         let hooks = crate::poll::PollHooks::new(Some(Arc::clone(&table)));
-        let watched = Watched::new(
+        let watched = Shared::new(
             Arc::clone(&table),
             crate::Config::default(),
             None,

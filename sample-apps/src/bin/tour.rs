@@ -167,12 +167,12 @@ fn main() {
     );
     if let Some(e) = example {
         println!("\nOne event as `pinwatch print` shows it:\n");
-        print!("{}", pinwatch::report::render_print(&[e]));
+        print!("{}", pinwatch::recording::render_print(&[e]));
     }
     let report = args
         .report
         .unwrap_or_else(|| std::env::temp_dir().join("pinwatch-tour-report.html"));
-    let page = pinwatch_cli::page::render(&recorded, "tour: every pinning case", &[])
+    let page = pinwatch_cli::report::render(&recorded, "tour: every pinning case", &[])
         .and_then(|p| std::fs::write(&report, p).map_err(|e| e.to_string()));
     match page {
         Ok(()) => println!(

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pinwatch::report::{latest_reports, summarize, SummaryRow};
+use pinwatch::recording::{latest_reports, summarize, SummaryRow};
 use pinwatch::{PinnedEvent, State};
 use serde::Serialize;
 
@@ -51,7 +51,7 @@ pub struct PageData {
     /// Per innermost span label: pins and time, most time first (`pinwatch summary`'s "by
     /// span" table); empty when no pin has spans.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub spans: Vec<pinwatch::report::SpanRow>,
+    pub spans: Vec<pinwatch::recording::SpanRow>,
     /// Warnings from reading the recording.
     pub warnings: Vec<String>,
 }
@@ -334,14 +334,14 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
         pins: details,
         locations: summarize(events),
         reasons,
-        spans: pinwatch::report::summarize_spans(events),
+        spans: pinwatch::recording::summarize_spans(events),
         warnings: warnings.to_vec(),
     }
 }
 
 fn view(e: &PinnedEvent) -> PinView {
     let stack = if e.stack.is_empty() {
-        vec![pinwatch::report::no_stack(e)]
+        vec![pinwatch::recording::no_stack(e)]
     } else {
         let mut s: Vec<String> = e
             .stack
@@ -364,7 +364,7 @@ fn view(e: &PinnedEvent) -> PinView {
         id: e.id,
         run: short(&e.run_id),
         state: e.state.as_str().to_owned(),
-        start: pinwatch::report::format_time(e.start),
+        start: pinwatch::recording::format_time(e.start),
         duration_ms: round1(e.duration.as_secs_f64() * 1e3),
         task: e.task_id,
         spawned_at: e.spawned_at.as_ref().map(|l| l.to_string()),
@@ -378,7 +378,7 @@ fn view(e: &PinnedEvent) -> PinView {
         top_frame: Some(
             e.top_frame
                 .as_ref()
-                .map_or_else(|| pinwatch::report::no_top_frame(e), |f| f.to_string()),
+                .map_or_else(|| pinwatch::recording::no_top_frame(e), |f| f.to_string()),
         ),
         runtime_stalled_ms: e
             .runtime_stalled
@@ -513,7 +513,7 @@ pub fn color(reason: &str) -> &'static str {
 }
 
 fn human(ms: f64) -> String {
-    pinwatch::report::human_ms(ms)
+    pinwatch::recording::human_ms(ms)
 }
 
 /// The whole page.
@@ -535,7 +535,7 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
         esc(source)
     );
     let fmt_time = |ms: u64| match UNIX_EPOCH.checked_add(Duration::from_millis(ms)) {
-        Some(t) => pinwatch::report::format_time(t),
+        Some(t) => pinwatch::recording::format_time(t),
         None => format!("{ms} ms after the epoch"),
     };
     let item = |h: &mut String, k: &str, v: String| {
@@ -917,7 +917,7 @@ mod tests {
 
     fn events() -> Vec<PinnedEvent> {
         let text = include_str!("../tests/data/report-small.jsonl");
-        pinwatch::report::parse_recording(text, "report-small.jsonl")
+        pinwatch::recording::parse_recording(text, "report-small.jsonl")
             .unwrap()
             .events
     }
@@ -1074,7 +1074,7 @@ mod tests {
     /// 100,000 pins on 4 workers: every pin counted, but a bounded number of bars.
     #[test]
     fn big_recordings_are_drawn_with_bounded_bars() {
-        let base = pinwatch::report::parse_recording(
+        let base = pinwatch::recording::parse_recording(
             include_str!("../tests/data/report-small.jsonl"),
             "x",
         )

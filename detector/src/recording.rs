@@ -952,7 +952,7 @@ mod tests {
                 .any(|l| l.starts_with("request /report") && l.ends_with("400.0 ms")),
             "{table}"
         );
-        // Without spans anywhere: no table (the summary reads as before).
+        // Without spans anywhere: no table (the summary is the frames table alone).
         let plain = parse_recording(&line("r", 4, "completed", 30.0), "rec").unwrap();
         assert!(summarize_spans(&plain.events).is_empty());
         assert_eq!(render_spans(&[]), "");

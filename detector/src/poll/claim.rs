@@ -1,0 +1,181 @@
+//! The calling thread's claim on a slot, and the hooks' side of the per-poll path: a poll
+//! begins and ends in the thread's own slot, claimed on its first poll and released when the
+//! thread exits. Nothing here allocates or locks on the per-poll path; the claim (once per
+//! thread) takes a slot from the table.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::current::{self, Current, NO_CLAIM};
+use super::slot::{Slot, SlotTable};
+
+/// Releases the thread's slot when the thread exits (or claims a slot in another table).
+struct Claim {
+    table: Arc<SlotTable>,
+    index: usize,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        current::set(NO_CLAIM);
+        self.table.release(self.index);
+    }
+}
+
+thread_local! {
+    /// The table this thread failed to claim a slot in (table full), so that it is not retried
+    /// on every poll.
+    static NO_SLOT_IN: Cell<usize> = const { Cell::new(0) };
+    /// Keeps the claim alive, and releases it at thread exit.
+    static GUARD: RefCell<Option<Claim>> = const { RefCell::new(None) };
+}
+
+/// A poll starts on the calling thread: marks it in the thread's slot in `table` (`key` is
+/// [`SlotTable::key`]), claiming one on first use. Nothing is marked when the table is full
+/// (counted) or the thread is exiting.
+#[inline(always)]
+pub(crate) fn begin_poll(
+    table: &Arc<SlotTable>,
+    key: &usize,
+    task_id: u64,
+    spawned_at: &'static std::panic::Location<'static>,
+) {
+    let (owner, cell) = current::owner_and_cell();
+    let spawned_at = spawned_at as *const std::panic::Location<'static> as usize;
+    // Read only now, so that the compare takes it from memory.
+    if owner == *key {
+        // SAFETY: `owner == key` (never 0) means `cell` is the poll cell of a slot the thread
+        // claimed in the table at `key`, which the thread's `Claim` keeps alive (it holds an
+        // `Arc`); `Claim::drop` resets the thread's `Current` before letting go of it.
+        unsafe { &*cell }.begin(task_id, spawned_at);
+    } else {
+        claim_and_begin(table, spawned_at, task_id);
+    }
+}
+
+/// The poll that [`begin_poll`] marked ends. Does not look at the table: the thread's cell is
+/// whichever slot it has (or [`NO_CELL`](super::current::NO_CELL)), and ending a cell where no
+/// poll runs changes nothing. When another table's slot is current (this thread's slot in the
+/// hook's table was given up for it during the poll, or that table was full), that slot's poll,
+/// if one runs, ends early: its rest goes unwatched, and nothing is reported that did not
+/// happen. Needs nothing from its caller: the after-poll hook is the thread-local load and the
+/// cell's [`end`](PollCell::end).
+#[inline(always)]
+pub(crate) fn end_poll() {
+    // SAFETY: `cell` is `NO_CELL` or the cell of the slot the thread's `Claim` keeps alive
+    // (see `begin_poll`); nothing else runs on this thread between the load and the use.
+    if let Some(seq) = unsafe { &*current::cell() }.end() {
+        flagged_poll_ended(seq);
+    }
+}
+
+/// Rare path: poll `seq` of the thread's slot, flagged as pinned, just ended; records when, on
+/// the clock of the slot's table (the one whose watchdog flagged it).
+#[cold]
+#[inline(never)]
+fn flagged_poll_ended(seq: u64) {
+    let now = Instant::now();
+    let current = current::get();
+    if current.owner != 0 {
+        // SAFETY: a nonzero `owner` is the address of the table holding the thread's slot
+        // (`SlotTable::key`), which the thread's `Claim` keeps alive, and `cell` is that
+        // slot's cell (see `begin_poll`).
+        let (table, cell) = unsafe { (&*(current.owner as *const SlotTable), &*current.cell) };
+        cell.record_end(seq, table.nanos_since_base(now));
+    }
+}
+
+/// The calling thread panics (called from pinwatch's panic hook, before the hook it chains):
+/// if it is running a watched poll, marks that poll panicking from now, so that the watchdog
+/// counts none of the time the panic hook takes; returns that poll's counter, for
+/// [`poll_panic_hook_returned`]. Locks nothing, allocates nothing, cannot panic; a thread
+/// without a slot, or between polls, changes nothing.
+pub(crate) fn poll_panics() -> Option<u64> {
+    let current = current::get();
+    if current.owner == 0 || current.slot.is_null() {
+        return None;
+    }
+    // SAFETY: a nonzero `owner` is the address of the table holding the thread's slot, and
+    // `slot` that slot, both kept alive by the thread's `Claim` (see `flagged_poll_ended`).
+    let (table, slot) = unsafe { (&*(current.owner as *const SlotTable), &*current.slot) };
+    let seq = slot.poll.seq();
+    if seq & 1 == 0 {
+        return None;
+    }
+    slot.unwinding
+        .mark(seq, table.nanos_since_base(Instant::now()));
+    Some(seq)
+}
+
+/// The panic hook that pinwatch's chains returned, on the thread whose poll `seq` panicked
+/// ([`poll_panics`]): the unwinding begins, and the poll may catch it and go on; the watchdog
+/// times it again from here. Locks nothing, allocates nothing, cannot panic.
+pub(crate) fn poll_panic_hook_returned(seq: u64) {
+    let current = current::get();
+    if current.owner == 0 || current.slot.is_null() {
+        return;
+    }
+    // SAFETY: as in `poll_panics`: the thread's own slot and table, kept alive by its `Claim`.
+    let (table, slot) = unsafe { (&*(current.owner as *const SlotTable), &*current.slot) };
+    slot.unwinding
+        .resume(seq, table.nanos_since_base(Instant::now()));
+}
+
+/// Rare path of [`begin_poll`]: claims a slot, then marks the poll. (`spawned_at` first: the
+/// before-poll hook then loads both arguments straight into their registers.)
+#[cold]
+#[inline(never)]
+fn claim_and_begin(table: &Arc<SlotTable>, spawned_at: usize, task_id: u64) {
+    if let Some(slot) = claim_slow(table, SlotTable::key(table)) {
+        slot.poll.begin(task_id, spawned_at);
+    }
+}
+
+fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
+    if NO_SLOT_IN.get() == key {
+        return None;
+    }
+    // A thread whose locals are being destroyed is exiting: leave it unwatched.
+    if GUARD.try_with(|_| ()).is_err() {
+        return None;
+    }
+    let index = match table.claim() {
+        Some(i) => i,
+        None => {
+            NO_SLOT_IN.set(key);
+            table.unwatched_threads.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+    };
+    let claim = Claim {
+        table: Arc::clone(table),
+        index,
+    };
+    let slot: &Slot = &table.slots()[index];
+    let stored = GUARD.try_with(|g| match g.try_borrow_mut() {
+        Ok(mut g) => {
+            // Dropping the previous claim (another table's) releases it and resets `Current`.
+            let old = g.replace(claim);
+            drop(g);
+            drop(old);
+            current::set(Current {
+                owner: key,
+                cell: &slot.poll,
+                slot,
+            });
+            true
+        }
+        Err(_) => false,
+    });
+    // Otherwise thread-local storage is being torn down: do not watch this thread.
+    (stored == Ok(true)).then_some(slot)
+}
+
+/// The calling thread's slot, whatever table it belongs to: for the instrumented locks and the
+/// signal handler. A plain thread-local read, async-signal-safe.
+#[inline]
+pub(crate) fn current_slot_any() -> *const Slot {
+    current::get().slot
+}

@@ -1,0 +1,839 @@
+//! The watchdog's judgement: when a poll is pinned, what its start and duration are, how much of
+//! a worker's wait for a CPU is credited, which pin a stall blames, when the watchdog sleeps.
+//! Every decision here is a function of the looks, times and thread states it is given; the
+//! loop in `scan` reads the clock, the slots and `/proc`, and hands them over. The unit tests
+//! feed synthetic times (a base instant plus durations) and states: none sleeps.
+//!
+//! A look at a slot loads its poll counter with a clock read beside it. A poll's start is
+//! bounded by looks: it began after the last look that saw another counter (`after`). That
+//! bound is what `start` and `duration` report, so a duration is never shorter than the real
+//! one (the reported start is at or before the real start; the end is the exact one, recorded
+//! by the after-poll hook once the poll is flagged or armed).
+//!
+//! Against the threshold a poll's age is taken from the first look that saw it, plus the gap
+//! before that look credited up to one and a half scan intervals ([`Tracked::age`]): a poll
+//! running for the threshold plus one scan interval is reported while the watchdog looks on
+//! time, and no poll is reported that ran less than the threshold minus one and a half scan
+//! intervals. A watchdog made late by a slow probe or by the kernel never ages a poll by its
+//! own lateness. Time the worker spent waiting for a CPU after the second look at the poll (its
+//! thread's `schedstat`, [`Baseline`]) does not count; before that look at most a quarter of
+//! the threshold plus one scan interval counts.
+
+use std::time::{Duration, Instant};
+
+use super::probe::{Probe, SchedStat};
+use crate::event::PinnedEvent;
+use crate::poll::protocol::Snapshot;
+use crate::poll::slot::NameBuf;
+
+/// How much of the gap between the last look that saw another counter and the first that saw
+/// this poll counts toward its age: one and a half scan intervals (a timely watchdog's looks
+/// are one interval and its wake-up apart).
+const GAP_CREDIT: (u32, u32) = (3, 2);
+
+/// A stint on a CPU is accounted only when it ends (at the latest at the next tick): this much
+/// unaccounted time is allowed to a runnable thread.
+pub(super) const TICK: Duration = Duration::from_millis(4);
+
+/// The heartbeat must be later than this (and than the threshold) for the runtime to count as
+/// stalled: on a machine whose CPUs are all busy a worker can wait this long for one, and its
+/// timers are late without being stalled.
+const STALL_FLOOR: Duration = Duration::from_millis(100);
+
+/// The watchdog's memory of the poll running in one slot.
+pub(super) struct Tracked {
+    pub seq: u64,
+    /// Just after the load that first saw `seq`.
+    pub first_seen: Instant,
+    /// Just before the last load that saw another counter: the poll started after it (moved
+    /// later by the time its panic hooks took, which is not timed).
+    pub after: Instant,
+    /// `after` as first found, before panic hooks moved it: what a stall blames.
+    pub began: Instant,
+    /// The thread has handed its worker over (`block_in_place`): not pinning while that lasts.
+    pub handed_off: bool,
+    /// The thread's scheduler accounting at the second look at the poll.
+    pub baseline: Option<Baseline>,
+    /// The most pinned time found for the poll so far: time only adds up, and a look that
+    /// finds the thread runnable (its sleep just ended, it waits for a CPU) can count less of
+    /// it than an earlier look that found it blocked.
+    pub counted: Duration,
+    /// What the report would say of the poll, read at the second look, when the watchdog
+    /// asked there for its end time because its thread was blocked.
+    pub armed: Option<Armed>,
+    /// The second look has decided whether to arm it.
+    pub tried_arm: bool,
+    /// The time of the poll's panic hooks (`Panicked::hooks`) left out of its timing so far.
+    pub hooks_left_out: u64,
+    /// The poll, reported as pinned and not yet completed.
+    pub pinned: Option<Pinned>,
+}
+
+impl Tracked {
+    /// Poll `seq`, first seen at `first_seen`, begun after `after`; `hooks` of its panic
+    /// hooks' time had passed before (not left out: it is in the gap before the first look).
+    /// `resumed`: where its last panic hook returned, if one had: the poll is timed from there
+    /// (what it did before the panic is unknown, and the hook's time is not its own).
+    pub fn new(
+        seq: u64,
+        first_seen: Instant,
+        after: Instant,
+        hooks: u64,
+        resumed: Option<Instant>,
+    ) -> Tracked {
+        let began = after;
+        let after = match resumed {
+            Some(r) if r > after => r.min(first_seen),
+            _ => after,
+        };
+        Tracked {
+            seq,
+            first_seen,
+            after,
+            began,
+            handed_off: false,
+            baseline: None,
+            counted: Duration::ZERO,
+            armed: None,
+            tried_arm: false,
+            hooks_left_out: hooks,
+            pinned: None,
+        }
+    }
+
+    /// Leaves `hooks` of panic hooks' time (the slot's running total), new since the last look,
+    /// out of the poll's timing: its start bounds move that much later, and so does its
+    /// baseline's instant — never past `now`.
+    pub fn leave_out(&mut self, hooks: u64, now: Instant) {
+        let new = Duration::from_nanos(hooks.saturating_sub(self.hooks_left_out));
+        self.hooks_left_out = self.hooks_left_out.max(hooks);
+        if new.is_zero() {
+            return;
+        }
+        self.first_seen = (self.first_seen + new).min(now);
+        self.after = (self.after + new).min(self.first_seen);
+        if let Some(b) = self.baseline.as_mut() {
+            b.at += new;
+        }
+    }
+
+    /// The poll's age at `t` as the threshold sees it: the time since the first look that saw
+    /// it, plus the gap before that look (the poll started in it), credited up to one and a
+    /// half scan intervals. Never more than the poll's real age plus that, and, while the
+    /// watchdog looks on time, never less than its real age.
+    pub fn age(&self, t: Instant, interval: Duration) -> Duration {
+        let gap = self.first_seen.saturating_duration_since(self.after);
+        t.saturating_duration_since(self.first_seen)
+            + gap.min(interval * GAP_CREDIT.0 / GAP_CREDIT.1)
+    }
+
+    /// The baseline taken at `at` from the kernel's accounting `stat`: what the poll did before
+    /// it is unknown (on a CPU, blocked, or waiting for one), so it is credited with what two
+    /// timely looks see, at most a quarter of the threshold plus one scan interval: a watchdog
+    /// that looks late — preempted on a loaded machine — must not turn a preempted worker's
+    /// wait into a pin.
+    pub fn baseline(
+        &self,
+        at: Instant,
+        stat: SchedStat,
+        threshold: Duration,
+        interval: Duration,
+    ) -> Baseline {
+        Baseline {
+            at,
+            age: self.age(at, interval).min(threshold / 4 + interval),
+            stat,
+        }
+    }
+
+    /// Whether a look at a poll of `age` counts its pinned time (reads the kernel's
+    /// accounting): from half the threshold on. Polls that long are rare; the reads are too.
+    pub fn worth_counting(age: Duration, threshold: Duration) -> bool {
+        age >= threshold / 2
+    }
+
+    /// Counts `pinned_for`, found by a look at `age`, and says whether the poll is pinned now:
+    /// both its age and the most pinned time found so far have reached the threshold.
+    pub fn count(&mut self, age: Duration, pinned_for: Duration, threshold: Duration) -> bool {
+        self.counted = self.counted.max(pinned_for);
+        age >= threshold && self.counted >= threshold
+    }
+
+    /// The poll, armed and never reported, has ended at `end`: its duration if it pinned, timed
+    /// to that end as looks would have timed it — `waited` (its time waiting for a CPU since
+    /// the baseline) not counted, `hooks` (its panic hooks' time since the last look) left out.
+    /// `None` if it did not pin.
+    pub fn ended_pinned(
+        &self,
+        end: Instant,
+        hooks: Duration,
+        waited: Duration,
+        threshold: Duration,
+        interval: Duration,
+    ) -> Option<Duration> {
+        let age = self.age(end, interval).saturating_sub(hooks);
+        let pinned_for = match self.baseline {
+            Some(b) => (b.age + end.saturating_duration_since(b.at)).saturating_sub(waited),
+            None => age,
+        }
+        .saturating_sub(hooks);
+        if age < threshold || pinned_for < threshold {
+            return None;
+        }
+        Some(
+            end.saturating_duration_since(self.after)
+                .saturating_sub(hooks),
+        )
+    }
+}
+
+/// The second look arms a poll — asks its thread to record when the poll ends, as for a pinned
+/// one, without reporting anything — only when the thread is blocked in the kernel (`S`, `D`):
+/// then the time it spends off a CPU and not waiting for one is the block, and a watchdog kept
+/// away until after the poll ends still judges it by its recorded end. A running poll could
+/// spend that time stolen by the host (a VM's CPUs), which no account shows: it is judged only
+/// by looks while it runs.
+pub(super) fn worth_arming(state: Option<char>) -> bool {
+    matches!(state, Some('S' | 'D'))
+}
+
+/// The scheduler's view of a poll, taken at the watchdog's second look at it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Baseline {
+    pub at: Instant,
+    /// The poll's age then, credited toward the threshold (at most a quarter of it plus one
+    /// scan interval).
+    pub age: Duration,
+    pub stat: SchedStat,
+}
+
+impl Baseline {
+    /// Time on a CPU and time waiting for one since the baseline, by the accounting `now`.
+    fn deltas(&self, now: SchedStat) -> (Duration, Duration) {
+        let d = |now: u64, then: u64| Duration::from_nanos(now.saturating_sub(then));
+        (
+            d(now.on_cpu, self.stat.on_cpu),
+            d(now.waiting, self.stat.waiting),
+        )
+    }
+
+    /// Time spent waiting for a CPU since the baseline, by the accounting `now` (zero when the
+    /// thread is gone or the kernel keeps none).
+    pub fn waited(&self, now: Option<SchedStat>) -> Duration {
+        now.map_or(Duration::ZERO, |s| self.deltas(s).1)
+    }
+
+    /// How long the poll has held its worker at `at`, not counting time spent waiting for a CPU
+    /// since the baseline; and that waiting time. `stat` is the kernel's accounting then and
+    /// `state` the thread's state (`/proc`): time the kernel has not accounted yet counts as
+    /// blocked time for a thread asleep or in a blocking call, and only up to a [`TICK`] for a
+    /// runnable one (it may be a wait for a CPU still going on).
+    pub fn pinned_time(
+        &self,
+        at: Instant,
+        stat: Option<SchedStat>,
+        state: Option<char>,
+    ) -> (Duration, Duration) {
+        let since = at.saturating_duration_since(self.at);
+        let Some(stat) = stat else {
+            return (self.age + since, Duration::ZERO);
+        };
+        let (on_cpu, waited) = self.deltas(stat);
+        let rest = since.saturating_sub(on_cpu + waited);
+        let counted = match state {
+            Some('S' | 'D') => on_cpu + rest,
+            _ => on_cpu + rest.min(TICK),
+        };
+        (self.age + counted, waited)
+    }
+}
+
+/// A poll armed at its second look: what the report would say of it, read then — by the time it
+/// is judged, the thread may be gone and its slot another thread's.
+#[derive(Clone, Copy)]
+pub(super) struct Armed {
+    pub snap: Snapshot,
+    pub tid: i32,
+    pub thread: u64,
+    /// The worker the thread owned then (`None`: a `block_on` body).
+    pub index: Option<usize>,
+    pub name: NameBuf,
+    pub name_len: usize,
+}
+
+/// A poll reported as pinned and not yet completed.
+pub(super) struct Pinned {
+    pub seq: u64,
+    pub tid: i32,
+    pub thread: u64,
+    pub baseline: Option<Baseline>,
+    pub event: PinnedEvent,
+    /// When it started, moved later by the time of its panic hooks (not timed): its duration is
+    /// up to now from here, and `event.start` moves with it (start + duration is the end).
+    pub start: Instant,
+    /// `start` never moved: what a stall blames.
+    pub began: Instant,
+    /// The time of the poll's panic hooks (`Panicked::hooks`) left out of the pin so far.
+    pub hooks_left_out: u64,
+    pub last_report: Instant,
+    pub last_sample: Instant,
+    pub probes: Vec<Probe>,
+}
+
+impl Pinned {
+    /// Poll `tracked.seq` of thread `thread` (`tid`), reported at `now` as `event`.
+    pub fn new(
+        tracked: &Tracked,
+        tid: i32,
+        thread: u64,
+        event: PinnedEvent,
+        now: Instant,
+    ) -> Pinned {
+        Pinned {
+            seq: tracked.seq,
+            tid,
+            thread,
+            baseline: tracked.baseline,
+            event,
+            start: tracked.after,
+            began: tracked.began,
+            hooks_left_out: tracked.hooks_left_out,
+            last_report: now,
+            last_sample: now,
+            probes: Vec::new(),
+        }
+    }
+
+    /// Leaves the panic hooks' time new since the last look (`hooks`: the slot's running total)
+    /// out of the pin: its start moves that much later, in the event too.
+    pub fn leave_out(&mut self, hooks: u64) {
+        let new = Duration::from_nanos(hooks.saturating_sub(self.hooks_left_out));
+        self.hooks_left_out = self.hooks_left_out.max(hooks);
+        self.start += new;
+        self.event.start += new;
+    }
+
+    /// The poll ended at `end`: the completed report.
+    pub fn complete(&mut self, end: Instant, waited: Duration) {
+        self.event.state = crate::event::State::Completed;
+        self.event.duration = end.saturating_duration_since(self.start);
+        self.event.cpu_wait = self.event.cpu_wait.max(waited);
+        self.event.report += 1;
+    }
+
+    /// The poll turned out to be in `block_in_place` (tokio recorded the hand-over late): the
+    /// retraction, at `now`.
+    pub fn retract(&mut self, now: Instant) {
+        self.event.state = crate::event::State::Retracted;
+        self.event.duration = now.saturating_duration_since(self.start);
+        self.event.report += 1;
+    }
+
+    /// The next `in_progress` report, brought up to `now`.
+    pub fn again(&mut self, now: Instant, waited: Duration, queued: Option<usize>) {
+        self.last_report = now;
+        self.event.cpu_wait = waited;
+        self.event.duration = now.saturating_duration_since(self.start);
+        self.event.tasks_queued_behind = queued;
+        self.event.report += 1;
+    }
+
+    /// A stall blames this pin, the heartbeat `late`: kept as the most seen. True when the pin
+    /// is newly found to stall the runtime (it is reported at once: the whole service stopped).
+    pub fn stalls(&mut self, late: Duration) -> bool {
+        self.event.heartbeat_late = Some(self.event.heartbeat_late.map_or(late, |m| m.max(late)));
+        !std::mem::replace(&mut self.event.runtime_stalled, true)
+    }
+
+    /// Whether a new stack sample is due at `now`.
+    pub fn sample_due(&self, now: Instant, interval: Duration) -> bool {
+        now.saturating_duration_since(self.last_sample) >= interval
+    }
+
+    /// Whether a new report is due at `now`.
+    pub fn resend_due(&self, now: Instant, interval: Duration) -> bool {
+        now.saturating_duration_since(self.last_report) >= interval
+    }
+}
+
+/// The heartbeat is late past the stall bound.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Stall {
+    /// By how much, at this scan's start.
+    pub late: Duration,
+    /// When its beat was due: only a poll running then can have stalled it.
+    pub due: Instant,
+}
+
+impl Stall {
+    /// The heartbeat's last beat at `last`, its period `every`: how late it is at `now` (zero
+    /// when on time), and when the next beat was due.
+    pub fn lateness(last: Instant, every: Duration, now: Instant) -> (Duration, Instant) {
+        (
+            now.saturating_duration_since(last).saturating_sub(every),
+            last + every,
+        )
+    }
+
+    /// A stall, when the heartbeat is late past the bound: the threshold, and at least
+    /// [`STALL_FLOOR`].
+    pub fn past_bound(late: Duration, due: Instant, threshold: Duration) -> Option<Stall> {
+        (late > threshold.max(STALL_FLOOR)).then_some(Stall { late, due })
+    }
+
+    /// Whether a poll that started after `start` (its lower bound) was running when the beat
+    /// was due. A poll that began only after that, while the runtime was already stalled by
+    /// something else or had just come back, did not cause it.
+    pub fn blames(&self, start: Instant) -> bool {
+        start < self.due
+    }
+}
+
+/// When the watchdog sleeps: after two scans in a row that found the runtime idle (no poll
+/// running or followed, every core parked) with no unpark between them.
+#[derive(Default)]
+pub(super) struct Idle {
+    /// The unpark count at the last scan that found the runtime idle.
+    at: Option<u64>,
+}
+
+impl Idle {
+    /// A scan found the runtime `idle` with `unparks` so far: whether to sleep now.
+    pub fn scanned(&mut self, idle: bool, unparks: u64) -> bool {
+        let sleep = idle && self.at == Some(unparks);
+        self.at = idle.then_some(unparks);
+        sleep
+    }
+
+    /// About to sleep, the count now `unparks`: whether nothing unparked since the scans that
+    /// found it idle. Either way the next sleep needs two idle scans again.
+    pub fn still(&mut self, unparks: u64) -> bool {
+        self.at.take() == Some(unparks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+    const THRESHOLD: Duration = Duration::from_millis(20);
+    const SCAN: Duration = Duration::from_millis(2);
+
+    /// A poll first seen at `t0 + seen` ms, whose last look seeing another counter was at
+    /// `t0 + after` ms.
+    fn tracked(t0: Instant, after: u64, seen: u64) -> Tracked {
+        Tracked::new(7, t0 + MS(seen), t0 + MS(after), 0, None)
+    }
+
+    fn stat(on_cpu_ms: u64, waiting_ms: u64) -> SchedStat {
+        SchedStat {
+            on_cpu: on_cpu_ms * 1_000_000,
+            waiting: waiting_ms * 1_000_000,
+        }
+    }
+
+    /// The look at `at` ms: the age, then the counting as the scan does it, with the thread's
+    /// accounting `now` and `state` then.
+    fn look(
+        t: &mut Tracked,
+        t0: Instant,
+        at: u64,
+        now: Option<SchedStat>,
+        state: Option<char>,
+    ) -> bool {
+        let at = t0 + MS(at);
+        let age = t.age(at, SCAN);
+        if !Tracked::worth_counting(age, THRESHOLD) {
+            return false;
+        }
+        let (pinned, _) = match t.baseline {
+            Some(b) => b.pinned_time(at, now, state),
+            None => (age, Duration::ZERO),
+        };
+        t.count(age, pinned, THRESHOLD)
+    }
+
+    #[test]
+    fn age_credits_the_gap_before_the_first_look_up_to_one_and_a_half_intervals() {
+        let t0 = Instant::now();
+        // Looks on time: the gap is one interval, all of it credited.
+        let t = tracked(t0, 0, 2);
+        assert_eq!(t.age(t0 + MS(10), SCAN), MS(10));
+        // A watchdog kept away 50 ms: the gap is credited 3 ms only, never the lateness.
+        let t = tracked(t0, 0, 50);
+        assert_eq!(t.age(t0 + MS(60), SCAN), MS(13));
+        // Before the first look: no negative age, only the credit.
+        assert_eq!(t.age(t0, SCAN), MS(3));
+    }
+
+    #[test]
+    fn a_poll_of_the_threshold_plus_one_interval_is_pinned_while_looks_are_on_time() {
+        let t0 = Instant::now();
+        // The poll starts at 1 ms (between the looks at 0 and 2) and runs 22 ms.
+        let mut t = tracked(t0, 0, 2);
+        let mut flagged = None;
+        for at in (2..=23).step_by(2) {
+            if look(&mut t, t0, at, None, None) {
+                flagged = Some(at);
+                break;
+            }
+        }
+        assert_eq!(flagged, Some(20), "a look before its end at 23 ms sees it");
+    }
+
+    #[test]
+    fn a_poll_shorter_than_the_threshold_less_the_credit_is_never_pinned() {
+        let t0 = Instant::now();
+        // It began just after the look at 0 and ends at 16.9 ms: 17 ms < 20 - 3.
+        let mut t = tracked(t0, 0, 2);
+        assert!((2..=16).all(|at| !look(&mut t, t0, at, None, None)));
+    }
+
+    #[test]
+    fn nothing_is_counted_before_half_the_threshold() {
+        let t0 = Instant::now();
+        let t = tracked(t0, 0, 2);
+        assert!(!Tracked::worth_counting(t.age(t0 + MS(8), SCAN), THRESHOLD));
+        assert!(Tracked::worth_counting(t.age(t0 + MS(10), SCAN), THRESHOLD));
+    }
+
+    #[test]
+    fn the_baseline_credits_at_most_a_quarter_of_the_threshold_plus_an_interval() {
+        let t0 = Instant::now();
+        let t = tracked(t0, 0, 2);
+        let on_time = t.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN);
+        assert_eq!(on_time.age, MS(4));
+        // A second look 30 ms late: credited 7 ms (5 + 2), not 32.
+        let late = t.baseline(t0 + MS(32), stat(0, 0), THRESHOLD, SCAN);
+        assert_eq!(late.age, MS(7));
+    }
+
+    #[test]
+    fn a_wait_for_a_cpu_after_the_baseline_does_not_count() {
+        let t0 = Instant::now();
+        let mut t = tracked(t0, 0, 2);
+        t.baseline = Some(t.baseline(t0 + MS(4), stat(100, 50), THRESHOLD, SCAN));
+        // 40 ms later: 6 ms on a CPU, 34 ms waiting for one. Runnable now.
+        let (pinned, waited) =
+            t.baseline
+                .unwrap()
+                .pinned_time(t0 + MS(44), Some(stat(106, 84)), Some('R'));
+        assert_eq!((pinned, waited), (MS(4 + 6), MS(34)));
+        assert!(!look(&mut t, t0, 44, Some(stat(106, 84)), Some('R')));
+    }
+
+    #[test]
+    fn unaccounted_time_is_blocked_time_only_for_a_blocked_thread() {
+        let t0 = Instant::now();
+        let t = tracked(t0, 0, 2);
+        let b = t.baseline(t0 + MS(4), stat(10, 10), THRESHOLD, SCAN);
+        // 30 ms later the kernel has accounted nothing: asleep, all 30 count; runnable, a tick.
+        let now = Some(stat(10, 10));
+        assert_eq!(b.pinned_time(t0 + MS(34), now, Some('S')).0, MS(34));
+        assert_eq!(b.pinned_time(t0 + MS(34), now, Some('D')).0, MS(34));
+        assert_eq!(b.pinned_time(t0 + MS(34), now, Some('R')).0, MS(4) + TICK);
+        // No accounting to read (the thread is gone): the time since the baseline counts.
+        assert_eq!(
+            b.pinned_time(t0 + MS(34), None, None),
+            (MS(34), Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn a_blocked_poll_is_pinned_by_its_blocked_time() {
+        let t0 = Instant::now();
+        let mut t = tracked(t0, 0, 2);
+        t.baseline = Some(t.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        assert!(!look(&mut t, t0, 18, Some(stat(0, 0)), Some('S')));
+        assert!(look(&mut t, t0, 20, Some(stat(0, 0)), Some('S')));
+    }
+
+    #[test]
+    fn counted_time_never_goes_back() {
+        let t0 = Instant::now();
+        let mut t = tracked(t0, 0, 2);
+        t.baseline = Some(t.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        // Blocked at 18 ms: 18 ms counted. At 20 ms it is runnable (its sleep just ended) and
+        // the kernel has accounted nothing: that look alone counts 4 + 4 — but 18 stands.
+        assert!(!look(&mut t, t0, 18, Some(stat(0, 0)), Some('S')));
+        assert_eq!(t.counted, MS(18));
+        assert!(!look(&mut t, t0, 20, Some(stat(0, 0)), Some('R')));
+        assert_eq!(t.counted, MS(18));
+        // Blocked again at 22 ms: pinned.
+        assert!(look(&mut t, t0, 22, Some(stat(0, 0)), Some('S')));
+    }
+
+    #[test]
+    fn a_poll_is_pinned_only_when_both_its_age_and_its_pinned_time_reach_the_threshold() {
+        let t0 = Instant::now();
+        let mut t = tracked(t0, 0, 2);
+        assert!(!t.count(MS(19), MS(30), THRESHOLD), "too young");
+        assert!(
+            t.count(MS(20), MS(5), THRESHOLD),
+            "the time found earlier stands"
+        );
+        let mut t = tracked(t0, 0, 2);
+        assert!(
+            !t.count(MS(30), MS(19), THRESHOLD),
+            "not pinned long enough"
+        );
+        assert!(t.count(MS(30), MS(20), THRESHOLD));
+    }
+
+    #[test]
+    fn only_a_poll_blocked_in_the_kernel_is_armed() {
+        assert!(worth_arming(Some('S')));
+        assert!(worth_arming(Some('D')));
+        assert!(!worth_arming(Some('R')));
+        assert!(!worth_arming(Some('t')));
+        assert!(!worth_arming(None));
+    }
+
+    #[test]
+    fn panic_hooks_time_is_left_out_of_the_bounds() {
+        let t0 = Instant::now();
+        let mut t = tracked(t0, 0, 2);
+        t.baseline = Some(t.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        // A 300 ms hook ran (the slot's total is 300 ms): every bound moves 300 ms later.
+        t.leave_out(300_000_000, t0 + MS(400));
+        assert_eq!(t.first_seen, t0 + MS(302));
+        assert_eq!(t.after, t0 + MS(300));
+        assert_eq!(t.baseline.unwrap().at, t0 + MS(304));
+        assert_eq!(t.began, t0, "a stall blames the first bound");
+        // The same total again moves nothing; bounds never pass the look.
+        t.leave_out(300_000_000, t0 + MS(400));
+        assert_eq!(t.after, t0 + MS(300));
+        let mut t = tracked(t0, 0, 2);
+        t.leave_out(1_000_000_000, t0 + MS(50));
+        assert_eq!((t.first_seen, t.after), (t0 + MS(50), t0 + MS(50)));
+    }
+
+    #[test]
+    fn a_poll_first_seen_after_its_panic_hook_returned_is_timed_from_the_return() {
+        let t0 = Instant::now();
+        let t = Tracked::new(7, t0 + MS(10), t0, 0, Some(t0 + MS(6)));
+        assert_eq!(t.after, t0 + MS(6));
+        assert_eq!(t.began, t0, "a stall blames the first bound");
+        // A return before the bound, or after the first look, moves it no further than those.
+        assert_eq!(
+            Tracked::new(7, t0 + MS(10), t0 + MS(8), 0, Some(t0 + MS(6))).after,
+            t0 + MS(8)
+        );
+        assert_eq!(
+            Tracked::new(7, t0 + MS(10), t0, 0, Some(t0 + MS(12))).after,
+            t0 + MS(10)
+        );
+    }
+
+    #[test]
+    fn an_armed_poll_that_ended_unseen_is_judged_by_its_recorded_end() {
+        let t0 = Instant::now();
+        let mut t = tracked(t0, 0, 2);
+        t.baseline = Some(t.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        // It ended at 25 ms, seen only at 200 ms: pinned for 25 ms from its lower bound.
+        let judged = t.ended_pinned(t0 + MS(25), Duration::ZERO, Duration::ZERO, THRESHOLD, SCAN);
+        assert_eq!(judged, Some(MS(25)));
+        // Ended at 15 ms: not pinned.
+        let short = t.ended_pinned(t0 + MS(15), Duration::ZERO, Duration::ZERO, THRESHOLD, SCAN);
+        assert_eq!(short, None);
+    }
+
+    #[test]
+    fn an_ended_poll_is_not_credited_its_waits_for_a_cpu_nor_its_panic_hooks() {
+        let t0 = Instant::now();
+        let mut t = tracked(t0, 0, 2);
+        t.baseline = Some(t.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        // 30 ms, of which 12 waiting for a CPU: 18 pinned.
+        assert_eq!(
+            t.ended_pinned(t0 + MS(30), Duration::ZERO, MS(12), THRESHOLD, SCAN),
+            None
+        );
+        // 50 ms, of which a 25 ms panic hook: 25 pinned, and its duration says 25.
+        assert_eq!(
+            t.ended_pinned(t0 + MS(50), MS(25), Duration::ZERO, THRESHOLD, SCAN),
+            Some(MS(25))
+        );
+        assert_eq!(
+            t.ended_pinned(t0 + MS(40), MS(25), Duration::ZERO, THRESHOLD, SCAN),
+            None
+        );
+    }
+
+    #[test]
+    fn an_ended_poll_without_a_baseline_is_judged_by_its_age() {
+        let t0 = Instant::now();
+        // No schedstat to read (the kernel keeps none): the age alone decides.
+        let t = tracked(t0, 0, 2);
+        assert_eq!(
+            t.ended_pinned(t0 + MS(21), Duration::ZERO, Duration::ZERO, THRESHOLD, SCAN),
+            Some(MS(21))
+        );
+        assert_eq!(
+            t.ended_pinned(t0 + MS(19), Duration::ZERO, Duration::ZERO, THRESHOLD, SCAN),
+            None
+        );
+    }
+
+    /// A loaded machine: the watchdog's second look comes 30 ms late, and the worker spent
+    /// the time since waiting for a CPU. Its age is past the threshold, but it is not pinned.
+    #[test]
+    fn a_late_second_look_does_not_turn_a_preempted_worker_into_a_pin() {
+        let t0 = Instant::now();
+        let mut t = tracked(t0, 0, 2);
+        t.baseline = Some(t.baseline(t0 + MS(32), stat(5, 0), THRESHOLD, SCAN));
+        // 10 ms later: 1 ms on a CPU, 9 waiting for one; runnable.
+        assert!(!look(&mut t, t0, 42, Some(stat(6, 9)), Some('R')));
+        assert!(t.age(t0 + MS(42), SCAN) >= THRESHOLD);
+        assert!(t.counted < THRESHOLD, "{:?}", t.counted);
+    }
+
+    #[test]
+    fn the_gap_credit_follows_the_scan_interval_in_force() {
+        let t0 = Instant::now();
+        // A 2 ms threshold scans every 0.5 ms: a gap of 10 ms is credited 0.75 ms.
+        let t = tracked(t0, 0, 10);
+        let half = Duration::from_micros(500);
+        assert_eq!(t.age(t0 + MS(10), half), Duration::from_micros(750));
+    }
+
+    fn pinned(t0: Instant) -> Pinned {
+        let t = tracked(t0, 0, 2);
+        let event = PinnedEvent::for_test(
+            1,
+            crate::event::State::InProgress,
+            crate::event::Reason::Sleep,
+            20,
+            1,
+        );
+        Pinned::new(&t, 10, 11, event, t0 + MS(22))
+    }
+
+    #[test]
+    fn a_pin_completes_with_its_duration_from_its_lower_bound_to_its_end() {
+        let t0 = Instant::now();
+        let mut p = pinned(t0);
+        p.complete(t0 + MS(130), MS(3));
+        assert_eq!(p.event.state, crate::event::State::Completed);
+        assert_eq!(p.event.duration, MS(130));
+        assert_eq!(p.event.cpu_wait, MS(3));
+        assert_eq!(p.event.report, 2);
+    }
+
+    #[test]
+    fn a_pins_panic_hooks_move_its_start_in_the_event_too() {
+        let t0 = Instant::now();
+        let mut p = pinned(t0);
+        let start = p.event.start;
+        p.leave_out(40_000_000);
+        p.leave_out(40_000_000);
+        assert_eq!(p.start, t0 + MS(40));
+        assert_eq!(p.event.start, start + MS(40));
+        assert_eq!(p.began, t0);
+        p.complete(t0 + MS(100), Duration::ZERO);
+        assert_eq!(p.event.duration, MS(60), "start + duration is its end");
+    }
+
+    #[test]
+    fn a_pin_is_reported_and_sampled_again_when_each_is_due() {
+        let t0 = Instant::now();
+        let mut p = pinned(t0);
+        let second = Duration::from_secs(1);
+        assert!(!p.resend_due(t0 + MS(1021), second));
+        assert!(p.resend_due(t0 + MS(1022), second));
+        assert!(!p.sample_due(t0 + MS(121), MS(100)));
+        assert!(p.sample_due(t0 + MS(122), MS(100)));
+        p.again(t0 + MS(1022), MS(2), Some(4));
+        assert_eq!(
+            (
+                p.event.duration,
+                p.event.report,
+                p.event.tasks_queued_behind
+            ),
+            (MS(1022), 2, Some(4))
+        );
+        assert!(!p.resend_due(t0 + MS(1500), second));
+    }
+
+    #[test]
+    fn a_retracted_pin_says_how_long_it_ran() {
+        let t0 = Instant::now();
+        let mut p = pinned(t0);
+        p.retract(t0 + MS(60));
+        assert_eq!(p.event.state, crate::event::State::Retracted);
+        assert_eq!((p.event.duration, p.event.report), (MS(60), 2));
+    }
+
+    #[test]
+    fn a_stall_is_said_once_with_the_latest_lateness_kept_the_most() {
+        let t0 = Instant::now();
+        let mut p = pinned(t0);
+        assert!(p.stalls(MS(150)));
+        assert!(!p.stalls(MS(120)));
+        assert!(!p.stalls(MS(400)));
+        assert!(p.event.runtime_stalled);
+        assert_eq!(p.event.heartbeat_late, Some(MS(400)));
+    }
+
+    #[test]
+    fn the_heartbeat_is_late_by_what_passed_its_period() {
+        let t0 = Instant::now();
+        let every = MS(50);
+        assert_eq!(
+            Stall::lateness(t0, every, t0 + MS(30)),
+            (Duration::ZERO, t0 + every)
+        );
+        assert_eq!(
+            Stall::lateness(t0, every, t0 + MS(250)),
+            (MS(200), t0 + every)
+        );
+        // A clock read before the beat (another thread beat after it) is on time.
+        assert_eq!(Stall::lateness(t0 + MS(5), every, t0).0, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_stall_needs_the_heartbeat_late_past_the_threshold_and_the_floor() {
+        let t0 = Instant::now();
+        assert!(Stall::past_bound(MS(99), t0, THRESHOLD).is_none());
+        assert!(Stall::past_bound(STALL_FLOOR, t0, THRESHOLD).is_none());
+        assert!(Stall::past_bound(MS(101), t0, THRESHOLD).is_some());
+        // A threshold above the floor is the bound.
+        assert!(Stall::past_bound(MS(400), t0, MS(500)).is_none());
+        assert!(Stall::past_bound(MS(501), t0, MS(500)).is_some());
+    }
+
+    #[test]
+    fn a_stall_blames_only_a_pin_that_ran_when_the_beat_was_due() {
+        let t0 = Instant::now();
+        let stall = Stall::past_bound(MS(300), t0 + MS(50), THRESHOLD).unwrap();
+        assert!(stall.blames(t0 + MS(10)));
+        assert!(!stall.blames(t0 + MS(50)));
+        assert!(
+            !stall.blames(t0 + MS(60)),
+            "began while the runtime was already stalled"
+        );
+    }
+
+    #[test]
+    fn the_watchdog_sleeps_after_two_idle_scans_with_no_unpark_between() {
+        let mut idle = Idle::default();
+        assert!(!idle.scanned(true, 5));
+        assert!(idle.scanned(true, 5));
+        assert!(idle.still(5));
+        // After a sleep, two idle scans again.
+        assert!(!idle.scanned(true, 5));
+        // An unpark between them: not yet.
+        let mut idle = Idle::default();
+        assert!(!idle.scanned(true, 5));
+        assert!(!idle.scanned(true, 6));
+        assert!(idle.scanned(true, 6));
+        // A worker unparks between the decision and the sleep: it does not sleep.
+        assert!(!idle.still(7));
+        // A busy scan between idle ones starts over.
+        let mut idle = Idle::default();
+        assert!(!idle.scanned(true, 1));
+        assert!(!idle.scanned(false, 1));
+        assert!(!idle.scanned(true, 1));
+        assert!(idle.scanned(true, 1));
+    }
+}

@@ -1,0 +1,626 @@
+//! The watchdog thread's loop: every scan interval it looks at each slot in use — the poll
+//! counter, with a clock read beside it — and acts on what [`judge`](super::judge) decides:
+//! flags a poll that crossed the threshold (so that the after-poll hook records its end),
+//! probes its thread and sends an `in_progress` report, re-reports it while it stays stuck and
+//! sends it `completed` once it returns. While every worker is parked and no poll runs it
+//! sleeps until one unparks.
+//!
+//! Every time is taken next to the counter load it belongs to, per slot. What `/proc` says of a
+//! thread (its scheduler accounting, its state) is read only for polls past half the threshold.
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::runtime::Handle;
+
+use super::judge::{worth_arming, Armed, Idle, Pinned, Stall, Tracked};
+use super::probe::{self, Probe};
+use super::shared::Shared;
+use super::workers::{self, Owner};
+use crate::config::Settings;
+use crate::event::{PinnedEvent, SourceLocation, State, Worker};
+use crate::poll::protocol::Snapshot;
+use crate::poll::slot::{NameBuf, Panicked, Slot, SlotTable, NAME_MAX};
+
+/// What the watchdog sends on: the event as far as the watchdog knows it, plus the raw probes
+/// that [`crate::analyze`] turns into frames, a reason and a profile.
+pub(crate) struct RawReport {
+    pub event: PinnedEvent,
+    pub probes: Vec<Probe>,
+}
+
+/// Starts the watchdog thread for `shared`'s slots on the runtime of `handle`: it sends its
+/// reports into `tx` and stops, after a last scan, when `stop`'s sender is dropped.
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    handle: Handle,
+    tx: mpsc::SyncSender<RawReport>,
+    stop: mpsc::Receiver<()>,
+) -> Result<std::thread::JoinHandle<()>, crate::Error> {
+    std::thread::Builder::new()
+        .name("pinwatch-watchdog".into())
+        .spawn(move || run(shared, handle, tx, stop))
+        .map_err(|source| crate::Error::Thread {
+            what: "watchdog",
+            source,
+        })
+}
+
+fn run(
+    shared: Arc<Shared>,
+    handle: Handle,
+    tx: mpsc::SyncSender<RawReport>,
+    stop: mpsc::Receiver<()>,
+) {
+    let mut settings = shared.tunables.reader();
+    let n = shared.table.slots().len();
+    let mut tracked: Vec<Option<Tracked>> = (0..n).map(|_| None).collect();
+    // Just before the last look at each slot. The hooks may run before this thread does: the
+    // first lower bound is the moment the slots were made, before the runtime existed.
+    let mut last_look: Vec<Instant> = vec![shared.table.base; n];
+    let mut scan = Scan {
+        shared: &shared,
+        handle: &handle,
+        tx: &tx,
+        settings: settings.refresh(&shared.tunables),
+        stalled: None,
+    };
+    let mut scans = 0u64;
+    let mut last_scan = Instant::now();
+    let parking = &shared.table.parking;
+    parking.register_watchdog();
+    // The runtime's cores: its workers, or the one of a current-thread runtime.
+    let cores = handle.metrics().num_workers();
+    let mut idle = Idle::default();
+    let mut sleep = false;
+    loop {
+        let stopping = if std::mem::take(&mut sleep) {
+            // Idle for a whole scan interval: sleep until a worker unparks. Say so first, then
+            // check again that nothing can poll (see `poll::park`).
+            let from = Instant::now();
+            let prepared = parking.prepare_sleep();
+            let unparked = !idle.still(parking.unparks());
+            if prepared {
+                if !unparked && quiet(&shared.table, cores) {
+                    shared.stats.sleeps.fetch_add(1, Ordering::Relaxed);
+                    let woken = parking.sleep(from);
+                    // No poll ran while it slept: every poll seen next began after the wake.
+                    for look in last_look.iter_mut() {
+                        *look = (*look).max(woken);
+                    }
+                } else {
+                    parking.cancel_sleep();
+                }
+            }
+            !matches!(stop.try_recv(), Err(mpsc::TryRecvError::Empty))
+        } else {
+            // One scan interval from the start of the last scan, not from its end: scans keep
+            // to the interval on average (a poll's start and the threshold are bounded by the
+            // looks, and a period longer than the interval would lose the difference).
+            let wait = scan
+                .settings
+                .effective_scan_interval()
+                .saturating_sub(last_scan.elapsed());
+            match stop.recv_timeout(wait) {
+                Err(mpsc::RecvTimeoutError::Timeout) => false,
+                // Sender dropped: the detector is stopping. Scan once more to complete what
+                // ended.
+                _ => true,
+            }
+        };
+        scans += 1;
+        // One set of settings for the whole scan.
+        scan.settings = settings.refresh(&shared.tunables);
+        if let Some(late) = shared.config.late_scans {
+            if scans % 2 == 0 {
+                std::thread::sleep(late);
+            }
+        }
+        // Before every load of this scan: the look time of the slots nobody holds (most of the
+        // table), so that only the few in use read the clock next to their own loads.
+        let scan_start = Instant::now();
+        let mut blamed = false;
+        scan.stalled = shared
+            .heartbeat
+            .late(scan_start)
+            .and_then(|(late, due)| Stall::past_bound(late, due, scan.settings.threshold));
+        for (i, ((slot, tracked), look)) in shared
+            .table
+            .slots()
+            .iter()
+            .zip(tracked.iter_mut())
+            .zip(last_look.iter_mut())
+            .enumerate()
+        {
+            if tracked.is_none() && !slot.is_active() {
+                // Free and not followed: nothing to time. A thread that takes the slot after
+                // this load starts its polls after `scan_start`.
+                *look = scan_start;
+                continue;
+            }
+            scan.slot(slot, tracked, look);
+            let pinned = tracked.as_ref().and_then(|t| t.pinned.as_ref());
+            match pinned {
+                Some(p) => shared.set_live(i, p.event.id, p.start, p.event.worker.index.is_some()),
+                None => shared.set_live(i, 0, scan_start, false),
+            }
+            if let (Some(p), Some(stall)) = (pinned, scan.stalled) {
+                blamed |= stall.blames(p.began);
+            }
+        }
+        // Stalled: a pin that was running when the heartbeat was due runs still, and the
+        // runtime's timers have not fired since.
+        shared.stalled_now.store(blamed, Ordering::Relaxed);
+        if blamed {
+            let d = scan_start.saturating_duration_since(last_scan);
+            shared
+                .stats
+                .stalled_ns
+                .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        }
+        last_scan = scan_start;
+        if stopping {
+            // Whatever is still flagged never returned: its last report stands.
+            return;
+        }
+        let pins = tracked
+            .iter()
+            .flatten()
+            .filter(|t| t.pinned.is_some())
+            .count();
+        shared.heartbeat.arm(&handle, pins);
+        // Idle: no poll runs, none is followed, and every core is parked.
+        let running = tracked.iter().flatten().any(|t| t.seq & 1 == 1);
+        sleep = idle.scanned(
+            pins == 0 && !running && parking.all_parked(cores),
+            parking.unparks(),
+        );
+    }
+}
+
+/// Nothing can poll now: every core is parked and no slot has a poll running.
+fn quiet(table: &SlotTable, cores: usize) -> bool {
+    table.parking.all_parked(cores) && table.slots().iter().all(|s| s.poll.seq() & 1 == 0)
+}
+
+/// One scan: what it reads from and sends to, and what it found at its start.
+struct Scan<'a> {
+    shared: &'a Shared,
+    handle: &'a Handle,
+    tx: &'a mpsc::SyncSender<RawReport>,
+    /// The settings of this scan.
+    settings: Settings,
+    /// How late the heartbeat was at this scan's start, when it is past the stall bound.
+    stalled: Option<Stall>,
+}
+
+impl Scan<'_> {
+    /// A look at `slot`, whose poll the watchdog remembers in `tracked`; `last_look` is the
+    /// time just before the previous look, and becomes this one's.
+    fn slot(&mut self, slot: &Slot, tracked: &mut Option<Tracked>, last_look: &mut Instant) {
+        let before = Instant::now();
+        let active = slot.is_active();
+        let seq = slot.poll.seq();
+        let now = Instant::now();
+        let prev_look = std::mem::replace(last_look, before);
+        if let Some(t) = tracked.as_mut() {
+            if let Some(p) = t.pinned.take() {
+                t.pinned = self.follow_pinned(slot, p, seq, now);
+                if t.pinned.is_none() && t.seq == seq && seq & 1 == 1 {
+                    // Retracted while the same poll runs on: it is in `block_in_place`.
+                    t.handed_off = true;
+                }
+            }
+        }
+        if !active {
+            if let Some(t) = tracked.take_if(|t| t.pinned.is_none()) {
+                // The thread went away: its last poll may have ended unseen past the threshold.
+                self.ended_unseen(slot, &t, now);
+            }
+            return;
+        }
+        let Some(t) = tracked.as_mut() else {
+            *tracked = Some(self.fresh(slot, seq, now, prev_look));
+            return;
+        };
+        if seq != t.seq {
+            // Counters never repeat, not even across owners of the slot: another poll. The one
+            // before may have ended past the threshold while the watchdog was kept away.
+            self.ended_unseen(slot, t, now);
+            let pinned = t.pinned.take();
+            *t = self.fresh(slot, seq, now, prev_look);
+            t.pinned = pinned;
+            return;
+        }
+        if seq & 1 == 0 || t.pinned.is_some() || self.settings.paused {
+            return;
+        }
+        if let Some(panicked) = slot.unwinding.since_running(seq) {
+            // It panicked: the panic hook's time (printing, symbolizing a backtrace) is the
+            // panic machinery's, not the code under test's. Not timed while the hook runs.
+            if panicked.resumed.is_none() {
+                return;
+            }
+            // The hook has returned (the poll unwinds, or caught the panic and goes on): leave
+            // the hooks' time out, and time the rest.
+            t.leave_out(panicked.hooks, now);
+        }
+        if t.handed_off {
+            // Still in `block_in_place`? Once the thread has a worker again, the rest of the
+            // poll holds that worker: time it from here.
+            let thread = slot.thread.load(Ordering::Relaxed);
+            if workers::owner(self.handle, thread) != Owner::HandedOff {
+                let mut fresh = self.fresh(slot, seq, now, prev_look);
+                fresh.pinned = t.pinned.take();
+                *t = fresh;
+            }
+            return;
+        }
+        let threshold = self.settings.threshold;
+        let interval = self.settings.effective_scan_interval();
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if t.baseline.is_none() {
+            // The second look at this poll (polls this long are rare: the read is too).
+            t.baseline = probe::read_schedstat(tid)
+                .map(|stat| t.baseline(Instant::now(), stat, threshold, interval));
+        }
+        if t.armed.is_none() && !t.tried_arm {
+            t.tried_arm = true;
+            self.arm(slot, t, seq);
+        }
+        let age = t.age(before, interval);
+        if Tracked::worth_counting(age, threshold) {
+            // A worker the kernel preempted (an overloaded machine, a CPU quota) is late, but
+            // not pinned by its task: only time on a CPU or blocked counts.
+            let (pinned_for, waited) = match t.baseline {
+                Some(b) => b.pinned_time(
+                    Instant::now(),
+                    probe::read_schedstat(tid),
+                    probe::read_state(tid),
+                ),
+                None => (age, Duration::ZERO),
+            };
+            if t.count(age, pinned_for, threshold) {
+                self.flag(slot, t, seq, waited);
+            }
+        }
+    }
+
+    /// The second look at poll `seq`, if its thread is blocked ([`worth_arming`]): asks it to
+    /// record when it ends, as for a poll found pinned, without reporting anything, so that a
+    /// watchdog kept away until after the poll has ended still judges it by its end
+    /// ([`ended_unseen`](Self::ended_unseen)). Costs what flagging costs (a barrier here, a
+    /// clock read when the poll returns), once per poll that lives to a second look; the
+    /// per-poll path is unchanged.
+    fn arm(&mut self, slot: &Slot, t: &mut Tracked, seq: u64) {
+        let Some(snap) = slot.poll.read().filter(|s| s.seq == seq) else {
+            return;
+        };
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let thread = slot.thread.load(Ordering::Relaxed);
+        let index = match workers::owner(self.handle, thread) {
+            Owner::Worker(i) => Some(i),
+            Owner::HandedOff if body => None,
+            // In `block_in_place` (the flag path counts it): nothing to time.
+            Owner::HandedOff => return,
+        };
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if !worth_arming(probe::read_state(tid)) {
+            return;
+        }
+        let mut name: NameBuf = [0; NAME_MAX];
+        let name_len = slot.name_into(&mut name);
+        if slot.poll.flag(seq) && slot.poll.seq() == seq {
+            t.armed = Some(Armed {
+                snap,
+                tid,
+                thread,
+                index,
+                name,
+                name_len,
+            });
+        }
+    }
+
+    /// Poll `t.seq`, armed at its second look and not reported, has ended (the slot's counter
+    /// moved, or its thread went away): if it pinned ([`Tracked::ended_pinned`]), reports it,
+    /// completed, in one event without a stack.
+    fn ended_unseen(&mut self, slot: &Slot, t: &Tracked, now: Instant) {
+        let Some(armed) = t.armed else { return };
+        if t.pinned.is_some() || t.handed_off || self.settings.paused {
+            return;
+        }
+        let Some(nanos) = slot.poll.ended(t.seq) else {
+            return;
+        };
+        let end = self.shared.at(nanos);
+        // The poll's panic hooks since the last look (it caught the panics, or ended unwinding
+        // from one) are the panic machinery's time, not a pin: left out, as a look would.
+        let hooks = match slot.unwinding.since(t.seq) {
+            // Its panic hook never returned: the poll ended in the panic machinery.
+            Some(Panicked { resumed: None, .. }) => return,
+            Some(p) => Duration::from_nanos(p.hooks.saturating_sub(t.hooks_left_out)),
+            None => Duration::ZERO,
+        };
+        // Waited since the baseline until now, not until the end: never more pinned time than
+        // there was.
+        let waited = t.baseline.map_or(Duration::ZERO, |b| {
+            b.waited(probe::read_schedstat(armed.tid))
+        });
+        let Some(duration) = t.ended_pinned(
+            end,
+            hooks,
+            waited,
+            self.settings.threshold,
+            self.settings.effective_scan_interval(),
+        ) else {
+            return;
+        };
+        if let Some(i) = armed.index {
+            if workers::owner(self.handle, armed.thread) != Owner::Worker(i) {
+                // tokio no longer has the thread running the worker it ran at the second look:
+                // it handed it over since (`block_in_place`), so what it did after that look
+                // may not have held a worker. Not judged.
+                return;
+            }
+        }
+        self.shared
+            .stats
+            .pinned_polls
+            .fetch_add(1, Ordering::Relaxed);
+        let worker = Worker {
+            index: armed.index,
+            tid: armed.tid,
+            name: String::from_utf8_lossy(&armed.name[..armed.name_len]).into_owned(),
+        };
+        let mut event = self.new_event(
+            armed.snap,
+            worker,
+            Default::default(),
+            t.after,
+            t.began,
+            waited,
+        );
+        event.state = State::Completed;
+        // Its panic hooks left out: it starts that much later, and ends where it ended.
+        event.duration = duration;
+        event.start += hooks;
+        let pinned = Pinned::new(t, armed.tid, armed.thread, event, now);
+        self.send(&pinned);
+    }
+
+    /// A poll just crossed the threshold: decide whether it pins a worker, and report it.
+    fn flag(&mut self, slot: &Slot, t: &mut Tracked, seq: u64, waited: Duration) {
+        // The task and the owner, read between two loads of the counter: all of poll `seq`.
+        let Some(snap) = slot.poll.read() else { return };
+        let tid = slot.tid.load(Ordering::Relaxed);
+        let thread = slot.thread.load(Ordering::Relaxed);
+        let mut name: NameBuf = [0; NAME_MAX];
+        let name_len = slot.name_into(&mut name);
+        if snap.seq != seq || slot.poll.seq() != seq {
+            return;
+        }
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let index = match workers::owner(self.handle, thread) {
+            Owner::Worker(i) => Some(i),
+            // A `block_on` body on a multi-thread runtime: its thread owns no worker, and
+            // blocking it stops the body (on a current-thread runtime it is worker 0).
+            Owner::HandedOff if body => None,
+            Owner::HandedOff => {
+                // The thread gave its worker to another thread in `block_in_place`: a blocking
+                // section the runtime planned for, not a pinned worker.
+                t.handed_off = true;
+                self.shared
+                    .stats
+                    .block_in_place
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        if !slot.poll.flag(seq) {
+            // It returned as it was being flagged: not worth a report.
+            return;
+        }
+        // The spans the poll entered, as they are now: the report keeps them, even once the
+        // spans close.
+        let spans = crate::spans::capture(slot, seq);
+        self.shared
+            .stats
+            .pinned_polls
+            .fetch_add(1, Ordering::Relaxed);
+        let worker = Worker {
+            index,
+            tid,
+            name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
+        };
+        let event = self.new_event(snap, worker, spans, t.after, t.began, waited);
+        let mut pinned = Pinned::new(t, tid, thread, event, Instant::now());
+        self.probe(slot, &mut pinned);
+        self.send(&pinned);
+        t.pinned = Some(pinned);
+        // Reported: its end is followed from here, not judged again when it ends.
+        t.armed = None;
+    }
+
+    /// A new event (`in_progress`, first report) for the poll `snap` begun after `after`
+    /// (`began`: that bound before panic hooks moved it).
+    fn new_event(
+        &self,
+        snap: Snapshot,
+        worker: Worker,
+        spans: crate::spans::Captured,
+        after: Instant,
+        began: Instant,
+        waited: Duration,
+    ) -> PinnedEvent {
+        let body = snap.task_id == crate::poll::BODY_TASK_ID;
+        let index = worker.index;
+        let spawned_at = if snap.spawned_at == 0 {
+            None
+        } else {
+            // SAFETY: the address was stored from a `&'static Location<'static>` by the
+            // before-poll hook, and locations are never freed.
+            Some(SourceLocation::from_std(unsafe {
+                &*(snap.spawned_at as *const std::panic::Location<'static>)
+            }))
+        };
+        let elapsed = Instant::now().saturating_duration_since(after);
+        let stall = self.stalled.filter(|s| s.blames(began));
+        PinnedEvent {
+            id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
+            run_id: self.shared.run_id.clone(),
+            pid: std::process::id(),
+            state: State::InProgress,
+            start: SystemTime::now()
+                .checked_sub(elapsed)
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+            duration: elapsed,
+            threshold: self.settings.threshold,
+            task_id: (!body).then_some(snap.task_id),
+            block_on: body,
+            spawned_at,
+            worker,
+            reason: None,
+            other_reasons: Vec::new(),
+            blocking_operation: None,
+            advice: None,
+            top_frame: None,
+            profile: Vec::new(),
+            no_stack: None,
+            stack: Vec::new(),
+            held_locks: Vec::new(),
+            lock_holder: None,
+            samples: 0,
+            report: 1,
+            cpu_wait: waited,
+            runtime_stalled: stall.is_some(),
+            heartbeat_late: stall.map(|s| s.late),
+            tasks_queued_behind: self.queued_behind(index),
+            spans: spans.spans,
+            trace_id: spans.trace_id,
+            span_id: spans.span_id,
+        }
+    }
+
+    /// The memory of poll `seq`, first seen at `first_seen` and begun after `after`, as the
+    /// slot's panic mark leaves it ([`Tracked::new`]).
+    fn fresh(&self, slot: &Slot, seq: u64, first_seen: Instant, after: Instant) -> Tracked {
+        let mark = slot.unwinding.since_running(seq);
+        let resumed = mark.and_then(|p| p.resumed).map(|r| self.shared.at(r));
+        Tracked::new(seq, first_seen, after, mark.map_or(0, |p| p.hooks), resumed)
+    }
+
+    /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.
+    /// Returns it while it is still running and pinning. `seq` is the counter just loaded.
+    fn follow_pinned(
+        &mut self,
+        slot: &Slot,
+        mut p: Pinned,
+        seq: u64,
+        now: Instant,
+    ) -> Option<Pinned> {
+        // The panic hooks the poll ran since it was found pinned (it caught the panics, or
+        // ends unwinding from one) are the panic machinery's time, not the pin's. Nothing is
+        // sampled or reported while a hook runs.
+        let mut in_hook = false;
+        if let Some(m) = slot.unwinding.since_running(p.seq) {
+            p.leave_out(m.hooks);
+            in_hook = m.resumed.is_none();
+        }
+        let ended = slot.poll.ended(p.seq);
+        if ended.is_some() || seq != p.seq {
+            let end = match ended {
+                Some(nanos) => self.shared.at(nanos),
+                // The end time was missed (the thread went away mid-poll): this look is the
+                // tightest bound left.
+                None => now,
+            };
+            if !slot.is_active() || slot.tid.load(Ordering::Relaxed) != p.tid {
+                // Do not leave a request to a thread that is gone on the slot.
+                crate::signal::withdraw(slot);
+            }
+            let waited = p
+                .baseline
+                .map_or(Duration::ZERO, |b| b.waited(probe::read_schedstat(p.tid)));
+            p.complete(end, waited);
+            self.send(&p);
+            return None;
+        }
+        if in_hook {
+            return Some(p);
+        }
+        if !p.event.block_on && workers::owner(self.handle, p.thread) == Owner::HandedOff {
+            // tokio has now recorded that this thread handed its worker over: the poll was in
+            // `block_in_place` all along (the hand-over is recorded late under load). The
+            // analysis counts it.
+            p.retract(now);
+            self.send(&p);
+            return None;
+        }
+        if let Some(stall) = self.stalled.filter(|s| s.blames(p.began)) {
+            if p.stalls(stall.late) {
+                // Say so now, not at the next report: the whole service has stopped.
+                self.resend(&mut p, now);
+            }
+        }
+        if p.sample_due(now, self.settings.sample_interval) {
+            p.last_sample = now;
+            self.probe(slot, &mut p);
+        }
+        if p.resend_due(now, self.settings.report_interval) {
+            self.resend(&mut p, now);
+        }
+        Some(p)
+    }
+
+    /// Sends the next `in_progress` report of a pin still running, brought up to `now`.
+    fn resend(&mut self, p: &mut Pinned, now: Instant) {
+        let waited = p
+            .baseline
+            .map_or(Duration::ZERO, |b| b.waited(probe::read_schedstat(p.tid)));
+        let queued = self.queued_behind(p.event.worker.index);
+        p.again(now, waited, queued);
+        self.send(p);
+    }
+
+    /// Tasks waiting in worker `index`'s local run queue.
+    fn queued_behind(&self, index: Option<usize>) -> Option<usize> {
+        let metrics = self.handle.metrics();
+        index
+            .filter(|i| *i < metrics.num_workers())
+            .map(|i| metrics.worker_local_queue_depth(i))
+    }
+
+    fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
+        let probe = probe::take(
+            self.shared,
+            slot,
+            p.seq,
+            p.probes.last(),
+            self.settings.stacks,
+        );
+        p.probes.push(probe);
+        p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;
+        // Bound the memory of a poll stuck for hours: keep the first samples and the latest.
+        const KEEP: usize = 64;
+        if p.probes.len() > KEEP {
+            p.probes.remove(KEEP / 2);
+        }
+    }
+
+    fn send(&mut self, p: &Pinned) {
+        let report = RawReport {
+            event: p.event.clone(),
+            probes: p.probes.clone(),
+        };
+        match self.tx.try_send(report) {
+            Ok(()) => {
+                self.shared.stats.events.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.shared.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}

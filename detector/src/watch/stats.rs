@@ -1,0 +1,86 @@
+//! What the detector has done so far: the counters the watchdog and the export thread keep, and
+//! the [`Stats`] a snapshot of them gives.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::poll::slot::SlotTable;
+
+/// What the detector has done so far. See [`Detector::stats`](crate::Detector::stats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Polls found pinning a worker (reported, and not retracted).
+    pub pinned_polls: u64,
+    /// Reports handed to the analysis queue (`in_progress`, `completed`, `retracted`).
+    pub events: u64,
+    /// Events delivered to the sinks (reports of `block_in_place` polls, recognised by their
+    /// stack, are not).
+    pub delivered: u64,
+    /// Reports dropped because the queue to the sinks was full.
+    pub dropped: u64,
+    /// Long polls not reported, or retracted, because their thread had handed its worker over
+    /// in `block_in_place`.
+    pub block_in_place: u64,
+    /// Of those, the ones reported before tokio recorded the hand-over, then retracted.
+    pub retracted: u64,
+    /// Threads that polled tasks but found no free slot (raise [`Builder::max_threads`](crate::Builder::max_threads)).
+    pub unwatched_threads: u64,
+    /// Stack samples attached to events.
+    pub samples: u64,
+    /// Signals sent that the thread did not answer within the wait (it takes them later, or
+    /// never; they are not sent again meanwhile).
+    pub samples_missed: u64,
+    /// Samples that arrived after their poll had ended, and were dropped.
+    pub samples_discarded: u64,
+    /// Total time workers spent in the sampling signal handler (the stall samples cost them).
+    pub sample_handler_time: Duration,
+    /// Total time from sending a sampling signal to reading the sample, on the watchdog.
+    pub sample_round_trip_time: Duration,
+    /// Time the whole runtime was stalled by pins: a pin ran and the heartbeat was late past
+    /// the threshold (see `PINWATCH_HEARTBEAT`).
+    pub runtime_stalled_time: Duration,
+    /// Times the watchdog went to sleep because every worker was parked and no poll ran (a
+    /// worker unparking wakes it).
+    pub watchdog_sleeps: u64,
+}
+
+pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
+    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    Stats {
+        pinned_polls: r(&c.pinned_polls),
+        events: r(&c.events),
+        delivered: r(&c.delivered),
+        dropped: r(&c.dropped),
+        block_in_place: r(&c.block_in_place),
+        retracted: r(&c.retracted),
+        unwatched_threads: r(&table.unwatched_threads),
+        samples: r(&c.samples),
+        samples_missed: r(&c.samples_missed),
+        samples_discarded: r(&c.samples_discarded),
+        sample_handler_time: Duration::from_nanos(r(&c.sample_handler_ns)),
+        sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
+        runtime_stalled_time: Duration::from_nanos(r(&c.stalled_ns)),
+        watchdog_sleeps: r(&c.sleeps),
+    }
+}
+
+/// Counters behind [`crate::Stats`]. Relaxed: they are totals, read for reporting only.
+#[derive(Default)]
+pub(crate) struct StatsCounters {
+    pub pinned_polls: AtomicU64,
+    pub events: AtomicU64,
+    pub dropped: AtomicU64,
+    pub block_in_place: AtomicU64,
+    pub retracted: AtomicU64,
+    pub samples: AtomicU64,
+    pub samples_missed: AtomicU64,
+    pub samples_discarded: AtomicU64,
+    pub sample_handler_ns: AtomicU64,
+    pub sample_round_trip_ns: AtomicU64,
+    /// Time the whole runtime was stalled by pins, in ns.
+    pub stalled_ns: AtomicU64,
+    pub delivered: AtomicU64,
+    /// Times the watchdog slept because every worker was parked.
+    pub sleeps: AtomicU64,
+}

@@ -193,6 +193,11 @@ const OTEL_METRICS: &[(&str, &str, &str)] = &[
         "s",
         "pinwatch_runtime_stall_seconds_total",
     ),
+    (
+        "pinwatch.driver.handovers",
+        "{handover}",
+        "pinwatch_driver_handovers_total",
+    ),
     ("pinwatch.threshold", "s", "pinwatch_threshold_seconds"),
     ("pinwatch.build.info", "", "pinwatch_build_info"),
 ];

@@ -41,11 +41,16 @@ pub enum Config {
     PinwatchTrace,
     /// The same with `pinwatch::tracing_layer()` in the registry (each pin names its request).
     PinwatchTraceLayer,
+    /// tokio with `Builder::enable_eager_driver_handoff()` (tokio 1.52+, unstable): a worker
+    /// that leaves the drivers to poll a task first wakes another to take them.
+    EagerHandoff,
+    /// pinwatch with `PINWATCH_RESCUE=off`: a stall is reported, never ended.
+    PinwatchNoRescue,
 }
 
 impl Config {
     /// In table order.
-    pub const ALL: [Config; 12] = [
+    pub const ALL: [Config; 14] = [
         Config::Plain,
         Config::Hook1,
         Config::Hooks,
@@ -58,6 +63,8 @@ impl Config {
         Config::TokioBlocked,
         Config::PinwatchTrace,
         Config::PinwatchTraceLayer,
+        Config::EagerHandoff,
+        Config::PinwatchNoRescue,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +81,8 @@ impl Config {
             Config::TokioBlocked => "tokio-blocked",
             Config::PinwatchTrace => "pinwatch-trace",
             Config::PinwatchTraceLayer => "pinwatch-trace-layer",
+            Config::EagerHandoff => "eager-handoff",
+            Config::PinwatchNoRescue => "pinwatch-no-rescue",
         }
     }
 
@@ -92,12 +101,28 @@ impl Config {
             Config::TokioBlocked => "tokio-blocked",
             Config::PinwatchTrace => "pinwatch, TraceLayer spans, registry",
             Config::PinwatchTraceLayer => "pinwatch, TraceLayer spans, registry + tracing_layer()",
+            Config::EagerHandoff => "tokio + enable_eager_driver_handoff()",
+            Config::PinwatchNoRescue => "pinwatch, PINWATCH_RESCUE=off",
         }
     }
 
     /// Measured on the http workload only (a span per request is all they add).
     pub fn http_only(self) -> bool {
         matches!(self, Config::PinwatchTrace | Config::PinwatchTraceLayer)
+    }
+
+    /// Measured on the http and stall workloads only: what they change is what a stall does,
+    /// and what that costs an ordinary service.
+    pub fn stall_pair(self) -> bool {
+        matches!(self, Config::EagerHandoff | Config::PinwatchNoRescue)
+    }
+
+    /// Runs the stall workload.
+    pub fn in_stall(self) -> bool {
+        matches!(
+            self,
+            Config::Plain | Config::EagerHandoff | Config::Pinwatch | Config::PinwatchNoRescue
+        )
     }
 
     pub fn parse(s: &str) -> Option<Config> {
@@ -121,6 +146,7 @@ impl Config {
                 | Config::PinwatchConsole
                 | Config::PinwatchTrace
                 | Config::PinwatchTraceLayer
+                | Config::PinwatchNoRescue
         )
     }
 }
@@ -141,16 +167,21 @@ pub enum Workload {
     /// The first pin of a fresh process: how long until the tool reports it, and the memory
     /// that report added.
     FirstPin,
+    /// The http service under a light load while a task woken by a timer — run by the worker
+    /// that drove the timers and I/O — blocks that worker for [`STALL_PIN`]: the requests
+    /// answered meanwhile.
+    Stall,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Storm,
         Workload::Http,
         Workload::Mixed,
         Workload::Stuck,
         Workload::Idle,
         Workload::FirstPin,
+        Workload::Stall,
     ];
 
     pub fn name(self) -> &'static str {
@@ -161,6 +192,7 @@ impl Workload {
             Workload::Stuck => "stuck",
             Workload::Idle => "idle",
             Workload::FirstPin => "first-pin",
+            Workload::Stall => "stall",
         }
     }
 
@@ -192,6 +224,13 @@ pub const UNREPORTED_HOLD: Duration = Duration::from_millis(250);
 /// processes (the Prometheus scraper and the OTLP receiver of `pinwatch-all`): the idle sums
 /// leave them out.
 const OWN_THREAD_PREFIX: &str = "bench-";
+
+/// How long the stall workload's pin holds its worker.
+pub const STALL_PIN: Duration = Duration::from_secs(2);
+
+/// The stall workload's load: requests a second, each on a new connection, so few that the
+/// workers park between them (as a service's do most of the time).
+pub const STALL_RATE: u32 = 50;
 
 /// One request in this many pins its worker in the mixed workload.
 const PIN_EVERY: u64 = 500;
@@ -264,6 +303,18 @@ fn setup(config: Config, workload: Workload) -> Setup {
         Config::Hook1 => {
             tokio.on_before_task_poll(|_| {});
             (tokio.build().expect("runtime"), None)
+        }
+        Config::EagerHandoff => {
+            tokio.enable_eager_driver_handoff();
+            (tokio.build().expect("runtime"), None)
+        }
+        Config::PinwatchNoRescue => {
+            let (rt, d) = pinwatch::Builder::new()
+                .sink(sink)
+                .rescue(false)
+                .build(&mut tokio)
+                .expect("pinwatch");
+            (rt, Some(d))
         }
         Config::Pinwatch => {
             let mut b = pinwatch::Builder::new().sink(sink);
@@ -444,6 +495,7 @@ pub fn run(config: Config, workload: Workload, sizes: Sizes) -> serde_json::Valu
         Workload::Stuck => stuck(&s),
         Workload::Idle => idle(&s, sizes.idle),
         Workload::FirstPin => first_pin(&s, config.reports_stuck()),
+        Workload::Stall => stall(&s),
     };
     let monitored = s
         .spawner
@@ -651,6 +703,104 @@ async fn connection(
         due += period;
     }
     latencies
+}
+
+/// The http service under [`STALL_RATE`] requests a second; 500 ms in, a task sleeps 300 ms on
+/// the timer — the worker that drives the timers and I/O wakes it and runs it — and then blocks
+/// that worker for [`STALL_PIN`]. Counts the requests due while it blocks (but the last 100 ms)
+/// and those of them answered before it ended.
+fn stall(s: &Setup) -> serde_json::Value {
+    let addr = serve(s, false);
+    let sizes = Sizes {
+        tasks: 0,
+        http: Duration::from_millis(500)
+            + Duration::from_millis(300)
+            + STALL_PIN
+            + Duration::from_millis(500),
+        rate: STALL_RATE,
+        conns: 1,
+        idle: Duration::ZERO,
+    };
+    let (blocked_tx, blocked_rx) = std::sync::mpsc::channel::<Instant>();
+    let pinner = {
+        let _guard = s.rt.enter();
+        s.spawner.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            let _ = blocked_tx.send(Instant::now());
+            std::thread::sleep(STALL_PIN);
+        })
+    };
+    let requests = load_timed(addr, sizes);
+    let blocked_at = blocked_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the pin ran");
+    let _ = s.rt.block_on(pinner);
+    let end = blocked_at + STALL_PIN;
+    let during: Vec<&(Instant, Option<Instant>)> = requests
+        .iter()
+        .filter(|(due, _)| *due >= blocked_at && *due + Duration::from_millis(100) < end)
+        .collect();
+    let answered = during
+        .iter()
+        .filter(|(_, done)| done.is_some_and(|d| d < end))
+        .count();
+    json!({ "asked": during.len(), "answered": answered })
+}
+
+/// Requests at `sizes.rate` a second for `sizes.http`, each on a connection of its own (a stalled
+/// server must accept it too), each sent when due even while earlier ones wait: when each was
+/// due, and when its answer came (`None`: none within 10 s).
+fn load_timed(addr: SocketAddr, sizes: Sizes) -> Vec<(Instant, Option<Instant>)> {
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                client.block_on(async {
+                    let period = Duration::from_secs_f64(1.0 / f64::from(sizes.rate));
+                    let mut due = tokio::time::Instant::now() + Duration::from_millis(50);
+                    let end = due + sizes.http;
+                    let mut pending = Vec::new();
+                    while due < end {
+                        tokio::time::sleep_until(due).await;
+                        let at = due.into_std();
+                        pending.push(tokio::spawn(async move {
+                            let answer = tokio::time::timeout(Duration::from_secs(10), get(addr));
+                            (at, answer.await.ok().flatten().map(|()| Instant::now()))
+                        }));
+                        due += period;
+                    }
+                    let mut all = Vec::new();
+                    for p in pending {
+                        all.push(p.await.expect("client request"));
+                    }
+                    all
+                })
+            })
+            .join()
+            .expect("client thread")
+    })
+}
+
+/// `GET /` on a new connection to `addr`; `None` if it failed.
+async fn get(addr: SocketAddr) -> Option<()> {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .ok()?;
+    tokio::spawn(conn);
+    let req = hyper::Request::get("/")
+        .header(hyper::header::HOST, "bench")
+        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+        .ok()?;
+    let resp = sender.send_request(req).await.ok()?;
+    resp.into_body().collect().await.ok()?;
+    Some(())
 }
 
 /// Blocks a worker until the tool reports it, twice: the first report of a process loads the

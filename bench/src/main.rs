@@ -17,7 +17,7 @@
 //!
 //! Options: `--rounds N` (15), `--tasks N` (200000), `--http-secs S` (2), `--rate N` (4000
 //! requests/s), `--conns N` (16), `--idle-secs S` (10: the idle window), `--configs a,b,…`,
-//! `--workloads a,b,…` (storm, http, mixed, stuck, idle, first-pin), `--debug-exe PATH`,
+//! `--workloads a,b,…` (storm, http, mixed, stuck, idle, first-pin, stall), `--debug-exe PATH`,
 //! `--no-debug`, `--quick` (3 rounds, small sizes, a 2 s idle window: a smoke run).
 
 mod child;
@@ -176,6 +176,8 @@ fn main() {
                 .copied()
                 .filter(|c| workload != Workload::Stuck || c.reports_stuck())
                 .filter(|c| workload == Workload::Http || !c.http_only())
+                .filter(|c| matches!(workload, Workload::Http | Workload::Stall) || !c.stall_pair())
+                .filter(|c| workload != Workload::Stall || c.in_stall())
                 .map(|c| (c, false))
                 .collect();
             if workload == Workload::FirstPin && debug_build.is_some() {
@@ -420,6 +422,47 @@ fn print_table(results: &[serde_json::Value], args: &Args) {
         }
         print_idle_table(results, args);
     }
+    if args.workloads.contains(&Workload::Stall) {
+        println!();
+        print_stall_table(results, args);
+    }
+}
+
+/// The stall workload: the requests answered while a driver-woken task blocked its worker.
+fn print_stall_table(results: &[serde_json::Value], args: &Args) {
+    println!("| configuration | requests answered during the pin (each round) | all rounds | http CPU µs/request |");
+    println!("|---|---|---|---|");
+    for &c in args.configs.iter().filter(|c| c.in_stall()) {
+        let asked = field(results, Workload::Stall, c, "asked");
+        let answered = field(results, Workload::Stall, c, "answered");
+        if asked.is_empty() {
+            continue;
+        }
+        let rounds: Vec<String> = asked
+            .iter()
+            .map(|(r, a)| format!("{:.0}/{a:.0}", answered.get(r).copied().unwrap_or(0.0)))
+            .collect();
+        let (sum_answered, sum_asked): (f64, f64) = (answered.values().sum(), asked.values().sum());
+        let cpu = median(
+            field(results, Workload::Http, c, "cpu_us_per_req")
+                .into_values()
+                .collect(),
+        )
+        .map_or("–".into(), |v| format!("{v:.1}"));
+        println!(
+            "| {} | {} | {:.0} of {:.0} ({:.0} %) | {cpu} |",
+            c.label(),
+            rounds.join(", "),
+            sum_answered,
+            sum_asked,
+            100.0 * sum_answered / sum_asked.max(1.0)
+        );
+    }
+    println!(
+        "\nstall: the http service on 2 workers, {} requests a second each on a new connection; a task woken by a timer (run by the worker that drove the timers and I/O) blocks that worker for {:?}; answered = due while it blocks (but its last 100 ms) and answered before it ends. CPU per request from the http workload (when run).",
+        child::STALL_RATE,
+        child::STALL_PIN
+    );
 }
 
 fn print_main_table(results: &[serde_json::Value], args: &Args) {

@@ -170,15 +170,27 @@ impl Builder {
     }
 
     /// pinwatch's heartbeat on the watched runtime (`PINWATCH_HEARTBEAT`, default
-    /// [`DEFAULT_HEARTBEAT`](crate::config::DEFAULT_HEARTBEAT); `None`: off): while a pin
-    /// runs, a task that sleeps this long in a loop, whose lateness tells a pin that stalls the
-    /// whole runtime's timers and I/O (`runtime_stalled`) from one that holds only its worker.
+    /// [`DEFAULT_HEARTBEAT`](crate::config::DEFAULT_HEARTBEAT); `None`: off), where pinwatch
+    /// cannot see who drives the runtime's timers and I/O (a current-thread runtime, one
+    /// without I/O; see [`rescue`](Self::rescue)): while a pin runs, a task that sleeps this
+    /// long in a loop, whose lateness tells a pin that stalls the whole runtime's timers and
+    /// I/O (`runtime_stalled`) from one that holds only its worker.
     /// It starts when a poll is flagged as pinned and ends when no pin runs: an idle runtime is
     /// never woken by it. It needs tokio's
     /// time driver: [`build`](Self::build) turns it on (`enable_time`); with
     /// [`prepare`](Self::prepare), build your runtime with `enable_time` or `enable_all`.
     pub fn heartbeat(mut self, every: Option<Duration>) -> Self {
         self.config.heartbeat = every;
+        self
+    }
+
+    /// When a pin leaves a multi-thread runtime's I/O and timer drivers undriven — no worker
+    /// waits on them and the free ones sleep on their condvars, so no timer fires and no socket
+    /// is read anywhere — wake a parked worker so that it takes them over (`PINWATCH_RESCUE`,
+    /// default on). Every event of such a pin says so ([`PinnedEvent::drivers`](crate::PinnedEvent::drivers)). Off, the stall is only
+    /// reported, and lasts as long as the pin. See docs/blast-radius.md.
+    pub fn rescue(mut self, on: bool) -> Self {
+        self.config.rescue = on;
         self
     }
 
@@ -321,6 +333,8 @@ impl Builder {
                 sinks,
                 recorder,
                 flight,
+                // Before the runtime is built: the ones it makes are its I/O driver's.
+                epoll_before: crate::watch::probe::epoll_fds(),
             },
         ))
     }

@@ -238,11 +238,20 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_HEARTBEAT",
         default: "50ms",
-        doc:
-            "while a pin runs, a task of pinwatch's sleeps this long in a loop on the runtime (it \
-              starts when a poll is flagged, and stops when none runs); when it is late past \
-              the threshold (and 100 ms), the pin stalled the whole runtime \
-              (`runtime_stalled`); at least `1ms`; `off`: no heartbeat",
+        doc: "where pinwatch cannot see who drives the runtime's timers and I/O (a \
+              current-thread runtime, one without I/O): while a pin runs, a task of pinwatch's \
+              sleeps this long in a loop on the runtime (it starts when a poll is flagged, and \
+              stops when none runs); when it is late past the threshold (and 100 ms), the pin \
+              stalled the whole runtime (`runtime_stalled`); at least `1ms`; `off`: no \
+              heartbeat",
+    },
+    EnvVar {
+        name: "PINWATCH_RESCUE",
+        default: "on",
+        doc: "when a pin leaves a multi-thread runtime's I/O and timer drivers undriven (no \
+              worker waits on them, the others asleep), wake a parked worker so that it takes \
+              them over — every time, reported in the pin's events (`drivers`); `off`: only \
+              report the stall, which then lasts as long as the pin",
     },
     EnvVar {
         name: "PINWATCH_STACKS",
@@ -355,8 +364,11 @@ pub struct Config {
     pub dump_on_exit: Option<PathBuf>,
     /// See [`Control`].
     pub control: Control,
-    /// See [`DEFAULT_HEARTBEAT`]; `None`: no heartbeat, no stall detection.
+    /// See [`DEFAULT_HEARTBEAT`]; `None`: no heartbeat (a runtime whose drivers cannot be
+    /// seen gets no stall detection then).
     pub heartbeat: Option<Duration>,
+    /// Wake a parked worker when a pin leaves the runtime's drivers undriven (`PINWATCH_RESCUE`).
+    pub rescue: bool,
     /// See [`Stacks`].
     pub stacks: Stacks,
     /// See [`DEFAULT_SAMPLE_INTERVAL`].
@@ -403,6 +415,7 @@ impl Default for Config {
             dump_on_exit: None,
             control: Control::On,
             heartbeat: Some(DEFAULT_HEARTBEAT),
+            rescue: true,
             stacks: Stacks::default(),
             sample_interval: DEFAULT_SAMPLE_INTERVAL,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
@@ -510,6 +523,9 @@ impl Config {
                     .map(Some)
                     .map_err(|e| format!("{e}, or `off`")),
             })?;
+        }
+        if let Some(v) = read("PINWATCH_RESCUE")? {
+            self.rescue = parse_switch("PINWATCH_RESCUE", &v)?;
         }
         if let Some(v) = read("PINWATCH_STACKS")? {
             self.stacks = env("PINWATCH_STACKS", &v, Stacks::spelled)?;

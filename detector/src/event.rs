@@ -247,6 +247,8 @@ impl PinnedEvent {
             cpu_wait: Duration::ZERO,
             runtime_stalled: false,
             heartbeat_late: None,
+            drivers: None,
+            runtime_advice: None,
             tasks_queued_behind: None,
             spans: Vec::new(),
             trace_id: None,
@@ -412,6 +414,16 @@ pub struct PinnedEvent {
         skip_serializing_if = "Option::is_none"
     )]
     pub heartbeat_late: Option<Duration>,
+    /// Nobody drove the runtime's I/O and timer drivers while this pin ran (no worker waited
+    /// on them, every other one asleep on its condvar or pinned), seen from the workers'
+    /// states: how long, and who took them over. Present from the first report on which the
+    /// watchdog saw it; `runtime_stalled` is then true. See docs/blast-radius.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drivers: Option<Drivers>,
+    /// What to change in the runtime, beside `advice` (the line's): for a pin that stalled the
+    /// runtime, or one on a current-thread runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_advice: Option<String>,
     /// Tasks in the pinned worker's local run queue at the last `in_progress` report (tokio's
     /// `worker_local_queue_depth`): another worker runs them only if it wakes to steal them,
     /// and when the runtime is stalled none does.
@@ -429,6 +441,31 @@ pub struct PinnedEvent {
     /// The OpenTelemetry span id (16 hex digits) of that span.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span_id: Option<String>,
+}
+
+/// The runtime's I/O and timer drivers during a pin that left them undriven
+/// ([`PinnedEvent::drivers`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Drivers {
+    /// How long nobody drove them while the pin ran, so far: from the pin's start (or the last
+    /// look that found them driven) to the look that found a worker on them again.
+    #[serde(rename = "undriven_ms", with = "millis")]
+    pub undriven: Duration,
+    /// The worker that took them over, when one did and the watchdog knows which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_over_by: Option<usize>,
+    /// How long after the pin began a worker took them over, when one did.
+    #[serde(
+        rename = "taken_over_after_ms",
+        with = "opt_millis",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub taken_over_after: Option<Duration>,
+    /// pinwatch woke a parked worker so that it takes them over (`PINWATCH_RESCUE`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub woke_worker: bool,
 }
 
 /// One `tracing` span a pinned poll was in.
@@ -664,13 +701,65 @@ impl PinnedEvent {
         if let Some(n) = self.tasks_queued_behind.filter(|n| *n > 0) {
             s.push_str(&format!(" tasks_queued_behind={n}"));
         }
-        if self.runtime_stalled {
-            s.push_str(&format!(
-                " — timers of the whole runtime stalled for {:.1} s",
-                self.heartbeat_late.unwrap_or_default().as_secs_f64()
-            ));
+        if let Some(stall) = self.stall_description() {
+            s.push_str(" — ");
+            s.push_str(&stall);
         }
         s
+    }
+
+    /// What this pin did to the whole runtime, in one sentence, when it stalled it
+    /// (`runtime_stalled`): for how long nobody drove its timers and I/O and who took them
+    /// over (`drivers`), or how late the heartbeat was. What every view shows of it.
+    pub fn stall_description(&self) -> Option<String> {
+        if !self.runtime_stalled {
+            return None;
+        }
+        let Some(d) = &self.drivers else {
+            return Some(format!(
+                "timers of the whole runtime stalled for {:.1} s",
+                self.heartbeat_late.unwrap_or_default().as_secs_f64()
+            ));
+        };
+        let shown = |t: Duration| {
+            if t < Duration::from_secs(1) {
+                format!("{:.1} ms", t.as_secs_f64() * 1e3)
+            } else {
+                format!("{:.1} s", t.as_secs_f64())
+            }
+        };
+        let undriven = shown(d.undriven);
+        Some(match d.taken_over_after {
+            Some(after) => format!(
+                "timers and I/O of the whole runtime stalled for {undriven}: nobody drove them \
+                 until {} took them over, {} after the pin began{}",
+                d.taken_over_by
+                    .map_or_else(|| "a worker".to_owned(), |w| format!("worker {w}")),
+                shown(after),
+                if d.woke_worker {
+                    " (woken by pinwatch)"
+                } else {
+                    ""
+                }
+            ),
+            None if self.state != State::InProgress => format!(
+                "timers and I/O of the whole runtime stalled for {undriven}: nobody drove them \
+                 while it ran{}",
+                if d.woke_worker {
+                    " (pinwatch woke a worker to take them over, in vain)"
+                } else {
+                    ""
+                }
+            ),
+            None if d.woke_worker => format!(
+                "timers and I/O of the whole runtime stalled for {undriven} so far: nobody \
+                 drives them (pinwatch woke a worker to take them over)"
+            ),
+            None => format!(
+                "timers and I/O of the whole runtime stalled for {undriven} so far: nobody \
+                 drives them"
+            ),
+        })
     }
 }
 
@@ -945,6 +1034,8 @@ mod tests {
             cpu_wait: Duration::from_micros(1_500),
             runtime_stalled: false,
             heartbeat_late: None,
+            drivers: None,
+            runtime_advice: None,
             tasks_queued_behind: None,
             spans: Vec::new(),
             trace_id: None,

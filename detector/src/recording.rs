@@ -382,13 +382,11 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         if let Some(advice) = &e.advice {
             let _ = writeln!(out, "  advice = \"{}\"", Escaped(advice));
         }
-        if e.runtime_stalled {
-            let _ = writeln!(
-                out,
-                "  runtimeStalled = true (the whole runtime's timers and I/O stopped: heartbeat \
-                 {} late)",
-                ms(e.heartbeat_late.unwrap_or_default())
-            );
+        if let Some(stall) = e.stall_description() {
+            let _ = writeln!(out, "  runtimeStalled = true ({stall})");
+        }
+        if let Some(advice) = &e.runtime_advice {
+            let _ = writeln!(out, "  runtimeAdvice = \"{}\"", Escaped(advice));
         }
         if let Some(n) = e.tasks_queued_behind {
             let _ = writeln!(out, "  tasksQueuedBehind = {n}");

@@ -1,7 +1,9 @@
 //! The blast radius of a pin: a task woken by a timer that then blocks its worker stops the
 //! whole multi-thread runtime's timers and I/O (the worker that was parked on the driver ran it;
-//! the other worker sleeps on its condvar), and pinwatch says so with `runtime_stalled`; a pin
-//! that leaves the timers running does not get it, not even on a machine whose CPUs are busy.
+//! the other worker sleeps on its condvar). pinwatch sees it from the workers' states, says so
+//! with `runtime_stalled` from the first report, and wakes the free worker, which takes the
+//! drivers over; a pin that leaves the timers running does not get it, not even on a machine
+//! whose CPUs are busy. Each test starts from the runtime state it needs.
 // The gauges are read through the Prometheus collector.
 #![cfg(feature = "prometheus")]
 
@@ -105,89 +107,217 @@ fn held_lock() -> (Arc<Mutex<()>>, mpsc::Sender<()>) {
     (lock, release_tx)
 }
 
-/// Whether the tickers stand still for 400 ms.
-fn frozen(ticks: &AtomicU64) -> bool {
-    let before = ticks.load(Ordering::Relaxed);
-    std::thread::sleep(Duration::from_millis(400));
-    ticks.load(Ordering::Relaxed) == before
+/// The threads of a runtime whose workers are named `name`.
+fn worker_tids(name: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect()
 }
 
-#[test]
-fn a_timer_woken_pin_stalls_the_whole_runtime_and_is_reported_so() {
-    let svc = service();
-    // Whether the worker that ran the driver takes the task depends on where the other worker
-    // is at that moment; on a loaded machine it is sometimes awake and takes the driver over.
-    // Try until the runtime really stalls (it does in most tries).
-    for attempt in 1..=10 {
-        let (lock, release) = held_lock();
-        let (blocking_tx, blocking_rx) = mpsc::channel();
-        svc.rt.spawn(async move {
-            tokio::time::sleep(Duration::from_millis(1)).await; // woken by the timer…
-            blocking_tx.send(Instant::now()).unwrap();
-            drop(lock.lock().unwrap()); // …then blocks the worker that ran the driver
-        });
-        let blocked_at = blocking_rx.recv_timeout(LONG).unwrap();
-        if !frozen(&svc.ticks) {
-            println!("attempt {attempt}: the other worker took the driver; again");
-            release.send(()).unwrap();
-            next(&svc.events, "the pin's completion", |e| {
-                e.state == State::Completed
-            });
-            continue;
-        }
-        let stalled = next(&svc.events, "a runtime_stalled report", |e| {
-            e.runtime_stalled
-        });
-        let latency = stalled.start + stalled.duration;
-        println!(
-            "attempt {attempt}: runtime_stalled reported {:?} after the worker blocked",
-            latency
-                .duration_since(std::time::SystemTime::now() - blocked_at.elapsed())
-                .unwrap_or_default()
-        );
-        assert_eq!(stalled.state, State::InProgress);
-        assert_eq!(
-            stalled.reason,
-            Some(pinwatch::Reason::LockWait),
-            "{stalled:?}"
-        );
-        let late = stalled.heartbeat_late.expect("heartbeat_late");
-        assert!(late > stalled.threshold, "{late:?}");
-        assert!(stalled.tasks_queued_behind.is_some(), "{stalled:?}");
-        assert!(stalled
-            .headline()
-            .contains("timers of the whole runtime stalled for"));
-        assert_eq!(gauge(&svc.registry, "pinwatch_runtime_stalled"), 1.0);
+/// The system call thread `tid` waits in: its number, or -1 when in none.
+fn syscall_of(tid: i32) -> i64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(-1)
+}
 
-        release.send(()).unwrap();
-        let done = next(&svc.events, "the pin's completion", |e| {
-            e.id == stalled.id && e.state == State::Completed
-        });
-        assert!(done.runtime_stalled);
-        assert!(done.heartbeat_late.unwrap() >= late);
-        // The timers run again, and the stall is over.
-        let before = svc.ticks.load(Ordering::Relaxed);
-        while svc.ticks.load(Ordering::Relaxed) < before + 4 {
-            std::thread::sleep(Duration::from_millis(20));
+/// Waits, bounded, until the runtime whose `workers` workers are named `name` is idle the way
+/// tokio parks it: one worker waiting on the drivers (`epoll_wait`), every other asleep on its
+/// condvar (`futex`). The state a test starts from; not a retry of what it tests.
+fn settle(name: &str, workers: usize) {
+    let deadline = Instant::now() + LONG;
+    loop {
+        let tids = worker_tids(name);
+        let calls: Vec<i64> = tids.iter().map(|t| syscall_of(*t)).collect();
+        let epoll = calls
+            .iter()
+            .filter(|n| [libc::SYS_epoll_wait, libc::SYS_epoll_pwait].contains(n))
+            .count();
+        let futex = calls.iter().filter(|n| **n == libc::SYS_futex).count();
+        if tids.len() == workers && epoll == 1 && futex == workers - 1 {
+            return;
         }
-        assert_eq!(gauge(&svc.registry, "pinwatch_runtime_stalled"), 0.0);
-        assert!(gauge(&svc.registry, "pinwatch_runtime_stall_seconds_total") > 0.2);
-        let stats = svc.detector.stats();
         assert!(
-            stats.runtime_stalled_time > Duration::from_millis(200),
-            "{stats:?}"
+            Instant::now() < deadline,
+            "the runtime never settled: workers {tids:?} in system calls {calls:?}"
         );
-        drop(svc.rt);
-        return;
+        std::thread::sleep(Duration::from_millis(2));
     }
-    panic!("the runtime never stalled in 10 tries");
 }
 
-/// The same blocking call in a task spawned by a task — not woken by a timer: the runtime's
-/// timers keep running on the other worker, and the pin is reported without a stall. On a
-/// machine whose CPUs are both busy with other threads too.
+/// What happened to the runtime during a timer-woken pin.
+struct TimerWokenPin {
+    /// How late a timer armed before the pin fired.
+    observer_late: Duration,
+    events: Vec<PinnedEvent>,
+    stats: pinwatch::Stats,
+}
+
+/// Two idle workers, one on the drivers and one asleep on its condvar. A task whose timer fires
+/// after 1 s — run by the worker that drives the timers, the other still asleep — then blocks
+/// that worker for 2 s. An observer task's timer, due 1.5 s from the start, tells whether
+/// anything drove the timers during the pin. `pinwatch`: the detector's builder, or `None`
+/// for plain tokio.
+fn timer_woken_pin(name: &str, pinwatch: Option<pinwatch::Builder>) -> TimerWokenPin {
+    let (tx, events) = mpsc::channel();
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2).thread_name(name).enable_all();
+    let builder = pinwatch.unwrap_or_else(|| pinwatch::Builder::new().enabled(false));
+    let (rt, detector) = builder
+        .tracing(false)
+        .control(Control::Off)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(&mut tokio)
+        .unwrap();
+    // Every worker has run a task and parked once.
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(async {})).collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    settle(name, 2);
+    let start = Instant::now();
+    let (fired_tx, fired_rx) = mpsc::channel();
+    let due = tokio::time::Instant::from_std(start + Duration::from_millis(1500));
+    rt.spawn(async move {
+        tokio::time::sleep_until(due).await;
+        fired_tx.send(Instant::now()).unwrap();
+    });
+    settle(name, 2);
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    rt.spawn(async move {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(
+            start + Duration::from_secs(1),
+        ))
+        .await;
+        blocked_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+    });
+    settle(name, 2);
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "the runtime took {:?} to settle: the pin's timer may have fired before",
+        start.elapsed()
+    );
+    blocked_rx.recv_timeout(LONG).unwrap();
+    let fired = fired_rx.recv_timeout(LONG).unwrap();
+    drop(rt);
+    let stats = detector.shutdown();
+    TimerWokenPin {
+        observer_late: fired.saturating_duration_since(start + Duration::from_millis(1500)),
+        events: events.try_iter().collect(),
+        stats,
+    }
+}
+
+/// Plain tokio: nothing drives the timers while the worker that drove them is pinned, though
+/// the other worker is free — the observer fires only after the pin. pinwatch at its defaults
+/// sees that nobody drives them at the pin's first report, wakes the free worker, which takes
+/// them over: the observer fires on time, and every event of the pin says what happened.
 #[test]
-fn a_pin_that_leaves_the_timers_running_is_no_stall_even_on_a_busy_machine() {
+fn a_timer_woken_pin_stalls_plain_tokio_and_pinwatch_hands_the_drivers_over() {
+    let plain = timer_woken_pin("pw-tw-plain", None);
+    let rescued = timer_woken_pin("pw-tw-rescue", Some(pinwatch::Builder::new()));
+    println!(
+        "the observer's timer was late by {:?} with plain tokio, {:?} with pinwatch",
+        plain.observer_late, rescued.observer_late
+    );
+    assert!(
+        plain.observer_late >= Duration::from_secs(1),
+        "plain tokio's timers ran during the pin (the observer was {:?} late)",
+        plain.observer_late
+    );
+    assert!(
+        rescued.observer_late < Duration::from_millis(500),
+        "the timers stood still with pinwatch (the observer was {:?} late)",
+        rescued.observer_late
+    );
+    let first = rescued
+        .events
+        .iter()
+        .find(|e| e.report == 1)
+        .expect("the pin's first report");
+    assert!(first.runtime_stalled, "{first:?}");
+    let d = first.drivers.as_ref().expect("drivers on the first report");
+    assert!(d.woke_worker, "{d:?}");
+    let done = rescued
+        .events
+        .iter()
+        .find(|e| e.id == first.id && e.state == State::Completed)
+        .expect("the pin's completion");
+    assert!(done.runtime_stalled && done.duration >= Duration::from_secs(2));
+    let d = done.drivers.as_ref().expect("drivers on the completion");
+    let after = d.taken_over_after.expect("taken over");
+    assert!(after < Duration::from_millis(500), "{d:?}");
+    assert_eq!(d.undriven, after, "{d:?}");
+    assert_ne!(d.taken_over_by, done.worker.index, "{d:?}");
+    assert!(d.taken_over_by.is_some() && d.woke_worker, "{d:?}");
+    assert!(
+        done.runtime_advice
+            .as_deref()
+            .is_some_and(|a| a.contains("enable_eager_driver_handoff")),
+        "{done:?}"
+    );
+    assert!(
+        done.headline().contains("took them over"),
+        "{}",
+        done.headline()
+    );
+    assert!(rescued.stats.driver_rescues >= 1 && rescued.stats.driver_handovers >= 1);
+    assert!(rescued.stats.runtime_stalled_time < Duration::from_millis(500));
+}
+
+/// `PINWATCH_RESCUE=off`: the stall goes on for as long as the pin, and is reported so from
+/// the first report, growing with each one; nobody takes the drivers over.
+#[test]
+fn with_the_rescue_off_the_stall_lasts_the_pin_and_is_reported_as_it_lasts() {
+    let observed = timer_woken_pin(
+        "pw-tw-norescue",
+        Some(pinwatch::Builder::new().rescue(false)),
+    );
+    assert!(
+        observed.observer_late >= Duration::from_secs(1),
+        "the timers ran during the pin (the observer was {:?} late): something woke a worker",
+        observed.observer_late
+    );
+    let first = observed
+        .events
+        .iter()
+        .find(|e| e.report == 1)
+        .expect("the pin's first report");
+    assert!(
+        first.runtime_stalled && first.drivers.is_some(),
+        "{first:?}"
+    );
+    let done = observed
+        .events
+        .iter()
+        .find(|e| e.id == first.id && e.state == State::Completed)
+        .expect("the pin's completion");
+    let d = done.drivers.as_ref().expect("drivers on the completion");
+    assert!(d.undriven >= Duration::from_millis(1500), "{d:?}");
+    assert_eq!(
+        (d.taken_over_by, d.taken_over_after, d.woke_worker),
+        (None, None, false)
+    );
+    assert_eq!(observed.stats.driver_rescues, 0);
+    assert!(observed.stats.runtime_stalled_time >= Duration::from_millis(1500));
+}
+
+/// A worker kept busy by a task that yields polls the drivers between its polls: a pin on the
+/// other worker leaves the timers running, and is no stall — on a machine whose CPUs are busy
+/// too.
+#[test]
+fn a_pin_while_another_worker_runs_tasks_is_no_stall_even_on_a_busy_machine() {
     let svc = service();
     let stop = Arc::new(AtomicBool::new(false));
     let hogs: Vec<_> = (0..2)
@@ -201,43 +331,49 @@ fn a_pin_that_leaves_the_timers_running_is_no_stall_even_on_a_busy_machine() {
             })
         })
         .collect();
-    // Rarely, on a loaded machine, the scheduler leaves the driver with the blocked worker
-    // anyway; then the runtime is stalled and must be reported so. Try until the timers run.
-    let mut checked = false;
-    for attempt in 1..=10 {
-        let (lock, release) = held_lock();
-        let (blocking_tx, blocking_rx) = mpsc::channel();
+    let yielding = Arc::new(AtomicBool::new(true));
+    let (running_tx, running_rx) = mpsc::channel();
+    {
+        let yielding = Arc::clone(&yielding);
         svc.rt.spawn(async move {
-            tokio::spawn(async move {
-                blocking_tx.send(()).unwrap();
-                drop(lock.lock().unwrap()); // blocks its worker; the driver is elsewhere
-            })
-            .await
-            .unwrap();
+            running_tx.send(()).unwrap();
+            while yielding.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
+            }
         });
-        blocking_rx.recv_timeout(LONG).unwrap();
-        let pin = next(&svc.events, "the pin's first report", |e| e.report == 1);
-        let stood_still = frozen(&svc.ticks);
-        release.send(()).unwrap();
-        let done = next(&svc.events, "the pin's completion", |e| {
-            e.id == pin.id && e.state == State::Completed
-        });
-        if stood_still {
-            println!("attempt {attempt}: the timers stood still after all; again");
-            assert!(done.runtime_stalled, "a stall not reported: {done:?}");
-            continue;
-        }
-        assert!(done.duration >= Duration::from_millis(400), "{done:?}");
-        assert!(!pin.runtime_stalled && !done.runtime_stalled, "{done:?}");
-        assert_eq!(done.heartbeat_late, None);
-        checked = true;
-        break;
     }
+    running_rx.recv_timeout(LONG).unwrap();
+    let (lock, release) = held_lock();
+    let (blocking_tx, blocking_rx) = mpsc::channel();
+    svc.rt.spawn(async move {
+        blocking_tx.send(()).unwrap();
+        drop(lock.lock().unwrap()); // blocks its worker; the other keeps running tasks
+    });
+    blocking_rx.recv_timeout(LONG).unwrap();
+    let pin = next(&svc.events, "the pin's first report", |e| e.report == 1);
+    let ticks = svc.ticks.load(Ordering::Relaxed);
+    let ticked = Instant::now();
+    while svc.ticks.load(Ordering::Relaxed) < ticks + 4 {
+        assert!(
+            ticked.elapsed() < LONG,
+            "the timers stood still during the pin"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    release.send(()).unwrap();
+    let done = next(&svc.events, "the pin's completion", |e| {
+        e.id == pin.id && e.state == State::Completed
+    });
+    yielding.store(false, Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     for h in hogs {
         h.join().unwrap();
     }
-    assert!(checked, "the timers never ran on in 10 tries");
+    assert!(!pin.runtime_stalled && !done.runtime_stalled, "{done:?}");
+    assert!(
+        done.drivers.is_none() && done.heartbeat_late.is_none(),
+        "{done:?}"
+    );
     drop(svc.rt);
 }
 
@@ -406,4 +542,140 @@ fn a_blocked_block_on_body_is_not_counted_among_the_pinned_workers() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// How an echo server on the runtime fared while a task spun.
+struct SpinningRead {
+    /// Round trips answered while it spun, of `asked`.
+    answered: usize,
+    asked: usize,
+    events: Vec<PinnedEvent>,
+}
+
+/// The shape of oxidecomputer/omicron#9619: a task woken by the I/O driver — its peer closed
+/// the connection — then spins on a read that returns at once (`Ok(0)` from a buffer, as a
+/// TLS layer's does: no system call, nothing that yields), on the worker that drove the I/O.
+/// An echo server on the same two-worker runtime is asked for a round trip every 100 ms,
+/// ten times, by a client outside it.
+fn spinning_read(name: &str, pinwatch: Option<pinwatch::Builder>) -> SpinningRead {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tx, events) = mpsc::channel();
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2).thread_name(name).enable_all();
+    let builder = pinwatch.unwrap_or_else(|| pinwatch::Builder::new().enabled(false));
+    let (rt, detector) = builder
+        .tracing(false)
+        .control(Control::Off)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(&mut tokio)
+        .unwrap();
+    let (echo, peer) = rt.block_on(async {
+        let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        (echo, peer)
+    });
+    let echo_addr = echo.local_addr().unwrap();
+    let peer_addr = peer.local_addr().unwrap();
+    rt.spawn(async move {
+        loop {
+            let (mut c, _) = echo.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 16];
+                while let Ok(n) = c.read(&mut buf).await {
+                    if n == 0 || c.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let (spinning_tx, spinning_rx) = mpsc::channel();
+    {
+        let stop = Arc::clone(&stop);
+        rt.spawn(async move {
+            let (mut conn, _) = peer.accept().await.unwrap();
+            let mut buf = [0u8; 16];
+            // Woken by the I/O driver when the peer closes.
+            assert_eq!(conn.read(&mut buf).await.unwrap(), 0);
+            spinning_tx.send(()).unwrap();
+            let mut at_eof: &[u8] = &[];
+            while !stop.load(Ordering::Relaxed) {
+                // Ready at once, every time: the loop never yields.
+                let n = at_eof.read(&mut buf).await.unwrap();
+                assert_eq!(n, 0);
+            }
+        });
+    }
+    let closing = std::net::TcpStream::connect(peer_addr).unwrap();
+    settle(name, 2);
+    drop(closing);
+    spinning_rx.recv_timeout(LONG).unwrap();
+    let asked = 10;
+    let mut answered = 0;
+    for _ in 0..asked {
+        let started = Instant::now();
+        let round_trip = || -> std::io::Result<()> {
+            use std::io::{Read, Write};
+            let mut c =
+                std::net::TcpStream::connect_timeout(&echo_addr, Duration::from_millis(100))?;
+            c.set_read_timeout(Some(Duration::from_millis(100)))?;
+            c.write_all(b"ping")?;
+            let mut back = [0u8; 4];
+            c.read_exact(&mut back)?;
+            Ok(())
+        };
+        if round_trip().is_ok() {
+            answered += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100).saturating_sub(started.elapsed()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    drop(rt);
+    drop(detector);
+    SpinningRead {
+        answered,
+        asked,
+        events: events.try_iter().collect(),
+    }
+}
+
+/// A loop that never returns, woken by the I/O driver, wedges plain tokio — its echo server
+/// answers nobody — and pinwatch keeps the server answering by handing the drivers over, and
+/// names the loop while it spins.
+#[test]
+fn a_spinning_read_loop_wedges_plain_tokio_and_pinwatch_keeps_the_server_answering() {
+    let plain = spinning_read("pw-spin-plain", None);
+    let rescued = spinning_read("pw-spin-rescue", Some(pinwatch::Builder::new()));
+    println!(
+        "answered during the spin: plain tokio {} of {}, pinwatch {} of {}",
+        plain.answered, plain.asked, rescued.answered, rescued.asked
+    );
+    assert!(
+        plain.answered <= 1,
+        "plain tokio answered {} of {} during the spin",
+        plain.answered,
+        plain.asked
+    );
+    assert!(
+        rescued.answered >= rescued.asked - 2,
+        "pinwatch's runtime answered {} of {} during the spin",
+        rescued.answered,
+        rescued.asked
+    );
+    let spin = rescued
+        .events
+        .iter()
+        .find(|e| e.report == 1)
+        .expect("the spin's first report");
+    assert!(spin.runtime_stalled && spin.drivers.is_some(), "{spin:?}");
+    assert!(
+        rescued.events.iter().any(|e| e.id == spin.id
+            && e.drivers
+                .as_ref()
+                .is_some_and(|d| d.taken_over_by.is_some())),
+        "no report of the spin says who took the drivers over"
+    );
 }

@@ -120,9 +120,20 @@ impl Outcome {
         if stalled.is_empty() {
             return "-".into();
         }
+        let handed: Vec<Duration> = stalled
+            .iter()
+            .filter_map(|e| e.drivers.as_ref()?.taken_over_after)
+            .collect();
+        if let Some(after) = handed.iter().max() {
+            return format!(
+                "{} (handed over after {:.0} ms)",
+                stalled.len(),
+                after.as_secs_f64() * 1e3
+            );
+        }
         let late = stalled
             .iter()
-            .filter_map(|e| e.heartbeat_late)
+            .filter_map(|e| e.drivers.as_ref().map(|d| d.undriven).or(e.heartbeat_late))
             .max()
             .unwrap_or_default();
         format!("{} ({:.1} s)", stalled.len(), late.as_secs_f64())

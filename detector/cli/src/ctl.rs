@@ -831,6 +831,17 @@ fn render(st: &Status) -> String {
             let _ = writeln!(w, "  {l}");
         }
     }
+    for p in &st.pinned {
+        let who = p
+            .worker
+            .map_or_else(|| "block_on".to_owned(), |i| format!("worker {i}"));
+        if let Some(stall) = &p.stall {
+            let _ = writeln!(w, "  {who}: {stall}");
+        }
+        if let Some(advice) = &p.runtime_advice {
+            let _ = writeln!(w, "  {who}, the runtime: {advice}");
+        }
+    }
     advice_lines(
         w,
         st.pinned

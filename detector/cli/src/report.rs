@@ -130,9 +130,16 @@ pub struct PinView {
     pub held_locks: Vec<String>,
     /// Stack, innermost first (cut at [`DETAIL_FRAMES`]), or why there is none.
     pub stack: Vec<String>,
-    /// The whole runtime stalled while it ran: how late the heartbeat was, in ms.
+    /// The whole runtime stalled while it ran: for how long (nobody drove its drivers, or the
+    /// heartbeat was late), in ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime_stalled_ms: Option<f64>,
+    /// What the pin did to the whole runtime ([`PinnedEvent::stall_description`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall: Option<String>,
+    /// What to change in the runtime ([`PinnedEvent::runtime_advice`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_advice: Option<String>,
     /// Tasks queued behind it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks_queued_behind: Option<usize>,
@@ -380,9 +387,17 @@ fn view(e: &PinnedEvent) -> PinView {
                 .as_ref()
                 .map_or_else(|| pinwatch::recording::no_top_frame(e), |f| f.to_string()),
         ),
-        runtime_stalled_ms: e
-            .runtime_stalled
-            .then(|| round1(e.heartbeat_late.unwrap_or_default().as_secs_f64() * 1e3)),
+        runtime_stalled_ms: e.runtime_stalled.then(|| {
+            round1(
+                e.drivers
+                    .as_ref()
+                    .map_or(e.heartbeat_late.unwrap_or_default(), |d| d.undriven)
+                    .as_secs_f64()
+                    * 1e3,
+            )
+        }),
+        stall: e.stall_description(),
+        runtime_advice: e.runtime_advice.clone(),
         tasks_queued_behind: e.tasks_queued_behind,
         spans: e.spans.iter().map(|s| s.display()).collect(),
         trace_id: e.trace_id.clone(),
@@ -841,7 +856,8 @@ function show(bar){
     'top frame: '+(e.top_frame||'-')];
   if(e.advice){lines.push('advice:    '+e.advice);}
   if(e.held_locks.length){lines.push('holds:     '+e.held_locks.join('; '));}
-  if(e.runtime_stalled_ms!==undefined){lines.push('STALLED:   the whole runtime (timers, I/O): heartbeat '+e.runtime_stalled_ms+' ms late');}
+  if(e.stall){lines.push('STALLED:   '+e.stall);}
+  if(e.runtime_advice){lines.push('runtime:   '+e.runtime_advice);}
   if(e.tasks_queued_behind){lines.push('queued:    '+e.tasks_queued_behind+' tasks behind it');}
   if(e.spans&&e.spans.length){lines.push('spans:     '+e.spans.join(' > '));}
   if(e.trace_id){lines.push('trace:     '+e.trace_id);}

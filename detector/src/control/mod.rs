@@ -712,6 +712,14 @@ fn status(s: &Served) -> Status {
                 }),
                 held_locks: e.as_ref().map_or(0, |e| e.held_locks.len()),
                 runtime_stalled: stalled_now,
+                stall: e
+                    .as_ref()
+                    .and_then(|e| e.stall_description())
+                    .map(|s| bounded(s, MAX_FIELD)),
+                runtime_advice: e
+                    .as_ref()
+                    .and_then(|e| e.runtime_advice.clone())
+                    .map(|a| bounded(a, MAX_FIELD)),
                 span: e.as_ref().and_then(request_of),
                 trace_id: e
                     .as_ref()

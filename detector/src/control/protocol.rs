@@ -180,6 +180,14 @@ pub struct PinnedNow {
     /// The whole runtime is stalled now, while it runs (see docs/blast-radius.md).
     #[serde(default)]
     pub runtime_stalled: bool,
+    /// What the pin did to the whole runtime, as its latest report says
+    /// ([`PinnedEvent::stall_description`](crate::PinnedEvent::stall_description)): how long
+    /// nobody drove its timers and I/O, who took them over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<String>,
+    /// What to change in the runtime, as its latest report says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_advice: Option<String>,
     /// The request it pins: the innermost `tracing` span of the pinned poll with its fields
     /// (`request{method=GET uri=/report}`), bounded; `None` outside any span.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -57,6 +57,9 @@ struct View {
     pinned_total_ms: u64,
     /// The pin shown has stalled the whole runtime (`runtime_stalled`).
     runtime_stalled: bool,
+    /// What it did to the whole runtime: how long nobody drove its timers and I/O, who took
+    /// them over (`PinnedEvent::stall_description`); `-` when it stalled nothing.
+    stall: String,
     /// Which request: the innermost `tracing` span of the pinned poll with its fields
     /// (`request{method=GET uri=/report}`, bounded); `-` outside any span.
     span: String,
@@ -78,6 +81,7 @@ impl View {
             pins,
             pinned_total_ms,
             runtime_stalled: false,
+            stall: NONE.to_owned(),
             span: NONE.to_owned(),
         }
     }
@@ -198,6 +202,9 @@ impl WorkerResource {
         if old.is_none_or(|o| o.runtime_stalled != new.runtime_stalled) {
             update!(runtime_stalled = new.runtime_stalled);
         }
+        if old.is_none_or(|o| o.stall != new.stall) {
+            update!(stall = new.stall.as_str());
+        }
         if old.is_none_or(|o| o.span != new.span) {
             update!(span = new.span.as_str());
         }
@@ -229,6 +236,7 @@ impl WorkerResource {
                     pins,
                     pinned_total_ms: self.view.pinned_total_ms,
                     runtime_stalled: e.runtime_stalled,
+                    stall: e.stall_description().unwrap_or_else(|| NONE.into()),
                     span: e
                         .innermost_span()
                         .map_or_else(|| NONE.to_owned(), crate::SpanInfo::display),

@@ -25,6 +25,8 @@ pub(crate) struct Live {
     pub bodies_blocked: usize,
     /// Workers of the runtime.
     pub workers: usize,
+    /// Times a worker pinwatch woke took the drivers over so far.
+    pub handovers: u64,
     /// Events lost so far, by where: `queue` (the queue to the export thread was full), then
     /// each sink with a queue of its own (`otlp`, `console`).
     pub dropped: Vec<(&'static str, u64)>,
@@ -51,6 +53,7 @@ impl Parts {
                 oldest_worker_pin: now.oldest_worker_pin,
                 bodies_blocked: now.bodies,
                 workers: handle.metrics().num_workers(),
+                handovers: w.stats.handovers.load(Ordering::Relaxed),
                 dropped,
             }
         })

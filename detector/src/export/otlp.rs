@@ -395,6 +395,19 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
     if let Some(late) = e.heartbeat_late {
         attrs.push(kv("pinwatch.heartbeat.late", late.as_secs_f64()));
     }
+    if let Some(d) = &e.drivers {
+        attrs.push(kv("pinwatch.drivers.undriven", d.undriven.as_secs_f64()));
+        if let Some(w) = d.taken_over_by {
+            attrs.push(kv("pinwatch.drivers.taken_over_by", w as i64));
+        }
+        if let Some(after) = d.taken_over_after {
+            attrs.push(kv("pinwatch.drivers.taken_over_after", after.as_secs_f64()));
+        }
+        attrs.push(kv("pinwatch.drivers.woke_worker", d.woke_worker));
+    }
+    if let Some(advice) = &e.runtime_advice {
+        attrs.push(kv("pinwatch.runtime_advice", advice.clone()));
+    }
     if let Some(n) = e.tasks_queued_behind {
         attrs.push(kv("pinwatch.tasks_queued_behind", n as i64));
     }
@@ -522,6 +535,17 @@ fn register_metrics(meters: &SdkMeterProvider, live: LiveFn, state: Arc<Mutex<Me
             .with_unit("s")
             .with_description("Seconds the whole runtime spent stalled by pins, advanced live.")
             .with_callback(move |obs| obs.observe((live)().stall.1.as_secs_f64(), &[]))
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
+            .u64_observable_counter("pinwatch.driver.handovers")
+            .with_unit("{handover}")
+            .with_description(
+                "Times a pin left the runtime's timers and I/O undriven and a worker pinwatch woke took them over.",
+            )
+            .with_callback(move |obs| obs.observe((live)().handovers, &[]))
             .build();
     }
     {

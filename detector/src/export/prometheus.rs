@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{
-    Counter, CounterVec, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Counter, CounterVec, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use super::Sink;
@@ -186,13 +186,19 @@ pub const METRICS: &[MetricDoc] = &[
         name: "pinwatch_runtime_stalled",
         kind: "gauge",
         labels: &[],
-        help: "1 while a pin has stalled the whole runtime (its timers and I/O: pinwatch's heartbeat is late past the threshold), else 0.",
+        help: "1 while a pin stalls the whole runtime (nobody drives its timers and I/O: every free worker asleep; where that cannot be seen, pinwatch's heartbeat late past the threshold), else 0.",
     },
     MetricDoc {
         name: "pinwatch_runtime_stall_seconds_total",
         kind: "counter",
         labels: &[],
         help: "Seconds the whole runtime spent stalled by pins, advanced live.",
+    },
+    MetricDoc {
+        name: "pinwatch_driver_handovers_total",
+        kind: "counter",
+        labels: &[],
+        help: "Times a pin left the runtime's timers and I/O undriven and a worker pinwatch woke took them over (PINWATCH_RESCUE).",
     },
     MetricDoc {
         name: "pinwatch_threshold_seconds",
@@ -230,6 +236,7 @@ struct Metrics {
     dropped: IntCounterVec,
     stalled: IntGauge,
     stalled_seconds: Counter,
+    handovers: IntCounter,
     threshold: Gauge,
     build_info: IntGaugeVec,
 }
@@ -295,6 +302,7 @@ impl PinwatchCollector {
             dropped: IntCounterVec::new(opts("pinwatch_events_dropped_total"), &["sink"])?,
             stalled: IntGauge::with_opts(opts("pinwatch_runtime_stalled"))?,
             stalled_seconds: Counter::with_opts(opts("pinwatch_runtime_stall_seconds_total"))?,
+            handovers: IntCounter::with_opts(opts("pinwatch_driver_handovers_total"))?,
             threshold: Gauge::with_opts(opts("pinwatch_threshold_seconds"))?,
             build_info: IntGaugeVec::new(opts("pinwatch_build_info"), &["version"])?,
         };
@@ -312,7 +320,7 @@ impl PinwatchCollector {
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let collectors: [&dyn Collector; 14] = [
+        let collectors: [&dyn Collector; 15] = [
             &metrics.pins,
             &metrics.durations,
             &metrics.pinned_seconds,
@@ -325,6 +333,7 @@ impl PinwatchCollector {
             &metrics.dropped,
             &metrics.stalled,
             &metrics.stalled_seconds,
+            &metrics.handovers,
             &metrics.threshold,
             &metrics.build_info,
         ];
@@ -365,6 +374,9 @@ impl PinwatchCollector {
         if stalled > m.stalled_seconds.get() {
             m.stalled_seconds.inc_by(stalled - m.stalled_seconds.get());
         }
+        if live.handovers > m.handovers.get() {
+            m.handovers.inc_by(live.handovers - m.handovers.get());
+        }
         m.workers_pinned.set(live.workers_pinned as i64);
         m.bodies_blocked.set(live.bodies_blocked as i64);
         m.oldest.set(live.oldest_worker_pin.as_secs_f64());
@@ -402,7 +414,7 @@ impl Collector for PinwatchCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         self.refresh();
         let m = &self.inner.metrics;
-        let collectors: [&dyn Collector; 14] = [
+        let collectors: [&dyn Collector; 15] = [
             &m.pins,
             &m.durations,
             &m.pinned_seconds,
@@ -415,6 +427,7 @@ impl Collector for PinwatchCollector {
             &m.dropped,
             &m.stalled,
             &m.stalled_seconds,
+            &m.handovers,
             &m.threshold,
             &m.build_info,
         ];
@@ -605,6 +618,7 @@ mod tests {
                     bodies_blocked: 0,
                     workers: 2,
                     dropped: vec![("queue", 3)],
+                    handovers: 0,
                 }
             }),
         )

@@ -173,6 +173,27 @@ fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
     (stored == Ok(true)).then_some(slot)
 }
 
+/// The calling thread enters (`parked`) or leaves tokio's park on the runtime of `table` (`key`
+/// is [`SlotTable::key`]): marks it in the thread's slot, claiming one on first use (a worker
+/// that has polled nothing yet has none), so that the watchdog knows which workers sit in the
+/// park while a pin runs. Once per park and unpark, not per poll: a thread-local load and a
+/// store.
+#[inline]
+pub(crate) fn mark_parked(table: &Arc<SlotTable>, key: usize, parked: bool) {
+    let current = current::get();
+    let slot = if current.owner == key && !current.slot.is_null() {
+        // SAFETY: `owner == key` means `slot` is the thread's slot in the table at `key`, which
+        // its `Claim` keeps alive (see `begin_poll`).
+        unsafe { &*current.slot }
+    } else {
+        match claim_slow(table, key) {
+            Some(slot) => slot,
+            None => return,
+        }
+    };
+    slot.parked.store(parked, Ordering::Relaxed);
+}
+
 /// The calling thread's slot, whatever table it belongs to: for the instrumented locks and the
 /// signal handler. A plain thread-local read, async-signal-safe.
 #[inline]

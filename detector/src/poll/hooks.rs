@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use tokio::runtime::TaskMeta;
 
-use super::claim::{begin_poll, end_poll};
+use super::claim::{begin_poll, end_poll, mark_parked};
 use super::slot::SlotTable;
 
 /// pinwatch's two poll hooks and two park hooks, for a tokio runtime builder.
@@ -74,6 +74,21 @@ impl Table {
     fn after(&self) {
         end_poll();
     }
+
+    /// `on_thread_park`: counted (the watchdog's sleep), and marked in the thread's slot (who
+    /// drives the runtime's drivers while a pin runs).
+    #[inline]
+    fn park(&self) {
+        mark_parked(&self.table, self.key, true);
+        self.table.parking.park();
+    }
+
+    /// `on_thread_unpark`.
+    #[inline]
+    fn unpark(&self) {
+        mark_parked(&self.table, self.key, false);
+        self.table.parking.unpark();
+    }
 }
 
 impl std::fmt::Debug for PollHooks {
@@ -98,14 +113,14 @@ impl PollHooks {
         let Some(table) = &self.table else { return };
         // The closures hold the table itself: no "is pinwatch on" test per poll.
         let (before, after) = (table.clone(), table.clone());
-        let (park, unpark) = (Arc::clone(&table.table), Arc::clone(&table.table));
+        let (park, unpark) = (table.clone(), table.clone());
         builder
             .on_before_task_poll(move |meta| {
                 before.before(super::id_u64(&meta.id()), meta.spawned_at())
             })
             .on_after_task_poll(move |_| after.after())
-            .on_thread_park(move || park.parking.park())
-            .on_thread_unpark(move || unpark.parking.unpark());
+            .on_thread_park(move || park.park())
+            .on_thread_unpark(move || unpark.unpark());
         table.table.parking.hooked();
     }
 
@@ -115,7 +130,7 @@ impl PollHooks {
     #[inline]
     pub fn before_park(&self) {
         if let Some(table) = &self.table {
-            table.table.parking.park();
+            table.park();
         }
     }
 
@@ -124,7 +139,7 @@ impl PollHooks {
     pub fn after_unpark(&self) {
         if let Some(table) = &self.table {
             table.table.parking.hooked();
-            table.table.parking.unpark();
+            table.unpark();
         }
     }
 

@@ -6,7 +6,7 @@
 //! few stores, no clock read. Nothing in this file allocates or locks; the claim (once per
 //! thread) reads the thread's name and id.
 
-use std::sync::atomic::{fence, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,6 +38,9 @@ pub(crate) struct Slot {
     pub poll: PollCell,
     /// FREE, CLAIMING or ACTIVE.
     state: AtomicU8,
+    /// The owner is in tokio's park (between the park and unpark hooks): asleep on the driver
+    /// or on its condvar, or about to be. Written by the owner only.
+    pub parked: AtomicBool,
     /// Linux thread id of the owner.
     pub tid: AtomicI32,
     /// The owner's `std::thread::ThreadId` as a number ([`super::id_u64`]), 0 if unknown.
@@ -181,6 +184,7 @@ impl Slot {
         Slot {
             poll: PollCell::new(),
             state: AtomicU8::new(FREE),
+            parked: AtomicBool::new(false),
             tid: AtomicI32::new(0),
             thread: AtomicU64::new(0),
             name_len: AtomicUsize::new(0),
@@ -278,6 +282,7 @@ impl SlotTable {
                 // watchdog that reads them in a seqlock read sees the counter moved.
                 fence(Ordering::Release);
                 s.tid.store(current_tid(), Ordering::Relaxed);
+                s.parked.store(false, Ordering::Relaxed);
                 s.locks.clear();
                 s.spans.clear();
                 // A sample request the previous owner never took died with it.

@@ -278,6 +278,13 @@ pub(super) struct Pinned {
     pub last_report: Instant,
     pub last_sample: Instant,
     pub probes: Vec<Probe>,
+    /// Its first report waits for the end of the scan that flagged it, whose look at the
+    /// drivers it carries.
+    pub first_sent: bool,
+    /// When the drivers' current undriven stretch began, while they are undriven.
+    pub undriven_since: Option<Instant>,
+    /// The drivers' earlier undriven stretches during this pin.
+    pub undriven_before: Duration,
 }
 
 impl Pinned {
@@ -301,6 +308,9 @@ impl Pinned {
             last_report: now,
             last_sample: now,
             probes: Vec::new(),
+            first_sent: false,
+            undriven_since: None,
+            undriven_before: Duration::ZERO,
         }
     }
 
@@ -313,8 +323,12 @@ impl Pinned {
         self.event.start += new;
     }
 
-    /// The poll ended at `end`: the completed report.
+    /// The poll ended at `end`: the completed report. Drivers still undriven were so until then.
     pub fn complete(&mut self, end: Instant, waited: Duration) {
+        if let (Some(since), Some(d)) = (self.undriven_since.take(), self.event.drivers.as_mut()) {
+            self.undriven_before += end.saturating_duration_since(since);
+            d.undriven = self.undriven_before;
+        }
         self.event.state = crate::event::State::Completed;
         self.event.duration = end.saturating_duration_since(self.start);
         self.event.cpu_wait = self.event.cpu_wait.max(waited);
@@ -386,6 +400,136 @@ impl Stall {
     /// something else or had just come back, did not cause it.
     pub fn blames(&self, start: Instant) -> bool {
         start < self.due
+    }
+}
+
+/// What one of a multi-thread runtime's workers does, as far as driving the runtime's I/O and
+/// timer drivers goes. tokio's worker parks on the drivers when it can take them (one at a
+/// time, behind a try-lock: it then waits in `epoll_wait`), else on a condvar; a running worker
+/// polls them every so many tasks, and takes them when it parks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WorkerState {
+    /// It runs a pin: it drives nothing until the pin ends.
+    Pinned,
+    /// In tokio's park, waiting on the runtime's I/O driver: it drives them.
+    OnDrivers,
+    /// In tokio's park, asleep on its condvar: it drives nothing until something wakes it.
+    OnCondvar,
+    /// Running tasks, on its way into or out of the park, or a thread the watchdog does not
+    /// know: it drives them, or will soon.
+    Busy,
+}
+
+/// Who drives the drivers, by the workers' states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Drivers {
+    /// A worker drives them: the one waiting on them when one does (`Some`), else a busy one.
+    Driven { by: Option<usize> },
+    /// Nobody: every worker is pinned or asleep on its condvar. `asleep`: how many sleep (a
+    /// wake-up would reach one of them).
+    Undriven { asleep: usize },
+}
+
+impl Drivers {
+    /// The verdict on `workers` (worker `i`'s state at index `i`).
+    pub fn of(workers: &[WorkerState]) -> Drivers {
+        if let Some(i) = workers.iter().position(|w| *w == WorkerState::OnDrivers) {
+            return Drivers::Driven { by: Some(i) };
+        }
+        if workers.contains(&WorkerState::Busy) {
+            return Drivers::Driven { by: None };
+        }
+        Drivers::Undriven {
+            asleep: workers
+                .iter()
+                .filter(|w| **w == WorkerState::OnCondvar)
+                .count(),
+        }
+    }
+}
+
+/// A worker woken for the drivers that has not taken them over after this long is woken again
+/// (it may have found tasks and pinned in turn).
+pub(super) const RESCUE_AGAIN: Duration = Duration::from_millis(50);
+
+/// While nothing changes — no pin just flagged, no wake-up waiting to be taken — the drivers
+/// are looked at this often (each look reads `/proc` for every parked worker).
+pub(super) const DRIVERS_EVERY: Duration = Duration::from_millis(10);
+
+/// The watchdog's memory of the drivers across looks.
+#[derive(Default)]
+pub(super) struct DriverWatch {
+    /// When the last look found them driven.
+    pub driven_at: Option<Instant>,
+    /// When the last wake-up for them was sent, while they stay undriven.
+    pub woke_at: Option<Instant>,
+    /// The last look, and whether it found the runtime stalled.
+    pub last: Option<(Instant, bool)>,
+}
+
+impl DriverWatch {
+    /// Whether to look at the drivers at `now`; `news`: a pin was just flagged. `Some`: no
+    /// look is due, and the last one's verdict stands.
+    pub fn skip(&self, now: Instant, news: bool) -> Option<bool> {
+        let (at, stalled) = self.last?;
+        let due =
+            news || self.woke_at.is_some() || now.saturating_duration_since(at) >= DRIVERS_EVERY;
+        (!due).then_some(stalled)
+    }
+
+    /// The look at `now` found `verdict`: whether to wake a parked worker now (`rescue`: the
+    /// setting), and whether this look ends a stall that a wake-up was sent for (a hand-over).
+    pub fn looked(&mut self, verdict: Drivers, now: Instant, rescue: bool) -> (bool, bool) {
+        match verdict {
+            Drivers::Driven { .. } => {
+                self.driven_at = Some(now);
+                (false, self.woke_at.take().is_some())
+            }
+            Drivers::Undriven { asleep } => {
+                let due = self
+                    .woke_at
+                    .is_none_or(|at| now.saturating_duration_since(at) >= RESCUE_AGAIN);
+                let wake = rescue && asleep > 0 && due;
+                if wake {
+                    self.woke_at = Some(now);
+                }
+                (wake, false)
+            }
+        }
+    }
+}
+
+impl Pinned {
+    /// A look at `now` found the drivers undriven while this pin holds a worker, the last look
+    /// that found them driven at `driven_at`: the pin stalls the runtime. True when that is
+    /// new (the pin is reported at once).
+    pub fn undriven(&mut self, now: Instant, driven_at: Option<Instant>, woke: bool) -> bool {
+        let since = *self
+            .undriven_since
+            .get_or_insert_with(|| driven_at.map_or(self.start, |d| d.max(self.start)));
+        let d = self.event.drivers.get_or_insert_with(Default::default);
+        d.undriven = self.undriven_before + now.saturating_duration_since(since);
+        d.taken_over_by = None;
+        d.taken_over_after = None;
+        d.woke_worker |= woke;
+        !std::mem::replace(&mut self.event.runtime_stalled, true)
+    }
+
+    /// A look at `now` found the drivers driven again (by worker `by`, when known) after this
+    /// pin left them undriven: the hand-over. Later looks only name the worker when the first
+    /// could not.
+    pub fn driven(&mut self, now: Instant, by: Option<usize>) {
+        let Some(d) = self.event.drivers.as_mut() else {
+            return;
+        };
+        if let Some(since) = self.undriven_since.take() {
+            self.undriven_before += now.saturating_duration_since(since);
+            d.undriven = self.undriven_before;
+            d.taken_over_after = Some(now.saturating_duration_since(self.start));
+        }
+        if d.taken_over_by.is_none() {
+            d.taken_over_by = by;
+        }
     }
 }
 
@@ -812,6 +956,114 @@ mod tests {
             !stall.blames(t0 + MS(60)),
             "began while the runtime was already stalled"
         );
+    }
+
+    #[test]
+    fn the_drivers_are_undriven_only_when_every_worker_is_pinned_or_asleep() {
+        use WorkerState::*;
+        assert_eq!(
+            Drivers::of(&[Pinned, OnCondvar]),
+            Drivers::Undriven { asleep: 1 }
+        );
+        assert_eq!(
+            Drivers::of(&[Pinned, Pinned]),
+            Drivers::Undriven { asleep: 0 }
+        );
+        assert_eq!(
+            Drivers::of(&[Pinned, OnDrivers]),
+            Drivers::Driven { by: Some(1) }
+        );
+        // A worker running tasks polls the drivers between them; one on its way into the
+        // park, or not known, may be about to take them: driven, by nobody known.
+        assert_eq!(Drivers::of(&[Pinned, Busy]), Drivers::Driven { by: None });
+        assert_eq!(
+            Drivers::of(&[OnCondvar, Busy, OnDrivers]),
+            Drivers::Driven { by: Some(2) }
+        );
+    }
+
+    #[test]
+    fn a_worker_is_woken_once_for_undriven_drivers_then_again_only_if_they_stay_so() {
+        let t0 = Instant::now();
+        let mut w = DriverWatch::default();
+        let undriven = Drivers::Undriven { asleep: 1 };
+        assert_eq!(w.looked(undriven, t0, true), (true, false));
+        assert_eq!(w.looked(undriven, t0 + MS(2), true), (false, false));
+        assert_eq!(w.looked(undriven, t0 + RESCUE_AGAIN, true), (true, false));
+        // Taken over: the hand-over is counted once.
+        let driven = Drivers::Driven { by: Some(1) };
+        assert_eq!(w.looked(driven, t0 + MS(60), true), (false, true));
+        assert_eq!(w.looked(driven, t0 + MS(62), true), (false, false));
+        assert_eq!(w.driven_at, Some(t0 + MS(62)));
+        // Nobody asleep to wake (every worker pinned), or the rescue off: no wake-up.
+        let mut w = DriverWatch::default();
+        assert_eq!(
+            w.looked(Drivers::Undriven { asleep: 0 }, t0, true),
+            (false, false)
+        );
+        assert_eq!(w.looked(undriven, t0, false), (false, false));
+        assert_eq!(
+            w.looked(Drivers::Driven { by: None }, t0, false),
+            (false, false)
+        );
+    }
+
+    #[test]
+    fn the_drivers_are_looked_at_every_few_ms_unless_something_is_waited_for() {
+        let t0 = Instant::now();
+        let mut w = DriverWatch::default();
+        assert_eq!(w.skip(t0, false), None, "never looked: look");
+        w.last = Some((t0, false));
+        assert_eq!(w.skip(t0 + MS(2), false), Some(false));
+        assert_eq!(w.skip(t0 + DRIVERS_EVERY, false), None);
+        assert_eq!(w.skip(t0 + MS(2), true), None, "a pin just flagged");
+        w.woke_at = Some(t0);
+        assert_eq!(w.skip(t0 + MS(2), false), None, "a hand-over awaited");
+    }
+
+    #[test]
+    fn a_pin_that_leaves_the_drivers_undriven_says_for_how_long_and_who_took_them() {
+        let t0 = Instant::now();
+        let mut p = pinned(t0);
+        // First seen undriven at its first report (22 ms in), nothing seen driven before: from
+        // the pin's start.
+        assert!(p.undriven(t0 + MS(22), None, true));
+        assert!(p.event.runtime_stalled);
+        let d = p.event.drivers.clone().unwrap();
+        assert_eq!(
+            (d.undriven, d.woke_worker, d.taken_over_after),
+            (MS(22), true, None)
+        );
+        assert!(!p.undriven(t0 + MS(24), None, false), "said once");
+        // Taken over at 26 ms by worker 1; a later look that knows the worker less changes
+        // nothing.
+        p.driven(t0 + MS(26), Some(1));
+        p.driven(t0 + MS(28), None);
+        let d = p.event.drivers.clone().unwrap();
+        assert_eq!(
+            (d.undriven, d.taken_over_by, d.taken_over_after),
+            (MS(26), Some(1), Some(MS(26)))
+        );
+        // Undriven again later (the woken worker pinned in turn), from the last driven look,
+        // then until the pin's end.
+        assert!(!p.undriven(t0 + MS(500), Some(t0 + MS(480)), false));
+        assert_eq!(p.event.drivers.as_ref().unwrap().taken_over_after, None);
+        p.complete(t0 + MS(600), Duration::ZERO);
+        let d = p.event.drivers.clone().unwrap();
+        assert_eq!(d.undriven, MS(26) + MS(120));
+        assert!(d.woke_worker && p.event.runtime_stalled);
+    }
+
+    #[test]
+    fn a_pin_found_undriven_after_a_driven_look_counts_from_that_look() {
+        let t0 = Instant::now();
+        let mut p = pinned(t0);
+        assert!(p.undriven(t0 + MS(300), Some(t0 + MS(298)), false));
+        assert_eq!(p.event.drivers.as_ref().unwrap().undriven, MS(2));
+        // A driven look before the pin began does not stretch it back.
+        let mut q = pinned(t0 + MS(100));
+        assert!(q.undriven(t0 + MS(130), Some(t0 + MS(50)), false));
+        assert_eq!(q.event.drivers.as_ref().unwrap().undriven, MS(30));
     }
 
     #[test]

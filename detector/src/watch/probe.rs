@@ -264,6 +264,67 @@ pub(crate) fn read_state(tid: i32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+/// What a thread waits in, as far as telling who drives a runtime's drivers goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// An `epoll_wait` (or `epoll_pwait`, `epoll_pwait2`) on this epoll file descriptor.
+    Epoll(i32),
+    /// A `futex` wait.
+    Futex,
+    /// Another system call, or none (running, or between calls).
+    Other,
+}
+
+/// What thread `tid` waits in now; `None` if the thread is gone.
+pub(crate) fn read_wait(tid: i32) -> Option<Wait> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    Some(parse_wait(&s))
+}
+
+/// `/proc/<tid>/syscall`'s number and first argument, as a [`Wait`].
+fn parse_wait(s: &str) -> Wait {
+    let mut fields = s.split_whitespace();
+    let Some(nr) = fields.next().and_then(|f| f.parse::<libc::c_long>().ok()) else {
+        return Wait::Other;
+    };
+    let epoll = [
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_epoll_wait,
+        libc::SYS_epoll_pwait,
+        libc::SYS_epoll_pwait2,
+    ];
+    if nr == libc::SYS_futex {
+        return Wait::Futex;
+    }
+    if epoll.contains(&nr) {
+        let fd = fields
+            .next()
+            .and_then(|a| i64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+            .and_then(|fd| i32::try_from(fd).ok());
+        if let Some(fd) = fd {
+            return Wait::Epoll(fd);
+        }
+    }
+    Wait::Other
+}
+
+/// The process's epoll file descriptors now (`/proc/self/fd` entries that are
+/// `anon_inode:[eventpoll]`), in order.
+pub(crate) fn epoll_fds() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut fds: Vec<i32> = dir
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:[eventpoll]")
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.sort_unstable();
+    fds
+}
+
 /// `/proc/<tid>/syscall` holds `running`, or `-1 sp pc` (blocked, not in a system call), or the
 /// system call number and its arguments.
 fn parse_syscall_file(s: &str) -> Option<&'static str> {
@@ -361,6 +422,47 @@ pub(crate) fn syscall_name(nr: i64) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waits_are_read_from_the_syscall_file() {
+        let epoll = format!(
+            "{} 0x7 0x7f00 0x400 0xffffffff 0x0 0x8 0x7ff 0x7f0\n",
+            libc::SYS_epoll_pwait
+        );
+        assert_eq!(parse_wait(&epoll), Wait::Epoll(7));
+        let futex = format!(
+            "{} 0x7f00 0x189 0x0 0x0 0x0 0xffffffff 0x7ff 0x7f0\n",
+            libc::SYS_futex
+        );
+        assert_eq!(parse_wait(&futex), Wait::Futex);
+        assert_eq!(parse_wait("running\n"), Wait::Other);
+        assert_eq!(parse_wait("-1 0x7ffd 0x7f00\n"), Wait::Other);
+        let read = format!("{} 0x3 0x0\n", libc::SYS_read);
+        assert_eq!(parse_wait(&read), Wait::Other);
+        // A thread parked in a real epoll_wait is seen in it, on its own descriptor.
+        // SAFETY: a plain system call; the descriptor it returns is closed below.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        assert!(ep >= 0);
+        assert!(epoll_fds().contains(&ep), "{:?}", epoll_fds());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            tx.send(crate::poll::slot::current_tid()).unwrap();
+            let mut ev = libc::epoll_event { events: 0, u64: 0 };
+            // SAFETY: a valid epoll descriptor and one event of room; returns after 3 s.
+            unsafe { libc::epoll_wait(ep, &mut ev, 1, 3000) };
+        });
+        let tid = rx.recv().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let mut seen = read_wait(tid);
+        while seen != Some(Wait::Epoll(ep)) && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+            seen = read_wait(tid);
+        }
+        assert_eq!(seen, Some(Wait::Epoll(ep)));
+        waiter.join().unwrap();
+        // SAFETY: closes the descriptor made above, used by no one now.
+        unsafe { libc::close(ep) };
+    }
 
     #[test]
     fn syscall_file_forms() {

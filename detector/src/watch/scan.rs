@@ -14,7 +14,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::runtime::Handle;
 
-use super::judge::{worth_arming, Armed, Idle, Pinned, Stall, Tracked};
+use super::judge::{
+    worth_arming, Armed, DriverWatch, Drivers, Idle, Pinned, Stall, Tracked, WorkerState,
+};
 use super::probe::{self, Probe};
 use super::shared::Shared;
 use super::workers::{self, Owner};
@@ -22,6 +24,23 @@ use crate::config::Settings;
 use crate::event::{PinnedEvent, SourceLocation, State, Worker};
 use crate::poll::protocol::Snapshot;
 use crate::poll::slot::{NameBuf, Panicked, Slot, SlotTable, NAME_MAX};
+
+/// The runtime-level advice for a pin that held the worker driving the runtime's I/O and
+/// timers while the others slept.
+const DRIVER_ADVICE: &str = "it held the worker that drove the runtime's timers and I/O while \
+    the others slept: run it in tokio::task::spawn_blocking; tokio's \
+    Builder::enable_eager_driver_handoff() (tokio 1.52+, unstable) has a worker hand the drivers \
+    to another whenever it leaves them to poll a task, for an extra wake-up each time";
+
+/// The runtime-level advice for a pin on a current-thread runtime.
+const CURRENT_THREAD_ADVICE: &str = "a current-thread runtime stops its timers and I/O for as \
+    long as any poll runs: the multi-thread runtime (flavor = \"multi_thread\") keeps them \
+    running on another worker while one is pinned";
+
+/// The runtime-level advice for a pin during which every worker was pinned.
+const ALL_PINNED_ADVICE: &str = "every worker was pinned at once, so nothing drove the \
+    runtime's timers and I/O: move the blocking work to tokio::task::spawn_blocking (more \
+    workers only move the limit)";
 
 /// What the watchdog sends on: the event as far as the watchdog knows it, plus the raw probes
 /// that [`crate::analyze`] turns into frames, a reason and a profile.
@@ -59,12 +78,15 @@ fn run(
     // Just before the last look at each slot. The hooks may run before this thread does: the
     // first lower bound is the moment the slots were made, before the runtime existed.
     let mut last_look: Vec<Instant> = vec![shared.table.base; n];
+    let io = shared.drivers_io();
     let mut scan = Scan {
         shared: &shared,
         handle: &handle,
         tx: &tx,
         settings: settings.refresh(&shared.tunables),
         stalled: None,
+        io: (!io.is_empty()).then_some(io),
+        drivers: DriverWatch::default(),
     };
     let mut scans = 0u64;
     let mut last_scan = Instant::now();
@@ -149,8 +171,13 @@ fn run(
                 blamed |= stall.blames(p.began);
             }
         }
-        // Stalled: a pin that was running when the heartbeat was due runs still, and the
+        // Stalled: where the drivers are seen, a pin holds a worker while nobody drives them;
+        // elsewhere, a pin that was running when the heartbeat was due runs still, and the
         // runtime's timers have not fired since.
+        if scan.io.is_some() {
+            blamed = scan.look_at_drivers(&mut tracked, Instant::now());
+        }
+        scan.send_first_reports(&mut tracked);
         shared.stalled_now.store(blamed, Ordering::Relaxed);
         if blamed {
             let d = scan_start.saturating_duration_since(last_scan);
@@ -169,7 +196,11 @@ fn run(
             .flatten()
             .filter(|t| t.pinned.is_some())
             .count();
-        shared.heartbeat.arm(&handle, pins);
+        if scan.io.is_none() {
+            // The heartbeat is the evidence only where the drivers cannot be seen: its task,
+            // spawned when a pin begins, would wake a worker (and hand it the drivers).
+            shared.heartbeat.arm(&handle, pins);
+        }
         // Idle: no poll runs, none is followed, and every core is parked.
         let running = tracked.iter().flatten().any(|t| t.seq & 1 == 1);
         sleep = idle.scanned(
@@ -193,6 +224,10 @@ struct Scan<'a> {
     settings: Settings,
     /// How late the heartbeat was at this scan's start, when it is past the stall bound.
     stalled: Option<Stall>,
+    /// The epoll descriptors of the runtime's I/O driver, when a multi-thread runtime has one:
+    /// then who drives the drivers is seen from the workers' states.
+    io: Option<&'a [i32]>,
+    drivers: DriverWatch,
 }
 
 impl Scan<'_> {
@@ -437,7 +472,7 @@ impl Scan<'_> {
         let event = self.new_event(snap, worker, spans, t.after, t.began, waited);
         let mut pinned = Pinned::new(t, tid, thread, event, Instant::now());
         self.probe(slot, &mut pinned);
-        self.send(&pinned);
+        // Sent at the end of the scan, with what its look at the drivers finds.
         t.pinned = Some(pinned);
         // Reported: its end is followed from here, not judged again when it ends.
         t.armed = None;
@@ -496,10 +531,21 @@ impl Scan<'_> {
             cpu_wait: waited,
             runtime_stalled: stall.is_some(),
             heartbeat_late: stall.map(|s| s.late),
+            drivers: None,
+            runtime_advice: self.runtime_advice(stall.is_some()),
             tasks_queued_behind: self.queued_behind(index),
             spans: spans.spans,
             trace_id: spans.trace_id,
             span_id: spans.span_id,
+        }
+    }
+
+    /// The runtime-level advice for a pin of this runtime that stalls it (`stalled`) or not.
+    fn runtime_advice(&self, stalled: bool) -> Option<String> {
+        if self.handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            Some(CURRENT_THREAD_ADVICE.to_owned())
+        } else {
+            stalled.then(|| DRIVER_ADVICE.to_owned())
         }
     }
 
@@ -560,6 +606,7 @@ impl Scan<'_> {
         }
         if let Some(stall) = self.stalled.filter(|s| s.blames(p.began)) {
             if p.stalls(stall.late) {
+                p.event.runtime_advice = self.runtime_advice(true);
                 // Say so now, not at the next report: the whole service has stopped.
                 self.resend(&mut p, now);
             }
@@ -572,6 +619,130 @@ impl Scan<'_> {
             self.resend(&mut p, now);
         }
         Some(p)
+    }
+
+    /// The first reports of the pins flagged in this scan.
+    fn send_first_reports(&mut self, tracked: &mut [Option<Tracked>]) {
+        for p in tracked
+            .iter_mut()
+            .flatten()
+            .filter_map(|t| t.pinned.as_mut())
+        {
+            if !p.first_sent {
+                p.first_sent = true;
+                self.send(p);
+            }
+        }
+    }
+
+    /// Who drives the runtime's I/O and timer drivers now, while a pin holds a worker: each
+    /// worker's state from its slot (pinned, in tokio's park) and, for a parked one, from the
+    /// system call it waits in. When nobody does, every pin holding a worker stalls the
+    /// runtime (reported at once), and a parked worker is woken to take them over (with
+    /// `PINWATCH_RESCUE`); the look that finds them driven again records the hand-over.
+    /// Returns whether the runtime is stalled now.
+    fn look_at_drivers(&mut self, tracked: &mut [Option<Tracked>], now: Instant) -> bool {
+        let Some(io) = self.io else { return false };
+        let slots = self.shared.table.slots();
+        // The worker each pin holds, while its poll runs: one that has just ended (its end is
+        // recorded; the next look completes it) holds nothing, and is judged no further.
+        let holding: Vec<Option<usize>> = tracked
+            .iter()
+            .zip(slots)
+            .map(|(t, slot)| {
+                let p = t.as_ref()?.pinned.as_ref()?;
+                if slot.poll.ended(p.seq).is_some() {
+                    return None;
+                }
+                p.event.worker.index
+            })
+            .collect();
+        if holding.iter().all(Option::is_none) {
+            self.drivers = DriverWatch::default();
+            return false;
+        }
+        let news = tracked
+            .iter()
+            .flatten()
+            .filter_map(|t| t.pinned.as_ref())
+            .any(|p| !p.first_sent);
+        if let Some(stalled) = self.drivers.skip(now, news) {
+            return stalled;
+        }
+        let metrics = self.handle.metrics();
+        let states: Vec<WorkerState> = (0..metrics.num_workers())
+            .map(|i| {
+                if holding.contains(&Some(i)) {
+                    return WorkerState::Pinned;
+                }
+                let Some(thread) = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t))
+                else {
+                    return WorkerState::Busy;
+                };
+                let Some(slot) = slots
+                    .iter()
+                    .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
+                else {
+                    return WorkerState::Busy;
+                };
+                if !slot.parked.load(Ordering::Relaxed) {
+                    return WorkerState::Busy;
+                }
+                match probe::read_wait(slot.tid.load(Ordering::Relaxed)) {
+                    Some(probe::Wait::Epoll(fd)) if io.contains(&fd) => WorkerState::OnDrivers,
+                    Some(probe::Wait::Futex) => WorkerState::OnCondvar,
+                    _ => WorkerState::Busy,
+                }
+            })
+            .collect();
+        let verdict = Drivers::of(&states);
+        let driven_at = self.drivers.driven_at;
+        let (wake, handed_over) = self.drivers.looked(verdict, now, self.shared.config.rescue);
+        if wake {
+            self.shared.stats.rescues.fetch_add(1, Ordering::Relaxed);
+            // A task from outside the runtime: tokio wakes a parked worker for it, and that
+            // worker, parking again when it is done, takes the free drivers.
+            drop(self.handle.spawn(async {}));
+        }
+        if handed_over {
+            self.shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
+        }
+        let all_pinned = !states.iter().any(|s| *s != WorkerState::Pinned);
+        for (t, held) in tracked.iter_mut().zip(&holding) {
+            let Some(p) = t.as_mut().and_then(|t| t.pinned.as_mut()) else {
+                continue;
+            };
+            if held.is_none() {
+                continue;
+            }
+            match verdict {
+                Drivers::Undriven { .. } => {
+                    let newly = p.undriven(now, driven_at, wake);
+                    p.event.runtime_advice = Some(
+                        if all_pinned {
+                            ALL_PINNED_ADVICE
+                        } else {
+                            DRIVER_ADVICE
+                        }
+                        .to_owned(),
+                    );
+                    if newly && p.first_sent {
+                        // Say so now, not at the next report: the whole service has stopped.
+                        self.resend(p, now);
+                    }
+                }
+                Drivers::Driven { by } => {
+                    let was = p.undriven_since.is_some();
+                    p.driven(now, by);
+                    if was && p.first_sent {
+                        self.resend(p, now);
+                    }
+                }
+            }
+        }
+        let stalled = matches!(verdict, Drivers::Undriven { .. });
+        self.drivers.last = Some((now, stalled));
+        stalled
     }
 
     /// Sends the next `in_progress` report of a pin still running, brought up to `now`.

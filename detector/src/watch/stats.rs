@@ -37,12 +37,18 @@ pub struct Stats {
     pub sample_handler_time: Duration,
     /// Total time from sending a sampling signal to reading the sample, on the watchdog.
     pub sample_round_trip_time: Duration,
-    /// Time the whole runtime was stalled by pins: a pin ran and the heartbeat was late past
-    /// the threshold (see `PINWATCH_HEARTBEAT`).
+    /// Time the whole runtime was stalled by pins: a pin ran while nobody drove the runtime's
+    /// drivers, or (where the drivers cannot be seen) while the heartbeat was late past the
+    /// threshold (see docs/blast-radius.md).
     pub runtime_stalled_time: Duration,
     /// Times the watchdog went to sleep because every worker was parked and no poll ran (a
     /// worker unparking wakes it).
     pub watchdog_sleeps: u64,
+    /// Times a pin left the runtime's drivers undriven and pinwatch woke a parked worker to
+    /// take them over (`PINWATCH_RESCUE`).
+    pub driver_rescues: u64,
+    /// Times a worker took the drivers over after such a wake-up.
+    pub driver_handovers: u64,
 }
 
 pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
@@ -62,6 +68,8 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
         runtime_stalled_time: Duration::from_nanos(r(&c.stalled_ns)),
         watchdog_sleeps: r(&c.sleeps),
+        driver_rescues: r(&c.rescues),
+        driver_handovers: r(&c.handovers),
     }
 }
 
@@ -83,4 +91,6 @@ pub(crate) struct StatsCounters {
     pub delivered: AtomicU64,
     /// Times the watchdog slept because every worker was parked.
     pub sleeps: AtomicU64,
+    pub rescues: AtomicU64,
+    pub handovers: AtomicU64,
 }

@@ -82,8 +82,14 @@ fn main() {
             }
             if case.name == "stalled_runtime" && verdict.is_ok() {
                 // Whether the runtime stalls depends on where the other worker is when the
-                // timer fires (usually parked: it stalls); pinwatch must say what happened.
+                // timer fires (usually parked: it stalls); pinwatch must say what happened, and
+                // when it handed the drivers over, the tickers must have run on from there.
                 let stalled = bad.events.iter().any(|e| e.runtime_stalled);
+                let handed = bad
+                    .events
+                    .iter()
+                    .filter_map(|e| e.drivers.as_ref()?.taken_over_after)
+                    .max();
                 let frozen = bad.metric.as_deref().and_then(|m| {
                     m.strip_prefix("tickers frozen ")?
                         .split(' ')
@@ -91,14 +97,21 @@ fn main() {
                         .parse::<u64>()
                         .ok()
                 });
-                verdict = match (frozen, stalled) {
-                    (Some(ms), false) if ms >= 500 => Err(format!(
+                verdict = match (frozen, stalled, handed) {
+                    (Some(ms), false, _) if ms >= 500 => Err(format!(
                         "the tickers stood still {ms} ms; not reported as runtime_stalled"
                     )),
-                    (Some(ms), true) if ms < 100 => Err(format!(
+                    (Some(ms), true, Some(after)) if ms > after.as_millis() as u64 + 300 => {
+                        Err(format!(
+                            "the drivers were handed over {} ms into the pin, yet the tickers \
+                             stood still {ms} ms",
+                            after.as_millis()
+                        ))
+                    }
+                    (Some(ms), true, None) if ms < 100 => Err(format!(
                         "reported as runtime_stalled, though the tickers ran (frozen {ms} ms)"
                     )),
-                    (None, _) => Err("no ticker measurement".into()),
+                    (None, _, _) => Err("no ticker measurement".into()),
                     _ => Ok(()),
                 };
             }

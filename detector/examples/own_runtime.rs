@@ -14,7 +14,18 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    // `main` returning the error would print it with `Debug`; say it as the message it is.
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("own_runtime: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     // The service's own logging, at `info` unless RUST_LOG says otherwise (`fmt::init()` alone
     // reads RUST_LOG and defaults to `error`, which hides pinwatch's WARN reports).
     tracing_subscriber::fmt()

@@ -7,8 +7,9 @@
 //! cargo run --release -p pinwatch --example stall_ticks -- [plain|defaults|no-heartbeat|no-rescue] [RUNS]
 //! ```
 //!
-//! `plain` is tokio alone (`PINWATCH=off`); the others are pinwatch at its defaults, with
-//! `PINWATCH_HEARTBEAT=off`, or with `PINWATCH_RESCUE=off`.
+//! `plain` is tokio alone (`PINWATCH=off`); the others are pinwatch as the environment sets it
+//! (`PINWATCH_*`, its defaults when none is set), with the heartbeat off
+//! (`PINWATCH_HEARTBEAT=off`), or with the rescue off (`PINWATCH_RESCUE=off`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -41,13 +42,18 @@ fn main() {
     }
 }
 
-/// The detector of `mode` (a builder is consumed by `build`: one per run).
+/// The detector of `mode`, over the environment's settings (a builder is consumed by `build`:
+/// one per run).
 fn builder(mode: &str) -> Option<pinwatch::Builder> {
+    let env = pinwatch::Builder::from_env().unwrap_or_else(|e| {
+        eprintln!("stall_ticks: {e}");
+        std::process::exit(2);
+    });
     Some(match mode {
-        "plain" => pinwatch::Builder::new().enabled(false),
-        "defaults" => pinwatch::Builder::new(),
-        "no-heartbeat" => pinwatch::Builder::new().heartbeat(None),
-        "no-rescue" => pinwatch::Builder::new().rescue(false),
+        "plain" => env.enabled(false),
+        "defaults" => env,
+        "no-heartbeat" => env.heartbeat(None),
+        "no-rescue" => env.rescue(false),
         _ => return None,
     })
 }

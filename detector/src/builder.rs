@@ -333,8 +333,6 @@ impl Builder {
                 sinks,
                 recorder,
                 flight,
-                // Before the runtime is built: the ones it makes are its I/O driver's.
-                epoll_before: crate::watch::probe::epoll_fds(),
             },
         ))
     }

@@ -529,11 +529,12 @@ impl SpanInfo {
     }
 
     /// What metrics and tables group by: the name, with OpenTelemetry's `http.route` when the
-    /// span has one (`request GET /users/{id}` style: `request /users/{id}`).
+    /// span has one (`request GET /users/{id}` style: `request /users/{id}`), escaped
+    /// ([`crate::text`]: a route is the peer's text, and a label reaches terminals raw).
     pub fn label(&self) -> String {
         match self.fields.get("http.route") {
-            Some(route) => format!("{} {route}", self.name),
-            None => self.name.clone(),
+            Some(route) => crate::text::escape(&format!("{} {route}", self.name)),
+            None => crate::text::escape(&self.name),
         }
     }
 }

@@ -53,8 +53,6 @@ pub(crate) struct Pending {
     pub sinks: Vec<Box<dyn Sink>>,
     pub recorder: export::Recorder,
     pub flight: Option<export::Flight>,
-    /// The process's epoll descriptors before the runtime was built.
-    pub epoll_before: Vec<i32>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -113,15 +111,7 @@ impl Prepared {
             mut sinks,
             recorder,
             flight,
-            epoll_before,
         } = pending;
-        if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
-            // The epoll descriptors made since `prepare`: the runtime's I/O driver's (none
-            // without `enable_io`), the one its parked worker waits on when it drives.
-            let mut io = crate::watch::probe::epoll_fds();
-            io.retain(|fd| !epoll_before.contains(fd));
-            watched.set_drivers_io(io);
-        }
         let flight = flight.map(|f| {
             (
                 f,

@@ -94,6 +94,17 @@ pub fn bounded(s: &str, max: usize) -> String {
     out
 }
 
+/// Every string in `v` [escaped](escape), whatever field it is in (a field added later is
+/// covered too): for JSON values whose strings are shown as text.
+pub fn escape_json_strings(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::String(s) if s.chars().any(is_escaped) => *s = escape(s),
+        serde_json::Value::Array(a) => a.iter_mut().for_each(escape_json_strings),
+        serde_json::Value::Object(o) => o.values_mut().for_each(escape_json_strings),
+        _ => {}
+    }
+}
+
 /// JSON text with what JSON lets through raw and a terminal would act on — DEL, the C1
 /// controls, the bidirectional controls — written as JSON `\uXXXX` escapes (in JSON text they
 /// occur only inside strings, where the escape is valid): the same JSON, safe on a terminal.

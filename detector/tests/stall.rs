@@ -151,6 +151,21 @@ fn settle(name: &str, workers: usize) {
     }
 }
 
+/// Waits, bounded, until the watchdog has seen one of the runtime's parked workers wait on its
+/// I/O driver (it looks while every worker is parked, before it sleeps): the state the drivers'
+/// tests start from, not a retry of what they test.
+fn drivers_seen(detector: &pinwatch::Detector) {
+    let deadline = Instant::now() + LONG;
+    while !detector.stats().drivers_seen {
+        assert!(
+            Instant::now() < deadline,
+            "the watchdog never saw a worker on the drivers: {:?}",
+            detector.stats()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// What happened to the runtime during a timer-woken pin.
 struct TimerWokenPin {
     /// How late a timer armed before the pin fired.
@@ -168,6 +183,7 @@ fn timer_woken_pin(name: &str, pinwatch: Option<pinwatch::Builder>) -> TimerWoke
     let (tx, events) = mpsc::channel();
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
     tokio.worker_threads(2).thread_name(name).enable_all();
+    let watching = pinwatch.is_some();
     let builder = pinwatch.unwrap_or_else(|| pinwatch::Builder::new().enabled(false));
     let (rt, detector) = builder
         .tracing(false)
@@ -185,6 +201,9 @@ fn timer_woken_pin(name: &str, pinwatch: Option<pinwatch::Builder>) -> TimerWoke
         }
     });
     settle(name, 2);
+    if watching {
+        drivers_seen(&detector);
+    }
     let start = Instant::now();
     let (fired_tx, fired_rx) = mpsc::channel();
     let due = tokio::time::Instant::from_std(start + Duration::from_millis(1500));
@@ -273,7 +292,12 @@ fn a_timer_woken_pin_stalls_plain_tokio_and_pinwatch_hands_the_drivers_over() {
         done.headline()
     );
     assert!(rescued.stats.driver_rescues >= 1 && rescued.stats.driver_handovers >= 1);
-    assert!(rescued.stats.runtime_stalled_time < Duration::from_millis(500));
+    // The stall's time, counted from the pin's start (not from the look that found it).
+    let stalled = rescued.stats.runtime_stalled_time;
+    assert!(
+        stalled < Duration::from_millis(500) && stalled * 2 >= d.undriven,
+        "{stalled:?} of {d:?}"
+    );
 }
 
 /// `PINWATCH_RESCUE=off`: the stall goes on for as long as the pin, and is reported so from
@@ -562,6 +586,7 @@ fn spinning_read(name: &str, pinwatch: Option<pinwatch::Builder>) -> SpinningRea
     let (tx, events) = mpsc::channel();
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
     tokio.worker_threads(2).thread_name(name).enable_all();
+    let watching = pinwatch.is_some();
     let builder = pinwatch.unwrap_or_else(|| pinwatch::Builder::new().enabled(false));
     let (rt, detector) = builder
         .tracing(false)
@@ -611,6 +636,9 @@ fn spinning_read(name: &str, pinwatch: Option<pinwatch::Builder>) -> SpinningRea
     }
     let closing = std::net::TcpStream::connect(peer_addr).unwrap();
     settle(name, 2);
+    if watching {
+        drivers_seen(&detector);
+    }
     drop(closing);
     spinning_rx.recv_timeout(LONG).unwrap();
     let asked = 10;
@@ -677,5 +705,213 @@ fn a_spinning_read_loop_wedges_plain_tokio_and_pinwatch_keeps_the_server_answeri
                 .as_ref()
                 .is_some_and(|d| d.taken_over_by.is_some())),
         "no report of the spin says who took the drivers over"
+    );
+}
+
+/// A runtime built with pinwatch's poll hooks only (no park hooks: the watchdog cannot tell
+/// parked workers from busy ones): the drivers are never seen, and the heartbeat stays the
+/// evidence — it still says the runtime stalled, and its task still wakes the free worker,
+/// which takes the drivers over.
+#[test]
+fn without_the_park_hooks_the_heartbeat_still_tells_and_ends_the_stall() {
+    let name = "pw-poll-hooks";
+    let (tx, events) = mpsc::channel();
+    let prepared = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .prepare()
+        .unwrap();
+    let (before, after) = (prepared.hooks(), prepared.hooks());
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .on_before_task_poll(move |meta| before.before_poll(meta))
+        .on_after_task_poll(move |meta| after.after_poll(meta));
+    let rt = tokio.build().unwrap();
+    let detector = prepared.start(rt.handle()).unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(async {})).collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    settle(name, 2);
+    let start = Instant::now();
+    let (fired_tx, fired_rx) = mpsc::channel();
+    let due = tokio::time::Instant::from_std(start + Duration::from_millis(1500));
+    rt.spawn(async move {
+        tokio::time::sleep_until(due).await;
+        fired_tx.send(Instant::now()).unwrap();
+    });
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    rt.spawn(async move {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(
+            start + Duration::from_secs(1),
+        ))
+        .await;
+        blocked_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+    });
+    settle(name, 2);
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "the runtime took {:?} to settle",
+        start.elapsed()
+    );
+    blocked_rx.recv_timeout(LONG).unwrap();
+    let fired = fired_rx.recv_timeout(LONG).unwrap();
+    let late = fired.saturating_duration_since(start + Duration::from_millis(1500));
+    drop(rt);
+    let stats = detector.shutdown();
+    assert!(!stats.drivers_seen, "{stats:?}");
+    assert_eq!(stats.driver_rescues, 0, "{stats:?}");
+    assert!(
+        late < Duration::from_millis(500),
+        "the timers stood still (the observer was {late:?} late): nothing woke a worker"
+    );
+    let first = next(&events, "the pin's first report", |e| e.report == 1);
+    assert!(first.drivers.is_none(), "{first:?}");
+}
+
+/// A multi-thread runtime without an I/O driver (`enable_time` alone): its time driver's
+/// worker waits in a futex like a sleeping one, so the drivers are never seen, and a pin
+/// while the timers keep running is no stall — no event says so, no worker is woken.
+#[test]
+fn a_runtime_without_io_is_never_seen_stalled_while_its_timers_run() {
+    let (tx, events) = mpsc::channel();
+    let (rt, detector) = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("pw-time-only")
+                .enable_time(),
+        )
+        .unwrap();
+    let ticks = Arc::new(AtomicU64::new(0));
+    for _ in 0..4 {
+        let ticks = Arc::clone(&ticks);
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                ticks.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let (lock, release) = held_lock();
+    let (blocking_tx, blocking_rx) = mpsc::channel();
+    // Spawned from outside: the worker woken for it is not the drivers' one.
+    rt.spawn(async move {
+        blocking_tx.send(()).unwrap();
+        drop(lock.lock().unwrap());
+    });
+    blocking_rx.recv_timeout(LONG).unwrap();
+    let pin = next(&events, "the pin's first report", |e| e.report == 1);
+    let ticks_then = ticks.load(Ordering::Relaxed);
+    let ticked = Instant::now();
+    while ticks.load(Ordering::Relaxed) < ticks_then + 8 {
+        assert!(
+            ticked.elapsed() < LONG,
+            "the timers stood still during the pin"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    release.send(()).unwrap();
+    let done = next(&events, "the pin's completion", |e| {
+        e.id == pin.id && e.state == State::Completed
+    });
+    drop(rt);
+    let stats = detector.shutdown();
+    assert!(!stats.drivers_seen, "{stats:?}");
+    assert_eq!(stats.driver_rescues, 0, "{stats:?}");
+    assert!(done.drivers.is_none(), "{done:?}");
+}
+
+/// Three workers, the rescue off. Pin A, woken from outside, holds one worker while another
+/// waits on the drivers (seen so); then pin B, woken by a timer, takes the drivers' worker
+/// while the third sleeps: the runtime stalls, by B. A, already running while a worker was
+/// seen on the drivers, is not blamed for it.
+#[test]
+fn only_the_pin_that_took_the_drivers_worker_is_blamed_for_the_stall() {
+    let name = "pw-blame";
+    let (tx, events) = mpsc::channel();
+    let (rt, detector) = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .rescue(false)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(3)
+                .thread_name(name)
+                .enable_all(),
+        )
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..12).map(|_| tokio::spawn(async {})).collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    settle(name, 3);
+    drivers_seen(&detector);
+    let (lock_a, release_a) = held_lock();
+    let (a_tx, a_rx) = mpsc::channel();
+    rt.spawn(async move {
+        a_tx.send(()).unwrap();
+        drop(lock_a.lock().unwrap());
+    });
+    a_rx.recv_timeout(LONG).unwrap();
+    // A blocks in a futex; of the other two, one waits on the drivers, one sleeps.
+    settle(name, 3);
+    let a = next(&events, "A's first report", |e| e.report == 1);
+    assert!(!a.runtime_stalled, "{a:?}");
+    let start = Instant::now();
+    let (lock_b, release_b) = held_lock();
+    let (b_tx, b_rx) = mpsc::channel();
+    rt.spawn(async move {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(
+            start + Duration::from_millis(800),
+        ))
+        .await;
+        b_tx.send(()).unwrap();
+        drop(lock_b.lock().unwrap());
+    });
+    settle(name, 3);
+    assert!(
+        start.elapsed() < Duration::from_millis(700),
+        "the runtime took {:?} to settle: B's timer may have fired before",
+        start.elapsed()
+    );
+    b_rx.recv_timeout(LONG).unwrap();
+    let b = next(&events, "B's first report", |e| {
+        e.report == 1 && e.id != a.id
+    });
+    assert!(b.runtime_stalled && b.drivers.is_some(), "{b:?}");
+    release_b.send(()).unwrap();
+    let b_done = next(&events, "B's completion", |e| {
+        e.id == b.id && e.state == State::Completed
+    });
+    release_a.send(()).unwrap();
+    let a_done = next(&events, "A's completion", |e| {
+        e.id == a.id && e.state == State::Completed
+    });
+    drop(rt);
+    drop(detector);
+    assert!(b_done.runtime_stalled, "{b_done:?}");
+    assert!(
+        !a_done.runtime_stalled && a_done.drivers.is_none() && a_done.runtime_advice.is_none(),
+        "A did not hold the drivers' worker: {a_done:?}"
     );
 }

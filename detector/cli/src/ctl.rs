@@ -645,16 +645,8 @@ pub fn untrusted(s: &str) -> String {
 /// `value` with every string in it passed through [`untrusted`] (whatever field it is in, so a
 /// field added later is covered too).
 fn escaped<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> Result<T, String> {
-    fn walk(v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::String(s) => *s = untrusted(s),
-            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
-            serde_json::Value::Object(o) => o.values_mut().for_each(walk),
-            _ => {}
-        }
-    }
     let mut v = serde_json::to_value(value).map_err(|e| e.to_string())?;
-    walk(&mut v);
+    pinwatch::text::escape_json_strings(&mut v);
     serde_json::from_value(v).map_err(|e| e.to_string())
 }
 

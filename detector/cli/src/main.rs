@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use pinwatch::recording;
+use pinwatch::text::Escaped;
 
 #[derive(Parser)]
 #[command(
@@ -117,7 +118,7 @@ fn main() -> ExitCode {
         eprintln!(
             "pinwatch: {} holds no readable pinwatch event; is it a recording (a \
              PINWATCH_RECORD file)?",
-            file.display()
+            Escaped(file.display())
         );
         return ExitCode::from(1);
     }
@@ -192,7 +193,7 @@ fn main() -> ExitCode {
                 &output,
                 &format!(
                     "wrote {} ({} events, {pins} pins); open it in a browser\n{head}",
-                    output.display(),
+                    Escaped(output.display()),
                     rec.events.len()
                 ),
             )
@@ -284,14 +285,14 @@ fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), Str
             if std::fs::metadata(f).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino()) {
                 return Err(format!(
                     "{} is the recording {}: name another file with -o",
-                    output.display(),
-                    f.display()
+                    Escaped(output.display()),
+                    Escaped(f.display())
                 ));
             }
         }
     }
     write_file(output, true, |f| f.write_all(bytes))
-        .map_err(|e| format!("cannot write {}: {e}", output.display()))
+        .map_err(|e| format!("cannot write {}: {e}", Escaped(output.display())))
 }
 
 /// Writes what `fill` writes to `path`. One of this process's descriptors (`/dev/stdout`,
@@ -459,7 +460,7 @@ fn write_profile(
         };
         return fail(format_args!(
             "{} {what}: no profile written",
-            file.display()
+            Escaped(file.display())
         ));
     }
     let bytes = profile::encode(&built);
@@ -468,9 +469,9 @@ fn write_profile(
     }
     say_wrote(output, &format!(
         "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: go tool pprof -top {}\n",
-        output.display(),
+        Escaped(output.display()),
         nanos as f64 / 1e6,
         built.sample.len(),
-        output.display()
+        Escaped(output.display())
     ))
 }

@@ -506,9 +506,11 @@ pub fn script_json(json: &str) -> String {
     pinwatch::text::script_json(json)
 }
 
-/// HTML-escapes text for element content and attribute values ([`pinwatch::text::html`]).
+/// Text from the recording for element content and attribute values: escaped as pinwatch
+/// shows such text everywhere ([`pinwatch::text::escape`]: no control or bidirectional
+/// character reaches the page), then HTML-escaped ([`pinwatch::text::html`]).
 fn esc(s: &str) -> String {
-    pinwatch::text::html(s)
+    pinwatch::text::html(&pinwatch::text::escape(s))
 }
 
 /// A reason's colour, the same everywhere on the page.
@@ -802,8 +804,11 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
         h.push_str("</tbody></table></section>\n");
     }
 
-    // The pins' details, for the script.
-    let pins = script_json(&serde_json::to_string(&d.pins).map_err(|e| e.to_string())?);
+    // The pins' details, for the script: its strings escaped as everywhere else (the script
+    // shows them as text, and JSON would carry a control or bidirectional character through).
+    let mut pins = serde_json::to_value(&d.pins).map_err(|e| e.to_string())?;
+    pinwatch::text::escape_json_strings(&mut pins);
+    let pins = script_json(&serde_json::to_string(&pins).map_err(|e| e.to_string())?);
     let _ = write!(
         h,
         "<script type=\"application/json\" id=\"pins\">{pins}</script>\n<script>{SCRIPT}</script>\n</body></html>\n"
@@ -1071,6 +1076,20 @@ mod tests {
             );
             assert!(!stack.contains("x;y"), "{line:?}");
         }
+    }
+
+    #[test]
+    fn the_page_s_text_and_data_carry_no_control_or_bidirectional_character() {
+        let evil = "a\u{1b}]0;x\u{7}\u{202e}b<";
+        assert_eq!(esc(evil), "a\\u{1b}]0;x\\u{7}\\u{202e}b&lt;");
+        let mut v = serde_json::json!({"frame": evil, "n": 1, "list": [evil]});
+        pinwatch::text::escape_json_strings(&mut v);
+        let text = serde_json::to_string(&v).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&script_json(&text)).unwrap();
+        let shown = back.to_string();
+        assert!(!shown.chars().any(pinwatch::text::is_escaped), "{shown}");
+        assert_eq!(back["frame"], "a\\u{1b}]0;x\\u{7}\\u{202e}b<");
+        assert_eq!(back["n"], 1);
     }
 
     #[test]

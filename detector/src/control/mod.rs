@@ -794,6 +794,10 @@ fn status(s: &Served) -> Status {
                 "runtime_stalled_ms".into(),
                 stats.runtime_stalled_time.as_millis() as u64,
             ),
+            ("driver_rescues".into(), stats.driver_rescues),
+            ("driver_handovers".into(), stats.driver_handovers),
+            // 1: stalls are seen from the workers' states; 0: from the heartbeat.
+            ("drivers_seen".into(), u64::from(stats.drivers_seen)),
         ]
         .into_iter()
         // Events each sink with a queue of its own lost (`dropped_otlp`, …).

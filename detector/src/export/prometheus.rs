@@ -767,6 +767,23 @@ mod tests {
     }
 
     #[test]
+    fn a_route_with_control_characters_reaches_the_metrics_escaped() {
+        let c = collector(Arc::default(), 50);
+        c.sink().event(&in_span(
+            event(1, State::Completed, Reason::Sleep, 90, 3),
+            "request",
+            Some("/x\u{1b}]0;owned\u{7}\u{202e}gnp"),
+        ));
+        let t = c.render();
+        assert!(
+            !t.chars()
+                .any(|ch| ch != '\n' && crate::text::is_escaped(ch)),
+            "{t:?}"
+        );
+        assert!(t.contains(r"/x\\u{1b}]0;owned\\u{7}\\u{202e}gnp"), "{t}");
+    }
+
+    #[test]
     fn registers_into_a_registry_of_yours() {
         let c = collector(Arc::default(), 50);
         let registry = Registry::new();

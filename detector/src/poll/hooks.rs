@@ -125,8 +125,10 @@ impl PollHooks {
     }
 
     /// Call from `on_thread_park`, with [`after_unpark`](Self::after_unpark) from
-    /// `on_thread_unpark`: they let the watchdog sleep while every worker is parked. Without
-    /// them it looks at the workers every scan interval even when the service is idle.
+    /// `on_thread_unpark`: they let the watchdog sleep while every worker is parked, and see
+    /// which worker drives the runtime's timers and I/O. Without them it looks at the workers
+    /// every scan interval even when the service is idle, and tells a stall of the whole
+    /// runtime only from its heartbeat (docs/blast-radius.md).
     #[inline]
     pub fn before_park(&self) {
         if let Some(table) = &self.table {

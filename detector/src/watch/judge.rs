@@ -453,18 +453,71 @@ impl Drivers {
 pub(super) const RESCUE_AGAIN: Duration = Duration::from_millis(50);
 
 /// While nothing changes — no pin just flagged, no wake-up waiting to be taken — the drivers
-/// are looked at this often (each look reads `/proc` for every parked worker).
+/// are looked at this often (a look reads `/proc` for parked workers until one is found on
+/// the drivers).
 pub(super) const DRIVERS_EVERY: Duration = Duration::from_millis(10);
 
-/// The watchdog's memory of the drivers across looks.
+/// While the drivers cannot be seen yet, the watchdog looks for a parked worker waiting on the
+/// I/O driver this often while the runtime runs (and each time before it sleeps).
+pub(super) const LEARN_EVERY: Duration = Duration::from_secs(1);
+
+/// What the watchdog knows of the runtime's I/O driver: whether it can see who drives. It sees
+/// once it has found one of the runtime's parked workers (in tokio's park, by the park hooks)
+/// waiting in `epoll_wait` — that descriptor is the driver's — and while it can read the
+/// parked workers' system calls. A runtime without `enable_io` (its time driver waits on a
+/// condvar, like a sleeping worker), one whose park hooks pinwatch did not install, or a
+/// `/proc` it cannot read never shows it: the heartbeat stays the evidence there.
+#[derive(Default)]
+pub(super) struct DriverView {
+    /// The I/O driver's epoll descriptor, once seen.
+    pub fd: Option<i32>,
+    /// The last look could not read a parked worker's system call.
+    pub blind: bool,
+    /// The last time the watchdog looked for the descriptor.
+    pub tried_at: Option<Instant>,
+}
+
+impl DriverView {
+    /// Whether the drivers' verdicts are to be trusted (and the heartbeat left unarmed).
+    pub fn sees(&self) -> bool {
+        self.fd.is_some() && !self.blind
+    }
+
+    /// Whether to look for the descriptor at `now` (`idle`: about to sleep).
+    pub fn learn_due(&self, now: Instant, idle: bool) -> bool {
+        self.fd.is_none()
+            && (idle
+                || self
+                    .tried_at
+                    .is_none_or(|at| now.saturating_duration_since(at) >= LEARN_EVERY))
+    }
+
+    /// A parked worker waits in `epoll_wait` on `fd`: the state it is in, learning the
+    /// descriptor when it is the first seen. One on another descriptor is not in tokio's park.
+    pub fn epoll(&mut self, fd: i32) -> WorkerState {
+        if *self.fd.get_or_insert(fd) == fd {
+            WorkerState::OnDrivers
+        } else {
+            WorkerState::Busy
+        }
+    }
+}
+
+/// The watchdog's memory of the drivers across looks, while pins hold workers.
 #[derive(Default)]
 pub(super) struct DriverWatch {
     /// When the last look found them driven.
     pub driven_at: Option<Instant>,
+    /// When the last look saw a worker waiting on them.
+    pub on_drivers_at: Option<Instant>,
     /// When the last wake-up for them was sent, while they stay undriven.
     pub woke_at: Option<Instant>,
     /// The last look, and whether it found the runtime stalled.
     pub last: Option<(Instant, bool)>,
+    /// Up to when the current stall's time has been counted.
+    pub counted_to: Option<Instant>,
+    /// The worker last seen waiting on them (read first at the next look).
+    pub last_on_drivers: Option<usize>,
 }
 
 impl DriverWatch {
@@ -478,11 +531,18 @@ impl DriverWatch {
     }
 
     /// The look at `now` found `verdict`: whether to wake a parked worker now (`rescue`: the
-    /// setting), and whether this look ends a stall that a wake-up was sent for (a hand-over).
+    /// setting), and whether this look ends a stall that a wake-up was sent for (a hand-over:
+    /// a worker is seen waiting on the drivers; a busy one may be the woken worker running
+    /// the wake-up's task, not there yet).
     pub fn looked(&mut self, verdict: Drivers, now: Instant, rescue: bool) -> (bool, bool) {
         match verdict {
-            Drivers::Driven { .. } => {
+            Drivers::Driven { by } => {
                 self.driven_at = Some(now);
+                self.counted_to = None;
+                if by.is_none() {
+                    return (false, false);
+                }
+                self.on_drivers_at = Some(now);
                 (false, self.woke_at.take().is_some())
             }
             Drivers::Undriven { asleep } => {
@@ -496,6 +556,22 @@ impl DriverWatch {
                 (wake, false)
             }
         }
+    }
+
+    /// Whether a pin whose poll was first seen running at `first_seen` (it began before then)
+    /// may have left the drivers undriven: one that was running already when a look saw
+    /// another worker waiting on them did not hold that worker (it could not take them while
+    /// its poll ran); the runtime stalled while it ran, by another pin.
+    pub fn blames(&self, first_seen: Instant) -> bool {
+        self.on_drivers_at.is_none_or(|at| first_seen > at)
+    }
+
+    /// Undriven at `now`, since `since`: the stall time not counted yet (from the stretch's
+    /// start at its first look, from the last look after).
+    pub fn stall_time(&mut self, now: Instant, since: Instant) -> Duration {
+        let from = self.counted_to.unwrap_or(since);
+        self.counted_to = Some(now);
+        now.saturating_duration_since(from)
     }
 }
 
@@ -1006,6 +1082,73 @@ mod tests {
             w.looked(Drivers::Driven { by: None }, t0, false),
             (false, false)
         );
+    }
+
+    #[test]
+    fn a_busy_worker_after_a_wake_up_is_not_yet_a_hand_over() {
+        let t0 = Instant::now();
+        let mut w = DriverWatch::default();
+        assert_eq!(
+            w.looked(Drivers::Undriven { asleep: 1 }, t0, true),
+            (true, false)
+        );
+        // The woken worker runs the wake-up's task: driven, but nobody is on them yet.
+        let busy = Drivers::Driven { by: None };
+        assert_eq!(w.looked(busy, t0 + MS(2), true), (false, false));
+        assert_eq!((w.driven_at, w.on_drivers_at), (Some(t0 + MS(2)), None));
+        assert!(w.woke_at.is_some(), "still waited for");
+        assert_eq!(
+            w.looked(Drivers::Driven { by: Some(0) }, t0 + MS(4), true),
+            (false, true)
+        );
+        assert_eq!(w.on_drivers_at, Some(t0 + MS(4)));
+    }
+
+    #[test]
+    fn only_pins_begun_after_a_worker_was_seen_on_the_drivers_are_blamed() {
+        let t0 = Instant::now();
+        let mut w = DriverWatch::default();
+        assert!(w.blames(t0), "nothing seen: every pin may have");
+        w.looked(Drivers::Driven { by: Some(1) }, t0 + MS(500), false);
+        // Pin A ran on worker 0 while worker 1 drove; pin B took worker 1 after.
+        assert!(!w.blames(t0), "A");
+        assert!(w.blames(t0 + MS(510)), "B");
+        // A busy worker is no sighting: a pin begun before the look may be its own poll.
+        w.looked(Drivers::Driven { by: None }, t0 + MS(600), false);
+        assert!(w.blames(t0 + MS(550)));
+    }
+
+    #[test]
+    fn a_stall_s_time_counts_from_its_start_once_then_from_each_look() {
+        let t0 = Instant::now();
+        let mut w = DriverWatch::default();
+        // First found at 22 ms, undriven since the pin's start.
+        assert_eq!(w.stall_time(t0 + MS(22), t0), MS(22));
+        assert_eq!(w.stall_time(t0 + MS(32), t0), MS(10));
+        // Driven again: the next stall counts from its own start.
+        w.looked(Drivers::Driven { by: Some(0) }, t0 + MS(40), false);
+        assert_eq!(w.stall_time(t0 + MS(100), t0 + MS(70)), MS(30));
+    }
+
+    #[test]
+    fn the_drivers_are_seen_only_once_a_parked_worker_waits_on_an_epoll() {
+        let t0 = Instant::now();
+        let mut v = DriverView::default();
+        assert!(!v.sees());
+        assert!(v.learn_due(t0, false), "never tried");
+        v.tried_at = Some(t0);
+        assert!(!v.learn_due(t0 + MS(10), false));
+        assert!(v.learn_due(t0 + MS(10), true), "about to sleep");
+        assert!(v.learn_due(t0 + LEARN_EVERY, false));
+        // The first epoll a parked worker waits on is the driver's; another is not tokio's park.
+        assert_eq!(v.epoll(7), WorkerState::OnDrivers);
+        assert!(v.sees());
+        assert!(!v.learn_due(t0 + LEARN_EVERY, true), "learnt");
+        assert_eq!(v.epoll(7), WorkerState::OnDrivers);
+        assert_eq!(v.epoll(9), WorkerState::Busy);
+        // A look that cannot read a parked worker's system call does not see.
+        v.blind = true;
+        assert!(!v.sees());
     }
 
     #[test]

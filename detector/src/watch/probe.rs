@@ -308,23 +308,6 @@ fn parse_wait(s: &str) -> Wait {
     Wait::Other
 }
 
-/// The process's epoll file descriptors now (`/proc/self/fd` entries that are
-/// `anon_inode:[eventpoll]`), in order.
-pub(crate) fn epoll_fds() -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return Vec::new();
-    };
-    let mut fds: Vec<i32> = dir
-        .flatten()
-        .filter(|e| {
-            std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:[eventpoll]")
-        })
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    fds.sort_unstable();
-    fds
-}
-
 /// `/proc/<tid>/syscall` holds `running`, or `-1 sp pc` (blocked, not in a system call), or the
 /// system call number and its arguments.
 fn parse_syscall_file(s: &str) -> Option<&'static str> {
@@ -443,7 +426,6 @@ mod tests {
         // SAFETY: a plain system call; the descriptor it returns is closed below.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         assert!(ep >= 0);
-        assert!(epoll_fds().contains(&ep), "{:?}", epoll_fds());
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
             tx.send(crate::poll::slot::current_tid()).unwrap();

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 
 use super::judge::{
-    worth_arming, Armed, DriverWatch, Drivers, Idle, Pinned, Stall, Tracked, WorkerState,
+    worth_arming, Armed, DriverView, DriverWatch, Drivers, Idle, Pinned, Stall, Tracked,
+    WorkerState,
 };
 use super::probe::{self, Probe};
 use super::shared::Shared;
@@ -78,14 +79,14 @@ fn run(
     // Just before the last look at each slot. The hooks may run before this thread does: the
     // first lower bound is the moment the slots were made, before the runtime existed.
     let mut last_look: Vec<Instant> = vec![shared.table.base; n];
-    let io = shared.drivers_io();
     let mut scan = Scan {
         shared: &shared,
         handle: &handle,
         tx: &tx,
         settings: settings.refresh(&shared.tunables),
         stalled: None,
-        io: (!io.is_empty()).then_some(io),
+        multi_thread: handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread,
+        view: DriverView::default(),
         drivers: DriverWatch::default(),
     };
     let mut scans = 0u64;
@@ -174,18 +175,19 @@ fn run(
         // Stalled: where the drivers are seen, a pin holds a worker while nobody drives them;
         // elsewhere, a pin that was running when the heartbeat was due runs still, and the
         // runtime's timers have not fired since.
-        if scan.io.is_some() {
-            blamed = scan.look_at_drivers(&mut tracked, Instant::now());
-        }
+        let seen = scan.look_at_drivers(&mut tracked, Instant::now());
         scan.send_first_reports(&mut tracked);
-        shared.stalled_now.store(blamed, Ordering::Relaxed);
-        if blamed {
+        if let Some(stalled) = seen {
+            // The looks count their own stall time.
+            blamed = stalled;
+        } else if blamed {
             let d = scan_start.saturating_duration_since(last_scan);
             shared
                 .stats
                 .stalled_ns
                 .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
         }
+        shared.stalled_now.store(blamed, Ordering::Relaxed);
         last_scan = scan_start;
         if stopping {
             // Whatever is still flagged never returned: its last report stands.
@@ -196,7 +198,7 @@ fn run(
             .flatten()
             .filter(|t| t.pinned.is_some())
             .count();
-        if scan.io.is_none() {
+        if !scan.view.sees() {
             // The heartbeat is the evidence only where the drivers cannot be seen: its task,
             // spawned when a pin begins, would wake a worker (and hand it the drivers).
             shared.heartbeat.arm(&handle, pins);
@@ -207,6 +209,8 @@ fn run(
             pins == 0 && !running && parking.all_parked(cores),
             parking.unparks(),
         );
+        // Every worker parked is when one of them waits on the I/O driver, if there is one.
+        scan.learn_drivers(Instant::now(), sleep);
     }
 }
 
@@ -224,9 +228,9 @@ struct Scan<'a> {
     settings: Settings,
     /// How late the heartbeat was at this scan's start, when it is past the stall bound.
     stalled: Option<Stall>,
-    /// The epoll descriptors of the runtime's I/O driver, when a multi-thread runtime has one:
-    /// then who drives the drivers is seen from the workers' states.
-    io: Option<&'a [i32]>,
+    /// A multi-thread runtime: who drives its drivers may be seen from its workers' states.
+    multi_thread: bool,
+    view: DriverView,
     drivers: DriverWatch,
 }
 
@@ -635,14 +639,105 @@ impl Scan<'_> {
         }
     }
 
+    /// Looks, while the drivers cannot be seen yet, for a parked worker waiting on the I/O
+    /// driver (when due: see [`DriverView::learn_due`]).
+    fn learn_drivers(&mut self, now: Instant, idle: bool) {
+        if !self.multi_thread || !self.view.learn_due(now, idle) {
+            return;
+        }
+        self.view.tried_at = Some(now);
+        for slot in self.shared.table.slots() {
+            if slot.is_active() && slot.parked.load(Ordering::Relaxed) {
+                if let Some(probe::Wait::Epoll(fd)) =
+                    probe::read_wait(slot.tid.load(Ordering::Relaxed))
+                {
+                    self.view.epoll(fd);
+                    self.view.blind = false;
+                    break;
+                }
+            }
+        }
+        self.seen_changed();
+    }
+
+    fn seen_changed(&self) {
+        self.shared
+            .stats
+            .drivers_seen
+            .store(self.view.sees(), Ordering::Relaxed);
+    }
+
+    /// What worker `i` of the runtime does, without reading `/proc`: `None` when it is parked
+    /// (what it waits in tells), with its thread's id.
+    fn worker_state(&self, i: usize, holding: &[Option<usize>]) -> Result<WorkerState, i32> {
+        if holding.contains(&Some(i)) {
+            return Ok(WorkerState::Pinned);
+        }
+        let metrics = self.handle.metrics();
+        let Some(thread) = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t)) else {
+            return Ok(WorkerState::Busy);
+        };
+        let Some(slot) = self
+            .shared
+            .table
+            .slots()
+            .iter()
+            .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
+        else {
+            return Ok(WorkerState::Busy);
+        };
+        if !slot.parked.load(Ordering::Relaxed) {
+            return Ok(WorkerState::Busy);
+        }
+        Err(slot.tid.load(Ordering::Relaxed))
+    }
+
+    /// Every worker's state, read only as far as the verdict needs: a busy worker settles it
+    /// with no `/proc` read, and the parked ones are read from the one last seen on the
+    /// drivers, until one is on them (the ones left unread are marked busy: the verdict is
+    /// `Driven` either way).
+    fn worker_states(&mut self, holding: &[Option<usize>]) -> Vec<WorkerState> {
+        let n = self.handle.metrics().num_workers();
+        let known: Vec<Result<WorkerState, i32>> =
+            (0..n).map(|i| self.worker_state(i, holding)).collect();
+        let mut states: Vec<WorkerState> = known
+            .iter()
+            .map(|k| *k.as_ref().unwrap_or(&WorkerState::Busy))
+            .collect();
+        if known.contains(&Ok(WorkerState::Busy)) {
+            return states;
+        }
+        let first = self.drivers.last_on_drivers.filter(|i| *i < n).unwrap_or(0);
+        self.view.blind = false;
+        for i in (first..n).chain(0..first) {
+            let Err(tid) = known[i] else { continue };
+            states[i] = match probe::read_wait(tid) {
+                Some(probe::Wait::Epoll(fd)) => self.view.epoll(fd),
+                Some(probe::Wait::Futex) => WorkerState::OnCondvar,
+                Some(probe::Wait::Other) => WorkerState::Busy,
+                None => {
+                    self.view.blind = true;
+                    WorkerState::Busy
+                }
+            };
+            if matches!(states[i], WorkerState::OnDrivers | WorkerState::Busy) {
+                break;
+            }
+        }
+        states
+    }
+
     /// Who drives the runtime's I/O and timer drivers now, while a pin holds a worker: each
     /// worker's state from its slot (pinned, in tokio's park) and, for a parked one, from the
-    /// system call it waits in. When nobody does, every pin holding a worker stalls the
+    /// system call it waits in. When nobody does, the pins that left them so stall the
     /// runtime (reported at once), and a parked worker is woken to take them over (with
-    /// `PINWATCH_RESCUE`); the look that finds them driven again records the hand-over.
-    /// Returns whether the runtime is stalled now.
-    fn look_at_drivers(&mut self, tracked: &mut [Option<Tracked>], now: Instant) -> bool {
-        let Some(io) = self.io else { return false };
+    /// `PINWATCH_RESCUE`); the look that finds one on them again records the hand-over.
+    /// Returns whether the runtime is stalled now, `None` where the drivers cannot be seen
+    /// (the heartbeat tells).
+    fn look_at_drivers(&mut self, tracked: &mut [Option<Tracked>], now: Instant) -> Option<bool> {
+        if !self.multi_thread {
+            return None;
+        }
         let slots = self.shared.table.slots();
         // The worker each pin holds, while its poll runs: one that has just ended (its end is
         // recorded; the next look completes it) holds nothing, and is judged no further.
@@ -658,8 +753,11 @@ impl Scan<'_> {
             })
             .collect();
         if holding.iter().all(Option::is_none) {
-            self.drivers = DriverWatch::default();
-            return false;
+            self.drivers = DriverWatch {
+                last_on_drivers: self.drivers.last_on_drivers,
+                ..DriverWatch::default()
+            };
+            return self.view.sees().then_some(false);
         }
         let news = tracked
             .iter()
@@ -667,36 +765,44 @@ impl Scan<'_> {
             .filter_map(|t| t.pinned.as_ref())
             .any(|p| !p.first_sent);
         if let Some(stalled) = self.drivers.skip(now, news) {
-            return stalled;
+            return self.view.sees().then_some(stalled);
         }
-        let metrics = self.handle.metrics();
-        let states: Vec<WorkerState> = (0..metrics.num_workers())
-            .map(|i| {
-                if holding.contains(&Some(i)) {
-                    return WorkerState::Pinned;
-                }
-                let Some(thread) = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t))
-                else {
-                    return WorkerState::Busy;
-                };
-                let Some(slot) = slots
-                    .iter()
-                    .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
-                else {
-                    return WorkerState::Busy;
-                };
-                if !slot.parked.load(Ordering::Relaxed) {
-                    return WorkerState::Busy;
-                }
-                match probe::read_wait(slot.tid.load(Ordering::Relaxed)) {
-                    Some(probe::Wait::Epoll(fd)) if io.contains(&fd) => WorkerState::OnDrivers,
-                    Some(probe::Wait::Futex) => WorkerState::OnCondvar,
-                    _ => WorkerState::Busy,
-                }
-            })
-            .collect();
-        let verdict = Drivers::of(&states);
+        let states = self.worker_states(&holding);
+        self.seen_changed();
+        let mut verdict = Drivers::of(&states);
+        if !self.view.sees() {
+            // Not seen yet, or not readable: an undriven verdict would be a guess.
+            verdict = Drivers::Driven { by: None };
+        }
+        if let Drivers::Driven { by: Some(i) } = verdict {
+            self.drivers.last_on_drivers = Some(i);
+        }
         let driven_at = self.drivers.driven_at;
+        // The pins that left the drivers undriven: the ones that began after a worker was last
+        // seen on them (when none did, the look could not tell: all of them).
+        let blamed: Vec<bool> = {
+            let held = |t: &Option<Tracked>, h: &Option<usize>| {
+                h.is_some() && t.as_ref().is_some_and(|t| t.pinned.is_some())
+            };
+            let by_rule: Vec<bool> = tracked
+                .iter()
+                .zip(&holding)
+                .map(|(t, h)| {
+                    held(t, h)
+                        && t.as_ref()
+                            .is_some_and(|t| self.drivers.blames(t.first_seen))
+                })
+                .collect();
+            if by_rule.contains(&true) {
+                by_rule
+            } else {
+                tracked
+                    .iter()
+                    .zip(&holding)
+                    .map(|(t, h)| held(t, h))
+                    .collect()
+            }
+        };
         let (wake, handed_over) = self.drivers.looked(verdict, now, self.shared.config.rescue);
         if wake {
             self.shared.stats.rescues.fetch_add(1, Ordering::Relaxed);
@@ -708,16 +814,15 @@ impl Scan<'_> {
             self.shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
         }
         let all_pinned = !states.iter().any(|s| *s != WorkerState::Pinned);
-        for (t, held) in tracked.iter_mut().zip(&holding) {
+        let mut since: Option<Instant> = None;
+        for (t, blame) in tracked.iter_mut().zip(&blamed) {
             let Some(p) = t.as_mut().and_then(|t| t.pinned.as_mut()) else {
                 continue;
             };
-            if held.is_none() {
-                continue;
-            }
             match verdict {
-                Drivers::Undriven { .. } => {
+                Drivers::Undriven { .. } if *blame => {
                     let newly = p.undriven(now, driven_at, wake);
+                    since = Some(since.map_or(p.start, |s| s.min(p.start)));
                     p.event.runtime_advice = Some(
                         if all_pinned {
                             ALL_PINNED_ADVICE
@@ -731,6 +836,7 @@ impl Scan<'_> {
                         self.resend(p, now);
                     }
                 }
+                Drivers::Undriven { .. } => {}
                 Drivers::Driven { by } => {
                     let was = p.undriven_since.is_some();
                     p.driven(now, by);
@@ -741,8 +847,16 @@ impl Scan<'_> {
             }
         }
         let stalled = matches!(verdict, Drivers::Undriven { .. });
+        if let (true, Some(since)) = (stalled, since) {
+            let since = driven_at.map_or(since, |d| d.max(since));
+            let d = self.drivers.stall_time(now, since);
+            self.shared
+                .stats
+                .stalled_ns
+                .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        }
         self.drivers.last = Some((now, stalled));
-        stalled
+        Some(stalled)
     }
 
     /// Sends the next `in_progress` report of a pin still running, brought up to `now`.

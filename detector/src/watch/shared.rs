@@ -31,10 +31,6 @@ pub(crate) struct Shared {
     pub(super) heartbeat: Arc<Heartbeat>,
     /// Whether the runtime is stalled now: a pin runs and the heartbeat is late.
     pub(super) stalled_now: AtomicBool,
-    /// The epoll descriptors of a multi-thread runtime's I/O driver (set when the detector
-    /// starts; none: a current-thread runtime, or one without I/O, whose drivers cannot be
-    /// seen).
-    drivers_io: std::sync::OnceLock<Vec<i32>>,
 }
 
 /// The pin a slot runs now, as the watchdog last saw it.
@@ -87,7 +83,6 @@ impl Shared {
             live,
             heartbeat,
             stalled_now: AtomicBool::new(false),
-            drivers_io: std::sync::OnceLock::new(),
         }
     }
 
@@ -129,16 +124,6 @@ impl Shared {
             p.holds_worker.store(holds_worker, Ordering::Relaxed);
         }
         p.id.store(id, Ordering::Release);
-    }
-
-    /// The runtime's I/O driver waits on `fds` (its epoll descriptors); once, at start.
-    pub(crate) fn set_drivers_io(&self, fds: Vec<i32>) {
-        let _ = self.drivers_io.set(fds);
-    }
-
-    /// See [`set_drivers_io`](Self::set_drivers_io); empty when none was set.
-    pub(super) fn drivers_io(&self) -> &[i32] {
-        self.drivers_io.get().map_or(&[], Vec::as_slice)
     }
 
     /// Whether the runtime is stalled now, and for how long it has been stalled in all.

@@ -1,7 +1,7 @@
 //! What the detector has done so far: the counters the watchdog and the export thread keep, and
 //! the [`Stats`] a snapshot of them gives.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::poll::slot::SlotTable;
@@ -49,6 +49,12 @@ pub struct Stats {
     pub driver_rescues: u64,
     /// Times a worker took the drivers over after such a wake-up.
     pub driver_handovers: u64,
+    /// Whether the watchdog sees who drives the runtime's I/O and timer drivers: it has seen
+    /// one of the runtime's parked workers wait on its I/O driver (`epoll_wait`), and can read
+    /// the workers' system calls. Until then — a current-thread runtime, one without
+    /// `enable_io`, park hooks not installed, `/proc` unreadable — the heartbeat is the
+    /// evidence of a stall (see docs/blast-radius.md).
+    pub drivers_seen: bool,
 }
 
 pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
@@ -70,6 +76,7 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         watchdog_sleeps: r(&c.sleeps),
         driver_rescues: r(&c.rescues),
         driver_handovers: r(&c.handovers),
+        drivers_seen: c.drivers_seen.load(Ordering::Relaxed),
     }
 }
 
@@ -93,4 +100,6 @@ pub(crate) struct StatsCounters {
     pub sleeps: AtomicU64,
     pub rescues: AtomicU64,
     pub handovers: AtomicU64,
+    /// Whether the watchdog sees who drives the runtime's drivers.
+    pub drivers_seen: AtomicBool,
 }

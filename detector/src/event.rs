@@ -237,6 +237,7 @@ impl PinnedEvent {
                 line: Some(line),
                 locks: 0,
             }),
+            app_frame: None,
             profile: vec![],
             no_stack: None,
             stack: vec![],
@@ -270,6 +271,49 @@ impl Frame {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+impl Frame {
+    /// Whether `other` is the same function at the same place (lock marks aside).
+    pub fn same_place(&self, other: &Frame) -> bool {
+        (&self.function, &self.file, self.line) == (&other.function, &other.file, other.line)
+    }
+
+    /// `file:line` with a dependency's file cut to its package (`argon2-0.5.3/src/block.rs`,
+    /// from cargo's registry or git checkouts; `library/std/src/…` from std's sources); `None`
+    /// without a file.
+    pub fn short_location(&self) -> Option<String> {
+        let file = self.file.as_deref()?;
+        let short = short_path(file);
+        Some(match self.line {
+            Some(line) => format!("{short}:{line}"),
+            None => short.to_owned(),
+        })
+    }
+}
+
+/// `file` without the part that says only where cargo keeps dependencies: from the package's
+/// directory on for cargo's registry and git checkouts, from `library/` on for std's sources.
+pub fn short_path(file: &str) -> &str {
+    if let Some(pos) = file.find("/registry/src/") {
+        let rest = &file[pos + "/registry/src/".len()..];
+        if let Some(slash) = rest.find('/') {
+            return &rest[slash + 1..];
+        }
+    }
+    if let Some(pos) = file.find("/.cargo/git/checkouts/") {
+        let rest = &file[pos + "/.cargo/git/checkouts/".len()..];
+        // `<repo>-<hash>/<rev>/…`: from the revision's directory on.
+        if let Some(slash) = rest.find('/') {
+            return &rest[slash + 1..];
+        }
+    }
+    if let Some(rest) = file.strip_prefix("/rustc/") {
+        if let Some(slash) = rest.find('/') {
+            return &rest[slash + 1..];
+        }
+    }
+    file
 }
 
 impl fmt::Display for Frame {
@@ -371,6 +415,14 @@ pub struct PinnedEvent {
     /// `topApplicationFrame`. When the poll was sampled more than once, the one most samples
     /// had (where the time went; see `profile`).
     pub top_frame: Option<Frame>,
+    /// The innermost frame of the service's own code in the stack the top frame is from: the
+    /// line of yours that called the library where the time went (the top frame itself when
+    /// that is your code). Own code is code whose file is none of the dependencies' (cargo's
+    /// registry and git checkouts, vendored crates, std, system paths): the crates of your
+    /// workspace and your path dependencies. Kept whatever `PINWATCH_STACKS` says; needs line
+    /// tables (`debug = "line-tables-only"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_frame: Option<Frame>,
     /// Each top frame the samples of this poll had, with how many, most first (only when there
     /// were several samples).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -378,7 +430,7 @@ pub struct PinnedEvent {
     /// Why the event has no stack, when it has none: `stacks_off`, `unwinder_not_signal_safe`,
     /// `signal_blocked` (the thread blocks the sampling signal), `signal_pending` (the thread
     /// has not taken it: e.g. in uninterruptible sleep), `no_sample` (the thread is gone, or the
-    /// poll ended before the sample was taken).
+    /// poll ended before the sample was taken), `empty_stack` (a sample with no frame to walk).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_stack: Option<String>,
     /// The sampled stack, innermost first (what `PINWATCH_STACKS` asks for).
@@ -653,13 +705,27 @@ impl PinnedEvent {
             self.state.as_str(),
             self.duration.as_secs_f64() * 1e3,
         );
-        if let Some(top) = &self.top_frame {
-            let function = top.function.as_deref().unwrap_or("<unknown>");
-            match (&top.file, top.line) {
-                (Some(file), Some(line)) => s.push_str(&format!(" at {file}:{line} {function}")),
-                (Some(file), None) => s.push_str(&format!(" at {file} {function}")),
-                (None, _) => s.push_str(&format!(" in {function}")),
+        let at = |f: &Frame| {
+            let function = f.function.as_deref().unwrap_or("<unknown>");
+            match (&f.file, f.line) {
+                (Some(file), Some(line)) => format!("{file}:{line} {function}"),
+                (Some(file), None) => format!("{file} {function}"),
+                (None, _) => function.to_owned(),
             }
+        };
+        match (&self.top_frame, self.caller_frame()) {
+            // Where the time went is a library's: its function first, then the line of yours
+            // that called it.
+            (Some(top), Some(app)) => s.push_str(&format!(
+                " in {} ({}), called from {}",
+                top.function.as_deref().unwrap_or("<unknown>"),
+                top.short_location().unwrap_or_else(|| "?".to_owned()),
+                at(app)
+            )),
+            (Some(top), None) if top.file.is_some() => s.push_str(&format!(" at {}", at(top))),
+            (Some(top), None) => s.push_str(&format!(" in {}", at(top))),
+            (None, Some(app)) => s.push_str(&format!(" at {}", at(app))),
+            (None, None) => {}
         }
         s.push(':');
         if let Some(r) = self.reason {
@@ -707,6 +773,14 @@ impl PinnedEvent {
             s.push_str(&stall);
         }
         s
+    }
+
+    /// The service's own frame when it is not the top frame itself: the line of yours that
+    /// called the library where the time went.
+    pub fn caller_frame(&self) -> Option<&Frame> {
+        self.app_frame
+            .as_ref()
+            .filter(|a| self.top_frame.as_ref().is_none_or(|t| !t.same_place(a)))
     }
 
     /// What this pin did to the whole runtime, in one sentence, when it stalled it
@@ -1010,6 +1084,7 @@ mod tests {
                 line: Some(12),
                 locks: 1,
             }),
+            app_frame: None,
             profile: vec![ProfileEntry {
                 frame: Frame {
                     function: Some("app::handler".into()),

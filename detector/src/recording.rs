@@ -427,6 +427,9 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
                 let _ = writeln!(out, "  topApplicationFrame = {}", Escaped(no_top_frame(e)));
             }
         }
+        if let Some(app) = e.caller_frame() {
+            let _ = writeln!(out, "  calledFrom = {}", Escaped(app));
+        }
         if !e.profile.is_empty() {
             let _ = writeln!(out, "  samples = {} [", e.samples);
             for p in &e.profile {
@@ -482,6 +485,11 @@ pub struct SummaryRow {
     /// Empty in a function row.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub at: String,
+    /// A line row whose pins spent their time in a library called from that line: the
+    /// library's function and file (`in argon2::block::compress (argon2-0.5.3/src/block.rs)`).
+    /// Rows are the service's own frames ([`PinnedEvent::app_frame`]), else the top frame.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub via: String,
     /// Pinned polls.
     pub count: usize,
     /// Longest, in ms.
@@ -519,6 +527,7 @@ impl SummaryRow {
         SummaryRow {
             frame,
             at,
+            via: String::new(),
             count: 0,
             longest_ms: 0.0,
             total_ms: 0.0,
@@ -618,7 +627,22 @@ impl Summary {
         if e.state == crate::State::Retracted {
             return;
         }
-        let (mut function, mut frame, mut at, mut file) = match &e.top_frame {
+        // The service's own frame first: the row is the line to change, the library it called
+        // (where the time went) said beside it.
+        let blame = e.app_frame.as_ref().or(e.top_frame.as_ref());
+        let via = e
+            .caller_frame()
+            .and(e.top_frame.as_ref())
+            .map(|t| {
+                let file = t.file.as_deref().map(crate::event::short_path);
+                format!(
+                    "in {}{}",
+                    t.function.as_deref().unwrap_or("<unknown>"),
+                    file.map_or(String::new(), |f| format!(" ({f})"))
+                )
+            })
+            .unwrap_or_default();
+        let (mut function, mut frame, mut at, mut file) = match blame {
             Some(f) => (
                 f.function.as_deref().unwrap_or("<unknown>").to_owned(),
                 f.to_string(),
@@ -635,17 +659,21 @@ impl Summary {
                 (why.clone(), why, String::new(), None)
             }
         };
-        let key = (function.clone(), frame.clone());
+        let mut key = (function.clone(), format!("{frame}\u{0}{via}"));
+        let mut via = via;
         if self.max_rows > 0
             && self.lines.len() >= self.max_rows - 1
             && !self.lines.contains_key(&key)
         {
             (function, frame, at, file) = (OTHER.to_owned(), OTHER.to_owned(), String::new(), None);
+            via = String::new();
+            key = (function.clone(), frame.clone());
         }
-        let row = self
-            .lines
-            .entry((function, frame.clone()))
-            .or_insert_with(|| SummaryRow::new(frame, at, file));
+        let row = self.lines.entry(key).or_insert_with(|| {
+            let mut row = SummaryRow::new(frame, at, file);
+            row.via = via;
+            row
+        });
         let d = e.duration.as_secs_f64() * 1e3;
         row.count += 1;
         row.total_ms += d;
@@ -843,7 +871,12 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
         cells.push(cell(r, Escaped(&r.frame).to_string()));
         advice.push(None);
         for l in &r.lines {
-            cells.push(cell(l, format!("  {}", Escaped(&l.at))));
+            let via = if l.via.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", l.via)
+            };
+            cells.push(cell(l, format!("  {}{}", Escaped(&l.at), Escaped(via))));
             advice.push(None);
         }
         if let Some(a) = advice.last_mut() {

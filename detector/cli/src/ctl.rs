@@ -827,6 +827,9 @@ fn render(st: &Status) -> String {
         let who = p
             .worker
             .map_or_else(|| "block_on".to_owned(), |i| format!("worker {i}"));
+        if let Some(from) = &p.called_from {
+            let _ = writeln!(w, "  {who}: called from {from}");
+        }
         if let Some(stall) = &p.stall {
             let _ = writeln!(w, "  {who}: {stall}");
         }

@@ -126,6 +126,10 @@ pub struct PinView {
     pub advice: Option<String>,
     /// Top application frame.
     pub top_frame: Option<String>,
+    /// The service's own frame, when it is not the top frame: the line that called the
+    /// library where the time went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub called_from: Option<String>,
     /// Locks held.
     pub held_locks: Vec<String>,
     /// Stack, innermost first (cut at [`DETAIL_FRAMES`]), or why there is none.
@@ -382,6 +386,7 @@ fn view(e: &PinnedEvent) -> PinView {
         reason: reason_of(e),
         blocking_operation: e.blocking_operation.clone(),
         advice: e.advice.clone(),
+        called_from: e.caller_frame().map(|f| f.to_string()),
         top_frame: Some(
             e.top_frame
                 .as_ref()
@@ -708,7 +713,8 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
     // Hot locations.
     h.push_str(
         "<section id=\"locations\"><h2>Hot locations</h2><p class=\"hint\">By the function of \
-         the top application frame, its lines under it; click a column to sort.</p><table id=\"hot\" class=\"sortable\"><thead><tr>\
+         your code that pinned (its own frame, else the top application frame), its lines under \
+         it with the library each called; click a column to sort.</p><table id=\"hot\" class=\"sortable\"><thead><tr>\
          <th data-type=\"num\">Pins</th><th data-type=\"num\">Total</th>\
          <th data-type=\"num\">Longest</th><th>Reasons</th><th>Location</th></tr></thead>",
     );
@@ -754,7 +760,12 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
         h.push_str("<tbody class=\"fn\">");
         row(&mut h, r, "fn", r.frame.clone());
         for l in &r.lines {
-            row(&mut h, l, "line", l.at.clone());
+            let at = if l.via.is_empty() {
+                l.at.clone()
+            } else {
+                format!("{} {}", l.at, l.via)
+            };
+            row(&mut h, l, "line", at);
         }
         h.push_str("</tbody>");
     }
@@ -859,6 +870,7 @@ function show(bar){
     'worker:    '+e.worker,
     'reason:    '+e.reason+(e.blocking_operation?'  ('+e.blocking_operation+')':''),
     'top frame: '+(e.top_frame||'-')];
+  if(e.called_from){lines.push('called from: '+e.called_from);}
   if(e.advice){lines.push('advice:    '+e.advice);}
   if(e.held_locks.length){lines.push('holds:     '+e.held_locks.join('; '));}
   if(e.stall){lines.push('STALLED:   '+e.stall);}

@@ -2,6 +2,7 @@
 //! readings, held-lock entries) become finished [`PinnedEvent`]s — frames, a reason, the top
 //! application frame and a profile of where a long pin's samples were.
 
+mod advice;
 mod dwarf;
 mod elf;
 pub(crate) mod reason;
@@ -121,7 +122,6 @@ impl Analyzer {
         if let Some((best, others, op)) = dominant(&verdicts) {
             event.reason = Some(best);
             event.other_reasons = others;
-            event.advice = Some(best.advice(Some(&op)).to_owned());
             event.blocking_operation = Some(op);
         }
         let last = probes.last();
@@ -141,6 +141,34 @@ impl Analyzer {
                     });
         }
         let (profile, chosen) = profile(&sampled);
+        if let (Some(reason), Some(op)) = (event.reason, event.blocking_operation.as_deref()) {
+            let frames: &[Frame] = chosen.map_or(&[], |k| &sampled[k].1);
+            // Whether the thread made read or write calls between the first and the last
+            // probe that counted them.
+            let counts: Vec<(u64, u64)> = probes
+                .iter()
+                .filter_map(|p| p.proc.as_ref()?.io_calls)
+                .collect();
+            let io_calls = match (counts.first(), counts.last()) {
+                (Some(a), Some(b)) if counts.len() > 1 => Some(a != b),
+                _ => None,
+            };
+            let fd = probes
+                .iter()
+                .rev()
+                .filter_map(|p| p.proc.as_ref())
+                .find(|p| p.syscall == Some(op))
+                .and_then(|p| p.fd);
+            let samples: Vec<&[Frame]> = sampled.iter().map(|s| s.1.as_slice()).collect();
+            event.advice = Some(advice::advise(&advice::Evidence {
+                reason,
+                operation: op,
+                fd,
+                io_calls,
+                frames,
+                samples: &samples,
+            }));
+        }
         if profile.len() > 1 || profile.first().is_some_and(|p| p.samples > 1) {
             event.profile = profile;
         }
@@ -149,12 +177,20 @@ impl Analyzer {
                 let (i, mut frames, top) = sampled.swap_remove(k);
                 symbols::mark_lock_frames(&mut frames, &probes[i].held);
                 event.top_frame = top.map(|t| frames[t].clone());
+                // The service's own frame: the innermost of its own code in the same sample,
+                // whatever the stacks setting keeps of the rest.
+                let own = frames.iter().position(reason::is_own_code);
+                event.app_frame = own.map(|o| {
+                    let mut f = frames[o].clone();
+                    f.locks = 0;
+                    f
+                });
                 event.stack = match self.stacks {
                     Stacks::Full => frames,
                     Stacks::Short => frames
                         .into_iter()
                         .enumerate()
-                        .filter(|(j, f)| f.locks > 0 || Some(*j) == top)
+                        .filter(|(j, f)| f.locks > 0 || Some(*j) == top || Some(*j) == own)
                         .map(|(_, f)| f)
                         .collect(),
                     Stacks::Off => Vec::new(),

@@ -301,6 +301,21 @@ pub(crate) fn is_application(f: &Frame) -> bool {
     !is_internal(krate)
 }
 
+/// Whether `f` is the service's own code: application code (see [`is_application`]) whose
+/// source file is known and is none of the dependencies' — not under cargo's registry or git
+/// checkouts, not a vendored crate (`…/vendor/<crate>/`), not std's (`/rustc/`), not a system
+/// path (`/usr/`) — so a crate of the service's workspace, or a path dependency of its own. A
+/// frame without a file (a build without line tables) is nobody's: `None` rather than a guess.
+pub(crate) fn is_own_code(f: &Frame) -> bool {
+    let Some(file) = f.file.as_deref() else {
+        return false;
+    };
+    is_application(f)
+        && dependency_crate(file).is_none()
+        && !file.contains("/vendor/")
+        && !file.starts_with("/usr/")
+}
+
 /// Whether `file` is one of pinwatch's own sources (a path or git dependency of the
 /// application; from crates.io it is under the registry).
 fn is_pinwatch_source(file: &str) -> bool {
@@ -499,6 +514,7 @@ mod tests {
         ProcState {
             state: if syscall.is_some() { 'S' } else { 'R' },
             syscall,
+            ..ProcState::default()
         }
     }
 

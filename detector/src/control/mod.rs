@@ -705,6 +705,10 @@ fn status(s: &Served) -> Status {
                     .as_ref()
                     .and_then(|e| e.advice.clone())
                     .map(|a| bounded(a, MAX_FIELD)),
+                called_from: e
+                    .as_ref()
+                    .and_then(|e| e.caller_frame())
+                    .map(|f| bounded(f.to_string(), MAX_FIELD)),
                 top_frame: e.as_ref().and_then(|e| {
                     e.top_frame
                         .as_ref()

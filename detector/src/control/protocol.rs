@@ -175,6 +175,10 @@ pub struct PinnedNow {
     pub advice: Option<String>,
     /// The top application frame.
     pub top_frame: Option<String>,
+    /// The service's own frame that called the library the top frame is in, when they differ
+    /// ([`PinnedEvent::caller_frame`](crate::PinnedEvent::caller_frame)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub called_from: Option<String>,
     /// Instrumented locks it holds.
     pub held_locks: usize,
     /// The whole runtime is stalled now, while it runs (see docs/blast-radius.md).

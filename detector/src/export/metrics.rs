@@ -9,9 +9,10 @@ pub const DURATION_BUCKETS: &[f64] =
     &[0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 /// What the metrics exporters share about counting pins: each pin counts once, at its first
-/// report that is not a retraction, under a `location` label drawn from a bounded set (its top
-/// frame's `file:line`, else its function, else `unknown`; past the bound, `other`). A metrics
-/// exporter serves one detector, so a pin is named by its event id alone.
+/// report that is not a retraction, under a `location` label drawn from a bounded set (its
+/// service's own frame's `file:line`, else its top frame's, else the function, else `unknown`;
+/// past the bound, `other`). A metrics exporter serves one detector, so a pin is named by its
+/// event id alone.
 pub(crate) struct PinCounter {
     /// Pins already counted and not yet completed.
     counted: std::collections::HashSet<u64>,
@@ -70,7 +71,8 @@ impl PinCounter {
             self.counted.remove(&e.id);
         }
         first.then(|| {
-            let location = e.top_frame.as_ref().map_or_else(
+            // The service's own line first (the one to change), else where the time went.
+            let location = e.app_frame.as_ref().or(e.top_frame.as_ref()).map_or_else(
                 || "unknown".to_owned(),
                 |f| match (&f.file, f.line) {
                     (Some(file), Some(line)) => format!("{file}:{line}"),

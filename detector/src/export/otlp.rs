@@ -380,6 +380,17 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
             attrs.push(kv("code.line.number", i64::from(line)));
         }
     }
+    if let Some(app) = e.caller_frame() {
+        if let Some(func) = &app.function {
+            attrs.push(kv("pinwatch.app_frame.function", func.clone()));
+        }
+        if let Some(file) = &app.file {
+            attrs.push(kv("pinwatch.app_frame.file", file.clone()));
+        }
+        if let Some(line) = app.line {
+            attrs.push(kv("pinwatch.app_frame.line", i64::from(line)));
+        }
+    }
     if !e.stack.is_empty() {
         let trace: Vec<String> = e.stack.iter().map(|f| f.to_string()).collect();
         attrs.push(kv("code.stacktrace", trace.join("\n")));
@@ -597,7 +608,7 @@ impl Instruments {
         let by_location = meter
             .u64_counter("pinwatch.pins_by_location")
             .with_unit("{pin}")
-            .with_description("Pins per top application frame; bounded, then \"other\".")
+            .with_description("Pins per line of the service's own code (app frame, else top application frame); bounded, then \"other\".")
             .build();
         let by_span = meter
             .u64_counter("pinwatch.pins_by_span")

@@ -10,13 +10,43 @@ use crate::poll::locks::HeldEntry;
 use crate::poll::slot::{NameBuf, Slot, NAME_MAX};
 use crate::signal;
 
-/// The thread's state as `/proc/self/task/<tid>/stat` and `syscall` tell it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The thread's state as `/proc/self/task/<tid>/stat`, `syscall` and `io` tell it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ProcState {
     /// `R` running, `S` sleeping, `D` disk sleep, …
     pub state: char,
     /// `None` while running in user space; `Some(name)` while in a system call.
     pub syscall: Option<&'static str>,
+    /// For a read or write family call: its file descriptor, and what that is now.
+    pub fd: Option<(i32, FdKind)>,
+    /// Read and write system calls the thread has made so far (`syscr`, `syscw`), when the
+    /// kernel counts them: two probes that see the same counts saw none between them.
+    pub io_calls: Option<(u64, u64)>,
+}
+
+/// What a file descriptor is (`/proc/self/fd/<fd>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FdKind {
+    Pipe,
+    Terminal,
+    Socket,
+    /// A regular file, a device, anything else.
+    Other,
+}
+
+impl FdKind {
+    /// From the link `/proc/self/fd/<fd>` points at.
+    fn of_link(link: &str) -> FdKind {
+        if link.starts_with("pipe:") {
+            FdKind::Pipe
+        } else if link.starts_with("socket:") {
+            FdKind::Socket
+        } else if link.starts_with("/dev/pts/") || link.starts_with("/dev/tty") {
+            FdKind::Terminal
+        } else {
+            FdKind::Other
+        }
+    }
 }
 
 /// The holder of an instrumented lock another thread waits for.
@@ -71,6 +101,15 @@ pub(crate) fn take(
         waiting_for: waiting_for(w, slot),
         ..Probe::default()
     };
+    if slot.poll.seq() != seq {
+        // The poll ended before (or while) its thread was read: what `/proc` and the lock
+        // table said is about what the thread did next — waiting in the park's `epoll_wait`,
+        // another poll — never this poll's.
+        return Probe {
+            no_stack: Some("no_sample"),
+            ..Probe::default()
+        };
+    }
     // The handler is installed before stacks are turned on (at start or by `ctl set`); a
     // signal without it would kill the process, so check rather than trust the order.
     let no_stack = match (stacks, w.stacks_blocked) {
@@ -135,6 +174,12 @@ fn sample(w: &Shared, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe) {
                 stats
                     .sample_round_trip_ns
                     .fetch_add(ns(s.round_trip), Ordering::Relaxed);
+                if s.ips.is_empty() {
+                    // The unwinder found no frame to walk (a thread in code without unwind
+                    // information): a sample, but nothing to say where.
+                    probe.no_stack = Some("empty_stack");
+                    return;
+                }
                 probe.stack = Some(s.ips);
                 return;
             }
@@ -229,14 +274,65 @@ fn mask_has(mask: &str, sig: libc::c_int) -> bool {
         .is_some_and(|v| v & (1 << (bit % 4)) != 0)
 }
 
-/// Reads the thread's state and current system call. `None` if the thread is gone.
+/// Reads the thread's state, its current system call (with the descriptor of a read or write)
+/// and its read and write call counts. `None` if the thread is gone.
 pub(crate) fn read_proc(tid: i32) -> Option<ProcState> {
     let state = read_state(tid)?;
-    let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok();
+    let file = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok();
+    let syscall = file.as_deref().and_then(parse_syscall_file);
+    let fd = syscall
+        .filter(|s| FD_CALLS.contains(s))
+        .and_then(|_| first_argument(file.as_deref()?))
+        .and_then(|fd| i32::try_from(fd).ok())
+        .map(|fd| {
+            let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+            let kind = link
+                .as_deref()
+                .and_then(|l| l.to_str())
+                .map_or(FdKind::Other, FdKind::of_link);
+            (fd, kind)
+        });
     Some(ProcState {
         state,
-        syscall: syscall.as_deref().and_then(parse_syscall_file),
+        syscall,
+        fd,
+        io_calls: read_io_calls(tid),
     })
+}
+
+/// The read and write family calls whose first argument is a file descriptor.
+const FD_CALLS: &[&str] = &[
+    "read",
+    "write",
+    "readv",
+    "writev",
+    "pread64",
+    "pwrite64",
+    "preadv",
+    "pwritev",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+    "fsync",
+    "fdatasync",
+];
+
+/// The first argument of `/proc/<tid>/syscall`'s call (`NR 0xARG1 …`).
+fn first_argument(s: &str) -> Option<u64> {
+    let arg = s.split_whitespace().nth(1)?;
+    u64::from_str_radix(arg.strip_prefix("0x")?, 16).ok()
+}
+
+/// `syscr` and `syscw` from `/proc/self/task/<tid>/io`.
+fn read_io_calls(tid: i32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/io")).ok()?;
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some((field("syscr:")?, field("syscw:")?))
 }
 
 /// The thread's scheduler accounting, in ns: time on a CPU and time runnable but waiting for
@@ -514,7 +610,8 @@ mod tests {
         let probe = take(&watched, slot, seq1, None, Stacks::Short);
         assert!(probe.stack.is_none(), "{probe:?}");
         assert_eq!(probe.no_stack, Some("no_sample"));
-        assert!(watched.stats.samples_discarded.load(Ordering::Relaxed) >= 1);
+        // Nor what `/proc` says of its thread now: that is poll 2's state.
+        assert!(probe.proc.is_none() && probe.held.is_empty(), "{probe:?}");
         // The same probe for the poll that is running does get a stack.
         let seq2 = slot.poll.seq();
         assert_ne!(seq1, seq2);
@@ -522,6 +619,74 @@ mod tests {
         assert!(probe.stack.is_some(), "{probe:?}");
         to_worker.send(()).unwrap();
         worker.join().unwrap();
+    }
+
+    /// The race behind a wrong `io` (`epoll_wait`) verdict: a probe for a poll that has just
+    /// ended, its worker already parked in the runtime's `epoll_wait`. Set up for certain: the
+    /// poll ends, the thread is seen waiting in `epoll_wait`, then the probe runs. It reports
+    /// nothing of the thread: no system call, no stack, so no reason.
+    #[test]
+    fn a_probe_after_the_poll_ended_says_nothing_of_what_the_thread_does_next() {
+        use crate::poll::slot::SlotTable;
+        use std::sync::{mpsc, Arc};
+        let table = Arc::new(SlotTable::new(4));
+        let hooks = crate::poll::PollHooks::new(Some(Arc::clone(&table)));
+        let watched = Shared::new(
+            Arc::clone(&table),
+            crate::Config::default(),
+            None,
+            "test".into(),
+        );
+        // SAFETY: plain system calls on descriptors made here (closed below); the event names
+        // the eventfd, which wakes the waiter when written.
+        let (ep, wake) = unsafe {
+            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            let wake = libc::eventfd(0, libc::EFD_CLOEXEC);
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: 0,
+            };
+            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, wake, &mut ev), 0);
+            (ep, wake)
+        };
+        assert!(ep >= 0 && wake >= 0);
+        let (to_test, test_rx) = mpsc::channel::<()>();
+        let (to_worker, worker_rx) = mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            hooks.before_poll_raw(1, std::panic::Location::caller());
+            to_test.send(()).unwrap();
+            worker_rx.recv().unwrap();
+            hooks.after_poll_raw();
+            let mut ev = libc::epoll_event { events: 0, u64: 0 };
+            // SAFETY: a valid epoll descriptor and one event of room; returns after 5 s.
+            unsafe { libc::epoll_wait(ep, &mut ev, 1, 5000) };
+        });
+        test_rx.recv().unwrap();
+        let slot = table.slots().iter().find(|s| s.is_active()).unwrap();
+        let seq = slot.poll.seq();
+        let tid = slot.tid.load(Ordering::Relaxed);
+        // While the poll runs, a probe reads its thread.
+        let running = take(&watched, slot, seq, None, Stacks::Off);
+        assert!(running.proc.is_some(), "{running:?}");
+        to_worker.send(()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while read_wait(tid) != Some(Wait::Epoll(ep)) {
+            assert!(std::time::Instant::now() < deadline, "never in epoll_wait");
+            std::thread::yield_now();
+        }
+        let late = take(&watched, slot, seq, None, Stacks::Short);
+        assert!(late.proc.is_none() && late.stack.is_none(), "{late:?}");
+        assert_eq!(late.no_stack, Some("no_sample"));
+        let verdict = crate::analyze::reason::classify(late.proc.as_ref(), &[], false, false);
+        assert!(verdict.is_none(), "{verdict:?}");
+        // SAFETY: writes 8 bytes to the eventfd (its counter), which ends the wait.
+        unsafe { libc::write(wake, [1u8, 0, 0, 0, 0, 0, 0, 0].as_ptr().cast(), 8) };
+        worker.join().unwrap();
+        // SAFETY: closes the descriptors made above, used by no one now.
+        unsafe {
+            libc::close(ep);
+            libc::close(wake);
+        }
     }
 
     #[test]

@@ -525,6 +525,7 @@ impl Scan<'_> {
             blocking_operation: None,
             advice: None,
             top_frame: None,
+            app_frame: None,
             profile: Vec::new(),
             no_stack: None,
             stack: Vec::new(),

@@ -1,0 +1,360 @@
+//! What to do about a pin, from what was seen of it — not only its reason: the system call and
+//! what its file descriptor is, whether the thread made any read or write call while it ran,
+//! and the functions on its stack. The rules, in the order they are tried (the first that fits
+//! wins; docs/reasons.md has the table):
+//!
+//! 1. `futures::executor::block_on` (or `pollster`'s) on the stack: `.await` the future.
+//! 2. Dropping a value (`drop_in_place`) between where the time went and the service's code: a
+//!    large value, dropped on a worker; drop it in `spawn_blocking`.
+//! 3. A write blocked on standard output or error, or on a pipe or terminal: a log writer that
+//!    blocks; a non-blocking one (`tracing_appender::non_blocking`).
+//! 4. Waiting for std's stdout or stderr lock: another thread holds it while its write blocks;
+//!    the same non-blocking writer (it is not a lock of the service's, no `tokio::sync::Mutex`).
+//! 5. Running, in an async read or a `select!` (in any sample), with no read or write call
+//!    made while the pin ran: a loop on a read that returns at once (end of file); stop
+//!    looping on `Ok(0)` (`yield_now` would hide it). A synchronous `Read::read` is not this:
+//!    a decoder reading a buffer is computation.
+//! 6. Otherwise the reason's own advice ([`Reason::advice`]).
+
+use super::reason::{base_name, is_own_code};
+use crate::event::{Frame, Reason};
+use crate::watch::probe::FdKind;
+
+/// What the rules look at.
+pub(crate) struct Evidence<'a> {
+    pub reason: Reason,
+    /// The blocking system call, or `running`.
+    pub operation: &'a str,
+    /// The call's file descriptor and what it is, for a read or write.
+    pub fd: Option<(i32, FdKind)>,
+    /// Whether the thread made read or write calls between the pin's first and last probes
+    /// (`None`: one probe, or the kernel does not count them).
+    pub io_calls: Option<bool>,
+    /// The stack the top frame is from, innermost first.
+    pub frames: &'a [Frame],
+    /// Every sample's stack (the one above among them).
+    pub samples: &'a [&'a [Frame]],
+}
+
+pub(crate) const BLOCK_ON: &str = "it blocks the worker in an executor's block_on inside a task: \
+    .await the future instead (or run the blocking wait in tokio::task::spawn_blocking)";
+pub(crate) const DROP: &str = "it drops a large value on the worker: move it into \
+    tokio::task::spawn_blocking and drop it there (or drop it in pieces)";
+pub(crate) const BLOCKED_WRITE: &str = "a write to standard output or error (a pipe or a \
+    terminal) blocks while its reader is slow or gone: log through a non-blocking writer \
+    (tracing_appender::non_blocking), or keep logs off the workers";
+pub(crate) const STDIO_LOCK: &str = "it waits for std's stdout/stderr lock, which another \
+    thread holds while its write blocks (a full pipe): log through a non-blocking writer \
+    (tracing_appender::non_blocking); the lock is std's, not one of yours";
+pub(crate) const SPIN_READ: &str = "it spins on a read that returns at once without waiting \
+    (Ok(0): end of file, the peer closed): stop the loop on Ok(0); yield_now would only hide \
+    the spin and keep a core busy";
+
+/// The advice for a pin seen as `e` says.
+pub(crate) fn advise(e: &Evidence<'_>) -> String {
+    let all = || std::iter::once(e.frames).chain(e.samples.iter().copied());
+    if all().any(|s| s.iter().any(is_executor_block_on)) {
+        return BLOCK_ON.to_owned();
+    }
+    // Most samples (the top frame's among them) inside a drop, above the service's own frame.
+    let dropping = |s: &[Frame]| {
+        let own = s.iter().position(is_own_code);
+        own.is_some() && s[..own.unwrap_or(0)].iter().any(is_drop)
+    };
+    let drops = e.samples.iter().filter(|s| dropping(s)).count();
+    if dropping(e.frames) && drops * 2 >= e.samples.len() {
+        return DROP.to_owned();
+    }
+    let is_write = matches!(e.operation, "write" | "writev" | "pwrite64" | "pwritev");
+    if is_write
+        && e.fd.is_some_and(|(fd, kind)| {
+            fd == 1 || fd == 2 || matches!(kind, FdKind::Pipe | FdKind::Terminal)
+        })
+    {
+        return BLOCKED_WRITE.to_owned();
+    }
+    if matches!(e.reason, Reason::LockWait | Reason::Other)
+        && e.operation == "futex"
+        && above_own(e.frames).iter().any(is_stdio)
+    {
+        return STDIO_LOCK.to_owned();
+    }
+    if e.reason == Reason::Cpu
+        && e.io_calls != Some(true)
+        && all().any(|s| above_own(s).iter().any(is_spin_frame))
+    {
+        return SPIN_READ.to_owned();
+    }
+    e.reason.advice(Some(e.operation)).to_owned()
+}
+
+/// The frames of `s` between where the time went and the service's own code (all of them when
+/// it has none).
+fn above_own(s: &[Frame]) -> &[Frame] {
+    &s[..s.iter().position(is_own_code).unwrap_or(s.len())]
+}
+
+/// A frame's function without generic arguments, and its last path segment. An inlined frame
+/// is often named by its last segment alone (`block_on<F>`); its file says whose it is.
+fn names(f: &Frame) -> Option<(String, String)> {
+    let base = base_name(f.function.as_deref()?);
+    let base = base.trim_start_matches('<').to_owned();
+    let last = base.rsplit("::").next().unwrap_or(&base).to_owned();
+    Some((base, last))
+}
+
+fn file_has(f: &Frame, part: &str) -> bool {
+    f.file.as_deref().is_some_and(|p| p.contains(part))
+}
+
+/// `futures::executor::block_on` (`futures_executor::local_pool::block_on`, its
+/// `run_executor`), `pollster::block_on`.
+fn is_executor_block_on(f: &Frame) -> bool {
+    let Some((base, last)) = names(f) else {
+        return false;
+    };
+    let futures = base.starts_with("futures_executor::")
+        || base.starts_with("futures::executor::")
+        || file_has(f, "/futures-executor-");
+    let pollster = base.starts_with("pollster::") || file_has(f, "/pollster-");
+    (futures && matches!(last.as_str(), "block_on" | "run_executor"))
+        || (pollster && last == "block_on")
+}
+
+/// `core::ptr::drop_in_place`: a value being dropped.
+fn is_drop(f: &Frame) -> bool {
+    names(f).is_some_and(|(_, last)| last == "drop_in_place")
+}
+
+/// std's stdout/stderr (`std::io::stdio::…`, or a frame inlined from `std/src/io/stdio.rs`).
+fn is_stdio(f: &Frame) -> bool {
+    names(f).is_some_and(|(base, _)| base.starts_with("std::io::stdio::"))
+        || file_has(f, "/std/src/io/stdio.rs")
+}
+
+/// Where a loop that never waits spins: an async read (`AsyncRead::poll_read` and tokio's read
+/// futures), or a `select!` polling its branches (`tokio::future::poll_fn`).
+fn is_spin_frame(f: &Frame) -> bool {
+    let Some((base, last)) = names(f) else {
+        return false;
+    };
+    let tokio_file = |p: &str| {
+        f.file
+            .as_deref()
+            .is_some_and(|file| file.contains("/tokio-") && file.ends_with(p))
+    };
+    matches!(last.as_str(), "poll_read" | "poll_read_buf")
+        || base.contains("AsyncRead>::")
+        || base.starts_with("tokio::io::util::read")
+        || base.contains("tokio::future::poll_fn::PollFn")
+        || tokio_file("/src/io/util/read.rs")
+        || tokio_file("/src/io/util/read_buf.rs")
+        || tokio_file("/src/future/poll_fn.rs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str) -> Frame {
+        Frame::named(name)
+    }
+
+    fn own(name: &str) -> Frame {
+        Frame {
+            function: Some(name.to_owned()),
+            file: Some("/work/svc/src/main.rs".to_owned()),
+            line: Some(7),
+            locks: 0,
+        }
+    }
+
+    fn evidence<'a>(reason: Reason, operation: &'a str, frames: &'a [Frame]) -> Evidence<'a> {
+        Evidence {
+            reason,
+            operation,
+            fd: None,
+            io_calls: None,
+            frames,
+            samples: &[],
+        }
+    }
+
+    #[test]
+    fn an_executor_block_on_is_to_be_awaited() {
+        let frames = [
+            f("std::thread::park"),
+            f("futures_executor::local_pool::block_on<F>"),
+            own("svc::Conn::drop"),
+        ];
+        let e = evidence(Reason::Other, "futex", &frames);
+        assert_eq!(advise(&e), BLOCK_ON);
+    }
+
+    #[test]
+    fn a_large_drop_goes_to_spawn_blocking() {
+        let frames = [
+            f("__libc_free"),
+            f("core::ptr::drop_in_place<hashbrown::map::HashMap<u64,alloc::string::String>>"),
+            own("svc::evict"),
+        ];
+        assert_eq!(advise(&evidence(Reason::Cpu, "running", &frames)), DROP);
+        // A drop inside the service's own code, past its frame, is not what the time went to.
+        let frames = [
+            f("svc_lib::hash"),
+            own("svc::run"),
+            f("core::ptr::drop_in_place<X>"),
+        ];
+        assert_ne!(advise(&evidence(Reason::Cpu, "running", &frames)), DROP);
+    }
+
+    #[test]
+    fn a_write_blocked_on_stdout_or_a_pipe_wants_a_non_blocking_writer() {
+        let frames = [
+            f("std::io::stdio::StdoutRaw::write_all"),
+            own("svc::handler"),
+        ];
+        for (fd, kind) in [(1, FdKind::Pipe), (2, FdKind::Terminal), (9, FdKind::Pipe)] {
+            let mut e = evidence(Reason::Io, "write", &frames);
+            e.fd = Some((fd, kind));
+            assert_eq!(advise(&e), BLOCKED_WRITE, "{fd} {kind:?}");
+        }
+        // A write to a file or a socket keeps the io advice.
+        let mut e = evidence(Reason::Io, "write", &frames);
+        e.fd = Some((7, FdKind::Other));
+        assert_eq!(advise(&e), Reason::Io.advice(Some("write")));
+        e.fd = Some((8, FdKind::Socket));
+        assert_ne!(advise(&e), BLOCKED_WRITE);
+    }
+
+    #[test]
+    fn waiting_for_stdout_s_lock_is_not_a_lock_of_the_service_s() {
+        let frames = [
+            f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
+            f("std::io::stdio::Stdout::lock"),
+            own("svc::handler"),
+        ];
+        let advice = advise(&evidence(Reason::LockWait, "futex", &frames));
+        assert_eq!(advice, STDIO_LOCK);
+        assert!(!advice.contains("tokio::sync::Mutex"));
+    }
+
+    #[test]
+    fn a_spin_on_a_read_that_returns_at_once_is_told_to_stop_on_eof() {
+        let frames = [
+            f("<&[u8] as tokio::io::async_read::AsyncRead>::poll_read"),
+            f("<tokio::io::util::read::Read<R> as core::future::future::Future>::poll"),
+            own("svc::read_loop::{{closure}}"),
+        ];
+        let mut e = evidence(Reason::Cpu, "running", &frames);
+        e.io_calls = Some(false);
+        assert_eq!(advise(&e), SPIN_READ);
+        // A read loop that does make read calls is not this case (it reads a socket at EOF:
+        // the generic cpu advice stands, as no rule can say more).
+        e.io_calls = Some(true);
+        assert_eq!(advise(&e), Reason::Cpu.advice(Some("running")));
+        // A computation is told to move to spawn_blocking, not this; nor is a decoder that
+        // reads a buffer with a synchronous `Read::read`.
+        let compute = [f("svc_lib::hash"), own("svc::login")];
+        assert_eq!(
+            advise(&evidence(Reason::Cpu, "running", &compute)),
+            Reason::Cpu.advice(Some("running"))
+        );
+        let decode = [
+            f("miniz_oxide::inflate::core::decompress"),
+            f("<flate2::read::GzDecoder<R> as std::io::Read>::read"),
+            own("svc::unpack"),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::Cpu, "running", &decode)),
+            Reason::Cpu.advice(Some("running"))
+        );
+        // The sample behind the top frame landed in the loop's own code; another in the read
+        // (or in a `select!`): still the spin.
+        let in_loop = [own("svc::read_loop::{{closure}}")];
+        let in_select = [
+            f("<tokio::future::poll_fn::PollFn<F> as core::future::future::Future>::poll"),
+            own("svc::pump::{{closure}}"),
+        ];
+        let samples: [&[Frame]; 2] = [&in_loop, &in_select];
+        let mut e = evidence(Reason::Cpu, "running", &in_loop);
+        e.samples = &samples;
+        e.io_calls = Some(false);
+        assert_eq!(advise(&e), SPIN_READ);
+    }
+
+    /// A frame inlined into its caller, named by its last segment, its file saying whose.
+    fn inlined(name: &str, file: &str) -> Frame {
+        Frame {
+            function: Some(name.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(1),
+            locks: 0,
+        }
+    }
+
+    #[test]
+    fn the_rules_know_frames_inlined_under_their_last_name() {
+        const REG: &str = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f";
+        let block_on = [
+            f("std::thread::functions::park"),
+            inlined(
+                "block_on<tokio::sync::oneshot::Receiver<()>>",
+                &format!("{REG}/futures-executor-0.3.34/src/local_pool.rs"),
+            ),
+            own("drop"),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::Other, "futex", &block_on)),
+            BLOCK_ON
+        );
+        // Another crate's block_on is not an executor's.
+        let other = [
+            inlined("block_on<F>", &format!("{REG}/svc-db-1.0.0/src/lib.rs")),
+            own("drop"),
+        ];
+        assert_ne!(advise(&evidence(Reason::Other, "futex", &other)), BLOCK_ON);
+        let dropping = [
+            f("__free"),
+            inlined(
+                "drop_in_place<(u64, alloc::string::String)>",
+                "/rustc/5980/library/core/src/ptr/mod.rs",
+            ),
+            own("svc::evict::{async_block#0}"),
+        ];
+        assert_eq!(advise(&evidence(Reason::Cpu, "running", &dropping)), DROP);
+        let spinning = [
+            inlined(
+                "poll<&[u8]>",
+                &format!("{REG}/tokio-1.54.1/src/io/util/read.rs"),
+            ),
+            own("svc::read_loop::{async_block#0}"),
+        ];
+        let mut e = evidence(Reason::Cpu, "running", &spinning);
+        e.io_calls = Some(false);
+        assert_eq!(advise(&e), SPIN_READ);
+    }
+
+    #[test]
+    fn one_sample_in_a_small_drop_does_not_make_a_computation_a_drop() {
+        let in_drop = [
+            f("__free"),
+            f("core::ptr::drop_in_place<alloc::string::String>"),
+            own("svc::crunch"),
+        ];
+        let computing = [f("svc_lib::hash"), own("svc::crunch")];
+        let samples: [&[Frame]; 3] = [&in_drop, &computing, &computing];
+        let mut e = evidence(Reason::Cpu, "running", &in_drop);
+        e.samples = &samples;
+        assert_eq!(advise(&e), Reason::Cpu.advice(Some("running")));
+    }
+
+    #[test]
+    fn otherwise_the_reason_s_own_advice() {
+        let frames = [own("svc::handler")];
+        assert_eq!(
+            advise(&evidence(Reason::Sleep, "clock_nanosleep", &frames)),
+            Reason::Sleep.advice(Some("clock_nanosleep"))
+        );
+    }
+}

@@ -310,7 +310,10 @@ impl Builder {
         let recorder = export::Recorder::default();
         let flight = config.flight_size.map(export::Flight::new);
         let mut sinks = export::builtin(&config, &recorder, flight.as_ref())?;
-        sinks.extend(self.sinks);
+        // A sink of the user's may block: on a thread of its own.
+        sinks
+            .own_thread
+            .extend(self.sinks.into_iter().map(|s| ("sink", s)));
         let safe = self
             .unwinder_safe
             .unwrap_or_else(crate::signal::unwinder_is_signal_safe_here);

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use crate::config::{Config, Settings};
 use crate::control;
-use crate::export::{self, Parts, Running, Sink};
+use crate::export::{self, Parts, Running};
 use crate::poll::PollHooks;
 pub use crate::watch::Stats;
 use crate::watch::{self, snapshot, Shared};
@@ -50,7 +50,7 @@ pub struct Prepared {
 /// What [`Prepared::start`] starts.
 pub(crate) struct Pending {
     pub watched: Arc<Shared>,
-    pub sinks: Vec<Box<dyn Sink>>,
+    pub sinks: export::Sinks,
     pub recorder: export::Recorder,
     pub flight: Option<export::Flight>,
 }
@@ -103,6 +103,7 @@ impl Prepared {
                 export: None,
                 flight: None,
                 exporters: Running::none(),
+                drops: export::Drops::default(),
             });
         };
         install_panic_hook();
@@ -128,11 +129,22 @@ impl Prepared {
             built_at: self.built_at,
             drops: export::Drops::default(),
         };
-        let exporters = export::start_exporters(&parts, &mut sinks)?;
-        // Last: when `status` shows a pin, every other sink (the recording) has it.
+        let mut inline = std::mem::take(&mut sinks.inline);
+        let exporters = export::start_exporters(&parts, &mut inline)?;
+        // After the recordings and the exporters: when `status` shows a pin, they have it.
         let view = control::View::default();
-        sinks.push(Box::new(view.sink()));
+        inline.push(Box::new(view.sink()));
+        // Last, each behind its own queue: a sink that blocks holds back none of the above.
+        for (name, sink) in sinks.own_thread {
+            inline.push(export::on_own_thread(
+                name,
+                sink,
+                watched.config.queue_capacity,
+                &parts.drops,
+            )?);
+        }
         let flight = parts.flight.clone();
+        let drops = parts.drops.clone();
         let control = start_control(control::Context {
             parts,
             recorder,
@@ -140,7 +152,7 @@ impl Prepared {
         })?;
         let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
         let (stop_tx, stop_rx) = mpsc::channel();
-        let export = export::spawn_export_thread(Arc::clone(&watched), rx, sinks)?;
+        let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline)?;
         let workers = handle.metrics().num_workers();
         let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx, stop_rx)?;
         announce(&watched.config, false, || {
@@ -165,6 +177,7 @@ impl Prepared {
             watchdog: Some(watchdog),
             export: Some(export),
             exporters,
+            drops,
         })
     }
 }
@@ -254,6 +267,8 @@ pub struct Detector {
     export: Option<JoinHandle<()>>,
     /// In start order; dropped after the export thread has handed them the last event.
     pub(crate) exporters: Running,
+    /// The drops of the sinks with a queue of their own.
+    drops: export::Drops,
 }
 
 impl std::fmt::Debug for Detector {
@@ -273,10 +288,13 @@ impl Detector {
 
     /// Counters so far (all zero when off).
     pub fn stats(&self) -> Stats {
-        self.watched
+        let mut stats = self
+            .watched
             .as_ref()
             .map(|w| snapshot(&w.stats, &w.table))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        stats.sink_dropped = self.drops.totals().iter().map(|(_, n)| n).sum();
+        stats
     }
 
     /// The settings at start (`None` when off); see [`settings`](Self::settings) for those in

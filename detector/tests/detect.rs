@@ -262,10 +262,12 @@ fn event_storm_drops_and_counts_and_the_app_keeps_running() {
     assert!(ticks >= 40, "only {ticks} ticks in 2 s: {stats:?}");
     assert!(stats.pinned_polls > 200, "{stats:?}");
     assert!(stats.dropped > 0, "{stats:?}");
-    // Everything queued reached the sink, and nothing else: the queue is the only buffer.
-    let delivered = events.all().len() as u64;
-    assert_eq!(delivered, stats.delivered, "{stats:?}");
-    assert_eq!(delivered, stats.events, "{stats:?}");
+    // Everything queued was delivered; the slow sink, on a thread of its own behind a queue of
+    // its own, got what that queue held and lost the rest, counted: nothing else was buffered.
+    assert_eq!(stats.delivered, stats.events, "{stats:?}");
+    let got = events.all().len() as u64;
+    assert!(stats.sink_dropped > 0, "{stats:?}");
+    assert_eq!(got + stats.sink_dropped, stats.delivered, "{stats:?}");
     assert!(
         rss_after < rss_before + 16 * 1024,
         "memory grew from {rss_before} KiB to {rss_after} KiB"

@@ -475,12 +475,16 @@ fn run(
                         let evicted = counters.evicted.fetch_add(1, Ordering::Relaxed) + 1;
                         if last_warning.is_none_or(|t| now.duration_since(t) >= WARN_EVERY) {
                             last_warning = Some(now);
-                            tracing::warn!(
-                                target: "pinwatch",
-                                evicted,
-                                "the Prometheus endpoint has {MAX_CONNECTIONS} connections \
-                                 open, its limit: closed the oldest to make room ({evicted} so \
-                                 far); something holds connections to it open without scraping"
+                            // Through the log thread: a blocked log must not stop the
+                            // endpoint.
+                            crate::export::say(
+                                tracing::Level::WARN,
+                                format!(
+                                    "the Prometheus endpoint has {MAX_CONNECTIONS} connections \
+                                     open, its limit: closed the oldest to make room ({evicted} \
+                                     so far); something holds connections to it open without \
+                                     scraping"
+                                ),
                             );
                         }
                     }

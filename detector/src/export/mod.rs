@@ -22,10 +22,10 @@ mod metrics;
 pub mod otlp;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
-#[cfg(any(feature = "otlp", feature = "console"))]
 mod queue;
 mod record;
 mod running;
+mod threaded;
 mod tracing;
 
 use std::sync::atomic::AtomicU64;
@@ -43,14 +43,14 @@ pub(crate) use live::LiveFn;
 pub use metrics::DURATION_BUCKETS;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub(crate) use metrics::{PinCounter, PinTime};
-#[cfg(any(feature = "otlp", feature = "console"))]
 pub(crate) use queue::QueueSink;
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
 pub(crate) use record::{Recorder, RecordingRef};
 pub(crate) use running::{Drops, Parts, Running};
+pub(crate) use threaded::on_own_thread;
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
-pub(crate) use tracing::{flush_stderr, no_subscriber, to_stderr};
+pub(crate) use tracing::{flush_stderr, no_subscriber, say, to_stderr};
 
 /// A running exporter. Dropping it stops it, after it has sent what it was handed.
 pub(crate) trait Exporter: Send + Sync {
@@ -138,20 +138,35 @@ impl<F: FnMut(&PinnedEvent) + Send + 'static> Sink for F {
     }
 }
 
+/// A detector's sinks before it starts: those the export thread runs itself, in order (they
+/// never block: the recordings, the flight recording, in-memory views), and those that may
+/// block, each to run on a thread of its own ([`on_own_thread`]) with the name its drops are
+/// counted under.
+#[derive(Default)]
+pub(crate) struct Sinks {
+    pub inline: Vec<Box<dyn Sink>>,
+    pub own_thread: Vec<(&'static str, Box<dyn Sink>)>,
+}
+
 /// The sinks the configuration turns on. `recorder` is the detector's recording: its sink is
-/// always there, and `PINWATCH_RECORD` starts it. `flight` is the flight recording
-/// (`PINWATCH_FLIGHT_SIZE`), when on: it gets every event the recording gets.
+/// always there (first: nothing holds it back), and `PINWATCH_RECORD` starts it. `flight` is
+/// the flight recording (`PINWATCH_FLIGHT_SIZE`), when on: it gets every event the recording
+/// gets. The `tracing` sink writes through the service's subscriber, which may block: it runs
+/// on a thread of its own.
 pub(crate) fn builtin(
     config: &Config,
     recorder: &Recorder,
     flight: Option<&Flight>,
-) -> Result<Vec<Box<dyn Sink>>, Error> {
-    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+) -> Result<Sinks, Error> {
+    let mut sinks = Sinks::default();
     if config.tracing {
         // The analysis keeps as much of the stack as the settings in force say (they may
         // change at run time): print all it kept.
-        sinks.push(Box::new(
-            TracingSink::new(crate::config::Stacks::Full).with_stderr_fallback(config.announce),
+        sinks.own_thread.push((
+            "tracing",
+            Box::new(
+                TracingSink::new(crate::config::Stacks::Full).with_stderr_fallback(config.announce),
+            ),
         ));
     }
     if let Some(path) = &config.record {
@@ -164,6 +179,8 @@ pub(crate) fn builtin(
         )?);
     }
     // One sink for the recordings and the flight recording: each event's line is made once.
-    sinks.push(Box::new(recorder.sink_with(flight.cloned())));
+    sinks
+        .inline
+        .push(Box::new(recorder.sink_with(flight.cloned())));
     Ok(sinks)
 }

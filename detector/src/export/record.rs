@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::Sink;
 use crate::event::PinnedEvent;
 use crate::files::rotated_path;
+use crate::text::Escaped;
 use crate::Error;
 
 /// When a recording moves on to a fresh file: `rec.jsonl` becomes `rec.1.jsonl`, `rec.1.jsonl`
@@ -298,23 +299,27 @@ impl RecordSink {
             match self.rotate() {
                 Ok(()) => {
                     if self.rotate_failed.take().is_some() {
-                        tracing::info!(
-                            target: "pinwatch",
-                            path = %self.path.display(),
-                            "the pinwatch recording rotates again"
+                        super::say(
+                            tracing::Level::INFO,
+                            format!(
+                                "the pinwatch recording {} rotates again",
+                                Escaped(self.path.display())
+                            ),
                         );
                     }
                 }
                 Err(e) => {
                     self.rotation_errors += 1;
                     if self.rotate_failed.is_none() {
-                        tracing::error!(
-                            target: "pinwatch",
-                            path = %self.path.display(),
-                            "cannot rotate the pinwatch recording: {e}; events go on to the \
-                             current file, past its size limit, and the rotation is tried again \
-                             every {ROTATE_RETRY_EVENTS} events or {}",
-                            humantime::format_duration(ROTATE_RETRY_AFTER)
+                        super::say(
+                            tracing::Level::ERROR,
+                            format!(
+                                "cannot rotate the pinwatch recording {}: {e}; events go on to \
+                                 the current file, past its size limit, and the rotation is tried \
+                                 again every {ROTATE_RETRY_EVENTS} events or {}",
+                                Escaped(self.path.display()),
+                                humantime::format_duration(ROTATE_RETRY_AFTER)
+                            ),
                         );
                     }
                     self.rotate_failed = Some((offered, Instant::now()));
@@ -435,19 +440,23 @@ impl RecordSink {
                 Some(lost) => *lost += 1,
                 None => {
                     self.failing = Some(1);
-                    tracing::error!(
-                        target: "pinwatch",
-                        path = %self.path.display(),
-                        "cannot append to the pinwatch recording: {e}; later events are lost \
-                         until it is writable again"
+                    super::say(
+                        tracing::Level::ERROR,
+                        format!(
+                            "cannot append to the pinwatch recording {}: {e}; later events are \
+                             lost until it is writable again",
+                            Escaped(self.path.display())
+                        ),
                     );
                 }
             }
         } else if let Some(lost) = self.failing.take() {
-            tracing::info!(
-                target: "pinwatch",
-                path = %self.path.display(),
-                "the pinwatch recording is writable again; {lost} events were lost"
+            super::say(
+                tracing::Level::INFO,
+                format!(
+                    "the pinwatch recording {} is writable again; {lost} events were lost",
+                    Escaped(self.path.display())
+                ),
             );
         }
     }

@@ -32,7 +32,7 @@ pub(crate) struct Drops(Arc<Mutex<Vec<SinkDrops>>>);
 type SinkDrops = (&'static str, Arc<AtomicU64>);
 
 impl Drops {
-    fn add(&self, sink: &'static str, counter: Arc<AtomicU64>) {
+    pub(crate) fn add(&self, sink: &'static str, counter: Arc<AtomicU64>) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

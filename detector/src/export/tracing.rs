@@ -49,12 +49,16 @@ const STDERR_FLUSH_WAIT: Duration = Duration::from_secs(1);
 
 enum ToStderr {
     Line(String),
+    /// A line of pinwatch's own (not an event) at this level: a `tracing` event when the
+    /// process has a subscriber, else on stderr.
+    Say(tracing::Level, String),
     Flushed(mpsc::SyncSender<()>),
 }
 
-/// The queue to pinwatch's stderr thread, started at the first line. A write to stderr can
-/// block for good (a pipe nobody reads) and a detector's thread must not: they only
-/// `try_send`; the thread writes, ignoring errors (a closed pipe).
+/// The queue to pinwatch's log thread, started at the first line. A write to stderr, or
+/// through the service's subscriber to its writer, can block for good (a pipe nobody reads)
+/// and a detector's thread must not: they only `try_send`; the thread writes, ignoring errors
+/// (a closed pipe).
 static QUEUE: OnceLock<Option<mpsc::SyncSender<ToStderr>>> = OnceLock::new();
 
 fn stderr_queue() -> Option<&'static mpsc::SyncSender<ToStderr>> {
@@ -62,13 +66,14 @@ fn stderr_queue() -> Option<&'static mpsc::SyncSender<ToStderr>> {
         .get_or_init(|| {
             let (tx, rx) = mpsc::sync_channel::<ToStderr>(STDERR_QUEUE);
             std::thread::Builder::new()
-                .name("pinwatch-stderr".into())
+                .name("pinwatch-log".into())
                 .spawn(move || {
                     for m in rx {
                         match m {
                             ToStderr::Line(l) => {
                                 let _ = std::io::stderr().lock().write_all(l.as_bytes());
                             }
+                            ToStderr::Say(level, line) => emit(level, &line),
                             ToStderr::Flushed(done) => {
                                 let _ = done.try_send(());
                             }
@@ -85,6 +90,33 @@ fn stderr_queue() -> Option<&'static mpsc::SyncSender<ToStderr>> {
 pub(crate) fn to_stderr(level: &str, line: &str) {
     if let Some(q) = stderr_queue() {
         let _ = q.try_send(ToStderr::Line(format!("{level} pinwatch: {line}\n")));
+    }
+}
+
+/// Says `line` at `level` from a detector thread that must not block on it (the export
+/// thread): queued for the log thread, which emits it as a `tracing` event with target
+/// `pinwatch`, or writes it on stderr while the process has no subscriber. Dropped when the
+/// queue is full.
+pub(crate) fn say(level: tracing::Level, line: String) {
+    if let Some(q) = stderr_queue() {
+        let _ = q.try_send(ToStderr::Say(level, line));
+    }
+}
+
+fn emit(level: tracing::Level, line: &str) {
+    use tracing::Level;
+    if no_subscriber() {
+        let _ = std::io::stderr()
+            .lock()
+            .write_all(format!("{level} pinwatch: {line}\n").as_bytes());
+        return;
+    }
+    match level {
+        Level::ERROR => tracing::error!(target: "pinwatch", "{line}"),
+        Level::WARN => tracing::warn!(target: "pinwatch", "{line}"),
+        Level::INFO => tracing::info!(target: "pinwatch", "{line}"),
+        Level::DEBUG => tracing::debug!(target: "pinwatch", "{line}"),
+        Level::TRACE => tracing::trace!(target: "pinwatch", "{line}"),
     }
 }
 

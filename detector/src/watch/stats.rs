@@ -19,6 +19,11 @@ pub struct Stats {
     pub delivered: u64,
     /// Reports dropped because the queue to the sinks was full.
     pub dropped: u64,
+    /// Events lost by the sinks with a queue of their own — the `tracing` sink and yours (each
+    /// on a thread of its own, so that one that blocks holds back no other), the OTLP and
+    /// console exporters — because their queue was full (`ctl status` and
+    /// `pinwatch_events_dropped_total` count them per sink).
+    pub sink_dropped: u64,
     /// Long polls not reported, or retracted, because their thread had handed its worker over
     /// in `block_in_place`.
     pub block_in_place: u64,
@@ -64,6 +69,8 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         events: r(&c.events),
         delivered: r(&c.delivered),
         dropped: r(&c.dropped),
+        // The detector adds the sinks' own.
+        sink_dropped: 0,
         block_in_place: r(&c.block_in_place),
         retracted: r(&c.retracted),
         unwatched_threads: r(&table.unwatched_threads),

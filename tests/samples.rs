@@ -172,6 +172,11 @@ fn every_case_binary_has_help() {
         env!("CARGO_BIN_EXE_lock_contention"),
         env!("CARGO_BIN_EXE_blocking_wait"),
         env!("CARGO_BIN_EXE_http_server"),
+        env!("CARGO_BIN_EXE_library_cpu"),
+        env!("CARGO_BIN_EXE_blocked_log"),
+        env!("CARGO_BIN_EXE_block_on_in_drop"),
+        env!("CARGO_BIN_EXE_large_drop"),
+        env!("CARGO_BIN_EXE_spin_read"),
     ] {
         let out = run(bin, &["--help"]);
         assert!(

@@ -35,6 +35,12 @@ fn tour_detects_every_bad_case_and_no_fixed_one() {
         ("traced_service", "sleep"),
         ("stalled_runtime", "lock_wait"),
         ("stalled_runtime (not timer-woken)", "lock_wait"),
+        // Each also names the service's own line and the advice that fits (the tour checks).
+        ("library_cpu", "cpu"),
+        ("blocked_log", "io"),
+        ("block_on_in_drop", "other"),
+        ("large_drop", "cpu"),
+        ("spin_read", "cpu"),
     ] {
         let row = stdout
             .lines()

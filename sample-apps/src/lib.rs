@@ -11,6 +11,7 @@ use pinwatch::{PinnedEvent, Reason, State};
 pub mod dns;
 pub mod http;
 pub mod procstat;
+pub mod services;
 pub mod table;
 pub mod traced;
 
@@ -92,23 +93,25 @@ impl Outcome {
                 e.headline()
             ));
         }
+        // The service's own line: the top frame, or the line that called the library the
+        // time went to.
         let in_samples = |e: &PinnedEvent| {
-            e.top_frame
+            e.app_frame
                 .as_ref()
                 .and_then(|f| f.file.as_deref())
                 .is_some_and(|f| f.contains("sample-apps/"))
         };
-        // A pin whose stack was not sampled says why (`no_stack`) and has no top frame to judge.
+        // A pin whose stack was not sampled says why (`no_stack`) and has no frame to judge.
         let unsampled = |e: &PinnedEvent| e.top_frame.is_none() && e.no_stack.is_some();
         if let Some(e) = self.events.iter().find(|e| !unsampled(e) && !in_samples(e)) {
             return Err(format!(
-                "an event whose top frame is not in the sample apps: {:?} ({})",
-                e.top_frame,
+                "an event whose own frame is not in the sample apps: {:?} ({})",
+                e.app_frame,
                 e.headline()
             ));
         }
         if !self.events.iter().any(in_samples) {
-            return Err("no event has a stack sample with a top frame in the sample apps".into());
+            return Err("no event has a stack sample with a frame in the sample apps".into());
         }
         Ok(())
     }
@@ -325,6 +328,61 @@ pub fn cases() -> Vec<Case> {
             workers: 2,
             tasks: (4, 4),
             body: |v, n, full| Box::pin(stalled_runtime(v, n, full)),
+        },
+        Case {
+            name: "library_cpu",
+            about: "request handlers compress a 64 KiB upload with flate2 for 150 ms: the time \
+                    goes inside a library, the line to change is the handler's",
+            expected: Reason::Cpu,
+            allowed: &[Reason::Cpu],
+            min_expected: 4,
+            workers: 2,
+            tasks: (4, 4),
+            body: |v, n, full| Box::pin(services::library_cpu(v, n, full)),
+        },
+        Case {
+            name: "blocked_log",
+            about: "tasks log through a tracing fmt writer on a pipe left unread for 300 ms \
+                    (stdout piped into a reader that stopped)",
+            expected: Reason::Io,
+            allowed: &[Reason::Io],
+            min_expected: 2,
+            workers: 2,
+            tasks: (4, 4),
+            body: |v, n, full| Box::pin(services::blocked_log(v, n, full)),
+        },
+        Case {
+            name: "block_on_in_drop",
+            about: "a connection's Drop waits 100 ms for its peer with \
+                    futures::executor::block_on",
+            expected: Reason::Other,
+            allowed: &[Reason::Other],
+            min_expected: 4,
+            workers: 2,
+            tasks: (4, 4),
+            body: |v, n, _| Box::pin(services::block_on_in_drop(v, n)),
+        },
+        Case {
+            name: "large_drop",
+            about: "tasks evict a cache of a million entries (built off the workers) by \
+                    dropping it on the worker",
+            expected: Reason::Cpu,
+            allowed: &[Reason::Cpu],
+            min_expected: 2,
+            workers: 2,
+            tasks: (2, 2),
+            body: |v, n, full| Box::pin(services::large_drop(v, n, full)),
+        },
+        Case {
+            name: "spin_read",
+            about: "tasks loop 600 ms on a buffered read that returns Ok(0) at once (the peer \
+                    closed; no system call)",
+            expected: Reason::Cpu,
+            allowed: &[Reason::Cpu],
+            min_expected: 2,
+            workers: 2,
+            tasks: (2, 2),
+            body: |v, n, full| Box::pin(services::spin_read(v, n, full)),
         },
     ]
 }
@@ -882,6 +940,19 @@ fn article(name: &str) -> &'static str {
         "traced_service" => {
             "every request of an axum service is spawned at the same line of axum; the request \
              span (method, uri) and its OpenTelemetry trace id say which request pinned"
+        }
+        "library_cpu" => {
+            "seen in an axum service hashing passwords with argon2: every pin's top frame in \
+             argon2, the handler's line in none until pinwatch named the caller"
+        }
+        "blocked_log" => {
+            "seen in a service logging to stdout piped into a reader that stopped: both \
+             workers blocked in write(2) and on stdout's lock"
+        }
+        "block_on_in_drop" => "seen in a connection pool whose Drop blocked on its close",
+        "large_drop" => "seen in a service evicting a two-million-entry map",
+        "spin_read" => {
+            "oxidecomputer/omicron#9619: a TLS read loop spinning on Ok(0) wedged a sled agent"
         }
         "http_server" => {
             "article (wrk, 100 ms DB wait): pool of 200 threads 450 req/s, 220 ms; virtual \

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{free_port, get, pinwatch_cli, wait_for, Proc};
+use support::{counter, free_port, get, pinwatch_cli, wait_for, Proc};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -36,17 +36,6 @@ fn status(pid: u32) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn counter(st: &Value, name: &str) -> u64 {
-    st["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .unwrap_or_else(|| panic!("no counter {name} in {st}"))[1]
-        .as_u64()
-        .unwrap()
 }
 
 #[test]

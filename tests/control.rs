@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::service::Service;
-use support::{pinwatch_cli, wait_for};
+use support::{counter, pinwatch_cli, wait_for};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -44,17 +44,6 @@ fn ok(out: Output, args: &[&str]) -> String {
 
 fn status(target: &str) -> Value {
     serde_json::from_str(&ctl(&[target, "status", "--json"])).unwrap()
-}
-
-fn counter(st: &Value, name: &str) -> u64 {
-    st["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .unwrap_or_else(|| panic!("no counter {name} in {st}"))[1]
-        .as_u64()
-        .unwrap()
 }
 
 fn setting(st: &Value, key: &str) -> String {

@@ -17,7 +17,7 @@ use pinwatch::recording::{read_recording, Recording};
 use pinwatch::{PinnedEvent, State};
 use serde_json::Value;
 use support::service::Service;
-use support::{pinwatch_cli, wait_for};
+use support::{counter, pinwatch_cli, wait_for};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -45,17 +45,6 @@ fn ok(dir: &Path, args: &[&str]) -> String {
 fn status(pid: u32) -> Value {
     let dir = std::env::temp_dir();
     serde_json::from_str(&ok(&dir, &["ctl", &pid.to_string(), "status", "--json"])).unwrap()
-}
-
-fn counter(st: &Value, name: &str) -> u64 {
-    st["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .unwrap_or_else(|| panic!("no counter {name} in {st}"))[1]
-        .as_u64()
-        .unwrap()
 }
 
 /// `ctl <pid> dump NAME --force` in `dir` until the dump holds `until`; the dump read.

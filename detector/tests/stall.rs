@@ -193,6 +193,18 @@ fn timer_woken_pin(name: &str, pinwatch: Option<pinwatch::Builder>) -> TimerWoke
         })
         .build(&mut tokio)
         .unwrap();
+    pin_timer_woken(name, rt, detector, events, watching)
+}
+
+/// [`timer_woken_pin`] on a runtime built already (its workers named `name`), its events in
+/// `events`; `seen`: wait until the watchdog sees who drives the drivers first.
+fn pin_timer_woken(
+    name: &str,
+    rt: tokio::runtime::Runtime,
+    detector: pinwatch::Detector,
+    events: mpsc::Receiver<PinnedEvent>,
+    seen: bool,
+) -> TimerWokenPin {
     // Every worker has run a task and parked once.
     rt.block_on(async {
         let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(async {})).collect();
@@ -201,7 +213,7 @@ fn timer_woken_pin(name: &str, pinwatch: Option<pinwatch::Builder>) -> TimerWoke
         }
     });
     settle(name, 2);
-    if watching {
+    if seen {
         drivers_seen(&detector);
     }
     let start = Instant::now();
@@ -734,47 +746,20 @@ fn without_the_park_hooks_the_heartbeat_still_tells_and_ends_the_stall() {
         .on_after_task_poll(move |meta| after.after_poll(meta));
     let rt = tokio.build().unwrap();
     let detector = prepared.start(rt.handle()).unwrap();
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(async {})).collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
-    settle(name, 2);
-    let start = Instant::now();
-    let (fired_tx, fired_rx) = mpsc::channel();
-    let due = tokio::time::Instant::from_std(start + Duration::from_millis(1500));
-    rt.spawn(async move {
-        tokio::time::sleep_until(due).await;
-        fired_tx.send(Instant::now()).unwrap();
-    });
-    let (blocked_tx, blocked_rx) = mpsc::channel();
-    rt.spawn(async move {
-        tokio::time::sleep_until(tokio::time::Instant::from_std(
-            start + Duration::from_secs(1),
-        ))
-        .await;
-        blocked_tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_secs(2));
-    });
-    settle(name, 2);
-    assert!(
-        start.elapsed() < Duration::from_millis(900),
-        "the runtime took {:?} to settle",
-        start.elapsed()
-    );
-    blocked_rx.recv_timeout(LONG).unwrap();
-    let fired = fired_rx.recv_timeout(LONG).unwrap();
-    let late = fired.saturating_duration_since(start + Duration::from_millis(1500));
-    drop(rt);
-    let stats = detector.shutdown();
+    let observed = pin_timer_woken(name, rt, detector, events, false);
+    let stats = observed.stats;
     assert!(!stats.drivers_seen, "{stats:?}");
     assert_eq!(stats.driver_rescues, 0, "{stats:?}");
     assert!(
-        late < Duration::from_millis(500),
-        "the timers stood still (the observer was {late:?} late): nothing woke a worker"
+        observed.observer_late < Duration::from_millis(500),
+        "the timers stood still (the observer was {:?} late): nothing woke a worker",
+        observed.observer_late
     );
-    let first = next(&events, "the pin's first report", |e| e.report == 1);
+    let first = observed
+        .events
+        .iter()
+        .find(|e| e.report == 1)
+        .expect("the pin's first report");
     assert!(first.drivers.is_none(), "{first:?}");
 }
 

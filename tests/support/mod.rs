@@ -281,3 +281,15 @@ pub fn otlp_http_receiver(take: impl Fn(&str, &[u8]) -> bool + Send + 'static) -
     });
     port
 }
+
+/// Counter `name` of a `pinwatch ctl PID status --json` reply.
+pub fn counter(st: &serde_json::Value, name: &str) -> u64 {
+    st["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c[0] == name)
+        .unwrap_or_else(|| panic!("no counter {name} in {st}"))[1]
+        .as_u64()
+        .unwrap()
+}

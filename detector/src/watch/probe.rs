@@ -553,14 +553,14 @@ mod tests {
         assert_eq!(syscall_name(100_000), "unknown");
     }
 
-    /// A sample that arrives after its poll ended — the thread took the signal only in its next
-    /// poll — is never attached to the earlier poll.
-    #[test]
-    fn a_sample_of_another_poll_is_never_attached() {
-        use crate::poll::slot::SlotTable;
-        use std::sync::{mpsc, Arc};
-        crate::signal::install_handler().unwrap();
-        let table = Arc::new(SlotTable::new(4));
+    /// A slot table of four, its hooks, and the watchdog's view of it.
+    fn watched_table() -> (
+        std::sync::Arc<crate::poll::slot::SlotTable>,
+        crate::poll::PollHooks,
+        Shared,
+    ) {
+        use std::sync::Arc;
+        let table = Arc::new(crate::poll::slot::SlotTable::new(4));
         let hooks = crate::poll::PollHooks::new(Some(Arc::clone(&table)));
         let watched = Shared::new(
             Arc::clone(&table),
@@ -568,6 +568,16 @@ mod tests {
             None,
             "test".into(),
         );
+        (table, hooks, watched)
+    }
+
+    /// A sample that arrives after its poll ended — the thread took the signal only in its next
+    /// poll — is never attached to the earlier poll.
+    #[test]
+    fn a_sample_of_another_poll_is_never_attached() {
+        use std::sync::mpsc;
+        crate::signal::install_handler().unwrap();
+        let (table, hooks, watched) = watched_table();
         let (to_worker, worker_rx) = mpsc::channel::<()>();
         let (to_test, test_rx) = mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
@@ -627,16 +637,8 @@ mod tests {
     /// nothing of the thread: no system call, no stack, so no reason.
     #[test]
     fn a_probe_after_the_poll_ended_says_nothing_of_what_the_thread_does_next() {
-        use crate::poll::slot::SlotTable;
-        use std::sync::{mpsc, Arc};
-        let table = Arc::new(SlotTable::new(4));
-        let hooks = crate::poll::PollHooks::new(Some(Arc::clone(&table)));
-        let watched = Shared::new(
-            Arc::clone(&table),
-            crate::Config::default(),
-            None,
-            "test".into(),
-        );
+        use std::sync::mpsc;
+        let (table, hooks, watched) = watched_table();
         // SAFETY: plain system calls on descriptors made here (closed below); the event names
         // the eventfd, which wakes the waiter when written.
         let (ep, wake) = unsafe {

@@ -503,16 +503,22 @@ pub struct SummaryRow {
     /// Polls that stalled the whole runtime (`runtime_stalled`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stalled: usize,
-    /// What usually fixes the row's most common reason: its latest pin's `advice`.
+    /// What usually fixes the row's pins: the advice most of them got (of the most common
+    /// reason's, on a tie).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub advice: String,
+    /// The other advice its pins got, most given first (at most three): pins of one line may
+    /// block in different ways (one writing to a full pipe, one waiting for the lock the writer
+    /// holds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_advice: Vec<String>,
     /// A function row: its lines, sorted like the functions (by total time pinned, most
     /// first). Empty in a line row, and for pins without a top frame.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lines: Vec<SummaryRow>,
-    /// Each reason's latest advice, for `advice`.
+    /// Each advice given, with how many pins got it, for `advice` and `more_advice`.
     #[serde(skip)]
-    advice_by_reason: Vec<(String, String)>,
+    advice_given: Vec<(String, usize)>,
     /// A line row: its file, to say a function's file once.
     #[serde(skip)]
     file: Option<String>,
@@ -535,8 +541,9 @@ impl SummaryRow {
             in_progress: 0,
             stalled: 0,
             advice: String::new(),
+            more_advice: Vec::new(),
             lines: Vec::new(),
-            advice_by_reason: Vec::new(),
+            advice_given: Vec::new(),
             file,
         }
     }
@@ -554,10 +561,16 @@ impl SummaryRow {
                 None => self.reasons.push((r.clone(), *n)),
             }
         }
-        for (r, a) in &other.advice_by_reason {
-            if !self.advice_by_reason.iter().any(|(name, _)| name == r) {
-                self.advice_by_reason.push((r.clone(), a.clone()));
-            }
+        for (a, n) in &other.advice_given {
+            self.give(a, *n);
+        }
+    }
+
+    /// `n` more pins got `advice`.
+    fn give(&mut self, advice: &str, n: usize) {
+        match self.advice_given.iter_mut().find(|(a, _)| a == advice) {
+            Some((_, m)) => *m += n,
+            None => self.advice_given.push((advice.to_owned(), n)),
         }
     }
 
@@ -565,14 +578,11 @@ impl SummaryRow {
     fn finish(&mut self) {
         self.reasons
             .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        if let Some((top, _)) = self.reasons.first() {
-            self.advice = self
-                .advice_by_reason
-                .iter()
-                .find(|(name, _)| name == top)
-                .map(|(_, a)| a.clone())
-                .unwrap_or_default();
-        }
+        // Most given first; the order they were first given on a tie (stable).
+        self.advice_given.sort_by_key(|a| std::cmp::Reverse(a.1));
+        let mut given = self.advice_given.iter().map(|(a, _)| a.clone());
+        self.advice = given.next().unwrap_or_default();
+        self.more_advice = given.take(3).collect();
         self.total_ms = (self.total_ms * 10.0).round() / 10.0;
         self.longest_ms = (self.longest_ms * 10.0).round() / 10.0;
     }
@@ -686,10 +696,7 @@ impl Summary {
         }
         let r = e.reason.map_or("unknown", Reason::as_str).to_owned();
         if let Some(advice) = &e.advice {
-            match row.advice_by_reason.iter_mut().find(|(name, _)| *name == r) {
-                Some((_, a)) => a.clone_from(advice),
-                None => row.advice_by_reason.push((r.clone(), advice.clone())),
-            }
+            row.give(advice, 1);
         }
         match row.reasons.iter_mut().find(|(name, _)| *name == r) {
             Some((_, n)) => *n += 1,
@@ -866,10 +873,10 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
     };
     // Per function: its row, then its lines (indented), then its advice.
     let mut cells: Vec<[String; 5]> = Vec::new();
-    let mut advice: Vec<Option<&str>> = Vec::new();
+    let mut advice: Vec<Vec<&str>> = Vec::new();
     for r in rows {
         cells.push(cell(r, Escaped(&r.frame).to_string()));
-        advice.push(None);
+        advice.push(Vec::new());
         for l in &r.lines {
             let via = if l.via.is_empty() {
                 String::new()
@@ -877,10 +884,13 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
                 format!(" {}", l.via)
             };
             cells.push(cell(l, format!("  {}{}", Escaped(&l.at), Escaped(via))));
-            advice.push(None);
+            advice.push(Vec::new());
         }
         if let Some(a) = advice.last_mut() {
-            *a = Some(r.advice.as_str()).filter(|a| !a.is_empty());
+            *a = std::iter::once(r.advice.as_str())
+                .chain(r.more_advice.iter().map(String::as_str))
+                .filter(|a| !a.is_empty())
+                .collect();
         }
     }
     let mut widths = headers.map(str::len);
@@ -911,7 +921,7 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
     );
     for (row, advice) in cells.iter().zip(advice) {
         let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
-        if let Some(advice) = advice {
+        for advice in advice {
             let _ = writeln!(out, "  advice: {}", Escaped(advice));
         }
     }
@@ -1118,6 +1128,40 @@ mod tests {
         let json: serde_json::Value = serde_json::to_value(&rows).unwrap();
         assert_eq!(json[0]["lines"][1]["at"], "src/f.rs:10");
         assert_eq!(json[0]["total_ms"], 675.0);
+    }
+
+    /// Pins of one line that blocked two ways (one writing to a full pipe, two waiting for the
+    /// lock the writer holds): the row gives each advice, the most given first.
+    #[test]
+    fn a_row_gives_every_advice_its_pins_got() {
+        let with = |id: u64, reason: &str, advice: &str| {
+            line("run", id, "completed", 100.0)
+                .replace(r#""reason":"sleep""#, &format!(r#""reason":"{reason}""#))
+                .replace(
+                    r#""report":1"#,
+                    &format!(r#""report":1,"advice":"{advice}""#),
+                )
+        };
+        let text = [
+            with(1, "io", "use a non-blocking writer"),
+            with(2, "lock_wait", "the lock is std's"),
+            with(3, "lock_wait", "the lock is std's"),
+        ]
+        .join("\n");
+        let rows = summarize(&parse_recording(&text, "rec").unwrap().events);
+        assert_eq!(rows.len(), 1, "{rows:#?}");
+        assert_eq!(rows[0].advice, "the lock is std's");
+        assert_eq!(rows[0].more_advice, ["use a non-blocking writer"]);
+        let text = render_summary(&rows);
+        let advice: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("  advice: "))
+            .collect();
+        assert_eq!(
+            advice,
+            ["the lock is std's", "use a non-blocking writer"],
+            "{text}"
+        );
     }
 
     /// A pin without a stack is said the same way everywhere: `[no stack: WHY]`.

@@ -749,8 +749,12 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
             human(r.longest_ms),
             reasons.join(" "),
             esc(&name),
-            if class == "fn" && !r.advice.is_empty() {
-                format!("<div class=\"hint\">{}</div>", esc(&r.advice))
+            if class == "fn" {
+                std::iter::once(&r.advice)
+                    .chain(&r.more_advice)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| format!("<div class=\"hint\">{}</div>", esc(a)))
+                    .collect::<String>()
             } else {
                 String::new()
             }

@@ -195,6 +195,11 @@ impl Analyzer {
                         .collect(),
                     Stacks::Off => Vec::new(),
                 };
+                if top.is_none() && own.is_none() {
+                    // Sampled, but in the runtime's or pinwatch's own code only (the poll
+                    // caught entering or leaving the task): nothing of the task to name.
+                    event.no_stack = Some("no_application_frame".to_owned());
+                }
             }
             None => {
                 event.no_stack = Some(

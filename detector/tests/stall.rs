@@ -166,6 +166,33 @@ fn drivers_seen(detector: &pinwatch::Detector) {
     }
 }
 
+/// A 2-worker runtime whose workers are named `name`, built by `pinwatch` (or by pinwatch
+/// turned off, for plain tokio), its events sent to the receiver; and whether it watches.
+fn two_workers(
+    name: &str,
+    pinwatch: Option<pinwatch::Builder>,
+) -> (
+    tokio::runtime::Runtime,
+    pinwatch::Detector,
+    mpsc::Receiver<PinnedEvent>,
+    bool,
+) {
+    let (tx, events) = mpsc::channel();
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio.worker_threads(2).thread_name(name).enable_all();
+    let watching = pinwatch.is_some();
+    let builder = pinwatch.unwrap_or_else(|| pinwatch::Builder::new().enabled(false));
+    let (rt, detector) = builder
+        .tracing(false)
+        .control(Control::Off)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(&mut tokio)
+        .unwrap();
+    (rt, detector, events, watching)
+}
+
 /// What happened to the runtime during a timer-woken pin.
 struct TimerWokenPin {
     /// How late a timer armed before the pin fired.
@@ -180,19 +207,7 @@ struct TimerWokenPin {
 /// anything drove the timers during the pin. `pinwatch`: the detector's builder, or `None`
 /// for plain tokio.
 fn timer_woken_pin(name: &str, pinwatch: Option<pinwatch::Builder>) -> TimerWokenPin {
-    let (tx, events) = mpsc::channel();
-    let mut tokio = tokio::runtime::Builder::new_multi_thread();
-    tokio.worker_threads(2).thread_name(name).enable_all();
-    let watching = pinwatch.is_some();
-    let builder = pinwatch.unwrap_or_else(|| pinwatch::Builder::new().enabled(false));
-    let (rt, detector) = builder
-        .tracing(false)
-        .control(Control::Off)
-        .sink(move |e: &PinnedEvent| {
-            let _ = tx.send(e.clone());
-        })
-        .build(&mut tokio)
-        .unwrap();
+    let (rt, detector, events, watching) = two_workers(name, pinwatch);
     pin_timer_woken(name, rt, detector, events, watching)
 }
 
@@ -595,19 +610,7 @@ struct SpinningRead {
 /// ten times, by a client outside it.
 fn spinning_read(name: &str, pinwatch: Option<pinwatch::Builder>) -> SpinningRead {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (tx, events) = mpsc::channel();
-    let mut tokio = tokio::runtime::Builder::new_multi_thread();
-    tokio.worker_threads(2).thread_name(name).enable_all();
-    let watching = pinwatch.is_some();
-    let builder = pinwatch.unwrap_or_else(|| pinwatch::Builder::new().enabled(false));
-    let (rt, detector) = builder
-        .tracing(false)
-        .control(Control::Off)
-        .sink(move |e: &PinnedEvent| {
-            let _ = tx.send(e.clone());
-        })
-        .build(&mut tokio)
-        .unwrap();
+    let (rt, detector, events, watching) = two_workers(name, pinwatch);
     let (echo, peer) = rt.block_on(async {
         let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let peer = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

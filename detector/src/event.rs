@@ -459,7 +459,7 @@ pub struct PinnedEvent {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub runtime_stalled: bool,
     /// How late the heartbeat was at most while this pin ran, when it was late past the
-    /// threshold.
+    /// threshold (counted from the pin's start when it began after the beat was due).
     #[serde(
         rename = "heartbeat_late_ms",
         with = "opt_millis",

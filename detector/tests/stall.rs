@@ -492,19 +492,19 @@ fn a_long_pin_on_a_current_thread_runtime_is_a_stall() {
     assert_eq!(done.worker.index, Some(0));
 }
 
-/// Only a pin that was running when the heartbeat was due can have stalled the runtime: on a
-/// current-thread runtime, a task queued behind a long pin runs while the heartbeat is still
-/// late — for the long pin, not for it.
+/// On a current-thread runtime a task queued behind a long pin runs while the heartbeat is still
+/// late: it stalls the runtime too (pins back to back), but only for its own time — not for the
+/// long pin's.
 #[test]
-fn a_pin_that_starts_after_the_stall_began_is_not_blamed_for_it() {
+fn a_pin_queued_behind_a_stall_is_blamed_for_its_own_time_only() {
     let (rt, _detector, events) = current_thread_service();
     let (long_task, short_task) = rt.block_on(async {
         // The heartbeat runs meanwhile.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        // Both queued at once: the short one runs right after the long one, before the
-        // runtime gets back to its timers.
+        // Both queued at once: the second runs right after the first, before the runtime
+        // gets back to its timers.
         let long = tokio::spawn(async { std::thread::sleep(Duration::from_millis(1000)) });
-        let short = tokio::spawn(async { std::thread::sleep(Duration::from_millis(150)) });
+        let short = tokio::spawn(async { std::thread::sleep(Duration::from_millis(500)) });
         let ids = (long.id(), short.id());
         long.await.unwrap();
         short.await.unwrap();
@@ -524,9 +524,12 @@ fn a_pin_that_starts_after_the_stall_began_is_not_blamed_for_it() {
     }
     let (long, short) = (long.unwrap(), short.unwrap());
     assert!(long.runtime_stalled, "{long:?}");
+    assert!(short.runtime_stalled, "it held the only worker: {short:?}");
+    let (long_late, short_late) = (long.heartbeat_late.unwrap(), short.heartbeat_late.unwrap());
     assert!(
-        !short.runtime_stalled && short.heartbeat_late.is_none(),
-        "the short pin began after the heartbeat was due: {short:?}"
+        short_late < long_late,
+        "the second pin is blamed from its own start ({short_late:?}), not for the first's \
+         {long_late:?}"
     );
 }
 
@@ -822,6 +825,10 @@ fn a_runtime_without_io_is_never_seen_stalled_while_its_timers_run() {
     assert!(!stats.drivers_seen, "{stats:?}");
     assert_eq!(stats.driver_rescues, 0, "{stats:?}");
     assert!(done.drivers.is_none(), "{done:?}");
+    assert!(
+        !pin.runtime_stalled && !done.runtime_stalled && done.heartbeat_late.is_none(),
+        "the timers ran: {done:?}"
+    );
 }
 
 /// Three workers, the rescue off. Pin A, woken from outside, holds one worker while another

@@ -370,13 +370,15 @@ impl Pinned {
     }
 }
 
-/// The heartbeat is late past the stall bound.
+/// The runtime's heartbeat is late past the bound at a scan: its timers have not fired.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Stall {
-    /// By how much, at this scan's start.
-    pub late: Duration,
-    /// When its beat was due: only a poll running then can have stalled it.
+    /// When its beat was due.
     pub due: Instant,
+    /// The scan's start.
+    pub now: Instant,
+    /// How late it must be: the threshold, and at least [`STALL_FLOOR`].
+    pub bound: Duration,
 }
 
 impl Stall {
@@ -389,17 +391,21 @@ impl Stall {
         )
     }
 
-    /// A stall, when the heartbeat is late past the bound: the threshold, and at least
-    /// [`STALL_FLOOR`].
-    pub fn past_bound(late: Duration, due: Instant, threshold: Duration) -> Option<Stall> {
-        (late > threshold.max(STALL_FLOOR)).then_some(Stall { late, due })
+    /// A stall, when the heartbeat, due at `due`, is late past the bound at `now`.
+    pub fn past_bound(due: Instant, now: Instant, threshold: Duration) -> Option<Stall> {
+        let bound = threshold.max(STALL_FLOOR);
+        (now.saturating_duration_since(due) > bound).then_some(Stall { due, now, bound })
     }
 
-    /// Whether a poll that started after `start` (its lower bound) was running when the beat
-    /// was due. A poll that began only after that, while the runtime was already stalled by
-    /// something else or had just come back, did not cause it.
-    pub fn blames(&self, start: Instant) -> bool {
-        start < self.due
+    /// How long the runtime has stood still while a poll that started after `start` (its lower
+    /// bound) ran, when that is past the bound: from the beat's due time for a poll running
+    /// then; from its own start for one that began later, in a runtime already stalled (back
+    /// to back pins, each holding the worker the heartbeat needs). A poll that began less than
+    /// the bound ago — the runtime may just have come back, its heartbeat not run yet — is not
+    /// blamed.
+    pub fn blames(&self, start: Instant) -> Option<Duration> {
+        let late = self.now.saturating_duration_since(start.max(self.due));
+        (late > self.bound).then_some(late)
     }
 }
 
@@ -1014,23 +1020,28 @@ mod tests {
     #[test]
     fn a_stall_needs_the_heartbeat_late_past_the_threshold_and_the_floor() {
         let t0 = Instant::now();
-        assert!(Stall::past_bound(MS(99), t0, THRESHOLD).is_none());
-        assert!(Stall::past_bound(STALL_FLOOR, t0, THRESHOLD).is_none());
-        assert!(Stall::past_bound(MS(101), t0, THRESHOLD).is_some());
+        let late = |d| Stall::past_bound(t0, t0 + d, THRESHOLD);
+        assert!(late(MS(99)).is_none());
+        assert!(late(STALL_FLOOR).is_none());
+        assert!(late(MS(101)).is_some());
         // A threshold above the floor is the bound.
-        assert!(Stall::past_bound(MS(400), t0, MS(500)).is_none());
-        assert!(Stall::past_bound(MS(501), t0, MS(500)).is_some());
+        assert!(Stall::past_bound(t0, t0 + MS(400), MS(500)).is_none());
+        assert!(Stall::past_bound(t0, t0 + MS(501), MS(500)).is_some());
     }
 
     #[test]
-    fn a_stall_blames_only_a_pin_that_ran_when_the_beat_was_due() {
+    fn a_stall_blames_a_pin_for_the_time_it_ran_while_the_beat_was_overdue() {
         let t0 = Instant::now();
-        let stall = Stall::past_bound(MS(300), t0 + MS(50), THRESHOLD).unwrap();
-        assert!(stall.blames(t0 + MS(10)));
-        assert!(!stall.blames(t0 + MS(50)));
-        assert!(
-            !stall.blames(t0 + MS(60)),
-            "began while the runtime was already stalled"
+        // Due at 50 ms, seen at 350 ms: 300 ms late.
+        let stall = Stall::past_bound(t0 + MS(50), t0 + MS(350), THRESHOLD).unwrap();
+        assert_eq!(stall.blames(t0 + MS(10)), Some(MS(300)), "running when due");
+        assert_eq!(stall.blames(t0 + MS(50)), Some(MS(300)));
+        // Began later, in a runtime stalled already (pins back to back): its own time counts.
+        assert_eq!(stall.blames(t0 + MS(200)), Some(MS(150)));
+        assert_eq!(
+            stall.blames(t0 + MS(300)),
+            None,
+            "began 50 ms ago: the runtime may just have come back"
         );
     }
 

@@ -147,7 +147,7 @@ fn run(
         scan.stalled = shared
             .heartbeat
             .late(scan_start)
-            .and_then(|(late, due)| Stall::past_bound(late, due, scan.settings.threshold));
+            .and_then(|(_, due)| Stall::past_bound(due, scan_start, scan.settings.threshold));
         for (i, ((slot, tracked), look)) in shared
             .table
             .slots()
@@ -169,7 +169,7 @@ fn run(
                 None => shared.set_live(i, 0, scan_start, false),
             }
             if let (Some(p), Some(stall)) = (pinned, scan.stalled) {
-                blamed |= stall.blames(p.began);
+                blamed |= stall.blames(p.began).is_some();
             }
         }
         // Stalled: where the drivers are seen, a pin holds a worker while nobody drives them;
@@ -505,7 +505,7 @@ impl Scan<'_> {
             }))
         };
         let elapsed = Instant::now().saturating_duration_since(after);
-        let stall = self.stalled.filter(|s| s.blames(began));
+        let late = self.stalled.and_then(|s| s.blames(began));
         PinnedEvent {
             id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
             run_id: self.shared.run_id.clone(),
@@ -534,10 +534,10 @@ impl Scan<'_> {
             samples: 0,
             report: 1,
             cpu_wait: waited,
-            runtime_stalled: stall.is_some(),
-            heartbeat_late: stall.map(|s| s.late),
+            runtime_stalled: late.is_some(),
+            heartbeat_late: late,
             drivers: None,
-            runtime_advice: self.runtime_advice(stall.is_some()),
+            runtime_advice: self.runtime_advice(late.is_some()),
             tasks_queued_behind: self.queued_behind(index),
             spans: spans.spans,
             trace_id: spans.trace_id,
@@ -609,8 +609,8 @@ impl Scan<'_> {
             self.send(&p);
             return None;
         }
-        if let Some(stall) = self.stalled.filter(|s| s.blames(p.began)) {
-            if p.stalls(stall.late) {
+        if let Some(late) = self.stalled.and_then(|s| s.blames(p.began)) {
+            if p.stalls(late) {
                 p.event.runtime_advice = self.runtime_advice(true);
                 // Say so now, not at the next report: the whole service has stopped.
                 self.resend(&mut p, now);

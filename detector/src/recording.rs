@@ -822,11 +822,8 @@ pub fn render_spans(rows: &[SpanRow]) -> String {
     let line = |cols: [&str; 4]| {
         let mut s = String::new();
         for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
-            if i == 0 {
-                let _ = write!(s, "{c:<w$}  ");
-            } else {
-                let _ = write!(s, "{c:>w$}  ");
-            }
+            crate::text::pad(&mut s, c, w, i != 0);
+            s.push_str("  ");
         }
         s.trim_end().to_owned()
     };
@@ -902,11 +899,7 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
     let line = |cols: [&str; 5]| {
         let mut s = String::new();
         for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
-            if i == 0 || i == 4 {
-                let _ = write!(s, "{c:<w$}");
-            } else {
-                let _ = write!(s, "{c:>w$}");
-            }
+            crate::text::pad(&mut s, c, w, i != 0 && i != 4);
             if i < 4 {
                 s.push_str("  ");
             }

@@ -157,6 +157,20 @@ pub fn html(s: &str) -> String {
     out
 }
 
+/// Writes `cell` into `out` padded with spaces to `width` characters, on the left of it when
+/// `right` (a number column), else after it. Unlike `{:<w$}`, any width: a cell of the
+/// recording's text may be longer than a formatter's width (65,535) allows.
+pub fn pad(out: &mut String, cell: &str, width: usize, right: bool) {
+    let fill = width.saturating_sub(cell.chars().count());
+    if right {
+        out.extend(std::iter::repeat_n(' ', fill));
+    }
+    out.push_str(cell);
+    if !right {
+        out.extend(std::iter::repeat_n(' ', fill));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +255,18 @@ mod tests {
             html("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+    }
+
+    #[test]
+    fn a_cell_is_padded_to_any_width() {
+        let mut out = String::new();
+        pad(&mut out, "ab", 4, false);
+        pad(&mut out, "7", 3, true);
+        pad(&mut out, "éé", 1, false);
+        assert_eq!(out, "ab    7éé");
+        let long = "x".repeat(70_000);
+        let mut out = String::new();
+        pad(&mut out, "y", long.len() + 1, true);
+        assert_eq!(out.len(), 70_001);
     }
 }

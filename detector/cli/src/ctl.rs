@@ -602,7 +602,8 @@ fn table<const N: usize>(headers: &[&str; N], rows: &[[String; N]]) -> String {
             if i + 1 == N {
                 l.push_str(cell);
             } else {
-                let _ = write!(l, "{cell:<w$}  ", w = widths[i]);
+                pinwatch::text::pad(&mut l, cell, widths[i], false);
+                l.push_str("  ");
             }
         }
         out.push_str(l.trim_end());

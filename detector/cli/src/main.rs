@@ -113,13 +113,12 @@ fn main() -> ExitCode {
     // recording at all.
     if rec.events.is_empty() && rec.damaged_lines > 0 {
         for w in &rec.warnings {
-            eprintln!("pinwatch: {w}");
+            warn(format_args!("{w}"));
         }
-        eprintln!(
-            "pinwatch: {} holds no readable pinwatch event; is it a recording (a \
-             PINWATCH_RECORD file)?",
+        warn(format_args!(
+            "{} holds no readable pinwatch event; is it a recording (a PINWATCH_RECORD file)?",
             Escaped(file.display())
-        );
+        ));
         return ExitCode::from(1);
     }
     for w in &rec.warnings {

@@ -460,8 +460,10 @@ pub fn folded(events: &[PinnedEvent]) -> Vec<String> {
 /// A frame's text as a folded stack's element: a `;` would split it into two frames, and a
 /// space before a number at the end of a line would be read as a sample count (inferno reads
 /// `stack N M` as a differential line), so `;` is written `:`, line breaks and tabs are
-/// spaces, and a space before a digit or `.` is a no-break space.
+/// spaces, and a space before a digit or `.` is a no-break space. Escaped first, as all of the
+/// recording's text on the page ([`pinwatch::text::escape`]).
 fn folded_frame(text: &str) -> String {
+    let text = pinwatch::text::escape(text);
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -1106,6 +1108,42 @@ mod tests {
         assert!(!shown.chars().any(pinwatch::text::is_escaped), "{shown}");
         assert_eq!(back["frame"], "a\\u{1b}]0;x\\u{7}\\u{202e}b<");
         assert_eq!(back["n"], 1);
+    }
+
+    /// The whole page of a recording whose every text carries control and bidirectional
+    /// characters: none of them reaches the page, the flame graph's frames included.
+    #[test]
+    fn no_control_or_bidirectional_character_reaches_any_part_of_the_page() {
+        let evil = "f\u{1b}[31m\u{7}\u{202e}\u{9b}x";
+        let mut events = pinwatch::recording::parse_recording(
+            include_str!("../tests/data/report-small.jsonl"),
+            "x",
+        )
+        .unwrap()
+        .events;
+        for e in &mut events {
+            for f in e
+                .top_frame
+                .iter_mut()
+                .chain(e.app_frame.iter_mut())
+                .chain(&mut e.stack)
+            {
+                f.function = Some(evil.to_owned());
+                f.file = Some(evil.to_owned());
+            }
+            e.worker.name = evil.to_owned();
+        }
+        assert!(
+            events.iter().any(|e| !e.stack.is_empty()),
+            "no stack to draw"
+        );
+        let page = render(&events, evil, &[evil.to_owned()]).unwrap();
+        assert!(page.contains("id=\"flamegraph\""), "no flame graph drawn");
+        let bad: Vec<char> = page
+            .chars()
+            .filter(|c| pinwatch::text::is_escaped(*c) && !matches!(c, '\n' | '\t'))
+            .collect();
+        assert!(bad.is_empty(), "{bad:?} reached the page");
     }
 
     #[test]

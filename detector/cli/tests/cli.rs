@@ -298,6 +298,41 @@ fn a_duration_out_of_range_is_a_bad_line_not_a_panic() {
     }
 }
 
+/// A frame name longer than a formatter's width limit (65,535): every view shows it, none
+/// panics.
+#[test]
+fn a_name_longer_than_any_column_is_shown_not_a_panic() {
+    let good = first_lines(2);
+    let mut v: serde_json::Value = serde_json::from_str(&good[1]).unwrap();
+    let long = "f".repeat(70_000);
+    v["top_frame"]["function"] = long.clone().into();
+    let f = with_lines(&[&good[0], &v.to_string()], true);
+    for cmd in ["print", "summary", "report"] {
+        let (code, out, err) = pinwatch(&[cmd, f.path().to_str().unwrap()]);
+        assert_eq!(code, 0, "{cmd}: {err}");
+        if cmd != "report" {
+            assert!(out.contains(&long), "{cmd} did not show the name");
+        }
+    }
+}
+
+/// A file with no event, stderr a pipe whose reader is gone: the message is lost, the status
+/// is still 1 (no panic).
+#[test]
+fn no_event_with_stderr_closed_is_status_1() {
+    use std::process::Stdio;
+    let f = with_lines(&["{\"not\": \"an event\"}", "garbage"], true);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+        .args(["print", f.path().to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+}
+
 /// `pinwatch print rec | head`: the reader closes the pipe after a line; pinwatch stops
 /// quietly (no panic, no message, status 0), for each command that writes much.
 #[test]

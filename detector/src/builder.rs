@@ -128,14 +128,16 @@ impl Builder {
     }
 
     /// Capacity of the queue to the sinks (`PINWATCH_QUEUE_CAPACITY`, default
-    /// [`DEFAULT_QUEUE_CAPACITY`](crate::config::DEFAULT_QUEUE_CAPACITY)).
+    /// [`DEFAULT_QUEUE_CAPACITY`](crate::config::DEFAULT_QUEUE_CAPACITY); 1 to
+    /// [`MAX_QUEUE_CAPACITY`](crate::config::MAX_QUEUE_CAPACITY)).
     pub fn queue_capacity(mut self, n: usize) -> Self {
         self.config.queue_capacity = n;
         self
     }
 
     /// How many threads can be watched at once (`PINWATCH_MAX_THREADS`, default
-    /// [`DEFAULT_MAX_THREADS`](crate::config::DEFAULT_MAX_THREADS)).
+    /// [`DEFAULT_MAX_THREADS`](crate::config::DEFAULT_MAX_THREADS); 1 to
+    /// [`MAX_THREADS`](crate::config::MAX_THREADS)).
     pub fn max_threads(mut self, n: usize) -> Self {
         self.config.max_threads = n;
         self

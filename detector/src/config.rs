@@ -26,6 +26,12 @@ pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_millis(2);
 /// are dropped and counted ([`Stats::dropped`](crate::Stats::dropped)); the watchdog never waits.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 
+/// The most events the queue may hold (its room is taken when the detector starts).
+pub const MAX_QUEUE_CAPACITY: usize = 1 << 20;
+
+/// The most threads that can be watched at once (a slot each, taken when the detector starts).
+pub const MAX_THREADS: usize = 1 << 16;
+
 /// Default number of threads that can be watched at once (workers, plus threads that left a
 /// worker in `block_in_place` and still finish their poll).
 pub const DEFAULT_MAX_THREADS: usize = 256;
@@ -537,10 +543,14 @@ impl Config {
             self.scan_interval = parse_duration("PINWATCH_SCAN_INTERVAL", &v, SCAN)?;
         }
         if let Some(v) = read("PINWATCH_QUEUE_CAPACITY")? {
-            self.queue_capacity = parse_count("PINWATCH_QUEUE_CAPACITY", &v)?;
+            self.queue_capacity = env("PINWATCH_QUEUE_CAPACITY", &v, |v| {
+                count_at_most(v, MAX_QUEUE_CAPACITY)
+            })?;
         }
         if let Some(v) = read("PINWATCH_MAX_THREADS")? {
-            self.max_threads = parse_count("PINWATCH_MAX_THREADS", &v)?;
+            self.max_threads = env("PINWATCH_MAX_THREADS", &v, |v| {
+                count_at_most(v, MAX_THREADS)
+            })?;
         }
         if let Some(v) = read("PINWATCH_TRACING")? {
             self.tracing = parse_switch("PINWATCH_TRACING", &v)?;
@@ -596,11 +606,14 @@ impl Config {
         if c.sample_interval.is_zero() {
             return bad("sample_interval", "must be greater than zero");
         }
-        if c.queue_capacity == 0 {
-            return bad("queue_capacity", "must be at least 1");
+        if !(1..=MAX_QUEUE_CAPACITY).contains(&c.queue_capacity) {
+            return bad(
+                "queue_capacity",
+                &format!("must be from 1 to {MAX_QUEUE_CAPACITY}"),
+            );
         }
-        if c.max_threads == 0 {
-            return bad("max_threads", "must be at least 1");
+        if !(1..=MAX_THREADS).contains(&c.max_threads) {
+            return bad("max_threads", &format!("must be from 1 to {MAX_THREADS}"));
         }
         if c.prometheus_max_locations == 0 {
             return bad("prometheus_max_locations", "must be at least 1");
@@ -715,6 +728,14 @@ fn count(v: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".to_owned()),
         Ok(n) => Ok(n),
         Err(_) => Err("is not a whole number; write it like `1024`".to_owned()),
+    }
+}
+
+/// A whole number from 1 to `max`.
+fn count_at_most(v: &str, max: usize) -> Result<usize, String> {
+    match count(v)? {
+        n if n > max => Err(format!("must be at most {max}")),
+        n => Ok(n),
     }
 }
 
@@ -1083,6 +1104,8 @@ mod tests {
             ("PINWATCH_SAMPLE_INTERVAL", "-1s"),
             ("PINWATCH_QUEUE_CAPACITY", "lots"),
             ("PINWATCH_MAX_THREADS", "0"),
+            ("PINWATCH_MAX_THREADS", "100000000000"),
+            ("PINWATCH_QUEUE_CAPACITY", "18446744073709551615"),
             ("PINWATCH_TRACING", "loud"),
             ("PINWATCH_SCAN_INTERVAL", "2 parsecs"),
             ("PINWATCH_PROMETHEUS_ADDR", "localhost"),

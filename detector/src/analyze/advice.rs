@@ -4,10 +4,11 @@
 //! wins; docs/reasons.md has the table):
 //!
 //! 1. `futures::executor::block_on` (or `pollster`'s) on the stack: `.await` the future.
-//! 2. Dropping a value (`drop_in_place`) between where the time went and the service's code: a
-//!    large value, dropped on a worker; drop it in `spawn_blocking`.
-//! 3. A write blocked on standard output or error, or on a pipe or terminal: a log writer that
-//!    blocks; a non-blocking one (`tracing_appender::non_blocking`).
+//! 2. Running (`cpu`), dropping a value (`drop_in_place`) between where the time went and the
+//!    service's code: a large value, dropped on a worker; drop it in `spawn_blocking`.
+//! 3. A write blocked on standard output or error, or on a pipe or terminal by a log writer
+//!    (std's stdio, a logging crate's) on the stack: a log writer that blocks; a non-blocking
+//!    one (`tracing_appender::non_blocking`).
 //! 4. Waiting for std's stdout or stderr lock: another thread holds it while its write blocks;
 //!    the same non-blocking writer (it is not a lock of the service's, no `tokio::sync::Mutex`).
 //! 5. Running, in an async read or a `select!` (in any sample), with no read or write call
@@ -62,13 +63,14 @@ pub(crate) fn advise(e: &Evidence<'_>) -> String {
         own.is_some() && s[..own.unwrap_or(0)].iter().any(is_drop)
     };
     let drops = e.samples.iter().filter(|s| dropping(s)).count();
-    if dropping(e.frames) && drops * 2 >= e.samples.len() {
+    if e.reason == Reason::Cpu && dropping(e.frames) && drops * 2 >= e.samples.len() {
         return DROP.to_owned();
     }
     let is_write = matches!(e.operation, "write" | "writev" | "pwrite64" | "pwritev");
+    let logging = || above_own(e.frames).iter().any(is_log_writer);
     if is_write
         && e.fd.is_some_and(|(fd, kind)| {
-            fd == 1 || fd == 2 || matches!(kind, FdKind::Pipe | FdKind::Terminal)
+            fd == 1 || fd == 2 || (matches!(kind, FdKind::Pipe | FdKind::Terminal) && logging())
         })
     {
         return BLOCKED_WRITE.to_owned();
@@ -130,6 +132,23 @@ fn is_drop(f: &Frame) -> bool {
 fn is_stdio(f: &Frame) -> bool {
     names(f).is_some_and(|(base, _)| base.starts_with("std::io::stdio::"))
         || file_has(f, "/std/src/io/stdio.rs")
+}
+
+/// A log writer's frame: std's stdout/stderr, or a logging crate's writer (`tracing_subscriber`'s
+/// fmt layer, `tracing_appender`, `log`, `env_logger`, `slog`).
+fn is_log_writer(f: &Frame) -> bool {
+    is_stdio(f)
+        || names(f).is_some_and(|(base, _)| {
+            [
+                "tracing_subscriber::fmt::",
+                "tracing_appender::",
+                "log::",
+                "env_logger::",
+                "slog",
+            ]
+            .iter()
+            .any(|p| base.starts_with(p))
+        })
 }
 
 /// Where a loop that never waits spins: an async read (`AsyncRead::poll_read` and tokio's read
@@ -206,6 +225,15 @@ mod tests {
             f("core::ptr::drop_in_place<X>"),
         ];
         assert_ne!(advise(&evidence(Reason::Cpu, "running", &frames)), DROP);
+        // A drop that blocks (a writer flushing to a socket in its Drop) is the blocking
+        // call's, not a large value's.
+        let frames = [
+            f("std::net::UdpSocket::send_to"),
+            f("<std::io::BufWriter<W> as core::ops::drop::Drop>::drop"),
+            f("core::ptr::drop_in_place<std::io::BufWriter<svc::Sock>>"),
+            own("svc::report"),
+        ];
+        assert_ne!(advise(&evidence(Reason::Io, "sendto", &frames)), DROP);
     }
 
     #[test]
@@ -219,6 +247,14 @@ mod tests {
             e.fd = Some((fd, kind));
             assert_eq!(advise(&e), BLOCKED_WRITE, "{fd} {kind:?}");
         }
+        // A write to a child's stdin (a pipe, no log writer on the stack) is no log's.
+        let child = [
+            f("<std::process::ChildStdin as std::io::Write>::write"),
+            own("svc::feed"),
+        ];
+        let mut e = evidence(Reason::Io, "write", &child);
+        e.fd = Some((9, FdKind::Pipe));
+        assert_ne!(advise(&e), BLOCKED_WRITE);
         // A write to a file or a socket keeps the io advice.
         let mut e = evidence(Reason::Io, "write", &frames);
         e.fd = Some((7, FdKind::Other));

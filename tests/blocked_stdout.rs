@@ -139,3 +139,33 @@ fn a_full_stdout_pipe_holds_back_nothing_of_pinwatch_s() {
         .iter()
         .any(|e| e["id"] == id && e["blocking_operation"] == "write"));
 }
+
+/// A service with no `tracing` subscriber (pinwatch's log on stderr, its default) whose stderr
+/// is a full pipe: the `tracing` sink blocks on its own thread, and what it cannot take is
+/// counted as its drops — not lost unseen in another queue.
+#[test]
+fn a_full_stderr_pipe_without_a_subscriber_counts_the_lost_reports() {
+    let (_unread, stderr) = std::io::pipe().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_pin_service"))
+        .args(["--stuck", "1"])
+        .env("PINWATCH_QUEUE_CAPACITY", "16")
+        .env("PINWATCH_REPORT_INTERVAL", "100ms")
+        .env_remove("PINWATCH")
+        .env_remove("PINWATCH_CONTROL")
+        .env_remove("PINWATCH_TRACING")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(stderr))
+        .spawn()
+        .unwrap();
+    let svc = Proc {
+        child,
+        name: "pin_service".into(),
+    };
+    let pid = svc.child.id();
+    let st = wait_for("the tracing sink's drops counted", LONG, || {
+        let st = status(pid);
+        (counter(&st, "dropped_tracing") > 0).then_some(st)
+    });
+    // The service's pins go on being seen.
+    assert!(counter(&st, "events") > 16, "{st}");
+}

@@ -129,20 +129,23 @@ impl Prepared {
             built_at: self.built_at,
             drops: export::Drops::default(),
         };
+        // Events the recordings could not write; pinwatch's own lines that its log thread
+        // could not take.
+        parts.drops.add("recording", recorder.unwritten());
+        parts.drops.add("log", export::log_dropped());
         let mut inline = std::mem::take(&mut sinks.inline);
         let exporters = export::start_exporters(&parts, &mut inline)?;
         // After the recordings and the exporters: when `status` shows a pin, they have it.
         let view = control::View::default();
         inline.push(Box::new(view.sink()));
         // Last, each behind its own queue: a sink that blocks holds back none of the above.
-        for (name, sink) in sinks.own_thread {
-            inline.push(export::on_own_thread(
-                name,
-                sink,
-                watched.config.queue_capacity,
-                &parts.drops,
-            )?);
-        }
+        let threaded = sinks
+            .own_thread
+            .into_iter()
+            .map(|(name, sink)| {
+                export::on_own_thread(name, sink, watched.config.queue_capacity, &parts.drops)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let flight = parts.flight.clone();
         let drops = parts.drops.clone();
         let control = start_control(control::Context {
@@ -152,7 +155,7 @@ impl Prepared {
         })?;
         let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
         let (stop_tx, stop_rx) = mpsc::channel();
-        let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline)?;
+        let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline, threaded)?;
         let workers = handle.metrics().num_workers();
         let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx, stop_rx)?;
         announce(&watched.config, false, || {
@@ -293,7 +296,13 @@ impl Detector {
             .as_ref()
             .map(|w| snapshot(&w.stats, &w.table))
             .unwrap_or_default();
-        stats.sink_dropped = self.drops.totals().iter().map(|(_, n)| n).sum();
+        stats.sink_dropped = self
+            .drops
+            .totals()
+            .iter()
+            .filter(|(sink, _)| *sink != "log")
+            .map(|(_, n)| n)
+            .sum();
         stats
     }
 

@@ -4,21 +4,25 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
+use super::threaded::{Threaded, FLUSH_WAIT};
 use super::Sink;
 use crate::analyze::Analyzer;
 use crate::event::PinnedEvent;
 use crate::watch::{RawReport, Shared};
 use crate::Error;
 
-/// Every sink, in order.
+/// Every sink, in order: those the export thread runs itself, then those on threads of their
+/// own.
 pub(crate) struct Fanout {
     sinks: Vec<Box<dyn Sink>>,
+    threaded: Vec<Threaded>,
 }
 
 impl Fanout {
-    pub(crate) fn new(sinks: Vec<Box<dyn Sink>>) -> Fanout {
-        Fanout { sinks }
+    pub(crate) fn new(sinks: Vec<Box<dyn Sink>>, threaded: Vec<Threaded>) -> Fanout {
+        Fanout { sinks, threaded }
     }
 
     /// Hands `event` to every sink; a sink's panic is contained.
@@ -26,12 +30,23 @@ impl Fanout {
         for sink in self.sinks.iter_mut() {
             let _ = catch_unwind(AssertUnwindSafe(|| sink.event(event)));
         }
+        for sink in self.threaded.iter_mut() {
+            sink.event(event);
+        }
     }
 
-    /// Flushes every sink, once, at the end.
+    /// Flushes every sink, once, at the end: the sinks on threads of their own all closed at
+    /// once, then waited for together, up to [`FLUSH_WAIT`] in all (not for each).
     pub(crate) fn flush(&mut self) {
         for sink in self.sinks.iter_mut() {
             let _ = catch_unwind(AssertUnwindSafe(|| sink.flush()));
+        }
+        for sink in self.threaded.iter_mut() {
+            sink.close();
+        }
+        let deadline = Instant::now() + FLUSH_WAIT;
+        for sink in &self.threaded {
+            sink.wait(deadline);
         }
     }
 }
@@ -43,13 +58,14 @@ pub(crate) fn spawn_export_thread(
     watched: Arc<Shared>,
     reports: mpsc::Receiver<RawReport>,
     sinks: Vec<Box<dyn Sink>>,
+    threaded: Vec<Threaded>,
 ) -> Result<JoinHandle<()>, Error> {
     std::thread::Builder::new()
         .name("pinwatch-export".into())
         .spawn(move || {
             let mut settings = watched.tunables.reader();
             let mut analyzer = Analyzer::new(watched.config.stacks);
-            let mut fanout = Fanout::new(sinks);
+            let mut fanout = Fanout::new(sinks, threaded);
             for raw in reports {
                 analyzer.stacks = settings.refresh(&watched.tunables).stacks;
                 if let Some(event) = analyzer.filter(raw, &watched.stats) {

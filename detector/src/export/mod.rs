@@ -50,7 +50,7 @@ pub(crate) use running::{Drops, Parts, Running};
 pub(crate) use threaded::on_own_thread;
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
-pub(crate) use tracing::{flush_stderr, no_subscriber, say, to_stderr};
+pub(crate) use tracing::{flush_stderr, log_dropped, no_subscriber, say, to_stderr};
 
 /// A running exporter. Dropping it stops it, after it has sent what it was handed.
 pub(crate) trait Exporter: Send + Sync {

@@ -180,7 +180,7 @@ pub const METRICS: &[MetricDoc] = &[
         name: "pinwatch_events_dropped_total",
         kind: "counter",
         labels: &["sink"],
-        help: "Pin reports lost: sink=\"queue\" when the queue to the export thread was full, sink=\"otlp\" when the OTLP exporter's queue was full or its collector did not take them, sink=\"console\" when the console thread's queue was full.",
+        help: "Pin reports lost: sink=\"queue\" when the queue to the export thread was full, sink=\"otlp\" when the OTLP exporter's queue was full or its collector did not take them, sink=\"console\" when the console thread's queue was full, sink=\"tracing\" when the log sink's queue was full (its writer blocked), sink=\"sink\" for the sinks added with Builder::sink (summed), sink=\"recording\" for the events a recording could not write, sink=\"log\" for pinwatch's own log lines its log thread could not take.",
     },
     MetricDoc {
         name: "pinwatch_runtime_stalled",

@@ -5,6 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -432,9 +433,11 @@ fn fresh_path(path: &Path) -> PathBuf {
 
 impl RecordSink {
     /// Appends one event's line (see [`PinnedEvent::to_json_line`]), counting and logging a
-    /// failure once.
-    fn write(&mut self, line: &str) {
-        if let Err(e) = self.write_line(line) {
+    /// failure once; whether it was written.
+    fn write(&mut self, line: &str) -> bool {
+        let result = self.write_line(line);
+        let written = result.is_ok();
+        if let Err(e) = result {
             self.write_errors += 1;
             match &mut self.failing {
                 Some(lost) => *lost += 1,
@@ -459,12 +462,13 @@ impl RecordSink {
                 ),
             );
         }
+        written
     }
 }
 
 impl Sink for RecordSink {
     fn event(&mut self, event: &PinnedEvent) {
-        self.write(&event.to_json_line());
+        let _ = self.write(&event.to_json_line());
     }
 
     fn flush(&mut self) {
@@ -580,6 +584,9 @@ struct Recordings {
     running: Vec<Running>,
     /// The id of the next recording started with `pinwatch ctl` (the start-up one is 0).
     next_id: u64,
+    /// Events a recording could not write (a full disk, an I/O error), all recordings together:
+    /// `pinwatch_events_dropped_total{sink="recording"}`.
+    unwritten: Arc<AtomicU64>,
 }
 
 impl Default for Recordings {
@@ -587,6 +594,7 @@ impl Default for Recordings {
         Recordings {
             running: Vec::new(),
             next_id: 1,
+            unwritten: Arc::default(),
         }
     }
 }
@@ -641,6 +649,11 @@ pub(crate) struct Recorder(Arc<Mutex<Recordings>>);
 impl Recorder {
     fn lock(&self) -> std::sync::MutexGuard<'_, Recordings> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The count of events the recordings could not write.
+    pub(crate) fn unwritten(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.lock().unwritten)
     }
 
     /// Starts a recording to `path`; what it is (its id). Fails when [`MAX_RECORDINGS`] run,
@@ -789,8 +802,12 @@ impl Sink for RecorderSink {
         }
         // Made once, written to each recording and kept in the flight recording.
         let line = event.to_json_line();
+        let mut unwritten = 0;
         for r in &mut slots.running {
-            r.sink.write(&line);
+            unwritten += u64::from(!r.sink.write(&line));
+        }
+        if unwritten > 0 {
+            slots.unwritten.fetch_add(unwritten, Ordering::Relaxed);
         }
         drop(slots);
         if let Some(flight) = &self.1 {
@@ -1533,6 +1550,35 @@ pub(super) mod tests {
                 .arg(&self.0)
                 .status();
         }
+    }
+
+    /// What a full disk keeps out of a recording is counted where Prometheus and `ctl status`
+    /// read the sinks' drops (`sink="recording"`).
+    #[test]
+    fn the_events_a_full_disk_keeps_out_are_counted_as_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = SmallDisk::mount(dir.path());
+        std::fs::write(disk.0.join("filler"), vec![0u8; 60 * 1024]).unwrap();
+        let recorder = Recorder::default();
+        recorder.install(
+            RecordSink::open_rotating(
+                &disk.0.join("rec.jsonl"),
+                Rotation {
+                    max_size: None,
+                    max_age: None,
+                    keep: 1,
+                },
+            )
+            .unwrap(),
+        );
+        let unwritten = recorder.unwritten();
+        let mut sink = recorder.sink();
+        for id in 1..=50 {
+            sink.event(&event(id, 200));
+        }
+        let st = &recorder.list()[0];
+        assert!(st.write_errors > 0, "the disk did not fill: {st:?}");
+        assert_eq!(unwritten.load(Ordering::Relaxed), st.write_errors, "{st:?}");
     }
 
     /// Writing until the disk is full: the rotated files stay, the events that do not fit are

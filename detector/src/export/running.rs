@@ -39,12 +39,19 @@ impl Drops {
             .push((sink, counter));
     }
 
-    /// Each sink's drops so far, in the order the sinks started.
+    /// Each sink's drops so far, in the order the sinks started; sinks of one name (the
+    /// builder's sinks, all `sink`) summed.
     pub(crate) fn totals(&self) -> Vec<(&'static str, u64)> {
         let list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        list.iter()
-            .map(|(sink, n)| (*sink, n.load(Ordering::Relaxed)))
-            .collect()
+        let mut out: Vec<(&'static str, u64)> = Vec::new();
+        for (sink, n) in list.iter() {
+            let n = n.load(Ordering::Relaxed);
+            match out.iter_mut().find(|(s, _)| s == sink) {
+                Some((_, total)) => *total += n,
+                None => out.push((sink, n)),
+            }
+        }
+        out
     }
 }
 
@@ -103,5 +110,21 @@ impl Running {
         for e in self.running.iter_mut() {
             e.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sinks of one name (the builder's, all `sink`) are one count: their sum, in the order
+    /// the first of them started.
+    #[test]
+    fn drops_of_sinks_of_one_name_are_summed() {
+        let drops = Drops::default();
+        for (sink, n) in [("sink", 3), ("otlp", 1), ("sink", 4)] {
+            drops.add(sink, Arc::new(AtomicU64::new(n)));
+        }
+        assert_eq!(drops.totals(), vec![("sink", 7), ("otlp", 1)]);
     }
 }

@@ -7,14 +7,15 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Drops, QueueSink, Sink};
 use crate::event::PinnedEvent;
 use crate::Error;
 
-/// How long the detector's shutdown waits for such a sink to take what is queued and flush:
-/// one that is blocked for good is left behind, not waited for.
+/// How long the detector's shutdown waits for such sinks to take what is queued and flush (all
+/// of them together: their queues are closed at once): one that is blocked for good is left
+/// behind, not waited for.
 pub(crate) const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// `sink`, named `name` (its thread `pinwatch-sink-<name>`, its drop counter's label), behind a
@@ -24,7 +25,7 @@ pub(crate) fn on_own_thread(
     mut sink: Box<dyn Sink>,
     capacity: usize,
     drops: &Drops,
-) -> Result<Box<dyn Sink>, Error> {
+) -> Result<Threaded, Error> {
     let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(capacity);
     let (done_tx, done) = mpsc::sync_channel::<()>(1);
     std::thread::Builder::new()
@@ -43,17 +44,31 @@ pub(crate) fn on_own_thread(
         })?;
     let dropped = Arc::new(AtomicU64::new(0));
     drops.add(name, Arc::clone(&dropped));
-    Ok(Box::new(Threaded {
+    Ok(Threaded {
         queue: QueueSink::new(Some(tx), dropped),
         done,
-    }))
+    })
 }
 
 /// The export thread's side of a sink on a thread of its own.
-struct Threaded {
+pub(crate) struct Threaded {
     queue: QueueSink,
     /// Says when the sink's thread has flushed it and ended.
     done: mpsc::Receiver<()>,
+}
+
+impl Threaded {
+    /// No more events: the sink's thread takes what is queued, flushes the sink and ends.
+    pub(crate) fn close(&mut self) {
+        self.queue.flush();
+    }
+
+    /// Waits until the sink's thread has ended, or `deadline`.
+    pub(crate) fn wait(&self, deadline: Instant) {
+        let _ = self
+            .done
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
+    }
 }
 
 impl Sink for Threaded {
@@ -62,9 +77,8 @@ impl Sink for Threaded {
     }
 
     fn flush(&mut self) {
-        // Closing the queue ends the thread's loop once it has taken what is queued.
-        self.queue.flush();
-        let _ = self.done.recv_timeout(FLUSH_WAIT);
+        self.close();
+        self.wait(Instant::now() + FLUSH_WAIT);
     }
 }
 
@@ -88,12 +102,19 @@ mod tests {
             let _ = blocked.recv();
         };
         let slow = on_own_thread("slow", Box::new(blocking), 4, &drops).unwrap();
+        // A second sink blocked for good, from its first event on.
+        let (_release_too, blocked_too) = mpsc::channel::<()>();
+        let stuck = move |_: &PinnedEvent| {
+            let _ = blocked_too.recv();
+        };
+        let stuck = on_own_thread("stuck", Box::new(stuck), 4, &drops).unwrap();
         let seen = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&seen);
         let fast = move |_: &PinnedEvent| {
             counter.fetch_add(1, Ordering::Relaxed);
         };
-        let mut fanout = crate::export::fanout::Fanout::new(vec![slow, Box::new(fast)]);
+        let mut fanout =
+            crate::export::fanout::Fanout::new(vec![Box::new(fast)], vec![slow, stuck]);
         fanout.deliver(&PinnedEvent::for_test(
             1,
             State::InProgress,
@@ -117,12 +138,14 @@ mod tests {
             "the other sink missed events"
         );
         // One taken (blocked in it), four queued, the rest dropped.
-        assert_eq!(drops.totals(), vec![("slow", 95)]);
+        assert_eq!(drops.totals(), vec![("slow", 95), ("stuck", 95)]);
         let flushing = std::time::Instant::now();
         fanout.flush();
+        let took = flushing.elapsed();
+        assert!(took >= FLUSH_WAIT, "the flush waited for nobody");
         assert!(
-            flushing.elapsed() >= FLUSH_WAIT,
-            "the flush waited for nobody"
+            took < 2 * FLUSH_WAIT,
+            "{took:?}: the blocked sinks were waited for one after the other"
         );
     }
 

@@ -5,8 +5,8 @@
 //! whenever it comes, must still work.
 
 use std::io::Write;
-use std::sync::mpsc;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
 use super::Sink;
@@ -86,21 +86,32 @@ fn stderr_queue() -> Option<&'static mpsc::SyncSender<ToStderr>> {
         .as_ref()
 }
 
-/// Queues `line` (its newline added) for stderr; dropped when the queue is full.
-pub(crate) fn to_stderr(level: &str, line: &str) {
+/// Lines of pinwatch's own that the log thread's queue could not take (its writer blocked):
+/// every detector counts them as `sink="log"`.
+pub(crate) fn log_dropped() -> Arc<AtomicU64> {
+    static DROPPED: OnceLock<Arc<AtomicU64>> = OnceLock::new();
+    Arc::clone(DROPPED.get_or_init(Default::default))
+}
+
+fn queue_line(m: ToStderr) {
     if let Some(q) = stderr_queue() {
-        let _ = q.try_send(ToStderr::Line(format!("{level} pinwatch: {line}\n")));
+        if let Err(mpsc::TrySendError::Full(_)) = q.try_send(m) {
+            log_dropped().fetch_add(1, Ordering::Relaxed);
+        }
     }
+}
+
+/// Queues `line` (its newline added) for stderr; dropped and counted when the queue is full.
+pub(crate) fn to_stderr(level: &str, line: &str) {
+    queue_line(ToStderr::Line(format!("{level} pinwatch: {line}\n")));
 }
 
 /// Says `line` at `level` from a detector thread that must not block on it (the export
 /// thread): queued for the log thread, which emits it as a `tracing` event with target
-/// `pinwatch`, or writes it on stderr while the process has no subscriber. Dropped when the
-/// queue is full.
+/// `pinwatch`, or writes it on stderr while the process has no subscriber. Dropped and counted
+/// when the queue is full.
 pub(crate) fn say(level: tracing::Level, line: String) {
-    if let Some(q) = stderr_queue() {
-        let _ = q.try_send(ToStderr::Say(level, line));
-    }
+    queue_line(ToStderr::Say(level, line));
 }
 
 fn emit(level: tracing::Level, line: &str) {
@@ -165,7 +176,11 @@ impl Sink for TracingSink {
             render(event)
         };
         if self.stderr_fallback && no_subscriber() {
-            to_stderr("WARN", &text);
+            // This sink runs on a thread of its own: a write that blocks fills its queue,
+            // whose drops are counted as `sink="tracing"`.
+            let _ = std::io::stderr()
+                .lock()
+                .write_all(format!("WARN pinwatch: {text}\n").as_bytes());
             return;
         }
         tracing::warn!(

@@ -21,8 +21,8 @@ pub struct Stats {
     pub dropped: u64,
     /// Events lost by the sinks with a queue of their own — the `tracing` sink and yours (each
     /// on a thread of its own, so that one that blocks holds back no other), the OTLP and
-    /// console exporters — because their queue was full (`ctl status` and
-    /// `pinwatch_events_dropped_total` count them per sink).
+    /// console exporters — because their queue was full, and by the recordings, whose write
+    /// failed (`ctl status` and `pinwatch_events_dropped_total` count them per sink).
     pub sink_dropped: u64,
     /// Long polls not reported, or retracted, because their thread had handed its worker over
     /// in `block_in_place`.

@@ -88,6 +88,7 @@ fn run(
         multi_thread: handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread,
         view: DriverView::default(),
         drivers: DriverWatch::default(),
+        found_ended: Vec::new(),
     };
     let mut scans = 0u64;
     let mut last_scan = Instant::now();
@@ -232,6 +233,9 @@ struct Scan<'a> {
     multi_thread: bool,
     view: DriverView,
     drivers: DriverWatch,
+    /// Pins of this scan found already ended: sent with the scan's first reports, in the
+    /// order of their ids (pins are numbered as they are found).
+    found_ended: Vec<Pinned>,
 }
 
 impl Scan<'_> {
@@ -426,7 +430,7 @@ impl Scan<'_> {
         event.duration = duration;
         event.start += hooks;
         let pinned = Pinned::new(t, armed.tid, armed.thread, event, now);
-        self.send(&pinned);
+        self.found_ended.push(pinned);
     }
 
     /// A poll just crossed the threshold: decide whether it pins a worker, and report it.
@@ -626,17 +630,24 @@ impl Scan<'_> {
         Some(p)
     }
 
-    /// The first reports of the pins flagged in this scan.
+    /// The first reports of the pins flagged in this scan, and the pins found ended, by id.
     fn send_first_reports(&mut self, tracked: &mut [Option<Tracked>]) {
+        let mut ended = std::mem::take(&mut self.found_ended).into_iter().peekable();
         for p in tracked
             .iter_mut()
             .flatten()
             .filter_map(|t| t.pinned.as_mut())
         {
             if !p.first_sent {
+                while let Some(e) = ended.next_if(|e| e.event.id < p.event.id) {
+                    self.send(&e);
+                }
                 p.first_sent = true;
                 self.send(p);
             }
+        }
+        for e in ended {
+            self.send(&e);
         }
     }
 

@@ -32,9 +32,24 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${sudo[@]}" service "$s" stop >/dev/null 2>&1 || true
   done
 fi
+# kubernetes-validate and PyYAML: the Python on PATH has them, or a virtual environment of the
+# project's own (target/pyvenv) gets them from PyPI — Debian's system Python refuses
+# `pip install` (PEP 668, "externally-managed-environment"), and may have no pip at all.
+venv="$PWD/target/pyvenv"
+if [ -x "$venv/bin/kubernetes-validate" ]; then
+  export PATH="$venv/bin:$PATH"
+fi
 if ! { python3 -c 'import yaml' 2>/dev/null && command -v kubernetes-validate >/dev/null 2>&1; }; then
-  echo "tests/run.sh: installing kubernetes-validate and PyYAML (PyPI)"
-  python3 -m pip install -q kubernetes-validate pyyaml
+  echo "tests/run.sh: installing kubernetes-validate and PyYAML (PyPI) into $venv"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    # Debian's python3 lacks the venv module until python3-venv is installed.
+    rm -rf "$venv"
+    if [ "$(id -u)" -eq 0 ]; then as_root=(); else as_root=(sudo); fi
+    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/python3" -m pip install -q kubernetes-validate pyyaml
+  export PATH="$venv/bin:$PATH"
 fi
 for tool in prometheus promtool prometheus-alertmanager amtool kubernetes-validate setpriv chromium go; do
   command -v "$tool" >/dev/null || { echo "tests/run.sh: $tool did not install" >&2; exit 1; }

@@ -103,8 +103,10 @@ mod tests {
         };
         let slow = on_own_thread("slow", Box::new(blocking), 4, &drops).unwrap();
         // A second sink blocked for good, from its first event on.
+        let (entered_too_tx, entered_too) = mpsc::channel::<()>();
         let (_release_too, blocked_too) = mpsc::channel::<()>();
         let stuck = move |_: &PinnedEvent| {
+            let _ = entered_too_tx.send(());
             let _ = blocked_too.recv();
         };
         let stuck = on_own_thread("stuck", Box::new(stuck), 4, &drops).unwrap();
@@ -122,7 +124,9 @@ mod tests {
             25,
             1,
         ));
+        // Each has taken the first event and is blocked in it.
         entered.recv().unwrap();
+        entered_too.recv().unwrap();
         for id in 2..=100 {
             fanout.deliver(&PinnedEvent::for_test(
                 id,

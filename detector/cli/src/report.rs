@@ -460,10 +460,9 @@ pub fn folded(events: &[PinnedEvent]) -> Vec<String> {
 /// A frame's text as a folded stack's element: a `;` would split it into two frames, and a
 /// space before a number at the end of a line would be read as a sample count (inferno reads
 /// `stack N M` as a differential line), so `;` is written `:`, line breaks and tabs are
-/// spaces, and a space before a digit or `.` is a no-break space. Escaped first, as all of the
-/// recording's text on the page ([`pinwatch::text::escape`]).
+/// spaces, and a space before a digit or `.` is a no-break space. Then escaped, as all of the
+/// recording's text on the page ([`pinwatch::text::escape`]: no `;` or space comes of it).
 fn folded_frame(text: &str) -> String {
-    let text = pinwatch::text::escape(text);
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -483,7 +482,7 @@ fn folded_frame(text: &str) -> String {
         };
         out.push(c);
     }
-    out
+    pinwatch::text::escape(&out)
 }
 
 /// The flame graph as an `<svg>` element (inferno's, without its script: each frame's title

@@ -398,13 +398,15 @@ impl Stall {
     }
 
     /// How long the runtime has stood still while a poll that started after `start` (its lower
-    /// bound) ran, when that is past the bound: from the beat's due time for a poll running
-    /// then; from its own start for one that began later, in a runtime already stalled (back
-    /// to back pins, each holding the worker the heartbeat needs). A poll that began less than
-    /// the bound ago — the runtime may just have come back, its heartbeat not run yet — is not
-    /// blamed.
-    pub fn blames(&self, start: Instant) -> Option<Duration> {
-        let late = self.now.saturating_duration_since(start.max(self.due));
+    /// bound) ran until `end` (this scan's start for one still running), when that is past the
+    /// bound: from the beat's due time for a poll running then; from its own start for one
+    /// that began later, in a runtime already stalled (back to back pins, each holding the
+    /// worker the heartbeat needs). A poll that overlapped the overdue beat by less than the
+    /// bound — the runtime may just have come back, its heartbeat not run yet — is not blamed.
+    pub fn blames(&self, start: Instant, end: Instant) -> Option<Duration> {
+        let late = end
+            .min(self.now)
+            .saturating_duration_since(start.max(self.due));
         (late > self.bound).then_some(late)
     }
 }
@@ -1033,15 +1035,27 @@ mod tests {
     fn a_stall_blames_a_pin_for_the_time_it_ran_while_the_beat_was_overdue() {
         let t0 = Instant::now();
         // Due at 50 ms, seen at 350 ms: 300 ms late.
-        let stall = Stall::past_bound(t0 + MS(50), t0 + MS(350), THRESHOLD).unwrap();
-        assert_eq!(stall.blames(t0 + MS(10)), Some(MS(300)), "running when due");
-        assert_eq!(stall.blames(t0 + MS(50)), Some(MS(300)));
-        // Began later, in a runtime stalled already (pins back to back): its own time counts.
-        assert_eq!(stall.blames(t0 + MS(200)), Some(MS(150)));
+        let now = t0 + MS(350);
+        let stall = Stall::past_bound(t0 + MS(50), now, THRESHOLD).unwrap();
         assert_eq!(
-            stall.blames(t0 + MS(300)),
+            stall.blames(t0 + MS(10), now),
+            Some(MS(300)),
+            "running when due"
+        );
+        assert_eq!(stall.blames(t0 + MS(50), now), Some(MS(300)));
+        // Began later, in a runtime stalled already (pins back to back): its own time counts.
+        assert_eq!(stall.blames(t0 + MS(200), now), Some(MS(150)));
+        assert_eq!(
+            stall.blames(t0 + MS(300), now),
             None,
             "began 50 ms ago: the runtime may just have come back"
+        );
+        // A poll found ended: only the time it ran counts, not the scan's lateness.
+        assert_eq!(stall.blames(t0 + MS(10), t0 + MS(200)), Some(MS(150)));
+        assert_eq!(
+            stall.blames(t0 + MS(200), t0 + MS(290)),
+            None,
+            "a 90 ms pin overlapped the overdue beat by less than the bound"
         );
     }
 

@@ -169,9 +169,9 @@ fn run(
                 Some(p) => shared.set_live(i, p.event.id, p.start, p.event.worker.index.is_some()),
                 None => shared.set_live(i, 0, scan_start, false),
             }
-            if let (Some(p), Some(stall)) = (pinned, scan.stalled) {
-                blamed |= stall.blames(p.began).is_some();
-            }
+            // A pin holds a worker while the heartbeat is overdue: the runtime stands still
+            // (which pin to blame for it is each event's question).
+            blamed |= pinned.is_some() && scan.stalled.is_some();
         }
         // Stalled: where the drivers are seen, a pin holds a worker while nobody drives them;
         // elsewhere, a pin that was running when the heartbeat was due runs still, and the
@@ -424,6 +424,7 @@ impl Scan<'_> {
             t.after,
             t.began,
             waited,
+            end,
         );
         event.state = State::Completed;
         // Its panic hooks left out: it starts that much later, and ends where it ended.
@@ -477,7 +478,15 @@ impl Scan<'_> {
             tid,
             name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
         };
-        let event = self.new_event(snap, worker, spans, t.after, t.began, waited);
+        let event = self.new_event(
+            snap,
+            worker,
+            spans,
+            t.after,
+            t.began,
+            waited,
+            Instant::now(),
+        );
         let mut pinned = Pinned::new(t, tid, thread, event, Instant::now());
         self.probe(slot, &mut pinned);
         // Sent at the end of the scan, with what its look at the drivers finds.
@@ -496,6 +505,7 @@ impl Scan<'_> {
         after: Instant,
         began: Instant,
         waited: Duration,
+        until: Instant,
     ) -> PinnedEvent {
         let body = snap.task_id == crate::poll::BODY_TASK_ID;
         let index = worker.index;
@@ -509,7 +519,7 @@ impl Scan<'_> {
             }))
         };
         let elapsed = Instant::now().saturating_duration_since(after);
-        let late = self.stalled.and_then(|s| s.blames(began));
+        let late = self.stalled.and_then(|s| s.blames(began, until));
         PinnedEvent {
             id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
             run_id: self.shared.run_id.clone(),
@@ -613,7 +623,7 @@ impl Scan<'_> {
             self.send(&p);
             return None;
         }
-        if let Some(late) = self.stalled.and_then(|s| s.blames(p.began)) {
+        if let Some(late) = self.stalled.and_then(|s| s.blames(p.began, now)) {
             if p.stalls(late) {
                 p.event.runtime_advice = self.runtime_advice(true);
                 // Say so now, not at the next report: the whole service has stopped.

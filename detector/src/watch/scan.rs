@@ -417,15 +417,7 @@ impl Scan<'_> {
             tid: armed.tid,
             name: String::from_utf8_lossy(&armed.name[..armed.name_len]).into_owned(),
         };
-        let mut event = self.new_event(
-            armed.snap,
-            worker,
-            Default::default(),
-            t.after,
-            t.began,
-            waited,
-            end,
-        );
+        let mut event = self.new_event(armed.snap, worker, Default::default(), t, waited, end);
         event.state = State::Completed;
         // Its panic hooks left out: it starts that much later, and ends where it ended.
         event.duration = duration;
@@ -478,15 +470,7 @@ impl Scan<'_> {
             tid,
             name: String::from_utf8_lossy(&name[..name_len]).into_owned(),
         };
-        let event = self.new_event(
-            snap,
-            worker,
-            spans,
-            t.after,
-            t.began,
-            waited,
-            Instant::now(),
-        );
+        let event = self.new_event(snap, worker, spans, t, waited, Instant::now());
         let mut pinned = Pinned::new(t, tid, thread, event, Instant::now());
         self.probe(slot, &mut pinned);
         // Sent at the end of the scan, with what its look at the drivers finds.
@@ -495,18 +479,19 @@ impl Scan<'_> {
         t.armed = None;
     }
 
-    /// A new event (`in_progress`, first report) for the poll `snap` begun after `after`
-    /// (`began`: that bound before panic hooks moved it).
+    /// A new event (`in_progress`, first report) for the poll `snap` of `t`, begun after
+    /// `t.after` (`t.began`: that bound before panic hooks moved it), looked at `until` (its
+    /// end, for one found ended).
     fn new_event(
         &self,
         snap: Snapshot,
         worker: Worker,
         spans: crate::spans::Captured,
-        after: Instant,
-        began: Instant,
+        t: &Tracked,
         waited: Duration,
         until: Instant,
     ) -> PinnedEvent {
+        let (after, began) = (t.after, t.began);
         let body = snap.task_id == crate::poll::BODY_TASK_ID;
         let index = worker.index;
         let spawned_at = if snap.spawned_at == 0 {

@@ -242,7 +242,7 @@ fn status_pins_settings_and_recording_through_ctl() {
 #[test]
 fn rotation_keeps_the_recording_bounded_under_an_event_storm() {
     // A queue that drops nothing: every report of the storm reaches the recording.
-    let mut svc = Service::start(&[("PINWATCH_QUEUE_CAPACITY", "100000")]);
+    let mut svc = Service::start(&[("PINWATCH_QUEUE_CAPACITY", "65536")]);
     let pid = svc.pid.to_string();
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("storm.jsonl");

@@ -26,11 +26,14 @@ pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_millis(2);
 /// are dropped and counted ([`Stats::dropped`](crate::Stats::dropped)); the watchdog never waits.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 
-/// The most events the queue may hold (its room is taken when the detector starts).
-pub const MAX_QUEUE_CAPACITY: usize = 1 << 20;
+/// The most events a queue may hold: each queue (the export thread's, and each sink's on a
+/// thread of its own) takes its room when the detector starts, about 800 bytes an event (51 MB
+/// at this bound).
+pub const MAX_QUEUE_CAPACITY: usize = 1 << 16;
 
-/// The most threads that can be watched at once (a slot each, taken when the detector starts).
-pub const MAX_THREADS: usize = 1 << 16;
+/// The most threads that can be watched at once: a slot each (about 3 KiB), taken when the
+/// detector starts, and scanned every few milliseconds.
+pub const MAX_THREADS: usize = 4096;
 
 /// Default number of threads that can be watched at once (workers, plus threads that left a
 /// worker in `block_in_place` and still finish their poll).

@@ -88,28 +88,31 @@ mod tests {
     use crate::event::{Reason, State};
     use std::sync::atomic::Ordering;
 
+    /// A sink named `name` on a thread of its own, with a queue of 4, that blocks in its first
+    /// event until the returned sender is dropped; the receiver says when it has blocked.
+    fn blocked_for_good(
+        name: &'static str,
+        drops: &Drops,
+    ) -> (Threaded, mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (entered_tx, entered) = mpsc::channel::<()>();
+        let (release, blocked) = mpsc::channel::<()>();
+        let blocking = move |_: &PinnedEvent| {
+            let _ = entered_tx.send(());
+            let _ = blocked.recv();
+        };
+        let sink = on_own_thread(name, Box::new(blocking), 4, drops).unwrap();
+        (sink, entered, release)
+    }
+
     /// A sink blocked for good holds nothing back: the next sink in the fan-out gets every
     /// event, the blocked one's queue drops what it cannot hold and counts it, and the flush
     /// does not wait for it past the bound.
     #[test]
     fn a_blocked_sink_loses_its_own_events_only() {
         let drops = Drops::default();
-        let (entered_tx, entered) = mpsc::channel::<()>();
-        let (_release, blocked) = mpsc::channel::<()>();
-        let blocking = move |_: &PinnedEvent| {
-            let _ = entered_tx.send(());
-            // Blocked until the test ends (its sender dropped).
-            let _ = blocked.recv();
-        };
-        let slow = on_own_thread("slow", Box::new(blocking), 4, &drops).unwrap();
-        // A second sink blocked for good, from its first event on.
-        let (entered_too_tx, entered_too) = mpsc::channel::<()>();
-        let (_release_too, blocked_too) = mpsc::channel::<()>();
-        let stuck = move |_: &PinnedEvent| {
-            let _ = entered_too_tx.send(());
-            let _ = blocked_too.recv();
-        };
-        let stuck = on_own_thread("stuck", Box::new(stuck), 4, &drops).unwrap();
+        // Two sinks blocked for good from their first event on.
+        let (slow, entered, _release) = blocked_for_good("slow", &drops);
+        let (stuck, entered_too, _release_too) = blocked_for_good("stuck", &drops);
         let seen = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&seen);
         let fast = move |_: &PinnedEvent| {

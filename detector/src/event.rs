@@ -251,6 +251,7 @@ impl PinnedEvent {
             drivers: None,
             runtime_advice: None,
             tasks_queued_behind: None,
+            victims: None,
             spans: Vec::new(),
             trace_id: None,
             span_id: None,
@@ -482,6 +483,12 @@ pub struct PinnedEvent {
     /// and when the runtime is stalled none does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_queued_behind: Option<usize>,
+    /// Who waited behind this pin: the tasks it delayed, and how long (docs/victims.md). Present
+    /// on the completed report (which waits up to [`VICTIM_WINDOW`] after the poll returned for
+    /// the tasks it delayed to be polled) and on `in_progress` reports once a victim is known;
+    /// absent in recordings made before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub victims: Option<Victims>,
     /// The `tracing` spans the pinned poll was in when it was flagged, outermost first (with
     /// `pinwatch::tracing_layer()` in the service's subscriber), bounded in count and size. A pin
     /// that outlives its spans keeps what was captured.
@@ -519,6 +526,169 @@ pub struct Drivers {
     /// pinwatch woke a parked worker so that it takes them over (`PINWATCH_RESCUE`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub woke_worker: bool,
+}
+
+/// How long a completed report waits, after the pinned poll returned, for the tasks that
+/// waited behind it to be polled (they are polled only once the worker is free): the report is
+/// sent this long after the poll's end, with the victims polled by then.
+pub const VICTIM_WINDOW: Duration = Duration::from_millis(50);
+
+/// The most victims an event names ([`Victims::worst`]).
+pub const MAX_VICTIMS_NAMED: usize = 5;
+
+/// The tasks that waited behind a pin ([`PinnedEvent::victims`]): who paid for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Victims {
+    /// `true`: tokio measured how long each task waited between being woken and being polled
+    /// (pinwatch's `schedule-latency` feature), and these are the tasks polled after waiting at
+    /// least the threshold while this pin ran. `false`: nothing was measured; `worst` names the
+    /// tasks the pinned worker polled first once the pin ended (what its LIFO slot and local
+    /// run queue held: the likeliest to have waited for the whole pin), with no wait claimed.
+    pub measured: bool,
+    /// Measured: how many tasks were polled after waiting at least the threshold while this pin
+    /// ran (a task that waited through several pins counts for each). Not measured: how many
+    /// tasks the pinned worker polled right after the pin (at most 8).
+    pub tasks: usize,
+    /// Measured: the waits of those tasks, added up.
+    #[serde(
+        rename = "total_wait_ms",
+        with = "opt_millis",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub total_wait: Option<Duration>,
+    /// Measured: the longest of those waits.
+    #[serde(
+        rename = "max_wait_ms",
+        with = "opt_millis",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_wait: Option<Duration>,
+    /// Measured: the tasks that waited longest, longest first (at most
+    /// [`MAX_VICTIMS_NAMED`]). Not measured: the first tasks the pinned worker polled after the
+    /// pin, in the order it polled them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worst: Vec<Victim>,
+    /// The most tasks seen in the pinned worker's local run queue while the pin ran (tokio's
+    /// `worker_local_queue_depth`; the LIFO slot is not counted in it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth_max: Option<usize>,
+}
+
+/// One task that waited behind a pin.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Victim {
+    /// tokio's task id.
+    pub task_id: u64,
+    /// Where the task was spawned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_at: Option<SourceLocation>,
+    /// How long it waited between being woken (or spawned) and being polled, as tokio measured
+    /// it; none when not measured.
+    #[serde(
+        rename = "wait_ms",
+        with = "opt_millis",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wait: Option<Duration>,
+    /// The worker that finally polled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<usize>,
+    /// It was the first task the pinned worker polled once the pin ended, and it had been woken
+    /// while the pin ran: it sat in the worker's LIFO slot, which no other worker may steal
+    /// from (tokio#4941), so it waited for the whole pin (measured only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lifo: bool,
+    /// The spans its poll entered, outermost first (with `pinwatch::tracing_layer()`; those
+    /// still open when the watchdog read them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<SpanInfo>,
+}
+
+impl Victim {
+    /// `spawned at src/api.rs:88:5 in request{uri=/orders}`, or `task 12` when the spawn place
+    /// is unknown.
+    pub fn describe(&self) -> String {
+        let mut s = match &self.spawned_at {
+            Some(at) => format!("spawned at {at}"),
+            None => format!("task {}", self.task_id),
+        };
+        if let Some(chain) = span_chain(&self.spans) {
+            s.push_str(&format!(" in {chain}"));
+        }
+        s
+    }
+}
+
+impl Victims {
+    /// The headline's words for them: `delayed 11 tasks, the longest 300.0 ms: spawned at
+    /// src/api.rs:88:5 in request{uri=/orders}`; not measured: `then ran task 12 spawned at
+    /// …, …`. `None` when there is nothing to say.
+    pub fn describe(&self) -> Option<String> {
+        let first = self.worst.first();
+        if self.measured {
+            if self.tasks == 0 {
+                return None;
+            }
+            let mut s = format!(
+                "delayed {} task{}",
+                self.tasks,
+                if self.tasks == 1 { "" } else { "s" }
+            );
+            if let Some(max) = self.max_wait {
+                s.push_str(&format!(", the longest {:.1} ms", max.as_secs_f64() * 1e3));
+            }
+            if let Some(v) = first {
+                s.push_str(&format!(": {}", v.describe()));
+                if v.lifo {
+                    s.push_str(" (in the worker's LIFO slot)");
+                }
+            }
+            Some(s)
+        } else {
+            let v = first?;
+            let mut s = format!("the worker then ran {}", v.describe());
+            if self.worst.len() > 1 {
+                s.push_str(&format!(" and {} more", self.worst.len() - 1));
+            }
+            s.push_str(" (not measured: pinwatch's schedule-latency feature measures waits)");
+            Some(s)
+        }
+    }
+}
+
+/// `spans` (outermost first) as one bounded line, innermost kept: what
+/// [`PinnedEvent::span_context`] and [`Victim::describe`] show.
+fn span_chain(spans: &[SpanInfo]) -> Option<String> {
+    const LEFT_OUT: &str = "…:";
+    let mut parts: Vec<String> = Vec::new();
+    let mut len = 0;
+    let mut cut_outer = false;
+    for (i, span) in spans.iter().rev().enumerate() {
+        let d = span.display();
+        let n = d.len() + usize::from(i > 0);
+        // Room kept for the mark when an outer span is left out.
+        if i > 0 && len + n + LEFT_OUT.len() > MAX_SPAN_TEXT {
+            cut_outer = true;
+            break;
+        }
+        len += n;
+        parts.push(d);
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    parts.reverse();
+    let chain = parts.join(":");
+    Some(if cut_outer {
+        format!("{LEFT_OUT}{chain}")
+    } else {
+        chain
+    })
 }
 
 /// One `tracing` span a pinned poll was in.
@@ -663,31 +833,7 @@ impl PinnedEvent {
     /// [`MAX_SPAN_TEXT`] bytes: outer spans that do not fit are left out, `…:` marking them.
     /// `None` without spans.
     pub fn span_context(&self) -> Option<String> {
-        const LEFT_OUT: &str = "…:";
-        let mut parts: Vec<String> = Vec::new();
-        let mut len = 0;
-        let mut cut_outer = false;
-        for (i, span) in self.spans.iter().rev().enumerate() {
-            let d = span.display();
-            let n = d.len() + usize::from(i > 0);
-            // Room kept for the mark when an outer span is left out.
-            if i > 0 && len + n + LEFT_OUT.len() > MAX_SPAN_TEXT {
-                cut_outer = true;
-                break;
-            }
-            len += n;
-            parts.push(d);
-        }
-        if parts.is_empty() {
-            return None;
-        }
-        parts.reverse();
-        let chain = parts.join(":");
-        Some(if cut_outer {
-            format!("{LEFT_OUT}{chain}")
-        } else {
-            chain
-        })
+        span_chain(&self.spans)
     }
 
     /// A one-line summary, like the first line of `jdk.tracePinnedThreads` output. It leads with
@@ -768,6 +914,9 @@ impl PinnedEvent {
         s.push_str(&format!(" ({}, tid {})", self.worker.name, self.worker.tid));
         if let Some(n) = self.tasks_queued_behind.filter(|n| *n > 0) {
             s.push_str(&format!(" tasks_queued_behind={n}"));
+        }
+        if let Some(v) = self.victims.as_ref().and_then(Victims::describe) {
+            s.push_str(&format!("; {v}"));
         }
         if let Some(stall) = self.stall_description() {
             s.push_str(" — ");
@@ -1114,6 +1263,7 @@ mod tests {
             drivers: None,
             runtime_advice: None,
             tasks_queued_behind: None,
+            victims: None,
             spans: Vec::new(),
             trace_id: None,
             span_id: None,

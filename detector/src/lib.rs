@@ -127,7 +127,7 @@ pub mod text;
 pub use builder::Builder;
 pub use config::{Config, Console, Control, Settings, Stacks};
 pub use error::Error;
-pub use event::{Drivers, PinnedEvent, Reason, SpanInfo, State};
+pub use event::{Drivers, PinnedEvent, Reason, SpanInfo, State, Victim, Victims};
 #[cfg(feature = "console")]
 pub use export::console::console_layer;
 pub use export::Sink;

@@ -270,10 +270,21 @@ fn is_runtimes(info: &SpanInfo) -> bool {
 }
 
 pub(crate) fn capture(slot: &Slot, poll: u64) -> Captured {
+    match slot.spans.innermost(poll) {
+        Some(e) => walk(e),
+        None => Captured::default(),
+    }
+}
+
+/// The chain of span `id` of layer instance `layer` (the innermost one a poll entered):
+/// outermost first, those still open.
+#[cfg_attr(not(feature = "schedule-latency"), allow(dead_code))]
+pub(crate) fn chain(layer: u64, id: u64) -> Vec<SpanInfo> {
+    walk(crate::poll::span_stack::Entered { layer, id }).spans
+}
+
+fn walk(e: crate::poll::span_stack::Entered) -> Captured {
     let mut out = Captured::default();
-    let Some(e) = slot.spans.innermost(poll) else {
-        return out;
-    };
     let Ok(live) = LIVE.lock() else { return out };
     let mut next = Some(e.id);
     // Bounded also in steps: span ids are reused once closed, so a stale parent link could in

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use super::current::{self, Current, NO_CLAIM};
 use super::slot::{Slot, SlotTable};
+use super::waits::{Polled, AFTER_PIN};
 
 /// Releases the thread's slot when the thread exits (or claims a slot in another table).
 struct Claim {
@@ -80,11 +81,68 @@ fn flagged_poll_ended(seq: u64) {
     let current = current::get();
     if current.owner != 0 {
         // SAFETY: a nonzero `owner` is the address of the table holding the thread's slot
-        // (`SlotTable::key`), which the thread's `Claim` keeps alive, and `cell` is that
-        // slot's cell (see `begin_poll`).
-        let (table, cell) = unsafe { (&*(current.owner as *const SlotTable), &*current.cell) };
+        // (`SlotTable::key`, perhaps with the `AFTER_PIN` bit), which the thread's `Claim`
+        // keeps alive, and `cell` is that slot's cell (see `begin_poll`).
+        let (table, cell) = unsafe { (&*table_of(current.owner), &*current.cell) };
         cell.record_end(seq, table.nanos_since_base(now));
+        if !current.slot.is_null() {
+            // SAFETY: the slot of that cell, kept alive by the same `Claim`.
+            let slot = unsafe { &*current.slot };
+            // Who runs next on this thread is who waited behind the poll: the next polls miss
+            // the per-poll check (the owner's bit) and are recorded on the cold path.
+            slot.after_pin.start(seq, cell.task_id_owner());
+            current::set(Current {
+                owner: current.owner | AFTER_PIN,
+                ..current
+            });
+        }
     }
+}
+
+/// Rare path (`schedule-latency`): the poll of task `task_id` that just ended on this thread
+/// came after it waited `wait` ns, at or past the threshold: recorded in the thread's slot with
+/// the time and the innermost span the poll entered. Only a thread whose slot is in `table`.
+#[cfg(feature = "schedule-latency")]
+#[cold]
+#[inline(never)]
+pub(crate) fn waited_long(
+    table: &Arc<SlotTable>,
+    task_id: u64,
+    spawned_at: &'static std::panic::Location<'static>,
+    wait: u64,
+) {
+    let current = current::get();
+    if current.owner & !AFTER_PIN != SlotTable::key(table) || current.slot.is_null() {
+        return;
+    }
+    // SAFETY: the thread's slot in `table`, kept alive by its `Claim` (see `begin_poll`).
+    let slot = unsafe { &*current.slot };
+    // The poll that just ended: the counter is even now, one past the poll's.
+    let poll = slot.poll.seq().wrapping_sub(1);
+    slot.waits.push(super::waits::Waited {
+        task: Polled {
+            task_id,
+            spawned_at: spawned_at as *const std::panic::Location<'static> as usize,
+        },
+        wait,
+        at: table.nanos_since_base(Instant::now()),
+        span: slot.spans.last_entered(poll).map(|e| (e.layer, e.id)),
+    });
+}
+
+/// The table whose address a thread's `Current::owner` holds, without the [`AFTER_PIN`] bit.
+#[inline]
+fn table_of(owner: usize) -> *const SlotTable {
+    (owner & !AFTER_PIN) as *const SlotTable
+}
+
+/// Stops recording the polls after a pin: the thread's polls take the per-poll path again.
+#[inline]
+fn after_pin_done(current: Current) {
+    current::set(Current {
+        owner: current.owner & !AFTER_PIN,
+        ..current
+    });
 }
 
 /// The calling thread panics (called from pinwatch's panic hook, before the hook it chains):
@@ -99,7 +157,7 @@ pub(crate) fn poll_panics() -> Option<u64> {
     }
     // SAFETY: a nonzero `owner` is the address of the table holding the thread's slot, and
     // `slot` that slot, both kept alive by the thread's `Claim` (see `flagged_poll_ended`).
-    let (table, slot) = unsafe { (&*(current.owner as *const SlotTable), &*current.slot) };
+    let (table, slot) = unsafe { (&*table_of(current.owner), &*current.slot) };
     let seq = slot.poll.seq();
     if seq & 1 == 0 {
         return None;
@@ -118,7 +176,7 @@ pub(crate) fn poll_panic_hook_returned(seq: u64) {
         return;
     }
     // SAFETY: as in `poll_panics`: the thread's own slot and table, kept alive by its `Claim`.
-    let (table, slot) = unsafe { (&*(current.owner as *const SlotTable), &*current.slot) };
+    let (table, slot) = unsafe { (&*table_of(current.owner), &*current.slot) };
     slot.unwinding
         .resume(seq, table.nanos_since_base(Instant::now()));
 }
@@ -128,7 +186,23 @@ pub(crate) fn poll_panic_hook_returned(seq: u64) {
 #[cold]
 #[inline(never)]
 fn claim_and_begin(table: &Arc<SlotTable>, spawned_at: usize, task_id: u64) {
-    if let Some(slot) = claim_slow(table, SlotTable::key(table)) {
+    let key = SlotTable::key(table);
+    let current = current::get();
+    if current.owner == key | AFTER_PIN && !current.slot.is_null() {
+        // SAFETY: `owner` is this table's key with the bit: `slot` is the thread's slot in it,
+        // kept alive by its `Claim` (see `begin_poll`).
+        let slot = unsafe { &*current.slot };
+        slot.poll.begin(task_id, spawned_at);
+        let room = slot.after_pin.record(Polled {
+            task_id,
+            spawned_at,
+        });
+        if !room {
+            after_pin_done(current);
+        }
+        return;
+    }
+    if let Some(slot) = claim_slow(table, key) {
         slot.poll.begin(task_id, spawned_at);
     }
 }
@@ -181,9 +255,13 @@ fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
 #[inline]
 pub(crate) fn mark_parked(table: &Arc<SlotTable>, key: usize, parked: bool) {
     let current = current::get();
-    let slot = if current.owner == key && !current.slot.is_null() {
-        // SAFETY: `owner == key` means `slot` is the thread's slot in the table at `key`, which
-        // its `Claim` keeps alive (see `begin_poll`).
+    let slot = if current.owner & !AFTER_PIN == key && !current.slot.is_null() {
+        if current.owner != key {
+            // The worker runs out of tasks: what waited behind the pin has run.
+            after_pin_done(current);
+        }
+        // SAFETY: `owner == key` (with or without the bit) means `slot` is the thread's slot in
+        // the table at `key`, which its `Claim` keeps alive (see `begin_poll`).
         unsafe { &*current.slot }
     } else {
         match claim_slow(table, key) {

@@ -75,6 +75,34 @@ impl Table {
         end_poll();
     }
 
+    /// After a poll, with tokio's measure of how long the task waited to be polled
+    /// (`schedule-latency`): one load and a compare, and a record only for a wait at or past
+    /// the threshold.
+    #[cfg(feature = "schedule-latency")]
+    #[inline(always)]
+    fn waited(&self, meta: &TaskMeta<'_>) {
+        if let Some(wait) = meta.schedule_latency() {
+            let ns = wait
+                .as_secs()
+                .wrapping_mul(1_000_000_000)
+                .wrapping_add(u64::from(wait.subsec_nanos()));
+            if ns
+                >= self
+                    .table
+                    .wait_floor
+                    .0
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                super::claim::waited_long(
+                    &self.table,
+                    super::id_u64(&meta.id()),
+                    meta.spawned_at(),
+                    ns,
+                );
+            }
+        }
+    }
+
     /// `on_thread_park`: counted (the watchdog's sleep), and marked in the thread's slot (who
     /// drives the runtime's drivers while a pin runs).
     #[inline]
@@ -114,11 +142,19 @@ impl PollHooks {
         // The closures hold the table itself: no "is pinwatch on" test per poll.
         let (before, after) = (table.clone(), table.clone());
         let (park, unpark) = (table.clone(), table.clone());
+        #[cfg(feature = "schedule-latency")]
+        builder.track_task_schedule_latency();
         builder
             .on_before_task_poll(move |meta| {
                 before.before(super::id_u64(&meta.id()), meta.spawned_at())
             })
-            .on_after_task_poll(move |_| after.after())
+            .on_after_task_poll(move |meta| {
+                after.after();
+                #[cfg(feature = "schedule-latency")]
+                after.waited(meta);
+                #[cfg(not(feature = "schedule-latency"))]
+                let _ = meta;
+            })
             .on_thread_park(move || park.park())
             .on_thread_unpark(move || unpark.unpark());
         table.table.parking.hooked();
@@ -151,10 +187,17 @@ impl PollHooks {
         self.before_poll_raw(super::id_u64(&meta.id()), meta.spawned_at());
     }
 
-    /// Call from `on_after_task_poll`.
+    /// Call from `on_after_task_poll`. With the `schedule-latency` feature, also call
+    /// `track_task_schedule_latency()` on your tokio builder ([`install`](Self::install) does).
     #[inline]
-    pub fn after_poll(&self, _meta: &TaskMeta<'_>) {
+    pub fn after_poll(&self, meta: &TaskMeta<'_>) {
         self.after_poll_raw();
+        #[cfg(feature = "schedule-latency")]
+        if let Some(table) = &self.table {
+            table.waited(meta);
+        }
+        #[cfg(not(feature = "schedule-latency"))]
+        let _ = meta;
     }
 
     /// [`before_poll`](Self::before_poll) with the task's id as a number. For tests that drive

@@ -12,6 +12,7 @@ pub(crate) mod protocol;
 pub(crate) mod sample;
 pub(crate) mod slot;
 pub(crate) mod span_stack;
+pub(crate) mod waits;
 
 pub(crate) use atomic::register as register_membarrier;
 pub use hooks::PollHooks;

@@ -110,6 +110,11 @@ impl PollCell {
         self.ended_seq.store(seq, Ordering::Release);
     }
 
+    /// The task of the last poll begun. Owner only (its own last store).
+    pub fn task_id_owner(&self) -> u64 {
+        self.task_id.load(Ordering::Relaxed)
+    }
+
     /// Makes the counter even if a poll was left open: the owner is going away. Owner only.
     pub fn close(&self) {
         let seq = self.seq.load(Ordering::Relaxed);

@@ -15,6 +15,9 @@ use super::park::Parking;
 use super::protocol::{PollCell, NOT_FLAGGED};
 use super::sample::SampleArea;
 use super::span_stack::SpanStack;
+use super::waits::AfterPin;
+#[cfg(feature = "schedule-latency")]
+use super::waits::WaitRing;
 
 const FREE: u8 = 0;
 const CLAIMING: u8 = 1;
@@ -55,6 +58,11 @@ pub(crate) struct Slot {
     pub spans: SpanStack,
     /// The running poll is unwinding from a panic, since when ([`poll_panics`]).
     pub unwinding: Unwinding,
+    /// The first tasks polled after a flagged poll ([`super::waits`]).
+    pub after_pin: AfterPin,
+    /// Tasks polled here after waiting past the threshold ([`super::waits`]).
+    #[cfg(feature = "schedule-latency")]
+    pub waits: WaitRing,
 }
 
 /// Which poll of a slot panicked, when, and when the panic hook returned: the watchdog counts
@@ -193,6 +201,9 @@ impl Slot {
             sample: SampleArea::new(),
             spans: SpanStack::new(),
             unwinding: Unwinding::new(),
+            after_pin: AfterPin::new(),
+            #[cfg(feature = "schedule-latency")]
+            waits: WaitRing::new(),
         }
     }
 
@@ -251,7 +262,16 @@ pub(crate) struct SlotTable {
     pub unwatched_threads: AtomicU64,
     /// The park hooks' counts and the watchdog's sleep.
     pub parking: Parking,
+    /// A task that waited this long (ns) or longer to be polled is recorded in its worker's
+    /// slot (the threshold; the watchdog keeps it up to date). Read by the after-poll hook
+    /// with the `schedule-latency` feature only.
+    pub wait_floor: WaitFloor,
 }
+
+/// [`SlotTable::wait_floor`]: on a cache line of its own, away from the park counters that
+/// workers write, since every poll reads it (with `schedule-latency`).
+#[repr(align(128))]
+pub(crate) struct WaitFloor(pub AtomicU64);
 
 impl SlotTable {
     pub fn new(capacity: usize) -> SlotTable {
@@ -260,6 +280,7 @@ impl SlotTable {
             base: Instant::now(),
             unwatched_threads: AtomicU64::new(0),
             parking: Parking::default(),
+            wait_floor: WaitFloor(AtomicU64::new(u64::MAX)),
         }
     }
 

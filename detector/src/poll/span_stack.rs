@@ -147,6 +147,19 @@ impl SpanStack {
         self.write_end(s);
     }
 
+    /// The innermost span entered during poll `poll`, exited since or not (an exited entry
+    /// stays as it was until the next push): what a poll that has just ended was in. Owner
+    /// only.
+    #[cfg_attr(not(feature = "schedule-latency"), allow(dead_code))]
+    pub(crate) fn last_entered(&self, poll: u64) -> Option<Entered> {
+        self.entries.iter().rev().find_map(|e| {
+            (e.poll.load(Ordering::Relaxed) == poll && poll != 0).then(|| Entered {
+                layer: e.layer.load(Ordering::Relaxed),
+                id: e.id.load(Ordering::Relaxed),
+            })
+        })
+    }
+
     // ---- the watchdog's side ----
 
     /// The innermost span entered during poll `poll`, read consistently; `None` when there is

@@ -285,6 +285,14 @@ pub(super) struct Pinned {
     pub undriven_since: Option<Instant>,
     /// The drivers' earlier undriven stretches during this pin.
     pub undriven_before: Duration,
+    /// The slot it runs in (its index in the table).
+    pub slot: usize,
+    /// The tasks that waited behind it so far (`schedule-latency`).
+    pub tally: super::victims::Tally,
+    /// The most tasks seen in its worker's local run queue while it ran.
+    pub queue_max: Option<usize>,
+    /// When it ended, once it has.
+    pub end: Option<Instant>,
 }
 
 impl Pinned {
@@ -301,7 +309,6 @@ impl Pinned {
             tid,
             thread,
             baseline: tracked.baseline,
-            event,
             start: tracked.after,
             began: tracked.began,
             hooks_left_out: tracked.hooks_left_out,
@@ -311,7 +318,26 @@ impl Pinned {
             first_sent: false,
             undriven_since: None,
             undriven_before: Duration::ZERO,
+            slot: usize::MAX,
+            tally: Default::default(),
+            queue_max: event.tasks_queued_behind,
+            end: None,
+            event,
         }
+    }
+
+    /// The pin as the victims' attribution sees it.
+    pub fn span(&self) -> super::victims::PinSpan {
+        super::victims::PinSpan {
+            worker: self.event.worker.index,
+            start: self.start,
+            end: self.end,
+        }
+    }
+
+    /// A deeper local queue seen behind it.
+    pub fn queued(&mut self, depth: Option<usize>) {
+        self.queue_max = self.queue_max.max(depth);
     }
 
     /// Leaves the panic hooks' time new since the last look (`hooks`: the slot's running total)
@@ -331,6 +357,7 @@ impl Pinned {
         }
         self.event.state = crate::event::State::Completed;
         self.event.duration = end.saturating_duration_since(self.start);
+        self.end = Some(end);
         self.event.cpu_wait = self.event.cpu_wait.max(waited);
         self.event.report += 1;
     }
@@ -349,6 +376,7 @@ impl Pinned {
         self.event.cpu_wait = waited;
         self.event.duration = now.saturating_duration_since(self.start);
         self.event.tasks_queued_behind = queued;
+        self.queued(queued);
         self.event.report += 1;
     }
 

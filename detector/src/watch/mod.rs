@@ -7,7 +7,8 @@
 //! - `judge`: its decisions, as functions of the looks, times and states they are given.
 //! - `scan`: the thread's loop, which reads the clock, the slots and `/proc` for them.
 //! - `probe`: what a pinned thread is doing (`/proc`, a stack sample); `workers`: which
-//!   worker a thread runs; `heartbeat`: whether a pin stalls the whole runtime.
+//!   worker a thread runs; `heartbeat`: whether a pin stalls the whole runtime; `victims`:
+//!   who waited behind a pin.
 
 mod heartbeat;
 mod judge;
@@ -16,6 +17,7 @@ mod scan;
 mod settings;
 mod shared;
 mod stats;
+mod victims;
 mod workers;
 
 pub(crate) use scan::{spawn, RawReport};

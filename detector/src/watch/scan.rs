@@ -20,11 +20,17 @@ use super::judge::{
 };
 use super::probe::{self, Probe};
 use super::shared::Shared;
+#[cfg(feature = "schedule-latency")]
+use super::victims::Wait;
+use super::victims::LIFO_ADVICE;
 use super::workers::{self, Owner};
 use crate::config::Settings;
 use crate::event::{PinnedEvent, SourceLocation, State, Worker};
 use crate::poll::protocol::Snapshot;
 use crate::poll::slot::{NameBuf, Panicked, Slot, SlotTable, NAME_MAX};
+use crate::poll::waits::{Polled, AFTER_PIN_MAX};
+#[cfg(feature = "schedule-latency")]
+use crate::poll::waits::{NO_WAIT, WAIT_RING};
 
 /// The runtime-level advice for a pin that held the worker driving the runtime's I/O and
 /// timers while the others slept.
@@ -89,6 +95,9 @@ fn run(
         view: DriverView::default(),
         drivers: DriverWatch::default(),
         found_ended: Vec::new(),
+        cur: 0,
+        held: Vec::new(),
+        wait_next: vec![0; n],
     };
     let mut scans = 0u64;
     let mut last_scan = Instant::now();
@@ -136,6 +145,15 @@ fn run(
         scans += 1;
         // One set of settings for the whole scan.
         scan.settings = settings.refresh(&shared.tunables);
+        // The wait that makes a task a victim, for the after-poll hooks (`schedule-latency`).
+        let floor = if scan.settings.paused {
+            u64::MAX
+        } else {
+            scan.settings.threshold.as_nanos().min(u128::from(u64::MAX)) as u64
+        };
+        if shared.table.wait_floor.0.load(Ordering::Relaxed) != floor {
+            shared.table.wait_floor.0.store(floor, Ordering::Relaxed);
+        }
         if let Some(late) = shared.config.late_scans {
             if scans % 2 == 0 {
                 std::thread::sleep(late);
@@ -163,6 +181,7 @@ fn run(
                 *look = scan_start;
                 continue;
             }
+            scan.cur = i;
             scan.slot(slot, tracked, look);
             let pinned = tracked.as_ref().and_then(|t| t.pinned.as_ref());
             match pinned {
@@ -177,7 +196,9 @@ fn run(
         // elsewhere, a pin that was running when the heartbeat was due runs still, and the
         // runtime's timers have not fired since.
         let seen = scan.look_at_drivers(&mut tracked, Instant::now());
+        scan.collect_waits(&mut tracked);
         scan.send_first_reports(&mut tracked);
+        scan.release_held(Instant::now(), stopping);
         if let Some(stalled) = seen {
             // The looks count their own stall time.
             blamed = stalled;
@@ -207,7 +228,7 @@ fn run(
         // Idle: no poll runs, none is followed, and every core is parked.
         let running = tracked.iter().flatten().any(|t| t.seq & 1 == 1);
         sleep = idle.scanned(
-            pins == 0 && !running && parking.all_parked(cores),
+            pins == 0 && !running && scan.held.is_empty() && parking.all_parked(cores),
             parking.unparks(),
         );
         // Every worker parked is when one of them waits on the I/O driver, if there is one.
@@ -236,7 +257,18 @@ struct Scan<'a> {
     /// Pins of this scan found already ended: sent with the scan's first reports, in the
     /// order of their ids (pins are numbered as they are found).
     found_ended: Vec<Pinned>,
+    /// The index of the slot being looked at.
+    cur: usize,
+    /// Completed pins whose report waits, until the time beside each, for the tasks that
+    /// waited behind them to be polled ([`VICTIM_WINDOW`](crate::event::VICTIM_WINDOW)).
+    held: Vec<(Pinned, Instant)>,
+    /// Per slot, the next record of its wait ring to read (`schedule-latency`).
+    #[cfg_attr(not(feature = "schedule-latency"), allow(dead_code))]
+    wait_next: Vec<u64>,
 }
+
+/// Whether tokio measures the tasks' waits (the `schedule-latency` feature).
+const MEASURED: bool = cfg!(feature = "schedule-latency");
 
 impl Scan<'_> {
     /// A look at `slot`, whose poll the watchdog remembers in `tracked`; `last_look` is the
@@ -422,7 +454,9 @@ impl Scan<'_> {
         // Its panic hooks left out: it starts that much later, and ends where it ended.
         event.duration = duration;
         event.start += hooks;
-        let pinned = Pinned::new(t, armed.tid, armed.thread, event, now);
+        let mut pinned = Pinned::new(t, armed.tid, armed.thread, event, now);
+        pinned.slot = self.cur;
+        pinned.end = Some(end);
         self.found_ended.push(pinned);
     }
 
@@ -472,6 +506,7 @@ impl Scan<'_> {
         };
         let event = self.new_event(snap, worker, spans, t, waited, Instant::now());
         let mut pinned = Pinned::new(t, tid, thread, event, Instant::now());
+        pinned.slot = self.cur;
         self.probe(slot, &mut pinned);
         // Sent at the end of the scan, with what its look at the drivers finds.
         t.pinned = Some(pinned);
@@ -538,6 +573,7 @@ impl Scan<'_> {
             drivers: None,
             runtime_advice: self.runtime_advice(late.is_some()),
             tasks_queued_behind: self.queued_behind(index),
+            victims: None,
             spans: spans.spans,
             trace_id: spans.trace_id,
             span_id: spans.span_id,
@@ -594,12 +630,14 @@ impl Scan<'_> {
                 .baseline
                 .map_or(Duration::ZERO, |b| b.waited(probe::read_schedstat(p.tid)));
             p.complete(end, waited);
-            self.send(&p);
+            // Sent once the tasks it held up have had time to be polled.
+            self.held.push((p, end + crate::event::VICTIM_WINDOW));
             return None;
         }
         if in_hook {
             return Some(p);
         }
+        p.queued(self.queued_behind(p.event.worker.index));
         if !p.event.block_on && workers::owner(self.handle, p.thread) == Owner::HandedOff {
             // tokio has now recorded that this thread handed its worker over: the poll was in
             // `block_in_place` all along (the hand-over is recorded late under load). The
@@ -634,17 +672,120 @@ impl Scan<'_> {
             .filter_map(|t| t.pinned.as_mut())
         {
             if !p.first_sent {
-                while let Some(e) = ended.next_if(|e| e.event.id < p.event.id) {
+                while let Some(mut e) = ended.next_if(|e| e.event.id < p.event.id) {
+                    self.finish_victims(&mut e);
                     self.send(&e);
                 }
                 p.first_sent = true;
                 self.send(p);
             }
         }
-        for e in ended {
+        for mut e in ended {
+            self.finish_victims(&mut e);
             self.send(&e);
         }
     }
+
+    /// Sends the held completed reports that are due at `now` (all of them when `all`), with
+    /// their victims.
+    fn release_held(&mut self, now: Instant, all: bool) {
+        let mut i = 0;
+        while i < self.held.len() {
+            if all || self.held[i].1 <= now {
+                let (mut p, _) = self.held.remove(i);
+                self.finish_victims(&mut p);
+                self.send(&p);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Puts the victims on a completed pin's event: the tally of measured waits, or the tasks
+    /// its thread polled right after it; and, when one of them waited in the worker's LIFO
+    /// slot, the runtime-level advice for that.
+    fn finish_victims(&self, p: &mut Pinned) {
+        let mut after = [Polled {
+            task_id: 0,
+            spawned_at: 0,
+        }; AFTER_PIN_MAX];
+        let n = self
+            .shared
+            .table
+            .slots()
+            .get(p.slot)
+            .map_or(0, |s| s.after_pin.read(p.seq, &mut after));
+        p.event.victims = p
+            .tally
+            .victims(MEASURED, &after[..n], p.span(), p.queue_max);
+        let lifo = p
+            .event
+            .victims
+            .as_ref()
+            .is_some_and(|v| v.worst.iter().any(|w| w.lifo));
+        if lifo {
+            p.event.runtime_advice = Some(match p.event.runtime_advice.take() {
+                Some(a) => format!("{a}; {LIFO_ADVICE}"),
+                None => LIFO_ADVICE.to_owned(),
+            });
+        }
+    }
+
+    /// Reads the waits the workers recorded since the last scan (`schedule-latency`) and hands
+    /// each to the pins it waited behind: running, found ended in this scan, or held.
+    #[cfg(feature = "schedule-latency")]
+    fn collect_waits(&mut self, tracked: &mut [Option<Tracked>]) {
+        let mut waits: Vec<Wait> = Vec::new();
+        let mut read = [NO_WAIT; WAIT_RING];
+        let mut lost = 0;
+        for (slot, next) in self.shared.table.slots().iter().zip(&mut self.wait_next) {
+            let (n, missed) = slot.waits.read(next, &mut read);
+            lost += missed;
+            if n == 0 {
+                continue;
+            }
+            let worker = match workers::owner(self.handle, slot.thread.load(Ordering::Relaxed)) {
+                Owner::Worker(i) => Some(i),
+                Owner::HandedOff => None,
+            };
+            waits.extend(read[..n].iter().map(|w| Wait {
+                task: w.task,
+                wait: Duration::from_nanos(w.wait),
+                polled: self.shared.at(w.at),
+                worker,
+                span: w.span,
+            }));
+        }
+        let stats = &self.shared.stats;
+        stats.victims_lost.fetch_add(lost, Ordering::Relaxed);
+        if waits.is_empty() {
+            return;
+        }
+        let mut pins: Vec<&mut Pinned> = tracked
+            .iter_mut()
+            .flatten()
+            .filter_map(|t| t.pinned.as_mut())
+            .chain(self.found_ended.iter_mut())
+            .chain(self.held.iter_mut().map(|(p, _)| p))
+            .collect();
+        let spans: Vec<_> = pins.iter().map(|p| p.span()).collect();
+        for w in &waits {
+            let blamed = super::victims::blame(w, &spans);
+            if blamed.is_empty() {
+                stats.busy_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            for i in blamed {
+                pins[i].tally.add(w, || {
+                    w.span
+                        .map(|(layer, id)| crate::spans::chain(layer, id))
+                        .unwrap_or_default()
+                });
+            }
+        }
+    }
+
+    #[cfg(not(feature = "schedule-latency"))]
+    fn collect_waits(&mut self, _tracked: &mut [Option<Tracked>]) {}
 
     /// Looks, while the drivers cannot be seen yet, for a parked worker waiting on the I/O
     /// driver (when due: see [`DriverView::learn_due`]).
@@ -873,6 +1014,10 @@ impl Scan<'_> {
             .map_or(Duration::ZERO, |b| b.waited(probe::read_schedstat(p.tid)));
         let queued = self.queued_behind(p.event.worker.index);
         p.again(now, waited, queued);
+        if p.tally.tasks() > 0 {
+            // Those polled so far (another worker stole them): the completed report has all.
+            p.event.victims = p.tally.victims(MEASURED, &[], p.span(), p.queue_max);
+        }
         self.send(p);
     }
 

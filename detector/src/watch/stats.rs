@@ -60,6 +60,12 @@ pub struct Stats {
     /// `enable_io`, park hooks not installed, `/proc` unreadable — the heartbeat is the
     /// evidence of a stall (see docs/blast-radius.md).
     pub drivers_seen: bool,
+    /// Tasks polled after waiting at least the threshold to be polled while no pin ran: a busy
+    /// runtime, not a pinned worker (measured with the `schedule-latency` feature only).
+    pub busy_waits: u64,
+    /// Of the waits tokio measured past the threshold, the ones the watchdog did not read in
+    /// time (a worker's record of them is a ring of 16; with the `schedule-latency` feature).
+    pub victims_lost: u64,
 }
 
 pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
@@ -84,6 +90,8 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         driver_rescues: r(&c.rescues),
         driver_handovers: r(&c.handovers),
         drivers_seen: c.drivers_seen.load(Ordering::Relaxed),
+        busy_waits: r(&c.busy_waits),
+        victims_lost: r(&c.victims_lost),
     }
 }
 
@@ -109,4 +117,8 @@ pub(crate) struct StatsCounters {
     pub handovers: AtomicU64,
     /// Whether the watchdog sees who drives the runtime's drivers.
     pub drivers_seen: AtomicBool,
+    /// Tasks that waited past the threshold while no pin ran.
+    pub busy_waits: AtomicU64,
+    /// Waits past the threshold overwritten before the watchdog read them.
+    pub victims_lost: AtomicU64,
 }

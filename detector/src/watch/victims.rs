@@ -1,0 +1,301 @@
+//! Who paid for a pin: the decisions, as functions of the waits and pins they are given.
+//!
+//! With the `schedule-latency` feature, tokio measures how long each task waited between being
+//! woken and being polled; a worker records the waits at or past the threshold in its slot
+//! ([`crate::poll::waits`]), and the watchdog hands each one to [`blame`]: the pins that ran
+//! while it waited, those on the worker that finally ran it first. A wait no pin overlapped is
+//! a busy runtime's, counted apart. Without the feature nothing is measured: a pin names the
+//! tasks its worker polled first once it ended ([`Tally::victims`] with `measured = false`).
+
+// Without the feature only the unmeasured answer is used; the attribution is still built and
+// tested, so that both builds keep its decisions the same.
+#![cfg_attr(not(feature = "schedule-latency"), allow(dead_code))]
+
+use std::time::{Duration, Instant};
+
+use crate::event::{SourceLocation, SpanInfo, Victim, Victims, MAX_VICTIMS_NAMED};
+use crate::poll::waits::Polled;
+
+/// A task that waited at least the threshold before a poll, as the watchdog read it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Wait {
+    pub task: Polled,
+    pub wait: Duration,
+    /// When its poll ended (its wait ended just before that poll began).
+    pub polled: Instant,
+    /// The worker that polled it.
+    pub worker: Option<usize>,
+    /// The innermost span its poll entered (layer, id).
+    pub span: Option<(u64, u64)>,
+}
+
+impl Wait {
+    /// When it began to wait.
+    pub fn began(&self) -> Instant {
+        self.polled.checked_sub(self.wait).unwrap_or(self.polled)
+    }
+}
+
+/// A pin as [`blame`] sees it: its worker and when it ran (`end`: none while it runs).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PinSpan {
+    pub worker: Option<usize>,
+    pub start: Instant,
+    pub end: Option<Instant>,
+}
+
+/// The pins (indices into `pins`) that `w` waited behind: those that ran while it waited, on the
+/// worker that polled it when any did (the pin held the queue it waited in), else all of them
+/// (it waited on a pinned worker's queue until another worker was free to steal it, or in the
+/// global queue while every worker was held). Empty: no pin ran while it waited.
+pub(super) fn blame(w: &Wait, pins: &[PinSpan]) -> Vec<usize> {
+    let (from, to) = (w.began(), w.polled);
+    let overlaps = |p: &PinSpan| p.start < to && p.end.is_none_or(|e| e > from);
+    let same: Vec<usize> = (0..pins.len())
+        .filter(|&i| overlaps(&pins[i]) && pins[i].worker.is_some() && pins[i].worker == w.worker)
+        .collect();
+    if !same.is_empty() {
+        return same;
+    }
+    (0..pins.len()).filter(|&i| overlaps(&pins[i])).collect()
+}
+
+/// A pin's victims so far.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Tally {
+    tasks: usize,
+    total: Duration,
+    max: Duration,
+    /// The longest waits, longest first, with when each began.
+    worst: Vec<(Victim, Instant)>,
+}
+
+impl Tally {
+    /// Adds `w`; `spans` names its spans, asked only when it is among the worst.
+    pub fn add(&mut self, w: &Wait, spans: impl FnOnce() -> Vec<SpanInfo>) {
+        self.tasks += 1;
+        self.total += w.wait;
+        self.max = self.max.max(w.wait);
+        let at = self.worst.partition_point(|(v, _)| v.wait >= Some(w.wait));
+        if at >= MAX_VICTIMS_NAMED {
+            return;
+        }
+        let victim = Victim {
+            task_id: w.task.task_id,
+            spawned_at: location(w.task.spawned_at),
+            wait: Some(w.wait),
+            worker: w.worker,
+            lifo: false,
+            spans: spans(),
+        };
+        self.worst.insert(at, (victim, w.began()));
+        self.worst.truncate(MAX_VICTIMS_NAMED);
+    }
+
+    pub fn tasks(&self) -> usize {
+        self.tasks
+    }
+
+    /// What the event says. `measured`: waits were measured (the tally is the answer; the task
+    /// polled first after the pin on its own worker, woken while the pin ran, sat in that
+    /// worker's LIFO slot). Not measured: the tasks polled after the pin (`after`), named in
+    /// order, no wait claimed. `pin` is the pin; `queue_max` the deepest local queue seen.
+    pub fn victims(
+        &self,
+        measured: bool,
+        after: &[Polled],
+        pin: PinSpan,
+        queue_max: Option<usize>,
+    ) -> Option<Victims> {
+        if measured {
+            let first = after.first().map(|p| p.task_id);
+            let worst = self
+                .worst
+                .iter()
+                .map(|(v, began)| {
+                    let mut v = v.clone();
+                    v.lifo = Some(v.task_id) == first
+                        && v.worker.is_some()
+                        && v.worker == pin.worker
+                        && *began >= pin.start;
+                    v
+                })
+                .collect();
+            return Some(Victims {
+                measured: true,
+                tasks: self.tasks,
+                total_wait: Some(self.total),
+                max_wait: Some(self.max),
+                worst,
+                queue_depth_max: queue_max,
+            });
+        }
+        if after.is_empty() && queue_max.unwrap_or(0) == 0 {
+            return None;
+        }
+        Some(Victims {
+            measured: false,
+            tasks: after.len(),
+            total_wait: None,
+            max_wait: None,
+            worst: after
+                .iter()
+                .map(|p| Victim {
+                    task_id: p.task_id,
+                    spawned_at: location(p.spawned_at),
+                    wait: None,
+                    worker: pin.worker,
+                    lifo: false,
+                    spans: Vec::new(),
+                })
+                .collect(),
+            queue_depth_max: queue_max,
+        })
+    }
+}
+
+/// A spawn location from the address the hooks stored (0: none).
+fn location(addr: usize) -> Option<SourceLocation> {
+    if addr == 0 {
+        return None;
+    }
+    // SAFETY: the address was stored by the poll hooks from a `&'static Location<'static>`
+    // (tokio's `TaskMeta::spawned_at`), and locations are never freed.
+    Some(SourceLocation::from_std(unsafe {
+        &*(addr as *const std::panic::Location<'static>)
+    }))
+}
+
+/// The runtime-level advice for a pin whose victim waited in the pinned worker's LIFO slot.
+pub(super) const LIFO_ADVICE: &str = "a task woken by the pinned poll waited for the whole \
+    pin in its worker's LIFO slot, which no other worker may steal from (tokio#4941): tokio's \
+    Builder::disable_lifo_slot() (unstable) lets another worker run it, at the cost of the \
+    LIFO slot's locality (a task woken by the task it talks to no longer runs next, on the \
+    same warm cache: message-passing workloads get slower)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn wait(t0: Instant, task: u64, began_ms: u64, polled_ms: u64, worker: usize) -> Wait {
+        Wait {
+            task: Polled {
+                task_id: task,
+                spawned_at: 0,
+            },
+            wait: ms(polled_ms - began_ms),
+            polled: t0 + ms(polled_ms),
+            worker: Some(worker),
+            span: None,
+        }
+    }
+
+    fn pin(t0: Instant, worker: usize, start_ms: u64, end_ms: Option<u64>) -> PinSpan {
+        PinSpan {
+            worker: Some(worker),
+            start: t0 + ms(start_ms),
+            end: end_ms.map(|e| t0 + ms(e)),
+        }
+    }
+
+    #[test]
+    fn a_wait_is_blamed_on_the_pins_that_ran_while_it_waited_its_own_workers_first() {
+        let t0 = Instant::now();
+        let pins = [
+            pin(t0, 0, 100, Some(400)),
+            pin(t0, 1, 150, Some(300)),
+            pin(t0, 0, 500, None),
+        ];
+        // Queued on worker 0 during its pin, run there when it ended: that pin only, though
+        // worker 1 was pinned meanwhile too.
+        assert_eq!(blame(&wait(t0, 1, 110, 401, 0), &pins), vec![0]);
+        // Run by worker 1 once its own pin ended, having waited through both: its own worker's.
+        assert_eq!(blame(&wait(t0, 2, 120, 310, 1), &pins), vec![1]);
+        // Run by worker 2, which pinned nothing: every pin that ran while it waited.
+        assert_eq!(blame(&wait(t0, 3, 200, 350, 2), &pins), vec![0, 1]);
+        // Waited only after every pin ended, or between them: a busy runtime, no pin's.
+        assert!(blame(&wait(t0, 4, 420, 480, 0), &pins).is_empty());
+        // The running pin (no end yet) is blamed for a wait that overlaps it.
+        assert_eq!(blame(&wait(t0, 5, 490, 530, 0), &pins), vec![2]);
+        // Touching is not overlapping: began exactly when the pin ended.
+        assert!(blame(&wait(t0, 6, 400, 450, 0), &pins[..1]).is_empty());
+    }
+
+    #[test]
+    fn the_tally_keeps_the_longest_waits_and_marks_the_lifo_victim() {
+        let t0 = Instant::now();
+        let p = pin(t0, 0, 100, Some(400));
+        let mut t = Tally::default();
+        // Ten stolen tasks that waited a little past the threshold on worker 1, and the one in
+        // the LIFO slot: woken at 105 ms, polled first on worker 0 when the pin ended.
+        for k in 0..10 {
+            t.add(&wait(t0, 10 + k, 110, 135 + k, 1), Vec::new);
+        }
+        t.add(&wait(t0, 99, 105, 401, 0), || {
+            vec![SpanInfo::for_test("request", "svc", &[("uri", "/orders")])]
+        });
+        let after = [Polled {
+            task_id: 99,
+            spawned_at: 0,
+        }];
+        let v = t.victims(true, &after, p, Some(3)).unwrap();
+        assert!(v.measured);
+        assert_eq!(v.tasks, 11);
+        assert_eq!(v.max_wait, Some(ms(296)));
+        let total: Duration = (0..10).map(|k| ms(25 + k)).sum::<Duration>() + ms(296);
+        assert_eq!(v.total_wait, Some(total));
+        assert_eq!(v.worst.len(), MAX_VICTIMS_NAMED);
+        assert_eq!(v.worst[0].task_id, 99);
+        assert!(v.worst[0].lifo);
+        assert_eq!(v.worst[0].spans[0].name, "request");
+        assert!(v.worst[1..].iter().all(|w| !w.lifo));
+        let waits: Vec<_> = v.worst.iter().map(|w| w.wait.unwrap()).collect();
+        assert!(waits.windows(2).all(|w| w[0] >= w[1]), "{waits:?}");
+        assert_eq!(v.queue_depth_max, Some(3));
+        // The same task, woken before the pin began: not the LIFO slot's.
+        let mut t = Tally::default();
+        t.add(&wait(t0, 99, 90, 401, 0), Vec::new);
+        assert!(!t.victims(true, &after, p, None).unwrap().worst[0].lifo);
+        // Polled first after the pin, but on another worker: not the LIFO slot's.
+        let mut t = Tally::default();
+        t.add(&wait(t0, 99, 105, 401, 1), Vec::new);
+        assert!(!t.victims(true, &after, p, None).unwrap().worst[0].lifo);
+    }
+
+    #[test]
+    fn unmeasured_victims_name_the_next_tasks_and_claim_no_wait() {
+        let t0 = Instant::now();
+        let p = pin(t0, 1, 0, Some(300));
+        let t = Tally::default();
+        assert_eq!(t.victims(false, &[], p, None), None);
+        assert_eq!(t.victims(false, &[], p, Some(0)), None);
+        let after = [
+            Polled {
+                task_id: 5,
+                spawned_at: 0,
+            },
+            Polled {
+                task_id: 6,
+                spawned_at: 0,
+            },
+        ];
+        let v = t.victims(false, &after, p, Some(2)).unwrap();
+        assert!(!v.measured);
+        assert_eq!(v.tasks, 2);
+        assert_eq!((v.total_wait, v.max_wait), (None, None));
+        assert_eq!(
+            v.worst
+                .iter()
+                .map(|w| (w.task_id, w.wait, w.worker, w.lifo))
+                .collect::<Vec<_>>(),
+            vec![(5, None, Some(1), false), (6, None, Some(1), false)]
+        );
+        // Measured with nothing delayed: still said, as none.
+        let v = t.victims(true, &[], p, None).unwrap();
+        assert_eq!((v.measured, v.tasks), (true, 0));
+    }
+}

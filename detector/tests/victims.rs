@@ -1,0 +1,180 @@
+//! Who paid for a pin (`victims`). A request task spawns ten follow-up tasks, then blocks its
+//! worker for 300 ms: tokio puts the last one spawned in that worker's LIFO slot, which no other
+//! worker may steal from, so it waits for the whole pin; the nine before it are in the local
+//! queue, which the other (idle) worker steals from. Without the `schedule-latency` feature the
+//! pin names the tasks its worker polled first once it ended (the LIFO one first), and claims
+//! no wait; with it, the tasks that waited at least the threshold, with tokio's measure of each
+//! wait, which must agree with the tasks' own.
+
+mod support;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use support::{builder, multi_thread, watch, Collected};
+
+const THRESHOLD: Duration = Duration::from_millis(20);
+const PIN: Duration = Duration::from_millis(300);
+
+fn id_of(id: tokio::task::Id) -> u64 {
+    id.to_string().parse().unwrap()
+}
+
+/// What the request saw: its own id, and each follow-up task's id and own wait (from just
+/// before its spawn to its first poll), in spawn order.
+struct Seen {
+    request: u64,
+    followers: Vec<(u64, Duration)>,
+}
+
+fn run_request(rt: &tokio::runtime::Runtime) -> Seen {
+    let (tx, rx) = mpsc::channel::<(usize, Duration)>();
+    let request = rt.block_on(async move {
+        let request = tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for k in 0..10 {
+                let tx = tx.clone();
+                let spawned = Instant::now();
+                let h = tokio::spawn(async move {
+                    let _ = tx.send((k, spawned.elapsed()));
+                });
+                ids.push(id_of(h.id()));
+            }
+            std::thread::sleep(PIN);
+            (id_of(tokio::task::id()), ids)
+        });
+        request.await.unwrap()
+    });
+    let (me, ids) = request;
+    let mut waits = vec![Duration::ZERO; 10];
+    for _ in 0..10 {
+        let (k, w) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("every follow-up task runs");
+        waits[k] = w;
+    }
+    Seen {
+        request: me,
+        followers: ids.into_iter().zip(waits).collect(),
+    }
+}
+
+#[test]
+fn the_task_in_the_pinned_workers_lifo_slot_is_named_first() {
+    let events = Collected::default();
+    let rt = watch(builder(&events).threshold(THRESHOLD), &mut multi_thread(2));
+    let seen = run_request(&rt);
+    // Dropping the runtime stops the detector, whose last scan sends the held report.
+    let stats = rt.shutdown();
+    let pin = events
+        .completed()
+        .into_iter()
+        .find(|e| e.task_id == Some(seen.request))
+        .expect("the request's pin is reported completed");
+    let v = pin
+        .victims
+        .as_ref()
+        .expect("a completed pin says who waited");
+    let (lifo_task, lifo_wait) = *seen.followers.last().unwrap();
+    assert!(
+        lifo_wait >= PIN / 2,
+        "the last task spawned waited in the LIFO slot for the pin: {lifo_wait:?}"
+    );
+    assert!(
+        v.worst.iter().all(|w| w.task_id != seen.request),
+        "the pin is not its own victim: {v:?}"
+    );
+    if cfg!(feature = "schedule-latency") {
+        assert!(v.measured, "{v:?}");
+        let named = v
+            .worst
+            .iter()
+            .find(|w| w.task_id == lifo_task)
+            .unwrap_or_else(|| panic!("the LIFO victim is named: {v:?}"));
+        assert!(named.lifo, "{v:?}");
+        assert_eq!(named.worker, pin.worker.index, "run by the pinned worker");
+        let wait = named.wait.expect("a measured wait");
+        let off = wait.abs_diff(lifo_wait);
+        assert!(
+            off < Duration::from_millis(50),
+            "tokio's wait {wait:?} against the task's own {lifo_wait:?}"
+        );
+        assert_eq!(v.max_wait, Some(wait), "it waited longest");
+        assert!(named
+            .spawned_at
+            .as_ref()
+            .unwrap()
+            .file
+            .ends_with("victims.rs"));
+        // Each follow-up task is a victim when (and only when) it waited past the threshold by
+        // its own measure; those near the threshold could go either way.
+        let margin = Duration::from_millis(5);
+        let surely = seen
+            .followers
+            .iter()
+            .filter(|(_, w)| *w >= THRESHOLD + margin)
+            .count();
+        let maybe = seen
+            .followers
+            .iter()
+            .filter(|(_, w)| *w + margin >= THRESHOLD)
+            .count();
+        assert!(
+            (surely..=maybe).contains(&v.tasks),
+            "{} victims, the tasks' own waits: {:?}",
+            v.tasks,
+            seen.followers
+        );
+        let total = v.total_wait.unwrap();
+        assert!(total >= wait && total <= wait * 10, "{total:?}");
+        assert!(pin
+            .runtime_advice
+            .as_deref()
+            .is_some_and(|a| a.contains("disable_lifo_slot")));
+        assert!(pin.headline().contains("delayed"), "{}", pin.headline());
+    } else {
+        assert!(!v.measured, "{v:?}");
+        assert_eq!(
+            v.worst.first().map(|w| w.task_id),
+            Some(lifo_task),
+            "the first task polled after the pin is the LIFO slot's: {v:?}"
+        );
+        assert!(v.worst.iter().all(|w| w.wait.is_none()), "no wait claimed");
+        assert_eq!((v.total_wait, v.max_wait), (None, None));
+        assert!(
+            pin.headline().contains("the worker then ran"),
+            "{}",
+            pin.headline()
+        );
+        assert_eq!(stats.busy_waits, 0, "nothing measured without the feature");
+    }
+}
+
+/// A task that waited past the threshold while nothing pinned (one worker taken by a queue of
+/// polls that are each short) is a busy runtime, counted apart, never a victim.
+#[cfg(feature = "schedule-latency")]
+#[test]
+fn a_wait_with_no_pin_is_a_busy_runtime_not_a_victim() {
+    let events = Collected::default();
+    let rt = watch(
+        builder(&events).threshold(THRESHOLD),
+        &mut support::current_thread(),
+    );
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                tokio::spawn(async {
+                    // Each poll 12 ms of wall time: never a pin, whatever the machine's load.
+                    support::spin(Duration::from_millis(12));
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let stats = rt.shutdown();
+    assert!(events.completed().is_empty(), "{:?}", events.all());
+    // Tasks 3 to 8 waited at least 24 ms (two polls of 12 ms before them).
+    assert!(stats.busy_waits >= 6, "{stats:?}");
+}

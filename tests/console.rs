@@ -237,6 +237,8 @@ fn stuck_workers_show_pinned_in_the_console_and_idle_after() {
             let top = str_attr(a, "top_frame").unwrap();
             assert!(top.contains("deadlock.rs:"), "top frame {top:?}");
             assert_eq!(u64_attr(a, "pins"), Some(1), "{a:?}");
+            // No pin of this worker has completed yet: no victims to show.
+            assert_eq!(str_attr(a, "victims"), Some("-"), "{a:?}");
         }
         // `pinned_for` grows while the pin lasts.
         let first: Vec<u64> = seen
@@ -296,6 +298,14 @@ fn stuck_workers_show_pinned_in_the_console_and_idle_after() {
             assert_eq!(u64_attr(a, "pinned_for"), Some(0), "{a:?}");
             assert_eq!(u64_attr(a, "pins"), Some(1), "{a:?}");
             assert!(u64_attr(a, "pinned_total").unwrap() >= 200, "{a:?}");
+            // The completed pin's victims: counted when tokio measured the waits (the
+            // `schedule-latency` feature), else `not measured`; `-` when the event had none.
+            let victims = str_attr(a, "victims").unwrap_or_else(|| panic!("{a:?}"));
+            assert!(
+                ["-", "not measured", "none delayed"].contains(&victims)
+                    || victims.contains(" delayed"),
+                "{victims:?}"
+            );
         }
     });
     drop(child);

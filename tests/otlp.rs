@@ -198,6 +198,17 @@ const OTEL_METRICS: &[(&str, &str, &str)] = &[
         "{handover}",
         "pinwatch_driver_handovers_total",
     ),
+    (
+        "pinwatch.victim_tasks",
+        "{task}",
+        "pinwatch_victim_tasks_total",
+    ),
+    (
+        "pinwatch.victim_wait",
+        "s",
+        "pinwatch_victim_wait_seconds_total",
+    ),
+    ("pinwatch.busy_waits", "{task}", "pinwatch_busy_waits_total"),
     ("pinwatch.threshold", "s", "pinwatch_threshold_seconds"),
     ("pinwatch.build.info", "", "pinwatch_build_info"),
 ];
@@ -290,6 +301,16 @@ fn check_delivery(got: &Shared) {
         Some(0.0)
     );
     assert!(last_value(got, "pinwatch.pinned", &[("reason", "other")]).is_some_and(|v| v > 0.0));
+    // The victim series exist for every reason before any victim (pin_service measures none).
+    for reason in pinwatch::Reason::ALL.iter().map(|r| r.as_str()) {
+        for name in ["pinwatch.victim_tasks", "pinwatch.victim_wait"] {
+            assert!(
+                last_value(got, name, &[("reason", reason)]).is_some(),
+                "no {name}{{reason={reason}}}"
+            );
+        }
+    }
+    assert!(last_value(got, "pinwatch.busy_waits", &[]).is_some());
     // A cumulative sum that goes down reads as a counter reset: every series only grows.
     let mut seen = 0;
     for reason in pinwatch::Reason::ALL.iter().map(|r| r.as_str()) {
@@ -656,4 +677,97 @@ fn a_pins_log_record_carries_its_requests_trace_and_span_ids_and_chain() {
     let rec = recs.first().expect("the pin's log record");
     assert!(rec.trace_id.is_empty() && rec.span_id.is_empty(), "{rec:?}");
     assert_eq!(string(&rec.attributes, "pinwatch.span"), None);
+}
+
+/// `TRACED_PIN` in state `state` with `victims` (a JSON object) added.
+fn pin_with_victims(state: &str, victims: &str) -> pinwatch::PinnedEvent {
+    let line = TRACED_PIN
+        .replace(r#""state":"completed""#, &format!(r#""state":"{state}""#))
+        .replace(r#","spans":"#, &format!(r#","victims":{victims},"spans":"#));
+    pinwatch::PinnedEvent::from_json_line(&line).unwrap()
+}
+
+const MEASURED: &str = r#"{"measured":true,"tasks":11,"total_wait_ms":1250.0,"max_wait_ms":300.0,"worst":[{"task_id":12,"spawned_at":{"file":"src/api.rs","line":88,"column":5},"wait_ms":300.0,"worker":1,"lifo":true},{"task_id":13,"wait_ms":40.0,"worker":0}],"queue_depth_max":4}"#;
+
+/// A pin's victims reach the receiver as `pinwatch.victims.*` attributes (the counts only when
+/// measured), and the metrics count them once, from the completed report.
+#[test]
+fn a_pins_victims_reach_the_receiver_as_attributes_and_counted_once() {
+    let (port, got) = http_receiver();
+    let partial = r#"{"measured":true,"tasks":3,"total_wait_ms":90.0,"max_wait_ms":40.0}"#;
+    let unmeasured = r#"{"measured":false,"tasks":2,"worst":[{"task_id":30,"worker":1},{"task_id":31,"worker":1}]}"#;
+    let mut other = pin_with_victims("completed", unmeasured);
+    other.id = 8;
+    pinwatch::export::otlp::send_for_test(
+        &format!("http://127.0.0.1:{port}"),
+        vec![
+            pin_with_victims("in_progress", partial),
+            pin_with_victims("completed", MEASURED),
+            other,
+        ],
+    )
+    .unwrap();
+    let recs = records(&got);
+    let by = |state: &str, id: i64| {
+        recs.iter()
+            .find(|r| {
+                string(&r.attributes, "pinwatch.state") == Some(state)
+                    && matches!(attr(&r.attributes, "pinwatch.event.id"), Some(any_value::Value::IntValue(i)) if *i == id)
+            })
+            .unwrap_or_else(|| panic!("no {state} record of {id}: {recs:?}"))
+    };
+    let done = by("completed", 7);
+    let a = &done.attributes;
+    assert_eq!(
+        attr(a, "pinwatch.victims.measured"),
+        Some(&any_value::Value::BoolValue(true))
+    );
+    assert_eq!(
+        attr(a, "pinwatch.victims.tasks"),
+        Some(&any_value::Value::IntValue(11))
+    );
+    assert_eq!(
+        attr(a, "pinwatch.victims.total_wait_ms"),
+        Some(&any_value::Value::DoubleValue(1250.0))
+    );
+    assert_eq!(
+        attr(a, "pinwatch.victims.max_wait_ms"),
+        Some(&any_value::Value::DoubleValue(300.0))
+    );
+    assert_eq!(
+        attr(a, "pinwatch.victims.lifo"),
+        Some(&any_value::Value::BoolValue(true))
+    );
+    let worst = string(a, "pinwatch.victims.worst").unwrap();
+    assert!(
+        worst.starts_with("delayed 11 tasks, the longest 300.0 ms: spawned at src/api.rs:88:5"),
+        "{worst}"
+    );
+    // The in_progress record carries the victims known so far.
+    assert_eq!(
+        attr(&by("in_progress", 7).attributes, "pinwatch.victims.tasks"),
+        Some(&any_value::Value::IntValue(3))
+    );
+    // Not measured: named, not counted.
+    let a = &by("completed", 8).attributes;
+    assert_eq!(
+        attr(a, "pinwatch.victims.measured"),
+        Some(&any_value::Value::BoolValue(false))
+    );
+    assert_eq!(attr(a, "pinwatch.victims.tasks"), None, "{a:?}");
+    assert_eq!(attr(a, "pinwatch.victims.total_wait_ms"), None, "{a:?}");
+    assert!(string(a, "pinwatch.victims.worst").is_some_and(|w| w.contains("task 30")));
+    // The metrics, flushed when the exporter stops: pin 7's final victims, once; pin 8's none.
+    assert_eq!(
+        last_value(&got, "pinwatch.victim_tasks", &[("reason", "sleep")]),
+        Some(11.0)
+    );
+    assert!(
+        last_value(&got, "pinwatch.victim_wait", &[("reason", "sleep")])
+            .is_some_and(|s| (s - 1.25).abs() < 1e-9)
+    );
+    assert_eq!(
+        last_value(&got, "pinwatch.victim_tasks", &[("reason", "cpu")]),
+        Some(0.0)
+    );
 }

@@ -46,10 +46,22 @@ fn every_metric_is_exported_and_every_reason_exists_before_the_first_pin() {
         "{text}"
     );
     assert_eq!(sample(&text, "pinwatch_threshold_seconds"), Some(0.02));
-    // Nothing unbounded becomes a label: no task id, no free text.
+    // Nothing unbounded becomes a label: no task id, no free text (a metric's name may say
+    // `tasks`: pinwatch_victim_tasks_total).
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        assert!(!line.contains("task"), "{line}");
+        let labels = line.split_once('{').map_or("", |(_, rest)| rest);
+        assert!(!labels.contains("task"), "{line}");
     }
+    for r in pinwatch::Reason::ALL {
+        for name in [
+            "pinwatch_victim_tasks_total",
+            "pinwatch_victim_wait_seconds_total",
+        ] {
+            let series = format!("{name}{{reason=\"{r}\"}}");
+            assert_eq!(sample(&text, &series), Some(0.0), "{series} in\n{text}");
+        }
+    }
+    assert_eq!(sample(&text, "pinwatch_busy_waits_total"), Some(0.0));
 }
 
 #[test]

@@ -63,13 +63,16 @@ struct View {
     /// Which request: the innermost `tracing` span of the pinned poll with its fields
     /// (`request{method=GET uri=/report}`, bounded); `-` outside any span.
     span: String,
+    /// Who waited behind this worker's last completed pin ([`victims_text`]); kept while the
+    /// worker is idle or pinned again, until the next pin completes.
+    victims: String,
 }
 
 /// Shown for a text attribute of a worker that is not pinned.
 const NONE: &str = "-";
 
 impl View {
-    fn idle(pins: u64, pinned_total_ms: u64) -> View {
+    fn idle(pins: u64, pinned_total_ms: u64, victims: String) -> View {
         View {
             pinned: false,
             pinned_for_ms: 0,
@@ -83,7 +86,24 @@ impl View {
             runtime_stalled: false,
             stall: NONE.to_owned(),
             span: NONE.to_owned(),
+            victims,
         }
+    }
+}
+
+/// A completed pin's victims, short enough for the console's table: `11 delayed, max 300.0 ms`
+/// (tokio measured the waits: the `schedule-latency` feature), `none delayed`, `not measured`
+/// (the tasks polled after the pin are known, their waits are not), or `-` (the event has no
+/// victims).
+fn victims_text(v: Option<&crate::event::Victims>) -> String {
+    match v {
+        None => NONE.to_owned(),
+        Some(v) if !v.measured => "not measured".to_owned(),
+        Some(v) if v.tasks == 0 => "none delayed".to_owned(),
+        Some(v) => match v.max_wait {
+            Some(max) => format!("{} delayed, max {:.1} ms", v.tasks, max.as_secs_f64() * 1e3),
+            None => format!("{} delayed", v.tasks),
+        },
     }
 }
 
@@ -126,7 +146,7 @@ impl WorkerResource {
         let mut r = WorkerResource {
             index,
             span: tracing::Span::none(),
-            view: View::idle(0, 0),
+            view: View::idle(0, 0, NONE.to_owned()),
             current: None,
             open: std::collections::HashSet::new(),
             cwd: std::env::current_dir().ok(),
@@ -208,6 +228,9 @@ impl WorkerResource {
         if old.is_none_or(|o| o.span != new.span) {
             update!(span = new.span.as_str());
         }
+        if old.is_none_or(|o| o.victims != new.victims) {
+            update!(victims = new.victims.as_str());
+        }
     }
 
     fn set(&mut self, new: View) {
@@ -240,6 +263,8 @@ impl WorkerResource {
                     span: e
                         .innermost_span()
                         .map_or_else(|| NONE.to_owned(), crate::SpanInfo::display),
+                    // An in_progress report's victims are partial: the last completed pin's stay.
+                    victims: self.view.victims.clone(),
                 };
                 self.current = Some((e.id, Instant::now()));
                 self.set(view);
@@ -248,14 +273,16 @@ impl WorkerResource {
                 // A pin whose in-progress reports were all dropped still counts.
                 let pins = self.view.pins + u64::from(!self.open.remove(&e.id));
                 let total = self.view.pinned_total_ms.saturating_add(ms(e.duration));
-                self.end(e.id, View::idle(pins, total));
+                let victims = victims_text(e.victims.as_ref());
+                self.end(e.id, View::idle(pins, total, victims));
             }
             State::Retracted => {
                 let pins = self
                     .view
                     .pins
                     .saturating_sub(u64::from(self.open.remove(&e.id)));
-                self.end(e.id, View::idle(pins, self.view.pinned_total_ms));
+                let victims = self.view.victims.clone();
+                self.end(e.id, View::idle(pins, self.view.pinned_total_ms, victims));
             }
         }
     }
@@ -269,6 +296,7 @@ impl WorkerResource {
                 let mut v = self.view.clone();
                 v.pins = idle.pins;
                 v.pinned_total_ms = idle.pinned_total_ms;
+                v.victims = idle.victims;
                 self.set(v);
             }
             _ => {
@@ -293,7 +321,11 @@ impl WorkerResource {
             None if last.elapsed() > 4 * TICK => {
                 // Kept in `open`: if its end comes after all, it is not counted twice.
                 self.current = None;
-                let idle = View::idle(self.view.pins, self.view.pinned_total_ms);
+                let idle = View::idle(
+                    self.view.pins,
+                    self.view.pinned_total_ms,
+                    self.view.victims.clone(),
+                );
                 self.set(idle);
             }
             None => {}
@@ -579,11 +611,18 @@ mod tests {
         w.tick(&live);
         assert_eq!(w.view.pinned_for_ms, 1300);
         w.event(&event(1, State::Completed, 1500));
-        assert_eq!(w.view, View::idle(1, 1500));
+        assert_eq!(w.view, View::idle(1, 1500, NONE.into()));
     }
 
-    /// Records every `span` attribute update, as console-subscriber would read it.
-    struct SpanUpdates(Arc<std::sync::Mutex<Vec<String>>>);
+    /// Records every update of one string attribute (`span` by default), as console-subscriber
+    /// would read it.
+    struct SpanUpdates(Arc<std::sync::Mutex<Vec<String>>>, &'static str);
+
+    impl SpanUpdates {
+        fn of_span(got: Arc<std::sync::Mutex<Vec<String>>>) -> SpanUpdates {
+            SpanUpdates(got, "span")
+        }
+    }
 
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanUpdates {
         fn on_event(
@@ -591,17 +630,17 @@ mod tests {
             event: &tracing::Event<'_>,
             _: tracing_subscriber::layer::Context<'_, S>,
         ) {
-            struct V<'a>(&'a std::sync::Mutex<Vec<String>>);
+            struct V<'a>(&'a std::sync::Mutex<Vec<String>>, &'static str);
             impl tracing::field::Visit for V<'_> {
                 fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-                    if field.name() == "span" {
+                    if field.name() == self.1 {
                         self.0.lock().unwrap().push(value.to_owned());
                     }
                 }
                 fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
             }
             if event.metadata().target() == "runtime::resource::state_update" {
-                event.record(&mut V(&self.0));
+                event.record(&mut V(&self.0, self.1));
             }
         }
     }
@@ -610,7 +649,8 @@ mod tests {
     fn the_resource_shows_the_request_span_set_once_then_overridden() {
         use tracing_subscriber::layer::SubscriberExt;
         let got = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let subscriber = tracing_subscriber::registry().with(SpanUpdates(Arc::clone(&got)));
+        let subscriber =
+            tracing_subscriber::registry().with(SpanUpdates::of_span(Arc::clone(&got)));
         tracing::subscriber::with_default(subscriber, || {
             let mut w = worker();
             let mut e = event(1, State::InProgress, 25);
@@ -638,19 +678,94 @@ mod tests {
         );
     }
 
+    fn with_victims(
+        mut e: PinnedEvent,
+        measured: bool,
+        tasks: usize,
+        max_ms: Option<u64>,
+    ) -> PinnedEvent {
+        e.victims = Some(crate::event::Victims {
+            measured,
+            tasks,
+            max_wait: max_ms.map(Duration::from_millis),
+            total_wait: max_ms.map(|m| Duration::from_millis(m * tasks as u64)),
+            ..Default::default()
+        });
+        e
+    }
+
+    /// The worker shows its last completed pin's victims: set at creation (`-`), overridden
+    /// when a pin completes, kept while the next one runs (its partial victims are not shown).
+    #[test]
+    fn the_resource_shows_the_last_completed_pins_victims() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let subscriber =
+            tracing_subscriber::registry().with(SpanUpdates(Arc::clone(&got), "victims"));
+        tracing::subscriber::with_default(subscriber, || {
+            let mut w = worker();
+            w.event(&with_victims(
+                event(1, State::InProgress, 25),
+                true,
+                2,
+                Some(40),
+            ));
+            assert_eq!(w.view.victims, "-");
+            w.event(&with_victims(
+                event(1, State::Completed, 320),
+                true,
+                11,
+                Some(300),
+            ));
+            assert_eq!(w.view.victims, "11 delayed, max 300.0 ms");
+            // The next pin runs: its partial victims do not replace the last completed pin's.
+            w.event(&with_victims(
+                event(2, State::InProgress, 25),
+                true,
+                1,
+                Some(30),
+            ));
+            assert!(w.view.pinned);
+            assert_eq!(w.view.victims, "11 delayed, max 300.0 ms");
+            // It completes with victims that were not measured.
+            w.event(&with_victims(
+                event(2, State::Completed, 60),
+                false,
+                4,
+                None,
+            ));
+            assert_eq!(w.view, View::idle(2, 380, "not measured".into()));
+            // A retraction takes the pin back, not the victims shown.
+            w.event(&event(3, State::InProgress, 25));
+            w.event(&event(3, State::Retracted, 30));
+            assert_eq!(w.view.victims, "not measured");
+            w.event(&with_victims(event(4, State::Completed, 30), true, 0, None));
+            assert_eq!(w.view.victims, "none delayed");
+        });
+        assert_eq!(
+            *got.lock().unwrap(),
+            [
+                "-",
+                "11 delayed, max 300.0 ms",
+                "not measured",
+                "none delayed"
+            ]
+        );
+    }
+
     #[test]
     fn a_retracted_pin_is_taken_back() {
         let mut w = worker();
         w.event(&event(1, State::InProgress, 25));
         w.event(&event(1, State::Retracted, 40));
-        assert_eq!(w.view, View::idle(0, 0));
+        assert_eq!(w.view, View::idle(0, 0, NONE.into()));
     }
 
     #[test]
     fn a_short_pin_seen_only_completed_counts() {
         let mut w = worker();
         w.event(&event(3, State::Completed, 30));
-        assert_eq!(w.view, View::idle(1, 30));
+        assert_eq!(w.view, View::idle(1, 30, NONE.into()));
     }
 
     #[test]

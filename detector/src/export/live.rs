@@ -27,6 +27,9 @@ pub(crate) struct Live {
     pub workers: usize,
     /// Times a worker pinwatch woke took the drivers over so far.
     pub handovers: u64,
+    /// Tasks polled after waiting at least the threshold while no pin ran, so far
+    /// ([`Stats::busy_waits`](crate::Stats::busy_waits)).
+    pub busy_waits: u64,
     /// Events lost so far, by where: `queue` (the queue to the export thread was full), then
     /// each sink with a queue of its own (`otlp`, `console`).
     pub dropped: Vec<(&'static str, u64)>,
@@ -54,6 +57,7 @@ impl Parts {
                 bodies_blocked: now.bodies,
                 workers: handle.metrics().num_workers(),
                 handovers: w.stats.handovers.load(Ordering::Relaxed),
+                busy_waits: w.stats.busy_waits.load(Ordering::Relaxed),
                 dropped,
             }
         })

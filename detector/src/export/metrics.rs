@@ -90,6 +90,35 @@ impl PinCounter {
     }
 }
 
+/// What one pin's victims add to the victim counters (`pinwatch_victim_tasks_total`,
+/// `pinwatch_victim_wait_seconds_total`), under its reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VictimCount {
+    /// The pin's reason (`other` when it has none), as `pinwatch_pins_total` labels it.
+    pub reason: crate::event::Reason,
+    /// Tasks polled after waiting at least the threshold while the pin ran.
+    pub tasks: u64,
+    /// Their waits, added up.
+    pub wait: std::time::Duration,
+}
+
+/// What `e` adds to the victim counters, counting each pin once: only its completed report
+/// counts (it carries the final victims; an `in_progress` one may carry partial ones, and a pin
+/// has one completed report), and only victims tokio measured (`schedule-latency`). Unmeasured
+/// victims name the tasks the worker polled after the pin, with no wait known: they are no
+/// evidence of a delay, and count nothing.
+pub(crate) fn victim_count(e: &PinnedEvent) -> Option<VictimCount> {
+    if e.state != crate::event::State::Completed {
+        return None;
+    }
+    let v = e.victims.as_ref().filter(|v| v.measured)?;
+    Some(VictimCount {
+        reason: e.reason.unwrap_or(crate::event::Reason::Other),
+        tasks: v.tasks as u64,
+        wait: v.total_wait.unwrap_or_default(),
+    })
+}
+
 /// Pins still open in [`PinTime`] at most; past it, the oldest that are not running any more
 /// (their completion was dropped) are forgotten.
 pub(crate) const MAX_OPEN_PINS: usize = 4096;
@@ -236,6 +265,64 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn with_victims(mut e: PinnedEvent, measured: bool, tasks: usize, wait_ms: u64) -> PinnedEvent {
+        e.victims = Some(crate::event::Victims {
+            measured,
+            tasks,
+            total_wait: measured.then(|| MS(wait_ms)),
+            max_wait: measured.then(|| MS(wait_ms / tasks.max(1) as u64)),
+            ..Default::default()
+        });
+        e
+    }
+
+    /// A pin's victims count once, from its completed report, and only when measured.
+    #[test]
+    fn victims_count_once_from_the_completed_report_and_only_when_measured() {
+        let report = |state, measured, tasks, wait| {
+            victim_count(&with_victims(
+                PinnedEvent::for_test(1, state, Reason::LockWait, 300, 1),
+                measured,
+                tasks,
+                wait,
+            ))
+        };
+        // Partial victims on the in_progress reports: not counted (the completed one has all).
+        assert_eq!(report(State::InProgress, true, 3, 90), None);
+        assert_eq!(report(State::InProgress, true, 7, 700), None);
+        assert_eq!(
+            report(State::Completed, true, 11, 1_500),
+            Some(VictimCount {
+                reason: Reason::LockWait,
+                tasks: 11,
+                wait: MS(1_500),
+            })
+        );
+        // A retracted pin delayed nobody; unmeasured victims claim no wait.
+        assert_eq!(report(State::Retracted, true, 11, 1_500), None);
+        assert_eq!(report(State::Completed, false, 8, 0), None);
+        // No victims at all (a recording made before the field existed).
+        assert_eq!(
+            victim_count(&PinnedEvent::for_test(
+                2,
+                State::Completed,
+                Reason::Cpu,
+                30,
+                1
+            )),
+            None
+        );
+        // No reason: counted under `other`, as pinwatch_pins_total counts it.
+        let mut e = with_victims(
+            PinnedEvent::for_test(3, State::Completed, Reason::Cpu, 30, 1),
+            true,
+            2,
+            60,
+        );
+        e.reason = None;
+        assert_eq!(victim_count(&e).map(|c| c.reason), Some(Reason::Other));
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub(crate) use live::LiveFn;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub use metrics::DURATION_BUCKETS;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
-pub(crate) use metrics::{PinCounter, PinTime};
+pub(crate) use metrics::{victim_count, PinCounter, PinTime};
 pub(crate) use queue::QueueSink;
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
 pub(crate) use record::{Recorder, RecordingRef};

@@ -422,6 +422,9 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
     if let Some(n) = e.tasks_queued_behind {
         attrs.push(kv("pinwatch.tasks_queued_behind", n as i64));
     }
+    if let Some(v) = &e.victims {
+        attrs.extend(victim_attributes(v));
+    }
     // Which request: the innermost span's label, and the chain as the WARN line shows it.
     if let Some(span) = e.innermost_span() {
         attrs.push(kv("pinwatch.span", span.label()));
@@ -437,6 +440,30 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
         rec.add_attribute(key, value);
     }
     logger.emit(rec);
+}
+
+/// The `pinwatch.victims.*` attributes: who waited behind the pin. The counts and waits only
+/// when tokio measured them (`measured`, the `schedule-latency` feature): unmeasured victims are
+/// the tasks the worker polled after the pin, with no wait known, and a backend adding up
+/// `pinwatch.victims.tasks` must not count them. An `in_progress` record carries the victims
+/// known so far; the `completed` one, the final ones.
+fn victim_attributes(v: &crate::event::Victims) -> Vec<(&'static str, AnyValue)> {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut attrs = vec![kv("pinwatch.victims.measured", v.measured)];
+    if v.measured {
+        attrs.push(kv("pinwatch.victims.tasks", v.tasks as i64));
+        if let Some(d) = v.total_wait {
+            attrs.push(kv("pinwatch.victims.total_wait_ms", ms(d)));
+        }
+        if let Some(d) = v.max_wait {
+            attrs.push(kv("pinwatch.victims.max_wait_ms", ms(d)));
+        }
+    }
+    attrs.push(kv("pinwatch.victims.lifo", v.worst.iter().any(|w| w.lifo)));
+    if let Some(worst) = v.describe() {
+        attrs.push(kv("pinwatch.victims.worst", worst));
+    }
+    attrs
 }
 
 /// The event's trace and span ids, when both are valid hex ids (not all zeros).
@@ -562,6 +589,17 @@ fn register_metrics(meters: &SdkMeterProvider, live: LiveFn, state: Arc<Mutex<Me
     {
         let live = Arc::clone(&live);
         let _ = meter
+            .u64_observable_counter("pinwatch.busy_waits")
+            .with_unit("{task}")
+            .with_description(
+                "Tasks polled after waiting at least the threshold while no pin ran: a busy runtime (schedule-latency feature only).",
+            )
+            .with_callback(move |obs| obs.observe((live)().busy_waits, &[]))
+            .build();
+    }
+    {
+        let live = Arc::clone(&live);
+        let _ = meter
             .f64_observable_gauge("pinwatch.threshold")
             .with_unit("s")
             .with_description("The pinning threshold in force.")
@@ -581,6 +619,8 @@ struct Instruments {
     durations: opentelemetry::metrics::Histogram<f64>,
     by_location: opentelemetry::metrics::Counter<u64>,
     by_span: opentelemetry::metrics::Counter<u64>,
+    victim_tasks: opentelemetry::metrics::Counter<u64>,
+    victim_wait: opentelemetry::metrics::Counter<f64>,
     reasons: Vec<KeyValue>,
     pins_seen: super::PinCounter,
 }
@@ -617,9 +657,25 @@ impl Instruments {
                 "Pins per innermost tracing span (name, with http.route when present); bounded, then \"other\".",
             )
             .build();
+        let victim_tasks = meter
+            .u64_counter("pinwatch.victim_tasks")
+            .with_unit("{task}")
+            .with_description(
+                "Tasks delayed by pins: polled after waiting at least the threshold while a pin ran, by the pin's reason, counted when it completes (schedule-latency feature only).",
+            )
+            .build();
+        let victim_wait = meter
+            .f64_counter("pinwatch.victim_wait")
+            .with_unit("s")
+            .with_description(
+                "Seconds those tasks waited to be polled, added up, by the pin's reason (schedule-latency feature only).",
+            )
+            .build();
         // Every reason exists at 0 from the start.
         for kv in &reasons {
             pins.add(0, std::slice::from_ref(kv));
+            victim_tasks.add(0, std::slice::from_ref(kv));
+            victim_wait.add(0.0, std::slice::from_ref(kv));
         }
         by_location.add(0, &[KeyValue::new("location", "other")]);
         by_span.add(0, &[KeyValue::new("span", "other")]);
@@ -628,6 +684,8 @@ impl Instruments {
             durations,
             by_location,
             by_span,
+            victim_tasks,
+            victim_wait,
             reasons,
             pins_seen: super::PinCounter::new(max_locations),
         }
@@ -644,6 +702,12 @@ impl Instruments {
         if e.state == State::Completed {
             self.durations
                 .record(e.duration.as_secs_f64(), std::slice::from_ref(reason));
+        }
+        // Each pin's victims once, from its completed report; measured ones only.
+        if let Some(v) = super::victim_count(e) {
+            let reason = std::slice::from_ref(&self.reasons[reason_index(Some(v.reason))]);
+            self.victim_tasks.add(v.tasks, reason);
+            self.victim_wait.add(v.wait.as_secs_f64(), reason);
         }
     }
 }
@@ -695,6 +759,153 @@ mod tests {
         assert!((value(Reason::Sleep) - 0.05).abs() < 1e-9, "{last:?}");
         assert!((value(Reason::Io) - 0.71).abs() < 1e-9, "{last:?}");
         assert!((value(Reason::LockWait) - 2.0).abs() < 1e-9, "{last:?}");
+    }
+
+    /// A logger that keeps each record's attributes, for what [`emit`] makes of an event.
+    #[derive(Default)]
+    struct Kept(std::cell::RefCell<Vec<Vec<(String, AnyValue)>>>);
+
+    #[derive(Default)]
+    struct KeptRecord(Vec<(String, AnyValue)>);
+
+    impl LogRecord for KeptRecord {
+        fn set_event_name(&mut self, _: &'static str) {}
+        fn set_target<T: Into<std::borrow::Cow<'static, str>>>(&mut self, _: T) {}
+        fn set_timestamp(&mut self, _: SystemTime) {}
+        fn set_observed_timestamp(&mut self, _: SystemTime) {}
+        fn set_severity_text(&mut self, _: &'static str) {}
+        fn set_severity_number(&mut self, _: Severity) {}
+        fn set_body(&mut self, _: AnyValue) {}
+        fn add_attributes<I, K, V>(&mut self, attributes: I)
+        where
+            I: IntoIterator<Item = (K, V)>,
+            K: Into<opentelemetry::Key>,
+            V: Into<AnyValue>,
+        {
+            for (k, v) in attributes {
+                self.add_attribute(k, v);
+            }
+        }
+        fn add_attribute<K: Into<opentelemetry::Key>, V: Into<AnyValue>>(&mut self, k: K, v: V) {
+            self.0.push((k.into().as_str().to_owned(), v.into()));
+        }
+    }
+
+    impl Logger for Kept {
+        type LogRecord = KeptRecord;
+        fn create_log_record(&self) -> KeptRecord {
+            KeptRecord::default()
+        }
+        fn emit(&self, record: KeptRecord) {
+            self.0.borrow_mut().push(record.0);
+        }
+        fn event_enabled(&self, _: Severity, _: &str, _: Option<&str>) -> bool {
+            true
+        }
+    }
+
+    /// The attributes of the log record [`emit`] makes of `e`.
+    fn record_of(e: &PinnedEvent) -> Vec<(String, AnyValue)> {
+        let logger = Kept::default();
+        emit(&logger, e);
+        logger.0.into_inner().pop().unwrap()
+    }
+
+    fn attribute<'a>(attrs: &'a [(String, AnyValue)], key: &str) -> Option<&'a AnyValue> {
+        attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    #[test]
+    fn a_pins_victims_become_log_record_attributes_counts_only_when_measured() {
+        use crate::event::{SourceLocation, Victim, Victims};
+        let ms = Duration::from_millis;
+        let worst = Victim {
+            task_id: 12,
+            spawned_at: Some(SourceLocation {
+                file: "src/api.rs".into(),
+                line: 88,
+                column: 5,
+            }),
+            wait: Some(ms(300)),
+            lifo: true,
+            ..Default::default()
+        };
+        let other = Victim {
+            task_id: 13,
+            wait: Some(ms(40)),
+            ..Default::default()
+        };
+        let v = Victims {
+            measured: true,
+            tasks: 11,
+            total_wait: Some(ms(1_250)),
+            max_wait: Some(ms(300)),
+            worst: vec![worst.clone(), other],
+            ..Default::default()
+        };
+        let mut e = PinnedEvent::for_test(4, State::Completed, Reason::LockWait, 320, 9);
+        e.victims = Some(v.clone());
+        let attrs = record_of(&e);
+        let get = |k: &str| attribute(&attrs, k).cloned();
+        assert_eq!(get("pinwatch.victims.measured"), Some(AnyValue::from(true)));
+        assert_eq!(get("pinwatch.victims.tasks"), Some(AnyValue::from(11i64)));
+        assert_eq!(
+            get("pinwatch.victims.total_wait_ms"),
+            Some(AnyValue::from(1250.0))
+        );
+        assert_eq!(
+            get("pinwatch.victims.max_wait_ms"),
+            Some(AnyValue::from(300.0))
+        );
+        assert_eq!(get("pinwatch.victims.lifo"), Some(AnyValue::from(true)));
+        let described = v.describe().unwrap();
+        assert!(
+            described
+                .starts_with("delayed 11 tasks, the longest 300.0 ms: spawned at src/api.rs:88:5"),
+            "{described}"
+        );
+        assert_eq!(
+            get("pinwatch.victims.worst"),
+            Some(AnyValue::from(described))
+        );
+
+        // Not measured: the tasks polled after the pin, named, but no count and no wait that a
+        // backend could add up as delays.
+        let first = Victim {
+            wait: None,
+            lifo: false,
+            ..worst
+        };
+        e.victims = Some(Victims {
+            measured: false,
+            tasks: 3,
+            worst: vec![first],
+            ..Default::default()
+        });
+        let attrs = record_of(&e);
+        let victims: Vec<&str> = attrs
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .filter(|k| k.starts_with("pinwatch.victims."))
+            .collect();
+        assert_eq!(
+            victims,
+            [
+                "pinwatch.victims.measured",
+                "pinwatch.victims.lifo",
+                "pinwatch.victims.worst"
+            ]
+        );
+        assert_eq!(
+            attribute(&attrs, "pinwatch.victims.measured"),
+            Some(&AnyValue::from(false))
+        );
+
+        // No victims (a recording made before the field existed): no attribute.
+        e.victims = None;
+        assert!(!record_of(&e)
+            .iter()
+            .any(|(k, _)| k.starts_with("pinwatch.victims.")));
     }
 
     #[test]

@@ -201,6 +201,24 @@ pub const METRICS: &[MetricDoc] = &[
         help: "Times a pin left the runtime's timers and I/O undriven and a worker pinwatch woke took them over (PINWATCH_RESCUE).",
     },
     MetricDoc {
+        name: "pinwatch_victim_tasks_total",
+        kind: "counter",
+        labels: &["reason"],
+        help: "Tasks delayed by pins: polled after waiting at least the threshold while a pin ran, by the pin's reason, counted when the pin completes (measured with the schedule-latency feature only; 0 without it).",
+    },
+    MetricDoc {
+        name: "pinwatch_victim_wait_seconds_total",
+        kind: "counter",
+        labels: &["reason"],
+        help: "Seconds those tasks waited to be polled, added up, by the pin's reason (schedule-latency feature only).",
+    },
+    MetricDoc {
+        name: "pinwatch_busy_waits_total",
+        kind: "counter",
+        labels: &[],
+        help: "Tasks polled after waiting at least the threshold while no pin ran: a busy runtime, not a pinned worker (schedule-latency feature only).",
+    },
+    MetricDoc {
         name: "pinwatch_threshold_seconds",
         kind: "gauge",
         labels: &[],
@@ -237,6 +255,9 @@ struct Metrics {
     stalled: IntGauge,
     stalled_seconds: Counter,
     handovers: IntCounter,
+    victim_tasks: IntCounterVec,
+    victim_wait: CounterVec,
+    busy_waits: IntCounter,
     threshold: Gauge,
     build_info: IntGaugeVec,
 }
@@ -303,6 +324,9 @@ impl PinwatchCollector {
             stalled: IntGauge::with_opts(opts("pinwatch_runtime_stalled"))?,
             stalled_seconds: Counter::with_opts(opts("pinwatch_runtime_stall_seconds_total"))?,
             handovers: IntCounter::with_opts(opts("pinwatch_driver_handovers_total"))?,
+            victim_tasks: IntCounterVec::new(opts("pinwatch_victim_tasks_total"), &["reason"])?,
+            victim_wait: CounterVec::new(opts("pinwatch_victim_wait_seconds_total"), &["reason"])?,
+            busy_waits: IntCounter::with_opts(opts("pinwatch_busy_waits_total"))?,
             threshold: Gauge::with_opts(opts("pinwatch_threshold_seconds"))?,
             build_info: IntGaugeVec::new(opts("pinwatch_build_info"), &["version"])?,
         };
@@ -312,6 +336,8 @@ impl PinwatchCollector {
             metrics.pins.with_label_values(&[r.as_str()]);
             metrics.durations.with_label_values(&[r.as_str()]);
             metrics.pinned_seconds.with_label_values(&[r.as_str()]);
+            metrics.victim_tasks.with_label_values(&[r.as_str()]);
+            metrics.victim_wait.with_label_values(&[r.as_str()]);
         }
         metrics.dropped.with_label_values(&["queue"]);
         metrics.by_location.with_label_values(&["other"]);
@@ -320,7 +346,7 @@ impl PinwatchCollector {
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let collectors: [&dyn Collector; 15] = [
+        let collectors: [&dyn Collector; 18] = [
             &metrics.pins,
             &metrics.durations,
             &metrics.pinned_seconds,
@@ -334,6 +360,9 @@ impl PinwatchCollector {
             &metrics.stalled,
             &metrics.stalled_seconds,
             &metrics.handovers,
+            &metrics.victim_tasks,
+            &metrics.victim_wait,
+            &metrics.busy_waits,
             &metrics.threshold,
             &metrics.build_info,
         ];
@@ -362,7 +391,7 @@ impl PinwatchCollector {
     }
 
     /// Brings the live values up to now: workers pinned, the oldest pin, the worker-seconds of
-    /// pins still running, drops.
+    /// pins still running, drops, busy waits.
     fn refresh(&self) {
         let inner = &self.inner;
         let live = (inner.live)();
@@ -376,6 +405,9 @@ impl PinwatchCollector {
         }
         if live.handovers > m.handovers.get() {
             m.handovers.inc_by(live.handovers - m.handovers.get());
+        }
+        if live.busy_waits > m.busy_waits.get() {
+            m.busy_waits.inc_by(live.busy_waits - m.busy_waits.get());
         }
         m.workers_pinned.set(live.workers_pinned as i64);
         m.bodies_blocked.set(live.bodies_blocked as i64);
@@ -414,7 +446,7 @@ impl Collector for PinwatchCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         self.refresh();
         let m = &self.inner.metrics;
-        let collectors: [&dyn Collector; 15] = [
+        let collectors: [&dyn Collector; 18] = [
             &m.pins,
             &m.durations,
             &m.pinned_seconds,
@@ -428,6 +460,9 @@ impl Collector for PinwatchCollector {
             &m.stalled,
             &m.stalled_seconds,
             &m.handovers,
+            &m.victim_tasks,
+            &m.victim_wait,
+            &m.busy_waits,
             &m.threshold,
             &m.build_info,
         ];
@@ -463,6 +498,14 @@ impl Sink for PrometheusSink {
             m.durations
                 .with_label_values(&[reason])
                 .observe(e.duration.as_secs_f64());
+        }
+        // Each pin's victims once, from its completed report; measured ones only.
+        if let Some(v) = super::victim_count(e) {
+            let reason = [v.reason.as_str()];
+            m.victim_tasks.with_label_values(&reason).inc_by(v.tasks);
+            m.victim_wait
+                .with_label_values(&reason)
+                .inc_by(v.wait.as_secs_f64());
         }
     }
 }
@@ -605,6 +648,15 @@ mod tests {
         live: Arc<Mutex<Vec<(u64, Duration)>>>,
         max_locations: usize,
     ) -> PinwatchCollector {
+        collector_with_busy_waits(live, max_locations, Arc::default())
+    }
+
+    /// [`collector`], its live view reporting `busy` busy waits so far.
+    fn collector_with_busy_waits(
+        live: Arc<Mutex<Vec<(u64, Duration)>>>,
+        max_locations: usize,
+        busy: Arc<Mutex<u64>>,
+    ) -> PinwatchCollector {
         PinwatchCollector::new(
             max_locations,
             Arc::new(move || {
@@ -619,6 +671,7 @@ mod tests {
                     workers: 2,
                     dropped: vec![("queue", 3)],
                     handovers: 0,
+                    busy_waits: *busy.lock().unwrap(),
                 }
             }),
         )
@@ -670,6 +723,98 @@ mod tests {
             3.0
         );
         assert_eq!(value(&t, "pinwatch_workers"), 2.0);
+    }
+
+    fn with_victims(mut e: PinnedEvent, measured: bool, tasks: usize, wait_ms: u64) -> PinnedEvent {
+        e.victims = Some(crate::event::Victims {
+            measured,
+            tasks,
+            total_wait: measured.then(|| Duration::from_millis(wait_ms)),
+            max_wait: measured.then(|| Duration::from_millis(wait_ms)),
+            ..Default::default()
+        });
+        e
+    }
+
+    /// Every reason's victim series exists at 0 before the first pin, as pinwatch_pins_total's
+    /// do; a pin's measured victims count once, from its completed report, under its reason;
+    /// unmeasured ones count nothing.
+    #[test]
+    fn victims_count_once_per_pin_by_reason_and_only_when_measured() {
+        let c = collector(Arc::default(), 50);
+        let tasks =
+            |t: &str, r: &str| value(t, &format!("pinwatch_victim_tasks_total{{reason=\"{r}\"}}"));
+        let wait = |t: &str, r: &str| {
+            value(
+                t,
+                &format!("pinwatch_victim_wait_seconds_total{{reason=\"{r}\"}}"),
+            )
+        };
+        let t = c.render();
+        for r in Reason::ALL {
+            assert_eq!(tasks(&t, r.as_str()), 0.0, "{t}");
+            assert_eq!(wait(&t, r.as_str()), 0.0, "{t}");
+        }
+        assert_eq!(value(&t, "pinwatch_busy_waits_total"), 0.0, "{t}");
+        let mut sink = c.sink();
+        // Partial victims on in_progress reports, then the final ones on the completed report.
+        let lock = |state, tasks, wait| {
+            with_victims(event(1, state, Reason::LockWait, 400, 3), true, tasks, wait)
+        };
+        sink.event(&lock(State::InProgress, 2, 60));
+        sink.event(&lock(State::InProgress, 5, 400));
+        let t = c.render();
+        assert_eq!(
+            tasks(&t, "lock_wait"),
+            0.0,
+            "in_progress victims counted: {t}"
+        );
+        sink.event(&lock(State::Completed, 11, 1_500));
+        // A second pin of another reason; one whose victims were not measured.
+        sink.event(&with_victims(
+            event(2, State::Completed, Reason::Sleep, 100, 3),
+            true,
+            1,
+            80,
+        ));
+        sink.event(&with_victims(
+            event(3, State::Completed, Reason::Sleep, 100, 3),
+            false,
+            8,
+            0,
+        ));
+        let t = c.render();
+        assert_eq!(tasks(&t, "lock_wait"), 11.0, "{t}");
+        assert!((wait(&t, "lock_wait") - 1.5).abs() < 1e-9, "{t}");
+        assert_eq!(tasks(&t, "sleep"), 1.0, "unmeasured victims counted: {t}");
+        assert!((wait(&t, "sleep") - 0.08).abs() < 1e-9, "{t}");
+        assert_eq!(tasks(&t, "cpu"), 0.0, "{t}");
+        // Bounded: one series per reason, no other label.
+        let series = t
+            .lines()
+            .filter(|l| l.starts_with("pinwatch_victim_tasks_total{"))
+            .count();
+        assert_eq!(series, Reason::ALL.len(), "{t}");
+    }
+
+    #[test]
+    fn busy_waits_follow_the_detectors_count_and_never_go_back() {
+        let busy = Arc::new(Mutex::new(0));
+        let c = collector_with_busy_waits(Arc::default(), 50, Arc::clone(&busy));
+        assert_eq!(value(&c.render(), "pinwatch_busy_waits_total"), 0.0);
+        *busy.lock().unwrap() = 7;
+        assert_eq!(value(&c.render(), "pinwatch_busy_waits_total"), 7.0);
+        *busy.lock().unwrap() = 9;
+        let t = c.render();
+        assert_eq!(value(&t, "pinwatch_busy_waits_total"), 9.0);
+        assert!(
+            t.contains("# HELP pinwatch_busy_waits_total Tasks polled after waiting"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# TYPE pinwatch_busy_waits_total counter"),
+            "{t}"
+        );
     }
 
     #[test]

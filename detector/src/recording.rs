@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::event::{DumpInfo, PinnedEvent, Reason};
+use crate::event::{DumpInfo, PinnedEvent, Reason, Victim, Victims};
 use crate::text::Escaped;
 
 /// A recording that cannot be read.
@@ -391,6 +391,9 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         if let Some(n) = e.tasks_queued_behind {
             let _ = writeln!(out, "  tasksQueuedBehind = {n}");
         }
+        if let Some(v) = &e.victims {
+            print_victims(&mut out, v);
+        }
         // Which request: the span chain, outermost first, and its trace.
         if !e.spans.is_empty() {
             let _ = writeln!(out, "  spans = [");
@@ -470,6 +473,99 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
         let _ = writeln!(out, "}}");
     }
     out
+}
+
+/// `print`'s lines for the tasks that waited behind a pin ([`PinnedEvent::victims`]): measured,
+/// how many, their waits, and each one named (wait, spawn place, worker, LIFO slot, spans); not
+/// measured, the tasks the worker ran right after, saying that no wait was measured.
+fn print_victims(out: &mut String, v: &Victims) {
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    if v.measured {
+        if v.tasks == 0 && v.worst.is_empty() {
+            let _ = writeln!(
+                out,
+                "  victims = none (measured: no task waited the threshold behind it)"
+            );
+        } else {
+            let mut head = format!(
+                "  victims = {} task{} waited behind it (measured)",
+                v.tasks,
+                plural(v.tasks)
+            );
+            let mut waits = Vec::new();
+            if let Some(t) = v.total_wait {
+                waits.push(format!("{} in all", ms(t)));
+            }
+            if let Some(m) = v.max_wait {
+                waits.push(format!("the longest {}", ms(m)));
+            }
+            if !waits.is_empty() {
+                head.push_str(": ");
+                head.push_str(&waits.join(", "));
+            }
+            let unnamed = v.tasks.saturating_sub(v.worst.len());
+            let more = (unnamed > 0).then(|| {
+                format!(
+                    "… and {unnamed} more, not named (a pin names its {} longest waits)",
+                    v.worst.len()
+                )
+            });
+            print_victim_list(out, head, &v.worst, more);
+        }
+    } else {
+        let head = format!(
+            "  victims = not measured: the worker ran {} task{} right after it (no wait is \
+             measured without pinwatch's schedule-latency feature)",
+            v.tasks,
+            plural(v.tasks)
+        );
+        print_victim_list(out, head, &v.worst, None);
+    }
+    if let Some(n) = v.queue_depth_max {
+        let _ = writeln!(
+            out,
+            "  queueDepthMax = {n} (tasks in the worker's local run queue)"
+        );
+    }
+}
+
+/// `head`, then `victims` one per line in brackets, and `more` last in them (just `head`
+/// without any victim).
+fn print_victim_list(out: &mut String, head: String, victims: &[Victim], more: Option<String>) {
+    if victims.is_empty() {
+        let _ = writeln!(out, "{head}");
+        return;
+    }
+    let _ = writeln!(out, "{head} [");
+    for v in victims {
+        let mut line = String::from("    ");
+        if let Some(w) = v.wait {
+            line.push_str(&format!("waited {}: ", ms(w)));
+        }
+        line.push_str(&format!("task {}", v.task_id));
+        if let Some(at) = &v.spawned_at {
+            line.push_str(&format!(" spawned at {}", Escaped(at)));
+        }
+        if let Some(w) = v.worker {
+            line.push_str(&format!(", polled by worker {w}"));
+        }
+        if v.lifo {
+            line.push_str(" [LIFO slot]");
+        }
+        let _ = writeln!(out, "{line}");
+        if !v.spans.is_empty() {
+            let spans: Vec<String> = v
+                .spans
+                .iter()
+                .map(|s| format!("{} ({})", Escaped(s.display()), Escaped(&s.target)))
+                .collect();
+            let _ = writeln!(out, "      in {}", spans.join(" > "));
+        }
+    }
+    if let Some(more) = more {
+        let _ = writeln!(out, "    {more}");
+    }
+    let _ = writeln!(out, "  ]");
 }
 
 /// One row of `pinwatch summary`: a function (the top application frame's), with the lines of
@@ -836,6 +932,248 @@ pub fn render_spans(rows: &[SpanRow]) -> String {
     out
 }
 
+/// One row of the "who waited" table ([`who_waited`]): the tasks that waited behind pins,
+/// spawned at one place (and in one outermost span).
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct WaitRow {
+    /// Where the tasks were spawned (`file:line:column`), or [`UNKNOWN_SPAWN`].
+    pub spawned_at: String,
+    /// The name of the outermost span their polls entered; empty outside any span.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub span: String,
+    /// Tasks that waited (a task that waited behind several pins counts for each).
+    pub tasks: usize,
+    /// Their waits added up, in ms.
+    pub total_wait_ms: f64,
+    /// The longest of them, in ms.
+    pub max_wait_ms: f64,
+    /// Pins that delayed them.
+    pub pins: usize,
+    /// How many of them waited in the pinned worker's LIFO slot (for the whole pin: no other
+    /// worker may steal from it).
+    pub lifo: usize,
+}
+
+/// What [`WaitRow::spawned_at`] says of a task whose spawn place is unknown.
+pub const UNKNOWN_SPAWN: &str = "(unknown)";
+
+/// Who waited behind the completed pins of a recording: `pinwatch summary`'s "who waited"
+/// table and the report's "most delayed" one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct WhoWaited {
+    /// Completed pins whose waits were measured (`victims.measured`).
+    pub measured_pins: usize,
+    /// Completed pins with victims that were not measured (no wait known: the tasks their
+    /// worker ran right after).
+    pub unmeasured_pins: usize,
+    /// The named victims of the measured pins, by spawn place and outermost span name; most
+    /// total wait first.
+    pub rows: Vec<WaitRow>,
+    /// Tasks the measured pins counted but did not name (each names its longest waits only).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unnamed_tasks: usize,
+    /// Their waits added up, in ms.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub unnamed_wait_ms: f64,
+}
+
+fn is_zero_ms(ms: &f64) -> bool {
+    *ms == 0.0
+}
+
+impl WhoWaited {
+    /// No completed pin says anything of its victims (a recording made before they were
+    /// recorded, or one with no completed pin).
+    pub fn is_empty(&self) -> bool {
+        self.measured_pins == 0 && self.unmeasured_pins == 0
+    }
+}
+
+/// Who waited behind the pins: the victims ([`PinnedEvent::victims`]) of each completed pin's
+/// last report (in-progress and retracted pins do not count), grouped by where the tasks were
+/// spawned and their outermost span's name.
+pub fn who_waited(events: &[PinnedEvent]) -> WhoWaited {
+    let mut who = WhoWaited::default();
+    let mut by: BTreeMap<(String, String), WaitRow> = BTreeMap::new();
+    let mut unnamed_wait = 0.0;
+    for e in latest_reports(events) {
+        if e.state != crate::State::Completed {
+            continue;
+        }
+        let Some(v) = &e.victims else { continue };
+        if !v.measured {
+            who.unmeasured_pins += 1;
+            continue;
+        }
+        who.measured_pins += 1;
+        let mut named_wait = 0.0;
+        let mut delayed: Vec<(String, String)> = Vec::new();
+        for victim in &v.worst {
+            let wait = victim.wait.map_or(0.0, |w| w.as_secs_f64() * 1e3);
+            named_wait += wait;
+            let key = (
+                victim
+                    .spawned_at
+                    .as_ref()
+                    .map_or_else(|| UNKNOWN_SPAWN.to_owned(), ToString::to_string),
+                victim
+                    .spans
+                    .first()
+                    .map_or_else(String::new, |s| s.name.clone()),
+            );
+            let row = by.entry(key.clone()).or_insert_with(|| WaitRow {
+                spawned_at: key.0.clone(),
+                span: key.1.clone(),
+                tasks: 0,
+                total_wait_ms: 0.0,
+                max_wait_ms: 0.0,
+                pins: 0,
+                lifo: 0,
+            });
+            row.tasks += 1;
+            row.total_wait_ms += wait;
+            row.max_wait_ms = row.max_wait_ms.max(wait);
+            row.lifo += usize::from(victim.lifo);
+            if !delayed.contains(&key) {
+                row.pins += 1;
+                delayed.push(key);
+            }
+        }
+        who.unnamed_tasks += v.tasks.saturating_sub(v.worst.len());
+        if let Some(total) = v.total_wait {
+            unnamed_wait += (total.as_secs_f64() * 1e3 - named_wait).max(0.0);
+        }
+    }
+    let round = |ms: f64| (ms * 10.0).round() / 10.0;
+    who.unnamed_wait_ms = round(unnamed_wait);
+    who.rows = by
+        .into_values()
+        .map(|mut r| {
+            r.total_wait_ms = round(r.total_wait_ms);
+            r.max_wait_ms = round(r.max_wait_ms);
+            r
+        })
+        .collect();
+    who.rows.sort_by(|a, b| {
+        b.total_wait_ms
+            .total_cmp(&a.total_wait_ms)
+            .then(b.tasks.cmp(&a.tasks))
+            .then(a.spawned_at.cmp(&b.spawned_at))
+            .then(a.span.cmp(&b.span))
+    });
+    who
+}
+
+/// What the "who waited" table says when it has no row: why.
+pub fn who_waited_note(who: &WhoWaited) -> Option<String> {
+    if who.measured_pins == 0 {
+        let mut s = "waits were not measured: no completed pin here measured who waited \
+                     behind it; pinwatch's schedule-latency feature measures waits"
+            .to_owned();
+        if who.unmeasured_pins > 0 {
+            s.push_str(&format!(
+                "; {} {} the tasks {} worker ran right after (`pinwatch print`)",
+                who.unmeasured_pins,
+                if who.unmeasured_pins == 1 {
+                    "pin names"
+                } else {
+                    "pins name"
+                },
+                if who.unmeasured_pins == 1 {
+                    "its"
+                } else {
+                    "their"
+                },
+            ));
+        }
+        return Some(s);
+    }
+    who.rows
+        .is_empty()
+        .then(|| "no task waited the threshold behind a completed pin".to_owned())
+}
+
+/// The "who waited" table as text: a row per spawn place (and outermost span), then what it
+/// leaves out; or the line saying that waits were not measured.
+pub fn render_who_waited(who: &WhoWaited) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Who Waited");
+    let _ = writeln!(out);
+    if let Some(note) = who_waited_note(who) {
+        let _ = writeln!(out, "({note})");
+        return out;
+    }
+    let cells: Vec<[String; 7]> = who
+        .rows
+        .iter()
+        .map(|r| {
+            [
+                Escaped(&r.spawned_at).to_string(),
+                if r.span.is_empty() {
+                    "-".to_owned()
+                } else {
+                    Escaped(&r.span).to_string()
+                },
+                r.tasks.to_string(),
+                human_ms(r.total_wait_ms),
+                human_ms(r.max_wait_ms),
+                r.pins.to_string(),
+                r.lifo.to_string(),
+            ]
+        })
+        .collect();
+    let headers = [
+        "Spawned At",
+        "Outermost Span",
+        "Tasks",
+        "Total Wait",
+        "Max Wait",
+        "Pins",
+        "LIFO",
+    ];
+    let mut widths = headers.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cols: [&str; 7]| {
+        let mut s = String::new();
+        for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
+            crate::text::pad(&mut s, c, w, i > 1);
+            s.push_str("  ");
+        }
+        s.trim_end().to_owned()
+    };
+    let _ = writeln!(out, "{}", line(headers));
+    let dashes = widths.map(|w| "-".repeat(w));
+    let _ = writeln!(out, "{}", line(dashes.each_ref().map(|s| s.as_str())));
+    for row in &cells {
+        let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
+    }
+    if who.unnamed_tasks > 0 {
+        let _ = writeln!(
+            out,
+            "(and {} more delayed task{}, {} of waiting, not named: a pin names its longest \
+             waits only)",
+            who.unnamed_tasks,
+            if who.unnamed_tasks == 1 { "" } else { "s" },
+            human_ms(who.unnamed_wait_ms)
+        );
+    }
+    if who.unmeasured_pins > 0 {
+        let _ = writeln!(
+            out,
+            "({} completed pin{} did not measure waits: not counted here)",
+            who.unmeasured_pins,
+            if who.unmeasured_pins == 1 { "" } else { "s" }
+        );
+    }
+    out
+}
+
 /// The summary as a text table.
 pub fn render_summary(rows: &[SummaryRow]) -> String {
     let mut out = String::new();
@@ -990,6 +1328,216 @@ mod tests {
         let plain = parse_recording(&line("r", 4, "completed", 30.0), "rec").unwrap();
         assert!(summarize_spans(&plain.events).is_empty());
         assert_eq!(render_spans(&[]), "");
+    }
+
+    /// `line` with `victims` (their JSON) added.
+    fn with_victims(run: &str, id: u64, state: &str, ms: f64, victims: &str) -> String {
+        let l = line(run, id, state, ms);
+        format!("{},\"victims\":{victims}}}", &l[..l.len() - 1])
+    }
+
+    /// The example of the recording's docs: 11 tasks measured, the worst named.
+    const MEASURED: &str = r#"{"measured":true,"tasks":11,"total_wait_ms":1520.5,"max_wait_ms":300.2,"worst":[{"task_id":14,"spawned_at":{"file":"src/api.rs","line":88,"column":5},"wait_ms":300.2,"worker":0,"lifo":true,"spans":[{"name":"request","target":"svc","fields":{"uri":"/orders"}}]},{"task_id":15,"spawned_at":{"file":"src/jobs.rs","line":20,"column":9},"wait_ms":120.0,"worker":1}],"queue_depth_max":10}"#;
+
+    /// Without tokio's measurement: the tasks the worker ran next, no wait.
+    const NOT_MEASURED: &str = r#"{"measured":false,"tasks":3,"worst":[{"task_id":30,"spawned_at":{"file":"src/api.rs","line":88,"column":5},"worker":0},{"task_id":31,"worker":0}]}"#;
+
+    #[test]
+    fn print_shows_who_waited_behind_a_pin() {
+        let text = [
+            with_victims("r", 1, "completed", 320.0, MEASURED),
+            with_victims("r", 2, "completed", 60.0, NOT_MEASURED),
+            with_victims("r", 3, "completed", 25.0, r#"{"measured":true,"tasks":0}"#),
+            line("r", 4, "completed", 30.0),
+        ]
+        .join("\n");
+        let events = parse_recording(&text, "rec").unwrap().events;
+        let print = render_print(&events);
+        let blocks: Vec<&str> = print.split("pinwatch.Pinned {").skip(1).collect();
+        assert_eq!(blocks.len(), 4, "{print}");
+        assert!(
+            blocks[0].contains(
+                "  victims = 11 tasks waited behind it (measured): 1.52 s in all, the longest \
+                 300.2 ms [\n    waited 300.2 ms: task 14 spawned at src/api.rs:88:5, polled by \
+                 worker 0 [LIFO slot]\n      in request{uri=/orders} (svc)\n    waited 120.0 ms: \
+                 task 15 spawned at src/jobs.rs:20:9, polled by worker 1\n    … and 9 more, not \
+                 named (a pin names its 2 longest waits)\n  ]\n  queueDepthMax = 10"
+            ),
+            "{}",
+            blocks[0]
+        );
+        // Not measured: the tasks run next, and no wait is claimed.
+        assert!(
+            blocks[1].contains(
+                "  victims = not measured: the worker ran 3 tasks right after it (no wait is \
+                 measured without pinwatch's schedule-latency feature) [\n    task 30 spawned at \
+                 src/api.rs:88:5, polled by worker 0\n    task 31, polled by worker 0\n  ]\n"
+            ),
+            "{}",
+            blocks[1]
+        );
+        assert!(!blocks[1].contains("waited "), "{}", blocks[1]);
+        assert!(!blocks[1].contains("queueDepthMax"), "{}", blocks[1]);
+        assert!(
+            blocks[2].contains("  victims = none (measured: no task waited the threshold"),
+            "{}",
+            blocks[2]
+        );
+        // A recording from before victims: nothing said of them.
+        assert!(!blocks[3].contains("victims"), "{}", blocks[3]);
+    }
+
+    /// The "who waited" table: the named victims of completed pins only, by spawn place and
+    /// outermost span name, with their counts, waits, pins and LIFO waits; what the pins
+    /// counted without naming, and the pins that measured nothing, said under it.
+    #[test]
+    fn who_waited_groups_the_victims_of_completed_pins() {
+        let second = r#"{"measured":true,"tasks":2,"total_wait_ms":400.0,"max_wait_ms":220.0,"worst":[{"task_id":21,"spawned_at":{"file":"src/api.rs","line":88,"column":5},"wait_ms":220.0,"lifo":true,"spans":[{"name":"request","target":"svc"}]},{"task_id":22,"spawned_at":{"file":"src/api.rs","line":88,"column":5},"wait_ms":180.0,"spans":[{"name":"conn","target":"hyper"},{"name":"request","target":"svc"}]}]}"#;
+        let big = r#"{"measured":true,"tasks":1,"total_wait_ms":900.0,"max_wait_ms":900.0,"worst":[{"task_id":50,"spawned_at":{"file":"src/other.rs","line":1,"column":1},"wait_ms":900.0}]}"#;
+        let text = [
+            // Superseded by its completed report: its victims count once, as completed.
+            with_victims("r", 1, "in_progress", 30.0, big),
+            with_victims("r", 1, "completed", 320.0, MEASURED),
+            with_victims("r", 2, "completed", 150.0, second),
+            with_victims("r", 3, "completed", 60.0, NOT_MEASURED),
+            // Running, or retracted: not counted.
+            with_victims("r", 4, "in_progress", 30.0, big),
+            with_victims("r", 5, "retracted", 30.0, big),
+            line("r", 6, "completed", 30.0),
+        ]
+        .join("\n");
+        let events = parse_recording(&text, "rec").unwrap().events;
+        let who = who_waited(&events);
+        assert_eq!((who.measured_pins, who.unmeasured_pins), (2, 1));
+        let rows: Vec<(&str, &str, usize, f64, f64, usize, usize)> = who
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.spawned_at.as_str(),
+                    r.span.as_str(),
+                    r.tasks,
+                    r.total_wait_ms,
+                    r.max_wait_ms,
+                    r.pins,
+                    r.lifo,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("src/api.rs:88:5", "request", 2, 520.2, 300.2, 2, 2),
+                ("src/api.rs:88:5", "conn", 1, 180.0, 180.0, 1, 0),
+                ("src/jobs.rs:20:9", "", 1, 120.0, 120.0, 1, 0),
+            ]
+        );
+        // Pin 1 counted 11 and named 2: 9 more, 1520.5 - 420.2 ms of waiting.
+        assert_eq!((who.unnamed_tasks, who.unnamed_wait_ms), (9, 1100.3));
+        assert_eq!(who_waited_note(&who), None);
+
+        let table = render_who_waited(&who);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "Who Waited");
+        assert_eq!(
+            lines[2],
+            "Spawned At        Outermost Span  Tasks  Total Wait  Max Wait  Pins  LIFO"
+        );
+        assert_eq!(
+            lines[4],
+            "src/api.rs:88:5   request             2    520.2 ms  300.2 ms     2     2"
+        );
+        assert_eq!(
+            lines[6],
+            "src/jobs.rs:20:9  -                   1    120.0 ms  120.0 ms     1     0"
+        );
+        assert_eq!(
+            lines[7],
+            "(and 9 more delayed tasks, 1.10 s of waiting, not named: a pin names its longest \
+             waits only)"
+        );
+        assert_eq!(
+            lines[8],
+            "(1 completed pin did not measure waits: not counted here)"
+        );
+        // --json: the same table.
+        let json = serde_json::to_value(&who).unwrap();
+        assert_eq!(json["rows"][0]["spawned_at"], "src/api.rs:88:5");
+        assert_eq!(json["rows"][0]["total_wait_ms"], 520.2);
+        assert_eq!(json["rows"][2].get("span"), None);
+        assert_eq!(json["unnamed_tasks"], 9);
+    }
+
+    /// No completed pin measured its victims (an older recording, or a service without the
+    /// schedule-latency feature): one line says so, and no table invents waits.
+    #[test]
+    fn who_waited_says_when_waits_were_not_measured() {
+        let old = parse_recording(&line("r", 1, "completed", 30.0), "rec").unwrap();
+        let who = who_waited(&old.events);
+        assert!(who.is_empty() && who.rows.is_empty());
+        let text = render_who_waited(&who);
+        assert_eq!(
+            text,
+            "Who Waited\n\n(waits were not measured: no completed pin here measured who waited \
+             behind it; pinwatch's schedule-latency feature measures waits)\n"
+        );
+        let unmeasured = parse_recording(
+            &with_victims("r", 1, "completed", 60.0, NOT_MEASURED),
+            "rec",
+        )
+        .unwrap();
+        let who = who_waited(&unmeasured.events);
+        assert_eq!((who.measured_pins, who.unmeasured_pins), (0, 1));
+        assert!(!who.is_empty() && who.rows.is_empty());
+        let text = render_who_waited(&who);
+        assert!(text.contains("(waits were not measured:"), "{text}");
+        assert!(
+            text.contains("; 1 pin names the tasks its worker ran right after (`pinwatch print`)"),
+            "{text}"
+        );
+        assert!(!text.contains("Total Wait"), "{text}");
+        // Measured, but nobody waited.
+        let nobody = parse_recording(
+            &with_victims("r", 1, "completed", 60.0, r#"{"measured":true,"tasks":0}"#),
+            "rec",
+        )
+        .unwrap();
+        let text = render_who_waited(&who_waited(&nobody.events));
+        assert!(
+            text.contains("(no task waited the threshold behind a completed pin)"),
+            "{text}"
+        );
+    }
+
+    /// A victim's spawn place and spans come from the service: `print` and the "who waited"
+    /// table show them escaped, one line each.
+    #[test]
+    fn victims_text_is_escaped() {
+        let evil = "v\u{1b}]0;owned\u{7}\n}\npinwatch.Pinned {\u{202e}";
+        let json = serde_json::to_string(evil).unwrap();
+        let victims = format!(
+            r#"{{"measured":true,"tasks":1,"total_wait_ms":50.0,"max_wait_ms":50.0,"worst":[{{"task_id":1,"spawned_at":{{"file":{json},"line":1,"column":1}},"wait_ms":50.0,"spans":[{{"name":{json},"target":{json},"fields":{{"k":{json}}}}}]}}]}}"#
+        );
+        let text = with_victims("r", 1, "completed", 60.0, &victims);
+        let events = parse_recording(&text, "rec").unwrap().events;
+        assert_eq!(
+            events[0].victims.as_ref().unwrap().worst[0].spans[0].name,
+            evil
+        );
+        let print = render_print(&events);
+        let table = render_who_waited(&who_waited(&events));
+        for out in [&print, &table] {
+            assert!(
+                !out.chars()
+                    .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+                "{out:?}"
+            );
+        }
+        let blocks = print.lines().filter(|l| *l == "pinwatch.Pinned {").count();
+        assert_eq!(blocks, 1, "{print}");
+        assert!(table.contains("v\\u{1b}]0;owned"), "{table}");
+        // The table's rows: header, dashes, one row.
+        assert_eq!(table.lines().count(), 5, "{table}");
     }
 
     /// Strings of a recording reach the terminal escaped: no `ESC` sequence, no forged line,

@@ -589,7 +589,14 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
 
 /// Left-aligned columns, two spaces apart; the last column is not padded.
 fn table<const N: usize>(headers: &[&str; N], rows: &[[String; N]]) -> String {
-    let mut widths = headers.map(str::len);
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| r.to_vec()).collect();
+    table_of(headers, &rows)
+}
+
+/// [`table`] with as many columns as `headers` has (each row has that many cells).
+fn table_of(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let n = headers.len();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -599,7 +606,7 @@ fn table<const N: usize>(headers: &[&str; N], rows: &[[String; N]]) -> String {
     let mut line = |cells: Vec<&str>| {
         let mut l = String::new();
         for (i, cell) in cells.iter().enumerate() {
-            if i + 1 == N {
+            if i + 1 == n {
                 l.push_str(cell);
             } else {
                 pinwatch::text::pad(&mut l, cell, widths[i], false);
@@ -625,6 +632,20 @@ fn advice_lines<'a>(w: &mut String, pairs: impl Iterator<Item = (&'a str, &'a st
             let _ = writeln!(w, "  advice ({reason}): {advice}");
         }
     }
+}
+
+/// The most characters of a DELAYED cell (a crafted reply's numbers cannot widen the table).
+const DELAYED_WIDTH: usize = 32;
+
+/// A pin's DELAYED cell: `11 (max 300.2 ms)` measured, `next: 3 (not measured)` not.
+fn delayed_cell(d: &pinwatch::control::protocol::Delayed) -> String {
+    let cell = match (d.measured, d.max_wait_ms) {
+        (true, Some(max)) => format!("{} (max {})", d.tasks, pinwatch::recording::human_ms(max)),
+        (true, _) if d.tasks == 0 => "none".to_owned(),
+        (true, None) => d.tasks.to_string(),
+        (false, _) => format!("next: {} (not measured)", d.tasks),
+    };
+    pinwatch::text::bounded(&cell, DELAYED_WIDTH)
 }
 
 fn human_ms(ms: u64) -> String {
@@ -772,7 +793,12 @@ fn render(st: &Status) -> String {
             ""
         }
     );
-    let rows: Vec<[String; 7]> = st
+    // The DELAYED column only when a pin says who waited behind it (a service that records
+    // victims); the REQUEST column only when a pin is in a span (the service has the tracing
+    // layer).
+    let delayed = st.pinned.iter().any(|p| p.delayed.is_some());
+    let request = st.pinned.iter().any(|p| p.span.is_some());
+    let rows: Vec<Vec<String>> = st
         .pinned
         .iter()
         .map(|p| {
@@ -781,12 +807,21 @@ fn render(st: &Status) -> String {
                 (Some(r), None) => r.clone(),
                 (None, _) => "(analysing)".to_owned(),
             };
-            [
+            let mut row = vec![
                 p.worker
                     .map_or_else(|| "block_on".to_owned(), |i| format!("worker {i}")),
                 p.task_id
                     .map_or_else(|| "-".to_owned(), |t| format!("task {t}")),
                 human_ms(p.for_ms),
+            ];
+            if delayed {
+                row.push(
+                    p.delayed
+                        .as_ref()
+                        .map_or_else(|| "-".to_owned(), delayed_cell),
+                );
+            }
+            row.extend([
                 why,
                 if p.held_locks > 0 {
                     format!("{} lock(s)", p.held_locks)
@@ -797,29 +832,28 @@ fn render(st: &Status) -> String {
                     .clone()
                     .or_else(|| p.spawned_at.as_ref().map(|s| format!("spawned at {s}")))
                     .unwrap_or_else(|| "-".to_owned()),
+            ]);
+            if request {
                 // Which request: the innermost span, with the trace to look it up by.
-                match (&p.span, &p.trace_id) {
+                row.push(match (&p.span, &p.trace_id) {
                     (Some(span), Some(trace)) => format!("{span} trace={trace}"),
                     (Some(span), None) => span.clone(),
                     (None, _) => "-".to_owned(),
-                },
-            ]
+                });
+            }
+            row
         })
         .collect();
     if !rows.is_empty() {
-        // The REQUEST column only when a pin is in a span (the service has the tracing layer).
-        let t = if st.pinned.iter().any(|p| p.span.is_some()) {
-            table(
-                &["WORKER", "TASK", "FOR", "WHY", "HOLDS", "WHERE", "REQUEST"],
-                &rows,
-            )
-        } else {
-            let rows: Vec<[String; 6]> = rows
-                .into_iter()
-                .map(|[a, b, c, d, e, f, _]| [a, b, c, d, e, f])
-                .collect();
-            table(&["WORKER", "TASK", "FOR", "WHY", "HOLDS", "WHERE"], &rows)
-        };
+        let mut headers = vec!["WORKER", "TASK", "FOR"];
+        if delayed {
+            headers.push("DELAYED");
+        }
+        headers.extend(["WHY", "HOLDS", "WHERE"]);
+        if request {
+            headers.push("REQUEST");
+        }
+        let t = table_of(&headers, &rows);
         for l in t.lines() {
             let _ = writeln!(w, "  {l}");
         }
@@ -836,6 +870,9 @@ fn render(st: &Status) -> String {
         }
         if let Some(advice) = &p.runtime_advice {
             let _ = writeln!(w, "  {who}, the runtime: {advice}");
+        }
+        if let Some(d) = p.delayed.as_ref().and_then(|d| d.description.as_ref()) {
+            let _ = writeln!(w, "  {who}: {d}");
         }
     }
     advice_lines(
@@ -940,6 +977,87 @@ mod tests {
             text.contains("WHERE") && !text.contains("REQUEST"),
             "{text}"
         );
+    }
+
+    /// Where `status` lists the pins running now, a DELAYED column says who waited behind
+    /// each (measured: how many and the longest wait; not measured: how many ran next), its
+    /// width bounded whatever the reply says; the victims' words follow the table, escaped.
+    /// A status without victims (an older service) has no such column.
+    #[test]
+    fn status_shows_who_waited_behind_each_pin() {
+        let pinned = |id: u64, delayed: serde_json::Value| {
+            serde_json::json!({
+                "id": id, "for_ms": 1500, "worker": id, "tid": 42, "task_id": id + 6,
+                "spawned_at": "src/main.rs:30:5", "reason": "sleep",
+                "blocking_operation": "clock_nanosleep", "top_frame": "svc::slow (src/main.rs:16)",
+                "held_locks": 0, "delayed": delayed,
+            })
+        };
+        let status = |pinned: Vec<serde_json::Value>| -> Status {
+            serde_json::from_value(serde_json::json!({
+                "pid": 1, "socket": "/run/x.sock", "command": "svc", "version": "0.1.0",
+                "run_id": "r", "uptime_ms": 10, "built_at": "src/main.rs:1",
+                "flavor": "multi_thread", "workers": 4, "settings": [], "paused": false,
+                "pinned": pinned, "top": [], "counters": [],
+            }))
+            .unwrap()
+        };
+        let st = status(vec![
+            pinned(
+                1,
+                serde_json::json!({"measured": true, "tasks": 11, "max_wait_ms": 300.2,
+                    "description": "delayed 11 tasks, the longest 300.2 ms: spawned at \
+                                    src/api.rs:88:5 in request{uri=/orders\u{1b}[2J}"}),
+            ),
+            pinned(
+                2,
+                serde_json::json!({"measured": false, "tasks": 3,
+                    "description": "the worker then ran task 12 (not measured: …)"}),
+            ),
+            pinned(3, serde_json::Value::Null),
+            pinned(
+                0,
+                serde_json::json!({"measured": true, "tasks": usize::MAX, "max_wait_ms": 1e300}),
+            ),
+        ]);
+        let text = render_status(&st);
+        let row = |task: &str| {
+            text.lines()
+                .find(|l| l.contains(task))
+                .unwrap_or_else(|| panic!("no {task} row in\n{text}"))
+                .to_owned()
+        };
+        let header = row("WORKER");
+        assert!(
+            header.contains(" FOR  ") && header.contains(" DELAYED "),
+            "{text}"
+        );
+        let col = header.find("DELAYED").unwrap();
+        assert!(
+            row("task 7")[col..].starts_with("11 (max 300.2 ms) "),
+            "{text}"
+        );
+        assert!(
+            row("task 8")[col..].starts_with("next: 3 (not measured) "),
+            "{text}"
+        );
+        assert!(row("task 9")[col..].starts_with("- "), "{text}");
+        // A crafted reply's numbers: the cell stays bounded.
+        let cell = row("task 6")[col..].split("  ").next().unwrap().to_owned();
+        assert!(cell.chars().count() <= DELAYED_WIDTH, "{cell:?}");
+        // The words, after the table, escaped.
+        assert!(
+            text.contains(
+                "  worker 1: delayed 11 tasks, the longest 300.2 ms: spawned at src/api.rs:88:5 \
+                 in request{uri=/orders\\u{1b}[2J}\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains('\x1b'), "{text}");
+        // No victims anywhere: no column.
+        let text = render_status(&status(vec![pinned(3, serde_json::Value::Null)]));
+        assert!(!text.contains("DELAYED"), "{text}");
+        assert!(text.contains("WHERE"), "{text}");
     }
 
     /// `status` shows one line per recording, with its id; from a service older than several

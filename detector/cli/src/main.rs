@@ -41,11 +41,13 @@ enum Command {
         latest: bool,
     },
     /// Group pinned polls by top application frame: count, longest, total, reasons (like
-    /// `jfr view pinned-threads`), sorted by total.
+    /// `jfr view pinned-threads`), sorted by total; then by span, and who waited behind the
+    /// pins (the delayed tasks by where they were spawned).
     Summary {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         file: PathBuf,
-        /// Print the table as a JSON array.
+        /// Print the tables as one JSON object: `locations` (the rows), `by_span` (with
+        /// spans), `who_waited`.
         #[arg(long)]
         json: bool,
     },
@@ -199,8 +201,17 @@ fn main() -> ExitCode {
         }
         View::Summary { json } => {
             let rows = recording::summarize(&rec.events);
+            let spans = recording::summarize_spans(&rec.events);
+            let who = recording::who_waited(&rec.events);
             if json {
-                match serde_json::to_string_pretty(&rows) {
+                // Every table of the text: the locations, the spans (when any pin has them)
+                // and who waited behind the pins.
+                let all = SummaryJson {
+                    locations: &rows,
+                    by_span: &spans,
+                    who_waited: &who,
+                };
+                match serde_json::to_string_pretty(&all) {
                     Ok(s) => print_out(&(ctl::json_safe(&s) + "\n")),
                     Err(e) => {
                         warn(format_args!("{e}"));
@@ -209,11 +220,13 @@ fn main() -> ExitCode {
                 }
             } else {
                 let mut text = head + &recording::render_summary(&rows);
-                let spans = recording::render_spans(&recording::summarize_spans(&rec.events));
+                let spans = recording::render_spans(&spans);
                 if !spans.is_empty() {
                     text.push('\n');
                     text.push_str(&spans);
                 }
+                text.push('\n');
+                text.push_str(&recording::render_who_waited(&who));
                 print_out(&text)
             }
         }
@@ -254,6 +267,18 @@ pub(crate) fn say_wrote(output: &Path, text: &str) -> ExitCode {
 /// `pinwatch: <msg>` on stderr; never panics (`eprintln!` does when stderr is a closed pipe).
 pub(crate) fn warn(msg: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "pinwatch: {msg}");
+}
+
+/// `summary --json`: every table of the text summary, in its order.
+#[derive(serde::Serialize)]
+struct SummaryJson<'a> {
+    /// The rows by function and line.
+    locations: &'a [recording::SummaryRow],
+    /// By innermost span (left out when no pin has spans).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    by_span: &'a [recording::SpanRow],
+    /// Who waited behind the completed pins.
+    who_waited: &'a recording::WhoWaited,
 }
 
 /// What to show of a recording.

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pinwatch::recording::{latest_reports, summarize, SummaryRow};
+use pinwatch::recording::{latest_reports, summarize, SummaryRow, WhoWaited};
 use pinwatch::{PinnedEvent, State};
 use serde::Serialize;
 
@@ -52,6 +52,11 @@ pub struct PageData {
     /// span" table); empty when no pin has spans.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub spans: Vec<pinwatch::recording::SpanRow>,
+    /// Who waited behind the completed pins, by where the tasks were spawned (`pinwatch
+    /// summary`'s "who waited" table); left out when no pin says (a recording made before
+    /// victims were recorded).
+    #[serde(skip_serializing_if = "WhoWaited::is_empty")]
+    pub most_delayed: WhoWaited,
     /// Warnings from reading the recording.
     pub warnings: Vec<String>,
 }
@@ -153,6 +158,81 @@ pub struct PinView {
     /// Its request's OpenTelemetry trace id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The tasks that waited behind it ([`PinnedEvent::victims`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victims: Option<VictimsView>,
+}
+
+/// The tasks that waited behind a pin, for its details.
+#[derive(Debug, Serialize)]
+pub struct VictimsView {
+    /// Their waits were measured; else `worst` are the tasks the worker ran right after, with
+    /// no wait.
+    pub measured: bool,
+    /// Measured: tasks delayed; not measured: tasks the worker ran right after.
+    pub tasks: usize,
+    /// Their waits added up (measured), as people read durations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_wait: Option<String>,
+    /// The longest wait (measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<String>,
+    /// The most tasks in the worker's local run queue while the pin ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_depth_max: Option<usize>,
+    /// The tasks named: the longest waits (measured), or the worker's next tasks.
+    pub worst: Vec<VictimView>,
+    /// Tasks counted but not named.
+    pub unnamed: usize,
+}
+
+/// One task that waited behind a pin.
+#[derive(Debug, Serialize)]
+pub struct VictimView {
+    /// tokio's task id.
+    pub task: u64,
+    /// How long it waited (measured only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
+    /// Where it was spawned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spawned_at: Option<String>,
+    /// The worker that polled it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<usize>,
+    /// It waited in the pinned worker's LIFO slot.
+    pub lifo: bool,
+    /// Its spans, outermost first, each as `name{field=value …}`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<String>,
+}
+
+fn victims_view(v: &pinwatch::Victims) -> VictimsView {
+    let human_d = |d: Duration| human(d.as_secs_f64() * 1e3);
+    VictimsView {
+        measured: v.measured,
+        tasks: v.tasks,
+        total_wait: v.total_wait.map(human_d),
+        max_wait: v.max_wait.map(human_d),
+        queue_depth_max: v.queue_depth_max,
+        worst: v
+            .worst
+            .iter()
+            .map(|w| VictimView {
+                task: w.task_id,
+                wait: w.wait.map(human_d),
+                spawned_at: w.spawned_at.as_ref().map(ToString::to_string),
+                worker: w.worker,
+                lifo: w.lifo,
+                spans: w.spans.iter().map(|s| s.display()).collect(),
+            })
+            .collect(),
+        unnamed: if v.measured {
+            v.tasks.saturating_sub(v.worst.len())
+        } else {
+            0
+        },
+    }
 }
 
 /// A reason's share.
@@ -346,6 +426,7 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
         locations: summarize(events),
         reasons,
         spans: pinwatch::recording::summarize_spans(events),
+        most_delayed: pinwatch::recording::who_waited(events),
         warnings: warnings.to_vec(),
     }
 }
@@ -406,6 +487,7 @@ fn view(e: &PinnedEvent) -> PinView {
         tasks_queued_behind: e.tasks_queued_behind,
         spans: e.spans.iter().map(|s| s.display()).collect(),
         trace_id: e.trace_id.clone(),
+        victims: e.victims.as_ref().map(victims_view),
         held_locks: e
             .held_locks
             .iter()
@@ -820,6 +902,69 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
         h.push_str("</tbody></table></section>\n");
     }
 
+    // Most delayed: who waited behind the pins.
+    h.push_str(
+        "<section id=\"delayed\"><h2>Most delayed</h2><p class=\"hint\">The tasks that waited \
+         behind the completed pins, by where they were spawned (and the outermost span they \
+         ran in): how many times one waited, for how long, behind how many pins, and how often \
+         in the pinned worker's LIFO slot (which no other worker may steal from).</p>",
+    );
+    let who = &d.most_delayed;
+    match pinwatch::recording::who_waited_note(who) {
+        Some(note) => {
+            let _ = write!(
+                h,
+                "<p class=\"empty\" id=\"delayed-note\">{}.</p>",
+                esc(&note)
+            );
+        }
+        None => {
+            h.push_str(
+                "<table id=\"delayed-table\"><thead><tr><th>Spawned at</th><th>Outermost \
+                 span</th><th>Tasks</th><th>Total wait</th><th>Max wait</th><th>Pins</th>\
+                 <th>LIFO</th></tr></thead><tbody>",
+            );
+            for r in &who.rows {
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"frame\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                     <td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(&r.spawned_at),
+                    if r.span.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        esc(&r.span)
+                    },
+                    r.tasks,
+                    human(r.total_wait_ms),
+                    human(r.max_wait_ms),
+                    r.pins,
+                    r.lifo
+                );
+            }
+            h.push_str("</tbody></table>");
+            if who.unnamed_tasks > 0 {
+                let _ = write!(
+                    h,
+                    "<p class=\"hint\">And {} more delayed tasks, {} of waiting, not named (a \
+                     pin names its longest waits only).</p>",
+                    who.unnamed_tasks,
+                    human(who.unnamed_wait_ms)
+                );
+            }
+            if who.unmeasured_pins > 0 {
+                let _ = write!(
+                    h,
+                    "<p class=\"hint\">{} completed pin{} did not measure waits: not counted \
+                     here.</p>",
+                    who.unmeasured_pins,
+                    if who.unmeasured_pins == 1 { "" } else { "s" }
+                );
+            }
+        }
+    }
+    h.push_str("</section>\n");
+
     // The pins' details, for the script: its strings escaped as everywhere else (the script
     // shows them as text, and JSON would carry a control or bidirectional character through).
     let mut pins = serde_json::to_value(&d.pins).map_err(|e| e.to_string())?;
@@ -883,6 +1028,30 @@ function show(bar){
   if(e.tasks_queued_behind){lines.push('queued:    '+e.tasks_queued_behind+' tasks behind it');}
   if(e.spans&&e.spans.length){lines.push('spans:     '+e.spans.join(' > '));}
   if(e.trace_id){lines.push('trace:     '+e.trace_id);}
+  var v=e.victims;
+  if(v){
+    var head;
+    if(v.measured){
+      head=v.tasks+' task'+(v.tasks===1?'':'s')+' waited behind it (measured)';
+      var waits=[];
+      if(v.total_wait){waits.push(v.total_wait+' in all');}
+      if(v.max_wait){waits.push('the longest '+v.max_wait);}
+      if(waits.length){head+=': '+waits.join(', ');}
+    }else{
+      head='not measured: the worker ran '+v.tasks+' task'+(v.tasks===1?'':'s')+' right after it (no wait known)';
+    }
+    if(v.queue_depth_max!==undefined){head+='; local run queue up to '+v.queue_depth_max;}
+    lines.push('victims:   '+head);
+    v.worst.forEach(function(w){
+      var l='  '+(w.wait?'waited '+w.wait+': ':'')+'task '+w.task;
+      if(w.spawned_at){l+=' spawned at '+w.spawned_at;}
+      if(w.worker!==undefined){l+=', polled by worker '+w.worker;}
+      if(w.lifo){l+=' [LIFO slot]';}
+      if(w.spans){l+='  in '+w.spans.join(' > ');}
+      lines.push(l);
+    });
+    if(v.unnamed){lines.push('  … and '+v.unnamed+' more, not named');}
+  }
   lines.push('stack:');
   e.stack.forEach(function(f){lines.push('  '+f);});
   detail.textContent=lines.join('\n');
@@ -1026,6 +1195,108 @@ mod tests {
         assert_eq!(no_stack.stack, ["[no stack: stacks_off]"]);
         let locked = d.pins.iter().find(|p| p.reason == "lock_held").unwrap();
         assert_eq!(locked.held_locks, ["mutex acquired at src/update.rs:29:21"]);
+    }
+
+    fn victim_events() -> Vec<PinnedEvent> {
+        let text = include_str!("../tests/data/victims.jsonl");
+        pinwatch::recording::parse_recording(text, "victims.jsonl")
+            .unwrap()
+            .events
+    }
+
+    /// A pin's details carry its victims (measured: waits; not measured: none claimed), and
+    /// the page has the "most delayed" table of the completed pins' victims.
+    #[test]
+    fn a_pins_victims_and_the_most_delayed_table() {
+        let d = data(&victim_events(), "x", &[]);
+        let pin = |id: u64| d.pins.iter().find(|p| p.id == id).unwrap();
+        let v = pin(1).victims.as_ref().unwrap();
+        assert!(v.measured);
+        assert_eq!((v.tasks, v.unnamed, v.queue_depth_max), (11, 6, Some(10)));
+        assert_eq!(
+            (v.total_wait.as_deref(), v.max_wait.as_deref()),
+            (Some("1.52 s"), Some("300.2 ms"))
+        );
+        assert_eq!(v.worst.len(), 5);
+        let w = &v.worst[0];
+        assert_eq!(
+            (
+                w.task,
+                w.wait.as_deref(),
+                w.spawned_at.as_deref(),
+                w.worker,
+                w.lifo
+            ),
+            (14, Some("300.2 ms"), Some("src/api.rs:88:5"), Some(0), true)
+        );
+        assert_eq!(w.spans, ["request{uri=/orders}"]);
+        let not = pin(3).victims.as_ref().unwrap();
+        assert!(!not.measured && not.total_wait.is_none() && not.max_wait.is_none());
+        assert!(not.worst.iter().all(|w| w.wait.is_none()));
+        assert!(pin(4).victims.is_none());
+        // The most delayed: the summary's "who waited".
+        assert_eq!(
+            d.most_delayed,
+            pinwatch::recording::who_waited(&victim_events())
+        );
+        assert_eq!(d.most_delayed.rows.len(), 4);
+        let page = render(&victim_events(), "x", &[]).unwrap();
+        let table = page
+            .split("<table id=\"delayed-table\">")
+            .nth(1)
+            .and_then(|t| t.split("</table>").next())
+            .expect("a most delayed table");
+        assert!(
+            table.contains(
+                "<tr><td class=\"frame\">src/api.rs:88:5</td><td>request</td><td>3</td>\
+                 <td>800.2 ms</td><td>300.2 ms</td><td>2</td><td>2</td></tr>"
+            ),
+            "{table}"
+        );
+        assert!(page.contains("And 6 more delayed tasks, 390.3 ms of waiting"));
+        assert!(page.contains("1 completed pin did not measure waits"));
+        // A recording from before victims: the section says waits were not measured.
+        let old = render(&events(), "x", &[]).unwrap();
+        assert!(!old.contains("delayed-table"));
+        assert!(old.contains("id=\"delayed-note\">waits were not measured"));
+    }
+
+    /// A victim's spawn place and spans come from the service: in the table and the pins'
+    /// JSON they are escaped like all of the recording's text, and no markup comes of them.
+    #[test]
+    fn victims_cannot_break_out_of_the_page() {
+        let evil = "</script><img src=x onerror=alert(1)>\u{1b}[2J\u{202e}";
+        let mut events = victim_events();
+        for e in &mut events {
+            if let Some(v) = e.victims.as_mut() {
+                for w in &mut v.worst {
+                    if let Some(at) = w.spawned_at.as_mut() {
+                        at.file = evil.to_owned();
+                    }
+                    for s in &mut w.spans {
+                        s.name = evil.to_owned();
+                        s.fields.insert(evil.to_owned(), evil.to_owned());
+                    }
+                }
+            }
+        }
+        let page = render(&events, "x", &[]).unwrap();
+        assert!(!page.contains("<img"), "markup from a victim");
+        // The page's own scripts only (its two and the flame graph's).
+        let plain = render(&victim_events(), "x", &[]).unwrap();
+        assert_eq!(
+            page.matches("</script>").count(),
+            plain.matches("</script>").count()
+        );
+        let bad: Vec<char> = page
+            .chars()
+            .filter(|c| pinwatch::text::is_escaped(*c) && !matches!(c, '\n' | '\t'))
+            .collect();
+        assert!(bad.is_empty(), "{bad:?} reached the page");
+        assert!(
+            page.contains("<td class=\"frame\">&lt;/script&gt;&lt;img"),
+            "the table"
+        );
     }
 
     #[test]

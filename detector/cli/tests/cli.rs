@@ -41,7 +41,12 @@ fn normalise(s: &str) -> String {
 }
 
 fn golden(args: &[&str], file: &str) {
-    let rec = data("recording.jsonl");
+    golden_of("recording.jsonl", args, file);
+}
+
+/// The output of `pinwatch ARGS RECORDING` is the golden file `file`'s.
+fn golden_of(recording: &str, args: &[&str], file: &str) {
+    let rec = data(recording);
     let mut all = args.to_vec();
     all.push(rec.to_str().unwrap());
     let (code, out, err) = pinwatch(&all);
@@ -72,8 +77,11 @@ fn json_outputs_parse() {
     let rec = data("recording.jsonl");
     let (code, out, _) = pinwatch(&["summary", "--json", rec.to_str().unwrap()]);
     assert_eq!(code, 0);
-    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let rows = rows.as_array().unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // Every table of the text: the locations, and who waited (nobody measured here).
+    assert_eq!(summary["who_waited"]["measured_pins"], 0);
+    assert_eq!(summary["who_waited"]["rows"], serde_json::json!([]));
+    let rows = summary["locations"].as_array().unwrap();
     assert!(!rows.is_empty());
     // Sorted by total time, descending.
     let totals: Vec<f64> = rows
@@ -87,6 +95,78 @@ fn json_outputs_parse() {
     assert_eq!(out.lines().count(), original.lines().count());
     for line in out.lines() {
         pinwatch::PinnedEvent::from_json_line(line).unwrap();
+    }
+}
+
+/// A recording with victims (`victims.jsonl`: measured ones, a pin whose waits were not
+/// measured, one from before victims, a running and a retracted one): `print` shows each pin's,
+/// `summary` a "who waited" table of the completed pins'.
+#[test]
+fn print_of_victims_matches_golden() {
+    golden_of("victims.jsonl", &["print"], "victims-print.golden");
+}
+
+#[test]
+fn summary_of_victims_matches_golden() {
+    golden_of("victims.jsonl", &["summary"], "victims-summary.golden");
+}
+
+/// `summary --json` holds the same "who waited" table as the text.
+#[test]
+fn summary_json_has_the_who_waited_table() {
+    let rec = data("victims.jsonl");
+    let (code, out, err) = pinwatch(&["summary", "--json", rec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let who = &v["who_waited"];
+    assert_eq!(
+        (&who["measured_pins"], &who["unmeasured_pins"]),
+        (&3.into(), &1.into())
+    );
+    let rows: Vec<(String, String, u64, f64, f64, u64, u64)> = who["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["spawned_at"].as_str().unwrap().to_owned(),
+                r["span"].as_str().unwrap_or("-").to_owned(),
+                r["tasks"].as_u64().unwrap(),
+                r["total_wait_ms"].as_f64().unwrap(),
+                r["max_wait_ms"].as_f64().unwrap(),
+                r["pins"].as_u64().unwrap(),
+                r["lifo"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let row =
+        |a: &str, s: &str, t, total, max, p, l| (a.to_owned(), s.to_owned(), t, total, max, p, l);
+    assert_eq!(
+        rows,
+        [
+            row("src/api.rs:88:5", "request", 3, 800.2, 300.2, 2, 2),
+            row("src/jobs.rs:20:9", "-", 2, 430.0, 250.0, 2, 0),
+            row("src/api.rs:88:5", "conn", 1, 200.0, 200.0, 1, 0),
+            row("(unknown)", "-", 1, 100.0, 100.0, 1, 0),
+        ]
+    );
+    assert_eq!(
+        (&who["unnamed_tasks"], &who["unnamed_wait_ms"]),
+        (&6.into(), &390.3.into())
+    );
+    // The text shows the same rows.
+    let (_, text, _) = pinwatch(&["summary", rec.to_str().unwrap()]);
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "Who Waited")
+        .skip(4)
+        .take(4)
+        .collect();
+    for (line, r) in table.iter().zip(&rows) {
+        assert!(
+            line.starts_with(&r.0) && line.contains(&format!(" {} ", r.1)),
+            "{line} vs {r:?}"
+        );
     }
 }
 

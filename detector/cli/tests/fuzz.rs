@@ -55,6 +55,7 @@ fn seeds() -> Vec<Value> {
     let text = [
         include_str!("data/recording.jsonl"),
         include_str!("data/report-small.jsonl"),
+        include_str!("data/victims.jsonl"),
     ]
     .concat();
     text.lines()
@@ -581,6 +582,13 @@ fn every_reader_survives_crafted_recordings() {
             serde_json::to_string_pretty(&rows)
         })
         .unwrap();
+        let who = no_panic("who_waited", seed, &events, || {
+            recording::who_waited(&events)
+        });
+        let who_text = no_panic("render_who_waited", seed, &who, || {
+            recording::render_who_waited(&who)
+        });
+        assert_printable("who waited", seed, &who_text);
 
         // The pprof profile: built, encoded and decoded back whole; every pin counted once.
         let profile = no_panic("profile::build", seed, &events, || {

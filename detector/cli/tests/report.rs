@@ -220,9 +220,11 @@ fn hot_locations_are_functions_with_their_lines_under_them() {
         .output()
         .unwrap();
     let summary = String::from_utf8(out.stdout).unwrap();
+    // The frames table: up to the blank line before the next table ("Who Waited").
     let rows: Vec<&str> = summary
         .lines()
         .skip(4)
+        .take_while(|l| !l.is_empty())
         .filter(|l| !l.starts_with("  advice"))
         .collect();
     assert_eq!(rows.len(), 6, "{summary}");
@@ -538,4 +540,92 @@ fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
         &format!("file://{}", plain.display()),
     ));
     assert!(select(&dom, "#span-table").is_empty());
+}
+
+/// A pin's victims in its details (measured: the waits, each named victim with its wait,
+/// spawn place, worker, LIFO slot and spans; not measured: said so, no wait), and the most
+/// delayed table, as the browser shows them.
+#[test]
+fn a_pins_victims_and_the_most_delayed_table_show_in_a_real_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = report(&data("victims.jsonl"), dir.path());
+    let url = format!("file://{}", page.display());
+    let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &format!("{url}#pin=1")));
+    let detail = text(&select(&dom, "#detail")[0]);
+    assert!(detail.contains("pin 1 (completed)"), "{detail}");
+    assert!(
+        detail.contains(
+            "victims:   11 tasks waited behind it (measured): 1.52 s in all, the longest \
+             300.2 ms; local run queue up to 10\n  waited 300.2 ms: task 14 spawned at \
+             src/api.rs:88:5, polled by worker 0 [LIFO slot]  in request{uri=/orders}\n"
+        ),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("  waited 200.0 ms: task 17 spawned at src/api.rs:88:5, polled by worker 1  in conn > request{uri=/health}\n"),
+        "{detail}"
+    );
+    assert!(detail.contains("  … and 6 more, not named\n"), "{detail}");
+
+    let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &format!("{url}#pin=3")));
+    let detail = text(&select(&dom, "#detail")[0]);
+    assert!(
+        detail.contains(
+            "victims:   not measured: the worker ran 3 tasks right after it (no wait known); \
+             local run queue up to 4\n  task 30 spawned at src/api.rs:88:5, polled by worker 0  \
+             in request{uri=/orders}\n"
+        ),
+        "{detail}"
+    );
+    assert!(!detail.contains("waited "), "{detail}");
+
+    // A pin of an older recording: no victims line.
+    let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &format!("{url}#pin=4")));
+    let detail = text(&select(&dom, "#detail")[0]);
+    assert!(
+        detail.contains("pin 4 (completed)") && !detail.contains("victims:"),
+        "{detail}"
+    );
+
+    let rows: Vec<Vec<String>> = select(&dom, "#delayed-table tbody tr")
+        .iter()
+        .map(|tr| {
+            tr.select(&Selector::parse("td").unwrap())
+                .map(|td| text(&td))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            [
+                "src/api.rs:88:5",
+                "request",
+                "3",
+                "800.2 ms",
+                "300.2 ms",
+                "2",
+                "2"
+            ],
+            [
+                "src/jobs.rs:20:9",
+                "-",
+                "2",
+                "430.0 ms",
+                "250.0 ms",
+                "2",
+                "0"
+            ],
+            [
+                "src/api.rs:88:5",
+                "conn",
+                "1",
+                "200.0 ms",
+                "200.0 ms",
+                "1",
+                "0"
+            ],
+            ["(unknown)", "-", "1", "100.0 ms", "100.0 ms", "1", "0"],
+        ]
+    );
 }

@@ -729,6 +729,7 @@ fn status(s: &Served) -> Status {
                     .as_ref()
                     .and_then(|e| e.trace_id.clone())
                     .map(|t| bounded(t, MAX_TRACE_ID)),
+                delayed: e.as_ref().and_then(|e| e.victims.as_ref()).map(delayed_of),
             }
         })
         .collect();
@@ -832,6 +833,20 @@ fn request_of(e: &crate::PinnedEvent) -> Option<String> {
         .map(|s| bounded(s.display(), crate::event::MAX_SPAN_TEXT))
 }
 
+/// A pin's victims in brief, for `status` (the description bounded).
+fn delayed_of(v: &crate::Victims) -> protocol::Delayed {
+    protocol::Delayed {
+        measured: v.measured,
+        tasks: v.tasks,
+        max_wait_ms: v
+            .max_wait
+            .filter(|_| v.measured)
+            // As the recording writes it: microseconds.
+            .map(|d| (d.as_secs_f64() * 1e6).round() / 1e3),
+        description: v.describe().map(|d| bounded(d, MAX_FIELD)),
+    }
+}
+
 /// `s` escaped and cut to at most `max` bytes ([`text::bounded`](crate::text::bounded)).
 fn bounded(s: String, max: usize) -> String {
     crate::text::bounded(&s, max)
@@ -866,6 +881,69 @@ mod tests {
             shown.len()
         );
         assert!(shown.starts_with("request{uri=xxx") && shown.ends_with('…'));
+    }
+
+    /// A running pin's victims, for `status`: measured, the count and the longest wait;
+    /// not measured, the count and no wait; the words bounded; a pin without victims (or an
+    /// older service) has none, and a status without the field still reads.
+    #[test]
+    fn status_says_who_waited_behind_each_pin() {
+        use crate::event::{Reason, State, Victim, Victims};
+        let mut e = crate::PinnedEvent::for_test(1, State::InProgress, Reason::Sleep, 300, 3);
+        let victim = |id, wait_ms: Option<u64>| Victim {
+            task_id: id,
+            spawned_at: Some(crate::event::SourceLocation {
+                file: "src/api.rs".into(),
+                line: 88,
+                column: 5,
+            }),
+            wait: wait_ms.map(Duration::from_millis),
+            worker: Some(0),
+            lifo: true,
+            spans: vec![crate::SpanInfo::for_test(
+                "request",
+                "svc",
+                &[("uri", &"x".repeat(5000))],
+            )],
+        };
+        e.victims = Some(Victims {
+            measured: true,
+            tasks: 11,
+            total_wait: Some(Duration::from_micros(1_520_500)),
+            max_wait: Some(Duration::from_micros(300_250)),
+            worst: vec![victim(14, Some(300))],
+            queue_depth_max: Some(10),
+        });
+        let d = delayed_of(e.victims.as_ref().unwrap());
+        assert_eq!(
+            (d.measured, d.tasks, d.max_wait_ms),
+            (true, 11, Some(300.25))
+        );
+        let words = d.description.unwrap();
+        assert!(
+            words.starts_with("delayed 11 tasks, the longest 300.2 ms: spawned at src/api.rs:88:5"),
+            "{words}"
+        );
+        assert!(words.len() <= MAX_FIELD, "{}", words.len());
+        e.victims = Some(Victims {
+            measured: false,
+            tasks: 3,
+            total_wait: None,
+            max_wait: None,
+            worst: vec![victim(30, None)],
+            queue_depth_max: None,
+        });
+        let d = delayed_of(e.victims.as_ref().unwrap());
+        assert_eq!((d.measured, d.tasks, d.max_wait_ms), (false, 3, None));
+        assert!(d.description.unwrap().contains("not measured"));
+        // The field is optional both ways.
+        let old: protocol::PinnedNow = serde_json::from_value(serde_json::json!({
+            "id": 1, "for_ms": 30, "worker": 0, "tid": 1, "task_id": 1, "spawned_at": null,
+            "reason": null, "blocking_operation": null, "top_frame": null, "held_locks": 0,
+        }))
+        .unwrap();
+        assert_eq!(old.delayed, None);
+        assert!(!serde_json::to_string(&old).unwrap().contains("delayed"));
     }
 
     /// Several recordings changed the protocol only by adding: an older `pinwatch ctl`'s

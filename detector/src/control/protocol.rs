@@ -199,4 +199,27 @@ pub struct PinnedNow {
     /// That request's OpenTelemetry trace id (32 hex digits), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// Who waited behind it so far, as its latest report says (its `victims`); `None` until
+    /// one is known, and from services older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delayed: Option<Delayed>,
+}
+
+/// The tasks a running pin has delayed so far ([`PinnedNow::delayed`]): the event's
+/// [`Victims`](crate::Victims) in brief.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Delayed {
+    /// `true`: the waits were measured and `tasks` waited behind the pin; `false`: no wait was
+    /// measured, and `tasks` are the tasks its worker ran next.
+    pub measured: bool,
+    /// Tasks delayed (measured), or run next (not measured).
+    pub tasks: usize,
+    /// The longest wait, in ms (measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait_ms: Option<f64>,
+    /// Them in words, the longest wait named
+    /// ([`Victims::describe`](crate::Victims::describe)), bounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }

@@ -12,6 +12,10 @@
 //! `nobeat` is pinwatch without its heartbeat (`PINWATCH_HEARTBEAT=off`), to see what the
 //! heartbeat costs.
 //!
+//! Built with `--features schedule-latency`, `tracked` is tokio measuring every task's wait
+//! (`track_task_schedule_latency`) with two empty hooks: tokio's share of what the feature
+//! costs; `pinwatch` then includes it.
+//!
 //! Built with `--features console`, `console` runs pinwatch with `PINWATCH_CONSOLE=on`'s setup
 //! (tokio-console's layer installed, its server listening on `TOKIO_CONSOLE_BIND`). Every mode
 //! prints the storm's wall time.
@@ -28,11 +32,26 @@ fn main() {
             tokio.on_before_task_poll(|_| {}).on_after_task_poll(|_| {});
             (tokio.build().expect("runtime"), None)
         }
+        // tokio measuring every task's schedule latency, with two empty hooks: what the
+        // `schedule-latency` feature costs in tokio itself (its clock reads).
+        #[cfg(feature = "schedule-latency")]
+        "tracked" => {
+            tokio
+                .track_task_schedule_latency()
+                .on_before_task_poll(|_| {})
+                .on_after_task_poll(|_| {});
+            (tokio.build().expect("runtime"), None)
+        }
         "pinwatch" | "nobeat" => {
             let beat = (mode == "pinwatch").then_some(pinwatch::config::DEFAULT_HEARTBEAT);
+            // `PINWATCH_THRESHOLD` and the rest of the environment apply (the storm's tasks
+            // wait long under valgrind: a threshold above the run's length keeps every poll on
+            // the common path).
             let (rt, d) = pinwatch::Builder::new()
                 .tracing(false)
                 .heartbeat(beat)
+                .with_env()
+                .expect("PINWATCH_* settings")
                 .build(&mut tokio)
                 .expect("runtime");
             (rt, Some(d))
@@ -48,8 +67,8 @@ fn main() {
         }
         other => {
             eprintln!(
-                "yield_storm: unknown mode {other:?}; use plain, hooks, pinwatch, nobeat or \
-                 (built with the `console` feature) console"
+                "yield_storm: unknown mode {other:?}; use plain, hooks, pinwatch, nobeat, \
+                 (built with the `console` feature) console or (with `schedule-latency`) tracked"
             );
             std::process::exit(2);
         }

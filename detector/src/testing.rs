@@ -246,6 +246,22 @@ pub fn render(pins: &[PinnedEvent]) -> String {
                 l.kind, l.acquired_at
             ));
         }
+        if let Some(v) = &e.victims {
+            for w in &v.worst {
+                s.push_str(&format!(
+                    "\n    delayed task {} {}",
+                    w.task_id,
+                    w.describe()
+                ));
+                match w.wait {
+                    Some(wait) => s.push_str(&format!(" for {:.1} ms", wait.as_secs_f64() * 1e3)),
+                    None => s.push_str(" (ran next; wait not measured)"),
+                }
+                if w.lifo {
+                    s.push_str(" in the worker's LIFO slot");
+                }
+            }
+        }
     }
     if pins.len() > SHOWN_IN_FULL {
         s.push_str(&format!("\n\n… and {} more", pins.len() - SHOWN_IN_FULL));
@@ -268,6 +284,46 @@ mod tests {
         )];
         let msg = render(&[e]);
         assert!(msg.contains(" in request{method=GET uri=/report}"), "{msg}");
+    }
+
+    #[test]
+    fn the_failure_message_names_the_victims_of_the_pin() {
+        let mut e = PinnedEvent::for_test(1, State::Completed, Reason::Sleep, 300, 1);
+        e.victims = Some(crate::Victims {
+            measured: true,
+            tasks: 11,
+            total_wait: Some(Duration::from_millis(1500)),
+            max_wait: Some(Duration::from_millis(300)),
+            worst: vec![crate::Victim {
+                task_id: 14,
+                spawned_at: Some(crate::event::SourceLocation {
+                    file: "src/api.rs".into(),
+                    line: 88,
+                    column: 5,
+                }),
+                wait: Some(Duration::from_millis(300)),
+                worker: Some(0),
+                lifo: true,
+                spans: vec![crate::SpanInfo::for_test(
+                    "request",
+                    "svc",
+                    &[("uri", "/orders")],
+                )],
+            }],
+            queue_depth_max: Some(10),
+        });
+        let msg = render(&[e]);
+        assert!(
+            msg.contains("delayed 11 tasks, the longest 300.0 ms: spawned at src/api.rs:88:5"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "delayed task 14 spawned at src/api.rs:88:5 in request{uri=/orders} for 300.0 \
+                 ms in the worker's LIFO slot"
+            ),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -97,6 +97,7 @@ fn run(
         found_ended: Vec::new(),
         cur: 0,
         held: Vec::new(),
+        sent: Default::default(),
         wait_next: vec![0; n],
     };
     let mut scans = 0u64;
@@ -262,10 +263,18 @@ struct Scan<'a> {
     /// Completed pins whose report waits, until the time beside each, for the tasks that
     /// waited behind them to be polled ([`VICTIM_WINDOW`](crate::event::VICTIM_WINDOW)).
     held: Vec<(Pinned, Instant)>,
+    /// Pins whose reports have gone out, for a while: a wait that only they overlapped (its
+    /// task polled after the report was sent) is neither theirs any more nor a busy runtime's.
+    #[cfg_attr(not(feature = "schedule-latency"), allow(dead_code))]
+    sent: std::collections::VecDeque<super::victims::PinSpan>,
     /// Per slot, the next record of its wait ring to read (`schedule-latency`).
     #[cfg_attr(not(feature = "schedule-latency"), allow(dead_code))]
     wait_next: Vec<u64>,
 }
+
+/// How long a pin whose report has gone out is remembered, so that a wait it caused is not
+/// taken for a busy runtime's.
+const SENT_KEPT: Duration = Duration::from_secs(10);
 
 /// Whether tokio measures the tasks' waits (the `schedule-latency` feature).
 const MEASURED: bool = cfg!(feature = "schedule-latency");
@@ -695,6 +704,19 @@ impl Scan<'_> {
                 let (mut p, _) = self.held.remove(i);
                 self.finish_victims(&mut p);
                 self.send(&p);
+                if MEASURED {
+                    // Kept a while (a wait never outlives this by much on a live runtime),
+                    // and bounded.
+                    while self.sent.len() >= 256
+                        || self
+                            .sent
+                            .front()
+                            .is_some_and(|s| s.end.is_some_and(|e| now > e + SENT_KEPT))
+                    {
+                        self.sent.pop_front();
+                    }
+                    self.sent.push_back(p.span());
+                }
             } else {
                 i += 1;
             }
@@ -772,7 +794,12 @@ impl Scan<'_> {
         for w in &waits {
             let blamed = super::victims::blame(w, &spans);
             if blamed.is_empty() {
-                stats.busy_waits.fetch_add(1, Ordering::Relaxed);
+                let sent: Vec<_> = self.sent.iter().copied().collect();
+                if super::victims::blame(w, &sent).is_empty() {
+                    stats.busy_waits.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    stats.victims_late.fetch_add(1, Ordering::Relaxed);
+                }
             }
             for i in blamed {
                 pins[i].tally.add(w, || {

@@ -66,6 +66,10 @@ pub struct Stats {
     /// Of the waits tokio measured past the threshold, the ones the watchdog did not read in
     /// time (a worker's record of them is a ring of 16; with the `schedule-latency` feature).
     pub victims_lost: u64,
+    /// Tasks that waited past the threshold behind a pin whose completed report had already
+    /// gone out ([`VICTIM_WINDOW`](crate::event::VICTIM_WINDOW) after it ended): in no event,
+    /// and not taken for a busy runtime's either.
+    pub victims_late: u64,
 }
 
 pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
@@ -92,6 +96,7 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         drivers_seen: c.drivers_seen.load(Ordering::Relaxed),
         busy_waits: r(&c.busy_waits),
         victims_lost: r(&c.victims_lost),
+        victims_late: r(&c.victims_late),
     }
 }
 
@@ -121,4 +126,6 @@ pub(crate) struct StatsCounters {
     pub busy_waits: AtomicU64,
     /// Waits past the threshold overwritten before the watchdog read them.
     pub victims_lost: AtomicU64,
+    /// Waits past the threshold behind a pin already reported.
+    pub victims_late: AtomicU64,
 }

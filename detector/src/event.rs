@@ -533,8 +533,12 @@ pub struct Drivers {
 /// sent this long after the poll's end, with the victims polled by then.
 pub const VICTIM_WINDOW: Duration = Duration::from_millis(50);
 
-/// The most victims an event names ([`Victims::worst`]).
+/// The most victims an event names when their waits were measured ([`Victims::worst`]).
 pub const MAX_VICTIMS_NAMED: usize = 5;
+
+/// The most victims an event lists at all: measured, [`MAX_VICTIMS_NAMED`]; not measured, the
+/// tasks the pinned worker ran next, up to 8.
+pub const MAX_VICTIMS_LISTED: usize = 8;
 
 /// The tasks that waited behind a pin ([`PinnedEvent::victims`]): who paid for it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -625,6 +629,21 @@ impl Victim {
 }
 
 impl Victims {
+    /// What pinwatch writes, from what a recording says: no wait nor LIFO slot claimed where
+    /// nothing was measured, at most [`MAX_VICTIMS_LISTED`] listed (a crafted line may say
+    /// anything; every view then shows what pinwatch could have written).
+    pub(crate) fn as_written(&mut self) {
+        self.worst.truncate(MAX_VICTIMS_LISTED);
+        if !self.measured {
+            self.total_wait = None;
+            self.max_wait = None;
+            for w in &mut self.worst {
+                w.wait = None;
+                w.lifo = false;
+            }
+        }
+    }
+
     /// The headline's words for them: `delayed 11 tasks, the longest 300.0 ms: spawned at
     /// src/api.rs:88:5 in request{uri=/orders}`; not measured: `then ran task 12 spawned at
     /// …, …`. `None` when there is nothing to say.
@@ -813,6 +832,9 @@ impl PinnedEvent {
         let line: RecordLine<PinnedEvent> =
             serde_json::from_value(value).map_err(|e| ParseLineError::Json(e.to_string()))?;
         let mut e = line.pinned;
+        if let Some(v) = &mut e.victims {
+            v.as_written();
+        }
         if e.advice.is_none() {
             // Written before events carried advice.
             e.advice = e
@@ -1268,6 +1290,44 @@ mod tests {
             trace_id: None,
             span_id: None,
         }
+    }
+
+    #[test]
+    fn a_recordings_victims_are_read_as_pinwatch_writes_them() {
+        let mut e = sample();
+        let victim = Victim {
+            task_id: 3,
+            wait: Some(Duration::from_millis(99)),
+            lifo: true,
+            ..Victim::default()
+        };
+        e.victims = Some(Victims {
+            measured: false,
+            tasks: usize::MAX,
+            total_wait: Some(Duration::from_millis(5)),
+            max_wait: Some(Duration::from_millis(5)),
+            worst: vec![victim.clone(); 1000],
+            queue_depth_max: None,
+        });
+        let read = PinnedEvent::from_json_line(&e.to_json_line()).unwrap();
+        let v = read.victims.unwrap();
+        assert_eq!(v.worst.len(), MAX_VICTIMS_LISTED);
+        assert!(v.worst.iter().all(|w| w.wait.is_none() && !w.lifo), "{v:?}");
+        assert_eq!((v.total_wait, v.max_wait), (None, None));
+        // Measured: the waits stand.
+        e.victims.as_mut().unwrap().measured = true;
+        let v = PinnedEvent::from_json_line(&e.to_json_line())
+            .unwrap()
+            .victims
+            .unwrap();
+        assert_eq!(v.worst[0], victim);
+        // Older recordings have none.
+        assert_eq!(
+            PinnedEvent::from_json_line(&sample().to_json_line())
+                .unwrap()
+                .victims,
+            None
+        );
     }
 
     #[test]

@@ -1009,7 +1009,7 @@ pub fn who_waited(events: &[PinnedEvent]) -> WhoWaited {
         }
         who.measured_pins += 1;
         let mut named_wait = 0.0;
-        let mut delayed: Vec<(String, String)> = Vec::new();
+        let mut delayed: std::collections::HashSet<(String, String)> = Default::default();
         for victim in &v.worst {
             let wait = victim.wait.map_or(0.0, |w| w.as_secs_f64() * 1e3);
             named_wait += wait;
@@ -1036,12 +1036,13 @@ pub fn who_waited(events: &[PinnedEvent]) -> WhoWaited {
             row.total_wait_ms += wait;
             row.max_wait_ms = row.max_wait_ms.max(wait);
             row.lifo += usize::from(victim.lifo);
-            if !delayed.contains(&key) {
+            if delayed.insert(key) {
                 row.pins += 1;
-                delayed.push(key);
             }
         }
-        who.unnamed_tasks += v.tasks.saturating_sub(v.worst.len());
+        who.unnamed_tasks = who
+            .unnamed_tasks
+            .saturating_add(v.tasks.saturating_sub(v.worst.len()));
         if let Some(total) = v.total_wait {
             unnamed_wait += (total.as_secs_f64() * 1e3 - named_wait).max(0.0);
         }

@@ -123,10 +123,57 @@ fn hook_path_makes_no_system_call() {
     drop(prepared);
 }
 
+/// The rare paths around a pin: the end of a poll the watchdog flagged (a clock read, by design:
+/// once per pin), the polls after it, which take the cold path to be recorded until eight are,
+/// and with `schedule-latency` a poll after a long wait (a clock read when it begins; its record
+/// published when it ends). None allocates; past the clock reads, none makes a system call.
+#[test]
+fn the_paths_around_a_pin_allocate_nothing_and_record_with_no_system_call() {
+    let events = support::Collected::default();
+    let prepared = support::builder(&events).prepare().unwrap();
+    let hooks = prepared.hooks();
+    let location = std::panic::Location::caller();
+    hooks.before_poll_raw(1, location);
+    hooks.after_poll_raw();
+    hooks.before_poll_raw(2, location);
+    // As the watchdog does (a system call: before the child starts).
+    assert!(hooks.__flag_running_poll(), "the running poll is flagged");
+    let allocs = under_strict_seccomp_after(
+        || {
+            // The clock reads.
+            hooks.after_poll_raw();
+            #[cfg(feature = "schedule-latency")]
+            {
+                hooks.before_poll_raw(3, location);
+                hooks.__waited_raw(true, 3, location, 50_000_000);
+            }
+        },
+        || {
+            #[cfg(feature = "schedule-latency")]
+            {
+                hooks.__waited_raw(false, 3, location, 50_000_000);
+                hooks.after_poll_raw();
+            }
+            // Recorded on the cold path, then the per-poll path again.
+            for i in 0..100_000u64 {
+                hooks.before_poll_raw(10 + i, location);
+                hooks.after_poll_raw();
+            }
+        },
+    );
+    assert_eq!(allocs, 0, "allocations around a pin");
+    drop(prepared);
+}
+
 /// Runs `work` in a forked child under strict seccomp (any system call but read, write, exit and
 /// sigreturn kills it), with the counting allocator on; the allocations it made. Fails the test
 /// if the child was killed.
-fn under_strict_seccomp(mut work: impl FnMut()) -> u64 {
+fn under_strict_seccomp(work: impl FnMut()) -> u64 {
+    under_strict_seccomp_after(|| {}, work)
+}
+
+/// [`under_strict_seccomp`], with `prelude` run in the child first, counted but before seccomp.
+fn under_strict_seccomp_after(prelude: impl FnOnce(), mut work: impl FnMut()) -> u64 {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe() writes.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
@@ -138,6 +185,7 @@ fn under_strict_seccomp(mut work: impl FnMut()) -> u64 {
     if pid == 0 {
         let allocs_before = IN_HOOK_ALLOCS.load(Ordering::Relaxed);
         IN_HOOK.with(|h| h.set(true));
+        prelude();
         // SAFETY: strict seccomp takes no pointers; from here on any system call but read,
         // write, exit and sigreturn kills this child.
         unsafe { libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) };

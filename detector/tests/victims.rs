@@ -178,3 +178,44 @@ fn a_wait_with_no_pin_is_a_busy_runtime_not_a_victim() {
     // Tasks 3 to 8 waited at least 24 ms (two polls of 12 ms before them).
     assert!(stats.busy_waits >= 6, "{stats:?}");
 }
+
+/// Two tasks that block in turn on one worker: the second waited behind the first, then pinned
+/// itself. It is the first pin's victim, never its own; and pinwatch's own heartbeat, which waits
+/// with every task, is nobody's victim.
+#[cfg(feature = "schedule-latency")]
+#[test]
+fn a_task_that_waited_then_pinned_is_the_previous_pins_victim_not_its_own() {
+    let events = Collected::default();
+    let rt = watch(builder(&events).threshold(THRESHOLD), &mut multi_thread(1));
+    let (first, second) = rt.block_on(async {
+        let a = tokio::spawn(async { std::thread::sleep(Duration::from_millis(100)) });
+        let b = tokio::spawn(async { std::thread::sleep(Duration::from_millis(100)) });
+        let ids = (id_of(a.id()), id_of(b.id()));
+        a.await.unwrap();
+        b.await.unwrap();
+        ids
+    });
+    rt.shutdown();
+    let completed = events.completed();
+    let pin_of = |task| {
+        completed
+            .iter()
+            .find(|e| e.task_id == Some(task))
+            .unwrap_or_else(|| panic!("task {task} pinned: {completed:?}"))
+    };
+    let a = pin_of(first).victims.clone().unwrap();
+    let b = pin_of(second).victims.clone().unwrap();
+    let waited = a
+        .worst
+        .iter()
+        .find(|w| w.task_id == second)
+        .unwrap_or_else(|| panic!("the second task waited behind the first: {a:?}"));
+    assert!(waited.wait.unwrap() >= Duration::from_millis(80), "{a:?}");
+    assert!(b.worst.iter().all(|w| w.task_id != second), "{b:?}");
+    for e in &completed {
+        for w in &e.victims.as_ref().unwrap().worst {
+            let file = &w.spawned_at.as_ref().unwrap().file;
+            assert!(!file.contains("heartbeat"), "pinwatch's own task: {e:?}");
+        }
+    }
+}

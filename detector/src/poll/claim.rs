@@ -99,13 +99,14 @@ fn flagged_poll_ended(seq: u64) {
     }
 }
 
-/// Rare path (`schedule-latency`): the poll of task `task_id` that just ended on this thread
-/// came after it waited `wait` ns, at or past the threshold: recorded in the thread's slot with
-/// the time and the innermost span the poll entered. Only a thread whose slot is in `table`.
+/// Rare path (`schedule-latency`): the poll of task `task_id` that begins on this thread
+/// (its counter just made odd) comes after it waited `wait` ns, at or past the threshold:
+/// recorded in the thread's slot with the time, published when the poll ends
+/// ([`wait_ends`] adds its span). Only a thread whose slot is in `table`.
 #[cfg(feature = "schedule-latency")]
 #[cold]
 #[inline(never)]
-pub(crate) fn waited_long(
+pub(crate) fn wait_begins(
     table: &Arc<SlotTable>,
     task_id: u64,
     spawned_at: &'static std::panic::Location<'static>,
@@ -117,17 +118,34 @@ pub(crate) fn waited_long(
     }
     // SAFETY: the thread's slot in `table`, kept alive by its `Claim` (see `begin_poll`).
     let slot = unsafe { &*current.slot };
-    // The poll that just ended: the counter is even now, one past the poll's.
-    let poll = slot.poll.seq().wrapping_sub(1);
-    slot.waits.push(super::waits::Waited {
+    slot.waits.begin(super::waits::Waited {
         task: Polled {
             task_id,
             spawned_at: spawned_at as *const std::panic::Location<'static> as usize,
         },
+        poll: slot.poll.seq(),
         wait,
         at: table.nanos_since_base(Instant::now()),
-        span: slot.spans.last_entered(poll).map(|e| (e.layer, e.id)),
+        span: None,
     });
+}
+
+/// Rare path (`schedule-latency`): the poll [`wait_begins`] recorded has ended; its record gets
+/// the innermost span the poll entered.
+#[cfg(feature = "schedule-latency")]
+#[cold]
+#[inline(never)]
+pub(crate) fn wait_ends(table: &Arc<SlotTable>) {
+    let current = current::get();
+    if current.owner & !AFTER_PIN != SlotTable::key(table) || current.slot.is_null() {
+        return;
+    }
+    // SAFETY: as in `wait_begins`.
+    let slot = unsafe { &*current.slot };
+    // The poll that just ended: the counter is even now, one past the poll's.
+    let poll = slot.poll.seq().wrapping_sub(1);
+    slot.waits
+        .end(poll, slot.spans.last_entered(poll).map(|e| (e.layer, e.id)));
 }
 
 /// The table whose address a thread's `Current::owner` holds, without the [`AFTER_PIN`] bit.

@@ -75,31 +75,46 @@ impl Table {
         end_poll();
     }
 
-    /// After a poll, with tokio's measure of how long the task waited to be polled
-    /// (`schedule-latency`): one load and a compare, and a record only for a wait at or past
-    /// the threshold.
+    /// Whether tokio says the task of this poll waited at least the threshold to be polled
+    /// (`schedule-latency`; both hooks get the same measure): a load and a compare.
     #[cfg(feature = "schedule-latency")]
     #[inline(always)]
-    fn waited(&self, meta: &TaskMeta<'_>) {
-        if let Some(wait) = meta.schedule_latency() {
-            let ns = wait
-                .as_secs()
-                .wrapping_mul(1_000_000_000)
-                .wrapping_add(u64::from(wait.subsec_nanos()));
-            if ns
-                >= self
-                    .table
-                    .wait_floor
-                    .0
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            {
-                super::claim::waited_long(
-                    &self.table,
-                    super::id_u64(&meta.id()),
-                    meta.spawned_at(),
-                    ns,
-                );
-            }
+    fn waited_long(&self, meta: &TaskMeta<'_>) -> Option<u64> {
+        let wait = meta.schedule_latency()?;
+        let ns = wait
+            .as_secs()
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(u64::from(wait.subsec_nanos()));
+        (ns >= self
+            .table
+            .wait_floor
+            .0
+            .load(std::sync::atomic::Ordering::Relaxed))
+        .then_some(ns)
+    }
+
+    /// Before a poll, after [`before`](Self::before): a poll that waited long is recorded
+    /// (begun: the time is the poll's start).
+    #[cfg(feature = "schedule-latency")]
+    #[inline(always)]
+    fn before_waited(&self, meta: &TaskMeta<'_>) {
+        if let Some(ns) = self.waited_long(meta) {
+            super::claim::wait_begins(
+                &self.table,
+                super::id_u64(&meta.id()),
+                meta.spawned_at(),
+                ns,
+            );
+        }
+    }
+
+    /// After a poll, after [`after`](Self::after): the record of a poll that waited long is
+    /// published, with the span the poll entered.
+    #[cfg(feature = "schedule-latency")]
+    #[inline(always)]
+    fn after_waited(&self, meta: &TaskMeta<'_>) {
+        if self.waited_long(meta).is_some() {
+            super::claim::wait_ends(&self.table);
         }
     }
 
@@ -146,12 +161,14 @@ impl PollHooks {
         builder.track_task_schedule_latency();
         builder
             .on_before_task_poll(move |meta| {
-                before.before(super::id_u64(&meta.id()), meta.spawned_at())
+                before.before(super::id_u64(&meta.id()), meta.spawned_at());
+                #[cfg(feature = "schedule-latency")]
+                before.before_waited(meta);
             })
             .on_after_task_poll(move |meta| {
                 after.after();
                 #[cfg(feature = "schedule-latency")]
-                after.waited(meta);
+                after.after_waited(meta);
                 #[cfg(not(feature = "schedule-latency"))]
                 let _ = meta;
             })
@@ -185,6 +202,10 @@ impl PollHooks {
     #[inline]
     pub fn before_poll(&self, meta: &TaskMeta<'_>) {
         self.before_poll_raw(super::id_u64(&meta.id()), meta.spawned_at());
+        #[cfg(feature = "schedule-latency")]
+        if let Some(table) = &self.table {
+            table.before_waited(meta);
+        }
     }
 
     /// Call from `on_after_task_poll`. With the `schedule-latency` feature, also call
@@ -194,7 +215,7 @@ impl PollHooks {
         self.after_poll_raw();
         #[cfg(feature = "schedule-latency")]
         if let Some(table) = &self.table {
-            table.waited(meta);
+            table.after_waited(meta);
         }
         #[cfg(not(feature = "schedule-latency"))]
         let _ = meta;
@@ -208,6 +229,42 @@ impl PollHooks {
         if let Some(table) = &self.table {
             table.before(task_id, spawned_at);
         }
+    }
+
+    /// The rare paths of a poll whose task waited `wait_ns` to be polled
+    /// (`schedule-latency`), without tokio's `TaskMeta`: the record begun after
+    /// [`before_poll_raw`](Self::before_poll_raw), published before
+    /// [`after_poll_raw`](Self::after_poll_raw) would. For tests.
+    #[cfg(feature = "schedule-latency")]
+    #[doc(hidden)]
+    pub fn __waited_raw(
+        &self,
+        begins: bool,
+        task_id: u64,
+        spawned_at: &'static Location<'static>,
+        wait_ns: u64,
+    ) {
+        if let Some(table) = &self.table {
+            if begins {
+                super::claim::wait_begins(&table.table, task_id, spawned_at, wait_ns);
+            } else {
+                super::claim::wait_ends(&table.table);
+            }
+        }
+    }
+
+    /// Marks the calling thread's running poll as the watchdog does when it finds it pinned,
+    /// so that its end takes the rare path (and the polls after it are recorded). Not a hook;
+    /// it makes a system call. For tests.
+    #[doc(hidden)]
+    pub fn __flag_running_poll(&self) -> bool {
+        let slot = super::claim::current_slot_any();
+        if slot.is_null() {
+            return false;
+        }
+        // SAFETY: the calling thread's own slot, kept alive by its claim while it runs.
+        let slot = unsafe { &*slot };
+        slot.poll.flag(slot.poll.seq())
     }
 
     /// [`after_poll`](Self::after_poll) without tokio's `TaskMeta`. For tests.
@@ -380,6 +437,68 @@ mod tests {
         holder.join().unwrap();
         assert_eq!(active(&a), 0);
         assert_eq!(active(&b), 0);
+    }
+
+    /// After a flagged poll, the thread's next polls are recorded on the cold path, in its own
+    /// slot (never a second claim), until its record is full or it parks; then the per-poll
+    /// path takes over again.
+    #[test]
+    fn the_polls_after_a_flagged_one_are_recorded_until_the_thread_parks() {
+        use crate::poll::waits::{Polled, AFTER_PIN_MAX};
+        let table = Arc::new(SlotTable::new(2));
+        let hooks = PollHooks::new(Some(Arc::clone(&table)));
+        let (begun_tx, begun_rx) = mpsc::channel();
+        let (flagged_tx, flagged_rx) = mpsc::channel::<()>();
+        let (more_tx, more_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel();
+        let at = Location::caller();
+        let worker = std::thread::spawn(move || {
+            hooks.before_poll_raw(5, at);
+            begun_tx.send(()).unwrap();
+            flagged_rx.recv().unwrap();
+            hooks.after_poll_raw();
+            for task in [6, 5, 7] {
+                hooks.before_poll_raw(task, at);
+                hooks.after_poll_raw();
+            }
+            hooks.before_park();
+            hooks.after_unpark();
+            // Recording ended at the park: this one is not recorded.
+            hooks.before_poll_raw(8, at);
+            hooks.after_poll_raw();
+            done_tx.send(()).unwrap();
+            more_rx.recv().unwrap();
+        });
+        begun_rx.recv().unwrap();
+        let slot = &table.slots()[0];
+        let seq = slot.poll.seq();
+        assert!(slot.poll.flag(seq));
+        flagged_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        let mut out = [Polled {
+            task_id: 0,
+            spawned_at: 0,
+        }; AFTER_PIN_MAX];
+        let n = slot.after_pin.read(seq, &mut out);
+        let at = at as *const Location<'static> as usize;
+        assert_eq!(
+            out[..n],
+            [
+                Polled {
+                    task_id: 6,
+                    spawned_at: at
+                },
+                Polled {
+                    task_id: 7,
+                    spawned_at: at
+                }
+            ],
+            "the tasks run after the pin, not the pinned task itself"
+        );
+        assert_eq!(active(&table), 1, "one slot, never a second claim");
+        assert_eq!(slot.poll.seq(), seq + 9, "every poll was marked");
+        more_tx.send(()).unwrap();
+        worker.join().unwrap();
     }
 
     #[test]

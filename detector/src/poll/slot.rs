@@ -15,7 +15,7 @@ use super::park::Parking;
 use super::protocol::{PollCell, NOT_FLAGGED};
 use super::sample::SampleArea;
 use super::span_stack::SpanStack;
-use super::waits::AfterPin;
+use super::waits::AfterPins;
 #[cfg(feature = "schedule-latency")]
 use super::waits::WaitRing;
 
@@ -59,7 +59,7 @@ pub(crate) struct Slot {
     /// The running poll is unwinding from a panic, since when ([`poll_panics`]).
     pub unwinding: Unwinding,
     /// The first tasks polled after a flagged poll ([`super::waits`]).
-    pub after_pin: AfterPin,
+    pub after_pin: AfterPins,
     /// Tasks polled here after waiting past the threshold ([`super::waits`]).
     #[cfg(feature = "schedule-latency")]
     pub waits: WaitRing,
@@ -201,7 +201,7 @@ impl Slot {
             sample: SampleArea::new(),
             spans: SpanStack::new(),
             unwinding: Unwinding::new(),
-            after_pin: AfterPin::new(),
+            after_pin: AfterPins::new(),
             #[cfg(feature = "schedule-latency")]
             waits: WaitRing::new(),
         }

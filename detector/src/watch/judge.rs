@@ -293,6 +293,11 @@ pub(super) struct Pinned {
     pub queue_max: Option<usize>,
     /// When it ended, once it has.
     pub end: Option<Instant>,
+    /// The tasks its thread polled next, as far as read so far (the record may be reused).
+    pub after: (
+        [crate::poll::waits::Polled; crate::poll::waits::AFTER_PIN_MAX],
+        usize,
+    ),
 }
 
 impl Pinned {
@@ -322,6 +327,13 @@ impl Pinned {
             tally: Default::default(),
             queue_max: event.tasks_queued_behind,
             end: None,
+            after: (
+                [crate::poll::waits::Polled {
+                    task_id: 0,
+                    spawned_at: 0,
+                }; crate::poll::waits::AFTER_PIN_MAX],
+                0,
+            ),
             event,
         }
     }
@@ -329,6 +341,7 @@ impl Pinned {
     /// The pin as the victims' attribution sees it.
     pub fn span(&self) -> super::victims::PinSpan {
         super::victims::PinSpan {
+            task: self.event.task_id,
             worker: self.event.worker.index,
             start: self.start,
             end: self.end,

@@ -92,6 +92,8 @@ fn run(
         settings: settings.refresh(&shared.tunables),
         stalled: None,
         multi_thread: handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread,
+        lifo_slot: handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+            && handle.metrics().num_workers() >= 2,
         view: DriverView::default(),
         drivers: DriverWatch::default(),
         found_ended: Vec::new(),
@@ -237,6 +239,21 @@ fn run(
     }
 }
 
+/// Reads the record of the tasks `p`'s thread polled after it (in `slots`), keeping the longest
+/// read: the thread reuses the record after later flagged polls.
+fn read_after(slots: &[Slot], p: &mut Pinned) {
+    let mut after = [Polled {
+        task_id: 0,
+        spawned_at: 0,
+    }; AFTER_PIN_MAX];
+    let n = slots
+        .get(p.slot)
+        .map_or(0, |s| s.after_pin.read(p.seq, &mut after));
+    if n > p.after.1 {
+        p.after = (after, n);
+    }
+}
+
 /// Nothing can poll now: every core is parked and no slot has a poll running.
 fn quiet(table: &SlotTable, cores: usize) -> bool {
     table.parking.all_parked(cores) && table.slots().iter().all(|s| s.poll.seq() & 1 == 0)
@@ -253,6 +270,10 @@ struct Scan<'a> {
     stalled: Option<Stall>,
     /// A multi-thread runtime: who drives its drivers may be seen from its workers' states.
     multi_thread: bool,
+    /// A multi-thread runtime of two workers or more: a task that waits a whole pin while
+    /// another worker could have stolen it, then runs first on the pinned worker, sat in its
+    /// LIFO slot (one worker has nobody to steal; a current-thread runtime has no such slot).
+    lifo_slot: bool,
     view: DriverView,
     drivers: DriverWatch,
     /// Pins of this scan found already ended: sent with the scan's first reports, in the
@@ -684,6 +705,7 @@ impl Scan<'_> {
                 while let Some(mut e) = ended.next_if(|e| e.event.id < p.event.id) {
                     self.finish_victims(&mut e);
                     self.send(&e);
+                    self.sent_out(&e, Instant::now());
                 }
                 p.first_sent = true;
                 self.send(p);
@@ -692,6 +714,7 @@ impl Scan<'_> {
         for mut e in ended {
             self.finish_victims(&mut e);
             self.send(&e);
+            self.sent_out(&e, Instant::now());
         }
     }
 
@@ -704,20 +727,9 @@ impl Scan<'_> {
                 let (mut p, _) = self.held.remove(i);
                 self.finish_victims(&mut p);
                 self.send(&p);
-                if MEASURED {
-                    // Kept a while (a wait never outlives this by much on a live runtime),
-                    // and bounded.
-                    while self.sent.len() >= 256
-                        || self
-                            .sent
-                            .front()
-                            .is_some_and(|s| s.end.is_some_and(|e| now > e + SENT_KEPT))
-                    {
-                        self.sent.pop_front();
-                    }
-                    self.sent.push_back(p.span());
-                }
+                self.sent_out(&p, now);
             } else {
+                read_after(self.shared.table.slots(), &mut self.held[i].0);
                 i += 1;
             }
         }
@@ -727,19 +739,15 @@ impl Scan<'_> {
     /// its thread polled right after it; and, when one of them waited in the worker's LIFO
     /// slot, the runtime-level advice for that.
     fn finish_victims(&self, p: &mut Pinned) {
-        let mut after = [Polled {
-            task_id: 0,
-            spawned_at: 0,
-        }; AFTER_PIN_MAX];
-        let n = self
-            .shared
-            .table
-            .slots()
-            .get(p.slot)
-            .map_or(0, |s| s.after_pin.read(p.seq, &mut after));
-        p.event.victims = p
-            .tally
-            .victims(MEASURED, &after[..n], p.span(), p.queue_max);
+        read_after(self.shared.table.slots(), p);
+        let (after, n) = &p.after;
+        p.event.victims = p.tally.victims(
+            MEASURED,
+            self.lifo_slot,
+            &after[..*n],
+            p.span(),
+            p.queue_max,
+        );
         let lifo = p
             .event
             .victims
@@ -751,6 +759,23 @@ impl Scan<'_> {
                 None => LIFO_ADVICE.to_owned(),
             });
         }
+    }
+
+    /// Remembers a pin whose report has gone out (`schedule-latency`).
+    fn sent_out(&mut self, p: &Pinned, now: Instant) {
+        if !MEASURED {
+            return;
+        }
+        // Kept a while (a wait never outlives this by much on a live runtime), and bounded.
+        while self.sent.len() >= 256
+            || self
+                .sent
+                .front()
+                .is_some_and(|s| s.end.is_some_and(|e| now > e + SENT_KEPT))
+        {
+            self.sent.pop_front();
+        }
+        self.sent.push_back(p.span());
     }
 
     /// Reads the waits the workers recorded since the last scan (`schedule-latency`) and hands
@@ -770,12 +795,24 @@ impl Scan<'_> {
                 Owner::Worker(i) => Some(i),
                 Owner::HandedOff => None,
             };
-            waits.extend(read[..n].iter().map(|w| Wait {
+            // pinwatch's own tasks (its heartbeat, the task that wakes a worker) wait with the
+            // runtime: neither victims nor a busy runtime's.
+            let own = |w: &&crate::poll::waits::Waited| {
+                super::victims::location(w.task.spawned_at)
+                    .is_some_and(|l| super::victims::is_own_task(&l.file))
+            };
+            waits.extend(read[..n].iter().filter(|w| !own(w)).map(|w| Wait {
                 task: w.task,
                 wait: Duration::from_nanos(w.wait),
                 polled: self.shared.at(w.at),
                 worker,
-                span: w.span,
+                // A poll still running: the spans it is in now.
+                span: w.span.or_else(|| {
+                    (slot.poll.seq() == w.poll)
+                        .then(|| slot.spans.innermost(w.poll))
+                        .flatten()
+                        .map(|e| (e.layer, e.id))
+                }),
             }));
         }
         let stats = &self.shared.stats;
@@ -1043,7 +1080,9 @@ impl Scan<'_> {
         p.again(now, waited, queued);
         if p.tally.tasks() > 0 {
             // Those polled so far (another worker stole them): the completed report has all.
-            p.event.victims = p.tally.victims(MEASURED, &[], p.span(), p.queue_max);
+            p.event.victims = p
+                .tally
+                .victims(MEASURED, self.lifo_slot, &[], p.span(), p.queue_max);
         }
         self.send(p);
     }

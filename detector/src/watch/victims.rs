@@ -16,12 +16,18 @@ use std::time::{Duration, Instant};
 use crate::event::{SourceLocation, SpanInfo, Victim, Victims, MAX_VICTIMS_NAMED};
 use crate::poll::waits::Polled;
 
+/// Whether a task spawned at `file` is one of pinwatch's own (the watchdog's heartbeat, the
+/// empty task that wakes a worker): its wait is the runtime's, not a victim's.
+pub(super) fn is_own_task(file: &str) -> bool {
+    std::path::Path::new(file).parent() == std::path::Path::new(file!()).parent()
+}
+
 /// A task that waited at least the threshold before a poll, as the watchdog read it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Wait {
     pub task: Polled,
     pub wait: Duration,
-    /// When its poll ended (its wait ended just before that poll began).
+    /// When its poll began (its wait ended then).
     pub polled: Instant,
     /// The worker that polled it.
     pub worker: Option<usize>,
@@ -36,9 +42,10 @@ impl Wait {
     }
 }
 
-/// A pin as [`blame`] sees it: its worker and when it ran (`end`: none while it runs).
+/// A pin as [`blame`] sees it: its task, its worker and when it ran (`end`: none while it runs).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct PinSpan {
+    pub task: Option<u64>,
     pub worker: Option<usize>,
     pub start: Instant,
     pub end: Option<Instant>,
@@ -47,10 +54,13 @@ pub(super) struct PinSpan {
 /// The pins (indices into `pins`) that `w` waited behind: those that ran while it waited, on the
 /// worker that polled it when any did (the pin held the queue it waited in), else all of them
 /// (it waited on a pinned worker's queue until another worker was free to steal it, or in the
-/// global queue while every worker was held). Empty: no pin ran while it waited.
+/// global queue while every worker was held). Empty: no pin ran while it waited. A task never
+/// waits behind its own pin (it was running it).
 pub(super) fn blame(w: &Wait, pins: &[PinSpan]) -> Vec<usize> {
     let (from, to) = (w.began(), w.polled);
-    let overlaps = |p: &PinSpan| p.start < to && p.end.is_none_or(|e| e > from);
+    let overlaps = |p: &PinSpan| {
+        p.task != Some(w.task.task_id) && p.start < to && p.end.is_none_or(|e| e > from)
+    };
     let same: Vec<usize> = (0..pins.len())
         .filter(|&i| overlaps(&pins[i]) && pins[i].worker.is_some() && pins[i].worker == w.worker)
         .collect();
@@ -96,19 +106,21 @@ impl Tally {
         self.tasks
     }
 
-    /// What the event says. `measured`: waits were measured (the tally is the answer; the task
-    /// polled first after the pin on its own worker, woken while the pin ran, sat in that
-    /// worker's LIFO slot). Not measured: the tasks polled after the pin (`after`), named in
-    /// order, no wait claimed. `pin` is the pin; `queue_max` the deepest local queue seen.
+    /// What the event says. `measured`: waits were measured (the tally is the answer; on a
+    /// multi-thread runtime (`lifo_slot`), the task polled first after the pin on its own
+    /// worker, woken while the pin ran, sat in that worker's LIFO slot). Not measured: the tasks
+    /// polled after the pin (`after`), named in order, no wait claimed. `pin` is the pin;
+    /// `queue_max` the deepest local queue seen.
     pub fn victims(
         &self,
         measured: bool,
+        lifo_slot: bool,
         after: &[Polled],
         pin: PinSpan,
         queue_max: Option<usize>,
     ) -> Option<Victims> {
         if measured {
-            let first = after.first().map(|p| p.task_id);
+            let first = after.first().map(|p| p.task_id).filter(|_| lifo_slot);
             let worst = self
                 .worst
                 .iter()
@@ -155,7 +167,7 @@ impl Tally {
 }
 
 /// A spawn location from the address the hooks stored (0: none).
-fn location(addr: usize) -> Option<SourceLocation> {
+pub(super) fn location(addr: usize) -> Option<SourceLocation> {
     if addr == 0 {
         return None;
     }
@@ -196,6 +208,7 @@ mod tests {
 
     fn pin(t0: Instant, worker: usize, start_ms: u64, end_ms: Option<u64>) -> PinSpan {
         PinSpan {
+            task: Some(1000 + start_ms),
             worker: Some(worker),
             start: t0 + ms(start_ms),
             end: end_ms.map(|e| t0 + ms(e)),
@@ -223,6 +236,12 @@ mod tests {
         assert_eq!(blame(&wait(t0, 5, 490, 530, 0), &pins), vec![2]);
         // Touching is not overlapping: began exactly when the pin ended.
         assert!(blame(&wait(t0, 6, 400, 450, 0), &pins[..1]).is_empty());
+        // A task that waited, then pinned: never its own victim, the pin before it is blamed.
+        let own = PinSpan {
+            task: Some(7),
+            ..pin(t0, 0, 410, Some(510))
+        };
+        assert_eq!(blame(&wait(t0, 7, 110, 410, 0), &[pins[0], own]), vec![0]);
     }
 
     #[test]
@@ -242,7 +261,7 @@ mod tests {
             task_id: 99,
             spawned_at: 0,
         }];
-        let v = t.victims(true, &after, p, Some(3)).unwrap();
+        let v = t.victims(true, true, &after, p, Some(3)).unwrap();
         assert!(v.measured);
         assert_eq!(v.tasks, 11);
         assert_eq!(v.max_wait, Some(ms(296)));
@@ -259,11 +278,25 @@ mod tests {
         // The same task, woken before the pin began: not the LIFO slot's.
         let mut t = Tally::default();
         t.add(&wait(t0, 99, 90, 401, 0), Vec::new);
-        assert!(!t.victims(true, &after, p, None).unwrap().worst[0].lifo);
+        assert!(!t.victims(true, true, &after, p, None).unwrap().worst[0].lifo);
         // Polled first after the pin, but on another worker: not the LIFO slot's.
         let mut t = Tally::default();
         t.add(&wait(t0, 99, 105, 401, 1), Vec::new);
-        assert!(!t.victims(true, &after, p, None).unwrap().worst[0].lifo);
+        assert!(!t.victims(true, true, &after, p, None).unwrap().worst[0].lifo);
+        // A current-thread runtime has no LIFO slot.
+        let mut t = Tally::default();
+        t.add(&wait(t0, 99, 105, 401, 0), Vec::new);
+        assert!(!t.victims(true, false, &after, p, None).unwrap().worst[0].lifo);
+    }
+
+    #[test]
+    fn pinwatchs_own_tasks_are_told_by_their_file() {
+        assert!(is_own_task(file!()));
+        assert!(is_own_task(&file!().replace("victims.rs", "heartbeat.rs")));
+        assert!(!is_own_task("src/main.rs"));
+        assert!(!is_own_task(
+            &file!().replace("watch/victims.rs", "spans.rs")
+        ));
     }
 
     #[test]
@@ -271,8 +304,8 @@ mod tests {
         let t0 = Instant::now();
         let p = pin(t0, 1, 0, Some(300));
         let t = Tally::default();
-        assert_eq!(t.victims(false, &[], p, None), None);
-        assert_eq!(t.victims(false, &[], p, Some(0)), None);
+        assert_eq!(t.victims(false, true, &[], p, None), None);
+        assert_eq!(t.victims(false, true, &[], p, Some(0)), None);
         let after = [
             Polled {
                 task_id: 5,
@@ -283,7 +316,7 @@ mod tests {
                 spawned_at: 0,
             },
         ];
-        let v = t.victims(false, &after, p, Some(2)).unwrap();
+        let v = t.victims(false, true, &after, p, Some(2)).unwrap();
         assert!(!v.measured);
         assert_eq!(v.tasks, 2);
         assert_eq!((v.total_wait, v.max_wait), (None, None));
@@ -295,7 +328,7 @@ mod tests {
             vec![(5, None, Some(1), false), (6, None, Some(1), false)]
         );
         // Measured with nothing delayed: still said, as none.
-        let v = t.victims(true, &[], p, None).unwrap();
+        let v = t.victims(true, true, &[], p, None).unwrap();
         assert_eq!((v.measured, v.tasks), (true, 0));
     }
 }

@@ -645,8 +645,8 @@ impl Victims {
     }
 
     /// The headline's words for them: `delayed 11 tasks, the longest 300.0 ms: spawned at
-    /// src/api.rs:88:5 in request{uri=/orders}`; not measured: `then ran task 12 spawned at
-    /// …, …`. `None` when there is nothing to say.
+    /// src/api.rs:88:5 in request{uri=/orders}`; not measured: `the worker then ran task 12
+    /// spawned at … and 2 more (not measured: …)`. `None` when there is nothing to say.
     pub fn describe(&self) -> Option<String> {
         let first = self.worst.first();
         if self.measured {
@@ -670,7 +670,7 @@ impl Victims {
             Some(s)
         } else {
             let v = first?;
-            let mut s = format!("the worker then ran {}", v.describe());
+            let mut s = format!("the worker then ran task {} {}", v.task_id, v.describe());
             if self.worst.len() > 1 {
                 s.push_str(&format!(" and {} more", self.worst.len() - 1));
             }

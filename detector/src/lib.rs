@@ -72,6 +72,9 @@
 //! - `otel-trace`: [`tracing_layer()`] also puts the OpenTelemetry `trace_id`/`span_id` of the
 //!   pinned poll's span on the event (from `tracing-opentelemetry`'s layer, added before it).
 //!
+//! - `schedule-latency`: every completed pin names the tasks that waited behind it and how long
+//!   ([`Victims`], measured by tokio ≥ 1.54's `track_task_schedule_latency`).
+//!
 //! [`tracing_layer()`] itself needs no feature (`tracing-subscriber` with only its registry).
 //!
 //! ## Guides
@@ -87,6 +90,8 @@
 //! `own_runtime`, `own_registry`, `own_subscriber_console`.
 
 #![warn(missing_docs)]
+// docs.rs (`[package.metadata.docs.rs]`): each item of a cargo feature says which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(target_os = "linux"))]
 compile_error!(
@@ -129,6 +134,7 @@ pub use config::{Config, Console, Control, Settings, Stacks};
 pub use error::Error;
 pub use event::{Drivers, PinnedEvent, Reason, SpanInfo, State, Victim, Victims};
 #[cfg(feature = "console")]
+#[cfg_attr(docsrs, doc(cfg(feature = "console")))]
 pub use export::console::console_layer;
 pub use export::Sink;
 pub use poll::PollHooks;

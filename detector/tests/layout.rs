@@ -358,3 +358,77 @@ fn the_crate_docs_and_the_crate_agree_with_contributing_md() {
         "lib.rs's modules against CONTRIBUTING.md's"
     );
 }
+
+/// The public items of a cargo feature (an item behind `#[cfg(feature = "…")]` that is `pub`, or
+/// methods added to `Builder` or `Detector`) say which feature on docs.rs:
+/// `#[cfg_attr(docsrs, doc(cfg(feature = "…")))]` among the same attributes. `.ci/run` builds
+/// the docs as docs.rs does and checks the pages say it.
+#[test]
+fn every_public_item_of_a_feature_says_which_on_docs_rs() {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for f in files(&src()) {
+        let text = code(&f);
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(feature) = line
+                .trim()
+                .strip_prefix("#[cfg(feature = \"")
+                .and_then(|r| r.strip_suffix("\")]"))
+            else {
+                continue;
+            };
+            // The attributes around it, and the item they are on.
+            let mut j = i + 1;
+            while j < lines.len() && lines[j].trim().starts_with("#[") {
+                j += 1;
+            }
+            let attrs = lines[i..j].join("\n");
+            let Some(item) = lines.get(j).map(|l| l.trim()) else {
+                continue;
+            };
+            // A `pub` item (not a field of a crate-private struct: those end in `,`), or methods
+            // added to the builder or the detector.
+            let public = (item.starts_with("pub ")
+                && !item.ends_with(',')
+                && !attrs.contains("doc(hidden)"))
+                || item.starts_with("impl crate::Builder")
+                || item.starts_with("impl crate::Detector");
+            if !public {
+                continue;
+            }
+            found.push(format!("{}: {item}", f.display()));
+            let says = format!("#[cfg_attr(docsrs, doc(cfg(feature = \"{feature}\")))]");
+            if !attrs.contains(&says) {
+                missing.push(format!("{}:{}: {item} needs {says}", f.display(), j + 1));
+            }
+            // A module of the feature: the methods it adds to the builder and the detector.
+            if let Some(name) = item
+                .strip_prefix("pub mod ")
+                .and_then(|n| n.strip_suffix(';'))
+            {
+                let module = f.with_file_name(format!("{name}.rs"));
+                let inner = code(&module);
+                let inner: Vec<&str> = inner.lines().collect();
+                for (k, l) in inner.iter().enumerate() {
+                    if l.starts_with("impl crate::Builder") || l.starts_with("impl crate::Detector")
+                    {
+                        found.push(format!("{}: {l}", module.display()));
+                        if k == 0 || inner[k - 1].trim() != says {
+                            missing.push(format!(
+                                "{}:{}: {l} needs {says}",
+                                module.display(),
+                                k + 1
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        found.len() >= 6,
+        "the check sees the feature items: {found:?}"
+    );
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}

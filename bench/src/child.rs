@@ -586,7 +586,7 @@ fn serve(s: &Setup, pins: bool) -> SocketAddr {
         get(move || {
             let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
             async move {
-                if pins && n % PIN_EVERY == 0 {
+                if pins && n.is_multiple_of(PIN_EVERY) {
                     std::thread::sleep(PIN_FOR);
                 }
                 "ok"

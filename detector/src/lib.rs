@@ -90,7 +90,8 @@
 //! `own_runtime`, `own_registry`, `own_subscriber_console`.
 
 #![warn(missing_docs)]
-// docs.rs (`[package.metadata.docs.rs]`): each item of a cargo feature says which.
+// docs.rs (`[package.metadata.docs.rs]`, `--cfg docsrs`): rustdoc's doc_cfg marks every item
+// of a cargo feature with the feature it needs (`.ci/run` checks the pages).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(target_os = "linux"))]
@@ -134,7 +135,6 @@ pub use config::{Config, Console, Control, Settings, Stacks};
 pub use error::Error;
 pub use event::{Drivers, PinnedEvent, Reason, SpanInfo, State, Victim, Victims};
 #[cfg(feature = "console")]
-#[cfg_attr(docsrs, doc(cfg(feature = "console")))]
 pub use export::console::console_layer;
 pub use export::Sink;
 pub use poll::PollHooks;

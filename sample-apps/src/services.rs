@@ -295,7 +295,7 @@ pub(crate) async fn spin_read(variant: Variant, n: usize, full: bool) -> Option<
                 let start = Instant::now();
                 let mut reads = 0u64;
                 // (The clock is read every 1024 reads: the time goes to the reads.)
-                while reads % 1024 != 0 || start.elapsed() < spin {
+                while !reads.is_multiple_of(1024) || start.elapsed() < spin {
                     let k = stream.read(&mut buf).await.expect("read"); // pinned: returns at once
                     reads += 1;
                     if k == 0 && variant == Variant::Fixed {

@@ -671,7 +671,7 @@ mod fuzz {
             let (start, len) = sections[round % sections.len()];
             // Mostly near the start (the headers and first units), some anywhere.
             for _ in 0..16 {
-                let span = if rng.next() % 4 == 0 {
+                let span = if rng.next().is_multiple_of(4) {
                     len
                 } else {
                     len.min(4096)

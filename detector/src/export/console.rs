@@ -386,7 +386,6 @@ impl Exporter for Console {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "console")))]
 impl crate::Builder {
     /// Serves tokio-console and keeps one console resource per worker
     /// ([`Console::On`](crate::config::Console::On)), or only the resources, for a subscriber of

@@ -9,7 +9,6 @@
 //! (CONTRIBUTING.md lists the files).
 
 #[cfg(feature = "console")]
-#[cfg_attr(docsrs, doc(cfg(feature = "console")))]
 pub mod console;
 mod fanout;
 mod flight;
@@ -20,10 +19,8 @@ mod live;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 mod metrics;
 #[cfg(feature = "otlp")]
-#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
 pub mod otlp;
 #[cfg(feature = "prometheus")]
-#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod prometheus;
 mod queue;
 mod record;

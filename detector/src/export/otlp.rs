@@ -236,7 +236,6 @@ impl Exporter for Otlp {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
 impl crate::Builder {
     /// Sends pin reports as OpenTelemetry log records, and pinwatch's metrics, over OTLP
     /// (`PINWATCH_OTLP=on`); the standard `OTEL_*` variables configure where and how.

@@ -19,7 +19,6 @@ use super::{Exporter, Parts, Started};
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;
 
-#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 impl crate::Builder {
     /// Serves Prometheus metrics at `http://addr/metrics` from a thread of pinwatch's own
     /// (`PINWATCH_PROMETHEUS_ADDR`). It answers while every worker is pinned.
@@ -36,7 +35,6 @@ impl crate::Builder {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 impl crate::Detector {
     /// pinwatch's Prometheus metrics, when the endpoint or a registry was asked for.
     pub fn prometheus(&self) -> Option<&PinwatchCollector> {

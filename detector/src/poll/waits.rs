@@ -394,7 +394,7 @@ mod tests {
             poll: 2 * t + 1,
             wait: t * 1000,
             at: t * 10,
-            span: (t % 2 == 0).then_some((1, t)),
+            span: t.is_multiple_of(2).then_some((1, t)),
         };
         let (mut next, mut out) = (0, [NO_WAIT; WAIT_RING]);
         assert_eq!(r.read(&mut next, &mut out), (0, 0));

@@ -158,7 +158,7 @@ fn run(
             shared.table.wait_floor.0.store(floor, Ordering::Relaxed);
         }
         if let Some(late) = shared.config.late_scans {
-            if scans % 2 == 0 {
+            if scans.is_multiple_of(2) {
                 std::thread::sleep(late);
             }
         }

@@ -78,10 +78,10 @@ async fn serve(args: Args) {
         }
         let ms = 30 + (tick * 37) % 90;
         tokio::spawn(async move { std::thread::sleep(Duration::from_millis(ms)) });
-        if tick % 3 == 0 {
+        if tick.is_multiple_of(3) {
             tokio::spawn(async { spin(Duration::from_millis(40)) });
         }
-        if tick % 7 == 0 {
+        if tick.is_multiple_of(7) {
             tokio::spawn(async { slow_read(Duration::from_millis(50)) });
         }
     }

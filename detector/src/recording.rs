@@ -909,16 +909,28 @@ pub fn render_spans(rows: &[SpanRow]) -> String {
         })
         .collect();
     let headers = ["Innermost Span", "Count", "Longest", "Total"];
+    write_table(&mut out, headers, &cells, 1);
+    out
+}
+
+/// A text table: `headers`, a line of dashes, then `rows`, each column as wide as its widest
+/// cell, the columns from `right` on aligned right ([`text::pad`](crate::text::pad)).
+fn write_table<const N: usize>(
+    out: &mut String,
+    headers: [&str; N],
+    rows: &[[String; N]],
+    right: usize,
+) {
     let mut widths = headers.map(str::len);
-    for row in &cells {
+    for row in rows {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let line = |cols: [&str; 4]| {
+    let line = |cols: [&str; N]| {
         let mut s = String::new();
         for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
-            crate::text::pad(&mut s, c, w, i != 0);
+            crate::text::pad(&mut s, c, w, i >= right);
             s.push_str("  ");
         }
         s.trim_end().to_owned()
@@ -926,10 +938,9 @@ pub fn render_spans(rows: &[SpanRow]) -> String {
     let _ = writeln!(out, "{}", line(headers));
     let dashes = widths.map(|w| "-".repeat(w));
     let _ = writeln!(out, "{}", line(dashes.each_ref().map(|s| s.as_str())));
-    for row in &cells {
+    for row in rows {
         let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
     }
-    out
 }
 
 /// One row of the "who waited" table ([`who_waited`]): the tasks that waited behind pins,
@@ -1134,26 +1145,7 @@ pub fn render_who_waited(who: &WhoWaited) -> String {
         "Pins",
         "LIFO",
     ];
-    let mut widths = headers.map(str::len);
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cols: [&str; 7]| {
-        let mut s = String::new();
-        for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
-            crate::text::pad(&mut s, c, w, i > 1);
-            s.push_str("  ");
-        }
-        s.trim_end().to_owned()
-    };
-    let _ = writeln!(out, "{}", line(headers));
-    let dashes = widths.map(|w| "-".repeat(w));
-    let _ = writeln!(out, "{}", line(dashes.each_ref().map(|s| s.as_str())));
-    for row in &cells {
-        let _ = writeln!(out, "{}", line(row.each_ref().map(|s| s.as_str())));
-    }
+    write_table(&mut out, headers, &cells, 2);
     if who.unnamed_tasks > 0 {
         let _ = writeln!(
             out,

@@ -702,19 +702,15 @@ impl Scan<'_> {
             .filter_map(|t| t.pinned.as_mut())
         {
             if !p.first_sent {
-                while let Some(mut e) = ended.next_if(|e| e.event.id < p.event.id) {
-                    self.finish_victims(&mut e);
-                    self.send(&e);
-                    self.sent_out(&e, Instant::now());
+                while let Some(e) = ended.next_if(|e| e.event.id < p.event.id) {
+                    self.send_completed(e, Instant::now());
                 }
                 p.first_sent = true;
                 self.send(p);
             }
         }
-        for mut e in ended {
-            self.finish_victims(&mut e);
-            self.send(&e);
-            self.sent_out(&e, Instant::now());
+        for e in ended {
+            self.send_completed(e, Instant::now());
         }
     }
 
@@ -724,10 +720,8 @@ impl Scan<'_> {
         let mut i = 0;
         while i < self.held.len() {
             if all || self.held[i].1 <= now {
-                let (mut p, _) = self.held.remove(i);
-                self.finish_victims(&mut p);
-                self.send(&p);
-                self.sent_out(&p, now);
+                let (p, _) = self.held.remove(i);
+                self.send_completed(p, now);
             } else {
                 read_after(self.shared.table.slots(), &mut self.held[i].0);
                 i += 1;
@@ -759,6 +753,13 @@ impl Scan<'_> {
                 None => LIFO_ADVICE.to_owned(),
             });
         }
+    }
+
+    /// Sends a completed pin's report with its victims, and remembers it as sent.
+    fn send_completed(&mut self, mut p: Pinned, now: Instant) {
+        self.finish_victims(&mut p);
+        self.send(&p);
+        self.sent_out(&p, now);
     }
 
     /// Remembers a pin whose report has gone out (`schedule-latency`).
@@ -828,11 +829,11 @@ impl Scan<'_> {
             .chain(self.held.iter_mut().map(|(p, _)| p))
             .collect();
         let spans: Vec<_> = pins.iter().map(|p| p.span()).collect();
+        let sent = self.sent.make_contiguous();
         for w in &waits {
             let blamed = super::victims::blame(w, &spans);
             if blamed.is_empty() {
-                let sent: Vec<_> = self.sent.iter().copied().collect();
-                if super::victims::blame(w, &sent).is_empty() {
+                if super::victims::blame(w, sent).is_empty() {
                     stats.busy_waits.fetch_add(1, Ordering::Relaxed);
                 } else {
                     stats.victims_late.fetch_add(1, Ordering::Relaxed);

@@ -77,13 +77,17 @@ pub(crate) struct Probe {
 /// Takes one probe of `slot`'s thread, running poll `seq`. A thread still blocked in the same
 /// system call as at the `previous` probe is not signalled again — its stack has not moved, and
 /// each signal interrupts the call (see docs/how-it-works.md, "Signals") — the previous stack stands.
+///
+/// `None` when the poll ended before its thread was read: such a look says nothing of the poll,
+/// and kept as the latest it would hide what the earlier ones found (why there is no stack, the
+/// locks held).
 pub(crate) fn take(
     w: &Shared,
     slot: &Slot,
     seq: u64,
     previous: Option<&Probe>,
     stacks: Stacks,
-) -> Probe {
+) -> Option<Probe> {
     let tid = slot.tid.load(Ordering::Relaxed);
     // Read /proc before the signal: the sample interrupts the system call for a moment.
     let proc = read_proc(tid);
@@ -105,10 +109,7 @@ pub(crate) fn take(
         // The poll ended before (or while) its thread was read: what `/proc` and the lock
         // table said is about what the thread did next — waiting in the park's `epoll_wait`,
         // another poll — never this poll's.
-        return Probe {
-            no_stack: Some("no_sample"),
-            ..Probe::default()
-        };
+        return None;
     }
     // The handler is installed before stacks are turned on (at start or by `ctl set`); a
     // signal without it would kill the process, so check rather than trust the order.
@@ -120,11 +121,11 @@ pub(crate) fn take(
     };
     if let Some(why) = no_stack {
         probe.no_stack = Some(why);
-        return probe;
+        return Some(probe);
     }
     if unchanged {
         probe.stack = previous.and_then(|p| p.stack.clone());
-        return probe;
+        return Some(probe);
     }
     let status = signal_status(tid, signal::sample_signal());
     if signal::outstanding(slot) && status.is_some_and(|s| !s.pending) {
@@ -143,7 +144,7 @@ pub(crate) fn take(
     } else {
         sample(w, slot, tid, seq, &mut probe);
     }
-    probe
+    Some(probe)
 }
 
 fn sample(w: &Shared, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe) {
@@ -617,15 +618,13 @@ mod tests {
         to_worker.send(()).unwrap();
         test_rx.recv().unwrap();
         // The handler has run in poll 2: a probe for poll 1 must not take its stack.
+        // Nor what `/proc` says of its thread now: that is poll 2's state. No probe at all.
         let probe = take(&watched, slot, seq1, None, Stacks::Short);
-        assert!(probe.stack.is_none(), "{probe:?}");
-        assert_eq!(probe.no_stack, Some("no_sample"));
-        // Nor what `/proc` says of its thread now: that is poll 2's state.
-        assert!(probe.proc.is_none() && probe.held.is_empty(), "{probe:?}");
+        assert!(probe.is_none(), "{probe:?}");
         // The same probe for the poll that is running does get a stack.
         let seq2 = slot.poll.seq();
         assert_ne!(seq1, seq2);
-        let probe = take(&watched, slot, seq2, None, Stacks::Short);
+        let probe = take(&watched, slot, seq2, None, Stacks::Short).unwrap();
         assert!(probe.stack.is_some(), "{probe:?}");
         to_worker.send(()).unwrap();
         worker.join().unwrap();
@@ -633,8 +632,8 @@ mod tests {
 
     /// The race behind a wrong `io` (`epoll_wait`) verdict: a probe for a poll that has just
     /// ended, its worker already parked in the runtime's `epoll_wait`. Set up for certain: the
-    /// poll ends, the thread is seen waiting in `epoll_wait`, then the probe runs. It reports
-    /// nothing of the thread: no system call, no stack, so no reason.
+    /// poll ends, the thread is seen waiting in `epoll_wait`, then the probe runs. It is no
+    /// probe at all: nothing of the thread (no system call, no stack, so no reason) is kept.
     #[test]
     fn a_probe_after_the_poll_ended_says_nothing_of_what_the_thread_does_next() {
         use std::sync::mpsc;
@@ -668,7 +667,7 @@ mod tests {
         let seq = slot.poll.seq();
         let tid = slot.tid.load(Ordering::Relaxed);
         // While the poll runs, a probe reads its thread.
-        let running = take(&watched, slot, seq, None, Stacks::Off);
+        let running = take(&watched, slot, seq, None, Stacks::Off).unwrap();
         assert!(running.proc.is_some(), "{running:?}");
         to_worker.send(()).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -676,11 +675,9 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "never in epoll_wait");
             std::thread::yield_now();
         }
+        // Nothing of the thread: no system call, no stack, so no reason.
         let late = take(&watched, slot, seq, None, Stacks::Short);
-        assert!(late.proc.is_none() && late.stack.is_none(), "{late:?}");
-        assert_eq!(late.no_stack, Some("no_sample"));
-        let verdict = crate::analyze::reason::classify(late.proc.as_ref(), &[], false, false);
-        assert!(verdict.is_none(), "{verdict:?}");
+        assert!(late.is_none(), "{late:?}");
         // SAFETY: writes 8 bytes to the eventfd (its counter), which ends the wait.
         unsafe { libc::write(wake, [1u8, 0, 0, 0, 0, 0, 0, 0].as_ptr().cast(), 8) };
         worker.join().unwrap();

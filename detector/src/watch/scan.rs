@@ -1097,13 +1097,15 @@ impl Scan<'_> {
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
-        let probe = probe::take(
+        let Some(probe) = probe::take(
             self.shared,
             slot,
             p.seq,
             p.probes.last(),
             self.settings.stacks,
-        );
+        ) else {
+            return;
+        };
         p.probes.push(probe);
         p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;
         // Bound the memory of a poll stuck for hours: keep the first samples and the latest.

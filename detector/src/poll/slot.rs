@@ -256,6 +256,9 @@ pub(crate) type NameBuf = [u8; NAME_MAX];
 /// The preallocated slots of one detector.
 pub(crate) struct SlotTable {
     slots: Box<[Slot]>,
+    /// One past the highest slot ever claimed: the watchdog looks at these only (a thread
+    /// claims the lowest free slot, so this stays near the number of threads that poll).
+    used: AtomicUsize,
     /// Time origin for the end of a flagged poll.
     pub base: Instant,
     /// Threads that polled tasks but found no free slot.
@@ -277,6 +280,7 @@ impl SlotTable {
     pub fn new(capacity: usize) -> SlotTable {
         SlotTable {
             slots: (0..capacity.max(1)).map(|_| Slot::new()).collect(),
+            used: AtomicUsize::new(0),
             base: Instant::now(),
             unwatched_threads: AtomicU64::new(0),
             parking: Parking::default(),
@@ -286,6 +290,17 @@ impl SlotTable {
 
     pub fn slots(&self) -> &[Slot] {
         &self.slots
+    }
+
+    /// One past the highest slot ever claimed: every slot from here on has never been claimed
+    /// (when this was loaded), so no poll ran in it before the load.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::SeqCst).min(self.slots.len())
+    }
+
+    /// The slots ever claimed ([`used`](Self::used)).
+    pub fn used_slots(&self) -> &[Slot] {
+        &self.slots[..self.used()]
     }
 
     pub fn nanos_since_base(&self, t: Instant) -> u64 {
@@ -299,6 +314,9 @@ impl SlotTable {
                 .compare_exchange(FREE, CLAIMING, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
+                // Counted in before the slot can poll: a watchdog that loads `used` without it
+                // knows no poll ran in it yet.
+                self.used.fetch_max(i + 1, Ordering::SeqCst);
                 // The previous owner's last counter store happens before these stores; a
                 // watchdog that reads them in a seqlock read sees the counter moved.
                 fence(Ordering::Release);

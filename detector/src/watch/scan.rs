@@ -85,6 +85,9 @@ fn run(
     // Just before the last look at each slot. The hooks may run before this thread does: the
     // first lower bound is the moment the slots were made, before the runtime existed.
     let mut last_look: Vec<Instant> = vec![shared.table.base; n];
+    // Just before the last scan's load of the slots in use: the lower bound of a poll in a slot
+    // claimed since.
+    let mut beyond = shared.table.base;
     let mut scan = Scan {
         shared: &shared,
         handle: &handle,
@@ -101,6 +104,7 @@ fn run(
         held: Vec::new(),
         sent: Default::default(),
         wait_next: vec![0; n],
+        used: 0,
     };
     let mut scans = 0u64;
     let mut last_scan = Instant::now();
@@ -125,6 +129,7 @@ fn run(
                     for look in last_look.iter_mut() {
                         *look = (*look).max(woken);
                     }
+                    beyond = beyond.max(woken);
                 } else {
                     parking.cancel_sleep();
                 }
@@ -165,6 +170,19 @@ fn run(
         // Before every load of this scan: the look time of the slots nobody holds (most of the
         // table), so that only the few in use read the clock next to their own loads.
         let scan_start = Instant::now();
+        // The slots ever claimed, loaded after `scan_start`: the rest never held a poll, and
+        // are not looked at (most of the table, its lines cold by now).
+        let used = shared.table.used();
+        if used > scan.used {
+            // Claimed since the last scan's load, which found them free: no poll ran in them
+            // before that scan's start.
+            for look in &mut last_look[scan.used..used] {
+                *look = beyond;
+            }
+            scan.used = used;
+        }
+        beyond = scan_start;
+        let tracked = &mut tracked[..used];
         let mut blamed = false;
         scan.stalled = shared
             .heartbeat
@@ -198,9 +216,9 @@ fn run(
         // Stalled: where the drivers are seen, a pin holds a worker while nobody drives them;
         // elsewhere, a pin that was running when the heartbeat was due runs still, and the
         // runtime's timers have not fired since.
-        let seen = scan.look_at_drivers(&mut tracked, Instant::now());
-        scan.collect_waits(&mut tracked);
-        scan.send_first_reports(&mut tracked);
+        let seen = scan.look_at_drivers(tracked, Instant::now());
+        scan.collect_waits(tracked);
+        scan.send_first_reports(tracked);
         scan.release_held(Instant::now(), stopping);
         if let Some(stalled) = seen {
             // The looks count their own stall time.
@@ -256,7 +274,7 @@ fn read_after(slots: &[Slot], p: &mut Pinned) {
 
 /// Nothing can poll now: every core is parked and no slot has a poll running.
 fn quiet(table: &SlotTable, cores: usize) -> bool {
-    table.parking.all_parked(cores) && table.slots().iter().all(|s| s.poll.seq() & 1 == 0)
+    table.parking.all_parked(cores) && table.used_slots().iter().all(|s| s.poll.seq() & 1 == 0)
 }
 
 /// One scan: what it reads from and sends to, and what it found at its start.
@@ -291,6 +309,9 @@ struct Scan<'a> {
     /// Per slot, the next record of its wait ring to read (`schedule-latency`).
     #[cfg_attr(not(feature = "schedule-latency"), allow(dead_code))]
     wait_next: Vec<u64>,
+    /// The slots in use as this scan loaded them ([`SlotTable::used`]): the others are free
+    /// and never followed.
+    used: usize,
 }
 
 /// How long a pin whose report has gone out is remembered, so that a wait it caused is not
@@ -786,7 +807,8 @@ impl Scan<'_> {
         let mut waits: Vec<Wait> = Vec::new();
         let mut read = [NO_WAIT; WAIT_RING];
         let mut lost = 0;
-        for (slot, next) in self.shared.table.slots().iter().zip(&mut self.wait_next) {
+        let slots = &self.shared.table.slots()[..self.used];
+        for (slot, next) in slots.iter().zip(&mut self.wait_next) {
             let (n, missed) = slot.waits.read(next, &mut read);
             lost += missed;
             if n == 0 {
@@ -859,7 +881,7 @@ impl Scan<'_> {
             return;
         }
         self.view.tried_at = Some(now);
-        for slot in self.shared.table.slots() {
+        for slot in &self.shared.table.slots()[..self.used] {
             if slot.is_active() && slot.parked.load(Ordering::Relaxed) {
                 if let Some(probe::Wait::Epoll(fd)) =
                     probe::read_wait(slot.tid.load(Ordering::Relaxed))
@@ -890,10 +912,7 @@ impl Scan<'_> {
         let Some(thread) = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t)) else {
             return Ok(WorkerState::Busy);
         };
-        let Some(slot) = self
-            .shared
-            .table
-            .slots()
+        let Some(slot) = self.shared.table.slots()[..self.used]
             .iter()
             .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
         else {
@@ -950,6 +969,14 @@ impl Scan<'_> {
     fn look_at_drivers(&mut self, tracked: &mut [Option<Tracked>], now: Instant) -> Option<bool> {
         if !self.multi_thread {
             return None;
+        }
+        if !tracked.iter().flatten().any(|t| t.pinned.is_some()) {
+            // Nothing pinned (nearly every scan): nothing held, nothing to allocate.
+            self.drivers = DriverWatch {
+                last_on_drivers: self.drivers.last_on_drivers,
+                ..DriverWatch::default()
+            };
+            return self.view.sees().then_some(false);
         }
         let slots = self.shared.table.slots();
         // The worker each pin holds, while its poll runs: one that has just ended (its end is

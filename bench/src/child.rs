@@ -117,6 +117,20 @@ impl Config {
         matches!(self, Config::EagerHandoff | Config::PinwatchNoRescue)
     }
 
+    /// Runs the busy workload: pinwatch's configurations (their own threads' CPU), and plain
+    /// tokio and the empty hooks beside them (the process's).
+    pub fn in_busy(self) -> bool {
+        matches!(
+            self,
+            Config::Plain
+                | Config::Hooks
+                | Config::Pinwatch
+                | Config::PinwatchAll
+                | Config::PinwatchConsole
+                | Config::PinwatchTraceLayer
+        )
+    }
+
     /// Runs the stall workload.
     pub fn in_stall(self) -> bool {
         matches!(
@@ -171,10 +185,14 @@ pub enum Workload {
     /// that drove the timers and I/O — blocks that worker for [`STALL_PIN`]: the requests
     /// answered meanwhile.
     Stall,
+    /// The http workload's service and load, nothing pinned: the CPU and wake-ups per second
+    /// of pinwatch's own threads (`pinwatch-*`: the watchdog, the exporters) while the
+    /// workers are busy.
+    Busy,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::Storm,
         Workload::Http,
         Workload::Mixed,
@@ -182,6 +200,7 @@ impl Workload {
         Workload::Idle,
         Workload::FirstPin,
         Workload::Stall,
+        Workload::Busy,
     ];
 
     pub fn name(self) -> &'static str {
@@ -193,6 +212,7 @@ impl Workload {
             Workload::Idle => "idle",
             Workload::FirstPin => "first-pin",
             Workload::Stall => "stall",
+            Workload::Busy => "busy",
         }
     }
 
@@ -496,6 +516,7 @@ pub fn run(config: Config, workload: Workload, sizes: Sizes) -> serde_json::Valu
         Workload::Idle => idle(&s, sizes.idle),
         Workload::FirstPin => first_pin(&s, config.reports_stuck()),
         Workload::Stall => stall(&s),
+        Workload::Busy => busy(&s, sizes),
     };
     let monitored = s
         .spawner
@@ -703,6 +724,56 @@ async fn connection(
         due += period;
     }
     latencies
+}
+
+/// The busy workload measures after this long under load (connections made, the tool's
+/// threads started), for the http workload's duration.
+pub const BUSY_WARMUP: Duration = Duration::from_secs(1);
+
+/// Threads whose names start so are pinwatch's own.
+const PINWATCH_THREAD_PREFIX: &str = "pinwatch";
+
+/// The http service under the http workload's load, nothing pinned: after [`BUSY_WARMUP`], for
+/// `sizes.http`, the CPU time and context switches of pinwatch's own threads, and of the whole
+/// process, per second.
+fn busy(s: &Setup, sizes: Sizes) -> serde_json::Value {
+    let addr = serve(s, false);
+    let window = sizes.http;
+    // The load outlasts the window on both sides: it starts 50 ms after `load` is called.
+    let loaded = Sizes {
+        http: BUSY_WARMUP + window + Duration::from_millis(300),
+        ..sizes
+    };
+    std::thread::scope(|scope| {
+        let client = scope.spawn(move || load(addr, loaded));
+        std::thread::sleep(BUSY_WARMUP + Duration::from_millis(50));
+        let (before, cpu0) = (threads(), cpu_time());
+        let start = Instant::now();
+        std::thread::sleep(window);
+        let (after, cpu1) = (threads(), cpu_time());
+        let took = start.elapsed().as_secs_f64();
+        let (latencies, elapsed) = client.join().expect("client thread");
+        let (mut cpu_ns, mut switches) = (0u64, 0u64);
+        let mut by_thread: BTreeMap<String, f64> = BTreeMap::new();
+        for (key, (c1, s1)) in after
+            .iter()
+            .filter(|(k, _)| k.0.starts_with(PINWATCH_THREAD_PREFIX))
+        {
+            let (c0, s0) = before.get(key).copied().unwrap_or((0, 0));
+            let dc = c1.saturating_sub(c0);
+            cpu_ns += dc;
+            switches += s1.saturating_sub(s0);
+            *by_thread.entry(key.0.clone()).or_default() += dc as f64 / 1e6 / took;
+        }
+        json!({
+            "window_s": took,
+            "req_per_s": latencies.len() as f64 / elapsed.as_secs_f64(),
+            "own_cpu_ms_per_s": cpu_ns as f64 / 1e6 / took,
+            "own_wakeups_per_s": switches as f64 / took,
+            "own_cpu_ms_per_s_by_thread": by_thread,
+            "process_cpu_ms_per_s": (cpu1 - cpu0).as_secs_f64() * 1e3 / took,
+        })
+    })
 }
 
 /// The http service under [`STALL_RATE`] requests a second; 500 ms in, a task sleeps 300 ms on

@@ -17,7 +17,7 @@
 //!
 //! Options: `--rounds N` (15), `--tasks N` (200000), `--http-secs S` (2), `--rate N` (4000
 //! requests/s), `--conns N` (16), `--idle-secs S` (10: the idle window), `--configs a,b,…`,
-//! `--workloads a,b,…` (storm, http, mixed, stuck, idle, first-pin, stall), `--debug-exe PATH`,
+//! `--workloads a,b,…` (storm, http, mixed, stuck, idle, first-pin, stall, busy), `--debug-exe PATH`,
 //! `--no-debug`, `--quick` (3 rounds, small sizes, a 2 s idle window: a smoke run).
 
 mod child;
@@ -175,7 +175,11 @@ fn main() {
                 .iter()
                 .copied()
                 .filter(|c| workload != Workload::Stuck || c.reports_stuck())
-                .filter(|c| workload == Workload::Http || !c.http_only())
+                .filter(|c| match workload {
+                    Workload::Busy => c.in_busy(),
+                    Workload::Http => true,
+                    _ => !c.http_only(),
+                })
                 .filter(|c| matches!(workload, Workload::Http | Workload::Stall) || !c.stall_pair())
                 .filter(|c| workload != Workload::Stall || c.in_stall())
                 .map(|c| (c, false))
@@ -426,6 +430,66 @@ fn print_table(results: &[serde_json::Value], args: &Args) {
         println!();
         print_stall_table(results, args);
     }
+    if args.workloads.contains(&Workload::Busy) {
+        println!();
+        print_busy_table(results, args);
+    }
+}
+
+/// The busy workload: pinwatch's own threads while the workers serve requests.
+fn print_busy_table(results: &[serde_json::Value], args: &Args) {
+    println!("| configuration | pinwatch's threads: CPU | their wake-ups | by thread | whole process: CPU | requests |");
+    println!("|---|---|---|---|---|---|");
+    let med = |c: Config, key: &str| {
+        median(
+            field(results, Workload::Busy, c, key)
+                .into_values()
+                .collect(),
+        )
+    };
+    for &c in args.configs.iter().filter(|c| c.in_busy()) {
+        let Some(own) = med(c, "own_cpu_ms_per_s") else {
+            continue;
+        };
+        // Each thread's median over the rounds.
+        let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for r in results
+            .iter()
+            .filter(|r| r["workload"] == Workload::Busy.name() && r["config"] == c.name())
+        {
+            if let Some(m) = r["own_cpu_ms_per_s_by_thread"].as_object() {
+                for (k, v) in m {
+                    by.entry(k.clone()).or_default().extend(v.as_f64());
+                }
+            }
+        }
+        let by: Vec<String> = by
+            .into_iter()
+            .filter_map(|(k, v)| Some(format!("{k} {:.2}", median(v)?)))
+            .collect();
+        println!(
+            "| {} | {own:.2} ms/s | {:.0} /s | {} | {:.0} ms/s | {:.0} req/s |",
+            c.label(),
+            med(c, "own_wakeups_per_s").unwrap_or(0.0),
+            if by.is_empty() {
+                "–".into()
+            } else {
+                by.join(", ")
+            },
+            med(c, "process_cpu_ms_per_s").unwrap_or(0.0),
+            med(c, "req_per_s").unwrap_or(0.0),
+        );
+    }
+    println!(
+        "\nbusy: the http workload's service and load ({} req/s over {} keep-alive connections, 2 workers, nothing pinned), measured for {:?} after {:?}; pinwatch's threads are those named pinwatch-* (the watchdog, the exporters): CPU from /proc/self/task/*/schedstat, wake-ups the context switches, per second; whole process from getrusage (server, client, tools); medians of {} rounds.",
+        args.sizes.rate,
+        args.sizes.conns,
+        args.sizes.http,
+        child::BUSY_WARMUP,
+        field(results, Workload::Busy, Config::Plain, "process_cpu_ms_per_s").len().max(
+            field(results, Workload::Busy, Config::Pinwatch, "own_cpu_ms_per_s").len()
+        ),
+    );
 }
 
 /// The stall workload: the requests answered while a driver-woken task blocked its worker.

@@ -303,3 +303,37 @@ fn the_traced_http_configurations_serve_requests_with_and_without_the_span_layer
         assert!(h["cpu_us_per_req"].as_f64().unwrap() > 0.0, "{config}: {h}");
     }
 }
+
+#[test]
+fn the_busy_workload_reports_pinwatchs_own_threads_and_the_driver_prints_it() {
+    let b = child("pinwatch", "busy");
+    assert!(b["window_s"].as_f64().unwrap() >= 0.3, "{b}");
+    assert!(b["req_per_s"].as_f64().unwrap() > 0.0, "{b}");
+    let own = b["own_cpu_ms_per_s"].as_f64().unwrap();
+    let by_thread = b["own_cpu_ms_per_s_by_thread"].as_object().unwrap();
+    // Only pinwatch's threads, the watchdog among them, and they add up.
+    assert!(by_thread.contains_key("pinwatch-watchd"), "{b}");
+    assert!(by_thread.keys().all(|k| k.starts_with("pinwatch")), "{b}");
+    let sum: f64 = by_thread.values().map(|v| v.as_f64().unwrap()).sum();
+    assert!((own - sum).abs() < 1e-6, "{b}");
+    // The watchdog woke while the workers served requests.
+    assert!(b["own_wakeups_per_s"].as_f64().unwrap() > 0.0, "{b}");
+    assert!(b["process_cpu_ms_per_s"].as_f64().unwrap() >= own, "{b}");
+    // Plain tokio has no such threads.
+    let plain = child("plain", "busy");
+    assert_eq!(plain["own_cpu_ms_per_s"].as_f64().unwrap(), 0.0, "{plain}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_compare"))
+        .args(["--rounds", "1", "--http-secs", "0.3", "--rate", "500"])
+        .args(["--configs", "plain,pinwatch", "--workloads", "busy"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("| pinwatch (defaults) |"))
+        .unwrap_or_else(|| panic!("no pinwatch row: {table}"));
+    assert!(row.contains("ms/s") && row.contains("pinwatch-watchd"), "{row}");
+    assert!(table.contains("busy: the http workload"), "{table}");
+}

@@ -334,6 +334,9 @@ fn the_busy_workload_reports_pinwatchs_own_threads_and_the_driver_prints_it() {
         .lines()
         .find(|l| l.starts_with("| pinwatch (defaults) |"))
         .unwrap_or_else(|| panic!("no pinwatch row: {table}"));
-    assert!(row.contains("ms/s") && row.contains("pinwatch-watchd"), "{row}");
+    assert!(
+        row.contains("ms/s") && row.contains("pinwatch-watchd"),
+        "{row}"
+    );
     assert!(table.contains("busy: the http workload"), "{table}");
 }

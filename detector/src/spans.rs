@@ -2,12 +2,18 @@
 //! subscriber so that each pin says which request (which span, which trace) it happened in.
 //!
 //! Two sides, as in console-subscriber:
-//! - `poll/spans.rs`: what `on_enter`/`on_exit` do (they run inside polls): push or pop the span's id on
-//!   a fixed stack in the calling thread's slot. No allocation, lock or system call; a thread
-//!   with no slot (not a watched worker) does nothing.
-//! - here: `on_new_span`/`on_record`/`on_close` (once per span, not per poll) keep each live
-//!   span's name, target and fields (bounded) in a map behind a lock, where the watchdog looks
-//!   up the innermost span entered during the poll it flags, and that span's parents.
+//! - `poll/span_stack.rs`: what `on_enter`/`on_exit` do (they run inside polls): push or pop the
+//!   span's id on a fixed stack in the calling thread's slot. No allocation, lock or system
+//!   call; a thread with no slot (not a watched worker) does nothing.
+//! - here: `on_new_span`/`on_record`/`on_close` (once per span, not per poll) keep each open
+//!   span's metadata, parent and fields (bounded, formatted into one buffer) in a table of
+//!   pinwatch's own, split in [`SHARDS`] parts by span id, where the watchdog looks up the
+//!   innermost span entered during the poll it flags, and that span's parents. The watchdog
+//!   never reads the subscriber's registry: another layer may hold a span's lock there while
+//!   it runs the service's code (a field's `Debug`), and dropping a registry reference on the
+//!   watchdog's thread could close a span against the wrong subscriber. A part's lock is held
+//!   only by pinwatch's own code, for an insert, a removal or a copy — never while a value is
+//!   formatted.
 //!
 //! Which spans a pin shows: the innermost span *entered during the pinned poll* on the pinned
 //! thread, and its parents (the span tree, outermost first). A span entered before the poll began
@@ -17,10 +23,9 @@
 //! never shows.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use tracing::dispatcher::{Dispatch, WeakDispatch};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::Subscriber;
@@ -41,35 +46,39 @@ pub const MAX_VALUE_BYTES: usize = 128;
 /// Bytes of field text a span keeps in place; more goes to the heap.
 const INLINE_TEXT: usize = 160;
 
-/// What pinwatch keeps of a span, in the registry's storage for it (its extensions): the
-/// fields as text, without a map or an allocation per field. The name, target and parent are
-/// the registry's.
+/// What pinwatch keeps of an open span: its metadata, its parent as this layer saw it, and its
+/// fields.
 struct Kept {
-    /// Each field's name and where its value ends in `text`, in recording order.
-    names: [&'static str; MAX_FIELDS],
-    ends: [u16; MAX_FIELDS],
-    n: usize,
-    text: Text,
+    meta: &'static tracing::Metadata<'static>,
+    parent: Option<u64>,
+    fields: Fields,
     #[cfg(feature = "otel-trace")]
     trace_id: Option<String>,
     #[cfg(feature = "otel-trace")]
     span_id: Option<String>,
 }
 
-impl Kept {
-    fn new() -> Kept {
-        Kept {
+/// A span's fields as text, without a map or an allocation per field.
+struct Fields {
+    /// Each field's name and where its value ends in `text`, in recording order.
+    names: [&'static str; MAX_FIELDS],
+    ends: [u16; MAX_FIELDS],
+    n: usize,
+    text: Text,
+}
+
+impl Default for Fields {
+    fn default() -> Fields {
+        Fields {
             names: [""; MAX_FIELDS],
             ends: [0; MAX_FIELDS],
             n: 0,
             text: Text::default(),
-            #[cfg(feature = "otel-trace")]
-            trace_id: None,
-            #[cfg(feature = "otel-trace")]
-            span_id: None,
         }
     }
+}
 
+impl Fields {
     /// The fields, in recording order.
     fn fields(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
         let text = self.text.as_str();
@@ -130,7 +139,7 @@ impl Kept {
 
     /// The fields of `newer` (an `on_record`) merged in: a value recorded again replaces the
     /// old one; new names are kept while there is room.
-    fn merge(&mut self, newer: &Kept) {
+    fn merge(&mut self, newer: &Fields) {
         let mut all: Vec<(&'static str, String)> =
             self.fields().map(|(k, v)| (k, v.to_owned())).collect();
         for (k, v) in newer.fields() {
@@ -236,7 +245,7 @@ impl std::fmt::Write for Capped<'_> {
     }
 }
 
-impl Visit for Kept {
+impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
         if value.len() <= MAX_VALUE_BYTES {
             // As it is: no formatting.
@@ -251,19 +260,55 @@ impl Visit for Kept {
     }
 }
 
-/// How the watchdog reads the spans of one layer instance: the subscriber the layer is part
-/// of, and a walk that knows the subscriber's type.
-struct Registered {
-    instance: u64,
-    /// The subscriber, when `tracing` said which (`on_register_dispatch`: not through an
-    /// `Option` or a `Vec` of layers); else the global default subscriber is read.
-    dispatch: Option<WeakDispatch>,
-    walk: fn(&Dispatch, u64) -> Captured,
+/// The parts of the table of open spans (a power of two): two threads wait for each other only
+/// when they create or close spans of the same part at the same moment.
+pub(crate) const SHARDS: usize = 64;
+
+/// A hasher for keys that are already spread: the span id mixed with the layer instance.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
-/// The layer instances registered with a subscriber. Locked when a subscriber is made and
-/// when the watchdog reads a pin's spans — never on a span's creation, entry, exit or close.
-static LAYERS: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
+/// One part of the table: open spans by (layer instance, span id).
+type Table =
+    std::collections::HashMap<(u64, u64), Box<Kept>, std::hash::BuildHasherDefault<IdHasher>>;
+
+type Shard = Mutex<Table>;
+
+/// Open spans, by (layer instance, span id).
+static LIVE: [Shard; SHARDS] = [const {
+    Mutex::new(std::collections::HashMap::with_hasher(
+        std::hash::BuildHasherDefault::new(),
+    ))
+}; SHARDS];
+
+/// The part holding span `id`. Registry ids count up from 1 in each of its pages, so the low
+/// bits spread consecutive spans over the parts.
+fn shard(id: u64) -> &'static Shard {
+    let mixed = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+    &LIVE[mixed as usize % SHARDS]
+}
+
+/// Locks a part. Its lock is held only by pinwatch's code, which never panics holding it; a
+/// poisoned one is used as it is.
+fn lock(shard: &'static Shard) -> std::sync::MutexGuard<'static, Table> {
+    shard.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Layer instances: span ids are per subscriber, and a process may have more than one.
 static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
@@ -289,7 +334,6 @@ static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
 pub fn tracing_layer() -> SpanLayer {
     SpanLayer {
         instance: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
-        registered: AtomicBool::new(false),
         #[cfg(feature = "otel-trace")]
         dispatch: std::sync::OnceLock::new(),
     }
@@ -299,8 +343,6 @@ pub fn tracing_layer() -> SpanLayer {
 #[derive(Debug)]
 pub struct SpanLayer {
     instance: u64,
-    /// Whether the watchdog knows how to read this layer's spans (see [`register`]).
-    registered: AtomicBool,
     /// The subscriber the layer is part of, to ask `tracing-opentelemetry` for a span's context.
     #[cfg(feature = "otel-trace")]
     dispatch: std::sync::OnceLock<tracing::dispatcher::WeakDispatch>,
@@ -335,54 +377,47 @@ impl<S> tracing_subscriber::Layer<S> for SpanLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
+    #[cfg(feature = "otel-trace")]
     fn on_register_dispatch(&self, subscriber: &tracing::Dispatch) {
-        #[cfg(feature = "otel-trace")]
         let _ = self.dispatch.set(subscriber.downgrade());
-        register(self.instance, Some(subscriber), walk::<S>);
-        self.registered.store(true, Ordering::Relaxed);
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        if !self.registered.load(Ordering::Relaxed) {
-            // Not told which subscriber it is in (a layer inside an `Option` or a `Vec`, or
-            // tracing-subscriber before 0.3.21): the watchdog reads the global default one.
-            // Once per layer.
-            register(self.instance, None, walk::<S>);
-            self.registered.store(true, Ordering::Relaxed);
-        }
-        let Some(span) = ctx.span(id) else { return };
-        {
-            let mut ext = span.extensions_mut();
-            // `replace`, not `insert` (which panics on a second value): a subscriber may hold
-            // two of these layers. Filled in place: the span is not moved once formatted.
-            ext.replace(Kept::new());
-            if let Some(kept) = ext.get_mut::<Kept>() {
-                attrs.record(kept);
-            }
-        }
+        let mut kept = Box::new(Kept {
+            meta: attrs.metadata(),
+            // The parent this layer sees (a per-layer filter leaves out the spans it filters).
+            parent: ctx
+                .span(id)
+                .and_then(|s| s.parent())
+                .map(|p| p.id().into_u64()),
+            fields: Fields::default(),
+            #[cfg(feature = "otel-trace")]
+            trace_id: None,
+            #[cfg(feature = "otel-trace")]
+            span_id: None,
+        });
+        // Formatted before any lock is taken: a value's `Debug` is the service's code.
+        attrs.record(&mut kept.fields);
         #[cfg(feature = "otel-trace")]
         {
-            // Asked with the span's storage unlocked: the OpenTelemetry layer locks it too.
-            let ids = self.otel_ids(id);
-            let mut ext = span.extensions_mut();
-            if let Some(kept) = ext.get_mut::<Kept>() {
-                (kept.trace_id, kept.span_id) = ids;
-            }
+            (kept.trace_id, kept.span_id) = self.otel_ids(id);
         }
+        let key = (self.instance, id.into_u64());
+        // The old value of a reused id (a close this layer missed) is freed after the unlock.
+        let _old = lock(shard(key.1)).insert(key, kept);
     }
 
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        // Formatted before the span's storage is locked: a value's `Debug` is the service's
-        // code, and may do anything with spans.
-        let mut recorded = Kept::new();
+    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+        // Formatted before the lock: a value's `Debug` is the service's code, and may make a
+        // span itself (whose `on_new_span` may take the same part's lock).
+        let mut recorded = Fields::default();
         values.record(&mut recorded);
         if recorded.n == 0 {
             return;
         }
-        if let Some(span) = ctx.span(id) {
-            if let Some(k) = span.extensions_mut().get_mut::<Kept>() {
-                k.merge(&recorded);
-            }
+        let key = (self.instance, id.into_u64());
+        if let Some(k) = lock(shard(key.1)).get_mut(&key) {
+            k.fields.merge(&recorded);
         }
     }
 
@@ -396,71 +431,12 @@ where
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
         with_slot(|slot| slot.spans.pop(self.instance, id.into_u64()));
     }
-}
 
-/// Remembers layer `instance` of `subscriber` (`None`: the global default one), read by
-/// `walk`; forgets the layers whose subscriber is gone.
-fn register(instance: u64, subscriber: Option<&Dispatch>, walk: fn(&Dispatch, u64) -> Captured) {
-    let mut layers = LAYERS.lock().unwrap_or_else(|p| p.into_inner());
-    layers.retain(|l| {
-        l.instance != instance && l.dispatch.as_ref().is_none_or(|d| d.upgrade().is_some())
-    });
-    layers.push(Registered {
-        instance,
-        dispatch: subscriber.map(Dispatch::downgrade),
-        walk,
-    });
-}
-
-/// The chain of span `id` in subscriber `dispatch`, whose registry is an `S` (the innermost span
-/// first): the spans still open, each with what [`Kept`] holds of it.
-fn walk<S>(dispatch: &Dispatch, id: u64) -> Captured
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    let mut out = Captured::default();
-    let Some(registry) = dispatch.downcast_ref::<S>() else {
-        return out;
-    };
-    let Some(id) = std::num::NonZeroU64::new(id) else {
-        return out;
-    };
-    let mut next = registry.span(&Id::from_non_zero_u64(id));
-    // Bounded also in steps: a parent link is the registry's, but a chain of runtime spans is
-    // walked through.
-    let mut steps = 0;
-    while let Some(span) = next {
-        steps += 1;
-        if out.spans.len() >= MAX_SPANS || steps > 4 * MAX_SPANS {
-            break;
-        }
-        let meta = span.metadata();
-        let ext = span.extensions();
-        let kept = ext.get::<Kept>();
-        let info = SpanInfo {
-            name: meta.name().to_owned(),
-            target: meta.target().to_owned(),
-            fields: kept.map(Kept::to_map).unwrap_or_default(),
-        };
-        #[cfg(feature = "otel-trace")]
-        if out.trace_id.is_none() {
-            if let Some(k) = kept.filter(|k| k.trace_id.is_some()) {
-                out.trace_id.clone_from(&k.trace_id);
-                out.span_id.clone_from(&k.span_id);
-            }
-        }
-        drop(ext);
-        next = span.parent();
-        if is_runtimes(&info) {
-            // tokio's own instrumentation (its `tracing` feature: the task span it enters
-            // around every poll, resources): not the service's request. Walked through, so
-            // that the spans a task was spawned in still show.
-            continue;
-        }
-        out.spans.push(info);
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        let key = (self.instance, id.into_u64());
+        // Freed after the unlock.
+        let _gone = lock(shard(key.1)).remove(&key);
     }
-    out.spans.reverse();
-    out
 }
 
 /// Runs `f` on the calling thread's slot, whatever table it is in; does nothing on a thread
@@ -484,8 +460,6 @@ pub(crate) struct Captured {
     pub span_id: Option<String>,
 }
 
-/// The spans poll `poll` of `slot` is in: the innermost entered during that poll and its parents,
-/// outermost first. Watchdog side.
 /// A span of tokio's own instrumentation (`runtime.spawn`, `runtime.resource`, …: targets
 /// `tokio::…` and `runtime::…`).
 fn is_runtimes(info: &SpanInfo) -> bool {
@@ -494,6 +468,8 @@ fn is_runtimes(info: &SpanInfo) -> bool {
         || info.target.starts_with("runtime::")
 }
 
+/// The spans poll `poll` of `slot` is in: the innermost entered during that poll and its parents,
+/// outermost first. Watchdog side.
 pub(crate) fn capture(slot: &Slot, poll: u64) -> Captured {
     match slot.spans.innermost(poll) {
         Some(e) => walk_entered(e),
@@ -509,20 +485,47 @@ pub(crate) fn chain(layer: u64, id: u64) -> Vec<SpanInfo> {
 }
 
 fn walk_entered(e: crate::poll::span_stack::Entered) -> Captured {
-    let found = {
-        let layers = LAYERS.lock().unwrap_or_else(|p| p.into_inner());
-        layers
-            .iter()
-            .find(|l| l.instance == e.layer)
-            .map(|l| (l.dispatch.as_ref().map(WeakDispatch::upgrade), l.walk))
-    };
-    // The subscriber is kept alive by the upgrade while its spans are read, outside the lock.
-    match found {
-        Some((Some(Some(dispatch)), walk)) => walk(&dispatch, e.id),
-        Some((Some(None), _)) | None => Captured::default(),
-        // This thread has no subscriber of its own: the default is the global one.
-        Some((None, walk)) => tracing::dispatcher::get_default(|d| walk(d, e.id)),
+    let mut out = Captured::default();
+    let mut next = Some(e.id);
+    // Bounded also in steps: span ids are reused once closed, so a stale parent link could in
+    // principle lead back into the chain.
+    let mut steps = 0;
+    while let Some(id) = next {
+        steps += 1;
+        if out.spans.len() >= MAX_SPANS || steps > 4 * MAX_SPANS {
+            break;
+        }
+        // One part locked at a time, for a copy.
+        let found = lock(shard(id)).get(&(e.layer, id)).map(|k| {
+            let info = SpanInfo {
+                name: k.meta.name().to_owned(),
+                target: k.meta.target().to_owned(),
+                fields: k.fields.to_map(),
+            };
+            #[cfg(feature = "otel-trace")]
+            let ids = (k.trace_id.clone(), k.span_id.clone());
+            #[cfg(not(feature = "otel-trace"))]
+            let ids: (Option<String>, Option<String>) = (None, None);
+            (info, k.parent, ids)
+        });
+        let Some((info, parent, (trace_id, span_id))) = found else {
+            break;
+        };
+        next = parent;
+        if is_runtimes(&info) {
+            // tokio's own instrumentation (its `tracing` feature: the task span it enters
+            // around every poll, resources): not the service's request. Walked through, so
+            // that the spans a task was spawned in still show.
+            continue;
+        }
+        if out.trace_id.is_none() && trace_id.is_some() {
+            out.trace_id = trace_id;
+            out.span_id = span_id;
+        }
+        out.spans.push(info);
     }
+    out.spans.reverse();
+    out
 }
 
 #[cfg(test)]
@@ -590,6 +593,54 @@ mod tests {
             let fields = &chain_of(instance, &small)[0].fields;
             assert_eq!(fields.len(), 2, "{fields:?}");
             assert_eq!((fields["a"].as_str(), fields["b"].as_str()), ("é", "2"));
+        });
+    }
+
+    /// Two subscribers number their spans alike: each layer finds its own span, never the
+    /// other's.
+    #[test]
+    fn two_subscribers_spans_of_the_same_id_stay_apart() {
+        let (a, b) = (tracing_layer(), tracing_layer());
+        let (ia, ib) = (a.instance, b.instance);
+        let sa = tracing_subscriber::registry().with(Some(a));
+        let sb = tracing_subscriber::registry().with(Some(b));
+        let span_a = tracing::subscriber::with_default(sa, || {
+            tracing::info_span!("a_request", secret = "a's")
+        });
+        let span_b = tracing::subscriber::with_default(sb, || {
+            tracing::info_span!("b_request", secret = "b's")
+        });
+        assert_eq!(span_a.id(), span_b.id(), "the same id in both");
+        let (ca, cb) = (chain_of(ia, &span_a), chain_of(ib, &span_b));
+        assert_eq!(
+            (ca[0].name.as_str(), ca[0].fields["secret"].as_str()),
+            ("a_request", "a's")
+        );
+        assert_eq!(
+            (cb[0].name.as_str(), cb[0].fields["secret"].as_str()),
+            ("b_request", "b's")
+        );
+    }
+
+    /// With a per-layer filter, a parent the filter leaves out (another layer takes it) is not
+    /// on the chain.
+    #[test]
+    fn a_parent_the_layers_filter_leaves_out_is_not_shown() {
+        use tracing_subscriber::filter::LevelFilter;
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink))
+            .with(layer.with_filter(LevelFilter::INFO));
+        tracing::subscriber::with_default(subscriber, || {
+            let outer = tracing::info_span!("connection");
+            let hidden = tracing::debug_span!(parent: &outer, "excluded", peer = "10.0.0.1");
+            let inner = tracing::info_span!(parent: &hidden, "request", uri = "/x");
+            let names: Vec<String> = chain_of(instance, &inner)
+                .into_iter()
+                .map(|s| s.name)
+                .collect();
+            assert_eq!(names, ["connection", "request"]);
         });
     }
 

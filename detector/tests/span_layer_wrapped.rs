@@ -1,6 +1,6 @@
-//! `pinwatch::tracing_layer()` inside an `Option` (`.with(on.then(pinwatch::tracing_layer))`):
-//! tracing-subscriber does not tell such a layer which subscriber it is in, so pinwatch reads the
-//! spans from the global default one. A process of its own: it sets that default.
+//! `pinwatch::tracing_layer()` inside an `Option` (`.with(on.then(pinwatch::tracing_layer))`,
+//! which tracing-subscriber does not tell which subscriber it is in) still names the spans of a
+//! pin with their fields. A process of its own: it sets the global default subscriber.
 
 mod support;
 

@@ -7,7 +7,7 @@
 //!   call; a thread with no slot (not a watched worker) does nothing.
 //! - here: `on_new_span`/`on_record`/`on_close` (once per span, not per poll) keep each open
 //!   span's metadata, parent and fields (bounded, formatted into one buffer) in a table of
-//!   pinwatch's own, split in [`SHARDS`] parts by span id, where the watchdog looks up the
+//!   pinwatch's own, split in `SHARDS` (64) parts by span id, where the watchdog looks up the
 //!   innermost span entered during the poll it flags, and that span's parents. The watchdog
 //!   never reads the subscriber's registry: another layer may hold a span's lock there while
 //!   it runs the service's code (a field's `Debug`), and dropping a registry reference on the

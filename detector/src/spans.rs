@@ -12,7 +12,7 @@
 //!   never reads the subscriber's registry: another layer may hold a span's lock there while
 //!   it runs the service's code (a field's `Debug`), and dropping a registry reference on the
 //!   watchdog's thread could close a span against the wrong subscriber. A part's lock is held
-//!   only by pinwatch's own code, for an insert, a removal or a copy — never while a value is
+//!   only by pinwatch's own code, for an insert, a merge, a removal or a copy — never while a value is
 //!   formatted.
 //!
 //! Which spans a pin shows: the innermost span *entered during the pinned poll* on the pinned
@@ -261,7 +261,8 @@ impl Visit for Fields {
 }
 
 /// The parts of the table of open spans (a power of two): two threads wait for each other only
-/// when they create or close spans of the same part at the same moment.
+/// when they create, record on or close spans of the same part at the same moment (or the
+/// watchdog copies one out).
 pub(crate) const SHARDS: usize = 64;
 
 /// A hasher for keys that are already spread: the span id mixed with the layer instance.
@@ -297,8 +298,8 @@ static LIVE: [Shard; SHARDS] = [const {
     ))
 }; SHARDS];
 
-/// The part holding span `id`. Registry ids count up from 1 in each of its pages, so the low
-/// bits spread consecutive spans over the parts.
+/// The part holding span `id`: the id multiplied by a large odd constant, its top bits, which
+/// spread both consecutive ids and ids that differ in their high (generation) bits only.
 fn shard(id: u64) -> &'static Shard {
     let mixed = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
     &LIVE[mixed as usize % SHARDS]
@@ -328,14 +329,25 @@ static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
 ///
 /// Entering and exiting a span costs a few stores on a watched worker (no allocation, lock or
 /// system call); creating a span formats its fields (at most [`MAX_FIELDS`], each cut at
-/// [`MAX_VALUE_BYTES`]) into the registry's storage for that span — no lock shared with other
-/// spans or threads (docs/overhead.md gives the instructions). A pinned event carries at most
-/// [`MAX_SPANS`] spans.
+/// [`MAX_VALUE_BYTES`]) into one buffer, kept in a table of pinwatch's own split 64 ways by span
+/// id until the span closes (docs/overhead.md gives the instructions). A pinned event carries
+/// at most [`MAX_SPANS`] spans.
 pub fn tracing_layer() -> SpanLayer {
     SpanLayer {
         instance: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
         #[cfg(feature = "otel-trace")]
         dispatch: std::sync::OnceLock::new(),
+    }
+}
+
+/// Dropped (its subscriber dropped, or the layer swapped out by `tracing_subscriber::reload`):
+/// what it keeps goes too, even of spans still open, whose closes it will not hear.
+impl Drop for SpanLayer {
+    fn drop(&mut self) {
+        for part in &LIVE {
+            // `Kept` holds no value of the service's: nothing runs on drop under the lock.
+            lock(part).retain(|k, _| k.0 != self.instance);
+        }
     }
 }
 
@@ -641,6 +653,30 @@ mod tests {
                 .map(|s| s.name)
                 .collect();
             assert_eq!(names, ["connection", "request"]);
+        });
+    }
+
+    /// What a layer keeps, in every part of the table.
+    fn kept_by(instance: u64) -> usize {
+        LIVE.iter()
+            .map(|p| lock(p).keys().filter(|k| k.0 == instance).count())
+            .sum()
+    }
+
+    /// A layer swapped out while spans are open (their closes go to its successor) leaves
+    /// nothing behind.
+    #[test]
+    fn a_layer_reloaded_away_leaves_nothing_kept() {
+        use tracing_subscriber::reload;
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let (layer, handle) = reload::Layer::new(Some(layer));
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            let open: Vec<_> = (0..100).map(|i| tracing::info_span!("conn", i)).collect();
+            assert_eq!(kept_by(instance), 100);
+            handle.reload(None).unwrap();
+            assert_eq!(kept_by(instance), 0);
+            drop(open);
         });
     }
 

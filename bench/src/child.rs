@@ -753,18 +753,10 @@ fn busy(s: &Setup, sizes: Sizes) -> serde_json::Value {
         let (after, cpu1) = (threads(), cpu_time());
         let took = start.elapsed().as_secs_f64();
         let (latencies, elapsed) = client.join().expect("client thread");
-        let (mut cpu_ns, mut switches) = (0u64, 0u64);
-        let mut by_thread: BTreeMap<String, f64> = BTreeMap::new();
-        for (key, (c1, s1)) in after
-            .iter()
-            .filter(|(k, _)| k.0.starts_with(PINWATCH_THREAD_PREFIX))
-        {
-            let (c0, s0) = before.get(key).copied().unwrap_or((0, 0));
-            let dc = c1.saturating_sub(c0);
-            cpu_ns += dc;
-            switches += s1.saturating_sub(s0);
-            *by_thread.entry(key.0.clone()).or_default() += dc as f64 / 1e6 / took;
-        }
+        let own = Spent::between(&before, &after, took, |name| {
+            name.starts_with(PINWATCH_THREAD_PREFIX)
+        });
+        let (cpu_ns, switches, by_thread) = (own.cpu_ns, own.switches, own.by_thread);
         json!({
             "window_s": took,
             "req_per_s": latencies.len() as f64 / elapsed.as_secs_f64(),
@@ -972,6 +964,43 @@ fn threads() -> BTreeMap<(String, String), (u64, u64)> {
     out
 }
 
+/// What the threads of [`threads`] whose names `count` took between two reads of it, `took`
+/// seconds apart. A thread that ends in between takes its share with it; one that starts counts
+/// from zero.
+struct Spent {
+    cpu_ns: u64,
+    switches: u64,
+    /// Threads counted.
+    threads: usize,
+    /// CPU milliseconds per second, by thread name (threads of one name summed).
+    by_thread: BTreeMap<String, f64>,
+}
+
+impl Spent {
+    fn between(
+        before: &BTreeMap<(String, String), (u64, u64)>,
+        after: &BTreeMap<(String, String), (u64, u64)>,
+        took: f64,
+        count: impl Fn(&str) -> bool,
+    ) -> Spent {
+        let mut spent = Spent {
+            cpu_ns: 0,
+            switches: 0,
+            threads: 0,
+            by_thread: BTreeMap::new(),
+        };
+        for (key, (c1, s1)) in after.iter().filter(|(k, _)| count(&k.0)) {
+            let (c0, s0) = before.get(key).copied().unwrap_or((0, 0));
+            let dc = c1.saturating_sub(c0);
+            spent.cpu_ns += dc;
+            spent.switches += s1.saturating_sub(s0);
+            spent.threads += 1;
+            *spent.by_thread.entry(key.0.clone()).or_default() += dc as f64 / 1e6 / took;
+        }
+        spent
+    }
+}
+
 /// A service with nothing to do: its only task sleeps (a second at a time). After
 /// [`IDLE_WARMUP`], every thread's CPU time and context switches over `window`, but the bench's
 /// own helpers' ([`OWN_THREAD_PREFIX`]). A thread that ends inside the window takes its share
@@ -992,19 +1021,11 @@ fn idle(s: &Setup, window: Duration) -> serde_json::Value {
     let after = threads();
     let took = start.elapsed().as_secs_f64();
     task.abort();
-    let (mut cpu_ns, mut switches, mut counted) = (0u64, 0u64, 0usize);
-    let mut by_thread: BTreeMap<String, f64> = BTreeMap::new();
-    for (key, (c1, s1)) in &after {
-        if key.0.starts_with(OWN_THREAD_PREFIX) {
-            continue;
-        }
-        let (c0, s0) = before.get(key).copied().unwrap_or((0, 0));
-        let dc = c1.saturating_sub(c0);
-        cpu_ns += dc;
-        switches += s1.saturating_sub(s0);
-        counted += 1;
-        *by_thread.entry(key.0.clone()).or_default() += dc as f64 / 1e6 / took;
-    }
+    let spent = Spent::between(&before, &after, took, |name| {
+        !name.starts_with(OWN_THREAD_PREFIX)
+    });
+    let (cpu_ns, switches, counted, by_thread) =
+        (spent.cpu_ns, spent.switches, spent.threads, spent.by_thread);
     // The settings the row claims, read back from the detector, and the endpoint answering
     // (after the window: the scrape is not measured).
     let settings = s.detector.as_ref().and_then(|d| d.config()).map(|c| {

@@ -321,7 +321,7 @@ const SENT_KEPT: Duration = Duration::from_secs(10);
 /// Whether tokio measures the tasks' waits (the `schedule-latency` feature).
 const MEASURED: bool = cfg!(feature = "schedule-latency");
 
-impl Scan<'_> {
+impl<'a> Scan<'a> {
     /// A look at `slot`, whose poll the watchdog remembers in `tracked`; `last_look` is the
     /// time just before the previous look, and becomes this one's.
     fn slot(&mut self, slot: &Slot, tracked: &mut Option<Tracked>, last_look: &mut Instant) {
@@ -807,8 +807,7 @@ impl Scan<'_> {
         let mut waits: Vec<Wait> = Vec::new();
         let mut read = [NO_WAIT; WAIT_RING];
         let mut lost = 0;
-        let slots = &self.shared.table.slots()[..self.used];
-        for (slot, next) in slots.iter().zip(&mut self.wait_next) {
+        for (slot, next) in self.used_slots().iter().zip(&mut self.wait_next) {
             let (n, missed) = slot.waits.read(next, &mut read);
             lost += missed;
             if n == 0 {
@@ -881,7 +880,7 @@ impl Scan<'_> {
             return;
         }
         self.view.tried_at = Some(now);
-        for slot in &self.shared.table.slots()[..self.used] {
+        for slot in self.used_slots() {
             if slot.is_active() && slot.parked.load(Ordering::Relaxed) {
                 if let Some(probe::Wait::Epoll(fd)) =
                     probe::read_wait(slot.tid.load(Ordering::Relaxed))
@@ -912,7 +911,8 @@ impl Scan<'_> {
         let Some(thread) = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t)) else {
             return Ok(WorkerState::Busy);
         };
-        let Some(slot) = self.shared.table.slots()[..self.used]
+        let Some(slot) = self
+            .used_slots()
             .iter()
             .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
         else {
@@ -959,6 +959,16 @@ impl Scan<'_> {
         states
     }
 
+    /// [`look_at_drivers`](Self::look_at_drivers) when no pin holds a worker: the watch starts
+    /// over (but who was last seen on the drivers), and the runtime is not stalled.
+    fn nothing_held(&mut self) -> Option<bool> {
+        self.drivers = DriverWatch {
+            last_on_drivers: self.drivers.last_on_drivers,
+            ..DriverWatch::default()
+        };
+        self.view.sees().then_some(false)
+    }
+
     /// Who drives the runtime's I/O and timer drivers now, while a pin holds a worker: each
     /// worker's state from its slot (pinned, in tokio's park) and, for a parked one, from the
     /// system call it waits in. When nobody does, the pins that left them so stall the
@@ -971,12 +981,8 @@ impl Scan<'_> {
             return None;
         }
         if !tracked.iter().flatten().any(|t| t.pinned.is_some()) {
-            // Nothing pinned (nearly every scan): nothing held, nothing to allocate.
-            self.drivers = DriverWatch {
-                last_on_drivers: self.drivers.last_on_drivers,
-                ..DriverWatch::default()
-            };
-            return self.view.sees().then_some(false);
+            // Nothing pinned (nearly every scan): nothing to allocate for.
+            return self.nothing_held();
         }
         let slots = self.shared.table.slots();
         // The worker each pin holds, while its poll runs: one that has just ended (its end is
@@ -993,11 +999,7 @@ impl Scan<'_> {
             })
             .collect();
         if holding.iter().all(Option::is_none) {
-            self.drivers = DriverWatch {
-                last_on_drivers: self.drivers.last_on_drivers,
-                ..DriverWatch::default()
-            };
-            return self.view.sees().then_some(false);
+            return self.nothing_held();
         }
         let news = tracked
             .iter()
@@ -1113,6 +1115,11 @@ impl Scan<'_> {
                 .victims(MEASURED, self.lifo_slot, &[], p.span(), p.queue_max);
         }
         self.send(p);
+    }
+
+    /// The slots in use as this scan loaded them ([`SlotTable::used`]).
+    fn used_slots(&self) -> &'a [Slot] {
+        &self.shared.table.slots()[..self.used]
     }
 
     /// Tasks waiting in worker `index`'s local run queue.

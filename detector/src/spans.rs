@@ -98,7 +98,7 @@ impl Fields {
 
     /// Appends a field's value, formatted and cut at [`MAX_VALUE_BYTES`].
     fn put(&mut self, field: &Field, value: std::fmt::Arguments<'_>) {
-        self.push(field, |text| {
+        self.push(field.name(), |text| {
             let start = text.len();
             let mut w = Capped {
                 text,
@@ -119,10 +119,10 @@ impl Fields {
         });
     }
 
-    /// Appends a field whose value `write` puts in the text (at most [`MAX_FIELDS`] fields: a
-    /// new name past that is left out).
+    /// Appends field `name`, whose value `write` puts in the text (at most [`MAX_FIELDS`]
+    /// fields: a new name past that is left out).
     #[inline]
-    fn push(&mut self, field: &Field, write: impl FnOnce(&mut Text)) {
+    fn push(&mut self, name: &'static str, write: impl FnOnce(&mut Text)) {
         if self.n >= MAX_FIELDS {
             return;
         }
@@ -132,7 +132,7 @@ impl Fields {
             self.text.truncate(start);
             return;
         };
-        self.names[self.n] = field.name();
+        self.names[self.n] = name;
         self.ends[self.n] = end;
         self.n += 1;
     }
@@ -152,13 +152,7 @@ impl Fields {
         self.n = 0;
         self.text = Text::default();
         for (k, v) in all {
-            self.text.push_str(&v);
-            let Ok(end) = u16::try_from(self.text.len()) else {
-                break;
-            };
-            self.names[self.n] = k;
-            self.ends[self.n] = end;
-            self.n += 1;
+            self.push(k, |text| text.push_str(&v));
         }
     }
 }
@@ -249,7 +243,7 @@ impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
         if value.len() <= MAX_VALUE_BYTES {
             // As it is: no formatting.
-            self.push(field, |text| text.push_str(value));
+            self.push(field.name(), |text| text.push_str(value));
         } else {
             self.put(field, format_args!("{value}"));
         }

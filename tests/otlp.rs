@@ -178,9 +178,9 @@ const OTEL_METRICS: &[(&str, &str, &str)] = &[
         "pinwatch_pins_by_location_total",
     ),
     (
-        "pinwatch.pins_by_span",
+        "pinwatch.pins_by_request",
         "{pin}",
-        "pinwatch_pins_by_span_total",
+        "pinwatch_pins_by_request_total",
     ),
     (
         "pinwatch.events.dropped",
@@ -663,6 +663,10 @@ fn a_pins_log_record_carries_its_requests_trace_and_span_ids_and_chain() {
     );
     assert_eq!(string(&rec.attributes, "pinwatch.span"), Some("render"));
     assert_eq!(
+        string(&rec.attributes, "pinwatch.request"),
+        Some("GET /report")
+    );
+    assert_eq!(
         string(&rec.attributes, "pinwatch.spans"),
         Some("request{http.route=/report method=GET uri=/report?x=1}:render{id=7}")
     );
@@ -677,6 +681,7 @@ fn a_pins_log_record_carries_its_requests_trace_and_span_ids_and_chain() {
     let rec = recs.first().expect("the pin's log record");
     assert!(rec.trace_id.is_empty() && rec.span_id.is_empty(), "{rec:?}");
     assert_eq!(string(&rec.attributes, "pinwatch.span"), None);
+    assert_eq!(string(&rec.attributes, "pinwatch.request"), None);
 }
 
 /// `TRACED_PIN` in state `state` with `victims` (a JSON object) added.

@@ -537,14 +537,14 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
             .is_some_and(|u| u.ends_with("#pinwatchworkerstuck")),
         "{stuck}"
     );
-    // The description names the line of the stuck pins, as the service's own metrics have it
-    // (`rx.recv()` in pin_service.rs).
+    // The description names the function of the stuck pins, as the service's own metrics
+    // have it (`rx.recv()` in pin_service.rs: the function, its file relative to the crate).
     let scraped = scrape(port);
     let location = scraped
         .lines()
         .filter(|l| l.starts_with("pinwatch_pins_by_location_total{"))
         .filter_map(|l| l.split("location=\"").nth(1)?.split('"').next())
-        .find(|l| l.contains("pin_service.rs:"))
+        .find(|l| l.contains("sample-apps/src/bin/pin_service.rs)"))
         .unwrap_or_else(|| panic!("no pin_service.rs location in\n{scraped}"));
     let description = stuck["annotations"]["description"].as_str().unwrap();
     assert!(

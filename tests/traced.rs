@@ -111,14 +111,80 @@ fn a_pin_names_its_request_and_the_other_route_never_appears() {
     for e in &events {
         assert_eq!(e["event"], "pinned", "{e}");
         let span = request_span(e).unwrap_or_else(|| panic!("a pin with no request span: {e}"));
-        assert_eq!(span["target"], "tower_http::trace::make_span", "{e}");
+        assert_eq!(span["target"], "sample_apps::traced", "{e}");
         assert_eq!(span["fields"]["method"], "GET", "{e}");
         assert_eq!(span["fields"]["uri"], "/report", "{e}");
+        assert_eq!(span["fields"]["http.route"], "/report", "{e}");
         assert!(
             !e["spans"].to_string().contains("/health"),
             "a /health request in a pin: {e}"
         );
     }
+}
+
+/// The docs' axum setup (docs/spans.md) under `RUST_LOG=info`: the request span is INFO with
+/// `http.route` from `MatchedPath`, and the fmt layer's filter is its own, so pinwatch still sees
+/// the DEBUG `db_query` span inside it. Pins in `/orders/7` and `/orders/8` are one request,
+/// `GET /orders/{id}`, with `db_query` innermost — in the recording and in `summary --json`.
+#[test]
+fn under_rust_log_info_pins_name_their_route_and_the_debug_span_inside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("pins.jsonl");
+    let (_service, addr) = traced_service(&[
+        ("PINWATCH_RECORD", record.display().to_string()),
+        ("RUST_LOG", "info".to_owned()),
+    ]);
+    get_ok(addr, "/orders/7");
+    get_ok(addr, "/orders/8");
+    // Each query blocks 60 ms, three times the threshold: two completed pins, written by the
+    // recording's thread after the polls end.
+    let events = wait_for(
+        "the two completed pins in the recording",
+        Duration::from_secs(60),
+        || {
+            let done: Vec<serde_json::Value> = recorded(&record)
+                .into_iter()
+                .filter(|e| e["state"] == "completed")
+                .collect();
+            (done.len() >= 2).then_some(done)
+        },
+    );
+    for e in &events {
+        let spans = e["spans"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no spans: {e}"));
+        let request = request_span(e).unwrap_or_else(|| panic!("no request span: {e}"));
+        assert_eq!(request["fields"]["http.route"], "/orders/{id}", "{e}");
+        assert_eq!(request["fields"]["method"], "GET", "{e}");
+        let innermost = spans.last().unwrap();
+        assert_eq!(
+            innermost["name"], "db_query",
+            "the DEBUG span is hidden: {e}"
+        );
+    }
+    let uris: std::collections::BTreeSet<String> = events
+        .iter()
+        .map(|e| request_span(e).unwrap()["fields"]["uri"].to_string())
+        .collect();
+    assert_eq!(uris.len(), 2, "{uris:?}");
+    let out = Command::new(support::pinwatch_cli())
+        .args(["summary", "--json"])
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = summary["by_request"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert_eq!(rows.len(), 1, "one route, whatever the ids: {summary}");
+    assert_eq!(rows[0]["request"], "GET /orders/{id}", "{summary}");
+    assert_eq!(rows[0]["count"], 2, "{summary}");
+    assert_eq!(
+        rows[0]["innermost"],
+        serde_json::json!([["db_query", 2]]),
+        "{summary}"
+    );
 }
 
 #[derive(Default)]

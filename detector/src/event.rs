@@ -280,6 +280,25 @@ impl Frame {
         (&self.function, &self.file, self.line) == (&other.function, &other.file, other.line)
     }
 
+    /// The frame with its file as every build machine names it ([`crate_path`]):
+    /// `svc::api::orders (svc/src/api.rs:88)`; displays like the frame otherwise.
+    pub fn portable(&self) -> Frame {
+        Frame {
+            file: self.file.as_deref().map(|f| crate_path(f).to_owned()),
+            ..self.clone()
+        }
+    }
+
+    /// `file:line` (or `file`) with the file as every build machine names it ([`crate_path`]);
+    /// `None` without a file.
+    pub fn portable_location(&self) -> Option<String> {
+        let file = crate_path(self.file.as_deref()?);
+        Some(match self.line {
+            Some(line) => format!("{file}:{line}"),
+            None => file.to_owned(),
+        })
+    }
+
     /// `file:line` with a dependency's file cut to its package (`argon2-0.5.3/src/block.rs`,
     /// from cargo's registry or git checkouts; `library/std/src/…` from std's sources); `None`
     /// without a file.
@@ -315,6 +334,37 @@ pub fn short_path(file: &str) -> &str {
         }
     }
     file
+}
+
+/// `file` as the same source is named on every machine that builds it: a dependency's from its
+/// package's directory on ([`short_path`]: `tokio-1.54.1/src/…`), std's from `library/` on, and
+/// the service's own from its crate's directory on — the directory that holds its `src/`
+/// (`tests/`, `examples/`, `benches/`): `/home/ci/svc/src/api.rs` → `svc/src/api.rs`. A path
+/// already relative stays as it is; another absolute path keeps its last two parts. What
+/// fleet-wide labels and tables use: an absolute build path would make the same code on two
+/// build machines two series.
+pub fn crate_path(file: &str) -> &str {
+    let short = short_path(file);
+    if short.len() != file.len() || !file.starts_with('/') {
+        return short;
+    }
+    let marker = ["/src/", "/tests/", "/examples/", "/benches/"]
+        .iter()
+        .filter_map(|m| file.rfind(m))
+        .max();
+    let cut = match marker {
+        // The directory before the marker: the crate's.
+        Some(pos) => file[..pos].rfind('/').map(|slash| slash + 1),
+        // The last two parts: `svc/build.rs`.
+        None => file
+            .rfind('/')
+            .and_then(|last| file[..last].rfind('/'))
+            .map(|slash| slash + 1),
+    };
+    match cut {
+        Some(from) if from < file.len() => &file[from..],
+        _ => file,
+    }
 }
 
 impl fmt::Display for Frame {
@@ -781,6 +831,100 @@ impl SpanInfo {
     }
 }
 
+/// Fields that carry a request's HTTP method: OpenTelemetry's, then tower-http's.
+const METHOD_FIELDS: &[&str] = &["http.request.method", "method", "http.method"];
+/// Fields that carry a request's path: OpenTelemetry's, then tower-http's (`uri`).
+const PATH_FIELDS: &[&str] = &["url.path", "uri", "http.target"];
+
+/// The longest [`SpanInfo::request_label`], in bytes after escaping.
+pub const MAX_REQUEST_LABEL: usize = 128;
+
+/// Path segments a [`route_of_path`] keeps at most; the rest are one `…`.
+const MAX_ROUTE_SEGMENTS: usize = 6;
+
+impl SpanInfo {
+    /// The first of `names` this span has a field of.
+    fn field(&self, names: &[&str]) -> Option<&str> {
+        names
+            .iter()
+            .find_map(|n| self.fields.get(*n).map(String::as_str))
+    }
+
+    /// How much this span looks like a request's: 2 with OpenTelemetry's `http.route`, 1 with a
+    /// method and a path (`method` + `uri` as tower-http records them, or
+    /// `http.request.method` + `url.path`), 0 otherwise.
+    pub fn request_rank(&self) -> u8 {
+        if self.fields.contains_key("http.route") {
+            2
+        } else if self.field(METHOD_FIELDS).is_some() && self.field(PATH_FIELDS).is_some() {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// What requests are grouped by (metrics, tables, `ctl status`): `GET /users/{id}` — the
+    /// method (when recorded) and the route. The route is `http.route` when the span has one
+    /// (a router's template: ids are not in it); else the path of `uri`/`url.path` with what
+    /// looks like an id made `{id}` ([`route_of_path`]); else the span's [`label`](Self::label).
+    /// Escaped, at most [`MAX_REQUEST_LABEL`] bytes.
+    pub fn request_label(&self) -> String {
+        let route = match self.fields.get("http.route") {
+            Some(r) => Some(r.clone()),
+            None => self
+                .field(METHOD_FIELDS)
+                .and(self.field(PATH_FIELDS))
+                .map(route_of_path),
+        };
+        let label = match (route, self.field(METHOD_FIELDS)) {
+            (Some(route), Some(method)) => format!("{method} {route}"),
+            (Some(route), None) => format!("{} {route}", self.name),
+            (None, _) => self.name.clone(),
+        };
+        crate::text::bounded(&label, MAX_REQUEST_LABEL)
+    }
+}
+
+/// A request's path as a route: `https://h/users/42/orders?x=1` → `/users/{id}/orders`. The
+/// scheme, host, query and fragment go; a segment that looks like an id — with a digit and
+/// longer than 3 characters (`42`, `a1b2c3d4`, a UUID, a date; `v2` stays), longer than 32,
+/// or with characters a route word does not have (`%`, non-ASCII) — is `{id}`; past
+/// [`MAX_ROUTE_SEGMENTS`] segments, `…`. Ids vary per request; what stays is the shape a
+/// router would match. A word that is an id without digits (`/users/alice`) stays: record
+/// `http.route` to group those (the label set is bounded either way).
+pub fn route_of_path(uri: &str) -> String {
+    let mut path = uri;
+    if let Some(p) = path.find("://") {
+        let rest = &path[p + 3..];
+        path = rest.find('/').map_or("/", |i| &rest[i..]);
+    }
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let mut out = String::new();
+    for (i, seg) in path.split('/').skip(1).enumerate() {
+        out.push('/');
+        if i == MAX_ROUTE_SEGMENTS {
+            out.push('…');
+            break;
+        }
+        out.push_str(if is_id_segment(seg) { "{id}" } else { seg });
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// Whether a path segment looks like an id rather than a route's word ([`route_of_path`]).
+fn is_id_segment(seg: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~');
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    // `v2`, `v1.1`, `s3`: a version or a short word, part of the route.
+    let short_word = !digits(seg) && (seg.len() <= 3 || seg.strip_prefix('v').is_some_and(digits));
+    seg.len() > 32
+        || !seg.chars().all(word)
+        || (seg.bytes().any(|b| b.is_ascii_digit()) && !short_word)
+}
+
 /// One line of a recording: the event plus the `schema` and `event` fields.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct RecordLine<E> {
@@ -848,6 +992,22 @@ impl PinnedEvent {
     /// function inside it), if any.
     pub fn innermost_span(&self) -> Option<&SpanInfo> {
         self.spans.last()
+    }
+
+    /// The request the pinned poll served: the outermost span that has `http.route`, else the
+    /// outermost with a method and a path ([`SpanInfo::request_rank`]), else the outermost
+    /// span (of the [`MAX_SPANS`](crate::spans::MAX_SPANS) innermost an event keeps). `None`
+    /// without spans.
+    pub fn request_span(&self) -> Option<&SpanInfo> {
+        let best = self.spans.iter().map(SpanInfo::request_rank).max()?;
+        self.spans.iter().find(|s| s.request_rank() == best)
+    }
+
+    /// What a pin is grouped by in metrics and tables: its [`request_span`](Self::request_span)'s
+    /// [`SpanInfo::request_label`]; [`NO_SPAN`] outside any span.
+    pub fn request_label(&self) -> String {
+        self.request_span()
+            .map_or_else(|| NO_SPAN.to_owned(), SpanInfo::request_label)
     }
 
     /// The span chain as `tracing`'s formatter prints a context, outermost first and the
@@ -1475,6 +1635,114 @@ mod tests {
 
     fn span(name: &str, fields: &[(&str, &str)]) -> SpanInfo {
         SpanInfo::for_test(name, "svc", fields)
+    }
+
+    #[test]
+    fn crate_paths_are_the_same_on_every_build_machine() {
+        for (file, path) in [
+            ("/home/ci/svc/src/api.rs", "svc/src/api.rs"),
+            (
+                "/work/main/sample-apps/src/traced.rs",
+                "sample-apps/src/traced.rs",
+            ),
+            (
+                "/home/me/src/svc/src/handlers/orders.rs",
+                "svc/src/handlers/orders.rs",
+            ),
+            ("/w/svc/tests/load.rs", "svc/tests/load.rs"),
+            ("/w/svc/examples/demo.rs", "svc/examples/demo.rs"),
+            ("/w/svc/build.rs", "svc/build.rs"),
+            ("/src/main.rs", "/src/main.rs"),
+            ("sample-apps/src/lib.rs", "sample-apps/src/lib.rs"),
+            ("src/main.rs", "src/main.rs"),
+            (
+                "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/tokio-1.54.1/src/a.rs",
+                "tokio-1.54.1/src/a.rs",
+            ),
+            (
+                "/rustc/5980/library/std/src/thread/mod.rs",
+                "library/std/src/thread/mod.rs",
+            ),
+            ("/x.c", "/x.c"),
+            ("", ""),
+        ] {
+            assert_eq!(crate_path(file), path, "{file}");
+        }
+    }
+
+    #[test]
+    fn a_path_becomes_a_route_without_its_ids() {
+        for (uri, route) in [
+            ("/users/42/orders", "/users/{id}/orders"),
+            ("/users/42/orders?page=3#top", "/users/{id}/orders"),
+            (
+                "https://api.example.com:8443/v2/items/a1b2c3d4",
+                "/v2/items/{id}",
+            ),
+            ("/f/3fa85f64-5717-4562-b3fc-2c963f66afa6", "/f/{id}"),
+            ("/day/2026-12-02/report", "/day/{id}/report"),
+            ("/v1.1/s3/x9", "/v1.1/s3/x9"),
+            ("/search/caf%C3%A9", "/search/{id}"),
+            ("/t/café", "/t/{id}"),
+            (&format!("/k/{}", "a".repeat(40)), "/k/{id}"),
+            ("/a/b/c/d/e/f/g/h", "/a/b/c/d/e/f/…"),
+            ("", "/"),
+            ("*", "/"),
+            ("http://h", "/"),
+            ("/", "/"),
+            ("/health", "/health"),
+        ] {
+            assert_eq!(route_of_path(uri), route, "{uri}");
+        }
+    }
+
+    #[test]
+    fn a_pin_s_request_is_its_outermost_request_like_span() {
+        let mut e = sample();
+        assert_eq!(e.request_span(), None);
+        assert_eq!(e.request_label(), NO_SPAN);
+        // No request-like span: the outermost.
+        e.spans = vec![span("conn", &[]), span("db_query", &[])];
+        assert_eq!(e.request_label(), "conn");
+        // tower-http's default span: method and uri, ids made {id}.
+        e.spans = vec![
+            span("conn", &[("peer", "10.0.0.1:5000")]),
+            span(
+                "request",
+                &[
+                    ("method", "GET"),
+                    ("uri", "/users/42?x=1"),
+                    ("version", "HTTP/1.1"),
+                ],
+            ),
+            span("db_query", &[("sql", "select 1")]),
+        ];
+        assert_eq!(e.request_span().unwrap().name, "request");
+        assert_eq!(e.request_label(), "GET /users/{id}");
+        // `http.route` wins over an outer method+uri span; the innermost stays in the chain.
+        e.spans.insert(
+            2,
+            span(
+                "handler",
+                &[
+                    ("http.route", "/users/{id}"),
+                    ("http.request.method", "PUT"),
+                ],
+            ),
+        );
+        assert_eq!(e.request_label(), "PUT /users/{id}");
+        assert!(e
+            .span_context()
+            .unwrap()
+            .ends_with(":db_query{sql=select 1}"));
+        // A route without a method: the span's name says what it is.
+        e.spans = vec![span("rpc", &[("http.route", "/orders")])];
+        assert_eq!(e.request_label(), "rpc /orders");
+        // A crafted route: escaped and bounded.
+        let long = format!("/x\u{1b}[2J{}", "y".repeat(500));
+        e.spans = vec![span("r", &[("http.route", long.as_str())])];
+        let l = e.request_label();
+        assert!(l.len() <= MAX_REQUEST_LABEL && !l.contains('\u{1b}'), "{l}");
     }
 
     #[test]

@@ -25,10 +25,12 @@
 //!   shown stack alone, so that `pins/count` still sums to the number of pins. A top frame that
 //!   is another line of the shown stack's top function gets that stack's callers; a top frame of
 //!   another function stands alone (the recording keeps no callers for it).
-//! - Labels: `reason` (`sleep`, `io`, …; `unknown` when the event has none) and `span`, the
-//!   innermost `tracing` span's [`SpanInfo::label`](crate::SpanInfo::label); a pin in no span
-//!   has `spawned_at` (`file:line:column`) instead. One sample per distinct (stack, reason,
-//!   span), with the values summed.
+//! - Labels: `reason` (`sleep`, `io`, …; `unknown` when the event has none), `request`, the
+//!   request it served as metrics group it
+//!   ([`PinnedEvent::request_label`](crate::PinnedEvent::request_label): `GET /users/{id}`),
+//!   and `span`, the innermost `tracing` span's [`SpanInfo::label`](crate::SpanInfo::label); a
+//!   pin in no span has `spawned_at` (`file:line:column`) instead. One sample per distinct
+//!   (stack, reason, request, span), with the values summed.
 //! - Functions with their names and files; a location per distinct (function, file, line),
 //!   with one `Line`. The events' frames keep no addresses and do not mark which frames were
 //!   inlined into which (each inlined call is a frame of its own), so there are no `Mapping`s
@@ -449,13 +451,17 @@ impl<'a> Builder<'a> {
 
     fn add_pin(&mut self, e: &'a PinnedEvent) {
         let reason = e.reason.map_or("unknown", |r| r.as_str());
+        let request = e.request_span().map(|_| e.request_label());
         let span = e.innermost_span().map(|s| s.label());
         let spawned = e.spawned_at.as_ref().map(|s| s.to_string());
         let mut labels: Vec<(&str, &str)> = vec![("reason", reason)];
-        match (&span, &spawned) {
-            (Some(span), _) => labels.push(("span", span)),
-            (None, Some(at)) => labels.push(("spawned_at", at)),
-            (None, None) => {}
+        match (&request, &span, &spawned) {
+            (Some(request), Some(span), _) => {
+                labels.push(("request", request));
+                labels.push(("span", span));
+            }
+            (None, _, Some(at)) => labels.push(("spawned_at", at)),
+            _ => {}
         }
         let nanos = e.duration.as_nanos();
         let stack: Vec<StackFrame<'a>> = if !e.stack.is_empty() {
@@ -911,13 +917,21 @@ mod tests {
                     ],
                     [1, 20_000_000]
                 ),
-                // The innermost span's label.
+                // The request as metrics group it, and the innermost span's label.
                 (
-                    vec!["reason=sleep".into(), "span=render".into()],
+                    vec![
+                        "reason=sleep".into(),
+                        "request=request /users/{id}".into(),
+                        "span=render".into()
+                    ],
                     [1, 25_000_000]
                 ),
                 (
-                    vec!["reason=sleep".into(), "span=request /users/{id}".into()],
+                    vec![
+                        "reason=sleep".into(),
+                        "request=request /users/{id}".into(),
+                        "span=request /users/{id}".into()
+                    ],
                     [1, 25_000_000]
                 ),
             ]

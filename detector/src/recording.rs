@@ -740,7 +740,7 @@ impl Summary {
             .caller_frame()
             .and(e.top_frame.as_ref())
             .map(|t| {
-                let file = t.file.as_deref().map(crate::event::short_path);
+                let file = t.file.as_deref().map(crate::event::crate_path);
                 format!(
                     "in {}{}",
                     t.function.as_deref().unwrap_or("<unknown>"),
@@ -749,15 +749,15 @@ impl Summary {
             })
             .unwrap_or_default();
         let (mut function, mut frame, mut at, mut file) = match blame {
+            // Files as every build machine names them: one row for the same code.
             Some(f) => (
                 f.function.as_deref().unwrap_or("<unknown>").to_owned(),
-                f.to_string(),
-                match (&f.file, f.line) {
-                    (Some(file), Some(line)) => format!("{file}:{line}"),
-                    (Some(file), None) => file.clone(),
-                    (None, _) => "(no file)".to_owned(),
-                },
-                f.file.clone(),
+                f.portable().to_string(),
+                f.portable_location()
+                    .unwrap_or_else(|| "(no file)".to_owned()),
+                f.file
+                    .as_deref()
+                    .map(|p| crate::event::crate_path(p).to_owned()),
             ),
             // Not a function: a row of its own, with no lines.
             None => {
@@ -840,86 +840,128 @@ impl Summary {
     }
 }
 
-/// One row of the "by span" table: the pins whose innermost `tracing` span has this
-/// [`label`](crate::SpanInfo::label) (name, with `http.route` when present).
+/// One row of the "by request" table: the pins whose request (the outermost request-like
+/// span, [`PinnedEvent::request_label`]) is this one.
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
-pub struct SpanRow {
-    /// The innermost span's label; [`NO_SPAN`] for pins outside any span.
-    pub span: String,
+pub struct RequestRow {
+    /// The request: method and route (`GET /users/{id}`), or the outermost span's name;
+    /// [`NO_SPAN`] for pins outside any span.
+    pub request: String,
     /// Pins.
     pub count: usize,
     /// The longest, in ms.
     pub longest_ms: f64,
     /// Time pinned in all, in ms.
     pub total_ms: f64,
+    /// The names of the innermost spans those pins were in, with how many pins each, most
+    /// first: what in the request pinned (`db_query`; the request's own name when the pin was
+    /// in no span inside it).
+    pub innermost: Vec<(String, usize)>,
 }
 
 pub use crate::event::NO_SPAN;
 
-/// Pins and time pinned per innermost span label, by total time, most first: which request
-/// pinned. Each pin counts once, with its last report; retracted ones do not. Empty when no
-/// pin has spans (the service has no `pinwatch::tracing_layer()`).
-pub fn summarize_spans(events: &[PinnedEvent]) -> Vec<SpanRow> {
+/// Pins and time pinned per request, by total time, most first: which route pins most. Each
+/// pin counts once, with its last report; retracted ones do not. Empty when no pin has spans
+/// (the service has no `pinwatch::tracing_layer()`).
+pub fn summarize_requests(events: &[PinnedEvent]) -> Vec<RequestRow> {
     let latest = latest_reports(events);
     if latest.iter().all(|e| e.spans.is_empty()) {
         return Vec::new();
     }
-    let mut by: BTreeMap<String, SpanRow> = BTreeMap::new();
+    let mut by: BTreeMap<String, (RequestRow, BTreeMap<String, usize>)> = BTreeMap::new();
     for e in latest {
         if e.state == crate::State::Retracted {
             continue;
         }
-        let span = e
-            .innermost_span()
-            .map_or_else(|| NO_SPAN.to_owned(), crate::SpanInfo::label);
-        let row = by.entry(span.clone()).or_insert(SpanRow {
-            span,
-            count: 0,
-            longest_ms: 0.0,
-            total_ms: 0.0,
+        let request = e.request_label();
+        let (row, inner) = by.entry(request.clone()).or_insert_with(|| {
+            let row = RequestRow {
+                request,
+                count: 0,
+                longest_ms: 0.0,
+                total_ms: 0.0,
+                innermost: Vec::new(),
+            };
+            (row, BTreeMap::new())
         });
         let d = e.duration.as_secs_f64() * 1e3;
         row.count += 1;
         row.total_ms += d;
         row.longest_ms = row.longest_ms.max(d);
+        if let Some(span) = e.innermost_span() {
+            *inner.entry(span.name.clone()).or_default() += 1;
+        }
     }
-    let mut rows: Vec<SpanRow> = by.into_values().collect();
-    rows.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms).then(a.span.cmp(&b.span)));
+    let mut rows: Vec<RequestRow> = by
+        .into_values()
+        .map(|(mut row, inner)| {
+            row.innermost = inner.into_iter().collect();
+            row.innermost
+                .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            row
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.total_ms
+            .total_cmp(&a.total_ms)
+            .then_with(|| a.request.cmp(&b.request))
+    });
     rows
 }
 
-/// The "by span" table as text (nothing when `rows` is empty).
-pub fn render_spans(rows: &[SpanRow]) -> String {
+/// Innermost spans a "by request" row names at most; the rest are counted.
+const MAX_INNERMOST_SHOWN: usize = 3;
+
+/// A row's innermost spans as one cell: `db_query 17, render 2, and 3 more`.
+pub fn innermost_cell(innermost: &[(String, usize)]) -> String {
+    let mut cell: Vec<String> = innermost
+        .iter()
+        .take(MAX_INNERMOST_SHOWN)
+        .map(|(span, n)| format!("{} {n}", Escaped(span)))
+        .collect();
+    if innermost.len() > MAX_INNERMOST_SHOWN {
+        cell.push(format!(
+            "and {} more",
+            innermost.len() - MAX_INNERMOST_SHOWN
+        ));
+    }
+    cell.join(", ")
+}
+
+/// The "by request" table as text (nothing when `rows` is empty).
+pub fn render_requests(rows: &[RequestRow]) -> String {
     let mut out = String::new();
     if rows.is_empty() {
         return out;
     }
-    let _ = writeln!(out, "By Span");
+    let _ = writeln!(out, "By Request");
     let _ = writeln!(out);
-    let cells: Vec<[String; 4]> = rows
+    let cells: Vec<[String; 5]> = rows
         .iter()
         .map(|r| {
             [
-                Escaped(&r.span).to_string(),
+                Escaped(&r.request).to_string(),
                 r.count.to_string(),
                 human_ms(r.longest_ms),
                 human_ms(r.total_ms),
+                innermost_cell(&r.innermost),
             ]
         })
         .collect();
-    let headers = ["Innermost Span", "Count", "Longest", "Total"];
-    write_table(&mut out, headers, &cells, 1);
+    let headers = ["Request", "Count", "Longest", "Total", "Innermost Spans"];
+    write_table(&mut out, headers, &cells, 1..4);
     out
 }
 
 /// A text table: `headers`, a line of dashes, then `rows`, each column as wide as its widest
-/// cell, the columns from `right` on aligned right ([`text::pad`](crate::text::pad)).
+/// cell, the columns in `right` aligned right ([`text::pad`](crate::text::pad)).
 fn write_table<const N: usize>(
     out: &mut String,
     headers: [&str; N],
     rows: &[[String; N]],
-    right: usize,
+    right: std::ops::Range<usize>,
 ) {
     let mut widths = headers.map(str::len);
     for row in rows {
@@ -930,7 +972,7 @@ fn write_table<const N: usize>(
     let line = |cols: [&str; N]| {
         let mut s = String::new();
         for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
-            crate::text::pad(&mut s, c, w, i >= right);
+            crate::text::pad(&mut s, c, w, right.contains(&i));
             s.push_str("  ");
         }
         s.trim_end().to_owned()
@@ -1145,7 +1187,7 @@ pub fn render_who_waited(who: &WhoWaited) -> String {
         "Pins",
         "LIFO",
     ];
-    write_table(&mut out, headers, &cells, 2);
+    write_table(&mut out, headers, &cells, 2..headers.len());
     if who.unnamed_tasks > 0 {
         let _ = writeln!(
             out,
@@ -1275,7 +1317,7 @@ mod tests {
     }
 
     #[test]
-    fn print_shows_the_span_chain_and_trace_and_summary_a_by_span_table() {
+    fn print_shows_the_span_chain_and_trace_and_summary_a_by_request_table() {
         let text = [
             in_spans("r", 1, 100.0, "/report", "/report?a=1"),
             in_spans("r", 2, 300.0, "/report", "/report?a=2"),
@@ -1296,31 +1338,64 @@ mod tests {
             print.contains("  traceId = 4bf92f3577b34da6a3ce929d0e0e4736 (span 00f067aa0ba902b7)"),
             "{print}"
         );
-        let rows = summarize_spans(&rec.events);
+        let rows = summarize_requests(&rec.events);
         let got: Vec<(&str, usize, f64)> = rows
             .iter()
-            .map(|r| (r.span.as_str(), r.count, r.total_ms))
+            .map(|r| (r.request.as_str(), r.count, r.total_ms))
             .collect();
         assert_eq!(
             got,
             [
-                ("request /report", 2, 400.0),
-                ("request /users/{id}", 1, 50.0),
+                ("GET /report", 2, 400.0),
+                ("GET /users/{id}", 1, 50.0),
                 (NO_SPAN, 1, 30.0)
             ]
         );
-        let table = render_spans(&rows);
-        assert!(table.starts_with("By Span\n"), "{table}");
+        let table = render_requests(&rows);
+        assert!(table.starts_with("By Request\n"), "{table}");
         assert!(
             table
                 .lines()
-                .any(|l| l.starts_with("request /report") && l.ends_with("400.0 ms")),
+                .any(|l| l.starts_with("GET /report") && l.ends_with("400.0 ms  request 2")),
             "{table}"
         );
         // Without spans anywhere: no table (the summary is the frames table alone).
         let plain = parse_recording(&line("r", 4, "completed", 30.0), "rec").unwrap();
-        assert!(summarize_spans(&plain.events).is_empty());
-        assert_eq!(render_spans(&[]), "");
+        assert!(summarize_requests(&plain.events).is_empty());
+        assert_eq!(render_requests(&[]), "");
+    }
+
+    /// tower-http's span without a route, ids in its uri, the pin in a span inside it: one
+    /// row per route, what pinned in it named, most first.
+    #[test]
+    fn summary_groups_by_the_outermost_request_and_names_the_innermost() {
+        let pin = |id: u64, ms: f64, uri: &str, inner: &str| {
+            let l = line("r", id, "completed", ms);
+            let spans = format!(
+                r#","spans":[{{"name":"request","target":"tower_http","fields":{{"method":"GET","uri":"{uri}"}}}},{{"name":"{inner}","target":"svc"}}]}}"#
+            );
+            l[..l.len() - 1].to_owned() + &spans
+        };
+        let mut lines: Vec<String> = (1..=17)
+            .map(|i| pin(i, 60.0, &format!("/orders/{i}?expand=1"), "db_query"))
+            .collect();
+        lines.push(pin(18, 80.0, "/orders/99", "render"));
+        lines.push(pin(19, 80.0, "/report", "cpu_loop"));
+        let rec = parse_recording(&lines.join("\n"), "rec").unwrap();
+        let rows = summarize_requests(&rec.events);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(
+            (rows[0].request.as_str(), rows[0].count),
+            ("GET /orders/{id}", 18)
+        );
+        assert_eq!(
+            rows[0].innermost,
+            [("db_query".to_owned(), 17), ("render".to_owned(), 1)]
+        );
+        assert_eq!(innermost_cell(&rows[0].innermost), "db_query 17, render 1");
+        assert_eq!(rows[1].request, "GET /report");
+        let many: Vec<(String, usize)> = (0..5).map(|i| (format!("s{i}"), 1)).collect();
+        assert_eq!(innermost_cell(&many), "s0 1, s1 1, s2 1, and 2 more");
     }
 
     /// `line` with `victims` (their JSON) added.

@@ -1,12 +1,17 @@
 //! `traced_service`: an axum service whose requests are `tracing` spans (tower-http's
-//! `TraceLayer`: a `request` span with `method` and `uri`), bridged to OpenTelemetry by
-//! `tracing-opentelemetry`, with two routes: `/report` blocks its worker 80 ms with
-//! `std::thread::sleep` (bad) or awaits the same wait (fixed), `/health` answers at once. With
+//! `TraceLayer`, its span made by [`request_span`]: an INFO `request` span with `method`, `uri`
+//! and `http.route`, the router's template from axum's `MatchedPath`), bridged to OpenTelemetry
+//! by `tracing-opentelemetry`. Its routes: `/report` blocks its worker 80 ms with
+//! `std::thread::sleep` (bad) or awaits the same wait (fixed); `/orders/{id}` blocks 60 ms in a
+//! DB-like call inside a DEBUG `db_query` span (fixed: on the blocking pool); `/cpu` spins
+//! 80 ms without an `.await` (fixed: on the blocking pool); `/health` answers at once. With
 //! `pinwatch::tracing_layer()` in the subscriber, each pin names the request it happened in.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use axum::extract::{MatchedPath, Path};
+use axum::http::Request;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tower_http::trace::TraceLayer;
@@ -18,8 +23,16 @@ use crate::Variant;
 pub const BLOCKING_ROUTE: &str = "/report";
 /// The route that never blocks.
 pub const FAST_ROUTE: &str = "/health";
+/// The route whose DB-like call blocks in the bad variant: an id in its path.
+pub const ORDERS_ROUTE: &str = "/orders/{id}";
+/// The route that spins on the CPU in the bad variant.
+pub const CPU_ROUTE: &str = "/cpu";
 /// How long `/report` waits.
 pub const REPORT_WAIT: Duration = Duration::from_millis(80);
+/// How long `/orders/{id}`'s query takes.
+pub const QUERY_WAIT: Duration = Duration::from_millis(60);
+/// How long `/cpu` spins.
+pub const CPU_SPIN: Duration = Duration::from_millis(80);
 
 /// The bad `/report`: the "report query" blocks the worker.
 async fn blocking_report() -> &'static str {
@@ -33,20 +46,93 @@ async fn async_report() -> &'static str {
     "report"
 }
 
+/// A DB client's blocking call, in a DEBUG span of its own (below `RUST_LOG=info`).
+#[tracing::instrument(level = "debug")]
+fn db_query(id: u64) -> String {
+    std::thread::sleep(QUERY_WAIT); // pinned: a blocking DB call inside a request
+    format!("order {id}")
+}
+
+/// The bad `/orders/{id}`: the query on the worker.
+async fn blocking_order(Path(id): Path<u64>) -> String {
+    db_query(id)
+}
+
+/// The fixed `/orders/{id}`: the query on tokio's blocking pool.
+async fn pooled_order(Path(id): Path<u64>) -> String {
+    tokio::task::spawn_blocking(move || db_query(id))
+        .await
+        .unwrap_or_default()
+}
+
+/// `CPU_SPIN` of arithmetic, with no `.await` in it.
+fn spin() -> String {
+    let start = Instant::now();
+    let mut x = 0u64;
+    while start.elapsed() < CPU_SPIN {
+        for i in 0..10_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+        }
+    }
+    format!("{x}")
+}
+
+/// The bad `/cpu`: spins on the worker.
+async fn spinning() -> String {
+    spin() // pinned: a CPU loop inside a request
+}
+
+/// The fixed `/cpu`: spins on the blocking pool.
+async fn pooled_spin() -> String {
+    tokio::task::spawn_blocking(spin).await.unwrap_or_default()
+}
+
 async fn health() -> &'static str {
     "ok"
 }
 
-/// The service's routes, each request in a `TraceLayer` span.
+/// The span of one request, for `TraceLayer::make_span_with`: INFO (tower-http's default is
+/// DEBUG, below `RUST_LOG=info`), with `method`, `uri` and OpenTelemetry's `http.route` — the
+/// router's template (`/orders/{id}`) from axum's `MatchedPath`, present when the layer is
+/// added with `Router::layer` (it runs after routing). pinwatch groups pins by that route: one
+/// series per route, not one per id.
+pub fn request_span<B>(req: &Request<B>) -> tracing::Span {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        uri = %req.uri(),
+        http.route = route,
+    )
+}
+
+/// The service's routes, each request in a `TraceLayer` span ([`request_span`]).
 pub fn router(variant: Variant) -> axum::Router {
-    let report = match variant {
-        Variant::Fixed => axum::routing::get(async_report),
-        _ => axum::routing::get(blocking_report),
+    let fixed = matches!(variant, Variant::Fixed);
+    let report = if fixed {
+        axum::routing::get(async_report)
+    } else {
+        axum::routing::get(blocking_report)
+    };
+    let orders = if fixed {
+        axum::routing::get(pooled_order)
+    } else {
+        axum::routing::get(blocking_order)
+    };
+    let cpu = if fixed {
+        axum::routing::get(pooled_spin)
+    } else {
+        axum::routing::get(spinning)
     };
     axum::Router::new()
         .route(BLOCKING_ROUTE, report)
+        .route(ORDERS_ROUTE, orders)
+        .route(CPU_ROUTE, cpu)
         .route(FAST_ROUTE, axum::routing::get(health))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span::<axum::body::Body>))
 }
 
 /// An OpenTelemetry tracer provider. With `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
@@ -83,8 +169,10 @@ fn not_tokio(meta: &tracing::Metadata<'_>) -> bool {
 }
 
 /// The service's subscriber: `tracing-opentelemetry` (the request spans, tokio's own left
-/// out), `fmt` to stderr (at `info` unless `RUST_LOG` says otherwise) and, with `pinwatch`,
-/// `pinwatch::tracing_layer()`.
+/// out), `fmt` to stderr and `pinwatch::tracing_layer()`. `RUST_LOG` (default `info`) filters
+/// the fmt layer alone — a per-layer filter: a global one (`.with(EnvFilter)`) would hide the
+/// DEBUG `db_query` span from pinwatch too, and its pins would not say what in the request
+/// pinned.
 pub fn dispatch(provider: &SdkTracerProvider, log: bool) -> tracing::Dispatch {
     let otel = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("traced_service"))

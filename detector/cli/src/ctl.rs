@@ -834,7 +834,7 @@ fn render(st: &Status) -> String {
                     .unwrap_or_else(|| "-".to_owned()),
             ]);
             if request {
-                // Which request: the innermost span, with the trace to look it up by.
+                // Which request: its route (and the innermost span), with the trace to look it up by.
                 row.push(match (&p.span, &p.trace_id) {
                     (Some(span), Some(trace)) => format!("{span} trace={trace}"),
                     (Some(span), None) => span.clone(),

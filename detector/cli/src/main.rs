@@ -46,8 +46,8 @@ enum Command {
     Summary {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         file: PathBuf,
-        /// Print the tables as one JSON object: `locations` (the rows), `by_span` (with
-        /// spans), `who_waited`.
+        /// Print every table as one JSON object: `locations` (the rows), `by_request` (with
+        /// spans), `who_waited`, and `dumps` (what a flight recording's dump says of itself).
         #[arg(long)]
         json: bool,
     },
@@ -201,15 +201,16 @@ fn main() -> ExitCode {
         }
         View::Summary { json } => {
             let rows = recording::summarize(&rec.events);
-            let spans = recording::summarize_spans(&rec.events);
+            let requests = recording::summarize_requests(&rec.events);
             let who = recording::who_waited(&rec.events);
             if json {
-                // Every table of the text: the locations, the spans (when any pin has them)
-                // and who waited behind the pins.
+                // Every table of the text: the locations, the requests (when any pin has
+                // spans), who waited behind the pins, and the dumps' descriptions.
                 let all = SummaryJson {
                     locations: &rows,
-                    by_span: &spans,
+                    by_request: &requests,
                     who_waited: &who,
+                    dumps: &dumps,
                 };
                 match serde_json::to_string_pretty(&all) {
                     Ok(s) => print_out(&(ctl::json_safe(&s) + "\n")),
@@ -220,10 +221,10 @@ fn main() -> ExitCode {
                 }
             } else {
                 let mut text = head + &recording::render_summary(&rows);
-                let spans = recording::render_spans(&spans);
-                if !spans.is_empty() {
+                let requests = recording::render_requests(&requests);
+                if !requests.is_empty() {
                     text.push('\n');
-                    text.push_str(&spans);
+                    text.push_str(&requests);
                 }
                 text.push('\n');
                 text.push_str(&recording::render_who_waited(&who));
@@ -274,11 +275,14 @@ pub(crate) fn warn(msg: std::fmt::Arguments<'_>) {
 struct SummaryJson<'a> {
     /// The rows by function and line.
     locations: &'a [recording::SummaryRow],
-    /// By innermost span (left out when no pin has spans).
+    /// By request (left out when no pin has spans).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    by_span: &'a [recording::SpanRow],
+    by_request: &'a [recording::RequestRow],
     /// Who waited behind the completed pins.
     who_waited: &'a recording::WhoWaited,
+    /// What each dump in the file says of itself (left out when there is none).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    dumps: &'a [String],
 }
 
 /// What to show of a recording.

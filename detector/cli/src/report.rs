@@ -48,10 +48,11 @@ pub struct PageData {
     pub locations: Vec<SummaryRow>,
     /// Per reason: pins and total time, most time first.
     pub reasons: Vec<ReasonRow>,
-    /// Per innermost span label: pins and time, most time first (`pinwatch summary`'s "by
-    /// span" table); empty when no pin has spans.
+    /// Per request (the outermost request-like span: method and route): pins, time and the
+    /// innermost spans, most time first (`pinwatch summary`'s "by request" table); empty when
+    /// no pin has spans.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub spans: Vec<pinwatch::recording::SpanRow>,
+    pub requests: Vec<pinwatch::recording::RequestRow>,
     /// Who waited behind the completed pins, by where the tasks were spawned (`pinwatch
     /// summary`'s "who waited" table); left out when no pin says (a recording made before
     /// victims were recorded).
@@ -425,7 +426,7 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
         pins: details,
         locations: summarize(events),
         reasons,
-        spans: pinwatch::recording::summarize_spans(events),
+        requests: pinwatch::recording::summarize_requests(events),
         most_delayed: pinwatch::recording::who_waited(events),
         warnings: warnings.to_vec(),
     }
@@ -886,17 +887,18 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
     }
     h.push_str("</tbody></table></section>\n");
 
-    // By span: which request pinned (only with spans in the recording).
-    if !d.spans.is_empty() {
-        h.push_str("<section id=\"spans\"><h2>By span</h2><p class=\"hint\">Pins by the innermost <code>tracing</code> span they were in (its name, with <code>http.route</code> when present): which request pinned.</p><table id=\"span-table\"><thead><tr><th>Span</th><th>Pins</th><th>Longest</th><th>Total</th></tr></thead><tbody>");
-        for r in &d.spans {
+    // By request: which route pinned (only with spans in the recording).
+    if !d.requests.is_empty() {
+        h.push_str("<section id=\"requests\"><h2>By request</h2><p class=\"hint\">Pins by the request they served: the outermost request-like <code>tracing</code> span, as method and route (<code>http.route</code>, else the <code>uri</code>'s path with ids made <code>{id}</code>), and the innermost spans the pins were in: which route pins most, and where in it.</p><table id=\"request-table\"><thead><tr><th>Request</th><th>Pins</th><th>Longest</th><th>Total</th><th>Innermost spans</th></tr></thead><tbody>");
+        for r in &d.requests {
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&r.span),
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&r.request),
                 r.count,
                 human(r.longest_ms),
-                human(r.total_ms)
+                human(r.total_ms),
+                esc(&pinwatch::recording::innermost_cell(&r.innermost))
             );
         }
         h.push_str("</tbody></table></section>\n");

@@ -473,7 +473,7 @@ fn in_request(id: u64, ms: f64, route: &str) -> String {
 }
 
 #[test]
-fn print_shows_the_request_and_summary_has_a_by_span_table() {
+fn print_shows_the_request_and_summary_has_a_by_request_table_text_and_json() {
     let lines = [
         in_request(1, 120.0, "/report"),
         in_request(2, 300.0, "/report"),
@@ -498,21 +498,53 @@ fn print_shows_the_request_and_summary_has_a_by_span_table() {
     let (code, out, err) = pinwatch(&["summary", path]);
     assert_eq!(code, 0, "{err}");
     let table = out
-        .split("By Span\n")
+        .split("By Request\n")
         .nth(1)
         .unwrap_or_else(|| panic!("{out}"));
     let rows: Vec<&str> = table.lines().skip(3).collect();
     assert!(
-        rows[0].starts_with("request /report ") && rows[0].ends_with("420.0 ms"),
+        rows[0].starts_with("GET /report ") && rows[0].ends_with("420.0 ms  request 2"),
         "{out}"
     );
     assert!(
-        rows[1].starts_with("request /health ") && rows[1].ends_with("40.0 ms"),
+        rows[1].starts_with("GET /health ") && rows[1].ends_with("40.0 ms  request 1"),
         "{out}"
     );
+    // The same table in `summary --json`, beside the others.
+    let (code, json, err) = pinwatch(&["summary", "--json", path]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let by: Vec<(String, u64, f64)> = v["by_request"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{json}"))
+        .iter()
+        .map(|r| {
+            (
+                r["request"].as_str().unwrap().to_owned(),
+                r["count"].as_u64().unwrap(),
+                r["total_ms"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by,
+        [
+            ("GET /report".to_owned(), 2, 420.0),
+            ("GET /health".to_owned(), 1, 40.0)
+        ]
+    );
+    assert_eq!(
+        v["by_request"][0]["innermost"],
+        serde_json::json!([["request", 2]])
+    );
+    assert!(
+        v["locations"].as_array().is_some_and(|l| !l.is_empty()),
+        "{json}"
+    );
+    assert!(v["who_waited"].is_object(), "{json}");
     // The recording without spans: no such table (the golden output stays as it was).
     let (_, out, _) = pinwatch(&["summary", data("recording.jsonl").to_str().unwrap()]);
-    assert!(!out.contains("By Span"), "{out}");
+    assert!(!out.contains("By Request"), "{out}");
 }
 
 /// A file of many `dump` lines (crafted, or many dumps concatenated) names a few of them at the

@@ -463,7 +463,7 @@ fn traced_pin(id: u64, ms: f64, route: &str, uri: &str, trace: &str, nested: boo
 }
 
 #[test]
-fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
+fn the_by_request_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("traced.jsonl");
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -499,9 +499,9 @@ fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
     let url = format!("file://{}#pin=1", page.display());
     let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &url));
 
-    // One row per innermost span label, most pinned time first: a route (the uri does not
-    // split it), or the span nested in the request.
-    let rows: Vec<Vec<String>> = select(&dom, "#span-table tbody tr")
+    // One row per request (method and route; the uri does not split it), most pinned time
+    // first, with the innermost spans its pins were in.
+    let rows: Vec<Vec<String>> = select(&dom, "#request-table tbody tr")
         .iter()
         .map(|tr| {
             tr.select(&Selector::parse("td").unwrap())
@@ -509,16 +509,15 @@ fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
                 .collect()
         })
         .collect();
-    let rows: Vec<(&str, &str)> = rows
+    let rows: Vec<(&str, &str, &str)> = rows
         .iter()
-        .map(|r| (r[0].as_str(), r[1].as_str()))
+        .map(|r| (r[0].as_str(), r[1].as_str(), r[4].as_str()))
         .collect();
     assert_eq!(
         rows,
         [
-            ("request /report", "2"),
-            ("render", "1"),
-            ("request /users/{id}", "1")
+            ("GET /report", "3", "request 2, render 1"),
+            ("GET /users/{id}", "1", "request 1")
         ]
     );
 
@@ -539,7 +538,7 @@ fn the_by_span_table_and_a_pins_request_and_trace_show_in_a_real_browser() {
         "--dump-dom",
         &format!("file://{}", plain.display()),
     ));
-    assert!(select(&dom, "#span-table").is_empty());
+    assert!(select(&dom, "#request-table").is_empty());
 }
 
 /// A pin's victims in its details (measured: the waits, each named victim with its wait,

@@ -827,10 +827,17 @@ const MAX_FIELD: usize = 1024;
 /// A trace id is 32 hex digits; a longer one (a bug elsewhere) is cut there.
 const MAX_TRACE_ID: usize = 32;
 
-/// RecordingRef request a pin is in, for `status`: its innermost span with its fields, bounded.
+/// The request a pin is in, for `status`: its [`request_label`](crate::PinnedEvent::request_label)
+/// (`GET /users/{id}`), then its innermost span with its fields when that is another span, so
+/// the row says which route and what in it: `GET /users/{id} › db_query{sql=…}`. Bounded.
 fn request_of(e: &crate::PinnedEvent) -> Option<String> {
-    e.innermost_span()
-        .map(|s| bounded(s.display(), crate::event::MAX_SPAN_TEXT))
+    let request = e.request_span()?;
+    let mut s = e.request_label();
+    if let Some(inner) = e.innermost_span().filter(|i| !std::ptr::eq(*i, request)) {
+        s.push_str(" › ");
+        s.push_str(&inner.display());
+    }
+    Some(bounded(s, crate::event::MAX_SPAN_TEXT))
 }
 
 /// A pin's victims in brief, for `status` (the description bounded).
@@ -858,7 +865,7 @@ mod tests {
     use crate::export::RecordStatus;
 
     #[test]
-    fn status_names_the_innermost_span_with_its_fields_bounded() {
+    fn status_names_the_request_and_the_innermost_span_bounded() {
         use crate::event::{Reason, State};
         let mut e = crate::PinnedEvent::for_test(1, State::InProgress, Reason::Sleep, 30, 3);
         assert_eq!(request_of(&e), None);
@@ -867,20 +874,31 @@ mod tests {
             span("conn", &[("peer", "127.0.0.1:4000")]),
             span("request", &[("method", "GET"), ("uri", "/report")]),
         ];
+        // The request as the metrics group it: method and route, no id.
+        e.spans = vec![
+            span("conn", &[("peer", "127.0.0.1:4000")]),
+            span(
+                "request",
+                &[("method", "GET"), ("uri", "/report/42?full=1")],
+            ),
+        ];
+        assert_eq!(request_of(&e).as_deref(), Some("GET /report/{id}"));
+        // And the innermost span with its fields, when it is another one.
+        e.spans.push(span("db_query", &[("table", "orders")]));
         assert_eq!(
             request_of(&e).as_deref(),
-            Some("request{method=GET uri=/report}")
+            Some("GET /report/{id} › db_query{table=orders}")
         );
         // A huge field is cut: a status stays small whatever a service records.
         let long = "x".repeat(10_000);
-        e.spans = vec![span("request", &[("uri", long.as_str())])];
+        e.spans = vec![span("request", &[]), span("db", &[("sql", long.as_str())])];
         let shown = request_of(&e).unwrap();
         assert!(
             shown.len() <= crate::event::MAX_SPAN_TEXT + 3,
             "{}",
             shown.len()
         );
-        assert!(shown.starts_with("request{uri=xxx") && shown.ends_with('…'));
+        assert!(shown.starts_with("request › db{sql=xxx") && shown.ends_with('…'));
     }
 
     /// A running pin's victims, for `status`: measured, the count and the longest wait;

@@ -9,24 +9,23 @@ pub const DURATION_BUCKETS: &[f64] =
     &[0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 /// What the metrics exporters share about counting pins: each pin counts once, at its first
-/// report that is not a retraction, under a `location` label drawn from a bounded set (its
-/// service's own frame's `file:line`, else its top frame's, else the function, else `unknown`;
-/// past the bound, `other`). A metrics exporter serves one detector, so a pin is named by its
+/// report that is not a retraction, under a `location` label drawn from a bounded set
+/// ([`location_label`]; past the bound, `other`). A metrics exporter serves one detector, so a pin is named by its
 /// event id alone.
 pub(crate) struct PinCounter {
     /// Pins already counted and not yet completed.
     counted: std::collections::HashSet<u64>,
     locations: Bounded,
-    spans: Bounded,
+    requests: Bounded,
 }
 
 /// The labels a pin is counted under, once, at its first report.
 pub(crate) struct PinLabels {
-    /// Its top frame (`file:line`, or the function), bounded.
+    /// Its function ([`location_label`]), bounded.
     pub location: String,
-    /// Its innermost span's [`SpanInfo::label`](crate::SpanInfo::label) ([`NO_SPAN`](crate::event::NO_SPAN)
-    /// outside any span), bounded.
-    pub span: String,
+    /// Its request: [`PinnedEvent::request_label`] ([`NO_SPAN`](crate::event::NO_SPAN) outside
+    /// any span), bounded.
+    pub request: String,
 }
 
 /// A label's values: the first `max - 1` seen, then `other` (one of the `max`).
@@ -47,7 +46,7 @@ impl Bounded {
 }
 
 impl PinCounter {
-    /// Counts at most `max_labels` values of each label (`location`, `span`), `other` among
+    /// Counts at most `max_labels` values of each label (`location`, `request`), `other` among
     /// them.
     pub(crate) fn new(max_labels: usize) -> PinCounter {
         PinCounter {
@@ -56,7 +55,7 @@ impl PinCounter {
                 seen: std::collections::HashSet::new(),
                 max: max_labels,
             },
-            spans: Bounded {
+            requests: Bounded {
                 seen: std::collections::HashSet::new(),
                 max: max_labels,
             },
@@ -71,24 +70,38 @@ impl PinCounter {
             self.counted.remove(&e.id);
         }
         first.then(|| {
-            // The service's own line first (the one to change), else where the time went.
-            let location = e.app_frame.as_ref().or(e.top_frame.as_ref()).map_or_else(
-                || "unknown".to_owned(),
-                |f| match (&f.file, f.line) {
-                    (Some(file), Some(line)) => format!("{file}:{line}"),
-                    _ => f.function.clone().unwrap_or_else(|| "unknown".to_owned()),
-                },
-            );
-            let span = e
-                .innermost_span()
-                .map_or_else(|| crate::event::NO_SPAN.to_owned(), crate::SpanInfo::label);
+            let location = location_label(e);
             PinLabels {
                 location: self.locations.label(location),
-                span: self.spans.label(span),
+                request: self.requests.label(e.request_label()),
             }
         })
     }
 }
+
+/// The `location` a pin is counted under: the function of the service's own frame (the one to
+/// change), else of the top frame, with its file as every build machine names it —
+/// `svc::api::orders (svc/src/api.rs)`, one series per function whichever of its lines pinned
+/// and wherever it was built ([`crate_path`](crate::event::crate_path)). Without a function,
+/// the file and line; without either, `unknown`. Escaped, bounded.
+pub(crate) fn location_label(e: &PinnedEvent) -> String {
+    let Some(f) = e.app_frame.as_ref().or(e.top_frame.as_ref()) else {
+        return "unknown".to_owned();
+    };
+    let file = f.file.as_deref().map(crate::event::crate_path);
+    let label = match (&f.function, file) {
+        (Some(function), Some(file)) => {
+            format!("{} ({file})", crate::analyze::reason::base_name(function))
+        }
+        (Some(function), None) => crate::analyze::reason::base_name(function),
+        (None, Some(_)) => f.portable_location().unwrap_or_default(),
+        (None, None) => "unknown".to_owned(),
+    };
+    crate::text::bounded(&label, MAX_LOCATION_LABEL)
+}
+
+/// The longest `location` label, in bytes after escaping.
+pub(crate) const MAX_LOCATION_LABEL: usize = 256;
 
 /// What one pin's victims add to the victim counters (`pinwatch_victim_tasks_total`,
 /// `pinwatch_victim_wait_seconds_total`), under its reason.

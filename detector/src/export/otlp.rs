@@ -425,7 +425,11 @@ fn emit(logger: &impl Logger, e: &PinnedEvent) {
     if let Some(v) = &e.victims {
         attrs.extend(victim_attributes(v));
     }
-    // Which request: the innermost span's label, and the chain as the WARN line shows it.
+    // Which request (grouped as the metrics group it), the innermost span's label, and the
+    // chain as the WARN line shows it.
+    if e.request_span().is_some() {
+        attrs.push(kv("pinwatch.request", e.request_label()));
+    }
     if let Some(span) = e.innermost_span() {
         attrs.push(kv("pinwatch.span", span.label()));
     }
@@ -618,7 +622,7 @@ struct Instruments {
     pins: opentelemetry::metrics::Counter<u64>,
     durations: opentelemetry::metrics::Histogram<f64>,
     by_location: opentelemetry::metrics::Counter<u64>,
-    by_span: opentelemetry::metrics::Counter<u64>,
+    by_request: opentelemetry::metrics::Counter<u64>,
     victim_tasks: opentelemetry::metrics::Counter<u64>,
     victim_wait: opentelemetry::metrics::Counter<f64>,
     reasons: Vec<KeyValue>,
@@ -650,11 +654,11 @@ impl Instruments {
             .with_unit("{pin}")
             .with_description("Pins per line of the service's own code (app frame, else top application frame); bounded, then \"other\".")
             .build();
-        let by_span = meter
-            .u64_counter("pinwatch.pins_by_span")
+        let by_request = meter
+            .u64_counter("pinwatch.pins_by_request")
             .with_unit("{pin}")
             .with_description(
-                "Pins per innermost tracing span (name, with http.route when present); bounded, then \"other\".",
+                "Pins per request (outermost request-like tracing span: method and route, ids made {id}); bounded, then \"other\".",
             )
             .build();
         let victim_tasks = meter
@@ -678,12 +682,12 @@ impl Instruments {
             victim_wait.add(0.0, std::slice::from_ref(kv));
         }
         by_location.add(0, &[KeyValue::new("location", "other")]);
-        by_span.add(0, &[KeyValue::new("span", "other")]);
+        by_request.add(0, &[KeyValue::new("request", "other")]);
         Instruments {
             pins,
             durations,
             by_location,
-            by_span,
+            by_request,
             victim_tasks,
             victim_wait,
             reasons,
@@ -697,7 +701,8 @@ impl Instruments {
             self.pins.add(1, std::slice::from_ref(reason));
             self.by_location
                 .add(1, &[KeyValue::new("location", labels.location)]);
-            self.by_span.add(1, &[KeyValue::new("span", labels.span)]);
+            self.by_request
+                .add(1, &[KeyValue::new("request", labels.request)]);
         }
         if e.state == State::Completed {
             self.durations

@@ -171,10 +171,10 @@ pub const METRICS: &[MetricDoc] = &[
         help: "Pins per line of the service's own code that pinned (its app frame, else the top application frame: file:line, or the function without debug info); at most PINWATCH_PROMETHEUS_MAX_LOCATIONS values, \"other\" among them.",
     },
     MetricDoc {
-        name: "pinwatch_pins_by_span_total",
+        name: "pinwatch_pins_by_request_total",
         kind: "counter",
-        labels: &["span"],
-        help: "Pins per innermost tracing span the pinned poll was in (its name, with the http.route field when present; \"none\" outside any span; needs pinwatch::tracing_layer()); at most PINWATCH_PROMETHEUS_MAX_LOCATIONS values, \"other\" among them.",
+        labels: &["request"],
+        help: "Pins per request: the pinned poll's outermost request-like tracing span as method and route (GET /users/{id}: http.route, else the uri's path with ids made {id}, else the outermost span's name; \"none\" outside any span; needs pinwatch::tracing_layer()); at most PINWATCH_PROMETHEUS_MAX_LOCATIONS values, \"other\" among them.",
     },
     MetricDoc {
         name: "pinwatch_events_dropped_total",
@@ -250,7 +250,7 @@ struct Metrics {
     workers: IntGauge,
     oldest: Gauge,
     by_location: IntCounterVec,
-    by_span: IntCounterVec,
+    by_request: IntCounterVec,
     dropped: IntCounterVec,
     stalled: IntGauge,
     stalled_seconds: Counter,
@@ -319,7 +319,7 @@ impl PinwatchCollector {
                 opts("pinwatch_pins_by_location_total"),
                 &["location"],
             )?,
-            by_span: IntCounterVec::new(opts("pinwatch_pins_by_span_total"), &["span"])?,
+            by_request: IntCounterVec::new(opts("pinwatch_pins_by_request_total"), &["request"])?,
             dropped: IntCounterVec::new(opts("pinwatch_events_dropped_total"), &["sink"])?,
             stalled: IntGauge::with_opts(opts("pinwatch_runtime_stalled"))?,
             stalled_seconds: Counter::with_opts(opts("pinwatch_runtime_stall_seconds_total"))?,
@@ -341,7 +341,7 @@ impl PinwatchCollector {
         }
         metrics.dropped.with_label_values(&["queue"]);
         metrics.by_location.with_label_values(&["other"]);
-        metrics.by_span.with_label_values(&["other"]);
+        metrics.by_request.with_label_values(&["other"]);
         metrics
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
@@ -355,7 +355,7 @@ impl PinwatchCollector {
             &metrics.workers,
             &metrics.oldest,
             &metrics.by_location,
-            &metrics.by_span,
+            &metrics.by_request,
             &metrics.dropped,
             &metrics.stalled,
             &metrics.stalled_seconds,
@@ -455,7 +455,7 @@ impl Collector for PinwatchCollector {
             &m.workers,
             &m.oldest,
             &m.by_location,
-            &m.by_span,
+            &m.by_request,
             &m.dropped,
             &m.stalled,
             &m.stalled_seconds,
@@ -486,7 +486,7 @@ impl Sink for PrometheusSink {
         if let Some(labels) = state.pins_seen.first_report(e) {
             m.pins.with_label_values(&[reason]).inc();
             m.by_location.with_label_values(&[&labels.location]).inc();
-            m.by_span.with_label_values(&[&labels.span]).inc();
+            m.by_request.with_label_values(&[&labels.request]).inc();
         }
         // The reason can sharpen with more samples: later time goes to the latest.
         state.time.report(e, |reason, more| {
@@ -817,12 +817,39 @@ mod tests {
         );
     }
 
+    /// One series per function, named the same wherever it was built: its lines, and the same
+    /// source built under two directories, are one `location`; functions past the bound are
+    /// `other`.
     #[test]
-    fn locations_are_bounded() {
+    fn locations_are_functions_with_portable_files_and_bounded() {
         let c = collector(Arc::default(), 3);
         let mut sink = c.sink();
-        for id in 1..=10 {
-            sink.event(&event(id, State::Completed, Reason::Cpu, 30, id as u32));
+        let at = |id: u64, function: &str, file: &str, line: u32| {
+            let mut e = event(id, State::Completed, Reason::Cpu, 30, line);
+            let f = e.top_frame.as_mut().unwrap();
+            f.function = Some(function.to_owned());
+            f.file = Some(file.to_owned());
+            e
+        };
+        for id in 1..=6 {
+            let root = if id % 2 == 0 { "/home/ci" } else { "/build/x" };
+            let file = format!("{root}/svc/src/api.rs");
+            sink.event(&at(id, "svc::api::orders", &file, id as u32));
+        }
+        // Generic arguments are not part of the function.
+        sink.event(&at(
+            7,
+            "svc::api::list<alloc::string::String>",
+            "/b/svc/src/api.rs",
+            9,
+        ));
+        for id in 8..=10 {
+            sink.event(&at(
+                id,
+                &format!("svc::jobs::j{id}"),
+                "/b/svc/src/jobs.rs",
+                1,
+            ));
         }
         let t = c.render();
         let locations: Vec<&str> = t
@@ -830,85 +857,91 @@ mod tests {
             .filter(|l| l.starts_with("pinwatch_pins_by_location_total{"))
             .collect();
         assert_eq!(locations.len(), 3, "{t}");
-        assert_eq!(
-            value(&t, "pinwatch_pins_by_location_total{location=\"other\"}"),
-            8.0
-        );
-        assert_eq!(
+        let location = |l: &str| {
             value(
                 &t,
-                "pinwatch_pins_by_location_total{location=\"src/app.rs:1\"}"
-            ),
-            1.0
-        );
+                &format!("pinwatch_pins_by_location_total{{location=\"{l}\"}}"),
+            )
+        };
+        assert_eq!(location("svc::api::orders (svc/src/api.rs)"), 6.0, "{t}");
+        assert_eq!(location("svc::api::list (svc/src/api.rs)"), 1.0, "{t}");
+        assert_eq!(location("other"), 3.0, "{t}");
     }
 
-    fn in_span(mut e: PinnedEvent, name: &str, route: Option<&str>) -> PinnedEvent {
-        let mut span = crate::SpanInfo {
-            name: name.to_owned(),
+    /// `e` in `conn:request{method=GET uri=/x/<id>?<id>}:db`, the request with `http.route`
+    /// `route` when given.
+    fn in_span(mut e: PinnedEvent, route: Option<&str>) -> PinnedEvent {
+        let mut request = crate::SpanInfo {
+            name: "request".to_owned(),
             target: "svc".to_owned(),
             ..Default::default()
         };
         if let Some(r) = route {
-            span.fields.insert("http.route".to_owned(), r.to_owned());
+            request.fields.insert("http.route".to_owned(), r.to_owned());
         }
-        span.fields.insert("uri".to_owned(), format!("/x?{}", e.id));
-        e.spans = vec![
-            crate::SpanInfo {
-                name: "conn".to_owned(),
-                ..Default::default()
-            },
-            span,
-        ];
+        request.fields.insert("method".to_owned(), "GET".to_owned());
+        request
+            .fields
+            .insert("uri".to_owned(), format!("/x/{0}?{0}", e.id + 1000));
+        let named = |name: &str| crate::SpanInfo {
+            name: name.to_owned(),
+            ..Default::default()
+        };
+        e.spans = vec![named("conn"), request, named("db")];
         e
     }
 
     #[test]
-    fn pins_count_once_by_innermost_span_label_bounded_with_other() {
-        let c = collector(Arc::default(), 3);
+    fn pins_count_once_by_request_bounded_with_other() {
+        let c = collector(Arc::default(), 4);
         let mut sink = c.sink();
-        let by_span = |t: &str, span: &str| {
+        let by_request = |t: &str, request: &str| {
             value(
                 t,
-                &format!("pinwatch_pins_by_span_total{{span=\"{span}\"}}"),
+                &format!("pinwatch_pins_by_request_total{{request=\"{request}\"}}"),
             )
         };
-        // Two reports of one pin in `request /report`: counted once, by route (not by uri).
+        // Two reports of one pin in `GET /report`: counted once, by route (not by uri).
         let e = in_span(
             event(1, State::InProgress, Reason::Sleep, 25, 3),
-            "request",
             Some("/report"),
         );
         sink.event(&e);
         sink.event(&in_span(
             event(1, State::Completed, Reason::Sleep, 90, 3),
-            "request",
             Some("/report"),
         ));
         sink.event(&in_span(
             event(2, State::Completed, Reason::Sleep, 90, 3),
-            "request",
             Some("/report"),
         ));
-        // Outside any span.
-        sink.event(&event(3, State::Completed, Reason::Sleep, 90, 3));
-        // Past the bound (3 values, `other` among them): every new label is `other`.
-        for id in 10..15 {
+        // No route: the uri's path, its id left out — one series for every id.
+        for id in 3..6 {
             sink.event(&in_span(
-                event(id, State::Completed, Reason::Cpu, 30, 4),
-                &format!("job{id}"),
+                event(id, State::Completed, Reason::Io, 90, 3),
                 None,
             ));
         }
+        // Outside any span.
+        sink.event(&event(6, State::Completed, Reason::Sleep, 90, 3));
+        // Past the bound (4 values, `other` among them): every new label is `other`.
+        for id in 10..15 {
+            let route = format!("/job{id}");
+            sink.event(&in_span(
+                event(id, State::Completed, Reason::Cpu, 30, 4),
+                Some(&route),
+            ));
+        }
         let t = c.render();
-        assert_eq!(by_span(&t, "request /report"), 2.0, "{t}");
-        assert_eq!(by_span(&t, "none"), 1.0, "{t}");
-        assert_eq!(by_span(&t, "other"), 5.0, "{t}");
+        assert_eq!(by_request(&t, "GET /report"), 2.0, "{t}");
+        assert_eq!(by_request(&t, "GET /x/{id}"), 3.0, "{t}");
+        assert_eq!(by_request(&t, "none"), 1.0, "{t}");
+        assert_eq!(by_request(&t, "other"), 5.0, "{t}");
         let series = t
             .lines()
-            .filter(|l| l.starts_with("pinwatch_pins_by_span_total{"))
+            .filter(|l| l.starts_with("pinwatch_pins_by_request_total{"))
             .count();
-        assert_eq!(series, 3, "{t}");
+        assert_eq!(series, 4, "{t}");
     }
 
     #[test]
@@ -916,7 +949,6 @@ mod tests {
         let c = collector(Arc::default(), 50);
         c.sink().event(&in_span(
             event(1, State::Completed, Reason::Sleep, 90, 3),
-            "request",
             Some("/x\u{1b}]0;owned\u{7}\u{202e}gnp"),
         ));
         let t = c.render();

@@ -193,6 +193,7 @@ impl Sink for TracingSink {
             advice = event.advice.as_deref(),
             top_frame = event.top_frame.as_ref().map(|f| f.to_string()),
             spawned_at = event.spawned_at.as_ref().map(|l| l.to_string()),
+            request = event.request_span().map(|_| event.request_label()),
             span = event.innermost_span().map(|s| s.label()),
             trace_id = event.trace_id.as_deref(),
             "{text}"

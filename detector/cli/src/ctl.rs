@@ -90,7 +90,7 @@ enum Action {
     },
     /// Write the pinned-time profile (pprof, gzipped) of the pins in the service's flight
     /// recording, as `pinwatch profile` does for a recording and `/debug/pprof/pinned` serves;
-    /// read it with `go tool pprof -top FILE`.
+    /// read it with `go tool pprof -symbolize=none -top FILE`.
     Profile {
         /// Where to write the profile; it must not exist unless `--force`.
         #[arg(short, long)]
@@ -453,13 +453,17 @@ fn profile(
     let body = pinwatch::profile::encode(&built);
     crate::write_file(output, force, |f| f.write_all(&body))
         .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-    Ok(crate::say_wrote(output, &format!(
-        "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: go tool pprof -top {}\n",
-        output.display(),
-        nanos as f64 / 1e6,
-        built.sample.len(),
-        output.display()
-    )))
+    Ok(crate::say_wrote(
+        output,
+        &format!(
+            "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: {} {}\n",
+            output.display(),
+            nanos as f64 / 1e6,
+            built.sample.len(),
+            crate::PPROF_READ,
+            output.display()
+        ),
+    ))
 }
 
 fn absolute(file: &Path) -> Result<PathBuf, String> {

@@ -2,7 +2,8 @@
 //!
 //! `pinwatch print FILE` renders each event like `jfr print --events jdk.VirtualThreadPinned`;
 //! `pinwatch summary FILE` groups them by top application frame like `jfr view pinned-threads`;
-//! `pinwatch profile FILE -o pinned.pb.gz` writes their pinned-time profile for `go tool pprof`;
+//! `pinwatch profile FILE -o pinned.pb.gz` writes their pinned-time profile, read with
+//! `go tool pprof -symbolize=none -top pinned.pb.gz`;
 //! `pinwatch ctl <pid> status | set | record | dump | report | pause | resume` talks to a running service's
 //! control socket like `jcmd <pid> JFR.*`.
 
@@ -63,8 +64,8 @@ enum Command {
     },
     /// Write a recording's pins as a pinned-time profile in the pprof format (gzipped
     /// `profile.proto`: `pins/count` and `pinned/nanoseconds`, labels `reason` and `span`), for
-    /// `go tool pprof`, Pyroscope, Parca. The last report of each pin counts; retracted polls
-    /// count nothing.
+    /// Pyroscope, Parca and `go tool pprof` (`go tool pprof -symbolize=none -top FILE`). The
+    /// last report of each pin counts; retracted polls count nothing.
     Profile {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         file: PathBuf,
@@ -444,6 +445,11 @@ fn check_opened(f: &std::fs::File, own: bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How `profile` and `ctl profile` say to read what they wrote (followed by the file). The
+/// profile has no addresses, so there is nothing to symbolize; without `-symbolize=none`,
+/// `go tool pprof` tries to anyway (docs/profiling.md).
+pub(crate) const PPROF_READ: &str = "go tool pprof -symbolize=none -top";
+
 /// Dumps named at the head of `print`, `summary` and `report`; more are counted.
 const MAX_DUMPS_NAMED: usize = 3;
 
@@ -495,11 +501,14 @@ fn write_profile(
     if let Err(e) = write_output(file, output, &bytes) {
         return fail(format_args!("{e}"));
     }
-    say_wrote(output, &format!(
-        "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: go tool pprof -top {}\n",
-        Escaped(output.display()),
-        nanos as f64 / 1e6,
-        built.sample.len(),
-        Escaped(output.display())
-    ))
+    say_wrote(
+        output,
+        &format!(
+            "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: {PPROF_READ} {}\n",
+            Escaped(output.display()),
+            nanos as f64 / 1e6,
+            built.sample.len(),
+            Escaped(output.display())
+        ),
+    )
 }

@@ -741,3 +741,31 @@ fn report_refuses_a_terminal() {
     // SAFETY: `master` is the descriptor opened above, closed once.
     unsafe { libc::close(master) };
 }
+
+/// `profile` says how to read what it wrote, with `-symbolize=none` (the profile has no
+/// addresses; without it `go tool pprof` tries to symbolize them).
+#[test]
+fn profile_says_to_read_it_with_symbolize_none() {
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("p.pb.gz");
+    let rec = data("recording.jsonl");
+    let (code, said, err) = pinwatch(&[
+        "profile",
+        rec.to_str().unwrap(),
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        said.contains(&format!(
+            "; read it with: go tool pprof -symbolize=none -top {}\n",
+            file.display()
+        )),
+        "{said}"
+    );
+    let (_, help, _) = pinwatch(&["ctl", "1", "profile", "--help"]);
+    assert!(
+        help.contains("go tool pprof -symbolize=none -top FILE"),
+        "{help}"
+    );
+}

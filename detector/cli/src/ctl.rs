@@ -163,10 +163,15 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
         if args.target == "list" {
             return list(&dirs);
         }
+        // The actions as the parser has them, so that none is left out of the hint.
+        let actions: Vec<String> = Action::augment_subcommands(clap::Command::new("ctl"))
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
         return Err(format!(
-            "what should {} do? add one of: status, set, record, dump, report, pause, resume \
-             (`pinwatch ctl --help`)",
-            args.target
+            "what should {} do? add one of: {} (`pinwatch ctl --help`)",
+            args.target,
+            actions.join(", ")
         ));
     };
     let socket = client::find(&args.target, &dirs).map_err(|e| e.to_string())?;

@@ -4,8 +4,9 @@
 //! `pinwatch summary FILE` groups them by top application frame like `jfr view pinned-threads`;
 //! `pinwatch profile FILE -o pinned.pb.gz` writes their pinned-time profile, read with
 //! `go tool pprof -symbolize=none -top pinned.pb.gz`;
-//! `pinwatch ctl <pid> status | set | record | dump | report | pause | resume` talks to a running service's
-//! control socket like `jcmd <pid> JFR.*`.
+//! `pinwatch ctl list` finds the services with pinwatch, and
+//! `pinwatch ctl <pid> status | set | record | dump | report | profile | pause | resume` talks to
+//! a running service's control socket like `jcmd <pid> JFR.*`.
 
 mod ctl;
 
@@ -81,7 +82,8 @@ enum Command {
     },
     /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,
     /// `set threshold=50ms`, `record start FILE` / `record list` /
-    /// `record stop [ID|FILE]`, `dump FILE`, `report -o PAGE`, `pause` / `resume`.
+    /// `record stop [ID|FILE]`, `dump FILE`, `report -o PAGE`, `profile -o FILE`, `pause` /
+    /// `resume`.
     Ctl(ctl::CtlArgs),
 }
 

@@ -742,6 +742,72 @@ fn report_refuses_a_terminal() {
     unsafe { libc::close(master) };
 }
 
+/// The subcommands a `--help` text lists (its `Commands:` section), `help` left out.
+fn help_commands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `pinwatch ctl --help`'s summary (the line `pinwatch --help` shows for `ctl` too) names every
+/// action the ctl parser takes, and every `record` action, as the parser lists them: an action
+/// added to the code and not to the summary fails here. So does the hint of `ctl PID` with no
+/// action.
+#[test]
+fn ctl_help_summary_names_every_ctl_subcommand() {
+    let (code, help, err) = pinwatch(&["ctl", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    let summary = help.split("\n\nUsage:").next().unwrap();
+    let actions = help_commands(&help);
+    assert!(
+        actions.len() >= 8 && actions.iter().any(|a| a == "profile"),
+        "read {actions:?} from\n{help}"
+    );
+    // `list` is a target, not an action: the summary names it as `ctl list`.
+    assert!(summary.contains("`ctl list`"), "{summary}");
+    for action in &actions {
+        assert!(
+            summary.contains(&format!("`{action}"))
+                || summary.contains(&format!("`ctl <PID> {action}")),
+            "`pinwatch ctl --help`'s summary leaves out `{action}`:\n{summary}"
+        );
+    }
+    let (code, record, err) = pinwatch(&["ctl", "1", "record", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    let record_actions = help_commands(&record);
+    assert!(record_actions.len() >= 3, "{record}");
+    for action in &record_actions {
+        assert!(
+            summary.contains(&format!("`record {action}")),
+            "`pinwatch ctl --help`'s summary leaves out `record {action}`:\n{summary}"
+        );
+    }
+    // The top-level help's line for `ctl` is the same summary's first sentence.
+    let (_, top, _) = pinwatch(&["--help"]);
+    let line = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("ctl "))
+        .unwrap_or_else(|| panic!("no ctl in\n{top}"));
+    assert!(
+        summary.starts_with(line.trim_start()["ctl".len()..].trim()),
+        "{line}"
+    );
+    // `ctl PID` with no action says which it takes: all of them.
+    let (code, _, err) = pinwatch(&["ctl", "4242"]);
+    assert_eq!(code, 1, "{err}");
+    for action in &actions {
+        assert!(
+            err.contains(&format!(" {action},")) || err.contains(&format!(" {action} (")),
+            "the hint leaves out {action}: {err}"
+        );
+    }
+}
+
 /// `profile` says how to read what it wrote, with `-symbolize=none` (the profile has no
 /// addresses; without it `go tool pprof` tries to symbolize them).
 #[test]

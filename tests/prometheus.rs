@@ -361,7 +361,7 @@ fn rules_and_configs_pass_promtool_and_amtool() {
         "prometheus",
         &["check", "rules", "pinwatch-rules.yml"],
     );
-    assert!(out.contains("SUCCESS: 11 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 14 rules found"), "{out}");
     let out = run_tool(
         &prom,
         "promtool",
@@ -376,7 +376,7 @@ fn rules_and_configs_pass_promtool_and_amtool() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert: "))
         .collect();
-    assert_eq!(alerts.len(), 8, "{alerts:?}");
+    assert_eq!(alerts.len(), 9, "{alerts:?}");
     for a in &alerts {
         assert!(
             tests.contains(&format!("alertname: {a}\n")),
@@ -608,7 +608,7 @@ fn kubernetes_manifests_validate_and_the_prometheusrule_is_the_rules_file() {
         "prometheus",
         &["check", "rules", "spec.yml"],
     );
-    assert!(out.contains("SUCCESS: 11 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 14 rules found"), "{out}");
 }
 
 /// A program on the PATH.

@@ -264,6 +264,169 @@ fn the_alerts_the_docs_name_and_count_are_the_rule_files() {
     assert!(stated >= 2, "no document states the alert count");
 }
 
+/// A rule of `deploy/prometheus/pinwatch-rules.yml`: `record` or `alert`, its name, its
+/// expression as written, its `for` and its `severity` label (none for a recording rule).
+#[derive(Debug)]
+struct Rule {
+    kind: &'static str,
+    name: String,
+    expr: String,
+    for_: Option<String>,
+    severity: Option<String>,
+}
+
+/// The rules of a Prometheus rule file written as pinwatch's is: each rule a `- record:` or
+/// `- alert:` item, its `expr` on one line or as a literal block (`expr: |`). Any other form of
+/// `expr` (quoted, folded) fails here rather than being misread.
+fn rule_file(text: &str) -> Vec<Rule> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut rules: Vec<Rule> = Vec::new();
+    let mut key_indent = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let trimmed = line.trim_start();
+        i += 1;
+        for kind in ["record", "alert"] {
+            if let Some(name) = trimmed.strip_prefix(&format!("- {kind}: ")) {
+                key_indent = indent(line) + 2;
+                rules.push(Rule {
+                    kind,
+                    name: name.trim().to_owned(),
+                    expr: String::new(),
+                    for_: None,
+                    severity: None,
+                });
+            }
+        }
+        let Some(rule) = rules.last_mut() else {
+            continue;
+        };
+        if indent(line) == key_indent {
+            if let Some(expr) = trimmed.strip_prefix("expr: ") {
+                if expr == "|" {
+                    // The block: the lines indented deeper than `expr`, less the first one's
+                    // indentation.
+                    let block: Vec<&str> = lines[i..]
+                        .iter()
+                        .take_while(|l| l.trim().is_empty() || indent(l) > key_indent)
+                        .copied()
+                        .collect();
+                    i += block.len();
+                    let depth = block.first().map_or(0, |l| indent(l));
+                    let body: Vec<&str> =
+                        block.iter().map(|l| l.get(depth..).unwrap_or("")).collect();
+                    rule.expr = body.join("\n").trim_end().to_owned();
+                } else {
+                    assert!(
+                        !expr.starts_with(['"', '\'', '>', '|']),
+                        "{}: an expr written as {expr:?}: write it plain or as `expr: |`",
+                        rule.name
+                    );
+                    rule.expr = expr.trim().to_owned();
+                }
+            } else if let Some(f) = trimmed.strip_prefix("for: ") {
+                rule.for_ = Some(f.trim().to_owned());
+            }
+        } else if let Some(sev) = trimmed.strip_prefix("severity: ") {
+            rule.severity = Some(sev.trim().to_owned());
+        }
+    }
+    for r in &rules {
+        assert!(!r.expr.is_empty(), "{}: no expr found", r.name);
+    }
+    rules
+}
+
+/// docs/prometheus.md gives every rule of the rule file, in its order, under a `#### `NAME``
+/// heading: the expression exactly as the file has it (the first `promql` block after the
+/// heading), and for an alert a first line after it that states its `for` and severity. The
+/// alert table's `for` and severity columns say the same.
+#[test]
+fn the_guide_gives_every_rule_with_the_rule_files_expression() {
+    let rules = rule_file(&read("deploy/prometheus/pinwatch-rules.yml"));
+    assert!(
+        rules.iter().filter(|r| r.kind == "alert").count() >= 9
+            && rules.iter().filter(|r| r.kind == "record").count() >= 5,
+        "read only {rules:?}"
+    );
+    let guide = read("docs/prometheus.md");
+    let mut documented: Vec<(String, String, Option<String>)> = Vec::new();
+    let mut lines = guide.lines();
+    while let Some(line) = lines.next() {
+        let Some(name) = line
+            .strip_prefix("#### `")
+            .and_then(|l| l.strip_suffix('`'))
+        else {
+            continue;
+        };
+        let mut expr = Vec::new();
+        let mut in_block = false;
+        let mut after = None;
+        for l in lines.by_ref() {
+            if in_block {
+                if l == "```" {
+                    in_block = false;
+                    continue;
+                }
+                expr.push(l);
+            } else if l == "```promql" {
+                assert!(
+                    expr.is_empty(),
+                    "docs/prometheus.md: {name} has two promql blocks"
+                );
+                in_block = true;
+            } else if !expr.is_empty() && !l.trim().is_empty() {
+                after = Some(l.to_owned());
+                break;
+            } else if l.starts_with('#') {
+                panic!("docs/prometheus.md: no promql block under {name}");
+            }
+        }
+        documented.push((name.to_owned(), expr.join("\n"), after));
+    }
+    let names: Vec<&str> = documented.iter().map(|d| d.0.as_str()).collect();
+    let want: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, want, "docs/prometheus.md's rule sections");
+    for (rule, (name, expr, after)) in rules.iter().zip(&documented) {
+        assert_eq!(
+            expr, &rule.expr,
+            "docs/prometheus.md gives {name}'s expression otherwise than pinwatch-rules.yml"
+        );
+        if rule.kind == "alert" {
+            let severity = rule.severity.as_deref().expect("an alert has a severity");
+            let stated = match &rule.for_ {
+                Some(f) => format!("**for `{f}`, {severity}.**"),
+                None => format!("**no `for`, {severity}.**"),
+            };
+            let after = after.as_deref().unwrap_or("");
+            assert!(
+                after.starts_with(&stated),
+                "docs/prometheus.md, {name}: the line after the expression must begin \
+                 {stated:?}: {after:?}"
+            );
+        }
+    }
+    // The overview table: `| `Name` | fires when | for | severity |`.
+    for row in guide.lines().filter(|l| l.starts_with("| `Pinwatch")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`');
+        let rule = rules
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("docs/prometheus.md's table names {name}, no rule"));
+        assert_eq!(
+            (cells[3], Some(cells[4])),
+            (
+                rule.for_.as_deref().unwrap_or("—"),
+                rule.severity.as_deref()
+            ),
+            "docs/prometheus.md's table row of {name}: its `for` and severity"
+        );
+    }
+}
+
 /// docs/otlp.md's metric table: the names the OTLP exporter registers (read from its source),
 /// and, translated, `METRICS`.
 #[test]

@@ -38,7 +38,7 @@ fn pinning_tests_fail_with_the_blocking_line_and_the_others_pass() {
             Some((name, verdict))
         })
         .collect();
-    assert_eq!(results.len(), 58, "every test ran:\n{stdout}\n{stderr}");
+    assert_eq!(results.len(), 59, "every test ran:\n{stdout}\n{stderr}");
     for (name, verdict) in &results {
         let expected = if name.starts_with("fails_") {
             "FAILED"
@@ -78,6 +78,12 @@ fn pinning_tests_fail_with_the_blocking_line_and_the_others_pass() {
     assert!(
         own.contains("1 poll pinned a worker"),
         "the pins are added: {own}"
+    );
+    // With `pinwatch::tracing_layer()` in the test's subscriber, the span the pin was in.
+    let spanned = failure("fails_in_a_request_span");
+    assert!(
+        spanned.contains(" in request{method=GET uri=/orders/7}, worker "),
+        "{spanned}"
     );
     let crowd = failure("fails_crowd_50_pins");
     assert!(crowd.contains("1 poll pinned a worker"), "{crowd}");

@@ -77,3 +77,20 @@ async fn fails_crowd_50_pins() {
     }
     tokio::spawn(async { pinning_tests::slow_lookup() }).await.unwrap();
 }
+
+/// With `pinwatch::tracing_layer()` in the test's subscriber, the failure names the span the
+/// pin was in (docs/testing.md). A thread's default subscriber: the span carries it to the worker
+/// that polls the task.
+#[pinwatch::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_in_a_request_span() {
+    use tracing::Instrument as _;
+    use tracing_subscriber::prelude::*;
+    let _subscriber = tracing::subscriber::set_default(
+        tracing_subscriber::registry().with(pinwatch::tracing_layer()),
+    );
+    let span = tracing::info_span!("request", method = "GET", uri = "/orders/7");
+    let n = tokio::spawn(async { pinning_tests::slow_lookup() }.instrument(span))
+        .await
+        .unwrap();
+    assert_eq!(n, 42);
+}

@@ -227,6 +227,19 @@ impl Builder {
     /// (`PINWATCH_DUMP_ON_EXIT`; `%p` in it is the pid). The file is replaced whole, never left
     /// half written. Its directory must exist and be writable: [`prepare`](Self::prepare)
     /// checks.
+    ///
+    /// Also at a SIGTERM or SIGINT, for a service that does not shut down gracefully (its
+    /// runtime is never dropped): when the detector starts, pinwatch installs a handler for each
+    /// of the two whose action is the default one (never over a handler of the service's, nor
+    /// over `SIG_IGN`; the start-up line says which it caught). At the signal a thread of
+    /// pinwatch's writes the dump of every running detector (waiting at most 10 s for it; a
+    /// second signal meanwhile ends the process at once), then, if pinwatch's handler is still
+    /// the installed one, puts the default action back and raises the signal: the process dies
+    /// of it, as it would have. A handler installed after pinwatch's (tokio's `signal`, which
+    /// calls the one before it) handles the signal instead: the service shuts down as it
+    /// means to, and the dump is written again, replaced whole, when its detector stops. When
+    /// the last such detector stops, the default action is put back where pinwatch's handler
+    /// is still installed. Not on SIGKILL, an abort or the OOM killer.
     pub fn dump_on_exit(mut self, path: Option<PathBuf>) -> Self {
         self.config.dump_on_exit = path;
         self

@@ -233,10 +233,14 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_DUMP_ON_EXIT",
         default: "",
-        doc: "when the detector stops (the runtime and detector dropped, `Detector::shutdown`), \
-              write the flight recording to this file (replaced whole, atomically; `%p` is the \
-              pid); its directory must exist and be writable, checked at start-up; unset: no \
-              dump",
+        doc: "write the flight recording to this file (replaced whole, atomically; `%p` is the \
+              pid) when the detector stops (the runtime and detector dropped, \
+              `Detector::shutdown`) and at a SIGTERM or SIGINT — which then ends the process as \
+              it would have, unless a handler installed after pinwatch's (tokio's `signal`) \
+              shuts the service down itself; a signal that already had a handler when pinwatch \
+              started, or is ignored, is left alone (dump at shutdown only); never on SIGKILL, \
+              an abort or the OOM killer; its directory must exist and be writable, checked at \
+              start-up; unset: no dump",
     },
     EnvVar {
         name: "PINWATCH_CONTROL",
@@ -369,7 +373,8 @@ pub struct Config {
     /// The flight recording's bound in bytes (`None`: no flight recording); see
     /// [`DEFAULT_FLIGHT_SIZE`].
     pub flight_size: Option<u64>,
-    /// Where the flight recording is written when the detector stops (`%p`: the pid).
+    /// Where the flight recording is written when the detector stops, and at a SIGTERM or
+    /// SIGINT (`%p`: the pid); see [`Builder::dump_on_exit`](crate::Builder::dump_on_exit).
     pub dump_on_exit: Option<PathBuf>,
     /// See [`Control`].
     pub control: Control,

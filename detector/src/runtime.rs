@@ -3,14 +3,16 @@
 //! which stops them in order. [`Builder`](crate::Builder) (in `builder`) makes the
 //! [`Prepared`].
 
-use std::path::PathBuf;
-use std::sync::{mpsc, Arc};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::config::{Config, Settings};
 use crate::control;
 use crate::export::{self, Parts, Running};
 use crate::poll::PollHooks;
+use crate::signal::exit::{self as exit_signal, Disposition, EXIT_SIGNALS};
 pub use crate::watch::Stats;
 use crate::watch::{self, snapshot, Shared};
 use crate::Error;
@@ -158,19 +160,30 @@ impl Prepared {
         let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline, threaded)?;
         let workers = handle.metrics().num_workers();
         let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx, stop_rx)?;
+        let dump_on_exit = match (&watched.config.dump_on_exit, &flight) {
+            (Some(path), Some((flight, who))) => Some(ExitDump::register(ExitDump {
+                path: crate::files::with_pid(path),
+                flight: flight.clone(),
+                who: who.clone(),
+                config: watched.config.clone(),
+                stopped: Mutex::new(false),
+            })),
+            _ => None,
+        };
         announce(&watched.config, false, || {
-            startup_line(
+            let mut line = startup_line(
                 &watched.config,
                 workers,
                 control.as_ref().map(|c| c.path()),
                 &exporters,
-            )
+            );
+            if let Some((dump, signals)) = &dump_on_exit {
+                line.push_str("; ");
+                line.push_str(&describe_exit_dump(&dump.path, signals));
+            }
+            line
         });
-        let dump_on_exit = watched
-            .config
-            .dump_on_exit
-            .as_deref()
-            .map(crate::files::with_pid);
+        let dump_on_exit = dump_on_exit.map(|(dump, _)| dump);
         Ok(Detector {
             watched: Some(watched),
             flight,
@@ -262,8 +275,8 @@ pub struct Detector {
     watched: Option<Arc<Shared>>,
     /// The flight recording and whose it is, when on.
     flight: Option<(export::Flight, export::Identity)>,
-    /// `PINWATCH_DUMP_ON_EXIT`, `%p` replaced; taken when it is written.
-    dump_on_exit: Option<PathBuf>,
+    /// `PINWATCH_DUMP_ON_EXIT`; taken when it is written at the stop.
+    dump_on_exit: Option<Arc<ExitDump>>,
     control: Option<control::Server>,
     stop: Option<mpsc::Sender<()>>,
     watchdog: Option<JoinHandle<()>>,
@@ -396,10 +409,7 @@ impl Detector {
                     .to_owned()
             }));
         };
-        let dump = export::Dump::new(flight.snapshot(), who);
-        crate::files::write_whole_file(path, replace, |f| dump.write_to(f))
-            .map_err(|e| err(e.to_string()))?;
-        Ok(dump.info)
+        write_flight(flight, who, path, replace).map_err(|e| err(e.to_string()))
     }
 
     /// The pinned-time profile (the pprof format, gzipped: [`profile`](crate::profile)) of
@@ -455,8 +465,10 @@ impl Detector {
             let _ = s.join();
         }
         // Every event is exported: the flight recording holds the last ones.
-        if let Some(path) = self.dump_on_exit.take() {
-            self.dump_at_exit(&path);
+        if let Some(dump) = self.dump_on_exit.take() {
+            dump.write(None);
+            export::flush_stderr();
+            ExitDump::unregister(&dump);
         }
         // After the export thread (its sinks are flushed): each exporter's thread sends
         // what is queued, then stops.
@@ -464,34 +476,249 @@ impl Detector {
     }
 }
 
-impl Detector {
-    /// `PINWATCH_DUMP_ON_EXIT`: the dump, or why it failed, said like the start-up line.
-    fn dump_at_exit(&self, path: &std::path::Path) {
-        let Some(config) = self.config() else { return };
-        match self.write_dump(path, true) {
-            Ok(info) => announce(config, false, || {
+/// The flight recording `flight` of `who`, written whole to `path`; what its first line says.
+fn write_flight(
+    flight: &export::Flight,
+    who: &export::Identity,
+    path: &Path,
+    replace: bool,
+) -> std::io::Result<crate::event::DumpInfo> {
+    let dump = export::Dump::new(flight.snapshot(), who);
+    crate::files::write_whole_file(path, replace, |f| dump.write_to(f))?;
+    Ok(dump.info)
+}
+
+/// How long the exit signals' thread waits for the dumps at a signal before the process dies
+/// of it without them (a hung file system cannot keep a service alive that was asked to stop;
+/// a second signal ends it at once).
+pub(crate) const EXIT_DUMP_WAIT: Duration = Duration::from_secs(10);
+
+/// One detector's `PINWATCH_DUMP_ON_EXIT`: what to write where, shared with the exit
+/// signals' thread while the detector runs.
+struct ExitDump {
+    /// `%p` replaced.
+    path: PathBuf,
+    flight: export::Flight,
+    who: export::Identity,
+    /// Its detector's settings: how to say what happened.
+    config: Config,
+    /// Held while the dump is written, so that a signal's dump and the stop's never overlap;
+    /// true once the stop has written it (a signal's dump after that would hold less).
+    stopped: Mutex<bool>,
+}
+
+/// The dumps of every running detector with `PINWATCH_DUMP_ON_EXIT`: a SIGTERM or SIGINT
+/// writes them all (two runtimes in one process: both files).
+static EXIT_DUMPS: Mutex<Vec<Arc<ExitDump>>> = Mutex::new(Vec::new());
+
+/// What [`exit_signal::arm`] found, to say in the start-up line: each signal's disposition,
+/// or why none is caught.
+type ExitSignals = Result<[Disposition; 2], String>;
+
+impl ExitDump {
+    /// Adds `dump` to [`EXIT_DUMPS`] and catches the exit signals (when they have their
+    /// default action).
+    fn register(dump: ExitDump) -> (Arc<ExitDump>, ExitSignals) {
+        let dump = Arc::new(dump);
+        let mut all = EXIT_DUMPS.lock().unwrap_or_else(PoisonError::into_inner);
+        let signals = exit_signal::arm(on_exit_signal);
+        all.push(Arc::clone(&dump));
+        (dump, signals)
+    }
+
+    /// Takes `dump` out of [`EXIT_DUMPS`]; with the last one, the exit signals get their
+    /// default action back (where pinwatch's handler is still the installed one).
+    fn unregister(dump: &Arc<ExitDump>) {
+        let mut all = EXIT_DUMPS.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|d| !Arc::ptr_eq(d, dump));
+        if all.is_empty() {
+            exit_signal::disarm();
+        }
+    }
+
+    /// Writes the dump, replacing the file, and says so — or why it failed, even with
+    /// `PINWATCH_TRACING=off` (it was asked for). `signal`: the exit signal it is written at;
+    /// `None`: at the detector's stop, after which a signal writes it no more.
+    fn write(&self, signal: Option<libc::c_int>) {
+        let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        if *stopped {
+            return;
+        }
+        *stopped = signal.is_none();
+        let at = signal
+            .and_then(|sig| EXIT_SIGNALS.iter().find(|(s, _)| *s == sig))
+            .map(|(_, name)| format!(" at {name}"))
+            .unwrap_or_default();
+        match write_flight(&self.flight, &self.who, &self.path, true) {
+            Ok(info) => announce(&self.config, false, || {
                 format!(
-                    "wrote the flight recording to {} ({} events; PINWATCH_DUMP_ON_EXIT)",
-                    path.display(),
+                    "wrote the flight recording to {} ({} events; PINWATCH_DUMP_ON_EXIT{at})",
+                    self.path.display(),
                     info.events
                 )
             }),
-            // A lost dump is said even with PINWATCH_TRACING=off: it was asked for.
-            Err(e) => {
-                let line = format!("PINWATCH_DUMP_ON_EXIT: {e}");
-                if export::no_subscriber() {
-                    export::to_stderr("ERROR", &line);
-                } else {
-                    tracing::error!(target: "pinwatch", "{line}");
+            Err(e) => say_error(&format!(
+                "PINWATCH_DUMP_ON_EXIT{at}: {}",
+                Error::Dump {
+                    path: self.path.clone(),
+                    reason: e.to_string(),
                 }
+            )),
+        }
+    }
+}
+
+/// An ERROR line of pinwatch's, whatever `PINWATCH_TRACING` says.
+fn say_error(line: &str) {
+    if export::no_subscriber() {
+        export::to_stderr("ERROR", line);
+    } else {
+        tracing::error!(target: "pinwatch", "{line}");
+    }
+}
+
+/// The exit signals' thread got `sig`: every running detector's dump, written on a thread of
+/// its own and waited for at most [`EXIT_DUMP_WAIT`]; then pinwatch's lines are flushed (the
+/// process may die of the signal next).
+fn on_exit_signal(sig: libc::c_int) {
+    let dumps: Vec<Arc<ExitDump>> = EXIT_DUMPS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if dumps.is_empty() {
+        return;
+    }
+    let (tx, rx) = mpsc::channel();
+    let writer = {
+        let dumps = dumps.clone();
+        std::thread::Builder::new()
+            .name("pinwatch-exit-dump".into())
+            .spawn(move || {
+                for d in &dumps {
+                    d.write(Some(sig));
+                }
+                let _ = tx.send(());
+            })
+    };
+    match writer {
+        Ok(_) => {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(EXIT_DUMP_WAIT) {
+                let name = EXIT_SIGNALS
+                    .iter()
+                    .find(|(s, _)| *s == sig)
+                    .map_or("the signal", |(_, n)| n);
+                let paths: Vec<String> =
+                    dumps.iter().map(|d| d.path.display().to_string()).collect();
+                say_error(&format!(
+                    "PINWATCH_DUMP_ON_EXIT at {name}: the dump to {} did not finish within {} \
+                     (a file system that does not answer?); not waiting for it any longer",
+                    paths.join(", "),
+                    humantime::format_duration(EXIT_DUMP_WAIT)
+                ));
             }
         }
-        export::flush_stderr();
+        // No thread to spare: written here, unbounded (a second signal still ends the process).
+        Err(_) => {
+            for d in &dumps {
+                d.write(Some(sig));
+            }
+        }
     }
+    export::flush_stderr();
+}
+
+/// The start-up line's part about `PINWATCH_DUMP_ON_EXIT`: where, and whether a SIGTERM or
+/// SIGINT writes it too (pinwatch's handler installed) or only the detector's stop does (a
+/// handler the service installed first, `SIG_IGN`, or no handler could be installed).
+fn describe_exit_dump(path: &Path, signals: &ExitSignals) -> String {
+    let mut s = format!("dump on exit to {}", path.display());
+    let dispositions = match signals {
+        Ok(d) => d,
+        Err(reason) => {
+            s.push_str(&format!(
+                " (at shutdown only: SIGTERM and SIGINT are not caught: {reason})"
+            ));
+            return s;
+        }
+    };
+    let named = |want: Disposition| -> Vec<&str> {
+        EXIT_SIGNALS
+            .iter()
+            .zip(dispositions)
+            .filter(|(_, d)| **d == want)
+            .map(|(&(_, name), _)| name)
+            .collect()
+    };
+    let (caught, ignored, handled) = (
+        named(Disposition::Caught),
+        named(Disposition::Ignored),
+        named(Disposition::Handled),
+    );
+    let mut parts = Vec::new();
+    if !caught.is_empty() {
+        parts.push(format!("also on {}", caught.join("/")));
+    }
+    match handled.as_slice() {
+        [] => {}
+        [one] => parts.push(format!(
+            "{one} has a handler already: the dump is written at shutdown only"
+        )),
+        _ => parts.push(format!(
+            "{} have handlers already: the dump is written at shutdown only",
+            handled.join(" and ")
+        )),
+    }
+    match ignored.as_slice() {
+        [] => {}
+        [one] => parts.push(format!("{one} is ignored")),
+        _ => parts.push(format!("{} are ignored", ignored.join(" and "))),
+    }
+    s.push_str(&format!(" ({})", parts.join("; ")));
+    s
 }
 
 impl Drop for Detector {
     fn drop(&mut self) {
         self.stop_threads();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_up_line_says_when_the_dump_is_written() {
+        let path = Path::new("/var/tmp/pins-7.jsonl");
+        let (caught, ignored, handled) = (
+            Disposition::Caught,
+            Disposition::Ignored,
+            Disposition::Handled,
+        );
+        let said = |d: ExitSignals| describe_exit_dump(path, &d);
+        assert_eq!(
+            said(Ok([caught, caught])),
+            "dump on exit to /var/tmp/pins-7.jsonl (also on SIGTERM/SIGINT)"
+        );
+        assert_eq!(
+            said(Ok([caught, handled])),
+            "dump on exit to /var/tmp/pins-7.jsonl (also on SIGTERM; SIGINT has a handler \
+             already: the dump is written at shutdown only)"
+        );
+        assert_eq!(
+            said(Ok([handled, handled])),
+            "dump on exit to /var/tmp/pins-7.jsonl (SIGTERM and SIGINT have handlers already: \
+             the dump is written at shutdown only)"
+        );
+        // A background job of a non-interactive shell ignores SIGINT.
+        assert_eq!(
+            said(Ok([caught, ignored])),
+            "dump on exit to /var/tmp/pins-7.jsonl (also on SIGTERM; SIGINT is ignored)"
+        );
+        assert_eq!(
+            said(Err("cannot make a pipe: too many open files".into())),
+            "dump on exit to /var/tmp/pins-7.jsonl (at shutdown only: SIGTERM and SIGINT are \
+             not caught: cannot make a pipe: too many open files)"
+        );
     }
 }

@@ -1,7 +1,8 @@
-//! The signal handler: async-signal-safe code only (the `layout` test keeps allocation, locks
-//! and panicking macros out of this file).
+//! The signal handlers — the sampling signal's and the exit signals' (SIGTERM, SIGINT, for
+//! `PINWATCH_DUMP_ON_EXIT`): async-signal-safe code only (the `layout` test keeps allocation,
+//! locks and panicking macros out of this file).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::{DONE, REQUESTED, WRITING};
 use crate::poll::claim::current_slot_any;
@@ -105,5 +106,87 @@ fn interrupted_pc(ctx: *mut libc::c_void) -> Option<usize> {
     )))]
     {
         None
+    }
+}
+
+/// The write end of the exit pipe, which the exit signals' thread reads (`-1`: not made yet).
+pub(super) static EXIT_PIPE: AtomicI32 = AtomicI32::new(-1);
+/// The process the exit handler was installed in: a child forked without `exec` inherits the
+/// handler and the pipe, which leads to its parent's thread.
+pub(super) static EXIT_PID: AtomicI32 = AtomicI32::new(0);
+/// The exit signal whose dump is being written (0: none).
+pub(super) static EXIT_PENDING: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the action `installed` (a `sa_sigaction` value) is [`exit_handler`].
+pub(super) fn is_exit_handler(installed: usize) -> bool {
+    installed == exit_handler as *const () as usize
+}
+
+/// The handler of SIGTERM and SIGINT while pinwatch holds them (`PINWATCH_DUMP_ON_EXIT`).
+/// Async-signal-safe: atomics, `getpid`, `write` to a non-blocking pipe, `sigaction` and
+/// `raise`; it never blocks. The first signal writes its number to the exit pipe, which wakes
+/// the exit signals' thread to write the dumps. A signal that comes while a dump is being written
+/// (or in a forked child, which has no such thread) ends the process as the default action
+/// would, while this handler is the installed one: the user can always stop it. Called by a
+/// handler installed after it (tokio's, through `signal-hook-registry`, calls the one before
+/// it), it does nothing more than wake the thread: whoever installed that handler decides.
+pub(super) extern "C" fn exit_handler(
+    sig: libc::c_int,
+    _info: *mut libc::siginfo_t,
+    _ctx: *mut libc::c_void,
+) {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: getpid has no preconditions and is async-signal-safe.
+    let here = unsafe { libc::getpid() } == EXIT_PID.load(Ordering::Relaxed);
+    let woke = here
+        && EXIT_PENDING
+            .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        && wake(sig);
+    if !woke && is_exit_handler(installed(sig)) {
+        default_and_raise(sig);
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Writes `sig` to the exit pipe; false when it could not be written.
+fn wake(sig: libc::c_int) -> bool {
+    let byte = sig as u8;
+    let fd = EXIT_PIPE.load(Ordering::Acquire);
+    // SAFETY: `fd` is the pipe's write end, open for the life of the process (non-blocking:
+    // never waits); `byte` is one readable byte.
+    let n = unsafe { libc::write(fd, &byte as *const u8 as *const libc::c_void, 1) };
+    if n != 1 {
+        EXIT_PENDING.store(0, Ordering::Release);
+    }
+    n == 1
+}
+
+/// The `sa_sigaction` installed for `sig` now (0, `SIG_DFL`, when it cannot be read).
+pub(super) fn installed(sig: libc::c_int) -> usize {
+    // SAFETY: a zeroed sigaction is plain data for the kernel to fill.
+    let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: sigaction with a null new action only reads the current one; async-signal-safe.
+    if unsafe { libc::sigaction(sig, std::ptr::null(), &mut now) } != 0 {
+        return libc::SIG_DFL;
+    }
+    now.sa_sigaction
+}
+
+/// Puts `sig` back to its default action (what pinwatch found: it takes over only that) and
+/// raises it on this thread. In a handler of `sig` the signal is blocked: it is delivered, and
+/// ends the process, as the handler returns.
+pub(super) fn default_and_raise(sig: libc::c_int) {
+    // SAFETY: a zeroed sigaction is SIG_DFL (0) with no flags; its mask is emptied below.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = libc::SIG_DFL;
+    // SAFETY: `action.sa_mask` is a valid sigset_t owned here; sigaction and raise are
+    // async-signal-safe.
+    unsafe {
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(sig, &action, std::ptr::null_mut());
+        libc::raise(sig);
     }
 }

@@ -1,5 +1,6 @@
 //! Stack samples by signal: the handler (async-signal-safe code only) and the request protocol
-//! the watchdog follows.
+//! the watchdog follows. And the exit signals, SIGTERM and SIGINT, caught for
+//! `PINWATCH_DUMP_ON_EXIT` (`exit.rs`).
 //!
 //! The watchdog sends the stuck thread [`sample_signal`]. The handler finds the thread's slot
 //! through a const thread-local, claims the slot's preallocated buffer with one compare-and-swap
@@ -22,6 +23,7 @@ use crate::poll::sample::{SampleArea, IDLE, MAX_FRAMES};
 use crate::poll::slot::Slot;
 use crate::Error;
 
+pub(crate) mod exit;
 mod handler;
 
 use handler::handler;

@@ -2,7 +2,9 @@
 //! nothing records; `pinwatch ctl <pid> dump` and `ctl <pid> report` get those pins after the
 //! fact, `print` / `summary` / `report` read the dump, a small buffer keeps the newest and
 //! says what it dropped, memory stays bounded under a pin storm, and `PINWATCH_DUMP_ON_EXIT`
-//! writes the dump when the service stops.
+//! writes the dump when the service stops — and at a real `kill -TERM` / SIGINT of a service
+//! that never drops its runtime (`plain_serve`), which then dies of the signal, while one that
+//! shuts down gracefully through `tokio::signal` is left to do so.
 
 mod support;
 
@@ -447,4 +449,268 @@ fn clients_that_never_read_a_dump_hold_up_nobody() {
         .then_some(())
     });
     svc.finish();
+}
+
+/// `plain_serve ARGS` (an `axum::serve` service that pins once at start; `--graceful`: it
+/// shuts down on SIGTERM/SIGINT itself) with the environment `envs` and no other `PINWATCH_*`
+/// variable; its stdout and stderr lines, read as they come.
+struct Plain {
+    proc: support::Proc,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Plain {
+    fn start(args: &[&str], envs: &[(&str, &str)]) -> Plain {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plain_serve"));
+        cmd.args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("PINWATCH") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("PINWATCH_CONTROL", "off")
+            .envs(envs.iter().copied());
+        let mut child = cmd.spawn().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let out: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
+        let err: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
+        for stream in [out, err] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stream)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Plain {
+            proc: support::Proc {
+                child,
+                name: "plain_serve".into(),
+            },
+            lines,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.child.id()
+    }
+
+    /// Waits (bounded) for a line that `wanted` accepts; returns it.
+    fn expect(&mut self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        let mut seen = Vec::new();
+        loop {
+            match self.lines.recv_timeout(LONG) {
+                Ok(l) if wanted(&l) => return l,
+                Ok(l) => seen.push(l),
+                Err(e) => panic!("plain_serve never said {what} ({e}); it said:\n{seen:#?}"),
+            }
+        }
+    }
+
+    /// The start-up line, then the report of its pin's end (once it is on stderr, the flight
+    /// recording has it: the log line comes after the recordings).
+    fn started_and_pinned(&mut self) -> String {
+        let start = self.expect("its start-up line", |l| {
+            l.starts_with("INFO pinwatch: watching ")
+        });
+        self.expect("the report of its pin's end", |l| {
+            l.contains("pinned completed for") && l.contains("plain_serve.rs:")
+        });
+        start
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill only sends a signal, to our own child (not yet waited for).
+        assert_eq!(unsafe { libc::kill(self.pid() as libc::pid_t, sig) }, 0);
+    }
+
+    /// Waits (bounded) for it to end; its exit status and every line it said after what was
+    /// read already.
+    fn end(&mut self) -> (std::process::ExitStatus, String) {
+        let status = wait_for("plain_serve to exit", LONG, || {
+            self.proc.child.try_wait().unwrap()
+        });
+        // Both pipes reach their end once the process is gone.
+        let mut rest = String::new();
+        while let Ok(l) = self.lines.recv_timeout(LONG) {
+            rest.push_str(&l);
+            rest.push('\n');
+        }
+        (status, rest)
+    }
+}
+
+/// The pin `plain_serve` made at start, completed, in the dump at `path`.
+fn has_plain_serve_pin(path: &Path) {
+    let rec = read_recording(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(rec.damaged_lines, 0, "{:?}", rec.warnings);
+    assert_eq!(rec.dumps.len(), 1);
+    assert!(
+        rec.events.iter().any(|e| e.state == State::Completed
+            && e.duration >= Duration::from_millis(100)
+            && e.spawned_at
+                .as_ref()
+                .is_some_and(|l| l.file.ends_with("plain_serve.rs"))),
+        "no completed pin of plain_serve.rs in {:?}",
+        rec.events
+    );
+}
+
+/// The files in `dir`: the dump only, no temporary file left.
+fn only_the_dump(dir: &Path) {
+    let names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+/// `PINWATCH_DUMP_ON_EXIT` and a service with no signal handling of its own (`axum::serve`,
+/// never dropped): `sig` writes the dump, with the pin, and the process then dies of `sig`
+/// as it would have without pinwatch (a shell's `$?` is 128 + `sig`).
+fn a_service_that_dies_of(sig: libc::c_int, name: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = dir.path().join("exit-%p.jsonl");
+    let mut svc = Plain::start(&[], &[("PINWATCH_DUMP_ON_EXIT", pattern.to_str().unwrap())]);
+    let path = dir.path().join(format!("exit-{}.jsonl", svc.pid()));
+    let start = svc.started_and_pinned();
+    let said = format!(
+        "; dump on exit to {} (also on SIGTERM/SIGINT)",
+        path.display()
+    );
+    assert!(
+        start.ends_with(&said),
+        "{said:?} not at the end of {start:?}"
+    );
+    svc.signal(sig);
+    let (status, rest) = svc.end();
+    assert_eq!(status.signal(), Some(sig), "{status:?}; it said:\n{rest}");
+    assert!(
+        rest.contains(&format!(
+            "INFO pinwatch: wrote the flight recording to {} (",
+            path.display()
+        )) && rest.contains(&format!("; PINWATCH_DUMP_ON_EXIT at {name})")),
+        "{rest}"
+    );
+    has_plain_serve_pin(&path);
+    only_the_dump(dir.path());
+}
+
+#[test]
+fn dump_on_exit_is_written_at_sigterm_then_the_service_dies_of_it() {
+    a_service_that_dies_of(libc::SIGTERM, "SIGTERM");
+}
+
+#[test]
+fn dump_on_exit_is_written_at_sigint_then_the_service_dies_of_it() {
+    a_service_that_dies_of(libc::SIGINT, "SIGINT");
+}
+
+/// A service that shuts down gracefully on SIGTERM and SIGINT (tokio's `signal`, registered
+/// after pinwatch's handler, which it calls): pinwatch does not end it. It says its own
+/// shutdown lines and exits 0; the dump, written again when its detector stops, has the pin.
+#[test]
+fn dump_on_exit_leaves_a_graceful_shutdown_alone() {
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("exit-%p.jsonl");
+        let mut svc = Plain::start(
+            &["--graceful"],
+            &[("PINWATCH_DUMP_ON_EXIT", pattern.to_str().unwrap())],
+        );
+        let path = dir.path().join(format!("exit-{}.jsonl", svc.pid()));
+        let start = svc.started_and_pinned();
+        assert!(start.contains("(also on SIGTERM/SIGINT)"), "{start}");
+        svc.signal(sig);
+        svc.expect("its own shutdown", |l| {
+            l == format!("plain_serve: {name}, shutting down")
+        });
+        svc.expect("that it shut down", |l| l == "plain_serve: shut down");
+        let (status, rest) = svc.end();
+        assert_eq!(status.code(), Some(0), "{status:?}; it said after:\n{rest}");
+        // The stop's dump, whatever the signal's did.
+        assert!(
+            rest.contains(&format!(
+                "INFO pinwatch: wrote the flight recording to {} (",
+                path.display()
+            )) && rest.contains("; PINWATCH_DUMP_ON_EXIT)"),
+            "{rest}"
+        );
+        has_plain_serve_pin(&path);
+        only_the_dump(dir.path());
+    }
+}
+
+/// A dump that cannot be written at the signal (its directory was removed after start-up)
+/// says why on stderr, and the process still dies of the signal.
+#[test]
+fn a_dump_that_fails_at_sigterm_says_why_and_the_service_still_dies() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("gone");
+    std::fs::create_dir(&sub).unwrap();
+    let pattern = sub.join("exit-%p.jsonl");
+    let mut svc = Plain::start(&[], &[("PINWATCH_DUMP_ON_EXIT", pattern.to_str().unwrap())]);
+    svc.started_and_pinned();
+    std::fs::remove_dir(&sub).unwrap();
+    svc.signal(libc::SIGTERM);
+    let (status, rest) = svc.end();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}; {rest}");
+    let path = sub.join(format!("exit-{}.jsonl", svc.pid()));
+    let why = format!(
+        "ERROR pinwatch: PINWATCH_DUMP_ON_EXIT at SIGTERM: cannot dump the pinwatch flight \
+         recording to {:?}: ",
+        path
+    );
+    assert!(
+        rest.lines()
+            .any(|l| l.starts_with(&why) && l.contains("No such file or directory")),
+        "{why:?} not said:\n{rest}"
+    );
+}
+
+/// Two runtimes with a dump on exit in one process (`#[pinwatch::main]`'s and one built with
+/// `pinwatch::Builder`, each its own file): one SIGTERM writes both, then the process dies of it.
+#[test]
+fn one_sigterm_writes_the_dump_of_every_runtime() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let main_path = dir.path().join("main-%p.jsonl");
+    let second = dir.path().join("second.jsonl");
+    let mut svc = Plain::start(
+        &["--second-runtime", second.to_str().unwrap()],
+        &[("PINWATCH_DUMP_ON_EXIT", main_path.to_str().unwrap())],
+    );
+    let main_path = dir.path().join(format!("main-{}.jsonl", svc.pid()));
+    for n in 0..2 {
+        svc.expect(&format!("the report of pin {n}'s end"), |l| {
+            l.contains("pinned completed for") && l.contains("plain_serve.rs:")
+        });
+    }
+    svc.signal(libc::SIGTERM);
+    let (status, rest) = svc.end();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}; {rest}");
+    for path in [&main_path, &second] {
+        assert!(
+            rest.contains(&format!(
+                "wrote the flight recording to {} (",
+                path.display()
+            )),
+            "{} not written:\n{rest}",
+            path.display()
+        );
+        has_plain_serve_pin(path);
+    }
 }

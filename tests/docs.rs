@@ -564,7 +564,7 @@ fn the_web_service_example_reports_its_blocking_handler() {
         + 1;
     let at = format!("examples/web_service.rs:{line}");
     // Prometheus counts it per function, its file as every build machine names it.
-    let function = "web_service::slow::{{closure}} (detector/examples/web_service.rs)\"}";
+    let function = "web_service::slow::{{closure}} (web_service/examples/web_service.rs)\"}";
     let bin = example("web_service");
     let metrics = format!("127.0.0.1:{}", support::free_port());
     let mut child = support::Proc {

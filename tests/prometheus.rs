@@ -544,7 +544,7 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
         .lines()
         .filter(|l| l.starts_with("pinwatch_pins_by_location_total{"))
         .filter_map(|l| l.split("location=\"").nth(1)?.split('"').next())
-        .find(|l| l.contains("sample-apps/src/bin/pin_service.rs)"))
+        .find(|l| l.contains("/src/bin/pin_service.rs)"))
         .unwrap_or_else(|| panic!("no pin_service.rs location in\n{scraped}"));
     let description = stuck["annotations"]["description"].as_str().unwrap();
     assert!(

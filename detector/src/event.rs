@@ -284,18 +284,37 @@ impl Frame {
     /// `svc::api::orders (svc/src/api.rs:88)`; displays like the frame otherwise.
     pub fn portable(&self) -> Frame {
         Frame {
-            file: self.file.as_deref().map(|f| crate_path(f).to_owned()),
+            file: self.portable_file(),
             ..self.clone()
         }
     }
 
-    /// `file:line` (or `file`) with the file as every build machine names it ([`crate_path`]);
-    /// `None` without a file.
+    /// The frame's file as every build machine names it: [`crate_path`], its crate's directory
+    /// named after the crate of the frame's function (`svc/src/api.rs` for `svc::api::orders`,
+    /// wherever it was checked out).
+    pub fn portable_file(&self) -> Option<String> {
+        let file = self.file.as_deref()?;
+        let krate = self
+            .function
+            .as_deref()
+            .map(crate::analyze::reason::base_name)
+            .and_then(|name| {
+                let krate = name.split("::").next()?.to_owned();
+                let ident = !krate.is_empty()
+                    && name.contains("::")
+                    && krate.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                ident.then_some(krate)
+            });
+        Some(crate_named_path(file, krate.as_deref()))
+    }
+
+    /// `file:line` (or `file`) with the file as every build machine names it
+    /// ([`portable_file`](Self::portable_file)); `None` without a file.
     pub fn portable_location(&self) -> Option<String> {
-        let file = crate_path(self.file.as_deref()?);
+        let file = self.portable_file()?;
         Some(match self.line {
             Some(line) => format!("{file}:{line}"),
-            None => file.to_owned(),
+            None => file,
         })
     }
 
@@ -338,32 +357,64 @@ pub fn short_path(file: &str) -> &str {
 
 /// `file` as the same source is named on every machine that builds it: a dependency's from its
 /// package's directory on ([`short_path`]: `tokio-1.54.1/src/…`), std's from `library/` on, and
-/// the service's own from its crate's directory on — the directory that holds its `src/`
-/// (`tests/`, `examples/`, `benches/`): `/home/ci/svc/src/api.rs` → `svc/src/api.rs`. A path
-/// already relative stays as it is; another absolute path keeps its last two parts. What
-/// fleet-wide labels and tables use: an absolute build path would make the same code on two
-/// build machines two series.
+/// the service's own from its crate's directory on — the directory that holds its `src/` (the
+/// last one; else its `tests/`, `examples/` or `benches/`): `/home/ci/svc/src/api.rs` →
+/// `svc/src/api.rs`. Generated code under a `target/` directory, a `build.rs`, or an absolute
+/// path with none of those keeps its last two parts (`out/gen.rs`, `svc/build.rs`); a relative
+/// path stays as it is. The crate's directory is named as it is on disk: [`Frame::portable`]
+/// names it after the frame's crate instead, the same whatever the checkout is called.
 pub fn crate_path(file: &str) -> &str {
     let short = short_path(file);
     if short.len() != file.len() || !file.starts_with('/') {
         return short;
     }
-    let marker = ["/src/", "/tests/", "/examples/", "/benches/"]
-        .iter()
-        .filter_map(|m| file.rfind(m))
-        .max();
-    let cut = match marker {
-        // The directory before the marker: the crate's.
-        Some(pos) => file[..pos].rfind('/').map(|slash| slash + 1),
-        // The last two parts: `svc/build.rs`.
-        None => file
-            .rfind('/')
+    let last_two = || {
+        file.rfind('/')
             .and_then(|last| file[..last].rfind('/'))
-            .map(|slash| slash + 1),
+            .map(|slash| slash + 1)
+    };
+    // Past a `target/` directory (generated code), the directories are the build's.
+    let from = file.rfind("/target/").map_or(0, |t| t + "/target".len());
+    let searched = &file[from..];
+    let marker = searched.rfind("/src/").or_else(|| {
+        ["/tests/", "/examples/", "/benches/"]
+            .iter()
+            .filter_map(|m| searched.rfind(m))
+            .max()
+    });
+    let cut = match marker {
+        _ if file.ends_with("/build.rs") => last_two(),
+        // The directory before the marker: the crate's.
+        Some(pos) => file[..from + pos].rfind('/').map(|slash| slash + 1),
+        None => last_two(),
     };
     match cut {
-        Some(from) if from < file.len() => &file[from..],
+        Some(cut) if cut < file.len() => &file[cut..],
         _ => file,
+    }
+}
+
+/// `file` ([`crate_path`]) with its crate's directory named after `krate`, the crate the
+/// frame's function belongs to: `/app/src/api.rs` in crate `svc` → `svc/src/api.rs`, whether
+/// the checkout is `/app`, `/src` or `job@2`. A dependency's or std's file, or a frame whose
+/// crate is not known, is [`crate_path`]'s.
+fn crate_named_path(file: &str, krate: Option<&str>) -> String {
+    let path = crate_path(file);
+    let own = short_path(file).len() == file.len() && !file.starts_with("/rustc/");
+    let Some(krate) = krate.filter(|_| own) else {
+        return path.to_owned();
+    };
+    let marked = |p: &str| {
+        ["src/", "tests/", "examples/", "benches/"]
+            .iter()
+            .any(|m| p.starts_with(m))
+    };
+    match path.split_once('/') {
+        // `<the crate's directory>/src/…`.
+        Some((_, rest)) if marked(rest) => format!("{krate}/{rest}"),
+        // `src/main.rs`: relative, no directory.
+        _ if marked(path) => format!("{krate}/{path}"),
+        _ => path.to_owned(),
     }
 }
 
@@ -869,6 +920,12 @@ impl SpanInfo {
     /// looks like an id made `{id}` ([`route_of_path`]); else the span's [`label`](Self::label).
     /// Escaped, at most [`MAX_REQUEST_LABEL`] bytes.
     pub fn request_label(&self) -> String {
+        self.request_label_with(self.field(METHOD_FIELDS))
+    }
+
+    /// [`request_label`](Self::request_label), with `method` (the span's own, or an outer
+    /// span's) when the span has none.
+    fn request_label_with(&self, method: Option<&str>) -> String {
         let route = match self.fields.get("http.route") {
             Some(r) => Some(r.clone()),
             None => self
@@ -876,8 +933,8 @@ impl SpanInfo {
                 .and(self.field(PATH_FIELDS))
                 .map(route_of_path),
         };
-        let label = match (route, self.field(METHOD_FIELDS)) {
-            (Some(route), Some(method)) => format!("{method} {route}"),
+        let label = match (route, self.field(METHOD_FIELDS).or(method)) {
+            (Some(route), Some(method)) => format!("{} {route}", method_label(method)),
             (Some(route), None) => format!("{} {route}", self.name),
             (None, _) => self.name.clone(),
         };
@@ -886,19 +943,24 @@ impl SpanInfo {
 }
 
 /// A request's path as a route: `https://h/users/42/orders?x=1` → `/users/{id}/orders`. The
-/// scheme, host, query and fragment go; a segment that looks like an id — with a digit and
-/// longer than 3 characters (`42`, `a1b2c3d4`, a UUID, a date; `v2` stays), longer than 32,
-/// or with characters a route word does not have (`%`, non-ASCII) — is `{id}`; past
-/// [`MAX_ROUTE_SEGMENTS`] segments, `…`. Ids vary per request; what stays is the shape a
-/// router would match. A word that is an id without digits (`/users/alice`) stays: record
-/// `http.route` to group those (the label set is bounded either way).
+/// query and fragment go first, then the scheme and host of an absolute URI (only at its start:
+/// a `://` in a query names no route); a segment that looks like an id — all digits, mostly
+/// digits (`2026-12-02`), hex of 8 characters or more with a digit (`a1b2c3d4`, a UUID), longer
+/// than 32 characters, or with characters a route word does not have (`%`, non-ASCII) — is
+/// `{id}`; past [`MAX_ROUTE_SEGMENTS`] segments, `…`. Ids vary per request; what stays is the
+/// shape a router would match. A word that is an id without being shaped like one
+/// (`/users/alice`, `/users/bob7`) stays: record `http.route` to group those (the label set is
+/// bounded either way).
 pub fn route_of_path(uri: &str) -> String {
-    let mut path = uri;
-    if let Some(p) = path.find("://") {
-        let rest = &path[p + 3..];
-        path = rest.find('/').map_or("/", |i| &rest[i..]);
-    }
-    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let uri = uri.split(['?', '#']).next().unwrap_or_default();
+    let path = match scheme_end(uri) {
+        // `scheme://authority/path`: from the path on.
+        Some(end) => {
+            let rest = &uri[end..];
+            rest.find('/').map_or("/", |i| &rest[i..])
+        }
+        None => uri,
+    };
     let mut out = String::new();
     for (i, seg) in path.split('/').skip(1).enumerate() {
         out.push('/');
@@ -914,15 +976,48 @@ pub fn route_of_path(uri: &str) -> String {
     out
 }
 
+/// Where the authority of an absolute URI starts (after `scheme://`), when `uri` begins with a
+/// scheme (`[A-Za-z][A-Za-z0-9+.-]*://`).
+fn scheme_end(uri: &str) -> Option<usize> {
+    let colon = uri.find("://")?;
+    let scheme = &uri[..colon];
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
+    .then_some(colon + 3)
+}
+
 /// Whether a path segment looks like an id rather than a route's word ([`route_of_path`]).
 fn is_id_segment(seg: &str) -> bool {
     let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~');
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-    // `v2`, `v1.1`, `s3`: a version or a short word, part of the route.
-    let short_word = !digits(seg) && (seg.len() <= 3 || seg.strip_prefix('v').is_some_and(digits));
-    seg.len() > 32
-        || !seg.chars().all(word)
-        || (seg.bytes().any(|b| b.is_ascii_digit()) && !short_word)
+    let digits = seg.bytes().filter(u8::is_ascii_digit).count();
+    let all_digits = digits > 0 && digits == seg.len();
+    // `v2`, `v1.1`: a version, part of the route.
+    let version = seg.len() <= 8
+        && seg
+            .strip_prefix('v')
+            .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+    let mostly_digits = digits * 2 > seg.len() && !version;
+    let hex =
+        seg.len() >= 8 && digits > 0 && seg.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    seg.len() > 32 || !seg.chars().all(word) || all_digits || mostly_digits || hex
+}
+
+/// HTTP methods a request label keeps as they are; any other (HTTP lets a client send any
+/// token) is `_OTHER`, as OpenTelemetry's conventions say, so that a client cannot make labels
+/// of its own with methods.
+const KNOWN_METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
+/// `method` as a request label has it ([`KNOWN_METHODS`]).
+fn method_label(method: &str) -> &str {
+    KNOWN_METHODS
+        .iter()
+        .find(|m| m.eq_ignore_ascii_case(method))
+        .copied()
+        .unwrap_or("_OTHER")
 }
 
 /// One line of a recording: the event plus the `schema` and `event` fields.
@@ -1005,9 +1100,27 @@ impl PinnedEvent {
 
     /// What a pin is grouped by in metrics and tables: its [`request_span`](Self::request_span)'s
     /// [`SpanInfo::request_label`]; [`NO_SPAN`] outside any span.
+    ///
+    /// A route recorded without a method (a handler's span with `http.route` inside
+    /// tower-http's, which has the method) takes the method of the nearest span outside it. A
+    /// label that would read as one of the metrics' own values (`none`, `other`) is marked
+    /// `none (span)`, so it is never counted with them.
     pub fn request_label(&self) -> String {
-        self.request_span()
-            .map_or_else(|| NO_SPAN.to_owned(), SpanInfo::request_label)
+        let Some(request) = self.request_span() else {
+            return NO_SPAN.to_owned();
+        };
+        let outer_method = self
+            .spans
+            .iter()
+            .take_while(|s| !std::ptr::eq(*s, request))
+            .filter_map(|s| s.field(METHOD_FIELDS))
+            .last();
+        let label = request.request_label_with(outer_method);
+        if label == NO_SPAN || label == "other" {
+            format!("{label} (span)")
+        } else {
+            label
+        }
     }
 
     /// The span chain as `tracing`'s formatter prints a context, outermost first and the
@@ -1665,9 +1778,53 @@ mod tests {
             ),
             ("/x.c", "/x.c"),
             ("", ""),
+            // A `tests/` inside `src/`: the crate is the `src/`'s.
+            (
+                "/home/ci/svc/src/parser/tests/mod.rs",
+                "svc/src/parser/tests/mod.rs",
+            ),
+            // A checkout under a `src/` directory, and generated code: no user name, no hash.
+            ("/home/alice/src/svc/build.rs", "svc/build.rs"),
+            (
+                "/home/alice/src/svc/target/debug/build/svc-0123abcd/out/gen.rs",
+                "out/gen.rs",
+            ),
+            ("/srv/app/src/café/ünï.rs", "app/src/café/ünï.rs"),
         ] {
             assert_eq!(crate_path(file), path, "{file}");
         }
+        // Named after the function's crate, whatever the checkout is called.
+        let frame = |function: &str, file: &str| Frame {
+            function: Some(function.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(8),
+            locks: 0,
+        };
+        for checkout in ["/app", "/src", "/var/lib/jenkins/job@2", "/home/ci/repo"] {
+            let f = frame("svc::api::orders", &format!("{checkout}/src/api.rs"));
+            assert_eq!(f.portable_location().as_deref(), Some("svc/src/api.rs:8"));
+        }
+        let member = frame(
+            "pinwatch::watch::scan",
+            "/w/main/detector/src/watch/scan.rs",
+        );
+        assert_eq!(
+            member.portable_file().as_deref(),
+            Some("pinwatch/src/watch/scan.rs")
+        );
+        let relative = frame("app::f", "src/main.rs");
+        assert_eq!(relative.portable_file().as_deref(), Some("app/src/main.rs"));
+        // A dependency's file, and a frame whose crate is unknown, as crate_path has them.
+        let dep = frame(
+            "tokio::time::sleep",
+            "/r/.cargo/registry/src/index.crates.io-x/tokio-1.54.1/src/time/sleep.rs",
+        );
+        assert_eq!(
+            dep.portable_file().as_deref(),
+            Some("tokio-1.54.1/src/time/sleep.rs")
+        );
+        let closure = frame("{async_block#0}", "/app/src/api.rs");
+        assert_eq!(closure.portable_file().as_deref(), Some("app/src/api.rs"));
     }
 
     #[test]
@@ -1682,6 +1839,18 @@ mod tests {
             ("/f/3fa85f64-5717-4562-b3fc-2c963f66afa6", "/f/{id}"),
             ("/day/2026-12-02/report", "/day/{id}/report"),
             ("/v1.1/s3/x9", "/v1.1/s3/x9"),
+            ("/api/oauth2/token", "/api/oauth2/token"),
+            ("/hash/sha256/i18n/ipv6", "/hash/sha256/i18n/ipv6"),
+            ("/v123456789012345", "/{id}"),
+            // A `://` past the path's start is no scheme: the route is the path's.
+            ("/login?next=https://evil.example/admin/delete", "/login"),
+            ("/r#https://x/y/z", "/r"),
+            ("http://h?r=/a/b", "/"),
+            (
+                "/proxy/http://evil.example/x",
+                "/proxy/{id}//evil.example/x",
+            ),
+            ("http://u:p@h:80/users/7", "/users/{id}"),
             ("/search/caf%C3%A9", "/search/{id}"),
             ("/t/café", "/t/{id}"),
             (&format!("/k/{}", "a".repeat(40)), "/k/{id}"),
@@ -1738,6 +1907,22 @@ mod tests {
         // A route without a method: the span's name says what it is.
         e.spans = vec![span("rpc", &[("http.route", "/orders")])];
         assert_eq!(e.request_label(), "rpc /orders");
+        // ... unless a span outside it has the method (tower-http's, around a handler's).
+        e.spans = vec![
+            span("request", &[("method", "GET"), ("uri", "/orders/7")]),
+            span("handler", &[("http.route", "/orders/{id}")]),
+        ];
+        assert_eq!(e.request_label(), "GET /orders/{id}");
+        // A method of the client's own making is `_OTHER`: no label of its choosing.
+        e.spans = vec![span("request", &[("method", "XYZZY7"), ("uri", "/a")])];
+        assert_eq!(e.request_label(), "_OTHER /a");
+        e.spans = vec![span("request", &[("method", "get"), ("uri", "/a")])];
+        assert_eq!(e.request_label(), "GET /a");
+        // A span named like the metrics' own values is never counted with them.
+        e.spans = vec![span("other", &[])];
+        assert_eq!(e.request_label(), "other (span)");
+        e.spans = vec![span("none", &[])];
+        assert_eq!(e.request_label(), "none (span)");
         // A crafted route: escaped and bounded.
         let long = format!("/x\u{1b}[2J{}", "y".repeat(500));
         e.spans = vec![span("r", &[("http.route", long.as_str())])];

@@ -755,9 +755,7 @@ impl Summary {
                 f.portable().to_string(),
                 f.portable_location()
                     .unwrap_or_else(|| "(no file)".to_owned()),
-                f.file
-                    .as_deref()
-                    .map(|p| crate::event::crate_path(p).to_owned()),
+                f.portable_file(),
             ),
             // Not a function: a row of its own, with no lines.
             None => {
@@ -1691,7 +1689,7 @@ mod tests {
         let rows = summarize(&parse_recording(&text, "rec").unwrap().events);
         assert_eq!(rows.len(), 2, "{rows:#?}");
         let f = &rows[0];
-        assert_eq!(f.frame, "app::f (src/f.rs)");
+        assert_eq!(f.frame, "app::f (app/src/f.rs)");
         assert_eq!((f.count, f.total_ms, f.longest_ms), (5, 675.0, 300.0));
         assert_eq!(f.reasons, [("cpu".to_owned(), 5)]);
         let lines: Vec<(&str, usize, f64)> = f
@@ -1702,13 +1700,13 @@ mod tests {
         assert_eq!(
             lines,
             [
-                ("src/f.rs:11", 2, 500.0),
-                ("src/f.rs:10", 1, 100.0),
-                ("src/f.rs:12", 2, 75.0)
+                ("app/src/f.rs:11", 2, 500.0),
+                ("app/src/f.rs:10", 1, 100.0),
+                ("app/src/f.rs:12", 2, 75.0)
             ]
         );
-        assert_eq!(f.lines[0].frame, "app::f (src/f.rs:11)");
-        assert_eq!(rows[1].frame, "app::g (src/g.rs)");
+        assert_eq!(f.lines[0].frame, "app::f (app/src/f.rs:11)");
+        assert_eq!(rows[1].frame, "app::g (app/src/g.rs)");
         assert_eq!(rows[1].lines.len(), 1);
 
         let text = render_summary(&rows);
@@ -1722,20 +1720,33 @@ mod tests {
         let first: Vec<&str> = body.iter().map(|l| l.split("  ").next().unwrap()).collect();
         assert_eq!(
             first,
-            ["app::f (src/f.rs)", "", "", "", "app::g (src/g.rs)", ""],
+            [
+                "app::f (app/src/f.rs)",
+                "",
+                "",
+                "",
+                "app::g (app/src/g.rs)",
+                ""
+            ],
             "{text}"
         );
         assert!(
             body[0].contains("675.0 ms") && body[0].contains("cpu 5"),
             "{text}"
         );
-        assert!(body[1].trim_start().starts_with("src/f.rs:11"), "{text}");
+        assert!(
+            body[1].trim_start().starts_with("app/src/f.rs:11"),
+            "{text}"
+        );
         assert!(body[1].contains("500.0 ms"), "{text}");
-        assert!(body[3].trim_start().starts_with("src/f.rs:12"), "{text}");
+        assert!(
+            body[3].trim_start().starts_with("app/src/f.rs:12"),
+            "{text}"
+        );
 
         // --json: a superset of the old rows, the lines under each function.
         let json: serde_json::Value = serde_json::to_value(&rows).unwrap();
-        assert_eq!(json[0]["lines"][1]["at"], "src/f.rs:10");
+        assert_eq!(json[0]["lines"][1]["at"], "app/src/f.rs:10");
         assert_eq!(json[0]["total_ms"], 675.0);
     }
 

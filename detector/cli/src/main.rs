@@ -43,7 +43,7 @@ enum Command {
         latest: bool,
     },
     /// Group pinned polls by top application frame: count, longest, total, reasons (like
-    /// `jfr view pinned-threads`), sorted by total; then by span, and who waited behind the
+    /// `jfr view pinned-threads`), sorted by total; then by request (method and route), and who waited behind the
     /// pins (the delayed tasks by where they were spawned).
     Summary {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
@@ -64,7 +64,7 @@ enum Command {
         output: Option<PathBuf>,
     },
     /// Write a recording's pins as a pinned-time profile in the pprof format (gzipped
-    /// `profile.proto`: `pins/count` and `pinned/nanoseconds`, labels `reason` and `span`), for
+    /// `profile.proto`: `pins/count` and `pinned/nanoseconds`, labels `reason`, `request` and `span`), for
     /// Pyroscope, Parca and `go tool pprof` (`go tool pprof -symbolize=none -top FILE`). The
     /// last report of each pin counts; retracted polls count nothing.
     Profile {

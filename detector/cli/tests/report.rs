@@ -133,7 +133,7 @@ fn the_page_renders_in_a_real_browser() {
         first.contains("[no stack: stacks_off]") && first.contains("40.0 ms"),
         "{first}"
     );
-    assert!(text(&functions[4]).contains("app::hash (src/hash.rs)"));
+    assert!(text(&functions[4]).contains("app::hash (app/src/hash.rs)"));
     assert_eq!(select(&dom, "#hot th.asc").len(), 1);
 
     // The flame graph, with the pinned frames.
@@ -229,15 +229,15 @@ fn hot_locations_are_functions_with_their_lines_under_them() {
         .collect();
     assert_eq!(rows.len(), 6, "{summary}");
     assert!(
-        rows[0].starts_with("app::hash (src/hash.rs)")
+        rows[0].starts_with("app::hash (app/src/hash.rs)")
             && rows[0].contains(" 4 ")
             && rows[0].contains("650.0 ms"),
         "{summary}"
     );
     for (row, (at, total)) in rows[1..4].iter().zip([
-        ("src/hash.rs:8", "500.0 ms"),
-        ("src/hash.rs:7", "100.0 ms"),
-        ("src/hash.rs:9", "50.0 ms"),
+        ("app/src/hash.rs:8", "500.0 ms"),
+        ("app/src/hash.rs:7", "100.0 ms"),
+        ("app/src/hash.rs:9", "50.0 ms"),
     ]) {
         assert!(
             row.trim_start().starts_with(at) && row.contains(total),
@@ -245,7 +245,7 @@ fn hot_locations_are_functions_with_their_lines_under_them() {
         );
     }
     assert!(
-        rows[4].starts_with("app::other (src/other.rs)"),
+        rows[4].starts_with("app::other (app/src/other.rs)"),
         "{summary}"
     );
 
@@ -272,16 +272,16 @@ fn hot_locations_are_functions_with_their_lines_under_them() {
         groups(&written),
         [
             vec![
-                "app::hash (src/hash.rs)move the computation to tokio::task::spawn_blocking or \
+                "app::hash (app/src/hash.rs)move the computation to tokio::task::spawn_blocking or \
                  rayon, or yield with tokio::task::yield_now().await 4 650.0 ms",
-                "src/hash.rs:8 2 500.0 ms",
-                "src/hash.rs:7 1 100.0 ms",
-                "src/hash.rs:9 1 50.0 ms"
+                "app/src/hash.rs:8 2 500.0 ms",
+                "app/src/hash.rs:7 1 100.0 ms",
+                "app/src/hash.rs:9 1 50.0 ms"
             ],
             vec![
-                "app::other (src/other.rs)move the computation to tokio::task::spawn_blocking \
+                "app::other (app/src/other.rs)move the computation to tokio::task::spawn_blocking \
                  or rayon, or yield with tokio::task::yield_now().await 1 400.0 ms",
-                "src/other.rs:1 1 400.0 ms"
+                "app/src/other.rs:1 1 400.0 ms"
             ]
         ]
     );
@@ -299,12 +299,12 @@ fn hot_locations_are_functions_with_their_lines_under_them() {
     assert_eq!(
         sorted,
         [
-            vec!["app::other", "src/other.rs:1"],
+            vec!["app::other", "app/src/other.rs:1"],
             vec![
                 "app::hash",
-                "src/hash.rs:9",
-                "src/hash.rs:7",
-                "src/hash.rs:8"
+                "app/src/hash.rs:9",
+                "app/src/hash.rs:7",
+                "app/src/hash.rs:8"
             ]
         ]
     );

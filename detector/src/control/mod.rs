@@ -828,12 +828,13 @@ const MAX_FIELD: usize = 1024;
 const MAX_TRACE_ID: usize = 32;
 
 /// The request a pin is in, for `status`: its [`request_label`](crate::PinnedEvent::request_label)
-/// (`GET /users/{id}`), then its innermost span with its fields when that is another span, so
-/// the row says which route and what in it: `GET /users/{id} › db_query{sql=…}`. Bounded.
+/// (`GET /users/{id}`), then its innermost span with its fields — another span inside the
+/// request, or the request's own with the concrete uri — so the row says which route, which
+/// request and what in it: `GET /users/{id} › db_query{sql=…}`. Bounded.
 fn request_of(e: &crate::PinnedEvent) -> Option<String> {
-    let request = e.request_span()?;
+    e.request_span()?;
     let mut s = e.request_label();
-    if let Some(inner) = e.innermost_span().filter(|i| !std::ptr::eq(*i, request)) {
+    if let Some(inner) = e.innermost_span() {
         s.push_str(" › ");
         s.push_str(&inner.display());
     }
@@ -874,7 +875,8 @@ mod tests {
             span("conn", &[("peer", "127.0.0.1:4000")]),
             span("request", &[("method", "GET"), ("uri", "/report")]),
         ];
-        // The request as the metrics group it: method and route, no id.
+        // The request as the metrics group it (method and route, no id), and the request's
+        // own span with the id it served.
         e.spans = vec![
             span("conn", &[("peer", "127.0.0.1:4000")]),
             span(
@@ -882,7 +884,10 @@ mod tests {
                 &[("method", "GET"), ("uri", "/report/42?full=1")],
             ),
         ];
-        assert_eq!(request_of(&e).as_deref(), Some("GET /report/{id}"));
+        assert_eq!(
+            request_of(&e).as_deref(),
+            Some("GET /report/{id} › request{method=GET uri=/report/42?full=1}")
+        );
         // And the innermost span with its fields, when it is another one.
         e.spans.push(span("db_query", &[("table", "orders")]));
         assert_eq!(

@@ -127,7 +127,7 @@ mod tests {
         assert_eq!((top[0].count, top[0].in_progress), (2, 2));
         assert_eq!(
             (top[0].lines[0].at.as_str(), top[0].lines[0].count),
-            ("src/app.rs:10", 1)
+            ("app/src/app.rs:10", 1)
         );
         sink.event(&e(1, State::Completed, 1500, 10));
         sink.event(&e(2, State::Retracted, 45, 20));

@@ -88,7 +88,7 @@ pub(crate) fn location_label(e: &PinnedEvent) -> String {
     let Some(f) = e.app_frame.as_ref().or(e.top_frame.as_ref()) else {
         return "unknown".to_owned();
     };
-    let file = f.file.as_deref().map(crate::event::crate_path);
+    let file = f.portable_file();
     let label = match (&f.function, file) {
         (Some(function), Some(file)) => {
             format!("{} ({file})", crate::analyze::reason::base_name(function))

@@ -652,7 +652,7 @@ impl Instruments {
         let by_location = meter
             .u64_counter("pinwatch.pins_by_location")
             .with_unit("{pin}")
-            .with_description("Pins per line of the service's own code (app frame, else top application frame); bounded, then \"other\".")
+            .with_description("Pins per function of the service's own code (app frame, else top application frame), its file relative to its crate; bounded, then \"other\".")
             .build();
         let by_request = meter
             .u64_counter("pinwatch.pins_by_request")

@@ -168,7 +168,7 @@ pub const METRICS: &[MetricDoc] = &[
         name: "pinwatch_pins_by_location_total",
         kind: "counter",
         labels: &["location"],
-        help: "Pins per line of the service's own code that pinned (its app frame, else the top application frame: file:line, or the function without debug info); at most PINWATCH_PROMETHEUS_MAX_LOCATIONS values, \"other\" among them.",
+        help: "Pins per function of the service's own code that pinned (its app frame, else the top application frame), with its file relative to its crate, named after the crate: svc::api::orders (svc/src/api.rs), the same on every build machine; at most PINWATCH_PROMETHEUS_MAX_LOCATIONS values, \"other\" among them.",
     },
     MetricDoc {
         name: "pinwatch_pins_by_request_total",

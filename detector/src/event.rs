@@ -947,7 +947,7 @@ impl SpanInfo {
 /// a `://` in a query names no route); a segment that looks like an id — all digits, mostly
 /// digits (`2026-12-02`), hex of 8 characters or more with a digit (`a1b2c3d4`, a UUID), longer
 /// than 32 characters, or with characters a route word does not have (`%`, non-ASCII) — is
-/// `{id}`; past [`MAX_ROUTE_SEGMENTS`] segments, `…`. Ids vary per request; what stays is the
+/// `{id}`; past 6 segments, `…`. Ids vary per request; what stays is the
 /// shape a router would match. A word that is an id without being shaped like one
 /// (`/users/alice`, `/users/bob7`) stays: record `http.route` to group those (the label set is
 /// bounded either way).

@@ -294,18 +294,8 @@ impl Frame {
     /// wherever it was checked out).
     pub fn portable_file(&self) -> Option<String> {
         let file = self.file.as_deref()?;
-        let krate = self
-            .function
-            .as_deref()
-            .map(crate::analyze::reason::base_name)
-            .and_then(|name| {
-                let krate = name.split("::").next()?.to_owned();
-                let ident = !krate.is_empty()
-                    && name.contains("::")
-                    && krate.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                ident.then_some(krate)
-            });
-        Some(crate_named_path(file, krate.as_deref()))
+        let krate = self.function.as_deref().and_then(function_crate);
+        Some(crate_named_path(file, krate))
     }
 
     /// `file:line` (or `file`) with the file as every build machine names it
@@ -392,6 +382,20 @@ pub fn crate_path(file: &str) -> &str {
         Some(cut) if cut < file.len() => &file[cut..],
         _ => file,
     }
+}
+
+/// The crate a demangled function's path starts with: `svc::api::orders` → `svc`,
+/// `<svc::Job as core::future::Future>::poll` → `svc`, `svc::f<alloc::string::String>` → `svc`;
+/// `None` for a name without a path (`db_query`, `{async_block#0}`, a C symbol).
+fn function_crate(name: &str) -> Option<&str> {
+    let name = name.trim_start_matches(['<', '&', '*', ' ']);
+    let name = name.strip_prefix("mut ").unwrap_or(name);
+    let name = name.strip_prefix("dyn ").unwrap_or(name);
+    let (krate, _) = name.split_once("::")?;
+    let ident = !krate.is_empty()
+        && !krate.starts_with(|c: char| c.is_ascii_digit())
+        && krate.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ident.then_some(krate)
 }
 
 /// `file` ([`crate_path`]) with its crate's directory named after `krate`, the crate the
@@ -1825,6 +1829,17 @@ mod tests {
         );
         let closure = frame("{async_block#0}", "/app/src/api.rs");
         assert_eq!(closure.portable_file().as_deref(), Some("app/src/api.rs"));
+        for (name, krate) in [
+            ("svc::api::orders", Some("svc")),
+            ("<svc::Job as core::future::Future>::poll", Some("svc")),
+            ("svc::f<alloc::string::String>", Some("svc")),
+            ("<&mut svc::T as x::Y>::m", Some("svc")),
+            ("db_query", None),
+            ("{async_block#0}", None),
+            ("{closure#0}::x", None),
+        ] {
+            assert_eq!(function_crate(name), krate, "{name}");
+        }
     }
 
     #[test]

@@ -130,18 +130,8 @@ pub(crate) fn disarm() {
 }
 
 fn install(sig: libc::c_int) -> Result<(), String> {
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" starting point.
-    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    action.sa_sigaction = exit_handler as *const () as usize;
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: `action.sa_mask` is a valid sigset_t owned here.
-    unsafe { libc::sigemptyset(&mut action.sa_mask) };
-    // SAFETY: `exit_handler` is async-signal-safe (see its comment) and has the signature
-    // SA_SIGINFO asks for.
-    if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    Ok(())
+    // SAFETY: `exit_handler` is async-signal-safe (see its comment).
+    unsafe { super::install_siginfo(sig, exit_handler) }
 }
 
 fn set_default(sig: libc::c_int) {

@@ -150,6 +150,34 @@ pub(crate) fn handler_installed() -> bool {
     matches!(INSTALLED.get(), Some(Ok(())))
 }
 
+/// A handler as `SA_SIGINFO` calls it.
+pub(super) type SigInfoHandler =
+    extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
+/// Installs `handler` for `sig` (`SA_SIGINFO | SA_RESTART`, nothing else blocked while it runs):
+/// the sampling signal's and the exit signals' handlers.
+///
+/// # Safety
+///
+/// `handler` must be async-signal-safe: it runs in whatever the interrupted thread was doing.
+pub(super) unsafe fn install_siginfo(
+    sig: libc::c_int,
+    handler: SigInfoHandler,
+) -> Result<(), String> {
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" starting point.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler as *const () as usize;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: `action.sa_mask` is a valid sigset_t owned here.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: `handler` has the signature SA_SIGINFO asks for, and is async-signal-safe (this
+    // function's contract).
+    if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(())
+}
+
 /// Installs the handler, once per process. Fails if another handler owns the signal.
 pub(crate) fn install_handler() -> Result<(), Error> {
     INSTALLED
@@ -174,18 +202,8 @@ pub(crate) fn install_handler() -> Result<(), Error> {
                      with it. Set PINWATCH_STACKS=off to run without stack samples"
                 ));
             }
-            // SAFETY: zeroed sigaction is a valid "no flags, empty mask" starting point.
-            let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-            action.sa_sigaction = handler as *const () as usize;
-            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            // SAFETY: `action.sa_mask` is a valid sigset_t owned by us.
-            unsafe { libc::sigemptyset(&mut action.sa_mask) };
-            // SAFETY: `handler` is async-signal-safe (see its comment) and has the signature
-            // SA_SIGINFO asks for.
-            if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
-                return Err(std::io::Error::last_os_error().to_string());
-            }
-            Ok(())
+            // SAFETY: `handler` is async-signal-safe (see its comment).
+            unsafe { install_siginfo(sig, handler) }
         })
         .clone()
         .map_err(|reason| Error::InvalidSetting {

@@ -58,6 +58,64 @@ struct Kept {
     span_id: Option<String>,
 }
 
+/// Records of closed spans a thread keeps for the spans it creates next, at most: creating a
+/// span then allocates nothing (nor copies a new record into place). Spans close on the thread
+/// their task runs on, not always the one that made them: a thread with none spare allocates,
+/// one with this many frees.
+const SPARES: usize = 32;
+
+thread_local! {
+    // Boxed: a record moves between this list and the table by pointer, never by copy.
+    #[allow(clippy::vec_box)]
+    static SPARE: std::cell::RefCell<Vec<Box<Kept>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A record for a new span of `meta` under `parent`, with no fields yet: one of the thread's
+/// spares, or a new one.
+fn spare(meta: &'static tracing::Metadata<'static>, parent: Option<u64>) -> Box<Kept> {
+    let spare = SPARE
+        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
+        .ok()
+        .flatten();
+    match spare {
+        Some(mut kept) => {
+            // Put away empty (`put_away`): only what says which span it is.
+            kept.meta = meta;
+            kept.parent = parent;
+            kept
+        }
+        None => Box::new(Kept {
+            meta,
+            parent,
+            fields: Fields::default(),
+            #[cfg(feature = "otel-trace")]
+            trace_id: None,
+            #[cfg(feature = "otel-trace")]
+            span_id: None,
+        }),
+    }
+}
+
+/// The record of a closed span: emptied (a long text's heap freed now), and kept for the
+/// thread's next span while it has fewer than [`SPARES`]; freed otherwise.
+fn put_away(mut kept: Box<Kept>) {
+    kept.fields.n = 0;
+    kept.fields.text.clear();
+    #[cfg(feature = "otel-trace")]
+    {
+        kept.trace_id = None;
+        kept.span_id = None;
+    }
+    // A thread being torn down (its spares gone) frees it.
+    let _ = SPARE.try_with(move |s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            if s.len() < SPARES {
+                s.push(kept);
+            }
+        }
+    });
+}
+
 /// A span's fields as text, without a map or an allocation per field.
 struct Fields {
     /// Each field's name and where its value ends in `text`, in recording order.
@@ -109,12 +167,7 @@ impl Fields {
             // to be cut.
             let _ = std::fmt::Write::write_fmt(&mut w, value);
             if text.len() - start > MAX_VALUE_BYTES {
-                let mut cut = start + MAX_VALUE_BYTES;
-                while !text.as_str().is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                text.truncate(cut);
-                text.push_str("…");
+                cut_value(text, start);
             }
         });
     }
@@ -157,9 +210,22 @@ impl Fields {
     }
 }
 
+/// Cuts the value that starts at `start` of `text` to [`MAX_VALUE_BYTES`] (at a character
+/// boundary) and marks it cut with `…`.
+#[cold]
+fn cut_value(text: &mut Text, start: usize) {
+    let mut cut = start + MAX_VALUE_BYTES;
+    while !text.as_str().is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str("…");
+}
+
 /// Text kept in place up to [`INLINE_TEXT`] bytes, then all of it on the heap. Only whole
 /// characters are pushed, so it is always UTF-8.
 struct Text {
+    /// Bytes of text, wherever it is.
     len: usize,
     inline: [u8; INLINE_TEXT],
     /// All of the text, once it outgrew `inline`.
@@ -177,11 +243,9 @@ impl Default for Text {
 }
 
 impl Text {
+    #[inline]
     fn len(&self) -> usize {
-        match &self.heap {
-            Some(h) => h.len(),
-            None => self.len,
-        }
+        self.len
     }
 
     fn as_str(&self) -> &str {
@@ -199,20 +263,34 @@ impl Text {
                 self.len += s.len();
                 return;
             }
+        }
+        self.push_str_heap(s);
+    }
+
+    /// [`push_str`](Self::push_str) past the inline room: all of the text moves to the heap.
+    #[cold]
+    #[inline(never)]
+    fn push_str_heap(&mut self, s: &str) {
+        let heap = self.heap.get_or_insert_with(|| {
             let mut heap = String::with_capacity(2 * (self.len + s.len()));
             heap.push_str(std::str::from_utf8(&self.inline[..self.len]).unwrap_or(""));
-            self.heap = Some(heap);
-        }
-        if let Some(h) = &mut self.heap {
-            h.push_str(s);
-        }
+            heap
+        });
+        heap.push_str(s);
+        self.len = heap.len();
+    }
+
+    /// Empty again, in place, for another span.
+    fn clear(&mut self) {
+        self.len = 0;
+        self.heap = None;
     }
 
     fn truncate(&mut self, len: usize) {
-        match &mut self.heap {
-            Some(h) => h.truncate(len),
-            None => self.len = self.len.min(len),
+        if let Some(h) = &mut self.heap {
+            h.truncate(len);
         }
+        self.len = self.len.min(len);
     }
 }
 
@@ -224,12 +302,22 @@ struct Capped<'a> {
 }
 
 impl std::fmt::Write for Capped<'_> {
+    #[inline]
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         let room = self.limit.saturating_sub(self.text.len());
         if s.len() <= room {
             self.text.push_str(s);
             return Ok(());
         }
+        self.write_cut(s)
+    }
+}
+
+impl Capped<'_> {
+    /// The part of `s` that fits, then an error that stops the formatting.
+    #[cold]
+    fn write_cut(&mut self, s: &str) -> std::fmt::Result {
+        let room = self.limit.saturating_sub(self.text.len());
         let mut end = room;
         while !s.is_char_boundary(end) {
             end -= 1;
@@ -389,19 +477,12 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let mut kept = Box::new(Kept {
-            meta: attrs.metadata(),
-            // The parent this layer sees (a per-layer filter leaves out the spans it filters).
-            parent: ctx
-                .span(id)
-                .and_then(|s| s.parent())
-                .map(|p| p.id().into_u64()),
-            fields: Fields::default(),
-            #[cfg(feature = "otel-trace")]
-            trace_id: None,
-            #[cfg(feature = "otel-trace")]
-            span_id: None,
-        });
+        // The parent this layer sees (a per-layer filter leaves out the spans it filters).
+        let parent = ctx
+            .span(id)
+            .and_then(|s| s.parent())
+            .map(|p| p.id().into_u64());
+        let mut kept = spare(attrs.metadata(), parent);
         // Formatted before any lock is taken: a value's `Debug` is the service's code.
         attrs.record(&mut kept.fields);
         #[cfg(feature = "otel-trace")]
@@ -409,8 +490,11 @@ where
             (kept.trace_id, kept.span_id) = self.otel_ids(id);
         }
         let key = (self.instance, id.into_u64());
-        // The old value of a reused id (a close this layer missed) is freed after the unlock.
-        let _old = lock(shard(key.1)).insert(key, kept);
+        // The old value of a reused id (a close this layer missed) is put away after the unlock.
+        let old = lock(shard(key.1)).insert(key, kept);
+        if let Some(old) = old {
+            put_away(old);
+        }
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
@@ -440,8 +524,11 @@ where
 
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
         let key = (self.instance, id.into_u64());
-        // Freed after the unlock.
-        let _gone = lock(shard(key.1)).remove(&key);
+        // Put away after the unlock.
+        let gone = lock(shard(key.1)).remove(&key);
+        if let Some(gone) = gone {
+            put_away(gone);
+        }
     }
 }
 
@@ -671,6 +758,40 @@ mod tests {
             handle.reload(None).unwrap();
             assert_eq!(kept_by(instance), 0);
             drop(open);
+        });
+    }
+
+    /// A closed span's record serves the thread's next span with nothing of the old one left
+    /// (fields, a long value's heap text), and a thread keeps at most [`SPARES`] of them.
+    #[test]
+    fn a_closed_spans_record_is_reused_empty_and_spares_are_bounded() {
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let spares = || SPARE.with(|s| s.borrow().len());
+            let long = "y".repeat(300);
+            drop(tracing::info_span!("old", a = 1, b = %long, c = "c"));
+            assert!(spares() >= 1, "the closed span's record is kept");
+            let before = spares();
+            let new = tracing::info_span!("new", d = 4);
+            assert_eq!(spares(), before - 1, "the new span took it");
+            let chain = chain_of(instance, &new);
+            assert_eq!(chain.len(), 1, "{chain:?}");
+            assert_eq!(chain[0].name, "new");
+            let fields: Vec<(&str, &str)> = chain[0]
+                .fields
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            assert_eq!(fields, [("d", "4")]);
+            let open: Vec<_> = (0..3 * SPARES)
+                .map(|i| tracing::info_span!("many", i))
+                .collect();
+            drop(open);
+            assert_eq!(spares(), SPARES);
+            // docs/overhead.md: 512 bytes a record (48 more with `otel-trace`), 16 KiB a thread.
+            assert!(std::mem::size_of::<Kept>() <= 512 + 48);
         });
     }
 

@@ -476,6 +476,21 @@ impl Plain {
         }
         cmd.env("PINWATCH_CONTROL", "off")
             .envs(envs.iter().copied());
+        // A service started from a terminal: SIGTERM and SIGINT at their default. A shell runs
+        // a background job (`cmd &`, as CI may run these tests) with SIGINT ignored, and an
+        // ignored signal stays ignored across `exec` — which pinwatch rightly leaves alone.
+        // SAFETY: between fork and exec, only `signal`, which is async-signal-safe.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                for sig in [libc::SIGTERM, libc::SIGINT] {
+                    if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
         let mut child = cmd.spawn().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
         let out: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());

@@ -644,6 +644,15 @@ mod tests {
         }
     }
 
+    /// Runs `f` with a registry and a new layer as the default subscriber; `f` gets the
+    /// layer's instance.
+    fn with_layer(f: impl FnOnce(u64)) {
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || f(instance));
+    }
+
     /// The chain of `span` in the layer `instance` of the current subscriber.
     fn chain_of(instance: u64, span: &tracing::Span) -> Vec<SpanInfo> {
         walk_entered(crate::poll::span_stack::Entered {
@@ -657,10 +666,7 @@ mod tests {
     /// a value recorded again replaces the old one; a recorded new name takes room left.
     #[test]
     fn fields_are_kept_bounded_and_recorded_values_replace_old_ones() {
-        let layer = tracing_layer();
-        let instance = layer.instance;
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        with_layer(|instance| {
             let long = "x".repeat(100);
             let span = tracing::info_span!(
                 "many",
@@ -765,10 +771,7 @@ mod tests {
     /// (fields, a long value's heap text), and a thread keeps at most [`SPARES`] of them.
     #[test]
     fn a_closed_spans_record_is_reused_empty_and_spares_are_bounded() {
-        let layer = tracing_layer();
-        let instance = layer.instance;
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        with_layer(|instance| {
             let spares = || SPARE.with(|s| s.borrow().len());
             let long = "y".repeat(300);
             drop(tracing::info_span!("old", a = 1, b = %long, c = "c"));
@@ -811,10 +814,7 @@ mod tests {
     /// A closed span is gone from the chain: nothing of it is kept.
     #[test]
     fn a_closed_span_is_not_found() {
-        let layer = tracing_layer();
-        let instance = layer.instance;
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        with_layer(|instance| {
             let parent = tracing::info_span!("parent", p = 1);
             let child = tracing::info_span!(parent: &parent, "child", c = 2);
             let chain = chain_of(instance, &child);
@@ -838,10 +838,7 @@ mod tests {
             chunks: 64 * 1024,
             written: AtomicUsize::new(0),
         };
-        let layer = tracing_layer();
-        let instance = layer.instance;
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        with_layer(|instance| {
             let span = tracing::info_span!("upload", body = ?body);
             let id = span.id().expect("the span is enabled");
             let chain = walk_entered(crate::poll::span_stack::Entered {

@@ -924,11 +924,11 @@ impl SpanInfo {
     /// looks like an id made `{id}` ([`route_of_path`]); else the span's [`label`](Self::label).
     /// Escaped, at most [`MAX_REQUEST_LABEL`] bytes.
     pub fn request_label(&self) -> String {
-        self.request_label_with(self.field(METHOD_FIELDS))
+        self.request_label_with(None)
     }
 
-    /// [`request_label`](Self::request_label), with `method` (the span's own, or an outer
-    /// span's) when the span has none.
+    /// [`request_label`](Self::request_label), with `method` (an outer span's) when the span
+    /// has none of its own.
     fn request_label_with(&self, method: Option<&str>) -> String {
         let route = match self.fields.get("http.route") {
             Some(r) => Some(r.clone()),
@@ -1808,27 +1808,25 @@ mod tests {
             let f = frame("svc::api::orders", &format!("{checkout}/src/api.rs"));
             assert_eq!(f.portable_location().as_deref(), Some("svc/src/api.rs:8"));
         }
-        let member = frame(
-            "pinwatch::watch::scan",
-            "/w/main/detector/src/watch/scan.rs",
-        );
-        assert_eq!(
-            member.portable_file().as_deref(),
-            Some("pinwatch/src/watch/scan.rs")
-        );
-        let relative = frame("app::f", "src/main.rs");
-        assert_eq!(relative.portable_file().as_deref(), Some("app/src/main.rs"));
-        // A dependency's file, and a frame whose crate is unknown, as crate_path has them.
-        let dep = frame(
-            "tokio::time::sleep",
-            "/r/.cargo/registry/src/index.crates.io-x/tokio-1.54.1/src/time/sleep.rs",
-        );
-        assert_eq!(
-            dep.portable_file().as_deref(),
-            Some("tokio-1.54.1/src/time/sleep.rs")
-        );
-        let closure = frame("{async_block#0}", "/app/src/api.rs");
-        assert_eq!(closure.portable_file().as_deref(), Some("app/src/api.rs"));
+        for (function, file, portable) in [
+            // A workspace member, and a relative path.
+            (
+                "pinwatch::watch::scan",
+                "/w/main/detector/src/watch/scan.rs",
+                "pinwatch/src/watch/scan.rs",
+            ),
+            ("app::f", "src/main.rs", "app/src/main.rs"),
+            // A dependency's file, and a frame whose crate is unknown, as crate_path has them.
+            (
+                "tokio::time::sleep",
+                "/r/.cargo/registry/src/index.crates.io-x/tokio-1.54.1/src/time/sleep.rs",
+                "tokio-1.54.1/src/time/sleep.rs",
+            ),
+            ("{async_block#0}", "/app/src/api.rs", "app/src/api.rs"),
+        ] {
+            let f = frame(function, file);
+            assert_eq!(f.portable_file().as_deref(), Some(portable), "{file}");
+        }
         for (name, krate) in [
             ("svc::api::orders", Some("svc")),
             ("<svc::Job as core::future::Future>::poll", Some("svc")),

@@ -43,8 +43,8 @@ enum Command {
         latest: bool,
     },
     /// Group pinned polls by top application frame: count, longest, total, reasons (like
-    /// `jfr view pinned-threads`), sorted by total; then by request (method and route), and who waited behind the
-    /// pins (the delayed tasks by where they were spawned).
+    /// `jfr view pinned-threads`), sorted by total; then by request (method and route), and who
+    /// waited behind the pins (the delayed tasks by where they were spawned).
     Summary {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         file: PathBuf,
@@ -64,9 +64,9 @@ enum Command {
         output: Option<PathBuf>,
     },
     /// Write a recording's pins as a pinned-time profile in the pprof format (gzipped
-    /// `profile.proto`: `pins/count` and `pinned/nanoseconds`, labels `reason`, `request` and `span`), for
-    /// Pyroscope, Parca and `go tool pprof` (`go tool pprof -symbolize=none -top FILE`). The
-    /// last report of each pin counts; retracted polls count nothing.
+    /// `profile.proto`: `pins/count` and `pinned/nanoseconds`, labels `reason`, `request` and
+    /// `span`), for Pyroscope, Parca and `go tool pprof` (`go tool pprof -symbolize=none -top
+    /// FILE`). The last report of each pin counts; retracted polls count nothing.
     Profile {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         file: PathBuf,

@@ -100,7 +100,6 @@ impl Prepared {
                 watched: None,
                 dump_on_exit: None,
                 control: None,
-                stop: None,
                 watchdog: None,
                 export: None,
                 flight: None,
@@ -156,10 +155,9 @@ impl Prepared {
             view,
         })?;
         let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
-        let (stop_tx, stop_rx) = mpsc::channel();
         let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline, threaded)?;
         let workers = handle.metrics().num_workers();
-        let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx, stop_rx)?;
+        let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx)?;
         let dump_on_exit = match (&watched.config.dump_on_exit, &flight) {
             (Some(path), Some((flight, who))) => Some(ExitDump::register(ExitDump {
                 path: crate::files::with_pid(path),
@@ -189,7 +187,6 @@ impl Prepared {
             flight,
             dump_on_exit,
             control,
-            stop: Some(stop_tx),
             watchdog: Some(watchdog),
             export: Some(export),
             exporters,
@@ -278,7 +275,6 @@ pub struct Detector {
     /// `PINWATCH_DUMP_ON_EXIT`; taken when it is written at the stop.
     dump_on_exit: Option<Arc<ExitDump>>,
     control: Option<control::Server>,
-    stop: Option<mpsc::Sender<()>>,
     watchdog: Option<JoinHandle<()>>,
     export: Option<JoinHandle<()>>,
     /// In start order; dropped after the export thread has handed them the last event.
@@ -453,9 +449,9 @@ impl Detector {
         // First: no request may reach a detector that is stopping.
         drop(self.control.take());
         self.exporters.close();
-        drop(self.stop.take());
         if let Some(w) = &self.watched {
-            // A watchdog asleep while the runtime idles wakes to stop.
+            // The watchdog, asleep while the runtime idles or waiting for its next scan, wakes
+            // for a last scan and returns.
             w.table.parking.stop();
         }
         if let Some(w) = self.watchdog.take() {

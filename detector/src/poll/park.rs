@@ -91,10 +91,19 @@ impl Parking {
         }
     }
 
-    /// The detector stops: wakes the watchdog, and keeps it from sleeping again.
+    /// The detector stops: wakes the watchdog — asleep, or waiting for its next scan
+    /// ([`wait`](Self::wait)) — and keeps it from sleeping again.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
         self.wake();
+        if let Some(t) = self.watchdog.get() {
+            t.unpark();
+        }
+    }
+
+    /// Whether the detector is stopping.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
     }
 
     /// Wakes the watchdog if it sleeps.
@@ -158,6 +167,17 @@ impl Parking {
         self.sleeping.store(false, Ordering::SeqCst);
     }
 
+    /// Waits `timeout` for the next scan, or less: until the detector stops, or a spurious
+    /// wake (a wake meant for an earlier sleep; the next scan then comes early, which is only a
+    /// look more). Returns whether the detector is stopping. One futex wait: the channel this
+    /// replaced registered and unregistered a waker around it, about 700 instructions a scan.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        if !self.stopping() {
+            std::thread::park_timeout(timeout);
+        }
+        self.stopping()
+    }
+
     /// Sleeps until woken (an unpark, a body's poll, the stop). Returns a moment no poll let run
     /// by the wake began before: the waker's time, or the sleep's start if it never slept.
     pub fn sleep(&self, from: Instant) -> Instant {
@@ -174,5 +194,41 @@ impl Parking {
             u64::MAX => from,
             nanos => (self.base + Duration::from_nanos(nanos)).max(from),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{mpsc, Arc};
+
+    #[test]
+    fn a_wait_for_the_next_scan_ends_at_the_stop() {
+        let parking = Arc::new(Parking::default());
+        let (ready, is_ready) = mpsc::channel();
+        let watchdog = {
+            let parking = Arc::clone(&parking);
+            std::thread::spawn(move || {
+                parking.register_watchdog();
+                ready.send(()).unwrap();
+                // Far longer than any test run: only the stop can end it.
+                parking.wait(Duration::from_secs(3600))
+            })
+        };
+        is_ready.recv().unwrap();
+        // Before or after the watchdog parks: either way the wait ends, and says it stops.
+        parking.stop();
+        assert!(watchdog.join().unwrap(), "the wait says the detector stops");
+        assert!(parking.stopping());
+        // Once stopping, a wait returns at once.
+        assert!(parking.wait(Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn a_wait_that_times_out_says_the_detector_runs_on() {
+        let parking = Parking::default();
+        parking.register_watchdog();
+        assert!(!parking.wait(Duration::from_millis(1)));
+        assert!(!parking.stopping());
     }
 }

@@ -65,8 +65,10 @@ pub(super) struct Tracked {
     pub tried_arm: bool,
     /// The time of the poll's panic hooks (`Panicked::hooks`) left out of its timing so far.
     pub hooks_left_out: u64,
-    /// The poll, reported as pinned and not yet completed.
-    pub pinned: Option<Pinned>,
+    /// The poll, reported as pinned and not yet completed. Boxed: a pin is rare, and a
+    /// `Tracked` moves whenever its slot's counter does (the watchdog's most common work), which
+    /// a kilobyte of event in place made a copy of that size at every look.
+    pub pinned: Option<Box<Pinned>>,
 }
 
 impl Tracked {

@@ -57,28 +57,25 @@ pub(crate) struct RawReport {
 }
 
 /// Starts the watchdog thread for `shared`'s slots on the runtime of `handle`: it sends its
-/// reports into `tx` and stops, after a last scan, when `stop`'s sender is dropped.
+/// reports into `tx` and stops, after a last scan, once [`Parking::stop`] is called on the slot
+/// table's parking.
+///
+/// [`Parking::stop`]: crate::poll::park::Parking::stop
 pub(crate) fn spawn(
     shared: Arc<Shared>,
     handle: Handle,
     tx: mpsc::SyncSender<RawReport>,
-    stop: mpsc::Receiver<()>,
 ) -> Result<std::thread::JoinHandle<()>, crate::Error> {
     std::thread::Builder::new()
         .name("pinwatch-watchdog".into())
-        .spawn(move || run(shared, handle, tx, stop))
+        .spawn(move || run(shared, handle, tx))
         .map_err(|source| crate::Error::Thread {
             what: "watchdog",
             source,
         })
 }
 
-fn run(
-    shared: Arc<Shared>,
-    handle: Handle,
-    tx: mpsc::SyncSender<RawReport>,
-    stop: mpsc::Receiver<()>,
-) {
+fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
     let mut settings = shared.tunables.reader();
     let n = shared.table.slots().len();
     let mut tracked: Vec<Option<Tracked>> = (0..n).map(|_| None).collect();
@@ -134,7 +131,7 @@ fn run(
                     parking.cancel_sleep();
                 }
             }
-            !matches!(stop.try_recv(), Err(mpsc::TryRecvError::Empty))
+            parking.stopping()
         } else {
             // One scan interval from the start of the last scan, not from its end: scans keep
             // to the interval on average (a poll's start and the threshold are bounded by the
@@ -143,12 +140,8 @@ fn run(
                 .settings
                 .effective_scan_interval()
                 .saturating_sub(last_scan.elapsed());
-            match stop.recv_timeout(wait) {
-                Err(mpsc::RecvTimeoutError::Timeout) => false,
-                // Sender dropped: the detector is stopping. Scan once more to complete what
-                // ended.
-                _ => true,
-            }
+            // Stopping: scan once more, to complete what ended.
+            parking.wait(wait)
         };
         scans += 1;
         // One set of settings for the whole scan.
@@ -216,10 +209,12 @@ fn run(
         // Stalled: where the drivers are seen, a pin holds a worker while nobody drives them;
         // elsewhere, a pin that was running when the heartbeat was due runs still, and the
         // runtime's timers have not fired since.
-        let seen = scan.look_at_drivers(tracked, Instant::now());
+        // After the looks: one time for what follows them.
+        let looked = Instant::now();
+        let seen = scan.look_at_drivers(tracked, looked);
         scan.collect_waits(tracked);
         scan.send_first_reports(tracked);
-        scan.release_held(Instant::now(), stopping);
+        scan.release_held(looked, stopping);
         if let Some(stalled) = seen {
             // The looks count their own stall time.
             blamed = stalled;
@@ -253,7 +248,7 @@ fn run(
             parking.unparks(),
         );
         // Every worker parked is when one of them waits on the I/O driver, if there is one.
-        scan.learn_drivers(Instant::now(), sleep);
+        scan.learn_drivers(looked, sleep);
     }
 }
 
@@ -560,7 +555,7 @@ impl<'a> Scan<'a> {
         pinned.slot = self.cur;
         self.probe(slot, &mut pinned);
         // Sent at the end of the scan, with what its look at the drivers finds.
-        t.pinned = Some(pinned);
+        t.pinned = Some(Box::new(pinned));
         // Reported: its end is followed from here, not judged again when it ends.
         t.armed = None;
     }
@@ -653,10 +648,10 @@ impl<'a> Scan<'a> {
     fn follow_pinned(
         &mut self,
         slot: &Slot,
-        mut p: Pinned,
+        mut p: Box<Pinned>,
         seq: u64,
         now: Instant,
-    ) -> Option<Pinned> {
+    ) -> Option<Box<Pinned>> {
         // The panic hooks the poll ran since it was found pinned (it caught the panics, or
         // ends unwinding from one) are the panic machinery's time, not the pin's. Nothing is
         // sampled or reported while a hook runs.
@@ -682,7 +677,7 @@ impl<'a> Scan<'a> {
                 .map_or(Duration::ZERO, |b| b.waited(probe::read_schedstat(p.tid)));
             p.complete(end, waited);
             // Sent once the tasks it held up have had time to be polled.
-            self.held.push((p, end + crate::event::VICTIM_WINDOW));
+            self.held.push((*p, end + crate::event::VICTIM_WINDOW));
             return None;
         }
         if in_hook {
@@ -716,6 +711,11 @@ impl<'a> Scan<'a> {
 
     /// The first reports of the pins flagged in this scan, and the pins found ended, by id.
     fn send_first_reports(&mut self, tracked: &mut [Option<Tracked>]) {
+        let unsent = |t: &Tracked| t.pinned.as_ref().is_some_and(|p| !p.first_sent);
+        if self.found_ended.is_empty() && !tracked.iter().flatten().any(unsent) {
+            // Most scans: nothing to send (and no kilobyte-sized iterator to set up).
+            return;
+        }
         let mut ended = std::mem::take(&mut self.found_ended).into_iter().peekable();
         for p in tracked
             .iter_mut()

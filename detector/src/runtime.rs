@@ -158,6 +158,9 @@ impl Prepared {
         let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline, threaded)?;
         let workers = handle.metrics().num_workers();
         let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx)?;
+        // Until the detector holds it: an unwind from here (a subscriber that panics at the
+        // start-up line) stops it, as the stop channel's sender did when dropped.
+        let stop = StopOnUnwind(&watched.table.parking);
         let dump_on_exit = match (&watched.config.dump_on_exit, &flight) {
             (Some(path), Some((flight, who))) => Some(ExitDump::register(ExitDump {
                 path: crate::files::with_pid(path),
@@ -182,6 +185,8 @@ impl Prepared {
             line
         });
         let dump_on_exit = dump_on_exit.map(|(dump, _)| dump);
+        // The detector stops it from here.
+        std::mem::forget(stop);
         Ok(Detector {
             watched: Some(watched),
             flight,
@@ -192,6 +197,16 @@ impl Prepared {
             exporters,
             drops,
         })
+    }
+}
+
+/// Stops a watchdog that no [`Detector`] holds yet when dropped: [`Prepared::start`] forgets
+/// it once the detector is made.
+struct StopOnUnwind<'a>(&'a crate::poll::park::Parking);
+
+impl Drop for StopOnUnwind<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 
@@ -682,6 +697,54 @@ impl Drop for Detector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `tracing` subscriber whose every event panics.
+    struct Panics;
+
+    impl tracing::Subscriber for Panics {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            panic!("the subscriber panics at an event");
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn a_start_that_unwinds_after_the_watchdog_started_stops_it() {
+        // The start-up line is the only event `start` says on its own thread, after the
+        // watchdog's spawn: nothing before it (no control socket, no exporter) says anything.
+        let prepared = crate::Builder::new()
+            .control(crate::config::Control::Off)
+            .heartbeat(None)
+            .stacks(crate::config::Stacks::Off)
+            .prepare()
+            .unwrap();
+        let watched = Arc::clone(&prepared.rest.as_ref().unwrap().watched);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tracing::subscriber::with_default(Panics, || prepared.start(rt.handle()))
+        }));
+        assert!(
+            started.is_err(),
+            "the start-up line's event unwinds out of start"
+        );
+        // No detector holds the watchdog: unless the unwind stopped it, it scans on for the
+        // life of the process, and keeps the export thread (and its sinks) alive with it.
+        assert!(
+            watched.table.parking.stopping(),
+            "the watchdog of a start that unwound is stopped"
+        );
+    }
 
     #[test]
     fn the_start_up_line_says_when_the_dump_is_written() {

@@ -225,6 +225,47 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_before_the_watchdog_runs_ends_its_first_wait() {
+        let parking = Arc::new(Parking::default());
+        // Nobody to unpark yet: only the flag tells.
+        parking.stop();
+        let watchdog = {
+            let parking = Arc::clone(&parking);
+            std::thread::spawn(move || {
+                parking.register_watchdog();
+                parking.wait(Duration::from_secs(3600))
+            })
+        };
+        assert!(
+            watchdog.join().unwrap(),
+            "the first wait says the detector stops"
+        );
+    }
+
+    #[test]
+    fn a_stop_while_the_watchdog_is_about_to_sleep_ends_its_sleep() {
+        let parking = Arc::new(Parking::default());
+        let (prepared, is_prepared) = mpsc::channel();
+        let watchdog = {
+            let parking = Arc::clone(&parking);
+            std::thread::spawn(move || {
+                parking.register_watchdog();
+                assert!(parking.prepare_sleep(), "not stopping yet");
+                prepared.send(()).unwrap();
+                // Before or after it parks: the stop ends the sleep, and the watchdog sees it.
+                let from = Instant::now();
+                assert_eq!(parking.sleep(from), from, "a stop's wake bounds nothing");
+                parking.stopping()
+            })
+        };
+        is_prepared.recv().unwrap();
+        parking.stop();
+        assert!(watchdog.join().unwrap(), "the sleep ends at the stop");
+        // And it sleeps no more.
+        assert!(!parking.prepare_sleep());
+    }
+
+    #[test]
     fn a_wait_that_times_out_says_the_detector_runs_on() {
         let parking = Parking::default();
         parking.register_watchdog();

@@ -845,7 +845,8 @@ impl<'a> Scan<'a> {
         let mut pins: Vec<&mut Pinned> = tracked
             .iter_mut()
             .flatten()
-            .filter_map(|t| t.pinned.as_mut())
+            // Boxed in `Tracked`, in place in the others.
+            .filter_map(|t| t.pinned.as_deref_mut())
             .chain(self.found_ended.iter_mut())
             .chain(self.held.iter_mut().map(|(p, _)| p))
             .collect();

@@ -154,40 +154,49 @@ impl Fields {
             .collect()
     }
 
-    /// Appends a field's value, formatted and cut at [`MAX_VALUE_BYTES`].
-    fn put(&mut self, field: &Field, value: std::fmt::Arguments<'_>) {
-        self.push(field.name(), |text| {
-            let start = text.len();
-            let mut w = Capped {
-                text,
-                limit: start + MAX_VALUE_BYTES + 4,
-            };
-            // A value longer than kept stops being formatted there (`Capped` returns an
-            // error): an `#[instrument]`ed request body is not formatted whole, inside a poll,
-            // to be cut.
-            let _ = std::fmt::Write::write_fmt(&mut w, value);
-            if text.len() - start > MAX_VALUE_BYTES {
-                cut_value(text, start);
-            }
-        });
+    /// Records `values` (an `Attributes` or a `Record`): each value formatted and cut at
+    /// [`MAX_VALUE_BYTES`], at most [`MAX_FIELDS`] fields.
+    ///
+    /// All the values are formatted in one `core::fmt::write`: its `Formatter` (which only
+    /// `write` makes) is handed to each value's `Debug` in turn, instead of one `write` per value.
+    fn record(&mut self, values: &dyn Fn(&mut dyn Visit)) {
+        let mut sheet = Sheet {
+            fields: self,
+            limit: 0,
+        };
+        let sheet: *mut Sheet<'_> = &mut sheet;
+        let all = AllValues { sheet, values };
+        // Errors are a value cut (`Pen`), which stops only that value.
+        let _ = std::fmt::write(&mut Pen(sheet), format_args!("{all}"));
     }
 
-    /// Appends field `name`, whose value `write` puts in the text (at most [`MAX_FIELDS`]
+    /// Appends field `name` with `value` as it is (no formatting; at most [`MAX_FIELDS`]
     /// fields: a new name past that is left out).
     #[inline]
-    fn push(&mut self, name: &'static str, write: impl FnOnce(&mut Text)) {
+    fn push(&mut self, name: &'static str, value: &str) {
         if self.n >= MAX_FIELDS {
             return;
         }
         let start = self.text.len();
-        write(&mut self.text);
-        let Ok(end) = u16::try_from(self.text.len()) else {
-            self.text.truncate(start);
-            return;
-        };
-        self.names[self.n] = name;
-        self.ends[self.n] = end;
-        self.n += 1;
+        self.text.push_str(value);
+        self.end_value(name, start);
+    }
+
+    /// Marks the value of `name` that began at `start` as ending at the text's end (a field
+    /// past [`MAX_FIELDS`] is dropped).
+    #[inline]
+    fn end_value(&mut self, name: &'static str, start: usize) {
+        let n = self.n;
+        if n < MAX_FIELDS {
+            // Always: the text is at most 16 values of at most 131 bytes.
+            if let Ok(end) = u16::try_from(self.text.len()) {
+                self.names[n] = name;
+                self.ends[n] = end;
+                self.n = n + 1;
+                return;
+            }
+        }
+        self.text.truncate(start);
     }
 
     /// The fields of `newer` (an `on_record`) merged in: a value recorded again replaces the
@@ -205,7 +214,7 @@ impl Fields {
         self.n = 0;
         self.text = Text::default();
         for (k, v) in all {
-            self.push(k, |text| text.push_str(&v));
+            self.push(k, &v);
         }
     }
 }
@@ -294,51 +303,117 @@ impl Text {
     }
 }
 
-/// Writes into a span's text up to `limit` bytes (a little more than [`MAX_VALUE_BYTES`] of a
-/// value: enough to tell it was longer), then fails the write, which stops the formatting.
-struct Capped<'a> {
-    text: &'a mut Text,
+/// What the values of a span are formatted into: its fields, and how far the value being
+/// formatted may go. Shared by [`ValueVisitor`] (which marks where each value starts and ends)
+/// and [`Pen`] (which the values' `Debug`/`Display` write to), one at a time: each holds a raw
+/// pointer to it, and a reference made from it lives only within one of their calls, never
+/// across a call that may reach the other (a value's `fmt`).
+struct Sheet<'a> {
+    fields: &'a mut Fields,
+    /// The text's length the value being formatted may reach: a little more than
+    /// [`MAX_VALUE_BYTES`], enough to tell it was longer.
     limit: usize,
 }
 
-impl std::fmt::Write for Capped<'_> {
+/// The writer under the one `Formatter` of [`Fields::record`]: appends to the sheet's text up to
+/// its limit, then fails the write, which stops that value's formatting (an `#[instrument]`ed
+/// request body is not formatted whole, inside a poll, to be cut).
+struct Pen<'a>(*mut Sheet<'a>);
+
+impl std::fmt::Write for Pen<'_> {
     #[inline]
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let room = self.limit.saturating_sub(self.text.len());
-        if s.len() <= room {
-            self.text.push_str(s);
+        // SAFETY: the sheet lives on `Fields::record`'s stack for as long as the `write` this
+        // pen is under; this reference ends with the call, which calls out to no other code.
+        let sheet = unsafe { &mut *self.0 };
+        let text = &mut sheet.fields.text;
+        if s.len() <= sheet.limit.saturating_sub(text.len()) {
+            text.push_str(s);
             return Ok(());
         }
-        self.write_cut(s)
+        write_cut(text, sheet.limit, s)
     }
 }
 
-impl Capped<'_> {
-    /// The part of `s` that fits, then an error that stops the formatting.
-    #[cold]
-    fn write_cut(&mut self, s: &str) -> std::fmt::Result {
-        let room = self.limit.saturating_sub(self.text.len());
-        let mut end = room;
-        while !s.is_char_boundary(end) {
-            end -= 1;
+/// The part of `s` that fits below `limit`, then an error that stops the formatting.
+#[cold]
+fn write_cut(text: &mut Text, limit: usize, s: &str) -> std::fmt::Result {
+    let mut end = limit.saturating_sub(text.len()).min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.push_str(&s[..end]);
+    Err(std::fmt::Error)
+}
+
+/// All of a span's values, as the one argument of [`Fields::record`]'s `write`: formatting it
+/// visits them with the `Formatter`.
+struct AllValues<'a, 'v> {
+    sheet: *mut Sheet<'a>,
+    values: &'v dyn Fn(&mut dyn Visit),
+}
+
+impl std::fmt::Display for AllValues<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (self.values)(&mut ValueVisitor {
+            sheet: self.sheet,
+            f,
+        });
+        Ok(())
+    }
+}
+
+/// Visits a span's values: a `&str` that fits is copied as it is, any other value formatted
+/// with the one `Formatter`.
+struct ValueVisitor<'a, 'f, 'g> {
+    sheet: *mut Sheet<'a>,
+    f: &'f mut std::fmt::Formatter<'g>,
+}
+
+impl ValueVisitor<'_, '_, '_> {
+    /// Formats `value` as field `name` (`Debug` or `Display`, as `fmt` calls it).
+    #[inline]
+    fn format(
+        &mut self,
+        name: &'static str,
+        fmt: impl FnOnce(&mut std::fmt::Formatter<'_>) -> std::fmt::Result,
+    ) {
+        let start = {
+            // SAFETY: see `Sheet`: this reference ends before `fmt` (which writes through the
+            // pen) runs.
+            let sheet = unsafe { &mut *self.sheet };
+            if sheet.fields.n >= MAX_FIELDS {
+                return;
+            }
+            let start = sheet.fields.text.len();
+            sheet.limit = start + MAX_VALUE_BYTES + 4;
+            start
+        };
+        // An error is the value cut (`Pen`) or the value's own: what it wrote is kept.
+        let _ = fmt(self.f);
+        // SAFETY: see `Sheet`: `fmt` has returned; no other reference to it is live.
+        let fields = &mut *unsafe { &mut *self.sheet }.fields;
+        if fields.text.len() - start > MAX_VALUE_BYTES {
+            cut_value(&mut fields.text, start);
         }
-        self.text.push_str(&s[..end]);
-        Err(std::fmt::Error)
+        fields.end_value(name, start);
     }
 }
 
-impl Visit for Fields {
+impl Visit for ValueVisitor<'_, '_, '_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if value.len() <= MAX_VALUE_BYTES {
             // As it is: no formatting.
-            self.push(field.name(), |text| text.push_str(value));
+            // SAFETY: see `Sheet`: this reference ends with the call, which calls no value's
+            // `fmt`.
+            unsafe { &mut *self.sheet }.fields.push(field.name(), value);
         } else {
-            self.put(field, format_args!("{value}"));
+            self.format(field.name(), |f| std::fmt::Display::fmt(value, f));
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.put(field, format_args!("{value:?}"));
+        self.format(field.name(), |f| value.fmt(f));
     }
 }
 
@@ -484,7 +559,7 @@ where
             .map(|p| p.id().into_u64());
         let mut kept = spare(attrs.metadata(), parent);
         // Formatted before any lock is taken: a value's `Debug` is the service's code.
-        attrs.record(&mut kept.fields);
+        kept.fields.record(&|v| attrs.record(v));
         #[cfg(feature = "otel-trace")]
         {
             (kept.trace_id, kept.span_id) = self.otel_ids(id);
@@ -501,7 +576,7 @@ where
         // Formatted before the lock: a value's `Debug` is the service's code, and may make a
         // span itself (whose `on_new_span` may take the same part's lock).
         let mut recorded = Fields::default();
-        values.record(&mut recorded);
+        recorded.record(&|v| values.record(v));
         if recorded.n == 0 {
             return;
         }
@@ -692,6 +767,99 @@ mod tests {
             let fields = &chain_of(instance, &small)[0].fields;
             assert_eq!(fields.len(), 2, "{fields:?}");
             assert_eq!((fields["a"].as_str(), fields["b"].as_str()), ("é", "2"));
+        });
+    }
+
+    /// A value written in small pieces, each `piece` repeated `times` times; `fail_after`
+    /// pieces, it returns an error of its own (and ignores the cut's).
+    struct Pieces {
+        piece: &'static str,
+        times: usize,
+        fail_after: usize,
+    }
+
+    impl std::fmt::Debug for Pieces {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            for i in 0..self.times {
+                if i == self.fail_after {
+                    return Err(std::fmt::Error);
+                }
+                // Ignores the cut: a value may; what it writes past it is not kept.
+                let _ = f.write_str(self.piece);
+            }
+            Ok(())
+        }
+    }
+
+    /// All values are formatted with one `Formatter`: a value cut at [`MAX_VALUE_BYTES`] (at a
+    /// character boundary, its pieces split across it), a value failing on its own, and a
+    /// long `&str` end where they should, and the values after them are whole.
+    #[test]
+    fn values_are_cut_at_a_character_boundary_and_the_next_ones_are_whole() {
+        with_layer(|instance| {
+            // 'é' is two bytes, '€' three: 43 '€' are 129 bytes, the 43rd across 128.
+            let euros = Pieces {
+                piece: "€",
+                times: 1000,
+                fail_after: usize::MAX,
+            };
+            let failing = Pieces {
+                piece: "ab",
+                times: 10,
+                fail_after: 3,
+            };
+            let long = "é".repeat(100);
+            let span = tracing::info_span!(
+                "cuts",
+                euros = ?euros,
+                after = 1,
+                failing = ?failing,
+                long = long.as_str(),
+                exact = "x".repeat(MAX_VALUE_BYTES).as_str(),
+                display = %"y".repeat(MAX_VALUE_BYTES + 1),
+                last = "end",
+            );
+            let fields = &chain_of(instance, &span)[0].fields;
+            assert_eq!(fields["euros"], format!("{}…", "€".repeat(42)));
+            assert_eq!(fields["after"], "1");
+            assert_eq!(fields["failing"], "ababab");
+            assert_eq!(fields["long"], format!("{}…", "é".repeat(64)));
+            assert_eq!(fields["exact"], "x".repeat(MAX_VALUE_BYTES));
+            assert_eq!(
+                fields["display"],
+                format!("{}…", "y".repeat(MAX_VALUE_BYTES))
+            );
+            assert_eq!(fields["last"], "end");
+            assert_eq!(fields.len(), 7, "{fields:?}");
+        });
+    }
+
+    /// Values recorded later (`Span::record`) are formatted the same way and merged: a cut
+    /// value stays cut once, a value recorded again replaces the old one.
+    #[test]
+    fn recorded_values_are_cut_and_merged() {
+        with_layer(|instance| {
+            let span = tracing::info_span!(
+                "later",
+                a = tracing::field::Empty,
+                b = "first",
+                c = tracing::field::Empty,
+            );
+            span.record("a", tracing::field::debug(&"z".repeat(300)));
+            span.record("b", "second");
+            let fields = &chain_of(instance, &span)[0].fields;
+            let cut = format!("\"{}…", "z".repeat(MAX_VALUE_BYTES - 1));
+            assert_eq!(fields["a"], cut);
+            assert_eq!(fields["b"], "second");
+            assert!(!fields.contains_key("c"), "{fields:?}");
+            // Merged again: the cut value is kept as it was, not cut a second time.
+            span.record("c", 3u8);
+            let fields = &chain_of(instance, &span)[0].fields;
+            assert_eq!(fields["a"], cut);
+            assert_eq!(
+                (fields["b"].as_str(), fields["c"].as_str()),
+                ("second", "3")
+            );
         });
     }
 

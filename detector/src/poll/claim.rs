@@ -294,5 +294,5 @@ pub(crate) fn mark_parked(table: &Arc<SlotTable>, key: usize, parked: bool) {
 /// signal handler. A plain thread-local read, async-signal-safe.
 #[inline]
 pub(crate) fn current_slot_any() -> *const Slot {
-    current::get().slot
+    current::slot()
 }

@@ -49,7 +49,7 @@ pub(crate) const NO_CLAIM: Current = Current {
 mod imp {
     use std::arch::{asm, global_asm};
 
-    use super::{Current, PollCell, NO_CELL};
+    use super::{Current, PollCell, Slot, NO_CELL};
 
     /// The symbol of the thread-local: `pinwatch_poll_current_<major>_<minor>`.
     macro_rules! symbol {
@@ -134,6 +134,22 @@ mod imp {
         cell
     }
 
+    /// The claimed slot, or null.
+    #[inline(always)]
+    pub(crate) fn slot() -> *const Slot {
+        let slot: *const Slot;
+        // SAFETY: as in `owner_and_cell`: one load from the thread's own `Current`.
+        unsafe {
+            asm!(
+                "mov {slot}, qword ptr fs:[{off} + 16]",
+                off = in(reg) offset(),
+                slot = lateout(reg) slot,
+                options(pure, readonly, nostack, preserves_flags),
+            );
+        }
+        slot
+    }
+
     /// The whole claim. Async-signal-safe.
     #[inline]
     pub(crate) fn get() -> Current {
@@ -183,7 +199,7 @@ mod imp {
 mod imp {
     use std::cell::Cell;
 
-    use super::{Current, PollCell, NO_CLAIM};
+    use super::{Current, PollCell, Slot, NO_CLAIM};
 
     thread_local! {
         /// Const-initialised and without a destructor, so reading it is a plain thread-local
@@ -202,6 +218,11 @@ mod imp {
         CURRENT.get().cell
     }
 
+    #[inline(always)]
+    pub(crate) fn slot() -> *const Slot {
+        CURRENT.get().slot
+    }
+
     #[inline]
     pub(crate) fn get() -> Current {
         CURRENT.try_with(Cell::get).unwrap_or(NO_CLAIM)
@@ -212,4 +233,4 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{cell, get, owner_and_cell, set};
+pub(crate) use imp::{cell, get, owner_and_cell, set, slot};

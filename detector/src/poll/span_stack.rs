@@ -1,17 +1,31 @@
 //! The spans a thread has entered, in its slot: written by the thread in `on_enter`/`on_exit`
 //! (inside polls: a few relaxed stores, no allocation, lock or system call), read by the watchdog
-//! when it flags a poll (a seqlock read, like [`PollCell::read`](super::protocol::PollCell::read)).
+//! when it flags a poll (a seqlock-like read, like
+//! [`PollCell::read`](super::protocol::PollCell::read)).
 //!
 //! Each entry carries the poll counter of the slot when the span was entered, so that the
 //! watchdog takes only the spans entered during the poll it flags: never a span left on the
 //! stack by an earlier poll (a guard held across an `.await` and dropped on another thread), nor
 //! one entered before the poll began on the same thread (a `block_on` caller's span), nor one of
 //! the slot's previous owner (counters never repeat).
+//!
+//! The depth and a generation share one word, `state`, which every change of the stack stores
+//! anew (the generation one higher): an enter writes the entry above the top, which no reader of
+//! the current state reads, then stores the state; an exit only stores the state. An entry a
+//! reader may be reading is overwritten only after a state store (an exit before the enter that
+//! reuses its place, or the rare paths that store one first), so a reader that saw the new entry
+//! sees a new state too, and reads again. One store per enter and per exit, instead of a
+//! sequence counter made odd then even around each change.
 
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Entries kept per thread. Deeper nesting is counted (exits stay balanced) but not stored.
 pub(crate) const STACK_MAX: usize = 16;
+
+/// The depth's bits in [`SpanStack::state`] (the low half); the generation is the high half.
+const DEPTH: u64 = u32::MAX as u64;
+/// One generation.
+const GENERATION: u64 = DEPTH + 1;
 
 struct Entry {
     /// The span's id (`tracing::span::Id::into_u64`).
@@ -24,12 +38,12 @@ struct Entry {
 
 /// One thread's entered spans, innermost last.
 pub(crate) struct SpanStack {
-    /// Seqlock counter: odd while the owner writes.
-    seq: AtomicU64,
-    /// Spans entered and not exited; may exceed [`STACK_MAX`].
-    depth: AtomicUsize,
-    /// The poll counter of the latest push: what tells, when the stack is deeper than kept
-    /// (the top entries not stored), that it is all left over from an earlier poll.
+    /// The depth (low 32 bits: spans entered and not exited, which may exceed [`STACK_MAX`];
+    /// it saturates) and a generation (high 32 bits) one higher at every change of the stack.
+    state: AtomicU64,
+    /// The poll counter of the latest push deeper than kept (the entry not stored): what tells,
+    /// when the stack is deeper than kept, that it is all left over from an earlier poll. Only
+    /// such a push can have been the latest one while the stack is that deep.
     last: AtomicU64,
     entries: [Entry; STACK_MAX],
 }
@@ -41,11 +55,22 @@ pub(crate) struct Entered {
     pub id: u64,
 }
 
+/// The depth `state` says.
+#[inline(always)]
+fn depth(state: u64) -> usize {
+    (state & DEPTH) as usize
+}
+
+/// The state after `state` with depth `depth`: the next generation.
+#[inline(always)]
+fn next(state: u64, depth: usize) -> u64 {
+    (state & !DEPTH).wrapping_add(GENERATION) | (depth as u64).min(DEPTH)
+}
+
 impl SpanStack {
     pub(crate) const fn new() -> SpanStack {
         SpanStack {
-            seq: AtomicU64::new(0),
-            depth: AtomicUsize::new(0),
+            state: AtomicU64::new(0),
             last: AtomicU64::new(0),
             entries: [const {
                 Entry {
@@ -59,25 +84,11 @@ impl SpanStack {
 
     // ---- the owner's side ----
 
-    #[inline(always)]
-    fn write_begin(&self) -> u64 {
-        let s = self.seq.load(Ordering::Relaxed);
-        self.seq.store(s | 1, Ordering::Relaxed);
-        // The odd counter is visible before any entry changes.
-        fence(Ordering::Release);
-        s | 1
-    }
-
-    #[inline(always)]
-    fn write_end(&self, s: u64) {
-        self.seq.store(s + 1, Ordering::Release);
-    }
-
     /// The owner enters span `id` of layer `layer` during poll `poll` (the slot's poll counter).
     #[inline]
     pub(crate) fn push(&self, layer: u64, id: u64, poll: u64) {
-        let s = self.write_begin();
-        let mut depth = self.depth.load(Ordering::Relaxed);
+        let mut state = self.state.load(Ordering::Relaxed);
+        let mut depth = depth(state);
         // Entries are pushed in time order and poll counters only grow: when the top one is
         // from another poll, all are. Nothing of theirs can be reported any more. Deeper than
         // kept, the top is not stored: the latest push says (else spans entered and never
@@ -88,16 +99,37 @@ impl SpanStack {
             _ => self.last.load(Ordering::Relaxed) != poll,
         };
         if stale {
+            state = self.emptied(state);
             depth = 0;
         }
-        self.last.store(poll, Ordering::Relaxed);
-        if let Some(e) = self.entries.get(depth) {
-            e.id.store(id, Ordering::Relaxed);
-            e.layer.store(layer, Ordering::Relaxed);
-            e.poll.store(poll, Ordering::Relaxed);
+        // The state stores before this (an exit that freed this entry's place) are visible to
+        // a reader that sees the entry's new contents.
+        fence(Ordering::Release);
+        match self.entries.get(depth) {
+            Some(e) => {
+                e.id.store(id, Ordering::Relaxed);
+                e.layer.store(layer, Ordering::Relaxed);
+                e.poll.store(poll, Ordering::Relaxed);
+            }
+            None => self.last.store(poll, Ordering::Relaxed),
         }
-        self.depth.store(depth.saturating_add(1), Ordering::Relaxed);
-        self.write_end(s);
+        // The next generation, one deeper (at most `DEPTH`: then the same depth).
+        let step = if depth < DEPTH as usize {
+            GENERATION + 1
+        } else {
+            GENERATION
+        };
+        self.state
+            .store(state.wrapping_add(step), Ordering::Release);
+    }
+
+    /// An empty stack, stored before entries a reader may be reading are overwritten (a push
+    /// over stale entries); returns the new state.
+    #[cold]
+    fn emptied(&self, state: u64) -> u64 {
+        let state = next(state, 0);
+        self.state.store(state, Ordering::Release);
+        state
     }
 
     /// The owner exits span `id`: the innermost entry with that id goes, wherever it is (tracing
@@ -105,13 +137,32 @@ impl SpanStack {
     /// or while the thread had another slot) changes nothing.
     #[inline]
     pub(crate) fn pop(&self, layer: u64, id: u64) {
-        let depth = self.depth.load(Ordering::Relaxed);
+        let state = self.state.load(Ordering::Relaxed);
+        let depth = depth(state);
+        if let Some(e) = depth.checked_sub(1).and_then(|i| self.entries.get(i)) {
+            if e.id.load(Ordering::Relaxed) == id && e.layer.load(Ordering::Relaxed) == layer {
+                // The usual exit, the innermost: the entry stays as it was until a push
+                // overwrites it, after this store.
+                // The next generation, one less deep (`depth` is at least 1).
+                self.state
+                    .store(state.wrapping_add(GENERATION - 1), Ordering::Release);
+                return;
+            }
+        }
+        self.pop_other(state, layer, id);
+    }
+
+    /// [`pop`](Self::pop) of an entry not on top, or of a stack deeper than kept or empty.
+    #[cold]
+    #[inline(never)]
+    fn pop_other(&self, state: u64, layer: u64, id: u64) {
+        let depth = depth(state);
         if depth == 0 {
             return;
         }
         if depth > STACK_MAX {
             // The innermost spans are not stored: assume the innermost exits (the usual order).
-            self.depth.store(depth - 1, Ordering::Relaxed);
+            self.state.store(next(state, depth - 1), Ordering::Release);
             return;
         }
         let Some(at) = (0..depth).rev().find(|&i| {
@@ -120,13 +171,11 @@ impl SpanStack {
         }) else {
             return;
         };
-        if at == depth - 1 {
-            // The usual exit, the innermost: the entry stays as it was, so a reader that loaded
-            // the old depth still reads an entry that was on the stack then.
-            self.depth.store(depth - 1, Ordering::Relaxed);
-            return;
-        }
-        let s = self.write_begin();
+        // Entries below the top move: a new state first (its depth unchanged), as a push over
+        // stale entries does.
+        let state = next(state, depth);
+        self.state.store(state, Ordering::Relaxed);
+        fence(Ordering::Release);
         for i in at..depth - 1 {
             let (to, from) = (&self.entries[i], &self.entries[i + 1]);
             to.id
@@ -136,15 +185,13 @@ impl SpanStack {
             to.poll
                 .store(from.poll.load(Ordering::Relaxed), Ordering::Relaxed);
         }
-        self.depth.store(depth - 1, Ordering::Relaxed);
-        self.write_end(s);
+        self.state.store(next(state, depth - 1), Ordering::Release);
     }
 
     /// Forgets everything: the slot has a new owner. Owner only.
     pub(crate) fn clear(&self) {
-        let s = self.write_begin();
-        self.depth.store(0, Ordering::Relaxed);
-        self.write_end(s);
+        let state = self.state.load(Ordering::Relaxed);
+        self.state.store(next(state, 0), Ordering::Release);
     }
 
     /// The innermost span entered during poll `poll`, exited since or not (an exited entry
@@ -166,12 +213,8 @@ impl SpanStack {
     /// none or the owner kept changing the stack (a few tries).
     pub(crate) fn innermost(&self, poll: u64) -> Option<Entered> {
         for _ in 0..4 {
-            let s = self.seq.load(Ordering::Acquire);
-            if s & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let depth = self.depth.load(Ordering::Relaxed).min(STACK_MAX);
+            let state = self.state.load(Ordering::Acquire);
+            let depth = depth(state).min(STACK_MAX);
             let mut found = None;
             if let Some(e) = depth.checked_sub(1).map(|i| &self.entries[i]) {
                 if e.poll.load(Ordering::Relaxed) == poll {
@@ -182,9 +225,10 @@ impl SpanStack {
                 }
             }
             fence(Ordering::Acquire);
-            if self.seq.load(Ordering::Relaxed) == s {
+            if self.state.load(Ordering::Relaxed) == state {
                 return found;
             }
+            std::hint::spin_loop();
         }
         None
     }
@@ -251,6 +295,45 @@ mod tests {
         st.push(1, 7, 1);
         st.clear();
         assert_eq!(st.innermost(1), None);
+    }
+
+    /// A reader that loaded the state before an exit and the enter that reuses the exited
+    /// entry's place (it may have read the new entry) sees another state after: it reads again.
+    /// So do the rare paths that move entries below the top.
+    #[test]
+    fn every_change_that_may_overwrite_a_read_entry_changes_the_state() {
+        let st = SpanStack::new();
+        let state = || st.state.load(Ordering::Relaxed);
+        st.push(1, 10, 1);
+        st.push(1, 20, 1);
+        let before = state();
+        st.pop(1, 20);
+        st.push(1, 30, 1);
+        assert_eq!(depth(state()), 2);
+        assert_ne!(state(), before);
+        // Out of order: entries move down.
+        let before = state();
+        st.pop(1, 10);
+        assert_ne!(state(), before);
+        assert_eq!(st.innermost(1), Some(Entered { layer: 1, id: 30 }));
+        // Over stale entries: emptied first.
+        let before = state();
+        st.push(1, 40, 2);
+        assert_ne!(state(), before);
+        assert_eq!(depth(state()), 1);
+        // Every store is a new generation, even back to an earlier depth.
+        let states: Vec<u64> = (0..4)
+            .map(|i| {
+                if i % 2 == 0 {
+                    st.push(1, 50, 2);
+                } else {
+                    st.pop(1, 50);
+                }
+                state()
+            })
+            .collect();
+        assert_eq!(depth(states[1]), depth(states[3]));
+        assert_ne!(states[1], states[3]);
     }
 
     /// Spans entered deeper than kept and never exited on this thread (exited on another, or a

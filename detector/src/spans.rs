@@ -422,43 +422,183 @@ impl Visit for ValueVisitor<'_, '_, '_> {
 /// watchdog copies one out).
 pub(crate) const SHARDS: usize = 64;
 
-/// A hasher for keys that are already spread: the span id mixed with the layer instance.
-#[derive(Default)]
-struct IdHasher(u64);
+/// The multiplier that spreads span ids (2^64 / φ): the top bits of the product pick the part,
+/// the bits below them the place in the part.
+const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
 
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
+/// One part of the table: open spans by (layer instance, span id), in open addressing with
+/// linear probing (at most half full), removal by moving later entries back (no tombstones).
+/// A record moves in and out by pointer.
+struct Table {
+    /// A power of two of places, or none yet.
+    places: Vec<Place>,
+    /// Places in use.
+    len: usize,
+}
 
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+/// A place in a [`Table`]: empty when `kept` is `None`.
+struct Place {
+    layer: u64,
+    id: u64,
+    kept: Option<Box<Kept>>,
+}
+
+impl Table {
+    const fn new() -> Table {
+        Table {
+            places: Vec::new(),
+            len: 0,
         }
     }
 
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    /// The place where span `id`'s search starts: the bits of the spread id below the part's.
+    #[inline]
+    fn home(&self, id: u64) -> usize {
+        (id.wrapping_mul(SPREAD) >> 26) as usize & self.places.len().wrapping_sub(1)
+    }
+
+    /// Where (`layer`, `id`) is, if it is.
+    #[inline]
+    fn find(&self, layer: u64, id: u64) -> Option<usize> {
+        let mask = self.places.len().wrapping_sub(1);
+        let mut i = self.home(id);
+        loop {
+            let place = self.places.get(i)?;
+            place.kept.as_ref()?;
+            if place.id == id && place.layer == layer {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Keeps `kept` as (`layer`, `id`); returns the record it replaces (an id reused after a
+    /// close this layer missed).
+    #[inline]
+    fn insert(&mut self, layer: u64, id: u64, kept: Box<Kept>) -> Option<Box<Kept>> {
+        if 2 * (self.len + 1) > self.places.len() {
+            self.grow();
+        }
+        let mask = self.places.len() - 1;
+        let mut i = self.home(id);
+        while let Some(place) = self.places.get_mut(i) {
+            if place.kept.is_none() {
+                *place = Place {
+                    layer,
+                    id,
+                    kept: Some(kept),
+                };
+                self.len += 1;
+                return None;
+            }
+            if place.id == id && place.layer == layer {
+                return place.kept.replace(kept);
+            }
+            i = (i + 1) & mask;
+        }
+        // Never: the table always has an empty place.
+        Some(kept)
+    }
+
+    /// Twice the places (at least 16), every record put back.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) {
+        let places = (2 * self.places.len()).max(16);
+        let old = std::mem::replace(
+            &mut self.places,
+            (0..places)
+                .map(|_| Place {
+                    layer: 0,
+                    id: 0,
+                    kept: None,
+                })
+                .collect(),
+        );
+        self.len = 0;
+        for place in old {
+            if let Some(kept) = place.kept {
+                self.insert(place.layer, place.id, kept);
+            }
+        }
+    }
+
+    /// The record of (`layer`, `id`).
+    fn get(&self, layer: u64, id: u64) -> Option<&Kept> {
+        self.places[self.find(layer, id)?].kept.as_deref()
+    }
+
+    fn get_mut(&mut self, layer: u64, id: u64) -> Option<&mut Kept> {
+        let i = self.find(layer, id)?;
+        self.places[i].kept.as_deref_mut()
+    }
+
+    /// Takes the record of (`layer`, `id`) out; the entries after it that would no longer be
+    /// found move back.
+    #[inline]
+    fn remove(&mut self, layer: u64, id: u64) -> Option<Box<Kept>> {
+        let mut hole = self.find(layer, id)?;
+        let gone = self.places[hole].kept.take();
+        self.len -= 1;
+        let mask = self.places.len() - 1;
+        let mut i = (hole + 1) & mask;
+        loop {
+            let Some(place) = self.places.get(i) else {
+                break;
+            };
+            if place.kept.is_none() {
+                break;
+            }
+            // The entry at `i` moves to the hole if its search passes there: the hole lies
+            // between its home and `i`.
+            let home = self.home(place.id);
+            if (i.wrapping_sub(home) & mask) >= (i.wrapping_sub(hole) & mask) {
+                let moved = self.places[i].kept.take();
+                let (layer, id) = (self.places[i].layer, self.places[i].id);
+                self.places[hole] = Place {
+                    layer,
+                    id,
+                    kept: moved,
+                };
+                hole = i;
+            }
+            i = (i + 1) & mask;
+        }
+        gone
+    }
+
+    /// Every record of layer `layer` dropped.
+    fn remove_layer(&mut self, layer: u64) {
+        let old = std::mem::take(&mut self.places);
+        self.len = 0;
+        for place in old {
+            if let Some(kept) = place.kept {
+                if place.layer != layer {
+                    self.insert(place.layer, place.id, kept);
+                }
+            }
+        }
+    }
+
+    /// The (layer, id) of every record.
+    #[cfg(test)]
+    fn keys(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.places
+            .iter()
+            .filter(|p| p.kept.is_some())
+            .map(|p| (p.layer, p.id))
     }
 }
-
-/// One part of the table: open spans by (layer instance, span id).
-type Table =
-    std::collections::HashMap<(u64, u64), Box<Kept>, std::hash::BuildHasherDefault<IdHasher>>;
 
 type Shard = Mutex<Table>;
 
 /// Open spans, by (layer instance, span id).
-static LIVE: [Shard; SHARDS] = [const {
-    Mutex::new(std::collections::HashMap::with_hasher(
-        std::hash::BuildHasherDefault::new(),
-    ))
-}; SHARDS];
+static LIVE: [Shard; SHARDS] = [const { Mutex::new(Table::new()) }; SHARDS];
 
 /// The part holding span `id`: the id multiplied by a large odd constant, its top bits, which
 /// spread both consecutive ids and ids that differ in their high (generation) bits only.
 fn shard(id: u64) -> &'static Shard {
-    let mixed = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+    let mixed = id.wrapping_mul(SPREAD) >> 58;
     &LIVE[mixed as usize % SHARDS]
 }
 
@@ -503,7 +643,7 @@ impl Drop for SpanLayer {
     fn drop(&mut self) {
         for part in &LIVE {
             // `Kept` holds no value of the service's: nothing runs on drop under the lock.
-            lock(part).retain(|k, _| k.0 != self.instance);
+            lock(part).remove_layer(self.instance);
         }
     }
 }
@@ -542,6 +682,32 @@ impl SpanLayer {
     }
 }
 
+impl SpanLayer {
+    /// The parent of new span `id` as this layer sees it, what `ctx.span(id)?.parent()` says
+    /// (a per-layer filter leaves out the spans it filters), looked up in the registry only when
+    /// this layer does not keep the span's direct parent: that is the registry's parent (the
+    /// explicit one, or the current span for a contextual span), and a span this layer keeps
+    /// is one its filter let through. A root span has none.
+    fn parent<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: &Context<'_, S>) -> Option<u64>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let direct = if attrs.is_root() {
+            return None;
+        } else if attrs.is_contextual() {
+            ctx.current_span().id()?.into_u64()
+        } else {
+            attrs.parent()?.into_u64()
+        };
+        if lock(shard(direct)).find(self.instance, direct).is_some() {
+            return Some(direct);
+        }
+        ctx.span(id)
+            .and_then(|s| s.parent())
+            .map(|p| p.id().into_u64())
+    }
+}
+
 impl<S> tracing_subscriber::Layer<S> for SpanLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -552,11 +718,7 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        // The parent this layer sees (a per-layer filter leaves out the spans it filters).
-        let parent = ctx
-            .span(id)
-            .and_then(|s| s.parent())
-            .map(|p| p.id().into_u64());
+        let parent = self.parent(attrs, id, &ctx);
         let mut kept = spare(attrs.metadata(), parent);
         // Formatted before any lock is taken: a value's `Debug` is the service's code.
         kept.fields.record(&|v| attrs.record(v));
@@ -564,9 +726,9 @@ where
         {
             (kept.trace_id, kept.span_id) = self.otel_ids(id);
         }
-        let key = (self.instance, id.into_u64());
+        let id = id.into_u64();
         // The old value of a reused id (a close this layer missed) is put away after the unlock.
-        let old = lock(shard(key.1)).insert(key, kept);
+        let old = lock(shard(id)).insert(self.instance, id, kept);
         if let Some(old) = old {
             put_away(old);
         }
@@ -580,8 +742,8 @@ where
         if recorded.n == 0 {
             return;
         }
-        let key = (self.instance, id.into_u64());
-        if let Some(k) = lock(shard(key.1)).get_mut(&key) {
+        let id = id.into_u64();
+        if let Some(k) = lock(shard(id)).get_mut(self.instance, id) {
             k.fields.merge(&recorded);
         }
     }
@@ -598,9 +760,9 @@ where
     }
 
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
-        let key = (self.instance, id.into_u64());
+        let id = id.into_u64();
         // Put away after the unlock.
-        let gone = lock(shard(key.1)).remove(&key);
+        let gone = lock(shard(id)).remove(self.instance, id);
         if let Some(gone) = gone {
             put_away(gone);
         }
@@ -664,7 +826,7 @@ fn walk_entered(e: crate::poll::span_stack::Entered) -> Captured {
             break;
         }
         // One part locked at a time, for a copy.
-        let found = lock(shard(id)).get(&(e.layer, id)).map(|k| {
+        let found = lock(shard(id)).get(e.layer, id).map(|k| {
             let info = SpanInfo {
                 name: k.meta.name().to_owned(),
                 target: k.meta.target().to_owned(),
@@ -908,6 +1070,63 @@ mod tests {
                 .map(|s| s.name)
                 .collect();
             assert_eq!(names, ["connection", "request"]);
+        });
+    }
+
+    /// The table against a map: ids that collide and wrap around the end, removals in
+    /// random order (later entries moved back stay found), a reused id replacing its record,
+    /// a layer's records removed, and growth.
+    #[test]
+    fn the_table_finds_what_it_keeps_through_collisions_removals_and_growth() {
+        with_layer(|_| {
+            let span = tracing::info_span!("t");
+            let meta = span.metadata().expect("enabled");
+            let mut table = Table::new();
+            let mut model = std::collections::HashMap::new();
+            // A small xorshift: the same order every run.
+            let mut seed = 0x2545_F491_4F6C_DD1Du64;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            for step in 0..20_000u64 {
+                let layer = 1 + next() % 2;
+                // Few distinct ids, some far apart: many collisions and replacements.
+                let id = match next() % 3 {
+                    0 => 1 + next() % 64,
+                    1 => (1 + next() % 64) << 40,
+                    _ => 1 + next() % 4096,
+                };
+                if next() % 3 == 0 {
+                    let got = table.remove(layer, id).map(|k| k.parent);
+                    assert_eq!(got, model.remove(&(layer, id)), "step {step}");
+                } else {
+                    let old = table
+                        .insert(layer, id, spare(meta, Some(step)))
+                        .map(|k| k.parent);
+                    assert_eq!(old, model.insert((layer, id), Some(step)), "step {step}");
+                }
+                assert_eq!(table.len, model.len());
+                if step % 997 == 0 {
+                    for (&(layer, id), &parent) in &model {
+                        assert_eq!(table.get(layer, id).map(|k| k.parent), Some(parent));
+                    }
+                    assert!(2 * table.len <= table.places.len().max(1));
+                }
+            }
+            table.remove_layer(1);
+            model.retain(|k, _| k.0 != 1);
+            assert_eq!(table.len, model.len());
+            let mut keys: Vec<_> = table.keys().collect();
+            let mut expected: Vec<_> = model.keys().copied().collect();
+            keys.sort_unstable();
+            expected.sort_unstable();
+            assert_eq!(keys, expected);
+            for (&(layer, id), &parent) in &model {
+                assert_eq!(table.get_mut(layer, id).map(|k| k.parent), Some(parent));
+            }
         });
     }
 

@@ -231,6 +231,42 @@ fn cut_value(text: &mut Text, start: usize) {
     text.push_str("…");
 }
 
+/// Copies `src` (at most 16 bytes) into `dst`, of the same length: two overlapping moves of 8,
+/// 4 or 1 bytes.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n != dst.len() {
+        return;
+    }
+    if n >= 8 {
+        if let (Some(d), Some(s)) = (dst.get_mut(..8), src.get(..8)) {
+            d.copy_from_slice(s);
+        }
+        if let (Some(d), Some(s)) = (dst.get_mut(n - 8..), src.get(n - 8..)) {
+            if d.len() == 8 {
+                d.copy_from_slice(s);
+            }
+        }
+    } else if n >= 4 {
+        if let (Some(d), Some(s)) = (dst.get_mut(..4), src.get(..4)) {
+            d.copy_from_slice(s);
+        }
+        if let (Some(d), Some(s)) = (dst.get_mut(n - 4..), src.get(n - 4..)) {
+            if d.len() == 4 {
+                d.copy_from_slice(s);
+            }
+        }
+    } else if n > 0 {
+        // 1 to 3 bytes: the first, the middle and the last.
+        for i in [0, n / 2, n - 1] {
+            if let (Some(d), Some(s)) = (dst.get_mut(i), src.get(i)) {
+                *d = *s;
+            }
+        }
+    }
+}
+
 /// Text kept in place up to [`INLINE_TEXT`] bytes, then all of it on the heap. Only whole
 /// characters are pushed, so it is always UTF-8.
 struct Text {
@@ -264,8 +300,24 @@ impl Text {
         }
     }
 
+    /// Appends `s`. A short one that fits in place is copied with a few moves, not a call to
+    /// `memcpy` (most values written are a few bytes: a method, a version, a number).
     #[inline]
     fn push_str(&mut self, s: &str) {
+        let (len, n) = (self.len, s.len());
+        if n <= 16 && self.heap.is_none() {
+            if let Some(room) = self.inline.get_mut(len..len + n) {
+                copy_short(room, s.as_bytes());
+                self.len = len + n;
+                return;
+            }
+        }
+        self.push_str_long(s);
+    }
+
+    /// [`push_str`](Self::push_str) of more than 16 bytes, or past the inline room.
+    #[inline(never)]
+    fn push_str_long(&mut self, s: &str) {
         if self.heap.is_none() {
             if let Some(room) = self.inline.get_mut(self.len..self.len + s.len()) {
                 room.copy_from_slice(s.as_bytes());
@@ -327,12 +379,27 @@ impl std::fmt::Write for Pen<'_> {
         // pen is under; this reference ends with the call, which calls out to no other code.
         let sheet = unsafe { &mut *self.0 };
         let text = &mut sheet.fields.text;
-        if s.len() <= sheet.limit.saturating_sub(text.len()) {
-            text.push_str(s);
-            return Ok(());
+        let (len, n) = (text.len, s.len());
+        // The usual write: a few bytes, in place, under the limit.
+        if n <= 16 && len + n <= sheet.limit && text.heap.is_none() {
+            if let Some(room) = text.inline.get_mut(len..len + n) {
+                copy_short(room, s.as_bytes());
+                text.len = len + n;
+                return Ok(());
+            }
         }
-        write_cut(text, sheet.limit, s)
+        write_long(text, sheet.limit, s)
     }
+}
+
+/// [`Pen::write_str`] of more than 16 bytes, past the inline room or past the limit.
+#[inline(never)]
+fn write_long(text: &mut Text, limit: usize, s: &str) -> std::fmt::Result {
+    if s.len() <= limit.saturating_sub(text.len()) {
+        text.push_str(s);
+        return Ok(());
+    }
+    write_cut(text, limit, s)
 }
 
 /// The part of `s` that fits below `limit`, then an error that stops the formatting.

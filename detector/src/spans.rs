@@ -64,17 +64,34 @@ struct Kept {
 /// one with this many frees.
 const SPARES: usize = 32;
 
+/// A thread's spare records: the first `n` places hold one each. Cells, not a `RefCell<Vec>`:
+/// taking or putting back one is a few loads and stores, no borrow flag or capacity to check.
+struct Spares {
+    n: std::cell::Cell<usize>,
+    // Boxed: a record moves between here and the table by pointer, never by copy.
+    kept: [std::cell::Cell<Option<Box<Kept>>>; SPARES],
+}
+
 thread_local! {
-    // Boxed: a record moves between this list and the table by pointer, never by copy.
-    #[allow(clippy::vec_box)]
-    static SPARE: std::cell::RefCell<Vec<Box<Kept>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE: Spares = const {
+        Spares {
+            n: std::cell::Cell::new(0),
+            kept: [const { std::cell::Cell::new(None) }; SPARES],
+        }
+    };
 }
 
 /// A record for a new span of `meta` under `parent`, with no fields yet: one of the thread's
 /// spares, or a new one.
+#[inline]
 fn spare(meta: &'static tracing::Metadata<'static>, parent: Option<u64>) -> Box<Kept> {
     let spare = SPARE
-        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
+        .try_with(|s| {
+            let n = s.n.get().checked_sub(1)?;
+            let kept = s.kept.get(n)?.take();
+            s.n.set(n);
+            kept
+        })
         .ok()
         .flatten();
     match spare {
@@ -84,20 +101,28 @@ fn spare(meta: &'static tracing::Metadata<'static>, parent: Option<u64>) -> Box<
             kept.parent = parent;
             kept
         }
-        None => Box::new(Kept {
-            meta,
-            parent,
-            fields: Fields::default(),
-            #[cfg(feature = "otel-trace")]
-            trace_id: None,
-            #[cfg(feature = "otel-trace")]
-            span_id: None,
-        }),
+        None => new_record(meta, parent),
     }
+}
+
+/// A new record, for a thread with no spare.
+#[cold]
+#[inline(never)]
+fn new_record(meta: &'static tracing::Metadata<'static>, parent: Option<u64>) -> Box<Kept> {
+    Box::new(Kept {
+        meta,
+        parent,
+        fields: Fields::default(),
+        #[cfg(feature = "otel-trace")]
+        trace_id: None,
+        #[cfg(feature = "otel-trace")]
+        span_id: None,
+    })
 }
 
 /// The record of a closed span: emptied (a long text's heap freed now), and kept for the
 /// thread's next span while it has fewer than [`SPARES`]; freed otherwise.
+#[inline]
 fn put_away(mut kept: Box<Kept>) {
     kept.fields.n = 0;
     kept.fields.text.clear();
@@ -108,12 +133,22 @@ fn put_away(mut kept: Box<Kept>) {
     }
     // A thread being torn down (its spares gone) frees it.
     let _ = SPARE.try_with(move |s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            if s.len() < SPARES {
-                s.push(kept);
+        let n = s.n.get();
+        if let Some(place) = s.kept.get(n) {
+            // The place is empty (the first `n` hold the spares).
+            if let Some(other) = place.replace(Some(kept)) {
+                drop_record(other);
             }
+            s.n.set(n + 1);
         }
     });
+}
+
+/// Frees a record, out of the way of the usual paths.
+#[cold]
+#[inline(never)]
+fn drop_record(kept: Box<Kept>) {
+    drop(kept);
 }
 
 /// A span's fields as text, without a map or an allocation per field.
@@ -174,29 +209,25 @@ impl Fields {
     /// fields: a new name past that is left out).
     #[inline]
     fn push(&mut self, name: &'static str, value: &str) {
-        if self.n >= MAX_FIELDS {
+        let n = self.n;
+        if n >= MAX_FIELDS {
             return;
         }
-        let start = self.text.len();
         self.text.push_str(value);
-        self.end_value(name, start);
+        self.end_value(n, name);
     }
 
-    /// Marks the value of `name` that began at `start` as ending at the text's end (a field
-    /// past [`MAX_FIELDS`] is dropped).
-    #[inline]
-    fn end_value(&mut self, name: &'static str, start: usize) {
-        let n = self.n;
+    /// Makes the text's end the end of field `n` (the next one, below [`MAX_FIELDS`]), named
+    /// `name`.
+    #[inline(always)]
+    fn end_value(&mut self, n: usize, name: &'static str) {
         if n < MAX_FIELDS {
-            // Always: the text is at most 16 values of at most 131 bytes.
-            if let Ok(end) = u16::try_from(self.text.len()) {
-                self.names[n] = name;
-                self.ends[n] = end;
-                self.n = n + 1;
-                return;
-            }
+            self.names[n] = name;
+            // At most 16 values of at most 132 bytes (`Pen` writes no further than that;
+            // values kept as they are have at most 128): the end fits.
+            self.ends[n] = self.text.len() as u16;
+            self.n = n + 1;
         }
-        self.text.truncate(start);
     }
 
     /// The fields of `newer` (an `on_record`) merged in: a value recorded again replaces the
@@ -342,8 +373,17 @@ impl Text {
     }
 
     /// Empty again, in place, for another span.
+    #[inline]
     fn clear(&mut self) {
         self.len = 0;
+        if self.heap.is_some() {
+            self.free_heap();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn free_heap(&mut self) {
         self.heap = None;
     }
 
@@ -445,25 +485,27 @@ impl ValueVisitor<'_, '_, '_> {
         name: &'static str,
         fmt: impl FnOnce(&mut std::fmt::Formatter<'_>) -> std::fmt::Result,
     ) {
-        let start = {
+        let (n, start) = {
             // SAFETY: see `Sheet`: this reference ends before `fmt` (which writes through the
             // pen) runs.
             let sheet = unsafe { &mut *self.sheet };
-            if sheet.fields.n >= MAX_FIELDS {
+            let n = sheet.fields.n;
+            if n >= MAX_FIELDS {
                 return;
             }
             let start = sheet.fields.text.len();
             sheet.limit = start + MAX_VALUE_BYTES + 4;
-            start
+            (n, start)
         };
         // An error is the value cut (`Pen`) or the value's own: what it wrote is kept.
         let _ = fmt(self.f);
-        // SAFETY: see `Sheet`: `fmt` has returned; no other reference to it is live.
+        // SAFETY: see `Sheet`: `fmt` has returned; no other reference to it is live. (A span
+        // made by `fmt` has a record of its own: `n` is still this one's.)
         let fields = &mut *unsafe { &mut *self.sheet }.fields;
         if fields.text.len() - start > MAX_VALUE_BYTES {
             cut_value(&mut fields.text, start);
         }
-        fields.end_value(name, start);
+        fields.end_value(n, name);
     }
 }
 
@@ -620,13 +662,8 @@ impl Table {
             // between its home and `i`.
             let home = self.home(place.id);
             if (i.wrapping_sub(home) & mask) >= (i.wrapping_sub(hole) & mask) {
-                let moved = self.places[i].kept.take();
-                let (layer, id) = (self.places[i].layer, self.places[i].id);
-                self.places[hole] = Place {
-                    layer,
-                    id,
-                    kept: moved,
-                };
+                // The hole is empty: the entry moves there, the hole to `i`.
+                self.places.swap(hole, i);
                 hole = i;
             }
             i = (i + 1) & mask;
@@ -671,6 +708,7 @@ fn shard(id: u64) -> &'static Shard {
 
 /// Locks a part. Its lock is held only by pinwatch's code, which never panics holding it; a
 /// poisoned one is used as it is.
+#[inline]
 fn lock(shard: &'static Shard) -> std::sync::MutexGuard<'static, Table> {
     shard.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -1197,6 +1235,30 @@ mod tests {
         });
     }
 
+    /// Text of every short length (copied with overlapping moves), then past the inline room
+    /// (all of it moved to the heap), reads back as written.
+    #[test]
+    fn text_of_every_length_reads_back() {
+        let mut text = Text::default();
+        let mut expected = String::new();
+        for n in 0..=20 {
+            let piece: String = (0..n)
+                .map(|i| char::from(b'a' + (n + i) as u8 % 26))
+                .collect();
+            text.push_str(&piece);
+            expected.push_str(&piece);
+            assert_eq!(text.as_str(), expected, "after {n} bytes");
+            assert_eq!(text.len(), expected.len());
+        }
+        assert!(text.heap.is_some(), "210 bytes are past the inline room");
+        text.truncate(3);
+        text.push_str("é");
+        assert_eq!(text.as_str(), format!("{}é", &expected[..3]));
+        text.clear();
+        text.push_str("xy");
+        assert_eq!(text.as_str(), "xy");
+    }
+
     /// What a layer keeps, in every part of the table.
     fn kept_by(instance: u64) -> usize {
         LIVE.iter()
@@ -1226,7 +1288,7 @@ mod tests {
     #[test]
     fn a_closed_spans_record_is_reused_empty_and_spares_are_bounded() {
         with_layer(|instance| {
-            let spares = || SPARE.with(|s| s.borrow().len());
+            let spares = || SPARE.with(|s| s.n.get());
             let long = "y".repeat(300);
             drop(tracing::info_span!("old", a = 1, b = %long, c = "c"));
             assert!(spares() >= 1, "the closed span's record is kept");
@@ -1249,10 +1311,12 @@ mod tests {
             assert_eq!(spares(), SPARES);
             // Kept empty: no heap text of a closed span lives on in a spare.
             SPARE.with(|s| {
-                for k in s.borrow().iter() {
+                for place in &s.kept {
+                    let k = place.take().expect("all places hold one");
                     assert!(
                         k.fields.n == 0 && k.fields.text.len == 0 && k.fields.text.heap.is_none()
                     );
+                    place.set(Some(k));
                 }
             });
             // docs/overhead.md: 512 bytes a record (560 with `otel-trace`), 32 a thread.

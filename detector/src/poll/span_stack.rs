@@ -41,9 +41,10 @@ pub(crate) struct SpanStack {
     /// The depth (low 32 bits: spans entered and not exited, which may exceed [`STACK_MAX`];
     /// it saturates) and a generation (high 32 bits) one higher at every change of the stack.
     state: AtomicU64,
-    /// The poll counter of the latest push deeper than kept (the entry not stored): what tells,
-    /// when the stack is deeper than kept, that it is all left over from an earlier poll. Only
-    /// such a push can have been the latest one while the stack is that deep.
+    /// The poll counter of the latest push. Every push either goes on entries of its own poll
+    /// or first drops them all (stale), so while the stack is not empty every entry on it was
+    /// pushed during this poll: what tells that it is all left over from an earlier one, with
+    /// one load, however deep the stack (deeper than kept, the top is not stored).
     last: AtomicU64,
     entries: [Entry; STACK_MAX],
 }
@@ -89,29 +90,22 @@ impl SpanStack {
     pub(crate) fn push(&self, layer: u64, id: u64, poll: u64) {
         let mut state = self.state.load(Ordering::Relaxed);
         let mut depth = depth(state);
-        // Entries are pushed in time order and poll counters only grow: when the top one is
-        // from another poll, all are. Nothing of theirs can be reported any more. Deeper than
-        // kept, the top is not stored: the latest push says (else spans entered and never
-        // exited here, 17 deep, would leave the thread with no span on any later pin).
-        let stale = match depth {
-            0 => false,
-            1..=STACK_MAX => self.entries[depth - 1].poll.load(Ordering::Relaxed) != poll,
-            _ => self.last.load(Ordering::Relaxed) != poll,
-        };
-        if stale {
+        // Entries on the stack are all of the latest push's poll (`last`): when it is another
+        // poll, nothing of theirs can be reported any more. (Deeper than kept, the top is not
+        // stored: without this, spans entered and never exited here, 17 deep, would leave the
+        // thread with no span on any later pin.)
+        if depth != 0 && self.last.load(Ordering::Relaxed) != poll {
             state = self.emptied(state);
             depth = 0;
         }
+        self.last.store(poll, Ordering::Relaxed);
         // The state stores before this (an exit that freed this entry's place) are visible to
         // a reader that sees the entry's new contents.
         fence(Ordering::Release);
-        match self.entries.get(depth) {
-            Some(e) => {
-                e.id.store(id, Ordering::Relaxed);
-                e.layer.store(layer, Ordering::Relaxed);
-                e.poll.store(poll, Ordering::Relaxed);
-            }
-            None => self.last.store(poll, Ordering::Relaxed),
+        if let Some(e) = self.entries.get(depth) {
+            e.id.store(id, Ordering::Relaxed);
+            e.layer.store(layer, Ordering::Relaxed);
+            e.poll.store(poll, Ordering::Relaxed);
         }
         // The next generation, one deeper (at most `DEPTH`: then the same depth).
         let step = if depth < DEPTH as usize {
@@ -124,8 +118,9 @@ impl SpanStack {
     }
 
     /// An empty stack, stored before entries a reader may be reading are overwritten (a push
-    /// over stale entries); returns the new state.
-    #[cold]
+    /// over stale entries); returns the new state. Inlined: a call would make the push keep
+    /// its values across it, in registers saved and restored on every push.
+    #[inline(always)]
     fn emptied(&self, state: u64) -> u64 {
         let state = next(state, 0);
         self.state.store(state, Ordering::Release);

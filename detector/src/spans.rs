@@ -194,7 +194,10 @@ impl Fields {
     ///
     /// All the values are formatted in one `core::fmt::write`: its `Formatter` (which only
     /// `write` makes) is handed to each value's `Debug` in turn, instead of one `write` per value.
-    fn record(&mut self, values: &dyn Fn(&mut dyn Visit)) {
+    fn record(&mut self, values: &impl Values) {
+        if values.none() {
+            return;
+        }
         let mut sheet = Sheet {
             fields: self,
             limit: 0,
@@ -453,16 +456,46 @@ fn write_cut(text: &mut Text, limit: usize, s: &str) -> std::fmt::Result {
     Err(std::fmt::Error)
 }
 
-/// All of a span's values, as the one argument of [`Fields::record`]'s `write`: formatting it
-/// visits them with the `Formatter`.
-struct AllValues<'a, 'v> {
-    sheet: *mut Sheet<'a>,
-    values: &'v dyn Fn(&mut dyn Visit),
+/// A span's values: an `Attributes` (at creation) or a `Record` (`Span::record`).
+trait Values {
+    /// Visits each value.
+    fn visit(&self, visitor: &mut dyn Visit);
+
+    /// Whether there is surely no value (a span with no fields: nothing to format).
+    fn none(&self) -> bool {
+        false
+    }
 }
 
-impl std::fmt::Display for AllValues<'_, '_> {
+impl Values for Attributes<'_> {
+    #[inline]
+    fn visit(&self, visitor: &mut dyn Visit) {
+        self.record(visitor);
+    }
+
+    #[inline]
+    fn none(&self) -> bool {
+        self.fields().is_empty()
+    }
+}
+
+impl Values for Record<'_> {
+    #[inline]
+    fn visit(&self, visitor: &mut dyn Visit) {
+        self.record(visitor);
+    }
+}
+
+/// All of a span's values, as the one argument of [`Fields::record`]'s `write`: formatting it
+/// visits them with the `Formatter`.
+struct AllValues<'a, 'v, V> {
+    sheet: *mut Sheet<'a>,
+    values: &'v V,
+}
+
+impl<V: Values> std::fmt::Display for AllValues<'_, '_, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        (self.values)(&mut ValueVisitor {
+        self.values.visit(&mut ValueVisitor {
             sheet: self.sheet,
             f,
         });
@@ -826,7 +859,7 @@ where
         let parent = self.parent(attrs, id, &ctx);
         let mut kept = spare(attrs.metadata(), parent);
         // Formatted before any lock is taken: a value's `Debug` is the service's code.
-        kept.fields.record(&|v| attrs.record(v));
+        kept.fields.record(attrs);
         #[cfg(feature = "otel-trace")]
         {
             (kept.trace_id, kept.span_id) = self.otel_ids(id);
@@ -843,7 +876,7 @@ where
         // Formatted before the lock: a value's `Debug` is the service's code, and may make a
         // span itself (whose `on_new_span` may take the same part's lock).
         let mut recorded = Fields::default();
-        recorded.record(&|v| values.record(v));
+        recorded.record(values);
         if recorded.n == 0 {
             return;
         }
@@ -1098,6 +1131,21 @@ mod tests {
             );
             assert_eq!(fields["last"], "end");
             assert_eq!(fields.len(), 7, "{fields:?}");
+        });
+    }
+
+    /// A span with no fields is kept (nothing formatted); one whose fields are all empty too,
+    /// and a value recorded later shows.
+    #[test]
+    fn spans_without_values_are_kept() {
+        with_layer(|instance| {
+            let bare = tracing::info_span!("bare");
+            let chain = chain_of(instance, &bare);
+            assert_eq!((chain[0].name.as_str(), chain[0].fields.len()), ("bare", 0));
+            let empty = tracing::info_span!("empty", a = tracing::field::Empty);
+            assert!(chain_of(instance, &empty)[0].fields.is_empty());
+            empty.record("a", 1);
+            assert_eq!(chain_of(instance, &empty)[0].fields["a"], "1");
         });
     }
 

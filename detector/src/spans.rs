@@ -216,6 +216,22 @@ impl Fields {
         if n >= MAX_FIELDS {
             return;
         }
+        let (len, v) = (self.text.len, value.len());
+        if v <= 16 && self.text.heap.is_none() {
+            if let Some(room) = self.text.inline.get_mut(len..len + v) {
+                copy_short(room, value.as_bytes());
+                self.text.len = len + v;
+                self.end_value(n, name);
+                return;
+            }
+        }
+        self.push_long(n, name, value);
+    }
+
+    /// [`push`](Self::push) of a value of more than 16 bytes, or past the inline room: out of
+    /// line, so that the short one calls nothing.
+    #[inline(never)]
+    fn push_long(&mut self, n: usize, name: &'static str, value: &str) {
         self.text.push_str(value);
         self.end_value(n, name);
     }
@@ -542,6 +558,16 @@ impl ValueVisitor<'_, '_, '_> {
     }
 }
 
+impl ValueVisitor<'_, '_, '_> {
+    /// A `&str` longer than kept: formatted (`Display`), which cuts it. Out of line: the usual
+    /// short one is copied with nothing called.
+    #[cold]
+    #[inline(never)]
+    fn format_long_str(&mut self, name: &'static str, value: &str) {
+        self.format(name, |f| std::fmt::Display::fmt(value, f));
+    }
+}
+
 impl Visit for ValueVisitor<'_, '_, '_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if value.len() <= MAX_VALUE_BYTES {
@@ -550,7 +576,7 @@ impl Visit for ValueVisitor<'_, '_, '_> {
             // `fmt`.
             unsafe { &mut *self.sheet }.fields.push(field.name(), value);
         } else {
-            self.format(field.name(), |f| std::fmt::Display::fmt(value, f));
+            self.format_long_str(field.name(), value);
         }
     }
 

@@ -12,8 +12,8 @@
 //!   never reads the subscriber's registry: another layer may hold a span's lock there while
 //!   it runs the service's code (a field's `Debug`), and dropping a registry reference on the
 //!   watchdog's thread could close a span against the wrong subscriber. A part's lock is held
-//!   only by pinwatch's own code, for an insert, a merge, a removal or a copy — never while a value is
-//!   formatted.
+//!   only by pinwatch's own code, for an insert, a lookup, a merge, a removal or a copy — never
+//!   while a value is formatted.
 //!
 //! Which spans a pin shows: the innermost span *entered during the pinned poll* on the pinned
 //! thread, and its parents (the span tree, outermost first). A span entered before the poll began

@@ -551,7 +551,7 @@ impl ValueVisitor<'_, '_, '_> {
         // SAFETY: see `Sheet`: `fmt` has returned; no other reference to it is live. (A span
         // made by `fmt` has a record of its own: `n` is still this one's.)
         let fields = &mut *unsafe { &mut *self.sheet }.fields;
-        if fields.text.len() - start > MAX_VALUE_BYTES {
+        if fields.text.len().saturating_sub(start) > MAX_VALUE_BYTES {
             cut_value(&mut fields.text, start);
         }
         fields.end_value(n, name);
@@ -710,13 +710,8 @@ impl Table {
         self.len -= 1;
         let mask = self.places.len() - 1;
         let mut i = (hole + 1) & mask;
-        loop {
-            let Some(place) = self.places.get(i) else {
-                break;
-            };
-            if place.kept.is_none() {
-                break;
-            }
+        // Up to the next empty place.
+        while let Some(place) = self.places.get(i).filter(|p| p.kept.is_some()) {
             // The entry at `i` moves to the hole if its search passes there: the hole lies
             // between its home and `i`.
             let home = self.home(place.id);

@@ -218,9 +218,12 @@ mod imp {
         CURRENT.get().cell
     }
 
-    #[inline(always)]
+    /// As `get`, async-signal-safe: the signal handler reads it.
+    #[inline]
     pub(crate) fn slot() -> *const Slot {
-        CURRENT.get().slot
+        CURRENT
+            .try_with(|c| c.get().slot)
+            .unwrap_or(std::ptr::null())
     }
 
     #[inline]

@@ -672,7 +672,19 @@ impl Table {
     #[cold]
     #[inline(never)]
     fn grow(&mut self) {
-        let places = (2 * self.places.len()).max(16);
+        self.resize((2 * self.places.len()).max(16));
+    }
+
+    /// Half the places, every record put back: after a burst of open spans, a part's places go
+    /// as its spans close (a quarter full at most after, so that it does not grow right back).
+    #[cold]
+    #[inline(never)]
+    fn shrink(&mut self) {
+        self.resize(self.places.len() / 2);
+    }
+
+    /// `places` places (a power of two, more than twice the records), every record put back.
+    fn resize(&mut self, places: usize) {
         let old = std::mem::replace(
             &mut self.places,
             (0..places)
@@ -721,6 +733,9 @@ impl Table {
                 hole = i;
             }
             i = (i + 1) & mask;
+        }
+        if self.places.len() > 16 && 8 * self.len < self.places.len() {
+            self.shrink();
         }
         gone
     }
@@ -854,13 +869,29 @@ impl SpanLayer {
         let direct = if attrs.is_root() {
             return None;
         } else if attrs.is_contextual() {
-            ctx.current_span().id()?.into_u64()
+            let current = ctx.current_span();
+            match current.id() {
+                Some(id) => id.into_u64(),
+                // No current span: a root, as the registry makes it.
+                None if current.is_known() => return None,
+                // A subscriber that does not say (`current_span`'s default): the registry's.
+                None => return Self::registry_parent(id, ctx),
+            }
         } else {
             attrs.parent()?.into_u64()
         };
         if lock(shard(direct)).find(self.instance, direct).is_some() {
             return Some(direct);
         }
+        Self::registry_parent(id, ctx)
+    }
+
+    /// The parent of span `id` as the registry and this layer's filter see it.
+    #[cold]
+    fn registry_parent<S>(id: &Id, ctx: &Context<'_, S>) -> Option<u64>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
         ctx.span(id)
             .and_then(|s| s.parent())
             .map(|p| p.id().into_u64())
@@ -1442,5 +1473,547 @@ mod tests {
         });
         let written = body.written.load(Ordering::Relaxed);
         assert!(written <= 1, "{written} KiB of the body were formatted");
+    }
+}
+
+/// Review tests: the table, formatting and parents, attacked.
+#[cfg(test)]
+mod review_tests {
+    use super::*;
+    use std::collections::HashMap;
+    use tracing_subscriber::prelude::*;
+
+    fn with_layer(f: impl FnOnce(u64)) {
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || f(instance));
+    }
+
+    fn chain_of(instance: u64, span: &tracing::Span) -> Vec<SpanInfo> {
+        walk_entered(crate::poll::span_stack::Entered {
+            layer: instance,
+            id: span.id().expect("the span is enabled").into_u64(),
+        })
+        .spans
+    }
+
+    fn names(c: &[SpanInfo]) -> Vec<String> {
+        c.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The inverse of SPREAD mod 2^64 (Newton).
+    fn inverse_spread() -> u64 {
+        let mut inv = SPREAD;
+        for _ in 0..6 {
+            inv = inv.wrapping_mul(2u64.wrapping_sub(SPREAD.wrapping_mul(inv)));
+        }
+        assert_eq!(inv.wrapping_mul(SPREAD), 1);
+        inv
+    }
+
+    /// 100k random inserts/removals/lookups against a HashMap, with ids built to fall on the
+    /// same part AND the same home place at every table size (their spread products differ
+    /// only in the bits below 26), plus ordinary ids and two layers sharing ids.
+    #[test]
+    fn table_against_a_map_with_ids_colliding_on_part_and_place() {
+        with_layer(|_| {
+            let span = tracing::info_span!("t");
+            let meta = span.metadata().expect("enabled");
+            let inv = inverse_spread();
+            let colliding = |k: u64, group: u64| -> u64 {
+                // top 6 bits: part 5; bits 26..58: `group`; below: k.
+                let p = (5u64 << 58) | (group << 26) | (k & ((1 << 26) - 1));
+                p.wrapping_mul(inv)
+            };
+            for k in 0..50 {
+                assert_eq!(
+                    shard(colliding(k, 3)) as *const _,
+                    shard(colliding(0, 3)) as *const _
+                );
+            }
+            let mut table = Table::new();
+            let mut model: HashMap<(u64, u64), u64> = HashMap::new();
+            let mut seed = 0xDEAD_BEEF_CAFE_F00Du64;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            let mut max_places = 0;
+            for step in 0..100_000u64 {
+                let layer = 1 + next() % 2;
+                let id = match next() % 4 {
+                    0 | 1 => colliding(next() % 300, next() % 3),
+                    2 => 1 + next() % 2000,
+                    _ => next() | 1,
+                };
+                match next() % 5 {
+                    0 | 1 => {
+                        let got = table.remove(layer, id).map(|k| k.parent);
+                        assert_eq!(got, model.remove(&(layer, id)).map(Some), "step {step}");
+                    }
+                    2 => {
+                        let got = table.get(layer, id).map(|k| k.parent);
+                        assert_eq!(
+                            got,
+                            model.get(&(layer, id)).map(|&p| Some(p)),
+                            "step {step}"
+                        );
+                    }
+                    _ => {
+                        let old = table
+                            .insert(layer, id, spare(meta, Some(step)))
+                            .map(|k| k.parent);
+                        assert_eq!(
+                            old,
+                            model.insert((layer, id), step).map(Some),
+                            "step {step}"
+                        );
+                    }
+                }
+                assert_eq!(table.len, model.len());
+                max_places = max_places.max(table.places.len());
+                if step % 4999 == 0 {
+                    for (&(l, i), &p) in &model {
+                        assert_eq!(
+                            table.get(l, i).map(|k| k.parent),
+                            Some(Some(p)),
+                            "step {step}"
+                        );
+                    }
+                    assert_eq!(table.keys().count(), model.len());
+                }
+            }
+            // Empty it: every one found and removed.
+            let keys: Vec<_> = model.keys().copied().collect();
+            for (l, i) in keys {
+                assert!(table.remove(l, i).is_some());
+                model.remove(&(l, i));
+            }
+            assert_eq!(table.len, 0);
+            assert_eq!(table.keys().count(), 0);
+        });
+    }
+
+    /// A part's places never shrink: a burst of open spans leaves its table's capacity behind
+    /// for as long as the process lives (docs/spans.md: "the table holds the open spans only").
+    #[test]
+    fn a_part_shrinks_after_a_burst() {
+        with_layer(|_| {
+            let span = tracing::info_span!("t");
+            let meta = span.metadata().expect("enabled");
+            let mut table = Table::new();
+            for id in 1..=100_000u64 {
+                table.insert(1, id, spare(meta, None));
+            }
+            for id in 1..=100_000u64 {
+                put_away(table.remove(1, id).expect("kept"));
+            }
+            let bytes = table.places.capacity() * std::mem::size_of::<Place>();
+            assert!(
+                table.places.len() <= 1024,
+                "empty again, but {} places ({} KiB) kept",
+                table.places.len(),
+                bytes / 1024
+            );
+        });
+    }
+
+    /// The same through the layer: 200k spans open at once, then all closed.
+    #[test]
+    fn the_live_table_shrinks_after_a_burst_of_open_spans() {
+        let layer = tracing_layer();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let dispatch = tracing::Dispatch::new(subscriber);
+        let places = || -> usize { LIVE.iter().map(|p| lock(p).places.len()).sum() };
+        let before = places();
+        tracing::dispatcher::with_default(&dispatch, || {
+            let open: Vec<_> = (0..200_000)
+                .map(|i| tracing::info_span!("burst", i))
+                .collect();
+            drop(open);
+        });
+        let after = places();
+        let kib = (after - before) * std::mem::size_of::<Place>() / 1024;
+        // Keep the layer alive (its Drop would rebuild the parts).
+        assert!(
+            after - before <= 64 * 1024,
+            "no span open, yet {} more places ({kib} KiB) than before the burst",
+            after - before
+        );
+        drop(dispatch);
+    }
+
+    struct PanicsInDebug;
+    impl std::fmt::Debug for PanicsInDebug {
+        fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            panic!("a service's Debug panics");
+        }
+    }
+
+    /// A field whose Debug panics (at creation and in `record`): no part's lock poisoned, no
+    /// spare lost for good, later spans kept as before.
+    #[test]
+    fn a_panicking_debug_poisons_nothing() {
+        with_layer(|instance| {
+            let r = std::panic::catch_unwind(|| {
+                let _s = tracing::info_span!("boom", v = ?PanicsInDebug);
+            });
+            assert!(r.is_err());
+            let ok = tracing::info_span!("ok", a = 1, b = tracing::field::Empty);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                ok.record("b", tracing::field::debug(PanicsInDebug));
+            }));
+            assert!(r.is_err());
+            assert!(LIVE.iter().all(|p| !p.is_poisoned()), "a part is poisoned");
+            let c = chain_of(instance, &ok);
+            assert_eq!(c[0].fields["a"], "1");
+            assert!(!c[0].fields.contains_key("b"));
+            ok.record("b", 2);
+            assert_eq!(chain_of(instance, &ok)[0].fields["b"], "2");
+        });
+    }
+
+    /// A Debug that creates, records on and closes spans (many: some land on the same part as
+    /// the span being made), at creation and on `record`: no deadlock, both kept.
+    #[test]
+    fn a_reentrant_debug_does_not_deadlock() {
+        struct MakesSpans(usize);
+        impl std::fmt::Debug for MakesSpans {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                for i in 0..self.0 {
+                    let s = tracing::info_span!("inner", i, x = tracing::field::Empty);
+                    s.record("x", tracing::field::debug(format!("{i}")));
+                    let _g = s.enter();
+                }
+                f.write_str("made")
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            with_layer(|instance| {
+                let held: Vec<_> = (0..500).map(|i| tracing::info_span!("held", i)).collect();
+                let outer =
+                    tracing::info_span!("outer", v = ?MakesSpans(200), w = tracing::field::Empty);
+                outer.record("w", tracing::field::debug(MakesSpans(200)));
+                let c = chain_of(instance, &outer);
+                assert_eq!(c[0].fields["v"], "made");
+                assert_eq!(c[0].fields["w"], "made");
+                drop(held);
+            });
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(120))
+            .expect("deadlock: re-entrant Debug did not finish");
+    }
+
+    /// A Debug writing 1 MB (one write, and many small ones): kept cut, at most 128 bytes and
+    /// the mark.
+    #[test]
+    fn a_megabyte_debug_is_cut() {
+        struct OneWrite;
+        impl std::fmt::Debug for OneWrite {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&"é".repeat(512 * 1024))
+            }
+        }
+        struct ManyWrites;
+        impl std::fmt::Debug for ManyWrites {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                for _ in 0..(1 << 20) {
+                    // Ignores the cut.
+                    let _ = f.write_str("😀");
+                }
+                Ok(())
+            }
+        }
+        with_layer(|instance| {
+            let s = tracing::info_span!("big", a = ?OneWrite, b = ?ManyWrites, c = "tail");
+            let c = chain_of(instance, &s);
+            let f = &c[0].fields;
+            assert_eq!(f["a"], format!("{}…", "é".repeat(64)));
+            assert_eq!(f["b"], format!("{}…", "😀".repeat(32)));
+            assert_eq!(f["c"], "tail");
+        });
+    }
+
+    /// Every cut is the longest whole-character prefix of at most 128 bytes, for `&str` values
+    /// (kept as they are up to 128 bytes) and Debug values (quoted, escaped) of every length
+    /// around the cut, mixing 1- to 4-byte characters and escapes.
+    #[test]
+    fn cuts_at_every_length_and_width_are_whole_characters() {
+        fn expected(full: &str) -> String {
+            if full.len() <= MAX_VALUE_BYTES {
+                return full.to_owned();
+            }
+            let mut end = MAX_VALUE_BYTES;
+            while !full.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}…", &full[..end])
+        }
+        with_layer(|instance| {
+            let pieces = ["a", "é", "€", "😀", "\u{1b}[31m", "\n", "\u{202e}", "\u{0}"];
+            for (pi, p) in pieces.iter().enumerate() {
+                for pad in 0..4 {
+                    for reps in 20..140 {
+                        let v: String = "x".repeat(pad) + &p.repeat(reps);
+                        if v.len() > 700 {
+                            continue;
+                        }
+                        let dbg = format!("{v:?}");
+                        let s = tracing::info_span!("cut", s = v.as_str(), d = ?v, n = pi);
+                        let c = chain_of(instance, &s);
+                        let f = &c[0].fields;
+                        assert_eq!(f["s"], expected(&v), "str {p:?} x{reps} pad {pad}");
+                        assert_eq!(f["d"], expected(&dbg), "debug {p:?} x{reps} pad {pad}");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Exactly 16 fields all kept; 17: the 17th left out; then record of a new name is left
+    /// out and of a kept name replaces it; a recorded long value moves the text to the heap.
+    #[test]
+    fn sixteen_and_seventeen_fields_and_record_merges() {
+        with_layer(|instance| {
+            let s16 = tracing::info_span!(
+                "s16",
+                f0 = 0,
+                f1 = 1,
+                f2 = 2,
+                f3 = 3,
+                f4 = 4,
+                f5 = 5,
+                f6 = 6,
+                f7 = 7,
+                f8 = 8,
+                f9 = 9,
+                f10 = 10,
+                f11 = 11,
+                f12 = 12,
+                f13 = 13,
+                f14 = 14,
+                f15 = 15
+            );
+            let f = &chain_of(instance, &s16)[0].fields;
+            assert_eq!(f.len(), 16);
+            assert_eq!(f["f15"], "15");
+            let s17 = tracing::info_span!(
+                "s17",
+                f0 = 0,
+                f1 = 1,
+                f2 = 2,
+                f3 = 3,
+                f4 = 4,
+                f5 = 5,
+                f6 = 6,
+                f7 = 7,
+                f8 = 8,
+                f9 = 9,
+                f10 = 10,
+                f11 = 11,
+                f12 = 12,
+                f13 = 13,
+                f14 = 14,
+                f15 = 15,
+                f16 = 16
+            );
+            let f = &chain_of(instance, &s17)[0].fields;
+            assert_eq!(f.len(), 16);
+            assert!(!f.contains_key("f16"));
+            // Recording on a full span: a kept name replaced by a long value (heap), others kept.
+            let long = "L".repeat(200);
+            s17.record("f0", long.as_str());
+            s17.record("f16", "late");
+            let f = &chain_of(instance, &s17)[0].fields;
+            assert_eq!(f.len(), 16);
+            assert_eq!(f["f0"], format!("{}…", "L".repeat(128)));
+            assert_eq!(f["f15"], "15");
+            assert!(!f.contains_key("f16"));
+            // Max size: 16 values of 131 bytes each, then merged again.
+            let v = "€".repeat(60);
+            let big = tracing::info_span!(
+                "big", f0 = %v, f1 = %v, f2 = %v, f3 = %v, f4 = %v, f5 = %v, f6 = %v, f7 = %v,
+                f8 = %v, f9 = %v, f10 = %v, f11 = %v, f12 = %v, f13 = %v, f14 = %v, f15 = %v
+            );
+            big.record("f7", "short");
+            let f = &chain_of(instance, &big)[0].fields;
+            assert_eq!(f.len(), 16);
+            assert_eq!(f["f7"], "short");
+            assert_eq!(f["f15"], format!("{}…", "€".repeat(42)));
+        });
+    }
+
+    /// Per-layer filter: a contextual span whose current (entered) span the filter leaves out
+    /// has the next kept ancestor as parent; so does one with an explicit filtered-out parent.
+    #[test]
+    fn a_filtered_out_current_span_is_skipped_for_a_contextual_child() {
+        use tracing_subscriber::filter::LevelFilter;
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink))
+            .with(layer.with_filter(LevelFilter::INFO));
+        tracing::subscriber::with_default(subscriber, || {
+            let outer = tracing::info_span!("connection");
+            let _g1 = outer.enter();
+            let hidden = tracing::debug_span!("excluded");
+            let _g2 = hidden.enter();
+            let inner = tracing::info_span!("request");
+            assert_eq!(
+                names(&chain_of(instance, &inner)),
+                ["connection", "request"]
+            );
+            let _g3 = inner.enter();
+            let hidden2 = tracing::trace_span!("excluded2");
+            let _g4 = hidden2.enter();
+            let leaf = tracing::info_span!("leaf");
+            assert_eq!(
+                names(&chain_of(instance, &leaf)),
+                ["connection", "request", "leaf"]
+            );
+        });
+    }
+
+    /// Spans created on one thread and entered on another; a span of another subscriber
+    /// current; spans created before the layer was added (reload).
+    #[test]
+    fn parents_across_threads_subscribers_and_reload() {
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let (root, child) = tracing::dispatcher::with_default(&dispatch, || {
+            let root = tracing::info_span!("root");
+            let child = root.in_scope(|| tracing::info_span!("child"));
+            (root, child)
+        });
+        let d2 = dispatch.clone();
+        let grandchild = std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&d2, || {
+                let _g = child.enter();
+                tracing::info_span!("grandchild")
+            })
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            names(&chain_of(instance, &grandchild)),
+            ["root", "child", "grandchild"]
+        );
+        drop(root);
+
+        // Another subscriber's span current: a contextual span of ours is a root.
+        let other = tracing::Dispatch::new(tracing_subscriber::registry().with(tracing_layer()));
+        let mine = tracing::dispatcher::with_default(&other, || {
+            let theirs = tracing::info_span!("theirs");
+            let _g = theirs.enter();
+            tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("mine"))
+        });
+        assert_eq!(names(&chain_of(instance, &mine)), ["mine"]);
+
+        // reload: a span created before the layer was there is no parent of ours.
+        use tracing_subscriber::reload;
+        let (rl, handle) = reload::Layer::new(None::<SpanLayer>);
+        let d3 = tracing::Dispatch::new(tracing_subscriber::registry().with(rl));
+        tracing::dispatcher::with_default(&d3, || {
+            let early = tracing::info_span!("early");
+            let _g = early.enter();
+            let late_layer = tracing_layer();
+            let li = late_layer.instance;
+            handle.reload(Some(late_layer)).unwrap();
+            let late = tracing::info_span!("late");
+            assert_eq!(names(&chain_of(li, &late)), ["late"]);
+            let _g2 = late.enter();
+            let later = tracing::info_span!("later");
+            assert_eq!(names(&chain_of(li, &later)), ["late", "later"]);
+        });
+    }
+}
+
+/// Review: a `LookupSpan` subscriber that does not implement `current_span` (the trait's
+/// default: `Current::unknown()`), wrapping a registry that does track parents.
+#[cfg(test)]
+mod review_unknown_current {
+    use super::*;
+    use tracing::span;
+    use tracing::{Event, Metadata};
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::registry::{Registry, SpanData};
+
+    struct NoCurrent(Registry);
+
+    impl Subscriber for NoCurrent {
+        fn register_callsite(
+            &self,
+            m: &'static Metadata<'static>,
+        ) -> tracing::subscriber::Interest {
+            self.0.register_callsite(m)
+        }
+        fn enabled(&self, m: &Metadata<'_>) -> bool {
+            self.0.enabled(m)
+        }
+        fn new_span(&self, a: &span::Attributes<'_>) -> span::Id {
+            self.0.new_span(a)
+        }
+        fn record(&self, s: &span::Id, v: &span::Record<'_>) {
+            self.0.record(s, v)
+        }
+        fn record_follows_from(&self, s: &span::Id, f: &span::Id) {
+            self.0.record_follows_from(s, f)
+        }
+        fn event(&self, e: &Event<'_>) {
+            self.0.event(e)
+        }
+        fn enter(&self, s: &span::Id) {
+            self.0.enter(s)
+        }
+        fn exit(&self, s: &span::Id) {
+            self.0.exit(s)
+        }
+        fn clone_span(&self, s: &span::Id) -> span::Id {
+            self.0.clone_span(s)
+        }
+        fn try_close(&self, s: span::Id) -> bool {
+            self.0.try_close(s)
+        }
+        // `current_span` left to the trait's default: unknown.
+    }
+
+    impl<'a> LookupSpan<'a> for NoCurrent {
+        type Data = <Registry as LookupSpan<'a>>::Data;
+        fn span_data(&'a self, id: &Id) -> Option<Self::Data> {
+            self.0.span_data(id)
+        }
+    }
+
+    /// The registry knows the parent (`ctx.span(id).parent()`, what the layer used before);
+    /// the layer asks `current_span`, gets "unknown", and keeps the span as a root.
+    #[test]
+    fn a_contextual_parent_is_kept_when_current_span_is_unknown() {
+        let layer = tracing_layer();
+        let instance = layer.instance;
+        let subscriber = NoCurrent(Registry::default()).with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let outer = tracing::info_span!("outer");
+            let _g = outer.enter();
+            let inner = tracing::info_span!("inner");
+            let registry_parent = tracing::dispatcher::get_default(|d| {
+                let r = d.downcast_ref::<NoCurrent>().expect("the wrapped registry");
+                r.span_data(inner.id().as_ref().unwrap())
+                    .and_then(|d| d.parent().cloned())
+            });
+            assert_eq!(registry_parent, outer.id(), "the registry has the parent");
+            let chain = walk_entered(crate::poll::span_stack::Entered {
+                layer: instance,
+                id: inner.id().unwrap().into_u64(),
+            })
+            .spans;
+            let names: Vec<_> = chain.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(names, ["outer", "inner"]);
+        });
     }
 }

@@ -354,15 +354,24 @@ impl Text {
     /// `memcpy` (most values written are a few bytes: a method, a version, a number).
     #[inline]
     fn push_str(&mut self, s: &str) {
+        if !self.push_short(s) {
+            self.push_str_long(s);
+        }
+    }
+
+    /// Appends `s` if it is short (at most 16 bytes) and fits in place, with a few moves;
+    /// `false` (nothing appended) otherwise.
+    #[inline(always)]
+    fn push_short(&mut self, s: &str) -> bool {
         let (len, n) = (self.len, s.len());
         if n <= 16 && self.heap.is_none() {
             if let Some(room) = self.inline.get_mut(len..len + n) {
                 copy_short(room, s.as_bytes());
                 self.len = len + n;
-                return;
+                return true;
             }
         }
-        self.push_str_long(s);
+        false
     }
 
     /// [`push_str`](Self::push_str) of more than 16 bytes, or past the inline room.
@@ -438,14 +447,9 @@ impl std::fmt::Write for Pen<'_> {
         // pen is under; this reference ends with the call, which calls out to no other code.
         let sheet = unsafe { &mut *self.0 };
         let text = &mut sheet.fields.text;
-        let (len, n) = (text.len, s.len());
         // The usual write: a few bytes, in place, under the limit.
-        if n <= 16 && len + n <= sheet.limit && text.heap.is_none() {
-            if let Some(room) = text.inline.get_mut(len..len + n) {
-                copy_short(room, s.as_bytes());
-                text.len = len + n;
-                return Ok(());
-            }
+        if text.len + s.len() <= sheet.limit && text.push_short(s) {
+            return Ok(());
         }
         write_long(text, sheet.limit, s)
     }

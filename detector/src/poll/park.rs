@@ -155,7 +155,7 @@ impl Parking {
         self.woken_at.store(u64::MAX, Ordering::Relaxed);
         self.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        if self.stopping.load(Ordering::SeqCst) {
+        if self.stopping() {
             self.cancel_sleep();
             return false;
         }
@@ -182,12 +182,12 @@ impl Parking {
     /// by the wake began before: the waker's time, or the sleep's start if it never slept.
     pub fn sleep(&self, from: Instant) -> Instant {
         let mut slept = false;
-        while self.sleeping.load(Ordering::SeqCst) && !self.stopping.load(Ordering::SeqCst) {
+        while self.sleeping.load(Ordering::SeqCst) && !self.stopping() {
             slept = true;
             std::thread::park();
         }
         // The stop does not go through the handshake: nothing polls after it that matters.
-        if !slept || self.stopping.load(Ordering::SeqCst) {
+        if !slept || self.stopping() {
             return from;
         }
         match self.woken_at.load(Ordering::Relaxed) {

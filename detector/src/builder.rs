@@ -253,6 +253,13 @@ impl Builder {
         self
     }
 
+    /// Tests only: no start stamps; the watchdog looks every scan interval while a worker runs.
+    #[doc(hidden)]
+    pub fn __no_stamps(mut self) -> Self {
+        self.config.stamps = false;
+        self
+    }
+
     /// Tests only: take the unwinder to be async-signal-safe or not, instead of asking the
     /// dynamic loader.
     #[doc(hidden)]

@@ -408,6 +408,9 @@ pub struct Config {
     /// Tests only: the watchdog sleeps this long before every other scan's slot reads, as a
     /// watchdog preempted or slowed by a probe would.
     pub(crate) late_scans: Option<Duration>,
+    /// Where polls are rare, their starts are stamped and the watchdog looks less often
+    /// (`watch::stamps`); off for tests that compare with looks every scan interval.
+    pub(crate) stamps: bool,
     /// With [`tracing`](Self::tracing) on: the start-up line, and each report on stderr while
     /// no `tracing` subscriber is set. Off for a test's detector, whose failure message shows
     /// its pins.
@@ -442,6 +445,7 @@ impl Default for Config {
             #[cfg(feature = "prometheus")]
             prometheus_registry: None,
             late_scans: None,
+            stamps: true,
             announce: true,
         }
     }

@@ -49,7 +49,7 @@ fn a_read_never_mixes_two_polls() {
             thread::spawn(move || {
                 for k in 1..=2 {
                     let (id, at) = task(k);
-                    cell.begin(id, at);
+                    cell.begin(id, at, || 0);
                     let _ = cell.end();
                 }
             })
@@ -64,11 +64,43 @@ fn a_read_never_mixes_two_polls() {
 }
 
 #[test]
+fn a_stamp_read_beside_a_running_poll_is_that_polls() {
+    loom::model(|| {
+        let cell = Arc::new(PollCell::new());
+        // Poll 1 begins unstamped; stamping goes on (its ticks read before, 1000); polls 2 and
+        // 3 are stamped 1000 + k.
+        let (id, at) = task(1);
+        cell.begin(id, at, || unreachable!("stamping is off"));
+        let _ = cell.end();
+        let on_since = 1000;
+        cell.set_stamping(true);
+        let worker = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || {
+                for k in 2..=3 {
+                    let (id, at) = task(k);
+                    cell.begin(id, at, || 1000 + k);
+                    let _ = cell.end();
+                }
+            })
+        };
+        if let Some((seq, stamp)) = cell.read_stamp() {
+            let k = seq.div_ceil(2);
+            // A valid stamp (no earlier than stamping's start) is the running poll's own.
+            if stamp >= on_since {
+                assert_eq!(stamp, 1000 + k, "seq {seq}");
+            }
+        }
+        worker.join().unwrap();
+    });
+}
+
+#[test]
 fn a_flag_that_finds_the_poll_running_is_seen_when_it_ends() {
     loom::model(|| {
         let cell = Arc::new(PollCell::new());
         let (id, at) = task(1);
-        cell.begin(id, at);
+        cell.begin(id, at, || 0);
         let worker = {
             let cell = Arc::clone(&cell);
             thread::spawn(move || {
@@ -80,7 +112,7 @@ fn a_flag_that_finds_the_poll_running_is_seen_when_it_ends() {
                 }
                 // The next poll must not inherit the flag.
                 let (id, at) = task(2);
-                cell.begin(id, at);
+                cell.begin(id, at, || 0);
                 let again = cell.end();
                 (flagged, again)
             })
@@ -106,7 +138,7 @@ fn completion_reads_the_end_of_the_right_poll() {
             thread::spawn(move || {
                 for k in 1..=2u64 {
                     let (id, at) = task(k);
-                    cell.begin(id, at);
+                    cell.begin(id, at, || 0);
                     let seq = 2 * k - 1;
                     // Both polls flagged: their ends are recorded one after the other.
                     cell.record_end(seq, 10 * k);
@@ -130,7 +162,7 @@ fn the_counter_never_repeats() {
         let mut seen = Vec::new();
         for k in 0..3 {
             let (id, at) = task(k);
-            cell.begin(id, at);
+            cell.begin(id, at, || 0);
             seen.push(cell.seq());
             if k == 1 {
                 // The owner went away mid-poll (slot released), and a new one begins.
@@ -156,7 +188,7 @@ fn an_end_without_a_begin_leaves_the_cell_idle_and_unflagged() {
                 // the hook's table's): nothing moves, nothing is flagged.
                 assert_eq!(cell.end(), None);
                 let (id, at) = task(1);
-                cell.begin(id, at);
+                cell.begin(id, at, || 0);
                 let flagged = cell.end();
                 assert_eq!(cell.end(), None, "a second end is not the flagged poll's");
                 flagged

@@ -15,11 +15,71 @@ use support::{builder, multi_thread, watch, Collected};
 /// Tries per duration.
 const TRIES: usize = 40;
 
+/// Whether the kernel keeps time with the CPU's time-stamp counter, so that pinwatch stamps the
+/// starts of polls where they are rare.
+fn stamps_here() -> bool {
+    cfg!(target_arch = "x86_64")
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .is_ok_and(|s| s.trim() == "tsc")
+}
+
 #[test]
 fn polls_past_the_threshold_are_reported_and_short_ones_never() {
+    let stats = threshold_curve(|b| b);
+    // Each poll of 10 ms and more is stamped, and looked at first when 7 ms old (some of the
+    // first ones run before the counter's rate is known).
+    if stamps_here() {
+        assert!(stats.stamped_polls >= 150, "{stats:?}");
+    } else {
+        println!("no stamps here: the clock source is not the time-stamp counter");
+    }
+}
+
+#[test]
+fn the_same_with_looks_every_scan_interval() {
+    let stats = threshold_curve(|b| b.__no_stamps());
+    assert_eq!(stats.stamped_polls, 0, "{stats:?}");
+}
+
+/// Polls that ran 1 ms apart over `polls` ms — timer wake-ups, nothing near the threshold — and
+/// the watchdog's scans a second meanwhile.
+fn scans_per_second(builder: pinwatch::Builder, polls: u32) -> f64 {
+    let rt = watch(builder, &mut multi_thread(2));
+    let before = rt.detector.stats().watchdog_scans;
+    let start = Instant::now();
+    rt.block_on(async {
+        tokio::spawn(async move {
+            for _ in 0..polls {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .unwrap()
+    });
+    let scans = rt.detector.stats().watchdog_scans - before;
+    scans as f64 / start.elapsed().as_secs_f64()
+}
+
+#[test]
+fn stamped_polls_let_the_watchdog_look_less_often() {
+    let events = Collected::default();
+    let rate = scans_per_second(builder(&events), 500);
+    println!("stamped: {rate:.0} scans/s");
+    if stamps_here() {
+        // A scan every 7 ms (143 a second) at most while nothing runs that long, against one
+        // every 2 ms (500) without stamps; a loaded machine only makes it scan less.
+        assert!(rate < 250.0, "{rate:.0} scans/s");
+    }
+}
+
+/// The curve of the test above with the builder `with` makes of the test's, and the
+/// detector's counters at the end.
+fn threshold_curve(with: impl Fn(pinwatch::Builder) -> pinwatch::Builder) -> pinwatch::Stats {
     let events = Collected::default();
     // The defaults: 20 ms threshold, 2 ms scan interval.
-    let rt = watch(builder(&events), &mut multi_thread(2));
+    let rt = watch(with(builder(&events)), &mut multi_thread(2));
     let threshold = rt.detector.settings().unwrap().threshold;
     assert_eq!(threshold, Duration::from_millis(20));
     let durations = [10u64, 19, 21, 22, 25, 30];
@@ -86,4 +146,5 @@ fn polls_past_the_threshold_are_reported_and_short_ones_never() {
         "30 ms polls reported {}/{TRIES}",
         rate[&30]
     );
+    stats
 }

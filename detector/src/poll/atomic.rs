@@ -30,6 +30,26 @@ pub(crate) fn light_fence() {
     compiler_fence(Ordering::SeqCst);
 }
 
+/// Whether [`ticks`] reads a clock here: the CPU's time-stamp counter, on x86-64.
+pub(crate) const TICKS: bool = cfg!(target_arch = "x86_64");
+
+/// The CPU's time-stamp counter (`rdtsc`): no system call, a few cycles, and the same on every
+/// core where the kernel uses it as its own clock (`/sys/devices/system/clocksource`). 0 where
+/// there is none ([`TICKS`]).
+#[inline(always)]
+pub(crate) fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `rdtsc` reads the time-stamp counter into registers; it touches no memory
+        // and every x86-64 CPU has it.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
 const UNKNOWN: u8 = 0;
 const EXPEDITED: u8 = 1;
 const UNAVAILABLE: u8 = 2;

@@ -50,7 +50,7 @@ pub(crate) fn begin_poll(
         // SAFETY: `owner == key` (never 0) means `cell` is the poll cell of a slot the thread
         // claimed in the table at `key`, which the thread's `Claim` keeps alive (it holds an
         // `Arc`); `Claim::drop` resets the thread's `Current` before letting go of it.
-        unsafe { &*cell }.begin(task_id, spawned_at);
+        unsafe { &*cell }.begin(task_id, spawned_at, super::atomic::ticks);
     } else {
         claim_and_begin(table, spawned_at, task_id);
     }
@@ -210,7 +210,7 @@ fn claim_and_begin(table: &Arc<SlotTable>, spawned_at: usize, task_id: u64) {
         // SAFETY: `owner` is this table's key with the bit: `slot` is the thread's slot in it,
         // kept alive by its `Claim` (see `begin_poll`).
         let slot = unsafe { &*current.slot };
-        slot.poll.begin(task_id, spawned_at);
+        slot.poll.begin(task_id, spawned_at, super::atomic::ticks);
         let room = slot.after_pin.record(Polled {
             task_id,
             spawned_at,
@@ -221,7 +221,7 @@ fn claim_and_begin(table: &Arc<SlotTable>, spawned_at: usize, task_id: u64) {
         return;
     }
     if let Some(slot) = claim_slow(table, key) {
-        slot.poll.begin(task_id, spawned_at);
+        slot.poll.begin(task_id, spawned_at, super::atomic::ticks);
     }
 }
 

@@ -15,6 +15,7 @@ pub(crate) mod span_stack;
 pub(crate) mod waits;
 
 pub(crate) use atomic::register as register_membarrier;
+pub(crate) use atomic::{ticks, TICKS};
 pub use hooks::PollHooks;
 pub(crate) use hooks::WatchBody;
 

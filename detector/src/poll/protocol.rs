@@ -40,6 +40,10 @@ pub struct PollCell {
     seq: AtomicU64,
     task_id: AtomicU64,
     spawned_at: AtomicUsize,
+    /// Nonzero: the owner stamps each poll's start ([`PollCell::begin`]). Set by the watchdog.
+    stamp_on: AtomicU64,
+    /// The clock's ticks at the start of the last poll begun while stamping was on.
+    stamp: AtomicU64,
     flagged: AtomicU64,
     ended_seq: AtomicU64,
     end_nanos: AtomicU64,
@@ -60,6 +64,8 @@ impl PollCell {
                 seq: AtomicU64::new(0),
                 task_id: AtomicU64::new(0),
                 spawned_at: AtomicUsize::new(0),
+                stamp_on: AtomicU64::new(0),
+                stamp: AtomicU64::new(0),
                 flagged: AtomicU64::new(NOT_FLAGGED),
                 ended_seq: AtomicU64::new(NOT_FLAGGED),
                 end_nanos: AtomicU64::new(0),
@@ -69,18 +75,23 @@ impl PollCell {
 
     // ---- the owner's side: every poll ----
 
-    /// A poll of `task_id` (spawned at `spawned_at`) starts. Owner only.
+    /// A poll of `task_id` (spawned at `spawned_at`) starts. Owner only. While the watchdog has
+    /// stamping on for the cell, the poll's start is stamped with `ticks()` (a cheap clock:
+    /// the CPU's time-stamp counter); otherwise `ticks` is not called.
     ///
     /// The counter's next odd value: one more after an end, two more when the last poll did
     /// not end (a poll inside a poll on the same thread, e.g. a runtime run from a task in
     /// `block_in_place` with the same hooks), so that it always moves.
     #[inline(always)]
-    pub fn begin(&self, task_id: u64, spawned_at: usize) {
+    pub fn begin(&self, task_id: u64, spawned_at: usize, ticks: impl FnOnce() -> u64) {
         // Order the previous `seq` store (the end of the last poll) before the data stores: a
         // watchdog whose seqlock read sees this poll's data then sees the counter moved.
         fence(Ordering::Release);
         self.task_id.store(task_id, Ordering::Relaxed);
         self.spawned_at.store(spawned_at, Ordering::Relaxed);
+        if self.stamp_on.load(Ordering::Relaxed) != 0 {
+            self.stamp.store(ticks(), Ordering::Relaxed);
+        }
         // Only the owner stores `seq`: loading it here or first is the same value.
         let seq = self.seq.load(Ordering::Relaxed);
         self.seq.store((seq + 1) | 1, Ordering::Release);
@@ -124,7 +135,7 @@ impl PollCell {
     }
 
     /// The byte range of the fields every poll touches (`seq`, `task_id`, `spawned_at`,
-    /// `flagged`), for the layout test.
+    /// `stamp_on`, `stamp`, `flagged`), for the layout test.
     #[cfg(test)]
     pub(crate) fn per_poll_bytes() -> (usize, usize) {
         let start = std::mem::offset_of!(PollCell, seq);
@@ -164,6 +175,28 @@ impl PollCell {
         self.flagged.store(seq, Ordering::Relaxed);
         heavy_fence();
         self.seq.load(Ordering::Relaxed) == seq
+    }
+
+    /// The running poll's counter and the stamp beside it, read consistently; `None` when no
+    /// poll runs or it changed during the read. The stamp is this poll's start only if
+    /// stamping was on when it began: [`set_stamping`](Self::set_stamping) says how to tell.
+    pub fn read_stamp(&self) -> Option<(u64, u64)> {
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq & 1 == 0 {
+            return None;
+        }
+        let stamp = self.stamp.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == seq).then_some((seq, stamp))
+    }
+
+    /// Turns the stamping of each poll's start on or off. A stamp read by
+    /// [`read_stamp`](Self::read_stamp) is the running poll's own when it is no earlier than
+    /// the ticks read before stamping was last turned on (and stamping has stayed on since):
+    /// a poll that began without a stamp leaves an older one in place, and a later poll's
+    /// stamp is written only after the counter has moved past the one read.
+    pub fn set_stamping(&self, on: bool) {
+        self.stamp_on.store(u64::from(on), Ordering::Relaxed);
     }
 
     /// When flagged poll `seq` ended, if the owner has recorded it.

@@ -52,6 +52,11 @@ pub(super) struct Tracked {
     pub began: Instant,
     /// The thread has handed its worker over (`block_in_place`): not pinning while that lasts.
     pub handed_off: bool,
+    /// `after` and `first_seen` are the poll's start, stamped by the before-poll hook: its age
+    /// is exact, and the watchdog need not look before [`stamps::first_look`].
+    ///
+    /// [`stamps::first_look`]: super::stamps::first_look
+    pub exact: bool,
     /// The thread's scheduler accounting at the second look at the poll.
     pub baseline: Option<Baseline>,
     /// The most pinned time found for the poll so far: time only adds up, and a look that
@@ -94,6 +99,7 @@ impl Tracked {
             after,
             began,
             handed_off: false,
+            exact: false,
             baseline: None,
             counted: Duration::ZERO,
             armed: None,
@@ -101,6 +107,21 @@ impl Tracked {
             hooks_left_out: hooks,
             pinned: None,
         }
+    }
+
+    /// Poll `seq`, first seen at `now`, whose start stamp says it began at `start` (no later
+    /// than `now`): its age is exact from there, or from where its last panic hook returned.
+    pub fn stamped(
+        seq: u64,
+        start: Instant,
+        now: Instant,
+        hooks: u64,
+        resumed: Option<Instant>,
+    ) -> Tracked {
+        let from = resumed.map_or(start, |r| r.min(now).max(start));
+        let mut t = Tracked::new(seq, from, from, hooks, None);
+        t.exact = true;
+        t
     }
 
     /// Leaves `hooks` of panic hooks' time (the slot's running total), new since the last look,
@@ -723,6 +744,24 @@ mod tests {
             None => (age, Duration::ZERO),
         };
         t.count(age, pinned, THRESHOLD)
+    }
+
+    #[test]
+    fn a_stamped_poll_is_aged_from_its_start_and_fully_credited_at_its_first_look() {
+        let t0 = Instant::now();
+        let t = Tracked::stamped(7, t0 + MS(1), t0 + MS(8), 0, None);
+        // No gap credit: the start is known.
+        assert_eq!(t.age(t0 + MS(8), MS(2)), MS(7));
+        assert_eq!(t.age(t0 + MS(30), MS(2)), MS(29));
+        // Looked at first when a second look credits all of its age: all of it counts.
+        let first = super::super::stamps::first_look(MS(20), MS(2));
+        let b = t.baseline(t0 + MS(1) + first, stat(0, 0), MS(20), MS(2));
+        assert_eq!(b.age, first);
+        // A panic hook returned after the start: timed from the return, never after the look.
+        let t = Tracked::stamped(7, t0 + MS(1), t0 + MS(8), 0, Some(t0 + MS(3)));
+        assert_eq!(t.age(t0 + MS(8), MS(2)), MS(5));
+        let t = Tracked::stamped(7, t0 + MS(1), t0 + MS(8), 0, Some(t0 + MS(9)));
+        assert_eq!(t.age(t0 + MS(8), MS(2)), MS(0));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //!
 //! - `shared`: what it shares with the hooks' table, the exporters and the detector handle.
 //! - `settings`: the settings that change at run time; `stats`: its counters.
+//! - `stamps`: where polls are rare, their exact starts, so that it looks less often.
 //! - `judge`: its decisions, as functions of the looks, times and states they are given.
 //! - `scan`: the thread's loop, which reads the clock, the slots and `/proc` for them.
 //! - `probe`: what a pinned thread is doing (`/proc`, a stack sample); `workers`: which
@@ -16,6 +17,7 @@ pub(crate) mod probe;
 mod scan;
 mod settings;
 mod shared;
+mod stamps;
 mod stats;
 mod victims;
 mod workers;

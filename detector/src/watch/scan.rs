@@ -20,6 +20,7 @@ use super::judge::{
 };
 use super::probe::{self, Probe};
 use super::shared::Shared;
+use super::stamps::{self, Stamping, Switch, TickClock};
 #[cfg(feature = "schedule-latency")]
 use super::victims::Wait;
 use super::victims::LIFO_ADVICE;
@@ -102,7 +103,13 @@ fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
         sent: Default::default(),
         wait_next: vec![0; n],
         used: 0,
+        clock: (shared.config.stamps && stamps::counter_trusted())
+            .then(|| TickClock::new(Instant::now(), crate::poll::ticks())),
+        stamps: Vec::new(),
     };
+    // When the next scan is due while every poll that may run long is stamped (`None`: one
+    // scan interval after the last).
+    let mut due: Option<Instant> = None;
     let mut scans = 0u64;
     let mut last_scan = Instant::now();
     let parking = &shared.table.parking;
@@ -136,14 +143,18 @@ fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
             // One scan interval from the start of the last scan, not from its end: scans keep
             // to the interval on average (a poll's start and the threshold are bounded by the
             // looks, and a period longer than the interval would lose the difference).
-            let wait = scan
-                .settings
-                .effective_scan_interval()
-                .saturating_sub(last_scan.elapsed());
+            let wait = match due {
+                Some(due) => due.saturating_duration_since(Instant::now()),
+                None => scan
+                    .settings
+                    .effective_scan_interval()
+                    .saturating_sub(last_scan.elapsed()),
+            };
             // Stopping: scan once more, to complete what ended.
             parking.wait(wait)
         };
         scans += 1;
+        shared.stats.scans.fetch_add(1, Ordering::Relaxed);
         // One set of settings for the whole scan.
         scan.settings = settings.refresh(&shared.tunables);
         // The wait that makes a task a victim, for the after-poll hooks (`schedule-latency`).
@@ -163,6 +174,7 @@ fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
         // Before every load of this scan: the look time of the slots nobody holds (most of the
         // table), so that only the few in use read the clock next to their own loads.
         let scan_start = Instant::now();
+        scan.read_clock(scan_start);
         // The slots ever claimed, loaded after `scan_start`: the rest never held a poll, and
         // are not looked at (most of the table, its lines cold by now).
         let used = shared.table.used();
@@ -249,6 +261,7 @@ fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
         );
         // Every worker parked is when one of them waits on the I/O driver, if there is one.
         scan.learn_drivers(looked, sleep);
+        due = scan.stamped_due(tracked, scan_start);
     }
 }
 
@@ -307,6 +320,10 @@ struct Scan<'a> {
     /// The slots in use as this scan loaded them ([`SlotTable::used`]): the others are free
     /// and never followed.
     used: usize,
+    /// The time-stamp counter's rate, where polls' starts can be stamped (`None`: not here).
+    clock: Option<TickClock>,
+    /// Per slot, its stamping; empty until the clock is calibrated.
+    stamps: Vec<Stamping>,
 }
 
 /// How long a pin whose report has gone out is remembered, so that a wait it caused is not
@@ -325,6 +342,11 @@ impl<'a> Scan<'a> {
         let seq = slot.poll.seq();
         let now = Instant::now();
         let prev_look = std::mem::replace(last_look, before);
+        let start = if active {
+            self.stamped_start(slot, seq, now)
+        } else {
+            None
+        };
         if let Some(t) = tracked.as_mut() {
             if let Some(p) = t.pinned.take() {
                 t.pinned = self.follow_pinned(slot, p, seq, now);
@@ -335,23 +357,29 @@ impl<'a> Scan<'a> {
             }
         }
         if !active {
+            self.restamp(slot);
             if let Some(t) = tracked.take_if(|t| t.pinned.is_none()) {
                 // The thread went away: its last poll may have ended unseen past the threshold.
                 self.ended_unseen(slot, &t, now);
             }
             return;
         }
-        let Some(t) = tracked.as_mut() else {
-            *tracked = Some(self.fresh(slot, seq, now, prev_look));
-            return;
-        };
-        if seq != t.seq {
-            // Counters never repeat, not even across owners of the slot: another poll. The one
-            // before may have ended past the threshold while the watchdog was kept away.
-            self.ended_unseen(slot, t, now);
-            let pinned = t.pinned.take();
-            *t = self.fresh(slot, seq, now, prev_look);
-            t.pinned = pinned;
+        let first_look = tracked.as_ref().is_none_or(|t| t.seq != seq);
+        match tracked.as_mut() {
+            None => *tracked = Some(self.fresh(slot, seq, now, prev_look, start)),
+            Some(t) if seq != t.seq => {
+                // Counters never repeat, not even across owners of the slot: another poll. The
+                // one before may have ended past the threshold while the watchdog was kept away.
+                self.ended_unseen(slot, t, now);
+                let pinned = t.pinned.take();
+                *t = self.fresh(slot, seq, now, prev_look, start);
+                t.pinned = pinned;
+            }
+            Some(_) => {}
+        }
+        let Some(t) = tracked.as_mut() else { return };
+        if first_look && !t.exact {
+            // The first look at this poll: its start is bounded by this look and the last.
             return;
         }
         if seq & 1 == 0 || t.pinned.is_some() || self.settings.paused {
@@ -372,7 +400,7 @@ impl<'a> Scan<'a> {
             // poll holds that worker: time it from here.
             let thread = slot.thread.load(Ordering::Relaxed);
             if workers::owner(self.handle, thread) != Owner::HandedOff {
-                let mut fresh = self.fresh(slot, seq, now, prev_look);
+                let mut fresh = self.fresh(slot, seq, now, prev_look, None);
                 fresh.pinned = t.pinned.take();
                 *t = fresh;
             }
@@ -380,11 +408,25 @@ impl<'a> Scan<'a> {
         }
         let threshold = self.settings.threshold;
         let interval = self.settings.effective_scan_interval();
+        if t.exact
+            && t.baseline.is_none()
+            && t.age(now, interval) < stamps::first_look(threshold, interval)
+        {
+            // Stamped: its age is known, and too young for a second look yet.
+            return;
+        }
         let tid = slot.tid.load(Ordering::Relaxed);
         if t.baseline.is_none() {
-            // The second look at this poll (polls this long are rare: the read is too).
+            // The second look at this poll (polls this long are rare: the read is too); for a
+            // stamped poll, the first (its age is known).
             t.baseline = probe::read_schedstat(tid)
                 .map(|stat| t.baseline(Instant::now(), stat, threshold, interval));
+            if t.exact {
+                self.shared
+                    .stats
+                    .stamped_polls
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
         if t.armed.is_none() && !t.tried_arm {
             t.tried_arm = true;
@@ -637,10 +679,127 @@ impl<'a> Scan<'a> {
 
     /// The memory of poll `seq`, first seen at `first_seen` and begun after `after`, as the
     /// slot's panic mark leaves it ([`Tracked::new`]).
-    fn fresh(&self, slot: &Slot, seq: u64, first_seen: Instant, after: Instant) -> Tracked {
+    /// The watchdog's memory of poll `seq`, first seen at `first_seen`: begun after `after`,
+    /// or at `start` where its start stamp says so.
+    fn fresh(
+        &self,
+        slot: &Slot,
+        seq: u64,
+        first_seen: Instant,
+        after: Instant,
+        start: Option<Instant>,
+    ) -> Tracked {
         let mark = slot.unwinding.since_running(seq);
         let resumed = mark.and_then(|p| p.resumed).map(|r| self.shared.at(r));
-        Tracked::new(seq, first_seen, after, mark.map_or(0, |p| p.hooks), resumed)
+        let hooks = mark.map_or(0, |p| p.hooks);
+        match start {
+            Some(start) => Tracked::stamped(seq, start, first_seen, hooks, resumed),
+            None => Tracked::new(seq, first_seen, after, hooks, resumed),
+        }
+    }
+
+    /// Reads the time-stamp counter beside the scan's start, `at`; once its rate is known,
+    /// stamping starts on every slot (the busy ones stop it at their next look).
+    fn read_clock(&mut self, at: Instant) {
+        let Some(clock) = self.clock.as_mut() else {
+            return;
+        };
+        clock.observe(at, crate::poll::ticks());
+        if !clock.ready() || !self.stamps.is_empty() {
+            return;
+        }
+        // Read before stamping is on: every stamp written once it is, is no earlier.
+        let since = crate::poll::ticks();
+        for slot in self.shared.table.slots() {
+            slot.poll.set_stamping(true);
+        }
+        self.stamps = self
+            .shared
+            .table
+            .slots()
+            .iter()
+            .map(|slot| {
+                let mut s = Stamping::new(slot.poll.seq(), at);
+                s.on_since = Some(since);
+                s
+            })
+            .collect();
+    }
+
+    /// The start of poll `seq` (just loaded from `slot`, the one looked at) by its stamp, if it
+    /// has a valid one; turns the slot's stamping on or off by its poll rate first.
+    fn stamped_start(&mut self, slot: &Slot, seq: u64, now: Instant) -> Option<Instant> {
+        let clock = self.clock.as_ref()?;
+        let stamping = self.stamps.get_mut(self.cur)?;
+        match stamping.look(seq, now) {
+            Some(Switch::On) => {
+                // Read before stamping is on (see `PollCell::set_stamping`).
+                stamping.on_since = Some(crate::poll::ticks());
+                slot.poll.set_stamping(true);
+            }
+            Some(Switch::Off) => {
+                slot.poll.set_stamping(false);
+                stamping.on_since = None;
+            }
+            None => {}
+        }
+        if seq & 1 == 0 || stamping.on_since.is_none() {
+            return None;
+        }
+        let (read, stamp) = slot.poll.read_stamp()?;
+        if read != seq || !stamping.valid(stamp) {
+            return None;
+        }
+        clock.instant(stamp).map(|start| start.min(now))
+    }
+
+    /// A slot nobody polls in: stamping goes back on for its next owner, whose poll rate is
+    /// not known yet (it is stopped at a look if it polls often).
+    fn restamp(&mut self, slot: &Slot) {
+        let Some(stamping) = self.stamps.get_mut(self.cur) else {
+            return;
+        };
+        if stamping.on_since.is_none() {
+            *stamping = Stamping::new(slot.poll.seq(), Instant::now());
+            stamping.on_since = Some(crate::poll::ticks());
+            slot.poll.set_stamping(true);
+        }
+    }
+
+    /// When the next scan is due, if every slot in use that may hold a poll running toward the
+    /// threshold is stamped and nothing else waits (a pin, a report held, a stall): the first
+    /// of its stamped polls' first looks, and, for a slot between polls, a first look's age
+    /// from `scan_start` (its next poll starts after it). Never sooner than a scan interval.
+    /// `None`: one scan interval after this scan, as without stamps.
+    fn stamped_due(&self, tracked: &[Option<Tracked>], scan_start: Instant) -> Option<Instant> {
+        if self.stamps.is_empty()
+            || self.settings.paused
+            || self.stalled.is_some()
+            || !self.held.is_empty()
+        {
+            return None;
+        }
+        let slots = tracked
+            .iter()
+            .zip(&self.stamps)
+            .map(|(t, stamping)| match t {
+                None => stamps::Slot::Free,
+                Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
+                    stamps::Slot::Looked
+                }
+                Some(t) if t.seq & 1 == 0 && stamping.on_since.is_some() => stamps::Slot::Between,
+                Some(t) if t.seq & 1 == 1 && t.exact && t.baseline.is_none() => {
+                    stamps::Slot::Stamped(t.after)
+                }
+                Some(_) => stamps::Slot::Looked,
+            });
+        let interval = self.settings.effective_scan_interval();
+        stamps::due(
+            slots,
+            scan_start,
+            interval,
+            stamps::first_look(self.settings.threshold, interval),
+        )
     }
 
     /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.

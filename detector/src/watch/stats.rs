@@ -46,6 +46,13 @@ pub struct Stats {
     /// drivers, or (where the drivers cannot be seen) while the heartbeat was late past the
     /// threshold (see docs/blast-radius.md).
     pub runtime_stalled_time: Duration,
+    /// Scans the watchdog made: a look at every watched thread's slot. While a worker runs, one
+    /// every scan interval, or, where polls are rare and their starts stamped, one every
+    /// quarter of the threshold plus a scan interval while nothing runs that long.
+    pub watchdog_scans: u64,
+    /// Long polls (a quarter of the threshold and a scan interval, at least) timed from their
+    /// start stamp, exactly, instead of from the watchdog's looks.
+    pub stamped_polls: u64,
     /// Times the watchdog went to sleep because every worker was parked and no poll ran (a
     /// worker unparking wakes it).
     pub watchdog_sleeps: u64,
@@ -90,6 +97,8 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         sample_handler_time: Duration::from_nanos(r(&c.sample_handler_ns)),
         sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
         runtime_stalled_time: Duration::from_nanos(r(&c.stalled_ns)),
+        watchdog_scans: r(&c.scans),
+        stamped_polls: r(&c.stamped_polls),
         watchdog_sleeps: r(&c.sleeps),
         driver_rescues: r(&c.rescues),
         driver_handovers: r(&c.handovers),
@@ -118,6 +127,8 @@ pub(crate) struct StatsCounters {
     pub delivered: AtomicU64,
     /// Times the watchdog slept because every worker was parked.
     pub sleeps: AtomicU64,
+    pub scans: AtomicU64,
+    pub stamped_polls: AtomicU64,
     pub rescues: AtomicU64,
     pub handovers: AtomicU64,
     /// Whether the watchdog sees who drives the runtime's drivers.

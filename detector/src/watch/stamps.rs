@@ -1,0 +1,283 @@
+//! Start stamps: where polls are rare, each one's start is stamped by the before-poll hook with
+//! the CPU's time-stamp counter, so that the watchdog knows it exactly and need not look every
+//! scan interval to bound it. It looks at a stamped poll once it is old enough to matter — a
+//! quarter of the threshold plus one scan interval, the most of a poll's age its second look
+//! credits ([`Tracked::baseline`](super::judge::Tracked::baseline)) — and then every interval as
+//! before; with nothing that old running, it wakes about every seven milliseconds instead of
+//! every two.
+//!
+//! A stamp costs its poll a few cycles, which a thread polling millions of times a second (a
+//! yield storm) would notice: stamping is turned on per slot while its thread polls fewer than
+//! [`ON_RATE`] times a second, off once it polls more than [`OFF_RATE`]. Only where the kernel
+//! itself keeps time with the counter (its clock source is `tsc`, on x86-64), so that it runs at
+//! one rate on every core. Everything here is a function of the times and counts it is given.
+
+use std::time::{Duration, Instant};
+
+/// Stamping is turned on for a slot whose thread polled fewer times a second than this over a
+/// [`WINDOW`].
+pub(super) const ON_RATE: u64 = 50_000;
+
+/// Stamping is turned off for a slot whose thread polls more often than this: at ~10 ns a stamp,
+/// 1 ms of its CPU a second at most.
+pub(super) const OFF_RATE: u64 = 100_000;
+
+/// How long a slot's poll rate is watched before stamping is turned on.
+pub(super) const WINDOW: Duration = Duration::from_millis(100);
+
+/// How long the counter is watched beside the clock before its rate is trusted.
+pub(super) const CALIBRATION: Duration = Duration::from_millis(50);
+
+/// Whether stamps can be trusted here: the kernel keeps its clock with the time-stamp counter
+/// (it has checked that the counter is constant, and the same on every core).
+pub(super) fn counter_trusted() -> bool {
+    crate::poll::TICKS
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .is_ok_and(|s| s.trim() == "tsc")
+}
+
+/// The counter's rate, from two readings of it beside the clock: the first at the watchdog's
+/// start, the latest at its latest scan.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TickClock {
+    first: (Instant, u64),
+    /// The latest reading, and nanoseconds per tick, once [`CALIBRATION`] has passed.
+    now: (Instant, u64),
+    ns_per_tick: Option<f64>,
+}
+
+impl TickClock {
+    pub fn new(at: Instant, ticks: u64) -> TickClock {
+        TickClock {
+            first: (at, ticks),
+            now: (at, ticks),
+            ns_per_tick: None,
+        }
+    }
+
+    /// A reading of the counter, `ticks`, taken beside `at`.
+    pub fn observe(&mut self, at: Instant, ticks: u64) {
+        self.now = (at, ticks);
+        let elapsed = at.saturating_duration_since(self.first.0);
+        let counted = ticks.saturating_sub(self.first.1);
+        if elapsed >= CALIBRATION && counted > 0 {
+            self.ns_per_tick = Some(elapsed.as_nanos() as f64 / counted as f64);
+        }
+    }
+
+    /// Whether stamps can be turned into times yet.
+    pub fn ready(&self) -> bool {
+        self.ns_per_tick.is_some()
+    }
+
+    /// The instant of `stamp`, by the latest reading: never after it (a stamp read after the
+    /// reading, or a core a few ticks ahead, is taken as the reading's time). `None` before
+    /// calibration.
+    pub fn instant(&self, stamp: u64) -> Option<Instant> {
+        let ns_per_tick = self.ns_per_tick?;
+        let (at, ticks) = self.now;
+        let back = ticks.saturating_sub(stamp) as f64 * ns_per_tick;
+        let first = self.first.0;
+        Some(
+            at.checked_sub(Duration::from_nanos(back as u64))
+                .map_or(first, |i| i.max(first)),
+        )
+    }
+}
+
+/// One slot's stamping, as the watchdog decides it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Stamping {
+    /// The ticks read just before stamping was last turned on, while it stays on: a stamp no
+    /// earlier is the running poll's own ([`PollCell::set_stamping`]).
+    ///
+    /// [`PollCell::set_stamping`]: crate::poll::protocol::PollCell::set_stamping
+    pub on_since: Option<u64>,
+    /// The counter and the time at the start of the window the poll rate is measured over.
+    window: (u64, Instant),
+}
+
+/// What [`Stamping::look`] decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Switch {
+    On,
+    Off,
+}
+
+impl Stamping {
+    pub fn new(seq: u64, at: Instant) -> Stamping {
+        Stamping {
+            on_since: None,
+            window: (seq, at),
+        }
+    }
+
+    /// A look found the slot's counter at `seq` at `at`: whether to turn stamping on (the
+    /// thread polled fewer than [`ON_RATE`] times a second over a whole [`WINDOW`]) or off (more
+    /// than [`OFF_RATE`] since the window began, over a millisecond at least).
+    pub fn look(&mut self, seq: u64, at: Instant) -> Option<Switch> {
+        let elapsed = at.saturating_duration_since(self.window.1);
+        // Two counts a poll (begin and end).
+        let polls = seq.saturating_sub(self.window.0) / 2;
+        let over =
+            |rate: u64| u128::from(polls) * 1_000_000_000 > u128::from(rate) * elapsed.as_nanos();
+        if self.on_since.is_some() {
+            if elapsed >= Duration::from_millis(1) && over(OFF_RATE) {
+                self.window = (seq, at);
+                return Some(Switch::Off);
+            }
+            if elapsed >= WINDOW {
+                self.window = (seq, at);
+            }
+            return None;
+        }
+        if elapsed < WINDOW {
+            return None;
+        }
+        self.window = (seq, at);
+        (!over(ON_RATE)).then_some(Switch::On)
+    }
+
+    /// Whether `stamp`, read beside the running poll's counter, is that poll's start.
+    pub fn valid(&self, stamp: u64) -> bool {
+        self.on_since.is_some_and(|since| stamp >= since)
+    }
+}
+
+/// How old a stamped poll must be before the watchdog looks at it: a quarter of the threshold
+/// plus one scan interval, the most of its age a second look credits.
+pub(super) fn first_look(threshold: Duration, interval: Duration) -> Duration {
+    threshold / 4 + interval
+}
+
+/// A slot in use, as [`due`] sees it after a scan.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Slot {
+    /// Free, or its thread gone.
+    Free,
+    /// Between polls, stamping on: its next poll will be stamped.
+    Between,
+    /// Running a stamped poll that started then, not looked at closely yet.
+    Stamped(Instant),
+    /// Anything else: a poll not stamped, or looked at closely (its baseline taken), a pin, a
+    /// poll asked for its end, a worker handed over, a slot not stamped between polls.
+    Looked,
+}
+
+/// When the next scan is due, from a scan that began at `scan_start`, if no slot needs a look
+/// every `interval`: each stamped poll's first look, and a first look's age after the scan for
+/// a slot between polls (its next poll starts after the look). Never sooner than one interval.
+/// `None`: one interval after the scan.
+pub(super) fn due(
+    slots: impl IntoIterator<Item = Slot>,
+    scan_start: Instant,
+    interval: Duration,
+    first_look: Duration,
+) -> Option<Instant> {
+    let mut due = scan_start + first_look;
+    for slot in slots {
+        match slot {
+            Slot::Free | Slot::Between => {}
+            Slot::Stamped(start) => due = due.min(start + first_look),
+            Slot::Looked => return None,
+        }
+    }
+    Some(due.max(scan_start + interval))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn stamping_goes_on_after_a_whole_window_of_rare_polls() {
+        let t0 = Instant::now();
+        let mut s = Stamping::new(0, t0);
+        // 40,000 polls a second (4,000 in 100 ms): under the rate, but not a window yet.
+        assert_eq!(s.look(2 * 3_000, t0 + ms(75)), None);
+        assert_eq!(s.look(2 * 4_000, t0 + ms(100)), Some(Switch::On));
+        s.on_since = Some(1);
+        assert!(s.valid(1) && s.valid(5) && !s.valid(0));
+        // On: nothing more to decide while the rate stays low.
+        assert_eq!(s.look(2 * 4_500, t0 + ms(150)), None);
+    }
+
+    #[test]
+    fn stamping_stays_off_where_polls_are_frequent() {
+        let t0 = Instant::now();
+        let mut s = Stamping::new(0, t0);
+        // 60,000 a second over the window: above the rate that turns it on.
+        assert_eq!(s.look(2 * 6_000, t0 + ms(100)), None);
+        assert!(!s.valid(u64::MAX));
+        // The next window starts there.
+        assert_eq!(
+            s.look(2 * 6_000 + 2 * 1_000, t0 + ms(200)),
+            Some(Switch::On)
+        );
+    }
+
+    #[test]
+    fn stamping_goes_off_within_a_few_ms_of_a_storm() {
+        let t0 = Instant::now();
+        let mut s = Stamping::new(0, t0);
+        assert_eq!(s.look(0, t0 + ms(100)), Some(Switch::On));
+        s.on_since = Some(1);
+        // A yield storm starts: 10 million polls a second.
+        assert_eq!(
+            s.look(2 * 10_000, t0 + ms(100) + Duration::from_micros(999)),
+            None
+        );
+        assert_eq!(s.look(2 * 30_000, t0 + ms(103)), Some(Switch::Off));
+    }
+
+    #[test]
+    fn a_stamp_is_placed_by_the_counters_rate_and_never_after_the_reading() {
+        let t0 = Instant::now();
+        let mut c = TickClock::new(t0, 1_000);
+        // Not calibrated yet: no instants.
+        c.observe(t0 + ms(10), 1_000 + 30_000_000);
+        assert!(!c.ready() && c.instant(1_000).is_none());
+        // 3 ticks a nanosecond.
+        c.observe(t0 + ms(100), 1_000 + 300_000_000);
+        assert!(c.ready());
+        let at = |stamp| c.instant(stamp).unwrap().duration_since(t0);
+        assert_eq!(at(1_000 + 240_000_000), ms(80));
+        // Later than the reading (another core, or read after it): the reading's time.
+        assert_eq!(at(u64::MAX), ms(100));
+        // Before the first reading (a stamp from before the watchdog): never before that.
+        assert_eq!(at(0), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_next_scan_is_the_first_stamped_polls_first_look() {
+        let t0 = Instant::now();
+        let due = |slots: &[Slot]| {
+            due(slots.iter().copied(), t0 + ms(10), ms(2), ms(7)).map(|d| d.duration_since(t0))
+        };
+        // Nothing runs: a poll starting now is looked at first when 7 ms old.
+        assert_eq!(due(&[Slot::Free, Slot::Between]), Some(ms(17)));
+        // The oldest stamped poll decides.
+        let stamped = [
+            Slot::Between,
+            Slot::Stamped(t0 + ms(8)),
+            Slot::Stamped(t0 + ms(6)),
+        ];
+        assert_eq!(due(&stamped), Some(ms(13)));
+        // Never sooner than an interval, even for a poll whose first look is past.
+        assert_eq!(due(&[Slot::Stamped(t0)]), Some(ms(12)));
+        // One slot that needs looks every interval: every interval.
+        assert_eq!(due(&[Slot::Between, Slot::Looked]), None);
+    }
+
+    #[test]
+    fn the_first_look_is_at_the_most_a_second_look_credits() {
+        assert_eq!(first_look(ms(20), ms(2)), ms(7));
+        assert_eq!(first_look(ms(100), ms(10)), ms(35));
+    }
+}

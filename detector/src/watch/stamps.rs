@@ -1,8 +1,9 @@
 //! Start stamps: where polls are rare, each one's start is stamped by the before-poll hook with
 //! the CPU's time-stamp counter, so that the watchdog knows it exactly and need not look every
-//! scan interval to bound it. It looks at a stamped poll once it is old enough to matter — a
-//! quarter of the threshold plus one scan interval, the most of a poll's age its second look
-//! credits ([`Tracked::baseline`](super::judge::Tracked::baseline)) — and then every interval as
+//! scan interval to bound it. It looks at a stamped poll closely once it is old enough to
+//! matter — at the first scan after it is a quarter of the threshold old, so at most a quarter of
+//! the threshold plus one scan interval, the most of a poll's age its second look credits
+//! ([`Tracked::baseline`](super::judge::Tracked::baseline)) — and then every interval as
 //! before; with nothing that old running, it wakes about every seven milliseconds instead of
 //! every two.
 //!
@@ -146,10 +147,14 @@ impl Stamping {
     }
 }
 
-/// How old a stamped poll must be before the watchdog looks at it: a quarter of the threshold
-/// plus one scan interval, the most of its age a second look credits.
-pub(super) fn first_look(threshold: Duration, interval: Duration) -> Duration {
-    threshold / 4 + interval
+/// How old a stamped poll must be before the watchdog looks at it closely: a quarter of the
+/// threshold, one scan interval short of the most of its age a second look credits. Scans are
+/// at least an interval apart ([`due`]), so the first look after this age lands within the
+/// credit while the watchdog is on time; a look any later would lose the difference (its
+/// baseline credits no more), and a CPU-bound poll would be flagged only past the threshold plus
+/// one interval.
+pub(super) fn first_look(threshold: Duration, _interval: Duration) -> Duration {
+    threshold / 4
 }
 
 /// A slot in use, as [`due`] sees it after a scan.
@@ -167,8 +172,9 @@ pub(super) enum Slot {
 }
 
 /// When the next scan is due, from a scan that began at `scan_start`, if no slot needs a look
-/// every `interval`: each stamped poll's first look, and a first look's age after the scan for
-/// a slot between polls (its next poll starts after the look). Never sooner than one interval.
+/// every `interval`: each stamped poll's first look, and a first look's age plus one interval
+/// after the scan for a slot between polls (its next poll starts after the look, and is at most
+/// that old at the next: the most a second look credits). Never sooner than one interval.
 /// `None`: one interval after the scan.
 pub(super) fn due(
     slots: impl IntoIterator<Item = Slot>,
@@ -176,7 +182,7 @@ pub(super) fn due(
     interval: Duration,
     first_look: Duration,
 ) -> Option<Instant> {
-    let mut due = scan_start + first_look;
+    let mut due = scan_start + first_look + interval;
     for slot in slots {
         match slot {
             Slot::Free | Slot::Between => {}
@@ -258,17 +264,21 @@ mod tests {
     fn the_next_scan_is_the_first_stamped_polls_first_look() {
         let t0 = Instant::now();
         let due = |slots: &[Slot]| {
-            due(slots.iter().copied(), t0 + ms(10), ms(2), ms(7)).map(|d| d.duration_since(t0))
+            due(slots.iter().copied(), t0 + ms(10), ms(2), ms(5)).map(|d| d.duration_since(t0))
         };
-        // Nothing runs: a poll starting now is looked at first when 7 ms old.
+        // Nothing runs: a poll starting now is looked at first when 7 ms old at most.
         assert_eq!(due(&[Slot::Free, Slot::Between]), Some(ms(17)));
         // The oldest stamped poll decides.
         let stamped = [
             Slot::Between,
+            Slot::Stamped(t0 + ms(9)),
             Slot::Stamped(t0 + ms(8)),
-            Slot::Stamped(t0 + ms(6)),
         ];
         assert_eq!(due(&stamped), Some(ms(13)));
+        // A poll too young at this scan and too old for its first look to wait: the next
+        // interval, at 5 to 7 ms of age.
+        let young = Slot::Stamped(t0 + ms(6) + Duration::from_micros(500));
+        assert_eq!(due(&[young]), Some(ms(12)));
         // Never sooner than an interval, even for a poll whose first look is past.
         assert_eq!(due(&[Slot::Stamped(t0)]), Some(ms(12)));
         // One slot that needs looks every interval: every interval.
@@ -276,8 +286,41 @@ mod tests {
     }
 
     #[test]
-    fn the_first_look_is_at_the_most_a_second_look_credits() {
-        assert_eq!(first_look(ms(20), ms(2)), ms(7));
-        assert_eq!(first_look(ms(100), ms(10)), ms(35));
+    fn the_first_look_lands_within_what_a_second_look_credits() {
+        // A look an interval after the first look's age at the latest (scans are an interval
+        // apart): within the credit of a quarter of the threshold plus one interval.
+        assert_eq!(first_look(ms(20), ms(2)) + ms(2), ms(7));
+        assert_eq!(first_look(ms(100), ms(10)) + ms(10), ms(35));
+    }
+
+    /// Every phase of a stamped poll's start against the scans, every scan the watchdog makes
+    /// on time as `due` says: the look that takes its baseline (the first at `first_look` of
+    /// age or more) finds it no older than what the baseline credits, so none of its age is
+    /// lost.
+    #[test]
+    fn a_stamped_polls_first_close_look_is_within_the_credit_at_every_phase() {
+        let (threshold, interval) = (ms(20), ms(2));
+        let credit = threshold / 4 + interval;
+        let first = first_look(threshold, interval);
+        let t0 = Instant::now();
+        for phase_us in (0..7_000).step_by(50) {
+            let start = t0 + ms(100) + Duration::from_micros(phase_us);
+            // The scans from t0, between polls until the poll starts.
+            let mut scan = t0;
+            let age_at_baseline = loop {
+                let slot = if scan < start {
+                    Slot::Between
+                } else if scan.duration_since(start) >= first {
+                    break scan.duration_since(start);
+                } else {
+                    Slot::Stamped(start)
+                };
+                scan = due([slot], scan, interval, first).unwrap_or(scan + interval);
+            };
+            assert!(
+                age_at_baseline <= credit,
+                "started {phase_us} us in: first close look at {age_at_baseline:?}"
+            );
+        }
     }
 }

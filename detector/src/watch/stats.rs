@@ -50,7 +50,7 @@ pub struct Stats {
     /// every scan interval, or, where polls are rare and their starts stamped, one every
     /// quarter of the threshold plus a scan interval while nothing runs that long.
     pub watchdog_scans: u64,
-    /// Long polls (a quarter of the threshold and a scan interval, at least) timed from their
+    /// Long polls (a quarter of the threshold, at least) timed from their
     /// start stamp, exactly, instead of from the watchdog's looks.
     pub stamped_polls: u64,
     /// Times the watchdog went to sleep because every worker was parked and no poll ran (a

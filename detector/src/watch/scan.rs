@@ -727,10 +727,20 @@ impl<'a> Scan<'a> {
     }
 
     /// The start of poll `seq` (just loaded from `slot`, the one looked at) by its stamp, if it
-    /// has a valid one; turns the slot's stamping on or off by its poll rate first.
+    /// has a valid one; then turns the slot's stamping on or off by its poll rate. The stamp is
+    /// judged by the stamping the poll began under: a burst of short polls that turns stamping
+    /// off at this look leaves the long poll after it its own valid stamp (without it, a poll
+    /// that began during a sparse scan's wait would be bounded by a look up to a first look's
+    /// age ago and credited only one and a half intervals of that gap).
     fn stamped_start(&mut self, slot: &Slot, seq: u64, now: Instant) -> Option<Instant> {
         let clock = self.clock.as_ref()?;
         let stamping = self.stamps.get_mut(self.cur)?;
+        let start = (seq & 1 == 1 && stamping.on_since.is_some())
+            .then(|| slot.poll.read_stamp())
+            .flatten()
+            .filter(|&(read, stamp)| read == seq && stamping.valid(stamp))
+            .and_then(|(_, stamp)| clock.instant(stamp))
+            .map(|start| start.min(now));
         match stamping.look(seq, now) {
             Some(Switch::On) => {
                 // Read before stamping is on (see `PollCell::set_stamping`).
@@ -743,14 +753,7 @@ impl<'a> Scan<'a> {
             }
             None => {}
         }
-        if seq & 1 == 0 || stamping.on_since.is_none() {
-            return None;
-        }
-        let (read, stamp) = slot.poll.read_stamp()?;
-        if read != seq || !stamping.valid(stamp) {
-            return None;
-        }
-        clock.instant(stamp).map(|start| start.min(now))
+        start
     }
 
     /// A slot nobody polls in: stamping goes back on for its next owner, whose poll rate is
@@ -788,7 +791,13 @@ impl<'a> Scan<'a> {
                     stamps::Slot::Looked
                 }
                 Some(t) if t.seq & 1 == 0 && stamping.on_since.is_some() => stamps::Slot::Between,
-                Some(t) if t.seq & 1 == 1 && t.exact && t.baseline.is_none() => {
+                // Stamping off since (a burst before it): the poll after it is not stamped.
+                Some(t)
+                    if t.seq & 1 == 1
+                        && t.exact
+                        && t.baseline.is_none()
+                        && stamping.on_since.is_some() =>
+                {
                     stamps::Slot::Stamped(t.after)
                 }
                 Some(_) => stamps::Slot::Looked,

@@ -285,7 +285,14 @@ struct Setup {
     record: Option<std::path::PathBuf>,
     /// The http service's requests are `TraceLayer` spans.
     trace: bool,
+    /// Of the traced requests the handler looked at (one in [`SPAN_SAMPLE`]), how many ran
+    /// inside a span: (looked at, in a span).
+    request_spans: Arc<(AtomicU64, AtomicU64)>,
 }
+
+/// With `TraceLayer`, the handler checks one request in this many for its span (the check asks
+/// the subscriber for the current span, so not every request pays for it).
+const SPAN_SAMPLE: u64 = 64;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -349,8 +356,17 @@ fn setup(config: Config, workload: Workload) -> Setup {
         Config::PinwatchConsole => pinwatch_console(&mut tokio, sink),
         Config::PinwatchTrace | Config::PinwatchTraceLayer => {
             use tracing_subscriber::prelude::*;
-            let layer = (config == Config::PinwatchTraceLayer).then(pinwatch::tracing_layer);
-            tracing_subscriber::registry().with(layer).init();
+            // Not `registry().with(Option<layer>)`: a `None` layer's level hint is `OFF`, so
+            // the registry-alone row would make no spans or events at all (`LevelFilter::
+            // current()` turns `span!` into `Span::none()` before any subscriber is asked), and
+            // the difference between the two rows would be all of tracing's cost.
+            if config == Config::PinwatchTraceLayer {
+                tracing_subscriber::registry()
+                    .with(pinwatch::tracing_layer())
+                    .init();
+            } else {
+                tracing_subscriber::registry().init();
+            }
             let (rt, d) = pinwatch::Builder::new()
                 .sink(sink)
                 .build(&mut tokio)
@@ -388,6 +404,7 @@ fn setup(config: Config, workload: Workload) -> Setup {
         helpers,
         record,
         trace: config.http_only(),
+        request_spans: Arc::default(),
     }
 }
 
@@ -602,10 +619,19 @@ fn peak_rss_kib() -> u64 {
 fn serve(s: &Setup, pins: bool) -> SocketAddr {
     use axum::routing::get;
     let counter = Arc::new(AtomicU64::new(0));
+    let (trace, spans) = (s.trace, Arc::clone(&s.request_spans));
     let app = axum::Router::new().route(
         "/",
         get(move || {
             let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+            if trace && n % SPAN_SAMPLE == 1 {
+                // That the configuration's requests are spans at all (a subscriber whose level
+                // hint is `OFF` would leave every `TraceLayer` span disabled). axum calls the
+                // handler while the request's future is polled, inside its span.
+                let seen = tracing::dispatcher::get_default(|d| d.current_span().id().is_some());
+                spans.0.fetch_add(1, Ordering::Relaxed);
+                spans.1.fetch_add(u64::from(seen), Ordering::Relaxed);
+            }
             async move {
                 if pins && n.is_multiple_of(PIN_EVERY) {
                     std::thread::sleep(PIN_FOR);
@@ -661,6 +687,10 @@ fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
         "p50_us": pct(0.50),
         "p99_us": pct(0.99),
         "cpu_us_per_req": cpu.as_secs_f64() * 1e6 / l.len().max(1) as f64,
+        "request_spans": s.trace.then(|| json!({
+            "sampled": s.request_spans.0.load(Ordering::Relaxed),
+            "in_span": s.request_spans.1.load(Ordering::Relaxed),
+        })),
     })
 }
 

@@ -301,6 +301,11 @@ fn the_traced_http_configurations_serve_requests_with_and_without_the_span_layer
         let h = child(config, "http");
         assert!(h["requests"].as_u64().unwrap() > 0, "{config}: {h}");
         assert!(h["cpu_us_per_req"].as_f64().unwrap() > 0.0, "{config}: {h}");
+        // Both rows make the request spans: the registry-alone row is the denominator of the
+        // layer's cost only if its requests are spans too.
+        let spans = &h["request_spans"];
+        assert!(spans["sampled"].as_u64().unwrap() > 0, "{config}: {h}");
+        assert_eq!(spans["in_span"], spans["sampled"], "{config}: {h}");
     }
 }
 

@@ -592,6 +592,19 @@ fn storm(s: &Setup, tasks: usize) -> serde_json::Value {
 }
 
 fn cpu_time() -> Duration {
+    let u = usage();
+    u.user + u.sys
+}
+
+/// The process's CPU time, user and system apart, and its context switches so far.
+struct Usage {
+    user: Duration,
+    sys: Duration,
+    /// Voluntary (a thread blocked: parked, waited) and involuntary (preempted).
+    switches: (u64, u64),
+}
+
+fn usage() -> Usage {
     // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is always valid.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
@@ -599,7 +612,11 @@ fn cpu_time() -> Duration {
         ru
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    Usage {
+        user: tv(ru.ru_utime),
+        sys: tv(ru.ru_stime),
+        switches: (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64),
+    }
 }
 
 fn peak_rss_kib() -> u64 {
@@ -671,9 +688,11 @@ fn serve(s: &Setup, pins: bool) -> SocketAddr {
 
 fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
     let addr = serve(s, pins);
-    let cpu0 = cpu_time();
+    let u0 = usage();
     let (latencies, elapsed) = load(addr, sizes);
-    let cpu = cpu_time() - cpu0;
+    let u1 = usage();
+    let (user, sys) = (u1.user - u0.user, u1.sys - u0.sys);
+    let cpu = user + sys;
     let mut l = latencies;
     l.sort_unstable();
     let pct = |p: f64| {
@@ -687,6 +706,12 @@ fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
         "p50_us": pct(0.50),
         "p99_us": pct(0.99),
         "cpu_us_per_req": cpu.as_secs_f64() * 1e6 / l.len().max(1) as f64,
+        // What the whole above is made of: the process's own code, the kernel's on its behalf
+        // (most of it: sockets, epoll, futex wake-ups), and how often its threads blocked.
+        "user_us_per_req": user.as_secs_f64() * 1e6 / l.len().max(1) as f64,
+        "sys_us_per_req": sys.as_secs_f64() * 1e6 / l.len().max(1) as f64,
+        "switches_per_req": (u1.switches.0 - u0.switches.0) as f64 / l.len().max(1) as f64,
+        "preempted_per_req": (u1.switches.1 - u0.switches.1) as f64 / l.len().max(1) as f64,
         "request_spans": s.trace.then(|| json!({
             "sampled": s.request_spans.0.load(Ordering::Relaxed),
             "in_span": s.request_spans.1.load(Ordering::Relaxed),

@@ -37,7 +37,8 @@ pub enum Config {
     /// tokio-blocked's layer (reports polls longer than 20 ms, after they return).
     TokioBlocked,
     /// pinwatch, the http service with tower-http's `TraceLayer` (a span per request) and a
-    /// `tracing_subscriber::registry()` without pinwatch's layer: the denominator of the next.
+    /// `tracing_subscriber::registry()` with a layer that does nothing instead of pinwatch's:
+    /// the denominator of the next.
     PinwatchTrace,
     /// The same with `pinwatch::tracing_layer()` in the registry (each pin names its request).
     PinwatchTraceLayer,
@@ -99,7 +100,7 @@ impl Config {
             Config::Console => "console-subscriber",
             Config::PinwatchConsole => "pinwatch + `PINWATCH_CONSOLE=on`",
             Config::TokioBlocked => "tokio-blocked",
-            Config::PinwatchTrace => "pinwatch, TraceLayer spans, registry",
+            Config::PinwatchTrace => "pinwatch, TraceLayer spans, registry + a no-op layer",
             Config::PinwatchTraceLayer => "pinwatch, TraceLayer spans, registry + tracing_layer()",
             Config::EagerHandoff => "tokio + enable_eager_driver_handoff()",
             Config::PinwatchNoRescue => "pinwatch, PINWATCH_RESCUE=off",
@@ -357,15 +358,20 @@ fn setup(config: Config, workload: Workload) -> Setup {
         Config::PinwatchTrace | Config::PinwatchTraceLayer => {
             use tracing_subscriber::prelude::*;
             // Not `registry().with(Option<layer>)`: a `None` layer's level hint is `OFF`, so
-            // the registry-alone row would make no spans or events at all (`LevelFilter::
-            // current()` turns `span!` into `Span::none()` before any subscriber is asked), and
-            // the difference between the two rows would be all of tracing's cost.
+            // the denominator would make no spans or events at all (`LevelFilter::current()`
+            // turns `span!` into `Span::none()` before any subscriber is asked), and the
+            // difference between the two rows would be all of tracing's cost. Nor a registry
+            // with no layer: it never frees a closed span (tokio-rs/tracing#900, the close
+            // path runs only under a `Layered`), so it would grow its slab by a span a
+            // request. A layer that does nothing: the registry as any real subscriber uses it.
             if config == Config::PinwatchTraceLayer {
                 tracing_subscriber::registry()
                     .with(pinwatch::tracing_layer())
                     .init();
             } else {
-                tracing_subscriber::registry().init();
+                tracing_subscriber::registry()
+                    .with(tracing_subscriber::layer::Identity::new())
+                    .init();
             }
             let (rt, d) = pinwatch::Builder::new()
                 .sink(sink)

@@ -772,10 +772,25 @@ type Shard = Mutex<Table>;
 /// Open spans, by (layer instance, span id).
 static LIVE: [Shard; SHARDS] = [const { Mutex::new(Table::new()) }; SHARDS];
 
-/// The part holding span `id`: the id multiplied by a large odd constant, its top bits, which
-/// spread both consecutive ids and ids that differ in their high (generation) bits only.
+/// The id's top bits that do not pick its part: the registry's slot generation (sharded-slab's
+/// default layout on 64-bit targets: a 38-bit address in the thread's shard, a 13-bit shard
+/// index, a 13-bit generation, most significant last).
+const GENERATION_BITS: u32 = 13;
+
+/// The part holding span `id`: the id without its generation, multiplied by a large odd
+/// constant, the product's top bits, which spread consecutive ids and ids of different threads.
+///
+/// Not the generation: the registry gives a thread's next span the slot its last closed span
+/// freed, a new generation of the same address, so a worker's spans one after another stay in
+/// one part, whose lock and table lines stay in its core's cache. With the generation in the
+/// hash, every span landed in a part chosen anew, most often one another core wrote last, and
+/// its insert and removal waited for the lines to come over (docs/overhead.md, the contention
+/// table: two workers on two cores took 30 ns more a request than the same work on one). Ids of
+/// other subscribers are spread the same way; those that differ in their top bits only share a
+/// part, and its table tells them apart.
+#[inline]
 fn shard(id: u64) -> &'static Shard {
-    let mixed = id.wrapping_mul(SPREAD) >> 58;
+    let mixed = (id << GENERATION_BITS).wrapping_mul(SPREAD) >> 58;
     &LIVE[mixed as usize % SHARDS]
 }
 
@@ -1526,15 +1541,13 @@ mod review_tests {
             let meta = span.metadata().expect("enabled");
             let inv = inverse_spread();
             let colliding = |k: u64, group: u64| -> u64 {
-                // top 6 bits: part 5; bits 26..58: `group`; below: k.
-                let p = (5u64 << 58) | (group << 26) | (k & ((1 << 26) - 1));
+                // bits 45..51 (the part's, once shifted by the generation's 13): part 5;
+                // bits 26..45: `group` (the place's); below: k.
+                let p = (5u64 << 45) | (group << 26) | (k & ((1 << 26) - 1));
                 p.wrapping_mul(inv)
             };
             for k in 0..50 {
-                assert_eq!(
-                    shard(colliding(k, 3)) as *const _,
-                    shard(colliding(0, 3)) as *const _
-                );
+                assert_eq!(shard(colliding(k, 3)) as *const _, &LIVE[5] as *const _);
             }
             let mut table = Table::new();
             let mut model: HashMap<(u64, u64), u64> = HashMap::new();
@@ -1599,6 +1612,30 @@ mod review_tests {
             assert_eq!(table.len, 0);
             assert_eq!(table.keys().count(), 0);
         });
+    }
+
+    /// A worker's spans one after another (each closed before the next, as a worker serving
+    /// requests makes them) stay in one part: the registry reuses the closed span's slot with a
+    /// new generation, which does not pick the part. Were it to, each would land in a part the
+    /// other workers wrote last (the contention table in docs/overhead.md).
+    #[test]
+    fn a_threads_spans_one_after_another_stay_in_one_part() {
+        with_layer(|_| {
+            let parts: std::collections::HashSet<usize> = (0..100)
+                .map(|_| {
+                    let span = tracing::info_span!("request", n = 1);
+                    let id = span.id().expect("enabled").into_u64();
+                    shard(id) as *const Shard as usize
+                })
+                .collect();
+            assert_eq!(parts.len(), 1, "{} parts", parts.len());
+        });
+        // Ids that differ in their generation only: one part.
+        let id = (7u64 << 38) | 42;
+        for generation in 0..(1u64 << 13) {
+            let other = id | (generation << 51);
+            assert!(std::ptr::eq(shard(other), shard(id)));
+        }
     }
 
     /// A part's places never shrink: a burst of open spans leaves its table's capacity behind

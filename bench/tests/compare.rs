@@ -82,8 +82,11 @@ fn pinwatch_configurations_report_a_stuck_worker_and_count_pins() {
             let ms = s[key]
                 .as_f64()
                 .unwrap_or_else(|| panic!("{config}: no {key}: {s}"));
-            // Never before the threshold (20 ms); the bound is only "it came".
-            assert!((20.0..10_000.0).contains(&ms), "{config} {key}: {s}");
+            // Not before the threshold (20 ms) less what the watchdog may take a poll's start
+            // to be early by: up to one scan interval (2 ms) before the task's own clock read
+            // where starts are not stamped (19.0–19.8 ms seen). The upper bound is only "it
+            // came".
+            assert!((17.5..10_000.0).contains(&ms), "{config} {key}: {s}");
         }
         assert_eq!(s["pinned_polls"], 2, "{s}");
         // The mixed workload's pins (one request in 500 sleeps 30 ms) are seen.

@@ -27,11 +27,19 @@ fn stamps_here() -> bool {
 
 #[test]
 fn polls_past_the_threshold_are_reported_and_short_ones_never() {
-    let stats = threshold_curve(|b| b);
+    let (stats, rate) = threshold_curve(|b| b);
     // Each poll of 10 ms and more is stamped, and looked at first when 7 ms old (some of the
     // first ones run before the counter's rate is known).
     if stamps_here() {
         assert!(stats.stamped_polls >= 150, "{stats:?}");
+        // From its stamp a poll's age is exact: one blocked 1 ms past the threshold is no
+        // longer left to the timing of the looks (40/40 here, idle or with both cores busy).
+        // Loose, for a watchdog that waits for a CPU.
+        assert!(
+            rate[&21] >= TRIES / 2,
+            "21 ms polls reported {}/{TRIES}",
+            rate[&21]
+        );
     } else {
         println!("no stamps here: the clock source is not the time-stamp counter");
     }
@@ -39,7 +47,7 @@ fn polls_past_the_threshold_are_reported_and_short_ones_never() {
 
 #[test]
 fn the_same_with_looks_every_scan_interval() {
-    let stats = threshold_curve(|b| b.__no_stamps());
+    let (stats, _) = threshold_curve(|b| b.__no_stamps());
     assert_eq!(stats.stamped_polls, 0, "{stats:?}");
 }
 
@@ -74,9 +82,11 @@ fn stamped_polls_let_the_watchdog_look_less_often() {
     }
 }
 
-/// The curve of the test above with the builder `with` makes of the test's, and the
-/// detector's counters at the end.
-fn threshold_curve(with: impl Fn(pinwatch::Builder) -> pinwatch::Builder) -> pinwatch::Stats {
+/// The curve of the test above with the builder `with` makes of the test's: the detector's
+/// counters at the end, and how many of the polls of each duration (ms) were reported.
+fn threshold_curve(
+    with: impl Fn(pinwatch::Builder) -> pinwatch::Builder,
+) -> (pinwatch::Stats, HashMap<u64, usize>) {
     let events = Collected::default();
     // The defaults: 20 ms threshold, 2 ms scan interval.
     let rt = watch(with(builder(&events)), &mut multi_thread(2));
@@ -146,5 +156,5 @@ fn threshold_curve(with: impl Fn(pinwatch::Builder) -> pinwatch::Builder) -> pin
         "30 ms polls reported {}/{TRIES}",
         rate[&30]
     );
-    stats
+    (stats, rate)
 }

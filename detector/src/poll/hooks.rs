@@ -1,10 +1,12 @@
 //! The tokio poll hooks: the per-poll path.
 //!
 //! Before a poll: a thread-local load compared with the table's key, then two relaxed stores (the
-//! task) and a release store (the odd counter). After a poll: a thread-local load, a release
-//! store (the even counter) and a relaxed load compared with it (the flag); only when the
-//! watchdog has flagged the poll as pinned does it read the clock. The fences are compiler-only
-//! on x86. No allocation, no lock, no system call, nothing that can panic — the `hot_path` tests
+//! task), a relaxed load (whether the watchdog wants this thread's polls stamped: then the CPU's
+//! time-stamp counter, `rdtsc`, is stored too — only on threads that poll rarely, see
+//! `watch::stamps`) and a release store (the odd counter). After a poll: a thread-local load, a
+//! release store (the even counter) and a relaxed load compared with it (the flag); only when
+//! the watchdog has flagged the poll as pinned does it read the clock. The fences are
+//! compiler-only on x86. No allocation, no lock, no system call, nothing that can panic — the `hot_path` tests
 //! prove it (a counting allocator inside the hooks; the hooks run under strict seccomp).
 
 use std::future::Future;

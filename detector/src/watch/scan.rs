@@ -103,8 +103,10 @@ fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
         sent: Default::default(),
         wait_next: vec![0; n],
         used: 0,
-        clock: (shared.config.stamps && stamps::counter_trusted())
-            .then(|| TickClock::new(Instant::now(), crate::poll::ticks())),
+        clock: (shared.config.stamps && stamps::counter_trusted()).then(|| {
+            let (at, ticks) = stamps::reading(Instant::now, crate::poll::ticks);
+            TickClock::new(at, ticks)
+        }),
         stamps: Vec::new(),
     };
     // When the next scan is due while every poll that may run long is stamped (`None`: one
@@ -174,7 +176,7 @@ fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
         // Before every load of this scan: the look time of the slots nobody holds (most of the
         // table), so that only the few in use read the clock next to their own loads.
         let scan_start = Instant::now();
-        scan.read_clock(scan_start);
+        scan.read_clock();
         // The slots ever claimed, loaded after `scan_start`: the rest never held a poll, and
         // are not looked at (most of the table, its lines cold by now).
         let used = shared.table.used();
@@ -698,13 +700,15 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Reads the time-stamp counter beside the scan's start, `at`; once its rate is known,
+    /// Reads the time-stamp counter with the clock, as one instant ([`stamps::reading`]), after
+    /// the scan's start and before its loads; once its rate is known,
     /// stamping starts on every slot (the busy ones stop it at their next look).
-    fn read_clock(&mut self, at: Instant) {
+    fn read_clock(&mut self) {
         let Some(clock) = self.clock.as_mut() else {
             return;
         };
-        clock.observe(at, crate::poll::ticks());
+        let (at, ticks) = stamps::reading(Instant::now, crate::poll::ticks);
+        clock.observe(at, ticks);
         if !clock.ready() || !self.stamps.is_empty() {
             return;
         }

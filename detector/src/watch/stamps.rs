@@ -39,6 +39,36 @@ pub(super) fn counter_trusted() -> bool {
         .is_ok_and(|s| s.trim() == "tsc")
 }
 
+/// Most ticks apart that the counter's two reads around a clock read may be for the pair to be
+/// taken at once (a few microseconds at any rate the counter runs at; tens of nanoseconds when
+/// nothing comes between).
+const CLOSE_TICKS: u64 = 20_000;
+
+/// A reading of the clock and the counter as one instant: the counter read on both sides of the
+/// clock, its midpoint taken, from the tightest of at most four tries. A reading taken by
+/// reading one and then the other would be off by however long the thread was preempted
+/// between the two, and every stamp placed by it as much too early: a poll would be taken as
+/// that much older than it is.
+pub(super) fn reading(
+    mut now: impl FnMut() -> Instant,
+    mut ticks: impl FnMut() -> u64,
+) -> (Instant, u64) {
+    let mut best: Option<(u64, Instant, u64)> = None;
+    for _ in 0..4 {
+        let before = ticks();
+        let at = now();
+        let gap = ticks().saturating_sub(before);
+        if best.is_none_or(|(g, _, _)| gap < g) {
+            best = Some((gap, at, before + gap / 2));
+        }
+        if gap <= CLOSE_TICKS {
+            break;
+        }
+    }
+    // Four tries were made, or one was close: `best` is set either way.
+    best.map_or_else(|| (now(), ticks()), |(_, at, t)| (at, t))
+}
+
 /// The counter's rate, from two readings of it beside the clock: the first at the watchdog's
 /// start, the latest at its latest scan.
 #[derive(Clone, Copy, Debug)]
@@ -258,6 +288,38 @@ mod tests {
         assert_eq!(at(u64::MAX), ms(100));
         // Before the first reading (a stamp from before the watchdog): never before that.
         assert_eq!(at(0), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_reading_preempted_between_its_two_halves_is_tried_again() {
+        let t0 = Instant::now();
+        // The first try's thread is preempted for 2 ms after reading the clock; the second
+        // comes through in 30 ticks.
+        let clocks = [t0, t0 + ms(3)];
+        let counts = [1_000, 1_000 + 6_000_000, 9_000_000, 9_000_030];
+        let (mut c, mut k) = (0, 0);
+        let (at, ticks) = reading(
+            || {
+                c += 1;
+                clocks[c - 1]
+            },
+            || {
+                k += 1;
+                counts[k - 1]
+            },
+        );
+        assert_eq!((at, ticks), (t0 + ms(3), 9_000_015));
+        assert_eq!((c, k), (2, 4));
+        // Never a close pair: the tightest of four.
+        let mut n = 0u64;
+        let (_, ticks) = reading(Instant::now, || {
+            n += 1;
+            // Gaps of 1,000,000, 400,000, 900,000 and 700,000 ticks.
+            [
+                0, 1_000_000, 2_000_000, 2_400_000, 3_000_000, 3_900_000, 4_000_000, 4_700_000,
+            ][n as usize - 1]
+        });
+        assert_eq!((n, ticks), (8, 2_200_000));
     }
 
     #[test]

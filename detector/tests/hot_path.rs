@@ -4,8 +4,10 @@
 //!   [`pinwatch::PollHooks`]), and a counting allocator counts what is allocated *inside* them:
 //!   exactly zero over a million polls on a real runtime.
 //! - System calls (and so any lock that would wait, and any allocation that would grow the heap):
-//!   a child process runs a million polls through the same hook path under strict seccomp, where
-//!   any system call but `read`, `write`, `exit` and `sigreturn` kills it.
+//!   a child process runs a million polls through the same hook path under seccomp, where any
+//!   system call but `read`, `write`, `exit` and `rt_sigreturn` kills it — with start stamps off
+//!   and on. (A filter of those four rather than seccomp's strict mode, which also makes the
+//!   time-stamp counter fault: a stamp is `rdtsc`, not a system call.)
 //! - Span enter and exit (`pinwatch::tracing_layer()`, inside polls): the same child, entering and
 //!   exiting nested spans through a real `tracing_subscriber::registry()`.
 //! - Locks and panics: the `layout` test keeps lock types and panicking macros out of `poll/`.
@@ -113,13 +115,23 @@ fn hook_path_makes_no_system_call() {
     hooks.before_poll_raw(1, location);
     hooks.after_poll_raw();
 
-    let allocs = under_strict_seccomp(|| {
+    let allocs = under_seccomp(|| {
         for i in 0..1_000_000u64 {
             hooks.before_poll_raw(i, location);
             hooks.after_poll_raw();
         }
     });
     assert_eq!(allocs, 0, "allocations in the hook path");
+    // And with each poll's start stamped (the time-stamp counter, where the watchdog turns
+    // stamping on for a thread that polls rarely).
+    hooks.__set_stamping(true);
+    let allocs = under_seccomp(|| {
+        for i in 0..1_000_000u64 {
+            hooks.before_poll_raw(i, location);
+            hooks.after_poll_raw();
+        }
+    });
+    assert_eq!(allocs, 0, "allocations in the stamping hook path");
     drop(prepared);
 }
 
@@ -138,7 +150,7 @@ fn the_paths_around_a_pin_allocate_nothing_and_record_with_no_system_call() {
     hooks.before_poll_raw(2, location);
     // As the watchdog does (a system call: before the child starts).
     assert!(hooks.__flag_running_poll(), "the running poll is flagged");
-    let allocs = under_strict_seccomp_after(
+    let allocs = under_seccomp_after(
         || {
             // The clock reads.
             hooks.after_poll_raw();
@@ -165,15 +177,15 @@ fn the_paths_around_a_pin_allocate_nothing_and_record_with_no_system_call() {
     drop(prepared);
 }
 
-/// Runs `work` in a forked child under strict seccomp (any system call but read, write, exit and
-/// sigreturn kills it), with the counting allocator on; the allocations it made. Fails the test
+/// Runs `work` in a forked child under seccomp ([`forbid_system_calls`]: any system call but
+/// read, write, exit and rt_sigreturn kills it), with the counting allocator on; the allocations it made. Fails the test
 /// if the child was killed.
-fn under_strict_seccomp(work: impl FnMut()) -> u64 {
-    under_strict_seccomp_after(|| {}, work)
+fn under_seccomp(work: impl FnMut()) -> u64 {
+    under_seccomp_after(|| {}, work)
 }
 
-/// [`under_strict_seccomp`], with `prelude` run in the child first, counted but before seccomp.
-fn under_strict_seccomp_after(prelude: impl FnOnce(), mut work: impl FnMut()) -> u64 {
+/// [`under_seccomp`], with `prelude` run in the child first, counted but before seccomp.
+fn under_seccomp_after(prelude: impl FnOnce(), mut work: impl FnMut()) -> u64 {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe() writes.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
@@ -186,15 +198,12 @@ fn under_strict_seccomp_after(prelude: impl FnOnce(), mut work: impl FnMut()) ->
         let allocs_before = IN_HOOK_ALLOCS.load(Ordering::Relaxed);
         IN_HOOK.with(|h| h.set(true));
         prelude();
-        // SAFETY: strict seccomp takes no pointers; from here on any system call but read,
-        // write, exit and sigreturn kills this child.
-        unsafe { libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) };
+        forbid_system_calls();
         work();
         let allocs = IN_HOOK_ALLOCS.load(Ordering::Relaxed) - allocs_before;
         let report = allocs.to_le_bytes();
         // SAFETY: writes 8 bytes from a live buffer to the pipe; then ends this process with
-        // the plain exit system call (exit_group is not allowed in strict mode, and the child
-        // has one thread).
+        // the plain exit system call (exit_group is not allowed, and the child has one thread).
         unsafe {
             libc::write(fds[1], report.as_ptr().cast(), report.len());
             libc::syscall(libc::SYS_exit, 0);
@@ -213,10 +222,79 @@ fn under_strict_seccomp_after(prelude: impl FnOnce(), mut work: impl FnMut()) ->
     };
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the hook path was killed under strict seccomp (status {status:#x}): it made a system call"
+        "the hook path was killed under seccomp (status {status:#x}): it made a system call"
     );
     assert_eq!(n, 8);
     u64::from_le_bytes(report)
+}
+
+/// The filter is one: a system call under it kills the child, and the test says so.
+#[test]
+#[should_panic(expected = "killed under seccomp")]
+fn a_system_call_under_the_filter_kills_the_child() {
+    under_seccomp(|| {
+        // SAFETY: `getppid` takes no arguments and cannot fail.
+        unsafe { libc::getppid() };
+    });
+}
+
+/// From here on, any system call of this thread but `read`, `write`, `exit` and `rt_sigreturn`
+/// kills the process: strict seccomp's four, as a filter (strict mode itself also makes
+/// `rdtsc` fault).
+fn forbid_system_calls() {
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let allowed = [
+        libc::SYS_read,
+        libc::SYS_write,
+        libc::SYS_exit,
+        libc::SYS_rt_sigreturn,
+    ];
+    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let ret = libc::BPF_RET | libc::BPF_K;
+    let jeq = |k: u32, jt: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt,
+        jf: 0,
+        k,
+    };
+    // `seccomp_data`: the call's number at offset 0, the architecture at 4. An array, not a
+    // `Vec`: this runs where allocations are counted.
+    let kill = stmt(ret, libc::SECCOMP_RET_KILL_PROCESS);
+    let mut prog = [kill; 10];
+    prog[0] = stmt(load, 4);
+    prog[1] = jeq(ARCH, 1);
+    prog[3] = stmt(load, 0);
+    for (i, nr) in allowed.iter().enumerate() {
+        // Past the rest of the list and the kill, to the allow.
+        prog[4 + i] = jeq(*nr as u32, (allowed.len() - i) as u8);
+    }
+    prog[9] = stmt(ret, libc::SECCOMP_RET_ALLOW);
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: `PR_SET_NO_NEW_PRIVS` takes no pointers; `PR_SET_SECCOMP` reads the program
+    // `fprog` points at, which lives until the call returns (the kernel copies it).
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &fprog as *const libc::sock_fprog
+            ),
+            0
+        );
+    }
 }
 
 #[test]
@@ -244,7 +322,7 @@ fn span_enter_and_exit_make_no_system_call_and_allocate_nothing() {
         hooks.before_poll_raw(1, location);
         nest();
         hooks.after_poll_raw();
-        let allocs = under_strict_seccomp(|| {
+        let allocs = under_seccomp(|| {
             for i in 0..200_000u64 {
                 hooks.before_poll_raw(i, location);
                 nest();

@@ -269,6 +269,17 @@ impl PollHooks {
         slot.poll.flag(slot.poll.seq())
     }
 
+    /// Turns start stamps on or off for every slot of the table, as the watchdog does by each
+    /// thread's poll rate. For tests that drive the hooks down the stamping branch.
+    #[doc(hidden)]
+    pub fn __set_stamping(&self, on: bool) {
+        if let Some(table) = &self.table {
+            for slot in table.table.slots() {
+                slot.poll.set_stamping(on);
+            }
+        }
+    }
+
     /// [`after_poll`](Self::after_poll) without tokio's `TaskMeta`. For tests.
     #[doc(hidden)]
     #[inline(always)]

@@ -67,13 +67,13 @@ fn a_read_never_mixes_two_polls() {
 fn a_stamp_read_beside_a_running_poll_is_that_polls() {
     loom::model(|| {
         let cell = Arc::new(PollCell::new());
-        // Poll 1 begins unstamped; stamping goes on (its ticks read before, 1000); polls 2 and
-        // 3 are stamped 1000 + k.
+        // Poll 1 begins unstamped; stamping goes on (its ticks read before, 1000: the
+        // generation); polls 2 and 3 are stamped 1000 + k.
         let (id, at) = task(1);
         cell.begin(id, at, || unreachable!("stamping is off"));
         let _ = cell.end();
         let on_since = 1000;
-        cell.set_stamping(true);
+        cell.set_stamping(on_since);
         let worker = {
             let cell = Arc::clone(&cell);
             thread::spawn(move || {
@@ -84,14 +84,64 @@ fn a_stamp_read_beside_a_running_poll_is_that_polls() {
                 }
             })
         };
-        if let Some((seq, stamp)) = cell.read_stamp() {
+        if let Some((seq, stamp, generation)) = cell.read_stamp() {
             let k = seq.div_ceil(2);
-            // A valid stamp (no earlier than stamping's start) is the running poll's own.
-            if stamp >= on_since {
+            // A valid stamp (of stamping's generation) is the running poll's own.
+            if generation == on_since {
                 assert_eq!(stamp, 1000 + k, "seq {seq}");
             }
         }
         worker.join().unwrap();
+    });
+}
+
+#[test]
+fn a_stamp_read_after_stamping_goes_off_and_on_again_is_the_polls_own() {
+    use loom::sync::atomic::{AtomicU64, Ordering};
+    // Three preemptions: the interleaving that matters needs two (the stale `on` is the memory
+    // model's, not the scheduler's); unbounded, the model passes too, in minutes.
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let cell = Arc::new(PollCell::new());
+        // The time-stamp counter: one shared count that only goes up.
+        let counter = Arc::new(AtomicU64::new(2));
+        // What each poll really stamped (0: none), for the check after the join.
+        let truth = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+        let worker = {
+            let (cell, counter, truth) =
+                (Arc::clone(&cell), Arc::clone(&counter), Arc::clone(&truth));
+            thread::spawn(move || {
+                for k in 1..=2 {
+                    let (id, at) = task(k);
+                    cell.begin(id, at, || {
+                        let t = counter.fetch_add(1, Ordering::Relaxed);
+                        truth[k as usize].store(t, Ordering::Relaxed);
+                        t
+                    });
+                    let _ = cell.end();
+                }
+            })
+        };
+        // The watchdog: stamping on, off (a burst), on again, each `on` with the ticks read
+        // before it as its generation; then a read of the running poll's stamp.
+        cell.set_stamping(1);
+        cell.set_stamping(0);
+        let on_since = counter.fetch_add(1, Ordering::Relaxed);
+        cell.set_stamping(on_since);
+        let read = cell.read_stamp();
+        worker.join().unwrap();
+        if let Some((seq, stamp, generation)) = read {
+            let k = seq.div_ceil(2) as usize;
+            // A stamp of the last `on`'s generation is the running poll's own: never the one
+            // an earlier poll left in place (one that saw an earlier `on` late, or stamping
+            // off). With "no earlier than the ticks read before `on`" instead, loom finds
+            // poll 1 stamped after that read, under the first `on` seen late, and poll 2 not
+            // stamped: poll 1's stamp read as poll 2's.
+            if generation == on_since {
+                assert_eq!(stamp, truth[k].load(Ordering::Relaxed), "seq {seq}");
+            }
+        }
     });
 }
 

@@ -275,7 +275,7 @@ impl PollHooks {
     pub fn __set_stamping(&self, on: bool) {
         if let Some(table) = &self.table {
             for slot in table.table.slots() {
-                slot.poll.set_stamping(on);
+                slot.poll.set_stamping(u64::from(on));
             }
         }
     }

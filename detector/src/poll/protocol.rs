@@ -40,10 +40,13 @@ pub struct PollCell {
     seq: AtomicU64,
     task_id: AtomicU64,
     spawned_at: AtomicUsize,
-    /// Nonzero: the owner stamps each poll's start ([`PollCell::begin`]). Set by the watchdog.
+    /// Nonzero: the owner stamps each poll's start ([`PollCell::begin`]), under this
+    /// generation. Set by the watchdog.
     stamp_on: AtomicU64,
     /// The clock's ticks at the start of the last poll begun while stamping was on.
     stamp: AtomicU64,
+    /// The generation (`stamp_on`) that poll saw.
+    stamp_gen: AtomicU64,
     flagged: AtomicU64,
     ended_seq: AtomicU64,
     end_nanos: AtomicU64,
@@ -66,6 +69,7 @@ impl PollCell {
                 spawned_at: AtomicUsize::new(0),
                 stamp_on: AtomicU64::new(0),
                 stamp: AtomicU64::new(0),
+                stamp_gen: AtomicU64::new(0),
                 flagged: AtomicU64::new(NOT_FLAGGED),
                 ended_seq: AtomicU64::new(NOT_FLAGGED),
                 end_nanos: AtomicU64::new(0),
@@ -89,8 +93,10 @@ impl PollCell {
         fence(Ordering::Release);
         self.task_id.store(task_id, Ordering::Relaxed);
         self.spawned_at.store(spawned_at, Ordering::Relaxed);
-        if self.stamp_on.load(Ordering::Relaxed) != 0 {
+        let generation = self.stamp_on.load(Ordering::Relaxed);
+        if generation != 0 {
             self.stamp.store(ticks(), Ordering::Relaxed);
+            self.stamp_gen.store(generation, Ordering::Relaxed);
         }
         // Only the owner stores `seq`: loading it here or first is the same value.
         let seq = self.seq.load(Ordering::Relaxed);
@@ -135,7 +141,7 @@ impl PollCell {
     }
 
     /// The byte range of the fields every poll touches (`seq`, `task_id`, `spawned_at`,
-    /// `stamp_on`, `stamp`, `flagged`), for the layout test.
+    /// `stamp_on`, `stamp`, `stamp_gen`, `flagged`), for the layout test.
     #[cfg(test)]
     pub(crate) fn per_poll_bytes() -> (usize, usize) {
         let start = std::mem::offset_of!(PollCell, seq);
@@ -177,26 +183,31 @@ impl PollCell {
         self.seq.load(Ordering::Relaxed) == seq
     }
 
-    /// The running poll's counter and the stamp beside it, read consistently; `None` when no
-    /// poll runs or it changed during the read. The stamp is this poll's start only if
-    /// stamping was on when it began: [`set_stamping`](Self::set_stamping) says how to tell.
-    pub fn read_stamp(&self) -> Option<(u64, u64)> {
+    /// The running poll's counter, and the stamp and generation beside it, read consistently;
+    /// `None` when no poll runs or it changed during the read. The stamp is this poll's start
+    /// only if stamping was on when it began: [`set_stamping`](Self::set_stamping) says how to
+    /// tell.
+    pub fn read_stamp(&self) -> Option<(u64, u64, u64)> {
         let seq = self.seq.load(Ordering::Acquire);
         if seq & 1 == 0 {
             return None;
         }
         let stamp = self.stamp.load(Ordering::Relaxed);
+        let generation = self.stamp_gen.load(Ordering::Relaxed);
         fence(Ordering::Acquire);
-        (self.seq.load(Ordering::Relaxed) == seq).then_some((seq, stamp))
+        (self.seq.load(Ordering::Relaxed) == seq).then_some((seq, stamp, generation))
     }
 
-    /// Turns the stamping of each poll's start on or off. A stamp read by
-    /// [`read_stamp`](Self::read_stamp) is the running poll's own when it is no earlier than
-    /// the ticks read before stamping was last turned on (and stamping has stayed on since):
-    /// a poll that began without a stamp leaves an older one in place, and a later poll's
-    /// stamp is written only after the counter has moved past the one read.
-    pub fn set_stamping(&self, on: bool) {
-        self.stamp_on.store(u64::from(on), Ordering::Relaxed);
+    /// Turns the stamping of each poll's start on, under `generation` (nonzero, never used
+    /// before for this cell), or off (0). A stamp read by [`read_stamp`](Self::read_stamp) is
+    /// the running poll's own when its generation is the one stamping was last turned on with
+    /// and has stayed on with: a poll that began without a stamp (it saw stamping off) leaves
+    /// the last one's stamp and generation in place, but that poll, later than one that saw the
+    /// latest generation, cannot have seen it off since (its loads of `stamp_on` never go back
+    /// in its order of stores) — so what it left is an earlier generation's. The ticks read
+    /// before turning it on make a generation (distinct, and ordered for the reader).
+    pub fn set_stamping(&self, generation: u64) {
+        self.stamp_on.store(generation, Ordering::Relaxed);
     }
 
     /// When flagged poll `seq` ended, if the owner has recorded it.

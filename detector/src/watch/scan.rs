@@ -712,10 +712,10 @@ impl<'a> Scan<'a> {
         if !clock.ready() || !self.stamps.is_empty() {
             return;
         }
-        // Read before stamping is on: every stamp written once it is, is no earlier.
-        let since = crate::poll::ticks();
+        // Read before stamping is on: the generation (see `PollCell::set_stamping`).
+        let since = crate::poll::ticks().max(1);
         for slot in self.shared.table.slots() {
-            slot.poll.set_stamping(true);
+            slot.poll.set_stamping(since);
         }
         self.stamps = self
             .shared
@@ -742,17 +742,18 @@ impl<'a> Scan<'a> {
         let start = (seq & 1 == 1 && stamping.on_since.is_some())
             .then(|| slot.poll.read_stamp())
             .flatten()
-            .filter(|&(read, stamp)| read == seq && stamping.valid(stamp))
-            .and_then(|(_, stamp)| clock.instant(stamp))
+            .filter(|&(read, _, generation)| read == seq && stamping.valid(generation))
+            .and_then(|(_, stamp, _)| clock.instant(stamp))
             .map(|start| start.min(now));
         match stamping.look(seq, now) {
             Some(Switch::On) => {
-                // Read before stamping is on (see `PollCell::set_stamping`).
-                stamping.on_since = Some(crate::poll::ticks());
-                slot.poll.set_stamping(true);
+                // Read before stamping is on: its generation (see `PollCell::set_stamping`).
+                let since = crate::poll::ticks().max(1);
+                stamping.on_since = Some(since);
+                slot.poll.set_stamping(since);
             }
             Some(Switch::Off) => {
-                slot.poll.set_stamping(false);
+                slot.poll.set_stamping(0);
                 stamping.on_since = None;
             }
             None => {}
@@ -768,8 +769,9 @@ impl<'a> Scan<'a> {
         };
         if stamping.on_since.is_none() {
             *stamping = Stamping::new(slot.poll.seq(), Instant::now());
-            stamping.on_since = Some(crate::poll::ticks());
-            slot.poll.set_stamping(true);
+            let since = crate::poll::ticks().max(1);
+            stamping.on_since = Some(since);
+            slot.poll.set_stamping(since);
         }
     }
 

@@ -121,8 +121,9 @@ impl TickClock {
 /// One slot's stamping, as the watchdog decides it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Stamping {
-    /// The ticks read just before stamping was last turned on, while it stays on: a stamp no
-    /// earlier is the running poll's own ([`PollCell::set_stamping`]).
+    /// The ticks read just before stamping was last turned on, while it stays on: the
+    /// generation it was turned on with; a stamp of this generation is the running poll's own
+    /// ([`PollCell::set_stamping`]).
     ///
     /// [`PollCell::set_stamping`]: crate::poll::protocol::PollCell::set_stamping
     pub on_since: Option<u64>,
@@ -171,9 +172,10 @@ impl Stamping {
         (!over(ON_RATE)).then_some(Switch::On)
     }
 
-    /// Whether `stamp`, read beside the running poll's counter, is that poll's start.
-    pub fn valid(&self, stamp: u64) -> bool {
-        self.on_since.is_some_and(|since| stamp >= since)
+    /// Whether a stamp of `generation`, read beside the running poll's counter, is that poll's
+    /// start.
+    pub fn valid(&self, generation: u64) -> bool {
+        self.on_since == Some(generation)
     }
 }
 
@@ -239,7 +241,8 @@ mod tests {
         assert_eq!(s.look(2 * 3_000, t0 + ms(75)), None);
         assert_eq!(s.look(2 * 4_000, t0 + ms(100)), Some(Switch::On));
         s.on_since = Some(1);
-        assert!(s.valid(1) && s.valid(5) && !s.valid(0));
+        // Only this generation's stamps: not an earlier one's, nor a later one's.
+        assert!(s.valid(1) && !s.valid(5) && !s.valid(0));
         // On: nothing more to decide while the rate stays low.
         assert_eq!(s.look(2 * 4_500, t0 + ms(150)), None);
     }

@@ -345,7 +345,7 @@ impl<'a> Scan<'a> {
         let now = Instant::now();
         let prev_look = std::mem::replace(last_look, before);
         let start = if active {
-            self.stamped_start(slot, seq, now)
+            self.stamped_start(slot, seq, now, prev_look)
         } else {
             None
         };
@@ -736,15 +736,26 @@ impl<'a> Scan<'a> {
     /// off at this look leaves the long poll after it its own valid stamp (without it, a poll
     /// that began during a sparse scan's wait would be bounded by a look up to a first look's
     /// age ago and credited only one and a half intervals of that gap).
-    fn stamped_start(&mut self, slot: &Slot, seq: u64, now: Instant) -> Option<Instant> {
+    ///
+    /// Placed no earlier than `after` (the previous look at the slot, which a poll new at this
+    /// look began after — the bound an unstamped poll gets) and no later than `now`: a counter
+    /// misread, a rate gone stale (a VM migrated) or a core's counter behind never make a poll
+    /// older than the looks allow.
+    fn stamped_start(
+        &mut self,
+        slot: &Slot,
+        seq: u64,
+        now: Instant,
+        after: Instant,
+    ) -> Option<Instant> {
         let clock = self.clock.as_ref()?;
         let stamping = self.stamps.get_mut(self.cur)?;
         let start = (seq & 1 == 1 && stamping.on_since.is_some())
             .then(|| slot.poll.read_stamp())
             .flatten()
             .filter(|&(read, _, generation)| read == seq && stamping.valid(generation))
-            .and_then(|(_, stamp, _)| clock.instant(stamp))
-            .map(|start| start.min(now));
+            .and_then(|(_, stamp, _)| clock.instant(stamp, now))
+            .map(|start| start.max(after.min(now)));
         match stamping.look(seq, now) {
             Some(Switch::On) => {
                 // Read before stamping is on: its generation (see `PollCell::set_stamping`).

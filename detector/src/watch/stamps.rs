@@ -103,18 +103,26 @@ impl TickClock {
         self.ns_per_tick.is_some()
     }
 
-    /// The instant of `stamp`, by the latest reading: never after it (a stamp read after the
-    /// reading, or a core a few ticks ahead, is taken as the reading's time). `None` before
-    /// calibration.
-    pub fn instant(&self, stamp: u64) -> Option<Instant> {
+    /// The instant of `stamp`, by the latest reading and the counter's rate: before the
+    /// reading or after it (a poll that began after the scan's reading, which may be
+    /// milliseconds before the slot's look when the scan is held up — a stack sample of another
+    /// slot waits up to 50 ms), never after `not_after` (the look: a stamp read after the
+    /// reading, from a core a few ticks ahead, or garbage), never before the first reading.
+    /// `None` before calibration.
+    pub fn instant(&self, stamp: u64, not_after: Instant) -> Option<Instant> {
         let ns_per_tick = self.ns_per_tick?;
         let (at, ticks) = self.now;
-        let back = ticks.saturating_sub(stamp) as f64 * ns_per_tick;
         let first = self.first.0;
-        Some(
+        let placed = if stamp >= ticks {
+            let ahead = (stamp - ticks) as f64 * ns_per_tick;
+            at.checked_add(Duration::from_nanos(ahead as u64))
+                .unwrap_or(not_after)
+        } else {
+            let back = (ticks - stamp) as f64 * ns_per_tick;
             at.checked_sub(Duration::from_nanos(back as u64))
-                .map_or(first, |i| i.max(first)),
-        )
+                .map_or(first, |i| i.max(first))
+        };
+        Some(placed.min(not_after))
     }
 }
 
@@ -281,16 +289,33 @@ mod tests {
         let mut c = TickClock::new(t0, 1_000);
         // Not calibrated yet: no instants.
         c.observe(t0 + ms(10), 1_000 + 30_000_000);
-        assert!(!c.ready() && c.instant(1_000).is_none());
+        assert!(!c.ready() && c.instant(1_000, t0 + ms(10)).is_none());
         // 3 ticks a nanosecond.
         c.observe(t0 + ms(100), 1_000 + 300_000_000);
         assert!(c.ready());
-        let at = |stamp| c.instant(stamp).unwrap().duration_since(t0);
+        let at = |stamp| c.instant(stamp, t0 + ms(101)).unwrap().duration_since(t0);
         assert_eq!(at(1_000 + 240_000_000), ms(80));
-        // Later than the reading (another core, or read after it): the reading's time.
-        assert_eq!(at(u64::MAX), ms(100));
+        // Later than the look (another core, or garbage): the look's time.
+        assert_eq!(at(u64::MAX), ms(101));
+        assert_eq!(at(1_000 + 306_000_000), ms(101));
         // Before the first reading (a stamp from before the watchdog): never before that.
         assert_eq!(at(0), Duration::ZERO);
+    }
+
+    /// A poll that began after the scan's clock reading (the scan held up between the reading and
+    /// this slot's look: another slot's stack sample alone may wait 50 ms) must be placed at its
+    /// stamp, not at the reading, or it is taken as that much older than it is.
+    #[test]
+    fn a_stamp_after_the_reading_is_placed_by_the_rate() {
+        let t0 = Instant::now();
+        let mut c = TickClock::new(t0, 1_000);
+        c.observe(t0 + ms(100), 1_000 + 300_000_000);
+        // Began 30 ms after the reading.
+        let start = c.instant(1_000 + 390_000_000, t0 + ms(131)).unwrap();
+        assert_eq!(start.duration_since(t0), ms(130));
+        // Never after the look.
+        let start = c.instant(1_000 + 390_000_000, t0 + ms(120)).unwrap();
+        assert_eq!(start.duration_since(t0), ms(120));
     }
 
     #[test]

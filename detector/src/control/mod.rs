@@ -659,6 +659,9 @@ fn set(w: &Shared, pairs: &[(String, String)]) -> Reply {
         Ok(change) => change,
         Err(e) => return Reply::error(e),
     };
+    // The watchdog may be waiting out a scan timed by the old settings (with start stamps, a
+    // quarter of the old threshold): a lower threshold takes effect now, not after that wait.
+    w.table.parking.nudge();
     let mut lines = Vec::new();
     for key in Settings::KEYS {
         let (b, a) = (before.get(key), after.get(key));

@@ -221,6 +221,10 @@ fn under_seccomp_after(prelude: impl FnOnce(), mut work: impl FnMut()) -> u64 {
         libc::read(fds[0], report.as_mut_ptr().cast(), report.len())
     };
     assert!(
+        !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == FILTER_REFUSED),
+        "the kernel refused the seccomp filter"
+    );
+    assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the hook path was killed under seccomp (status {status:#x}): it made a system call"
     );
@@ -237,6 +241,9 @@ fn a_system_call_under_the_filter_kills_the_child() {
         unsafe { libc::getppid() };
     });
 }
+
+/// The forked child's exit status when the kernel refused the filter.
+const FILTER_REFUSED: i32 = 3;
 
 /// From here on, any system call of this thread but `read`, `write`, `exit` and `rt_sigreturn`
 /// kills the process: strict seccomp's four, as a filter (strict mode itself also makes
@@ -283,17 +290,18 @@ fn forbid_system_calls() {
         filter: prog.as_mut_ptr(),
     };
     // SAFETY: `PR_SET_NO_NEW_PRIVS` takes no pointers; `PR_SET_SECCOMP` reads the program
-    // `fprog` points at, which lives until the call returns (the kernel copies it).
+    // `fprog` points at, which lives until the call returns (the kernel copies it). `_exit`
+    // ends this forked child at once: a panic would unwind into its copy of the test harness.
     unsafe {
-        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-        assert_eq!(
-            libc::prctl(
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(
                 libc::PR_SET_SECCOMP,
                 libc::SECCOMP_MODE_FILTER,
-                &fprog as *const libc::sock_fprog
-            ),
-            0
-        );
+                &fprog as *const libc::sock_fprog,
+            ) != 0
+        {
+            libc::_exit(FILTER_REFUSED);
+        }
     }
 }
 

@@ -270,7 +270,10 @@ impl PollHooks {
     }
 
     /// Turns start stamps on or off for every slot of the table, as the watchdog does by each
-    /// thread's poll rate. For tests that drive the hooks down the stamping branch.
+    /// thread's poll rate. For tests that drive the hooks down the stamping branch, and only
+    /// where no watchdog runs (a `Prepared` whose runtime is never built): while one does, it
+    /// is the one writer of a slot's stamping, and its generations are what make a stamp
+    /// valid.
     #[doc(hidden)]
     pub fn __set_stamping(&self, on: bool) {
         if let Some(table) = &self.table {

@@ -103,10 +103,8 @@ fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
         sent: Default::default(),
         wait_next: vec![0; n],
         used: 0,
-        clock: (shared.config.stamps && stamps::counter_trusted()).then(|| {
-            let (at, ticks) = stamps::reading(Instant::now, crate::poll::ticks);
-            TickClock::new(at, ticks)
-        }),
+        clock: None,
+        counter: shared.config.stamps && stamps::counter_trusted(),
         stamps: Vec::new(),
     };
     // When the next scan is due while every poll that may run long is stamped (`None`: one
@@ -324,6 +322,8 @@ struct Scan<'a> {
     used: usize,
     /// The time-stamp counter's rate, where polls' starts can be stamped (`None`: not here).
     clock: Option<TickClock>,
+    /// Whether polls' starts can be stamped here (the clock is made at its first reading).
+    counter: bool,
     /// Per slot, its stamping; empty until the clock is calibrated.
     stamps: Vec<Stamping>,
 }
@@ -704,10 +704,17 @@ impl<'a> Scan<'a> {
     /// the scan's start and before its loads; once its rate is known,
     /// stamping starts on every slot (the busy ones stop it at their next look).
     fn read_clock(&mut self) {
-        let Some(clock) = self.clock.as_mut() else {
+        if !self.counter {
+            return;
+        }
+        // No close reading this time (preempted in each try): the last one stands.
+        let Some((at, ticks)) = stamps::reading(Instant::now, crate::poll::ticks) else {
             return;
         };
-        let (at, ticks) = stamps::reading(Instant::now, crate::poll::ticks);
+        let Some(clock) = self.clock.as_mut() else {
+            self.clock = Some(TickClock::new(at, ticks));
+            return;
+        };
         clock.observe(at, ticks);
         if !clock.ready() || !self.stamps.is_empty() {
             return;

@@ -754,7 +754,7 @@ mod tests {
         assert_eq!(t.age(t0 + MS(8), MS(2)), MS(7));
         assert_eq!(t.age(t0 + MS(30), MS(2)), MS(29));
         // Looked at first when a second look credits all of its age: all of it counts.
-        let first = super::super::stamps::first_look(MS(20), MS(2));
+        let first = super::super::stamps::first_look(MS(20));
         let b = t.baseline(t0 + MS(1) + first, stat(0, 0), MS(20), MS(2));
         assert_eq!(b.age, first);
         // A panic hook returned after the start: timed from the return, never after the look.

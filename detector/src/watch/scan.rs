@@ -280,6 +280,14 @@ fn read_after(slots: &[Slot], p: &mut Pinned) {
     }
 }
 
+/// Turns `slot`'s stamping on under a new generation: the counter read just before (see
+/// `PollCell::set_stamping`), never 0, which is "off".
+fn stamp_on(slot: &Slot, stamping: &mut Stamping) {
+    let generation = crate::poll::ticks().max(1);
+    stamping.on_since = Some(generation);
+    slot.poll.set_stamping(generation);
+}
+
 /// Nothing can poll now: every core is parked and no slot has a poll running.
 fn quiet(table: &SlotTable, cores: usize) -> bool {
     table.parking.all_parked(cores) && table.used_slots().iter().all(|s| s.poll.seq() & 1 == 0)
@@ -410,10 +418,7 @@ impl<'a> Scan<'a> {
         }
         let threshold = self.settings.threshold;
         let interval = self.settings.effective_scan_interval();
-        if t.exact
-            && t.baseline.is_none()
-            && t.age(now, interval) < stamps::first_look(threshold, interval)
-        {
+        if t.exact && t.baseline.is_none() && t.age(now, interval) < stamps::first_look(threshold) {
             // Stamped: its age is known, and too young for a second look yet.
             return;
         }
@@ -719,11 +724,6 @@ impl<'a> Scan<'a> {
         if !clock.ready() || !self.stamps.is_empty() {
             return;
         }
-        // Read before stamping is on: the generation (see `PollCell::set_stamping`).
-        let since = crate::poll::ticks().max(1);
-        for slot in self.shared.table.slots() {
-            slot.poll.set_stamping(since);
-        }
         self.stamps = self
             .shared
             .table
@@ -731,7 +731,7 @@ impl<'a> Scan<'a> {
             .iter()
             .map(|slot| {
                 let mut s = Stamping::new(slot.poll.seq(), at);
-                s.on_since = Some(since);
+                stamp_on(slot, &mut s);
                 s
             })
             .collect();
@@ -764,12 +764,7 @@ impl<'a> Scan<'a> {
             .and_then(|(_, stamp, _)| clock.instant(stamp, now))
             .map(|start| start.max(after.min(now)));
         match stamping.look(seq, now) {
-            Some(Switch::On) => {
-                // Read before stamping is on: its generation (see `PollCell::set_stamping`).
-                let since = crate::poll::ticks().max(1);
-                stamping.on_since = Some(since);
-                slot.poll.set_stamping(since);
-            }
+            Some(Switch::On) => stamp_on(slot, stamping),
             Some(Switch::Off) => {
                 slot.poll.set_stamping(0);
                 stamping.on_since = None;
@@ -787,9 +782,7 @@ impl<'a> Scan<'a> {
         };
         if stamping.on_since.is_none() {
             *stamping = Stamping::new(slot.poll.seq(), Instant::now());
-            let since = crate::poll::ticks().max(1);
-            stamping.on_since = Some(since);
-            slot.poll.set_stamping(since);
+            stamp_on(slot, stamping);
         }
     }
 
@@ -831,7 +824,7 @@ impl<'a> Scan<'a> {
             slots,
             scan_start,
             interval,
-            stamps::first_look(self.settings.threshold, interval),
+            stamps::first_look(self.settings.threshold),
         )
     }
 

@@ -186,7 +186,7 @@ impl Stamping {
 /// credit while the watchdog is on time; a look any later would lose the difference (its
 /// baseline credits no more), and a CPU-bound poll would be flagged only past the threshold plus
 /// one interval.
-pub(super) fn first_look(threshold: Duration, _interval: Duration) -> Duration {
+pub(super) fn first_look(threshold: Duration) -> Duration {
     threshold / 4
 }
 
@@ -370,8 +370,8 @@ mod tests {
     fn the_first_look_lands_within_what_a_second_look_credits() {
         // A look an interval after the first look's age at the latest (scans are an interval
         // apart): within the credit of a quarter of the threshold plus one interval.
-        assert_eq!(first_look(ms(20), ms(2)) + ms(2), ms(7));
-        assert_eq!(first_look(ms(100), ms(10)) + ms(10), ms(35));
+        assert_eq!(first_look(ms(20)) + ms(2), ms(7));
+        assert_eq!(first_look(ms(100)) + ms(10), ms(35));
     }
 
     /// Every phase of a stamped poll's start against the scans, every scan the watchdog makes
@@ -382,7 +382,7 @@ mod tests {
     fn a_stamped_polls_first_close_look_is_within_the_credit_at_every_phase() {
         let (threshold, interval) = (ms(20), ms(2));
         let credit = threshold / 4 + interval;
-        let first = first_look(threshold, interval);
+        let first = first_look(threshold);
         let t0 = Instant::now();
         for phase_us in (0..7_000).step_by(50) {
             let start = t0 + ms(100) + Duration::from_micros(phase_us);

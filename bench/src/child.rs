@@ -706,18 +706,20 @@ fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
             .copied()
             .unwrap_or(0)
     };
+    // Per request answered (never a division by zero).
+    let per_req = |x: f64| x / l.len().max(1) as f64;
     json!({
         "requests": l.len(),
         "req_per_s": l.len() as f64 / elapsed.as_secs_f64(),
         "p50_us": pct(0.50),
         "p99_us": pct(0.99),
-        "cpu_us_per_req": cpu.as_secs_f64() * 1e6 / l.len().max(1) as f64,
+        "cpu_us_per_req": per_req(cpu.as_secs_f64() * 1e6),
         // What the whole above is made of: the process's own code, the kernel's on its behalf
         // (most of it: sockets, epoll, futex wake-ups), and how often its threads blocked.
-        "user_us_per_req": user.as_secs_f64() * 1e6 / l.len().max(1) as f64,
-        "sys_us_per_req": sys.as_secs_f64() * 1e6 / l.len().max(1) as f64,
-        "switches_per_req": (u1.switches.0 - u0.switches.0) as f64 / l.len().max(1) as f64,
-        "preempted_per_req": (u1.switches.1 - u0.switches.1) as f64 / l.len().max(1) as f64,
+        "user_us_per_req": per_req(user.as_secs_f64() * 1e6),
+        "sys_us_per_req": per_req(sys.as_secs_f64() * 1e6),
+        "switches_per_req": per_req((u1.switches.0 - u0.switches.0) as f64),
+        "preempted_per_req": per_req((u1.switches.1 - u0.switches.1) as f64),
         "request_spans": s.trace.then(|| json!({
             "sampled": s.request_spans.0.load(Ordering::Relaxed),
             "in_span": s.request_spans.1.load(Ordering::Relaxed),

@@ -6,8 +6,9 @@
 //! `watch::stamps`) and a release store (the odd counter). After a poll: a thread-local load, a
 //! release store (the even counter) and a relaxed load compared with it (the flag); only when
 //! the watchdog has flagged the poll as pinned does it read the clock. The fences are
-//! compiler-only on x86. No allocation, no lock, no system call, nothing that can panic — the `hot_path` tests
-//! prove it (a counting allocator inside the hooks; the hooks run under strict seccomp).
+//! compiler-only on x86. No allocation, no lock, no system call, nothing that can panic — the
+//! `hot_path` tests prove it (a counting allocator inside the hooks; the hooks run, stamping and
+//! not, under a seccomp filter that kills any system call but read, write and exit).
 
 use std::future::Future;
 use std::panic::Location;

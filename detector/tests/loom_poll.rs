@@ -72,8 +72,8 @@ fn a_stamp_read_beside_a_running_poll_is_that_polls() {
         let (id, at) = task(1);
         cell.begin(id, at, || unreachable!("stamping is off"));
         let _ = cell.end();
-        let on_since = 1000;
-        cell.set_stamping(on_since);
+        let turned_on = 1000;
+        cell.set_stamping(turned_on);
         let worker = {
             let cell = Arc::clone(&cell);
             thread::spawn(move || {
@@ -87,7 +87,7 @@ fn a_stamp_read_beside_a_running_poll_is_that_polls() {
         if let Some((seq, stamp, generation)) = cell.read_stamp() {
             let k = seq.div_ceil(2);
             // A valid stamp (of stamping's generation) is the running poll's own.
-            if generation == on_since {
+            if generation == turned_on {
                 assert_eq!(stamp, 1000 + k, "seq {seq}");
             }
         }
@@ -127,8 +127,8 @@ fn a_stamp_read_after_stamping_goes_off_and_on_again_is_the_polls_own() {
         // before it as its generation; then a read of the running poll's stamp.
         cell.set_stamping(1);
         cell.set_stamping(0);
-        let on_since = counter.fetch_add(1, Ordering::Relaxed);
-        cell.set_stamping(on_since);
+        let turned_on = counter.fetch_add(1, Ordering::Relaxed);
+        cell.set_stamping(turned_on);
         let read = cell.read_stamp();
         worker.join().unwrap();
         if let Some((seq, stamp, generation)) = read {
@@ -138,7 +138,7 @@ fn a_stamp_read_after_stamping_goes_off_and_on_again_is_the_polls_own() {
             // off). With "no earlier than the ticks read before `on`" instead, loom finds
             // poll 1 stamped after that read, under the first `on` seen late, and poll 2 not
             // stamped: poll 1's stamp read as poll 2's.
-            if generation == on_since {
+            if generation == turned_on {
                 assert_eq!(stamp, truth[k].load(Ordering::Relaxed), "seq {seq}");
             }
         }

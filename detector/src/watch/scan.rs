@@ -284,7 +284,7 @@ fn read_after(slots: &[Slot], p: &mut Pinned) {
 /// `PollCell::set_stamping`), never 0, which is "off".
 fn stamp_on(slot: &Slot, stamping: &mut Stamping) {
     let generation = crate::poll::ticks().max(1);
-    stamping.on_since = Some(generation);
+    stamping.generation = Some(generation);
     slot.poll.set_stamping(generation);
 }
 
@@ -757,7 +757,7 @@ impl<'a> Scan<'a> {
     ) -> Option<Instant> {
         let clock = self.clock.as_ref()?;
         let stamping = self.stamps.get_mut(self.cur)?;
-        let start = (seq & 1 == 1 && stamping.on_since.is_some())
+        let start = (seq & 1 == 1 && stamping.generation.is_some())
             .then(|| slot.poll.read_stamp())
             .flatten()
             .filter(|&(read, _, generation)| read == seq && stamping.valid(generation))
@@ -767,7 +767,7 @@ impl<'a> Scan<'a> {
             Some(Switch::On) => stamp_on(slot, stamping),
             Some(Switch::Off) => {
                 slot.poll.set_stamping(0);
-                stamping.on_since = None;
+                stamping.generation = None;
             }
             None => {}
         }
@@ -780,7 +780,7 @@ impl<'a> Scan<'a> {
         let Some(stamping) = self.stamps.get_mut(self.cur) else {
             return;
         };
-        if stamping.on_since.is_none() {
+        if stamping.generation.is_none() {
             *stamping = Stamping::new(slot.poll.seq(), Instant::now());
             stamp_on(slot, stamping);
         }
@@ -807,13 +807,13 @@ impl<'a> Scan<'a> {
                 Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
                     stamps::Slot::Looked
                 }
-                Some(t) if t.seq & 1 == 0 && stamping.on_since.is_some() => stamps::Slot::Between,
+                Some(t) if t.seq & 1 == 0 && stamping.generation.is_some() => stamps::Slot::Between,
                 // Stamping off since (a burst before it): the poll after it is not stamped.
                 Some(t)
                     if t.seq & 1 == 1
                         && t.exact
                         && t.baseline.is_none()
-                        && stamping.on_since.is_some() =>
+                        && stamping.generation.is_some() =>
                 {
                     stamps::Slot::Stamped(t.after)
                 }

@@ -127,7 +127,7 @@ pub(super) struct Stamping {
     /// ([`PollCell::set_stamping`]).
     ///
     /// [`PollCell::set_stamping`]: crate::poll::protocol::PollCell::set_stamping
-    pub on_since: Option<u64>,
+    pub generation: Option<u64>,
     /// The counter and the time at the start of the window the poll rate is measured over.
     window: (u64, Instant),
 }
@@ -142,7 +142,7 @@ pub(super) enum Switch {
 impl Stamping {
     pub fn new(seq: u64, at: Instant) -> Stamping {
         Stamping {
-            on_since: None,
+            generation: None,
             window: (seq, at),
         }
     }
@@ -156,7 +156,7 @@ impl Stamping {
         let polls = seq.saturating_sub(self.window.0) / 2;
         let over =
             |rate: u64| u128::from(polls) * 1_000_000_000 > u128::from(rate) * elapsed.as_nanos();
-        if self.on_since.is_some() {
+        if self.generation.is_some() {
             if elapsed >= Duration::from_millis(1) && over(OFF_RATE) {
                 self.window = (seq, at);
                 return Some(Switch::Off);
@@ -176,7 +176,7 @@ impl Stamping {
     /// Whether a stamp of `generation`, read beside the running poll's counter, is that poll's
     /// start.
     pub fn valid(&self, generation: u64) -> bool {
-        self.on_since == Some(generation)
+        self.generation == Some(generation)
     }
 }
 
@@ -241,7 +241,7 @@ mod tests {
         // 40,000 polls a second (4,000 in 100 ms): under the rate, but not a window yet.
         assert_eq!(s.look(2 * 3_000, t0 + ms(75)), None);
         assert_eq!(s.look(2 * 4_000, t0 + ms(100)), Some(Switch::On));
-        s.on_since = Some(1);
+        s.generation = Some(1);
         // Only this generation's stamps: not an earlier one's, nor a later one's.
         assert!(s.valid(1) && !s.valid(5) && !s.valid(0));
         // On: nothing more to decide while the rate stays low.
@@ -267,7 +267,7 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Stamping::new(0, t0);
         assert_eq!(s.look(0, t0 + ms(100)), Some(Switch::On));
-        s.on_since = Some(1);
+        s.generation = Some(1);
         // A yield storm starts: 10 million polls a second.
         assert_eq!(
             s.look(2 * 10_000, t0 + ms(100) + Duration::from_micros(999)),

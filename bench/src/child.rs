@@ -47,11 +47,15 @@ pub enum Config {
     EagerHandoff,
     /// pinwatch with `PINWATCH_RESCUE=off`: a stall is reported, never ended.
     PinwatchNoRescue,
+    /// Plain tokio and a thread that does nothing but wake every [`WAKER_PERIOD`] (the
+    /// watchdog's cadence on a busy service): what the wake-ups alone cost on this machine,
+    /// the floor of pinwatch's busy row. Busy workload only.
+    Waker,
 }
 
 impl Config {
     /// In table order.
-    pub const ALL: [Config; 14] = [
+    pub const ALL: [Config; 15] = [
         Config::Plain,
         Config::Hook1,
         Config::Hooks,
@@ -66,6 +70,7 @@ impl Config {
         Config::PinwatchTraceLayer,
         Config::EagerHandoff,
         Config::PinwatchNoRescue,
+        Config::Waker,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +89,7 @@ impl Config {
             Config::PinwatchTraceLayer => "pinwatch-trace-layer",
             Config::EagerHandoff => "eager-handoff",
             Config::PinwatchNoRescue => "pinwatch-no-rescue",
+            Config::Waker => "waker",
         }
     }
 
@@ -104,6 +110,7 @@ impl Config {
             Config::PinwatchTraceLayer => "pinwatch, TraceLayer spans, registry + tracing_layer()",
             Config::EagerHandoff => "tokio + enable_eager_driver_handoff()",
             Config::PinwatchNoRescue => "pinwatch, PINWATCH_RESCUE=off",
+            Config::Waker => "plain tokio + a bare thread waking every 7 ms",
         }
     }
 
@@ -118,12 +125,18 @@ impl Config {
         matches!(self, Config::EagerHandoff | Config::PinwatchNoRescue)
     }
 
-    /// Runs the busy workload: pinwatch's configurations (their own threads' CPU), and plain
-    /// tokio and the empty hooks beside them (the process's).
+    /// Measured on the busy workload only (its waking thread is all it adds).
+    pub fn busy_only(self) -> bool {
+        self == Config::Waker
+    }
+
+    /// Runs the busy workload: pinwatch's configurations (their own threads' CPU), plain tokio
+    /// and the empty hooks beside them (the process's), and the bare waking thread.
     pub fn in_busy(self) -> bool {
         matches!(
             self,
             Config::Plain
+                | Config::Waker
                 | Config::Hooks
                 | Config::Pinwatch
                 | Config::PinwatchAll
@@ -246,6 +259,13 @@ pub const UNREPORTED_HOLD: Duration = Duration::from_millis(250);
 /// leave them out.
 const OWN_THREAD_PREFIX: &str = "bench-";
 
+/// The `waker` configuration's period: a quarter of the default threshold plus one scan
+/// interval, how often the watchdog wakes while a busy service's polls are stamped.
+pub const WAKER_PERIOD: Duration = Duration::from_millis(7);
+
+/// The `waker` configuration's thread, counted by the busy workload as the tool's.
+const WAKER_THREAD: &str = "bench-waker";
+
 /// How long the stall workload's pin holds its worker.
 pub const STALL_PIN: Duration = Duration::from_secs(2);
 
@@ -334,6 +354,10 @@ fn setup(config: Config, workload: Workload) -> Setup {
         }
         Config::EagerHandoff => {
             tokio.enable_eager_driver_handoff();
+            (tokio.build().expect("runtime"), None)
+        }
+        Config::Waker => {
+            helpers.push(waker(Arc::clone(&stop)));
             (tokio.build().expect("runtime"), None)
         }
         Config::PinwatchNoRescue => {
@@ -516,6 +540,19 @@ fn scraper(
         .name(format!("{OWN_THREAD_PREFIX}scraper"))
         .spawn(scrape)
         .expect("scraper thread")
+}
+
+/// The `waker` configuration's thread: sleeps [`WAKER_PERIOD`] at a time, as the watchdog
+/// waits (`park_timeout`), and does nothing else until `stop`.
+fn waker(stop: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(WAKER_THREAD.into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::park_timeout(WAKER_PERIOD);
+            }
+        })
+        .expect("waker thread")
 }
 
 /// `GET /metrics` from `addr`: the whole answer.
@@ -817,7 +854,7 @@ fn busy(s: &Setup, sizes: Sizes) -> serde_json::Value {
         let took = start.elapsed().as_secs_f64();
         let (latencies, elapsed) = client.join().expect("client thread");
         let own = Spent::between(&before, &after, took, |name| {
-            name.starts_with(PINWATCH_THREAD_PREFIX)
+            name.starts_with(PINWATCH_THREAD_PREFIX) || name == WAKER_THREAD
         });
         let (cpu_ns, switches, by_thread) = (own.cpu_ns, own.switches, own.by_thread);
         json!({

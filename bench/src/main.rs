@@ -177,6 +177,7 @@ fn main() {
                 .filter(|c| workload != Workload::Stuck || c.reports_stuck())
                 .filter(|c| match workload {
                     Workload::Busy => c.in_busy(),
+                    _ if c.busy_only() => false,
                     Workload::Http => true,
                     _ => !c.http_only(),
                 })
@@ -438,8 +439,8 @@ fn print_table(results: &[serde_json::Value], args: &Args) {
 
 /// The busy workload: pinwatch's own threads while the workers serve requests.
 fn print_busy_table(results: &[serde_json::Value], args: &Args) {
-    println!("| configuration | pinwatch's threads: CPU | their wake-ups | by thread | whole process: CPU | requests |");
-    println!("|---|---|---|---|---|---|");
+    println!("| configuration | the tool's threads: CPU | their wake-ups | per wake-up | by thread | whole process: CPU | requests |");
+    println!("|---|---|---|---|---|---|---|");
     let med = |c: Config, key: &str| {
         median(
             field(results, Workload::Busy, c, key)
@@ -467,8 +468,17 @@ fn print_busy_table(results: &[serde_json::Value], args: &Args) {
             .into_iter()
             .filter_map(|(k, v)| Some(format!("{k} {:.2}", median(v)?)))
             .collect();
+        // Each round's CPU over its own wake-ups, the median of those.
+        let wakeups = field(results, Workload::Busy, c, "own_wakeups_per_s");
+        let per_wakeup = median(
+            field(results, Workload::Busy, c, "own_cpu_ms_per_s")
+                .iter()
+                .filter_map(|(r, cpu)| Some(cpu * 1e3 / wakeups.get(r).filter(|&&w| w > 0.0)?))
+                .collect(),
+        )
+        .map_or("–".into(), |us| format!("{us:.1} µs"));
         println!(
-            "| {} | {own:.2} ms/s | {:.0} /s | {} | {:.0} ms/s | {:.0} req/s |",
+            "| {} | {own:.2} ms/s | {:.0} /s | {per_wakeup} | {} | {:.0} ms/s | {:.0} req/s |",
             c.label(),
             med(c, "own_wakeups_per_s").unwrap_or(0.0),
             if by.is_empty() {
@@ -481,11 +491,12 @@ fn print_busy_table(results: &[serde_json::Value], args: &Args) {
         );
     }
     println!(
-        "\nbusy: the http workload's service and load ({} req/s over {} keep-alive connections, 2 workers, nothing pinned), measured for {:?} after {:?}; pinwatch's threads are those named pinwatch-* (the watchdog, the exporters): CPU from /proc/self/task/*/schedstat, wake-ups the context switches, per second; whole process from getrusage (server, client, tools); medians of {} rounds.",
+        "\nbusy: the http workload's service and load ({} req/s over {} keep-alive connections, 2 workers, nothing pinned), measured for {:?} after {:?}; the tool's threads are pinwatch's, named pinwatch-* (the watchdog, the exporters), or the waker row's one thread, which only sleeps {:?} at a time as the watchdog does between scans (what the wake-ups alone cost here): CPU from /proc/self/task/*/schedstat, wake-ups the context switches, per second; whole process from getrusage (server, client, tools); medians of {} rounds.",
         args.sizes.rate,
         args.sizes.conns,
         args.sizes.http,
         child::BUSY_WARMUP,
+        child::WAKER_PERIOD,
         field(results, Workload::Busy, Config::Plain, "process_cpu_ms_per_s").len().max(
             field(results, Workload::Busy, Config::Pinwatch, "own_cpu_ms_per_s").len()
         ),

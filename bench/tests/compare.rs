@@ -330,10 +330,29 @@ fn the_busy_workload_reports_pinwatchs_own_threads_and_the_driver_prints_it() {
     // Plain tokio has no such threads.
     let plain = child("plain", "busy");
     assert_eq!(plain["own_cpu_ms_per_s"].as_f64().unwrap(), 0.0, "{plain}");
+    // The waker row's one thread is counted, and only it: a wake-up every 7 ms, so well over
+    // one a second even on a loaded machine (its 0.3 s window holds ~43).
+    let waker = child("waker", "busy");
+    let by_thread = waker["own_cpu_ms_per_s_by_thread"].as_object().unwrap();
+    assert_eq!(
+        by_thread.keys().collect::<Vec<_>>(),
+        ["bench-waker"],
+        "{waker}"
+    );
+    assert!(waker["own_cpu_ms_per_s"].as_f64().unwrap() > 0.0, "{waker}");
+    assert!(
+        waker["own_wakeups_per_s"].as_f64().unwrap() > 1.0,
+        "{waker}"
+    );
 
     let out = Command::new(env!("CARGO_BIN_EXE_compare"))
         .args(["--rounds", "1", "--http-secs", "0.3", "--rate", "500"])
-        .args(["--configs", "plain,pinwatch", "--workloads", "busy"])
+        .args([
+            "--configs",
+            "plain,waker,pinwatch",
+            "--workloads",
+            "busy,http",
+        ])
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
@@ -343,8 +362,15 @@ fn the_busy_workload_reports_pinwatchs_own_threads_and_the_driver_prints_it() {
         .find(|l| l.starts_with("| pinwatch (defaults) |"))
         .unwrap_or_else(|| panic!("no pinwatch row: {table}"));
     assert!(
-        row.contains("ms/s") && row.contains("pinwatch-watchd"),
+        row.contains("ms/s") && row.contains("pinwatch-watchd") && row.contains(" µs |"),
         "{row}"
     );
+    // The waker has a busy row and nothing else: it only measures the wake-ups.
+    let waker_rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("| plain tokio + a bare thread waking every 7 ms |"))
+        .collect();
+    assert_eq!(waker_rows.len(), 1, "{table}");
+    assert!(waker_rows[0].contains("bench-waker"), "{table}");
     assert!(table.contains("busy: the http workload"), "{table}");
 }

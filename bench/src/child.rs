@@ -110,7 +110,7 @@ impl Config {
             Config::PinwatchTraceLayer => "pinwatch, TraceLayer spans, registry + tracing_layer()",
             Config::EagerHandoff => "tokio + enable_eager_driver_handoff()",
             Config::PinwatchNoRescue => "pinwatch, PINWATCH_RESCUE=off",
-            Config::Waker => "plain tokio + a bare thread waking every 7 ms",
+            Config::Waker => "plain tokio + a bare thread waking every 18 ms",
         }
     }
 
@@ -259,9 +259,10 @@ pub const UNREPORTED_HOLD: Duration = Duration::from_millis(250);
 /// leave them out.
 const OWN_THREAD_PREFIX: &str = "bench-";
 
-/// The `waker` configuration's period: a quarter of the default threshold plus one scan
-/// interval, how often the watchdog wakes while a busy service's polls are stamped.
-pub const WAKER_PERIOD: Duration = Duration::from_millis(7);
+/// The `waker` configuration's period: the default threshold less one scan interval, how
+/// often the watchdog wakes while a busy service's polls are stamped and its workers' accounting
+/// read before each.
+pub const WAKER_PERIOD: Duration = Duration::from_millis(18);
 
 /// The `waker` configuration's thread, counted by the busy workload as the tool's.
 const WAKER_THREAD: &str = "bench-waker";

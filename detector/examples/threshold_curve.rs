@@ -3,13 +3,14 @@
 //! ```text
 //! cargo run --release -p pinwatch --example threshold_curve
 //! cargo run --release -p pinwatch --example threshold_curve -- 100 15,18,19,20,21,22,23,25,30
+//! cargo run --release -p pinwatch --example threshold_curve -- 100 19,20,21,22 spin
 //! stress-ng --cpu 2 & cargo run --release -p pinwatch --example threshold_curve
 //! ```
 //!
 //! Builds a runtime (2 workers, pinwatch's defaults: 20 ms threshold, 2 ms scan interval, a
 //! sink of its own), then for each duration spawns tasks one after another (the first argument:
 //! tries per duration, 60 by default; the second: the durations in ms) whose one poll blocks in
-//! `std::thread::sleep` for that long. It prints, per duration, how many of those polls were
+//! `std::thread::sleep` for that long (the third argument `spin`: runs on the CPU that long). It prints, per duration, how many of those polls were
 //! reported, how long they really ran (timed inside the poll), and the durations reported.
 
 use std::collections::HashMap;
@@ -31,6 +32,11 @@ fn main() -> Result<(), pinwatch::Error> {
                 .collect()
         },
     );
+    let spin = match args.next().as_deref() {
+        None | Some("sleep") => false,
+        Some("spin") => true,
+        Some(other) => panic!("how a poll blocks: sleep or spin, not {other:?}"),
+    };
     let events: Arc<Mutex<Vec<PinnedEvent>>> = Arc::default();
     let sink = Arc::clone(&events);
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
@@ -48,7 +54,13 @@ fn main() -> Result<(), pinwatch::Error> {
             let (id, real) = rt.block_on(async move {
                 tokio::spawn(async move {
                     let start = Instant::now();
-                    std::thread::sleep(Duration::from_millis(ms));
+                    if spin {
+                        while start.elapsed() < Duration::from_millis(ms) {
+                            std::hint::spin_loop();
+                        }
+                    } else {
+                        std::thread::sleep(Duration::from_millis(ms));
+                    }
                     let real = start.elapsed();
                     (tokio::task::id().to_string().parse::<u64>().unwrap(), real)
                 })
@@ -69,7 +81,8 @@ fn main() -> Result<(), pinwatch::Error> {
         .filter_map(|e| Some((e.task_id?, e.duration)))
         .collect();
     println!(
-        "threshold {threshold:?}, {tries} tries per duration, load {}",
+        "threshold {threshold:?}, {tries} tries per duration, polls that {}, load {}",
+        if spin { "spin" } else { "sleep" },
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .split_whitespace()

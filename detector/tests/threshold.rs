@@ -76,9 +76,13 @@ fn stamped_polls_let_the_watchdog_look_less_often() {
     let rate = scans_per_second(builder(&events), 500);
     println!("stamped: {rate:.0} scans/s");
     if stamps_here() {
-        // A scan every 7 ms (143 a second) at most while nothing runs that long, against one
-        // every 2 ms (500) without stamps; a loaded machine only makes it scan less.
-        assert!(rate < 250.0, "{rate:.0} scans/s");
+        // A scan every 18 ms (56 a second; measured 76) while nothing runs that long, where the
+        // watchdog reads the workers' accounting before their polls begin; every 7 ms (143,
+        // measured 157) where it cannot; against one every 2 ms (500) without stamps. A loaded
+        // machine only makes it scan less.
+        let readable = std::fs::read_to_string("/proc/thread-self/schedstat").is_ok();
+        let bound = if readable { 110.0 } else { 250.0 };
+        assert!(rate < bound, "{rate:.0} scans/s");
     }
 }
 

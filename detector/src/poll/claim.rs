@@ -262,7 +262,14 @@ fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
         Err(_) => false,
     });
     // Otherwise thread-local storage is being torn down: do not watch this thread.
-    (stored == Ok(true)).then_some(slot)
+    if stored != Ok(true) {
+        return None;
+    }
+    // The watchdog may be waiting out a long gap (start stamps: half the threshold, for polls
+    // of threads whose accounting it read before they began); this thread's first poll has no
+    // such reading, and needs a look within a quarter of the threshold. Once per thread.
+    table.parking.nudge();
+    Some(slot)
 }
 
 /// The calling thread enters (`parked`) or leaves tokio's park on the runtime of `table` (`key`

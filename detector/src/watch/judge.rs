@@ -57,6 +57,10 @@ pub(super) struct Tracked {
     ///
     /// [`stamps::first_look`]: super::stamps::first_look
     pub exact: bool,
+    /// The thread's scheduler accounting read before the poll began, for a stamped poll: its
+    /// first close look need not come within what a second look credits
+    /// ([`baseline_since`](Self::baseline_since)).
+    pub before: Option<Before>,
     /// The thread's scheduler accounting at the second look at the poll.
     pub baseline: Option<Baseline>,
     /// The most pinned time found for the poll so far: time only adds up, and a look that
@@ -100,6 +104,7 @@ impl Tracked {
             began,
             handed_off: false,
             exact: false,
+            before: None,
             baseline: None,
             counted: Duration::ZERO,
             armed: None,
@@ -169,6 +174,41 @@ impl Tracked {
         }
     }
 
+    /// The baseline taken at `at` (accounting `stat`, thread state `state`) of a stamped poll
+    /// whose thread's accounting `before` was read before the poll began. Its time on a CPU or
+    /// blocked since `before` (counted as [`Baseline::pinned_time`] counts it) less the time
+    /// from `before` to the poll's start is what the poll did, except for the thread's waits
+    /// for a CPU in that time, which may have been before the poll or in it: of those, at most
+    /// what a second look credits (a quarter of the threshold plus one scan interval) is
+    /// counted. So the credit is what it is for any other poll — a worker preempted for longer
+    /// is not pinned by it — and no look need come early to bound it: a poll the first close
+    /// look finds any age is credited its own time. Never more than the poll's age.
+    pub fn baseline_since(
+        &self,
+        before: Before,
+        at: Instant,
+        stat: SchedStat,
+        state: Option<char>,
+        threshold: Duration,
+        interval: Duration,
+    ) -> Baseline {
+        let since = Baseline {
+            at: before.at,
+            age: Duration::ZERO,
+            stat: before.stat,
+        };
+        let (counted, waited) = since.pinned_time(at, Some(stat), state);
+        let gap = self.after.saturating_duration_since(before.at);
+        let credit = waited.min(gap).min(threshold / 4 + interval);
+        Baseline {
+            at,
+            age: (counted + credit)
+                .saturating_sub(gap)
+                .min(self.age(at, interval)),
+            stat,
+        }
+    }
+
     /// Whether a look at a poll of `age` counts its pinned time (reads the kernel's
     /// accounting): from half the threshold on. Polls that long are rare; the reads are too.
     pub fn worth_counting(age: Duration, threshold: Duration) -> bool {
@@ -218,6 +258,14 @@ impl Tracked {
 /// by looks while it runs.
 pub(super) fn worth_arming(state: Option<char>) -> bool {
     matches!(state, Some('S' | 'D'))
+}
+
+/// A thread's scheduler accounting `stat`, read at `at`, before a poll of its began: a look
+/// read it and then loaded the slot's counter, which showed an earlier poll.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Before {
+    pub at: Instant,
+    pub stat: SchedStat,
 }
 
 /// The scheduler's view of a poll, taken at the watchdog's second look at it.
@@ -762,6 +810,60 @@ mod tests {
         assert_eq!(t.age(t0 + MS(8), MS(2)), MS(5));
         let t = Tracked::stamped(7, t0 + MS(1), t0 + MS(8), 0, Some(t0 + MS(9)));
         assert_eq!(t.age(t0 + MS(8), MS(2)), MS(0));
+    }
+
+    #[test]
+    fn a_stamped_poll_read_before_it_began_is_credited_its_own_time_at_any_first_look() {
+        let t0 = Instant::now();
+        // Read at 0; the poll begins at 5 and is first looked at closely at 17 (age 12, past
+        // what a second look credits without the reading).
+        let before = Before {
+            at: t0,
+            stat: stat(100, 50),
+        };
+        let mut t = Tracked::stamped(7, t0 + MS(5), t0 + MS(17), 0, None);
+        t.before = Some(before);
+        let at = t0 + MS(17);
+        let baseline = |on_cpu: u64, waiting: u64, state| {
+            t.baseline_since(
+                before,
+                at,
+                stat(100 + on_cpu, 50 + waiting),
+                state,
+                THRESHOLD,
+                SCAN,
+            )
+            .age
+        };
+        // Nothing waited for a CPU: all of its age, on a CPU or blocked.
+        assert_eq!(baseline(17, 0, Some('R')), MS(12));
+        assert_eq!(baseline(2, 0, Some('S')), MS(12));
+        // 4 ms of waits for a CPU since the reading, and the poll's 5 ms gap could have held
+        // them all: they are credited (10 on a CPU and 3 unaccounted, less the 5 before the
+        // poll, plus the 4).
+        assert_eq!(baseline(10, 4, Some('R')), MS(12));
+        // 9 ms of waits: at most the 5 of the gap can have been before the poll; the other 4
+        // were in it and do not count.
+        assert_eq!(baseline(8, 9, Some('R')), MS(8));
+        // A poll that began at the reading: no wait was before it, none is credited.
+        let mut t2 = Tracked::stamped(7, t0, t0 + MS(17), 0, None);
+        t2.before = Some(before);
+        let b = t2.baseline_since(before, at, stat(105, 62), Some('R'), THRESHOLD, SCAN);
+        assert_eq!(b.age, MS(5));
+        // 12 ms of waits in a 12 ms gap: they may all have been before the poll, but no more
+        // than a second look's credit (a quarter of the threshold plus an interval, 7 ms) is
+        // counted, as for any poll — here less than the poll's 5 ms on a CPU: on a machine this
+        // overloaded a reading long before the poll counts it short, never long.
+        let mut t3 = Tracked::stamped(7, t0 + MS(12), t0 + MS(17), 0, None);
+        t3.before = Some(before);
+        let b = t3.baseline_since(before, at, stat(105, 62), Some('R'), THRESHOLD, SCAN);
+        assert_eq!(b.age, MS(0));
+        // The thread's accounting behind (a stint not yet added): no more than a tick of the
+        // unaccounted time counts for a runnable thread; all of it for a blocked one.
+        assert_eq!(baseline(0, 0, Some('R')), MS(0));
+        assert_eq!(baseline(0, 0, Some('S')), MS(12));
+        // Never more than its age, whatever the accounting says.
+        assert_eq!(baseline(40, 0, Some('R')), MS(12));
     }
 
     #[test]

@@ -346,12 +346,47 @@ pub(crate) struct SchedStat {
 }
 
 pub(crate) fn read_schedstat(tid: i32) -> Option<SchedStat> {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    parse_schedstat(&std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?)
+}
+
+fn parse_schedstat(s: &str) -> Option<SchedStat> {
     let mut f = s.split_whitespace();
     Some(SchedStat {
         on_cpu: f.next()?.parse().ok()?,
         waiting: f.next()?.parse().ok()?,
     })
+}
+
+/// One slot's thread's `schedstat`, kept open: the watchdog reads a stamped slot's thread at
+/// every look ([`Before`](super::judge::Before)), one `pread` and no allocation each time. The
+/// file is opened again when the slot's thread changes, and after a read fails (the thread is
+/// gone; its id may come back as another thread's); a thread whose file cannot be opened is not
+/// tried again.
+#[derive(Default)]
+pub(super) struct SchedStatReader {
+    open: Option<(i32, Option<std::fs::File>)>,
+}
+
+impl SchedStatReader {
+    /// Thread `tid`'s accounting now.
+    pub fn read(&mut self, tid: i32) -> Option<SchedStat> {
+        use std::os::unix::fs::FileExt;
+        if self.open.as_ref().is_none_or(|(t, _)| *t != tid) {
+            let path = format!("/proc/self/task/{tid}/schedstat");
+            self.open = Some((tid, std::fs::File::open(path).ok()));
+        }
+        let file = self.open.as_ref()?.1.as_ref()?;
+        // Three decimal numbers of at most 20 digits each, and their separators.
+        let mut buf = [0u8; 80];
+        let read = file
+            .read_at(&mut buf, 0)
+            .ok()
+            .and_then(|n| parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?));
+        if read.is_none() {
+            self.open = None;
+        }
+        read
+    }
 }
 
 /// The thread's scheduler state letter (`R`, `S`, `D`, …).
@@ -502,6 +537,44 @@ pub(crate) fn syscall_name(nr: i64) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_open_schedstat_reads_what_a_fresh_read_does_and_follows_the_thread() {
+        let me = crate::poll::slot::current_tid();
+        let mut reader = SchedStatReader::default();
+        let kept = reader.read(me).unwrap();
+        // 20 ms on a CPU, five ticks: the kernel accounts some of it, whatever the load.
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
+        let fresh = read_schedstat(me).unwrap();
+        assert!(fresh.on_cpu > kept.on_cpu, "{fresh:?} {kept:?}");
+        // The file kept open reads the thread's accounting now, not what it read first.
+        let again = reader.read(me).unwrap();
+        assert!(again.on_cpu >= fresh.on_cpu, "{again:?} {fresh:?}");
+        // Another thread's, once it is the slot's.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            tx.send(crate::poll::slot::current_tid()).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let theirs = reader.read(tid).unwrap();
+        let later = read_schedstat(tid).unwrap();
+        assert!(
+            theirs.on_cpu <= later.on_cpu && theirs.waiting <= later.waiting,
+            "{theirs:?} {later:?}"
+        );
+        // Not this thread's, which has run 20 ms more than it.
+        assert!(theirs.on_cpu < again.on_cpu, "{theirs:?} {again:?}");
+        drop(done_tx);
+        other.join().unwrap();
+        // Gone: no reading, and none made up from the old file.
+        assert_eq!(reader.read(tid), None);
+        assert_eq!(reader.read(-1), None);
+    }
 
     #[test]
     fn waits_are_read_from_the_syscall_file() {

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 
 use super::judge::{
-    worth_arming, Armed, DriverView, DriverWatch, Drivers, Idle, Pinned, Stall, Tracked,
+    worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle, Pinned, Stall, Tracked,
     WorkerState,
 };
-use super::probe::{self, Probe};
+use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
 use super::stamps::{self, Stamping, Switch, TickClock};
 #[cfg(feature = "schedule-latency")]
@@ -106,6 +106,8 @@ fn run(shared: Arc<Shared>, handle: Handle, tx: mpsc::SyncSender<RawReport>) {
         clock: None,
         counter: shared.config.stamps && stamps::counter_trusted(),
         stamps: Vec::new(),
+        readers: (0..n).map(|_| SchedStatReader::default()).collect(),
+        read: vec![None; n],
     };
     // When the next scan is due while every poll that may run long is stamped (`None`: one
     // scan interval after the last).
@@ -334,6 +336,11 @@ struct Scan<'a> {
     counter: bool,
     /// Per slot, its stamping; empty until the clock is calibrated.
     stamps: Vec<Stamping>,
+    /// Per slot, its thread's `schedstat`, kept open for the readings below.
+    readers: Vec<SchedStatReader>,
+    /// Per slot, its thread's accounting as the last look read it, before loading the counter
+    /// (while stamping is on): a poll that look did not see began after it ([`Before`]).
+    read: Vec<Option<(i32, Before)>>,
 }
 
 /// How long a pin whose report has gone out is remembered, so that a wait it caused is not
@@ -347,10 +354,14 @@ impl<'a> Scan<'a> {
     /// A look at `slot`, whose poll the watchdog remembers in `tracked`; `last_look` is the
     /// time just before the previous look, and becomes this one's.
     fn slot(&mut self, slot: &Slot, tracked: &mut Option<Tracked>, last_look: &mut Instant) {
+        // Before the counter's load: a poll that load does not show began after the reading.
+        let reading = self.read_thread(slot);
         let before = Instant::now();
         let active = slot.is_active();
         let seq = slot.poll.seq();
         let now = Instant::now();
+        // The last look's reading: the one before a poll new at this look.
+        let read_before = std::mem::replace(&mut self.read[self.cur], reading);
         let prev_look = std::mem::replace(last_look, before);
         let start = if active {
             self.stamped_start(slot, seq, now, prev_look)
@@ -368,6 +379,8 @@ impl<'a> Scan<'a> {
         }
         if !active {
             self.restamp(slot);
+            // The thread went away: its file is closed until another takes the slot.
+            self.readers[self.cur] = SchedStatReader::default();
             if let Some(t) = tracked.take_if(|t| t.pinned.is_none()) {
                 // The thread went away: its last poll may have ended unseen past the threshold.
                 self.ended_unseen(slot, &t, now);
@@ -388,6 +401,10 @@ impl<'a> Scan<'a> {
             Some(_) => {}
         }
         let Some(t) = tracked.as_mut() else { return };
+        if first_look && t.exact {
+            let tid = slot.tid.load(Ordering::Relaxed);
+            t.before = read_before.filter(|&(read, _)| read == tid).map(|(_, b)| b);
+        }
         if first_look && !t.exact {
             // The first look at this poll: its start is bounded by this look and the last.
             return;
@@ -418,16 +435,29 @@ impl<'a> Scan<'a> {
         }
         let threshold = self.settings.threshold;
         let interval = self.settings.effective_scan_interval();
-        if t.exact && t.baseline.is_none() && t.age(now, interval) < stamps::first_look(threshold) {
+        let first = match t.before {
+            Some(_) => stamps::late_look(threshold, interval),
+            None => stamps::first_look(threshold),
+        };
+        if t.exact && t.baseline.is_none() && t.age(now, interval) < first {
             // Stamped: its age is known, and too young for a second look yet.
             return;
         }
         let tid = slot.tid.load(Ordering::Relaxed);
         if t.baseline.is_none() {
             // The second look at this poll (polls this long are rare: the read is too); for a
-            // stamped poll, the first (its age is known).
-            t.baseline = probe::read_schedstat(tid)
-                .map(|stat| t.baseline(Instant::now(), stat, threshold, interval));
+            // stamped poll, the first (its age is known), from the reading before it if any.
+            t.baseline = match t.before.filter(|_| t.exact) {
+                Some(before) => {
+                    let at = Instant::now();
+                    probe::read_schedstat(tid).map(|stat| {
+                        let state = probe::read_state(tid);
+                        t.baseline_since(before, at, stat, state, threshold, interval)
+                    })
+                }
+                None => probe::read_schedstat(tid)
+                    .map(|stat| t.baseline(Instant::now(), stat, threshold, interval)),
+            };
             if t.exact {
                 self.shared
                     .stats
@@ -774,6 +804,19 @@ impl<'a> Scan<'a> {
         start
     }
 
+    /// The accounting of the thread of `slot` (the one looked at) now, with its id, where the
+    /// slot is stamped (a stamped poll needs it from before it began): one `pread` of a file
+    /// kept open. `None` elsewhere, and where it cannot be read.
+    fn read_thread(&mut self, slot: &Slot) -> Option<(i32, Before)> {
+        if self.stamps.get(self.cur)?.generation.is_none() || !slot.is_active() {
+            return None;
+        }
+        let tid = slot.tid.load(Ordering::Relaxed);
+        let at = Instant::now();
+        let stat = self.readers[self.cur].read(tid)?;
+        Some((tid, Before { at, stat }))
+    }
+
     /// A slot nobody polls in: stamping goes back on for its next owner, whose poll rate is
     /// not known yet (it is stopped at a look if it polls often).
     fn restamp(&mut self, slot: &Slot) {
@@ -799,32 +842,42 @@ impl<'a> Scan<'a> {
         {
             return None;
         }
-        let slots = tracked
-            .iter()
-            .zip(&self.stamps)
-            .map(|(t, stamping)| match t {
-                None => stamps::Slot::Free,
-                Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
-                    stamps::Slot::Looked
-                }
-                Some(t) if t.seq & 1 == 0 && stamping.generation.is_some() => stamps::Slot::Between,
-                // Stamping off since (a burst before it): the poll after it is not stamped.
-                Some(t)
-                    if t.seq & 1 == 1
-                        && t.exact
-                        && t.baseline.is_none()
-                        && stamping.generation.is_some() =>
-                {
-                    stamps::Slot::Stamped(t.after)
-                }
-                Some(_) => stamps::Slot::Looked,
-            });
+        let slots =
+            tracked
+                .iter()
+                .zip(&self.stamps)
+                .zip(&self.read)
+                .map(|((t, stamping), read)| match t {
+                    None => stamps::Slot::Free,
+                    Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
+                        stamps::Slot::Looked
+                    }
+                    Some(t) if t.seq & 1 == 0 && stamping.generation.is_some() => {
+                        stamps::Slot::Between {
+                            read: read.is_some(),
+                        }
+                    }
+                    // Stamping off since (a burst before it): the poll after it is not stamped.
+                    Some(t)
+                        if t.seq & 1 == 1
+                            && t.exact
+                            && t.baseline.is_none()
+                            && stamping.generation.is_some() =>
+                    {
+                        stamps::Slot::Stamped {
+                            start: t.after,
+                            read: t.before.is_some(),
+                        }
+                    }
+                    Some(_) => stamps::Slot::Looked,
+                });
         let interval = self.settings.effective_scan_interval();
         stamps::due(
             slots,
             scan_start,
             interval,
             stamps::first_look(self.settings.threshold),
+            stamps::late_look(self.settings.threshold, interval),
         )
     }
 

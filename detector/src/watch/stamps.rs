@@ -1,11 +1,15 @@
 //! Start stamps: where polls are rare, each one's start is stamped by the before-poll hook with
 //! the CPU's time-stamp counter, so that the watchdog knows it exactly and need not look every
 //! scan interval to bound it. It looks at a stamped poll closely once it is old enough to
-//! matter — at the first scan after it is a quarter of the threshold old, so at most a quarter of
-//! the threshold plus one scan interval, the most of a poll's age its second look credits
-//! ([`Tracked::baseline`](super::judge::Tracked::baseline)) — and then every interval as
-//! before; with nothing that old running, it wakes about every seven milliseconds instead of
-//! every two.
+//! matter, and then every interval as before. When it read the thread's accounting before the
+//! poll began (it does at every look at a stamped slot: one `pread`), that is two scan
+//! intervals short of the threshold: the reading bounds what the poll did before its first close look
+//! ([`Tracked::baseline_since`](super::judge::Tracked::baseline_since)). Without one (a
+//! thread new since the last look, a `/proc` it cannot read) at a quarter of the threshold, so
+//! at most a quarter of the threshold plus one scan interval, the most of a poll's age its
+//! second look credits ([`Tracked::baseline`](super::judge::Tracked::baseline)). With nothing
+//! that old running, it wakes about every eighteen milliseconds at the defaults (seven without
+//! the readings) instead of every two.
 //!
 //! A stamp costs its poll a few cycles, which a thread polling millions of times a second (a
 //! yield storm) would notice: stamping is turned on per slot while its thread polls fewer than
@@ -190,36 +194,53 @@ pub(super) fn first_look(threshold: Duration) -> Duration {
     threshold / 4
 }
 
+/// How old a stamped poll whose thread's accounting was read before it began must be before
+/// the watchdog looks at it closely: the threshold less two scan intervals (16 ms of 20), and
+/// at least half the threshold. The reading bounds what the poll did before that look, so it
+/// need not come within a second look's credit; it comes early enough (at most one interval
+/// short of the threshold while the watchdog is on time; the interval is at most a quarter of
+/// the threshold) that the looks every interval after it find the poll at the threshold, as
+/// for a poll looked at every interval from its start.
+pub(super) fn late_look(threshold: Duration, interval: Duration) -> Duration {
+    threshold.saturating_sub(interval * 2).max(threshold / 2)
+}
+
 /// A slot in use, as [`due`] sees it after a scan.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Slot {
-    /// Free, or its thread gone.
+    /// Free, or its thread gone. A thread that takes it wakes the watchdog.
     Free,
-    /// Between polls, stamping on: its next poll will be stamped.
-    Between,
-    /// Running a stamped poll that started then, not looked at closely yet.
-    Stamped(Instant),
+    /// Between polls, stamping on: its next poll will be stamped; `read`: its thread's
+    /// accounting was read before the counter's load that showed it between polls.
+    Between { read: bool },
+    /// Running a stamped poll that started at `start`, not looked at closely yet; `read`: its
+    /// thread's accounting was read before it began.
+    Stamped { start: Instant, read: bool },
     /// Anything else: a poll not stamped, or looked at closely (its baseline taken), a pin, a
     /// poll asked for its end, a worker handed over, a slot not stamped between polls.
     Looked,
 }
 
 /// When the next scan is due, from a scan that began at `scan_start`, if no slot needs a look
-/// every `interval`: each stamped poll's first look, and a first look's age plus one interval
-/// after the scan for a slot between polls (its next poll starts after the look, and is at most
-/// that old at the next: the most a second look credits). Never sooner than one interval.
-/// `None`: one interval after the scan.
+/// every `interval`: each stamped poll's first close look (at `late_look` of age where its
+/// thread was read before it, `first_look` elsewhere), and that age plus one interval after the
+/// scan for a slot between polls (its next poll starts after the look, and is at most that old
+/// at the next: without a reading, the most a second look credits). Never sooner than one
+/// interval. `None`: one interval after the scan.
 pub(super) fn due(
     slots: impl IntoIterator<Item = Slot>,
     scan_start: Instant,
     interval: Duration,
     first_look: Duration,
+    late_look: Duration,
 ) -> Option<Instant> {
-    let mut due = scan_start + first_look + interval;
+    let look = |read: bool| if read { late_look } else { first_look };
+    let mut due = scan_start + late_look + interval;
     for slot in slots {
         match slot {
-            Slot::Free | Slot::Between => {}
-            Slot::Stamped(start) => due = due.min(start + first_look),
+            Slot::Free => {}
+            Slot::Between { read } => due = due.min(scan_start + look(read) + interval),
+            Slot::Stamped { start, read } => due = due.min(start + look(read)),
             Slot::Looked => return None,
         }
     }
@@ -345,25 +366,46 @@ mod tests {
     fn the_next_scan_is_the_first_stamped_polls_first_look() {
         let t0 = Instant::now();
         let due = |slots: &[Slot]| {
-            due(slots.iter().copied(), t0 + ms(10), ms(2), ms(5)).map(|d| d.duration_since(t0))
+            due(slots.iter().copied(), t0 + ms(10), ms(2), ms(5), ms(10))
+                .map(|d| d.duration_since(t0))
+        };
+        let between = Slot::Between { read: false };
+        let stamped = |at: Duration| Slot::Stamped {
+            start: t0 + at,
+            read: false,
         };
         // Nothing runs: a poll starting now is looked at first when 7 ms old at most.
-        assert_eq!(due(&[Slot::Free, Slot::Between]), Some(ms(17)));
+        assert_eq!(due(&[Slot::Free, between]), Some(ms(17)));
         // The oldest stamped poll decides.
-        let stamped = [
-            Slot::Between,
-            Slot::Stamped(t0 + ms(9)),
-            Slot::Stamped(t0 + ms(8)),
-        ];
-        assert_eq!(due(&stamped), Some(ms(13)));
+        assert_eq!(
+            due(&[between, stamped(ms(9)), stamped(ms(8))]),
+            Some(ms(13))
+        );
         // A poll too young at this scan and too old for its first look to wait: the next
         // interval, at 5 to 7 ms of age.
-        let young = Slot::Stamped(t0 + ms(6) + Duration::from_micros(500));
-        assert_eq!(due(&[young]), Some(ms(12)));
+        assert_eq!(
+            due(&[stamped(ms(6) + Duration::from_micros(500))]),
+            Some(ms(12))
+        );
         // Never sooner than an interval, even for a poll whose first look is past.
-        assert_eq!(due(&[Slot::Stamped(t0)]), Some(ms(12)));
+        assert_eq!(due(&[stamped(ms(0))]), Some(ms(12)));
         // One slot that needs looks every interval: every interval.
-        assert_eq!(due(&[Slot::Between, Slot::Looked]), None);
+        assert_eq!(due(&[between, Slot::Looked]), None);
+
+        // Read before their polls: looked at first at half the threshold.
+        let read = Slot::Between { read: true };
+        assert_eq!(due(&[Slot::Free, read]), Some(ms(22)));
+        let stamped_read = |at: Duration| Slot::Stamped {
+            start: t0 + at,
+            read: true,
+        };
+        assert_eq!(due(&[read, stamped_read(ms(9))]), Some(ms(19)));
+        // One slot not read keeps the sooner look.
+        assert_eq!(due(&[read, between]), Some(ms(17)));
+        assert_eq!(due(&[stamped_read(ms(9)), stamped(ms(9))]), Some(ms(14)));
+        // Nothing in use: as late as a read slot would allow (a thread that takes a slot wakes
+        // the watchdog).
+        assert_eq!(due(&[Slot::Free]), Some(ms(22)));
     }
 
     #[test]
@@ -390,18 +432,58 @@ mod tests {
             let mut scan = t0;
             let age_at_baseline = loop {
                 let slot = if scan < start {
-                    Slot::Between
+                    Slot::Between { read: false }
                 } else if scan.duration_since(start) >= first {
                     break scan.duration_since(start);
                 } else {
-                    Slot::Stamped(start)
+                    Slot::Stamped { start, read: false }
                 };
-                scan = due([slot], scan, interval, first).unwrap_or(scan + interval);
+                scan = due(
+                    [slot],
+                    scan,
+                    interval,
+                    first,
+                    late_look(threshold, interval),
+                )
+                .unwrap_or(scan + interval);
             };
             assert!(
                 age_at_baseline <= credit,
                 "started {phase_us} us in: first close look at {age_at_baseline:?}"
             );
         }
+    }
+
+    /// The same for a poll whose thread was read before it: its first close look comes one
+    /// interval short of the threshold at the latest, so that the looks every interval after it
+    /// reach the threshold on time.
+    #[test]
+    fn a_read_polls_first_close_look_is_an_interval_short_of_the_threshold() {
+        let (threshold, interval) = (ms(20), ms(2));
+        let (first, late) = (first_look(threshold), late_look(threshold, interval));
+        assert_eq!(late, ms(16));
+        // Never sooner than half the threshold: the interval is at most a quarter of it.
+        assert_eq!(late_look(ms(2), Duration::from_micros(500)), ms(1));
+        assert_eq!(late_look(ms(100), ms(30)), ms(50));
+        let t0 = Instant::now();
+        let mut latest = Duration::ZERO;
+        for phase_us in (0..18_000).step_by(50) {
+            let start = t0 + ms(100) + Duration::from_micros(phase_us);
+            let mut scan = t0;
+            let age_at_baseline = loop {
+                let slot = if scan < start {
+                    Slot::Between { read: true }
+                } else if scan.duration_since(start) >= late {
+                    break scan.duration_since(start);
+                } else {
+                    Slot::Stamped { start, read: true }
+                };
+                scan = due([slot], scan, interval, first, late).unwrap_or(scan + interval);
+            };
+            latest = latest.max(age_at_baseline);
+        }
+        assert!(latest <= threshold - interval, "{latest:?}");
+        assert!(latest > late, "{latest:?}");
+        assert!(first + interval < late, "{first:?}");
     }
 }

@@ -416,40 +416,38 @@ mod tests {
         assert_eq!(first_look(ms(100)) + ms(10), ms(35));
     }
 
-    /// Every phase of a stamped poll's start against the scans, every scan the watchdog makes
-    /// on time as `due` says: the look that takes its baseline (the first at `first_look` of
-    /// age or more) finds it no older than what the baseline credits, so none of its age is
-    /// lost.
+    /// The age at which a stamped poll starting at `phase` past 100 ms gets its first close
+    /// look (at `first_look` of age, or `late_look` where its thread was `read` before it), the
+    /// watchdog making every scan on time as `due` says from 0, between polls until then.
+    fn first_close_look(phase: Duration, read: bool) -> Duration {
+        let (threshold, interval) = (ms(20), ms(2));
+        let (first, late) = (first_look(threshold), late_look(threshold, interval));
+        let close = if read { late } else { first };
+        let t0 = Instant::now();
+        let start = t0 + ms(100) + phase;
+        let mut scan = t0;
+        loop {
+            let slot = if scan < start {
+                Slot::Between { read }
+            } else if scan.duration_since(start) >= close {
+                return scan.duration_since(start);
+            } else {
+                Slot::Stamped { start, read }
+            };
+            scan = due([slot], scan, interval, first, late).unwrap_or(scan + interval);
+        }
+    }
+
+    /// Every phase of a stamped poll's start against the scans: the look that takes its
+    /// baseline finds it no older than what the baseline credits (a quarter of the threshold
+    /// plus an interval), so none of its age is lost.
     #[test]
     fn a_stamped_polls_first_close_look_is_within_the_credit_at_every_phase() {
-        let (threshold, interval) = (ms(20), ms(2));
-        let credit = threshold / 4 + interval;
-        let first = first_look(threshold);
-        let t0 = Instant::now();
         for phase_us in (0..7_000).step_by(50) {
-            let start = t0 + ms(100) + Duration::from_micros(phase_us);
-            // The scans from t0, between polls until the poll starts.
-            let mut scan = t0;
-            let age_at_baseline = loop {
-                let slot = if scan < start {
-                    Slot::Between { read: false }
-                } else if scan.duration_since(start) >= first {
-                    break scan.duration_since(start);
-                } else {
-                    Slot::Stamped { start, read: false }
-                };
-                scan = due(
-                    [slot],
-                    scan,
-                    interval,
-                    first,
-                    late_look(threshold, interval),
-                )
-                .unwrap_or(scan + interval);
-            };
+            let age = first_close_look(Duration::from_micros(phase_us), false);
             assert!(
-                age_at_baseline <= credit,
-                "started {phase_us} us in: first close look at {age_at_baseline:?}"
+                age <= ms(20) / 4 + ms(2),
+                "started {phase_us} us in: first close look at {age:?}"
             );
         }
     }
@@ -459,31 +457,20 @@ mod tests {
     /// reach the threshold on time.
     #[test]
     fn a_read_polls_first_close_look_is_an_interval_short_of_the_threshold() {
-        let (threshold, interval) = (ms(20), ms(2));
-        let (first, late) = (first_look(threshold), late_look(threshold, interval));
-        assert_eq!(late, ms(16));
+        assert_eq!(late_look(ms(20), ms(2)), ms(16));
         // Never sooner than half the threshold: the interval is at most a quarter of it.
         assert_eq!(late_look(ms(2), Duration::from_micros(500)), ms(1));
         assert_eq!(late_look(ms(100), ms(30)), ms(50));
-        let t0 = Instant::now();
-        let mut latest = Duration::ZERO;
-        for phase_us in (0..18_000).step_by(50) {
-            let start = t0 + ms(100) + Duration::from_micros(phase_us);
-            let mut scan = t0;
-            let age_at_baseline = loop {
-                let slot = if scan < start {
-                    Slot::Between { read: true }
-                } else if scan.duration_since(start) >= late {
-                    break scan.duration_since(start);
-                } else {
-                    Slot::Stamped { start, read: true }
-                };
-                scan = due([slot], scan, interval, first, late).unwrap_or(scan + interval);
-            };
-            latest = latest.max(age_at_baseline);
-        }
-        assert!(latest <= threshold - interval, "{latest:?}");
-        assert!(latest > late, "{latest:?}");
-        assert!(first + interval < late, "{first:?}");
+        let latest = (0..18_000)
+            .step_by(50)
+            .map(|phase_us| first_close_look(Duration::from_micros(phase_us), true))
+            .max()
+            .unwrap();
+        assert!(latest <= ms(20) - ms(2), "{latest:?}");
+        // Later than the look without a reading could be.
+        assert!(
+            latest > ms(16) && ms(16) > first_look(ms(20)) + ms(2),
+            "{latest:?}"
+        );
     }
 }

@@ -361,7 +361,8 @@ fn parse_schedstat(s: &str) -> Option<SchedStat> {
 /// every look ([`Before`](super::judge::Before)), one `pread` and no allocation each time. The
 /// file is opened again when the slot's thread changes, and after a read fails (the thread is
 /// gone; its id may come back as another thread's); a thread whose file cannot be opened is not
-/// tried again.
+/// tried again. A descriptor that no longer reads as a schedstat is not closed: the program
+/// closed it, and its number may be another file's now.
 #[derive(Default)]
 pub(super) struct SchedStatReader {
     open: Option<(i32, Option<std::fs::File>)>,
@@ -378,14 +379,23 @@ impl SchedStatReader {
         let file = self.open.as_ref()?.1.as_ref()?;
         // Three decimal numbers of at most 20 digits each, and their separators.
         let mut buf = [0u8; 80];
-        let read = file
-            .read_at(&mut buf, 0)
+        let read = file.read_at(&mut buf, 0);
+        let stat = read
+            .as_ref()
             .ok()
-            .and_then(|n| parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?));
-        if read.is_none() {
-            self.open = None;
+            .and_then(|&n| parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?));
+        if stat.is_some() {
+            return stat;
         }
-        read
+        let file = self.open.take().and_then(|(_, f)| f);
+        let gone = read.is_ok() || read.is_err_and(|e| e.raw_os_error() == Some(libc::EBADF));
+        if gone {
+            // Not a schedstat, or no file at all: the program closed the descriptor (a
+            // `close_range` over all of them) and its number may be another file now. Closing
+            // it would close that one: it is left as it is.
+            std::mem::forget(file);
+        }
+        None
     }
 }
 
@@ -539,6 +549,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_descriptor_another_file_took_over_is_left_open() {
+        use std::os::fd::AsRawFd;
+        let me = crate::poll::slot::current_tid();
+        let mut reader = SchedStatReader::default();
+        assert!(reader.read(me).is_some());
+        let fd = reader.open.as_ref().unwrap().1.as_ref().unwrap().as_raw_fd();
+        // The program closes descriptors it did not open, and another file gets the number.
+        let other = std::fs::File::open("/proc/self/comm").unwrap();
+        // SAFETY: both are open descriptors; `dup2` makes `fd` a copy of `other`'s, atomically.
+        assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), fd) }, fd);
+        assert_eq!(reader.read(me), None);
+        // Still open: the reader did not close what is now somebody else's.
+        // SAFETY: `F_GETFD` only asks about the descriptor.
+        assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1);
+        // SAFETY: the reader forgot it; this test made it, and nobody else uses it.
+        unsafe { libc::close(fd) };
+        // And it reads the thread again, from a file of its own.
+        assert!(reader.read(me).is_some());
+    }
+
+    #[test]
     fn a_kept_open_schedstat_reads_what_a_fresh_read_does_and_follows_the_thread() {
         let me = crate::poll::slot::current_tid();
         let mut reader = SchedStatReader::default();
@@ -571,8 +602,8 @@ mod tests {
         assert!(theirs.on_cpu < again.on_cpu, "{theirs:?} {again:?}");
         drop(done_tx);
         other.join().unwrap();
-        // Gone: no reading, and none made up from the old file.
-        assert_eq!(reader.read(tid), None);
+        // No such thread: no reading. (Not the joined one's: its `/proc` entry may outlive the
+        // join for a moment.)
         assert_eq!(reader.read(-1), None);
     }
 

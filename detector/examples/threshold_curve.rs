@@ -4,13 +4,16 @@
 //! cargo run --release -p pinwatch --example threshold_curve
 //! cargo run --release -p pinwatch --example threshold_curve -- 100 15,18,19,20,21,22,23,25,30
 //! cargo run --release -p pinwatch --example threshold_curve -- 100 19,20,21,22 spin
+//! cargo run --release -p pinwatch --example threshold_curve -- 100 19,20,21,22 park-spin
 //! stress-ng --cpu 2 & cargo run --release -p pinwatch --example threshold_curve
 //! ```
 //!
 //! Builds a runtime (2 workers, pinwatch's defaults: 20 ms threshold, 2 ms scan interval, a
 //! sink of its own), then for each duration spawns tasks one after another (the first argument:
 //! tries per duration, 60 by default; the second: the durations in ms) whose one poll blocks in
-//! `std::thread::sleep` for that long (the third argument `spin`: runs on the CPU that long). It prints, per duration, how many of those polls were
+//! `std::thread::sleep` for that long (the third argument `spin`: runs on the CPU that long;
+//! `park-spin`: first waits 0–18 ms on tokio's timer, its worker parked, and then spins — a
+//! poll after a park). It prints, per duration, how many of those polls were
 //! reported, how long they really ran (timed inside the poll), and the durations reported.
 
 use std::collections::HashMap;
@@ -32,11 +35,15 @@ fn main() -> Result<(), pinwatch::Error> {
                 .collect()
         },
     );
-    let spin = match args.next().as_deref() {
-        None | Some("sleep") => false,
-        Some("spin") => true,
-        Some(other) => panic!("how a poll blocks: sleep or spin, not {other:?}"),
+    let how = args.next().unwrap_or_else(|| "sleep".into());
+    let (spin, park) = match how.as_str() {
+        "sleep" => (false, false),
+        "spin" => (true, false),
+        "park-spin" => (true, true),
+        other => panic!("how a poll blocks: sleep, spin or park-spin, not {other:?}"),
     };
+    // The waits before the polls of `park-spin`: spread over 0–18 ms, the same every run.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
     let events: Arc<Mutex<Vec<PinnedEvent>>> = Arc::default();
     let sink = Arc::clone(&events);
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
@@ -51,8 +58,15 @@ fn main() -> Result<(), pinwatch::Error> {
     for &ms in &durations {
         let mut these = Vec::with_capacity(tries);
         for _ in 0..tries {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let wait = Duration::from_micros(seed % 18_000);
             let (id, real) = rt.block_on(async move {
                 tokio::spawn(async move {
+                    if park {
+                        tokio::time::sleep(wait).await;
+                    }
                     let start = Instant::now();
                     if spin {
                         while start.elapsed() < Duration::from_millis(ms) {
@@ -82,7 +96,7 @@ fn main() -> Result<(), pinwatch::Error> {
         .collect();
     println!(
         "threshold {threshold:?}, {tries} tries per duration, polls that {}, load {}",
-        if spin { "spin" } else { "sleep" },
+        how,
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .split_whitespace()

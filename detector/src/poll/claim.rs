@@ -265,9 +265,10 @@ fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
     if stored != Ok(true) {
         return None;
     }
-    // The watchdog may be waiting out a long gap (start stamps: half the threshold, for polls
-    // of threads whose accounting it read before they began); this thread's first poll has no
-    // such reading, and needs a look within a quarter of the threshold. Once per thread.
+    // The watchdog may be waiting out a long gap (start stamps: up to one scan interval short
+    // of the threshold, for polls of threads whose accounting it read before they began); this
+    // thread's first poll has no such reading, and needs a look within a quarter of the
+    // threshold. Once per claim: a thread's first poll or park on this runtime.
     table.parking.nudge();
     Some(slot)
 }
@@ -295,6 +296,22 @@ pub(crate) fn mark_parked(table: &Arc<SlotTable>, key: usize, parked: bool) {
         }
     };
     slot.parked.store(parked, Ordering::Relaxed);
+    // How long it parks, by the time-stamp counter (a few cycles; 0 where there is none): the
+    // park's ticks are added as it ends, and then its start cleared, so that a reader that
+    // finds the same start on both sides of its load of the sum knows that park is not in it.
+    if parked {
+        slot.park_since
+            .store(super::atomic::ticks().max(1), Ordering::Release);
+    } else {
+        let since = slot.park_since.load(Ordering::Relaxed);
+        if since != 0 {
+            let sum = slot.parked_ticks.load(Ordering::Relaxed);
+            let parked = super::atomic::ticks().saturating_sub(since);
+            slot.parked_ticks
+                .store(sum.wrapping_add(parked), Ordering::Release);
+            slot.park_since.store(0, Ordering::Release);
+        }
+    }
 }
 
 /// The calling thread's slot, whatever table it belongs to: for the instrumented locks and the

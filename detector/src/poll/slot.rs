@@ -44,6 +44,13 @@ pub(crate) struct Slot {
     /// The owner is in tokio's park (between the park and unpark hooks): asleep on the driver
     /// or on its condvar, or about to be. Written by the owner only.
     pub parked: AtomicBool,
+    /// While the owner is in tokio's park, the time-stamp counter when it entered; 0 while it
+    /// is not. Written by the owner only ([`mark_parked`](super::claim::mark_parked)).
+    pub park_since: AtomicU64,
+    /// The time-stamp counter's ticks the owner has spent in tokio's park, summed over its
+    /// parks that have ended (the watchdog leaves them out of what a stamped poll did before it
+    /// began). Written by the owner only.
+    pub parked_ticks: AtomicU64,
     /// Linux thread id of the owner.
     pub tid: AtomicI32,
     /// The owner's `std::thread::ThreadId` as a number ([`super::id_u64`]), 0 if unknown.
@@ -193,6 +200,8 @@ impl Slot {
             poll: PollCell::new(),
             state: AtomicU8::new(FREE),
             parked: AtomicBool::new(false),
+            park_since: AtomicU64::new(0),
+            parked_ticks: AtomicU64::new(0),
             tid: AtomicI32::new(0),
             thread: AtomicU64::new(0),
             name_len: AtomicUsize::new(0),
@@ -322,6 +331,7 @@ impl SlotTable {
                 fence(Ordering::Release);
                 s.tid.store(current_tid(), Ordering::Relaxed);
                 s.parked.store(false, Ordering::Relaxed);
+                s.park_since.store(0, Ordering::Relaxed);
                 s.locks.clear();
                 s.spans.clear();
                 // A sample request the previous owner never took died with it.

@@ -175,14 +175,20 @@ impl Tracked {
     }
 
     /// The baseline taken at `at` (accounting `stat`, thread state `state`) of a stamped poll
-    /// whose thread's accounting `before` was read before the poll began. Its time on a CPU or
-    /// blocked since `before` (counted as [`Baseline::pinned_time`] counts it) less the time
-    /// from `before` to the poll's start is what the poll did, except for the thread's waits
-    /// for a CPU in that time, which may have been before the poll or in it: of those, at most
-    /// what a second look credits (a quarter of the threshold plus one scan interval) is
-    /// counted. So the credit is what it is for any other poll — a worker preempted for longer
-    /// is not pinned by it — and no look need come early to bound it: a poll the first close
-    /// look finds any age is credited its own time. Never more than the poll's age.
+    /// whose thread's accounting `before` was read before the poll began, `before.at` moved
+    /// later by the time the thread spent in tokio's park since (its accounting does not move
+    /// while it is parked, and a runnable thread's unaccounted time counts only up to a
+    /// [`TICK`]: a park left in would be taken off the poll). Its time on a CPU or blocked
+    /// since `before` (counted as [`Baseline::pinned_time`] counts it) less the time from
+    /// `before` to the poll's start is what the poll did, except for the thread's waits for a
+    /// CPU in that time, which may have been before the poll or in it: of those, at most what a
+    /// second look credits (a quarter of the threshold plus one scan interval) is counted. So
+    /// the credit is what it is for any other poll — a worker preempted for longer is not
+    /// pinned by it — and no look need come early to bound it. Never more than the poll's age;
+    /// never less than what [`baseline`](Self::baseline) credits at that age (as much of it as
+    /// the credit), which overcounts no more: where the thread, between the reading and the
+    /// poll, waited for a CPU longer than the credit or blocked outside the park (a poll before
+    /// this one) for longer than a tick, that is what the poll gets.
     pub fn baseline_since(
         &self,
         before: Before,
@@ -199,12 +205,14 @@ impl Tracked {
         };
         let (counted, waited) = since.pinned_time(at, Some(stat), state);
         let gap = self.after.saturating_duration_since(before.at);
-        let credit = waited.min(gap).min(threshold / 4 + interval);
+        let cap = threshold / 4 + interval;
+        let age = self.age(at, interval);
         Baseline {
             at,
-            age: (counted + credit)
+            age: (counted + waited.min(gap).min(cap))
                 .saturating_sub(gap)
-                .min(self.age(at, interval)),
+                .min(age)
+                .max(age.min(cap)),
             stat,
         }
     }
@@ -266,6 +274,27 @@ pub(super) fn worth_arming(state: Option<char>) -> bool {
 pub(super) struct Before {
     pub at: Instant,
     pub stat: SchedStat,
+    /// The sum of the thread's parks' ticks ([`Slot::parked_ticks`]) that already lay before
+    /// `at`, with the part of a park going on then; `None` if a park ended while it was read.
+    ///
+    /// [`Slot::parked_ticks`]: crate::poll::slot::Slot::parked_ticks
+    pub parked: Option<u64>,
+}
+
+impl Before {
+    /// The reading as it stands for a poll that began at `start`: moved later by `parked`, the
+    /// time its thread has spent in tokio's park since it was taken (the thread's accounting
+    /// does not move while it is parked), never past `start`.
+    pub fn past_parks(self, parked: Duration, start: Instant) -> Before {
+        Before {
+            at: self
+                .at
+                .checked_add(parked)
+                .map_or(start, |at| at.min(start))
+                .max(self.at),
+            ..self
+        }
+    }
 }
 
 /// The scheduler's view of a poll, taken at the watchdog's second look at it.
@@ -820,6 +849,7 @@ mod tests {
         let before = Before {
             at: t0,
             stat: stat(100, 50),
+            parked: None,
         };
         let mut t = Tracked::stamped(7, t0 + MS(5), t0 + MS(17), 0, None);
         t.before = Some(before);
@@ -845,25 +875,59 @@ mod tests {
         // 9 ms of waits: at most the 5 of the gap can have been before the poll; the other 4
         // were in it and do not count.
         assert_eq!(baseline(8, 9, Some('R')), MS(8));
-        // A poll that began at the reading: no wait was before it, none is credited.
+        // A poll that began at the reading, 12 of its 17 ms waiting for a CPU: none of the waits
+        // was before it; what it is credited is what a second look at 17 ms credits without a
+        // reading (7 ms: the promise stands, a worker preempted longer is not pinned), not less.
         let mut t2 = Tracked::stamped(7, t0, t0 + MS(17), 0, None);
         t2.before = Some(before);
         let b = t2.baseline_since(before, at, stat(105, 62), Some('R'), THRESHOLD, SCAN);
-        assert_eq!(b.age, MS(5));
+        assert_eq!(b.age, MS(7));
+        let b = t2.baseline_since(before, at, stat(109, 58), Some('R'), THRESHOLD, SCAN);
+        assert_eq!(b.age, MS(9));
         // 12 ms of waits in a 12 ms gap: they may all have been before the poll, but no more
-        // than a second look's credit (a quarter of the threshold plus an interval, 7 ms) is
-        // counted, as for any poll — here less than the poll's 5 ms on a CPU: on a machine this
-        // overloaded a reading long before the poll counts it short, never long.
+        // than that credit is counted, as for any poll; the poll's 5 ms are then all it gets.
         let mut t3 = Tracked::stamped(7, t0 + MS(12), t0 + MS(17), 0, None);
         t3.before = Some(before);
         let b = t3.baseline_since(before, at, stat(105, 62), Some('R'), THRESHOLD, SCAN);
-        assert_eq!(b.age, MS(0));
+        assert_eq!(b.age, MS(5));
         // The thread's accounting behind (a stint not yet added): no more than a tick of the
-        // unaccounted time counts for a runnable thread; all of it for a blocked one.
-        assert_eq!(baseline(0, 0, Some('R')), MS(0));
+        // unaccounted time counts for a runnable thread, and then no less than the credit; all
+        // of it for a blocked one.
+        assert_eq!(baseline(0, 0, Some('R')), MS(7));
         assert_eq!(baseline(0, 0, Some('S')), MS(12));
         // Never more than its age, whatever the accounting says.
         assert_eq!(baseline(40, 0, Some('R')), MS(12));
+    }
+
+    #[test]
+    fn a_park_between_the_reading_and_the_poll_is_not_taken_off_the_poll() {
+        let t0 = Instant::now();
+        let before = Before {
+            at: t0,
+            stat: stat(100, 50),
+            parked: Some(0),
+        };
+        // Parked from 0 to 14 ms (none of it in the accounting), then a poll on the CPU from 14
+        // to 30, looked at closely at 30: runnable, 16 ms on a CPU accounted.
+        let t = Tracked::stamped(7, t0 + MS(14), t0 + MS(30), 0, None);
+        let at = t0 + MS(30);
+        let baseline = |b: Before| {
+            t.baseline_since(b, at, stat(116, 50), Some('R'), THRESHOLD, SCAN)
+                .age
+        };
+        // Left in, the park would count as the runnable thread's unaccounted time, a tick of it
+        // at most, and be taken off the poll: it would get only what a look without a reading
+        // credits.
+        assert_eq!(baseline(before), MS(7));
+        // Left out: the poll's own 16 ms.
+        let past = before.past_parks(MS(14), t.after);
+        assert_eq!(past.at, t0 + MS(14));
+        assert_eq!(baseline(past), MS(16));
+        // A park sum read wrong (a park that ended while it was read) never moves the reading
+        // past the poll's start, nor before the reading.
+        assert_eq!(before.past_parks(MS(40), t.after).at, t0 + MS(14));
+        assert_eq!(before.past_parks(Duration::MAX, t.after).at, t0 + MS(14));
+        assert_eq!(before.past_parks(MS(3), t0).at, t0);
     }
 
     #[test]

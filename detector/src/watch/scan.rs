@@ -449,6 +449,7 @@ impl<'a> Scan<'a> {
             // stamped poll, the first (its age is known), from the reading before it if any.
             t.baseline = match t.before.filter(|_| t.exact) {
                 Some(before) => {
+                    let before = self.past_parks(slot, before, t.after);
                     let at = Instant::now();
                     probe::read_schedstat(tid).map(|stat| {
                         let state = probe::read_state(tid);
@@ -812,9 +813,41 @@ impl<'a> Scan<'a> {
             return None;
         }
         let tid = slot.tid.load(Ordering::Relaxed);
+        // The park going on, if any, on both sides of the load of the parks' sum: the same on
+        // both, and that park is not in the sum yet (see `mark_parked`).
+        let since = slot.park_since.load(Ordering::Acquire);
+        let sum = slot.parked_ticks.load(Ordering::Acquire);
         let at = Instant::now();
+        let now = crate::poll::ticks();
         let stat = self.readers[self.cur].read(tid)?;
-        Some((tid, Before { at, stat }))
+        let parked = match (since, slot.park_since.load(Ordering::Acquire)) {
+            (0, 0) => Some(sum),
+            // Parked since `since`: the part of that park before the reading is in the sum
+            // once it ends.
+            (a, b) if a == b => Some(sum.saturating_add(now.saturating_sub(since))),
+            _ => None,
+        };
+        Some((tid, Before { at, stat, parked }))
+    }
+
+    /// `before` (read before the poll in `slot` that began at `start`) moved later by the time
+    /// the thread has spent in tokio's park since, by the parks' sum now: as it stands for the
+    /// poll. Unmoved where the sum could not be read whole.
+    fn past_parks(&self, slot: &Slot, before: Before, start: Instant) -> Before {
+        let parked = before
+            .parked
+            .zip(self.clock.as_ref())
+            .and_then(|(base, clock)| {
+                clock.duration(
+                    slot.parked_ticks
+                        .load(Ordering::Acquire)
+                        .saturating_sub(base),
+                )
+            });
+        match parked {
+            Some(parked) => before.past_parks(parked, start),
+            None => before,
+        }
     }
 
     /// A slot nobody polls in: stamping goes back on for its next owner, whose poll rate is

@@ -95,6 +95,13 @@ impl TickClock {
         }
     }
 
+    /// How long `ticks` of the counter are, by its rate; `None` before calibration.
+    pub fn duration(&self, ticks: u64) -> Option<Duration> {
+        let ns = ticks as f64 * self.ns_per_tick?;
+        // Saturates: a difference of garbage is at most forever, never a panic.
+        Some(Duration::from_nanos(ns.min(u64::MAX as f64) as u64))
+    }
+
     /// Whether stamps can be turned into times yet.
     pub fn ready(&self) -> bool {
         self.ns_per_tick.is_some()

@@ -297,8 +297,10 @@ pub(crate) fn mark_parked(table: &Arc<SlotTable>, key: usize, parked: bool) {
     };
     slot.parked.store(parked, Ordering::Relaxed);
     // How long it parks, by the time-stamp counter (a few cycles; 0 where there is none): the
-    // park's ticks are added as it ends, and then its start cleared, so that a reader that
-    // finds the same start on both sides of its load of the sum knows that park is not in it.
+    // park's ticks are added as it ends, and then its start cleared. A reader that finds the
+    // same start on both sides of its load of the sum takes that park as not in it; if its
+    // loads fell between the two stores the park is in the sum and counted twice, which only
+    // makes the parks after the reading look shorter than they were.
     if parked {
         slot.park_since
             .store(super::atomic::ticks().max(1), Ordering::Release);

@@ -204,6 +204,11 @@ impl Tracked {
             stat: before.stat,
         };
         let (counted, waited) = since.pinned_time(at, Some(stat), state);
+        // More accounted than the time since the reading: the excess lay before it — in the
+        // parks it was moved past (tokio's own work there, and the wait for a CPU after one
+        // ends), or in a stint going on at the reading — and is not the poll's.
+        let wall = at.saturating_duration_since(before.at);
+        let counted = counted.saturating_sub((counted + waited).saturating_sub(wall));
         let gap = self.after.saturating_duration_since(before.at);
         let cap = threshold / 4 + interval;
         let age = self.age(at, interval);
@@ -897,6 +902,25 @@ mod tests {
         assert_eq!(baseline(0, 0, Some('S')), MS(12));
         // Never more than its age, whatever the accounting says.
         assert_eq!(baseline(40, 0, Some('R')), MS(12));
+    }
+
+    #[test]
+    fn what_a_park_spent_on_a_cpu_is_not_the_polls() {
+        let t0 = Instant::now();
+        let before = Before {
+            at: t0,
+            stat: stat(100, 50),
+            parked: Some(0),
+        };
+        // 0–7 an earlier poll on a CPU; 7–17 parked, 3 ms of it on a CPU (the driver's turn);
+        // 17–37 the poll, 10 ms on a CPU and 10 preempted, runnable at 37. Moved past the park,
+        // the reading is at 10 ms, and the 30 ms accounted since 0 would be more than the 27
+        // since 10: the 3 over were the park's.
+        let t = Tracked::stamped(7, t0 + MS(17), t0 + MS(37), 0, None);
+        let past = before.past_parks(MS(10), t.after);
+        let b = t.baseline_since(past, t0 + MS(37), stat(120, 60), Some('R'), THRESHOLD, SCAN);
+        // Its 10 ms on a CPU and at most the credit's 7 of the waits, not 20 (a pin).
+        assert_eq!(b.age, MS(17));
     }
 
     #[test]

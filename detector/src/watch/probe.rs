@@ -361,11 +361,10 @@ fn parse_schedstat(s: &str) -> Option<SchedStat> {
 /// every look ([`Before`](super::judge::Before)), one `pread` and no allocation each time. The
 /// file is opened again when the slot's thread changes, and after a read fails (the thread is
 /// gone; its id may come back as another thread's); a thread whose file cannot be opened is not
-/// tried again. A descriptor that no longer reads as a schedstat is not closed: the program
-/// closed it, and its number may be another file's now.
+/// tried again.
 #[derive(Default)]
 pub(super) struct SchedStatReader {
-    open: Option<(i32, Option<std::fs::File>)>,
+    open: Option<(i32, Option<Kept>)>,
 }
 
 impl SchedStatReader {
@@ -374,28 +373,55 @@ impl SchedStatReader {
         use std::os::unix::fs::FileExt;
         if self.open.as_ref().is_none_or(|(t, _)| *t != tid) {
             let path = format!("/proc/self/task/{tid}/schedstat");
-            self.open = Some((tid, std::fs::File::open(path).ok()));
+            self.open = Some((tid, Kept::open(&path)));
         }
-        let file = self.open.as_ref()?.1.as_ref()?;
+        let kept = self.open.as_ref()?.1.as_ref()?;
         // Three decimal numbers of at most 20 digits each, and their separators.
         let mut buf = [0u8; 80];
-        let read = file.read_at(&mut buf, 0);
-        let stat = read
-            .as_ref()
+        let stat = kept
+            .file
+            .read_at(&mut buf, 0)
             .ok()
-            .and_then(|&n| parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?));
-        if stat.is_some() {
-            return stat;
+            .and_then(|n| parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?));
+        if stat.is_none() {
+            self.open = None;
         }
-        let file = self.open.take().and_then(|(_, f)| f);
-        let gone = read.is_ok() || read.is_err_and(|e| e.raw_os_error() == Some(libc::EBADF));
-        if gone {
-            // Not a schedstat, or no file at all: the program closed the descriptor (a
-            // `close_range` over all of them) and its number may be another file now. Closing
-            // it would close that one: it is left as it is.
-            std::mem::forget(file);
+        stat
+    }
+}
+
+/// A file the watchdog keeps open, with what it is (device and inode): the program may close
+/// descriptors it did not open (a `close_range` over all of them), and the number then belongs
+/// to whatever file it opens next. Dropped, it is closed only if it is still that file: never
+/// someone else's.
+struct Kept {
+    file: std::mem::ManuallyDrop<std::fs::File>,
+    id: (u64, u64),
+}
+
+impl Kept {
+    fn open(path: &str) -> Option<Kept> {
+        let file = std::fs::File::open(path).ok()?;
+        let id = Kept::id(&file)?;
+        Some(Kept {
+            file: std::mem::ManuallyDrop::new(file),
+            id,
+        })
+    }
+
+    fn id(file: &std::fs::File) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        file.metadata().ok().map(|m| (m.dev(), m.ino()))
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if Kept::id(&self.file) == Some(self.id) {
+            // SAFETY: dropped once, here, and never used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.file) };
         }
-        None
+        // Otherwise the number is another file's now (or closed): it is left as it is.
     }
 }
 
@@ -554,7 +580,15 @@ mod tests {
         let me = crate::poll::slot::current_tid();
         let mut reader = SchedStatReader::default();
         assert!(reader.read(me).is_some());
-        let fd = reader.open.as_ref().unwrap().1.as_ref().unwrap().as_raw_fd();
+        let fd = reader
+            .open
+            .as_ref()
+            .unwrap()
+            .1
+            .as_ref()
+            .unwrap()
+            .file
+            .as_raw_fd();
         // The program closes descriptors it did not open, and another file gets the number.
         let other = std::fs::File::open("/proc/self/comm").unwrap();
         // SAFETY: both are open descriptors; `dup2` makes `fd` a copy of `other`'s, atomically.
@@ -567,6 +601,41 @@ mod tests {
         unsafe { libc::close(fd) };
         // And it reads the thread again, from a file of its own.
         assert!(reader.read(me).is_some());
+
+        // A pipe, where a read at an offset fails (`ESPIPE`) instead of reading garbage; and a
+        // reader dropped (its slot's thread gone) or moved to another thread while the number
+        // is somebody else's.
+        for how in ["read", "drop", "another thread"] {
+            let mut reader = SchedStatReader::default();
+            assert!(reader.read(me).is_some());
+            let fd = reader
+                .open
+                .as_ref()
+                .unwrap()
+                .1
+                .as_ref()
+                .unwrap()
+                .file
+                .as_raw_fd();
+            let mut pipe = [0; 2];
+            // SAFETY: `pipe` has room for the two descriptors it writes.
+            assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+            // SAFETY: open descriptors; `fd` becomes a copy of the pipe's read end.
+            assert_eq!(unsafe { libc::dup2(pipe[0], fd) }, fd);
+            match how {
+                "read" => assert_eq!(reader.read(me), None),
+                "drop" => drop(reader),
+                _ => {
+                    let _ = reader.read(-1);
+                }
+            }
+            // SAFETY: `F_GETFD` only asks about the descriptor.
+            assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1, "{how}");
+            for d in [fd, pipe[0], pipe[1]] {
+                // SAFETY: this test's own descriptors, each closed once.
+                unsafe { libc::close(d) };
+            }
+        }
     }
 
     #[test]

@@ -813,12 +813,14 @@ impl<'a> Scan<'a> {
             return None;
         }
         let tid = slot.tid.load(Ordering::Relaxed);
-        // The park going on, if any, on both sides of the load of the parks' sum: the same on
-        // both, and that park is not in the sum yet (see `mark_parked`).
-        let since = slot.park_since.load(Ordering::Acquire);
-        let sum = slot.parked_ticks.load(Ordering::Acquire);
+        // The reading's time first: a park that ends before the sum's load is in it, and so
+        // taken as before the reading (its time then counts against the poll, never for it).
         let at = Instant::now();
         let now = crate::poll::ticks();
+        // The park going on, if any, on both sides of the load of the parks' sum: the same on
+        // both, and that park is taken as not in the sum yet (see `mark_parked`).
+        let since = slot.park_since.load(Ordering::Acquire);
+        let sum = slot.parked_ticks.load(Ordering::Acquire);
         let stat = self.readers[self.cur].read(tid)?;
         let parked = match (since, slot.park_since.load(Ordering::Acquire)) {
             (0, 0) => Some(sum),

@@ -921,6 +921,14 @@ mod tests {
         let b = t.baseline_since(past, t0 + MS(37), stat(120, 60), Some('R'), THRESHOLD, SCAN);
         // Its 10 ms on a CPU and at most the credit's 7 of the waits, not 20 (a pin).
         assert_eq!(b.age, MS(17));
+        // The price: a wait the sums cannot place is taken off the poll. Read while parked,
+        // the poll starting as the park ends (the reading moved to its start), 3 ms waiting for
+        // a CPU as the park ended, then 16 ms on a CPU: credited 13 of its 16, so a CPU-bound
+        // poll on a loaded machine is reported that much later, never sooner.
+        let t = Tracked::stamped(7, t0 + MS(20), t0 + MS(36), 0, None);
+        let past = before.past_parks(MS(20), t.after);
+        let b = t.baseline_since(past, t0 + MS(36), stat(116, 53), Some('R'), THRESHOLD, SCAN);
+        assert_eq!(b.age, MS(13));
     }
 
     #[test]

@@ -372,6 +372,10 @@ impl SchedStatReader {
     pub fn read(&mut self, tid: i32) -> Option<SchedStat> {
         use std::os::unix::fs::FileExt;
         if self.open.as_ref().is_none_or(|(t, _)| *t != tid) {
+            // Opened before the old file is dropped, so it may get the number a program freed
+            // under the old one: harmless, since the old one is closed only if its descriptor
+            // is still its own file (another thread's schedstat is another inode, and the same
+            // thread's is reopened only after `open` is cleared below).
             let path = format!("/proc/self/task/{tid}/schedstat");
             self.open = Some((tid, Kept::open(&path)));
         }
@@ -421,7 +425,9 @@ impl Drop for Kept {
             // SAFETY: dropped once, here, and never used after.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.file) };
         }
-        // Otherwise the number is another file's now (or closed): it is left as it is.
+        // Otherwise the number is another file's now (or closed): it is left as it is. (A
+        // program thread that closes and reopens it between the check and the close would
+        // still lose its file: nothing can tell that apart.)
     }
 }
 
@@ -574,6 +580,18 @@ pub(crate) fn syscall_name(nr: i64) -> &'static str {
 mod tests {
     use super::*;
 
+    /// The device and inode of the file open at `fd`, if one is.
+    fn file_id(fd: i32) -> Option<(u64, u64)> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: `fstat` writes a `stat` into the buffer it is given, or fails.
+        if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: `fstat` succeeded: it wrote the whole struct.
+        let st = unsafe { st.assume_init() };
+        Some((st.st_dev, st.st_ino))
+    }
+
     #[test]
     fn a_descriptor_another_file_took_over_is_left_open() {
         use std::os::fd::AsRawFd;
@@ -594,10 +612,10 @@ mod tests {
         // SAFETY: both are open descriptors; `dup2` makes `fd` a copy of `other`'s, atomically.
         assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), fd) }, fd);
         assert_eq!(reader.read(me), None);
-        // Still open: the reader did not close what is now somebody else's.
-        // SAFETY: `F_GETFD` only asks about the descriptor.
-        assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1);
-        // SAFETY: the reader forgot it; this test made it, and nobody else uses it.
+        // Still open, and still that file: the reader did not close what is now somebody
+        // else's. (Not merely open: another test's file could have taken a closed number.)
+        assert_eq!(file_id(fd), Kept::id(&other), "closed");
+        // SAFETY: the reader forgot it; this test made it (checked just above).
         unsafe { libc::close(fd) };
         // And it reads the thread again, from a file of its own.
         assert!(reader.read(me).is_some());
@@ -629,10 +647,10 @@ mod tests {
                     let _ = reader.read(-1);
                 }
             }
-            // SAFETY: `F_GETFD` only asks about the descriptor.
-            assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1, "{how}");
+            assert_eq!(file_id(fd), file_id(pipe[0]), "{how}: closed");
             for d in [fd, pipe[0], pipe[1]] {
-                // SAFETY: this test's own descriptors, each closed once.
+                // SAFETY: this test's own descriptors (`fd` checked just above), each closed
+                // once.
                 unsafe { libc::close(d) };
             }
         }

@@ -592,21 +592,20 @@ mod tests {
         Some((st.st_dev, st.st_ino))
     }
 
+    /// The descriptor `reader` keeps open.
+    fn kept_fd(reader: &SchedStatReader) -> i32 {
+        use std::os::fd::AsRawFd;
+        let (_, kept) = reader.open.as_ref().expect("a thread read");
+        kept.as_ref().expect("its file open").file.as_raw_fd()
+    }
+
     #[test]
     fn a_descriptor_another_file_took_over_is_left_open() {
         use std::os::fd::AsRawFd;
         let me = crate::poll::slot::current_tid();
         let mut reader = SchedStatReader::default();
         assert!(reader.read(me).is_some());
-        let fd = reader
-            .open
-            .as_ref()
-            .unwrap()
-            .1
-            .as_ref()
-            .unwrap()
-            .file
-            .as_raw_fd();
+        let fd = kept_fd(&reader);
         // The program closes descriptors it did not open, and another file gets the number.
         let other = std::fs::File::open("/proc/self/comm").unwrap();
         // SAFETY: both are open descriptors; `dup2` makes `fd` a copy of `other`'s, atomically.
@@ -626,15 +625,7 @@ mod tests {
         for how in ["read", "drop", "another thread"] {
             let mut reader = SchedStatReader::default();
             assert!(reader.read(me).is_some());
-            let fd = reader
-                .open
-                .as_ref()
-                .unwrap()
-                .1
-                .as_ref()
-                .unwrap()
-                .file
-                .as_raw_fd();
+            let fd = kept_fd(&reader);
             let mut pipe = [0; 2];
             // SAFETY: `pipe` has room for the two descriptors it writes.
             assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);

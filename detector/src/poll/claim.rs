@@ -308,9 +308,9 @@ pub(crate) fn mark_parked(table: &Arc<SlotTable>, key: usize, parked: bool) {
         let since = slot.park_since.load(Ordering::Relaxed);
         if since != 0 {
             let sum = slot.parked_ticks.load(Ordering::Relaxed);
-            let parked = super::atomic::ticks().saturating_sub(since);
+            let spent = super::atomic::ticks().saturating_sub(since);
             slot.parked_ticks
-                .store(sum.wrapping_add(parked), Ordering::Release);
+                .store(sum.wrapping_add(spent), Ordering::Release);
             slot.park_since.store(0, Ordering::Release);
         }
     }

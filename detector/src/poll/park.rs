@@ -103,7 +103,8 @@ impl Parking {
 
     /// Cuts the watchdog's wait for its next scan short (a setting changed: with start stamps
     /// it may be waiting up to the old threshold less an interval; a thread took a slot, whose
-    /// first poll needs an earlier look); a watchdog asleep while the runtime idles sleeps on. An early scan is harmless: `park_timeout` may wake spuriously anyway.
+    /// first poll needs an earlier look); a watchdog asleep while the runtime idles sleeps on.
+    /// An early scan is harmless: `park_timeout` may wake spuriously anyway.
     pub fn nudge(&self) {
         if let Some(t) = self.watchdog.get() {
             t.unpark();

@@ -846,16 +846,22 @@ mod tests {
         assert_eq!(t.age(t0 + MS(8), MS(2)), MS(0));
     }
 
+    /// The thread's accounting read at `t0`: 100 ms on a CPU and 50 waiting so far; `parked`,
+    /// the parks' sum then.
+    fn read_at(t0: Instant, parked: Option<u64>) -> Before {
+        Before {
+            at: t0,
+            stat: stat(100, 50),
+            parked,
+        }
+    }
+
     #[test]
     fn a_stamped_poll_read_before_it_began_is_credited_its_own_time_at_any_first_look() {
         let t0 = Instant::now();
         // Read at 0; the poll begins at 5 and is first looked at closely at 17 (age 12, past
         // what a second look credits without the reading).
-        let before = Before {
-            at: t0,
-            stat: stat(100, 50),
-            parked: None,
-        };
+        let before = read_at(t0, None);
         let mut t = Tracked::stamped(7, t0 + MS(5), t0 + MS(17), 0, None);
         t.before = Some(before);
         let at = t0 + MS(17);
@@ -907,11 +913,7 @@ mod tests {
     #[test]
     fn what_a_park_spent_on_a_cpu_is_not_the_polls() {
         let t0 = Instant::now();
-        let before = Before {
-            at: t0,
-            stat: stat(100, 50),
-            parked: Some(0),
-        };
+        let before = read_at(t0, Some(0));
         // 0–7 an earlier poll on a CPU; 7–17 parked, 3 ms of it on a CPU (the driver's turn);
         // 17–37 the poll, 10 ms on a CPU and 10 preempted, runnable at 37. Moved past the park,
         // the reading is at 10 ms, and the 30 ms accounted since 0 would be more than the 27
@@ -934,11 +936,7 @@ mod tests {
     #[test]
     fn a_park_between_the_reading_and_the_poll_is_not_taken_off_the_poll() {
         let t0 = Instant::now();
-        let before = Before {
-            at: t0,
-            stat: stat(100, 50),
-            parked: Some(0),
-        };
+        let before = read_at(t0, Some(0));
         // Parked from 0 to 14 ms (none of it in the accounting), then a poll on the CPU from 14
         // to 30, looked at closely at 30: runnable, 16 ms on a CPU accounted.
         let t = Tracked::stamped(7, t0 + MS(14), t0 + MS(30), 0, None);

@@ -580,16 +580,12 @@ pub(crate) fn syscall_name(nr: i64) -> &'static str {
 mod tests {
     use super::*;
 
-    /// The device and inode of the file open at `fd`, if one is.
+    /// The device and inode of the file open at `fd`, if one is, as [`Kept`] tells its own.
     fn file_id(fd: i32) -> Option<(u64, u64)> {
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: `fstat` writes a `stat` into the buffer it is given, or fails.
-        if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
-            return None;
-        }
-        // SAFETY: `fstat` succeeded: it wrote the whole struct.
-        let st = unsafe { st.assume_init() };
-        Some((st.st_dev, st.st_ino))
+        use std::os::fd::FromRawFd;
+        // SAFETY: only asked about (`fstat`), never closed through this `File`: `ManuallyDrop`.
+        let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+        Kept::id(&file)
     }
 
     /// The descriptor `reader` keeps open.

@@ -447,7 +447,7 @@ impl<'a> Scan<'a> {
         if t.baseline.is_none() {
             // The second look at this poll (polls this long are rare: the read is too); for a
             // stamped poll, the first (its age is known), from the reading before it if any.
-            t.baseline = match t.before.filter(|_| t.exact) {
+            t.baseline = match t.before {
                 Some(before) => {
                     let before = self.past_parks(slot, before, t.after);
                     let at = Instant::now();

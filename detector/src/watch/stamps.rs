@@ -3,8 +3,8 @@
 //! scan interval to bound it. It looks at a stamped poll closely once it is old enough to
 //! matter, and then every interval as before. When it read the thread's accounting before the
 //! poll began (it does at every look at a stamped slot: one `pread`), that is two scan
-//! intervals short of the threshold: the reading bounds what the poll did before its first close look
-//! ([`Tracked::baseline_since`](super::judge::Tracked::baseline_since)). Without one (a
+//! intervals short of the threshold: the reading bounds what the poll did before its first
+//! close look ([`Tracked::baseline_since`](super::judge::Tracked::baseline_since)). Without one (a
 //! thread new since the last look, a `/proc` it cannot read) at a quarter of the threshold, so
 //! at most a quarter of the threshold plus one scan interval, the most of a poll's age its
 //! second look credits ([`Tracked::baseline`](super::judge::Tracked::baseline)). With nothing

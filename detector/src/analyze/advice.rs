@@ -151,8 +151,9 @@ fn is_log_writer(f: &Frame) -> bool {
         })
 }
 
-/// Where a loop that never waits spins: an async read (`AsyncRead::poll_read` and tokio's read
-/// futures), or a `select!` polling its branches (`tokio::future::poll_fn`).
+/// Where a loop that never waits spins: an async read (`AsyncRead::poll_read`, tokio's read
+/// futures and `AsyncReadExt::read`, which makes one), or a `select!` polling its branches
+/// (`tokio::future::poll_fn`).
 fn is_spin_frame(f: &Frame) -> bool {
     let Some((base, last)) = names(f) else {
         return false;
@@ -165,6 +166,7 @@ fn is_spin_frame(f: &Frame) -> bool {
     matches!(last.as_str(), "poll_read" | "poll_read_buf")
         || base.contains("AsyncRead>::")
         || base.starts_with("tokio::io::util::read")
+        || (base.contains("AsyncReadExt::") && matches!(last.as_str(), "read" | "read_buf"))
         || base.contains("tokio::future::poll_fn::PollFn")
         || tokio_file("/src/io/util/read.rs")
         || tokio_file("/src/io/util/read_buf.rs")
@@ -317,6 +319,17 @@ mod tests {
         e.samples = &samples;
         e.io_calls = Some(false);
         assert_eq!(advise(&e), SPIN_READ);
+        // A sample caught making the next read's future (an unoptimized build spends a share of
+        // the loop there) is in the read too.
+        let making = [
+            f("tokio::io::util::async_read_ext::AsyncReadExt::read"),
+            own("svc::read_loop::{{closure}}"),
+        ];
+        let samples: [&[Frame]; 2] = [&in_loop, &making];
+        e.samples = &samples;
+        assert_eq!(advise(&e), SPIN_READ);
+        e.samples = &[];
+        assert_eq!(advise(&e), Reason::Cpu.advice(Some("running")));
     }
 
     /// A frame inlined into its caller, named by its last segment, its file saying whose.

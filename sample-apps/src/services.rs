@@ -55,14 +55,46 @@ fn most(
 ) -> Result<(), String> {
     let good = events.iter().filter(|e| ok(e)).count();
     if good == 0 || good * 4 < events.len() * 3 {
-        let bad = events.iter().find(|e| !ok(e)).map(|e| e.headline());
+        let bad = events
+            .iter()
+            .find(|e| !ok(e))
+            .map_or_else(String::new, |e| seen(e));
         return Err(format!(
-            "{good} of {} sampled events {what}; one that does not: {}",
+            "{good} of {} sampled events {what}; one that does not: {bad}",
             events.len(),
-            bad.unwrap_or_default()
         ));
     }
     Ok(())
+}
+
+/// An event's headline, and what its advice was chosen from: its samples and their top frames.
+fn seen(e: &PinnedEvent) -> String {
+    let frame = |f: &pinwatch::event::Frame| {
+        let file = f.file.as_deref().unwrap_or("?");
+        let file = file.rsplit('/').next().unwrap_or(file);
+        format!("{}:{}", file, f.line.unwrap_or(0))
+    };
+    let profile: Vec<String> = e
+        .profile
+        .iter()
+        .map(|p| format!("{}×{}", frame(&p.frame), p.samples))
+        .collect();
+    format!(
+        "{} [{} samples; top frames: {}; stack: {}]",
+        e.headline(),
+        e.samples,
+        if profile.is_empty() {
+            "one".to_owned()
+        } else {
+            profile.join(", ")
+        },
+        e.stack
+            .iter()
+            .take(6)
+            .map(frame)
+            .collect::<Vec<_>>()
+            .join(" < "),
+    )
 }
 
 /// Most sampled events with `reason` carry advice that says `says`.

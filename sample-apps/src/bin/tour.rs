@@ -156,10 +156,12 @@ fn main() {
             }
         }
         if !fixed.events.is_empty() {
+            let first: Vec<String> = fixed.events.iter().take(2).map(|e| e.headline()).collect();
             failures.push(format!(
-                "{} (fixed): expected no events, got {:?}",
+                "{} (fixed): expected no events, got {:?}: {}",
                 case.name,
-                fixed.reasons()
+                fixed.reasons(),
+                first.join("; ")
             ));
         }
     }

@@ -172,7 +172,10 @@ pub(crate) async fn blocked_log(variant: Variant, n: usize, full: bool) -> Optio
         }
         total
     });
-    let (dispatch, guard) = match variant {
+    // The subscriber is set up off the workers, as a service sets it up before it serves:
+    // `non_blocking` fills a 128,000-line channel, which an unoptimized build takes tens of
+    // milliseconds on a CPU to do, a pin of its own in the fixed variant on a loaded machine.
+    let (dispatch, guard) = tokio::task::spawn_blocking(move || match variant {
         Variant::Fixed => {
             let (nb, guard) = tracing_appender::non_blocking(writer);
             let sub = tracing_subscriber::fmt()
@@ -188,7 +191,9 @@ pub(crate) async fn blocked_log(variant: Variant, n: usize, full: bool) -> Optio
                 .finish();
             (tracing::Dispatch::new(sub), None)
         }
-    };
+    })
+    .await
+    .expect("the subscriber's setup");
     let line = "x".repeat(1024);
     let handles = (0..n)
         .map(|t| {

@@ -166,16 +166,41 @@ fn is_spin_frame(f: &Frame) -> bool {
     matches!(last.as_str(), "poll_read" | "poll_read_buf")
         || base.contains("AsyncRead>::")
         || base.starts_with("tokio::io::util::read")
-        || (base.contains("AsyncReadExt::") && matches!(last.as_str(), "read" | "read_buf"))
+        || (is_read_ext(&base) && matches!(last.as_str(), "read" | "read_buf"))
         || base.contains("tokio::future::poll_fn::PollFn")
         || tokio_file("/src/io/util/read.rs")
         || tokio_file("/src/io/util/read_buf.rs")
+        || (tokio_file("/src/io/util/async_read_ext.rs")
+            && matches!(last.as_str(), "read" | "read_buf"))
         || tokio_file("/src/future/poll_fn.rs")
+}
+
+/// tokio's or the futures crates' `AsyncReadExt` (`…::AsyncReadExt::read`, or in v0 mangling
+/// `<R as …::AsyncReadExt>::read`), not another crate's trait of a similar name.
+fn is_read_ext(base: &str) -> bool {
+    [
+        "tokio::io::util::async_read_ext::AsyncReadExt",
+        "futures_util::io::AsyncReadExt",
+        "futures::io::AsyncReadExt",
+        "futures_lite::io::AsyncReadExt",
+    ]
+    .iter()
+    .any(|t| {
+        base.match_indices(t).any(|(i, _)| {
+            let before = &base[..i];
+            let after = &base[i + t.len()..];
+            (before.is_empty() || before.ends_with(' ') || before.ends_with('<'))
+                && (after.starts_with("::") || after.starts_with(">::"))
+        })
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A crate's sources as an unoptimized build's debug info names them.
+    const REG: &str = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f";
 
     fn f(name: &str) -> Frame {
         Frame::named(name)
@@ -330,6 +355,43 @@ mod tests {
         assert_eq!(advise(&e), SPIN_READ);
         e.samples = &[];
         assert_eq!(advise(&e), Reason::Cpu.advice(Some("running")));
+        // The same in v0 mangling, and inlined (named by its last segment, its file tokio's).
+        let beside_loop = |sample: &[Frame]| {
+            let samples: [&[Frame]; 2] = [&in_loop, sample];
+            let mut e = evidence(Reason::Cpu, "running", &in_loop);
+            e.samples = &samples;
+            e.io_calls = Some(false);
+            advise(&e)
+        };
+        for making in [
+            f("<&[u8] as tokio::io::util::async_read_ext::AsyncReadExt>::read"),
+            f("<futures_util::io::cursor::Cursor<T> as futures_util::io::AsyncReadExt>::read"),
+            inlined(
+                "read<&[u8]>",
+                &format!("{REG}/tokio-1.54.1/src/io/util/async_read_ext.rs"),
+            ),
+        ] {
+            let making = [making, own("svc::read_loop::{{closure}}")];
+            assert_eq!(beside_loop(&making), SPIN_READ, "{:?}", making[0]);
+        }
+        // Not another crate's trait of a similar name, nor the ext's other reads.
+        for other in [
+            f("msgcodec::FramedAsyncReadExt::read"),
+            f("<S as msgcodec::FramedAsyncReadExt>::read"),
+            f("tokio::io::util::async_read_ext::AsyncReadExt::read_exact"),
+            inlined(
+                "read_to_end<&[u8]>",
+                &format!("{REG}/tokio-1.54.1/src/io/util/async_read_ext.rs"),
+            ),
+        ] {
+            let other = [other, own("svc::read_loop::{{closure}}")];
+            assert_eq!(
+                beside_loop(&other),
+                Reason::Cpu.advice(Some("running")),
+                "{:?}",
+                other[0]
+            );
+        }
     }
 
     /// A frame inlined into its caller, named by its last segment, its file saying whose.
@@ -344,7 +406,6 @@ mod tests {
 
     #[test]
     fn the_rules_know_frames_inlined_under_their_last_name() {
-        const REG: &str = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f";
         let block_on = [
             f("std::thread::functions::park"),
             inlined(

@@ -67,33 +67,43 @@ fn most(
     Ok(())
 }
 
-/// An event's headline, and what its advice was chosen from: its samples and their top frames.
+/// An event's headline, and what of its samples it keeps: how many, their top frames, its
+/// stack (as the stacks setting keeps it: the top frame and the service's own by default). Not
+/// all the advice was chosen from: every sample's whole stack, and whether the thread made read
+/// or write calls, are not in the event.
 fn seen(e: &PinnedEvent) -> String {
     let frame = |f: &pinwatch::event::Frame| {
-        let file = f.file.as_deref().unwrap_or("?");
-        let file = file.rsplit('/').next().unwrap_or(file);
-        format!("{}:{}", file, f.line.unwrap_or(0))
+        let file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+        let at = match (file, f.line) {
+            (Some(file), Some(line)) => format!(" ({file}:{line})"),
+            (Some(file), None) => format!(" ({file})"),
+            _ => String::new(),
+        };
+        format!("{}{at}", f.function.as_deref().unwrap_or("?"))
     };
-    let profile: Vec<String> = e
-        .profile
-        .iter()
-        .map(|p| format!("{}×{}", frame(&p.frame), p.samples))
-        .collect();
+    let top: Vec<String> = if e.profile.is_empty() {
+        e.top_frame.iter().map(frame).collect()
+    } else {
+        e.profile
+            .iter()
+            .map(|p| format!("{} ×{}", frame(&p.frame), p.samples))
+            .collect()
+    };
+    let stack: Vec<String> = e.stack.iter().take(6).map(frame).collect();
     format!(
         "{} [{} samples; top frames: {}; stack: {}]",
         e.headline(),
         e.samples,
-        if profile.is_empty() {
-            "one".to_owned()
+        if top.is_empty() {
+            "none".into()
         } else {
-            profile.join(", ")
+            top.join(", ")
         },
-        e.stack
-            .iter()
-            .take(6)
-            .map(frame)
-            .collect::<Vec<_>>()
-            .join(" < "),
+        if stack.is_empty() {
+            "none".into()
+        } else {
+            stack.join(" < ")
+        },
     )
 }
 

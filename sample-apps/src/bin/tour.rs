@@ -161,7 +161,7 @@ fn main() {
                 "{} (fixed): expected no events, got {:?}: {}",
                 case.name,
                 fixed.reasons(),
-                first.join("; ")
+                first.join(" | ")
             ));
         }
     }

@@ -253,6 +253,14 @@ impl Builder {
         self
     }
 
+    /// Tests only: the watchdog thread sleeps `d` before it sets itself up, as one kept from
+    /// running by a loaded machine would.
+    #[doc(hidden)]
+    pub fn __late_watchdog_start(mut self, d: Duration) -> Self {
+        self.config.late_start = Some(d);
+        self
+    }
+
     /// Tests only: no start stamps; the watchdog looks every scan interval while a worker runs.
     #[doc(hidden)]
     pub fn __no_stamps(mut self) -> Self {

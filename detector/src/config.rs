@@ -408,6 +408,9 @@ pub struct Config {
     /// Tests only: the watchdog sleeps this long before every other scan's slot reads, as a
     /// watchdog preempted or slowed by a probe would.
     pub(crate) late_scans: Option<Duration>,
+    /// Tests only: the watchdog thread sleeps this long before it sets itself up, as one the
+    /// kernel keeps from running on a loaded machine would.
+    pub(crate) late_start: Option<Duration>,
     /// Where polls are rare, their starts are stamped and the watchdog looks less often
     /// (`watch::stamps`); off for tests that compare with looks every scan interval.
     pub(crate) stamps: bool,
@@ -445,6 +448,7 @@ impl Default for Config {
             #[cfg(feature = "prometheus")]
             prometheus_registry: None,
             late_scans: None,
+            late_start: None,
             stamps: true,
             announce: true,
         }

@@ -344,6 +344,26 @@ fn a_late_watchdog_still_reports_a_long_poll() {
     assert!(completed[0].duration >= Duration::from_millis(150));
 }
 
+/// A watchdog thread that the kernel keeps from running for a while after it is spawned (a
+/// loaded machine; in the tour under 8 CPU hogs, up to 520 ms): the runtime's first
+/// tasks are still watched from their start, since `build` returns only once the watchdog is
+/// ready. Before, a 150 ms poll begun at once had ended before the first scan, unseen.
+#[test]
+fn a_watchdog_that_starts_late_still_sees_the_first_poll() {
+    let _serial = serial();
+    let events = Collected::default();
+    let rt = support::watch(
+        builder(&events).__late_watchdog_start(Duration::from_millis(300)),
+        &mut multi_thread(2),
+    );
+    rt.block_on(rt.spawn(async { std::thread::sleep(Duration::from_millis(150)) }))
+        .unwrap();
+    let stats = rt.shutdown();
+    let completed = events.completed();
+    assert_eq!(completed.len(), 1, "{stats:?}\n{:#?}", events.all());
+    assert!(completed[0].duration >= Duration::from_millis(150));
+}
+
 /// A watchdog kept off the CPU for longer than a poll runs (the host stealing the VM's CPUs,
 /// the kernel paging its code back in, a loaded machine): it sees a 200 ms poll at two looks
 /// 2 ms apart, then not again until the poll has ended. The poll is reported all the same, with

@@ -332,15 +332,21 @@ fn a_late_watchdog_reports_no_short_poll() {
 fn a_late_watchdog_still_reports_a_long_poll() {
     let _serial = serial();
     let events = Collected::default();
-    let rt = support::watch(
+    a_150ms_sleep_is_reported(
         builder(&events).__late_watchdog(Duration::from_millis(40)),
-        &mut multi_thread(2),
+        &events,
     );
+}
+
+/// A runtime built from `builder` (whose events `events` collects) runs one task that sleeps
+/// 150 ms at once: one event, completed, for all of it.
+fn a_150ms_sleep_is_reported(builder: pinwatch::Builder, events: &Collected) {
+    let rt = support::watch(builder, &mut multi_thread(2));
     rt.block_on(rt.spawn(async { std::thread::sleep(Duration::from_millis(150)) }))
         .unwrap();
-    rt.shutdown();
+    let stats = rt.shutdown();
     let completed = events.completed();
-    assert_eq!(completed.len(), 1, "{:#?}", events.all());
+    assert_eq!(completed.len(), 1, "{stats:?}\n{:#?}", events.all());
     assert!(completed[0].duration >= Duration::from_millis(150));
 }
 
@@ -352,16 +358,10 @@ fn a_late_watchdog_still_reports_a_long_poll() {
 fn a_watchdog_that_starts_late_still_sees_the_first_poll() {
     let _serial = serial();
     let events = Collected::default();
-    let rt = support::watch(
+    a_150ms_sleep_is_reported(
         builder(&events).__late_watchdog_start(Duration::from_millis(300)),
-        &mut multi_thread(2),
+        &events,
     );
-    rt.block_on(rt.spawn(async { std::thread::sleep(Duration::from_millis(150)) }))
-        .unwrap();
-    let stats = rt.shutdown();
-    let completed = events.completed();
-    assert_eq!(completed.len(), 1, "{stats:?}\n{:#?}", events.all());
-    assert!(completed[0].duration >= Duration::from_millis(150));
 }
 
 /// A watchdog kept off the CPU for longer than a poll runs (the host stealing the VM's CPUs,

@@ -90,20 +90,19 @@ fn seen(e: &PinnedEvent) -> String {
             .collect()
     };
     let stack: Vec<String> = e.stack.iter().take(6).map(frame).collect();
+    let list = |v: Vec<String>, sep: &str| {
+        if v.is_empty() {
+            "none".to_owned()
+        } else {
+            v.join(sep)
+        }
+    };
     format!(
         "{} [{} samples; top frames: {}; stack: {}]",
         e.headline(),
         e.samples,
-        if top.is_empty() {
-            "none".into()
-        } else {
-            top.join(", ")
-        },
-        if stack.is_empty() {
-            "none".into()
-        } else {
-            stack.join(" < ")
-        },
+        list(top, ", "),
+        list(stack, " < "),
     )
 }
 

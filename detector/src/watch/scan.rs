@@ -140,7 +140,6 @@ fn run(
     let mut sleep = false;
     // Set up: the runtime may run tasks now.
     let _ = ready.send(());
-    drop(ready);
     loop {
         let stopping = if std::mem::take(&mut sleep) {
             // Idle for a whole scan interval: sleep until a worker unparks. Say so first, then

@@ -86,6 +86,41 @@ fn stamped_polls_let_the_watchdog_look_less_often() {
     }
 }
 
+/// A completed pin is held `VICTIM_WINDOW` (50 ms) for the tasks it delayed before its report
+/// goes out. Where polls are stamped (and without `schedule-latency`, whose rings of waits are
+/// read every scan interval) that wait is a time to wake at, not a look every 2 ms: the scans
+/// from the pin's end to its report's arrival come at the stamped cadence (before: 25 in the
+/// window, about 450 a second).
+#[test]
+fn a_pin_held_for_its_victims_costs_no_look_every_interval() {
+    let events = Collected::default();
+    let rt = watch(builder(&events), &mut multi_thread(2));
+    let pin = |rt: &support::Watched| {
+        rt.block_on(async {
+            tokio::spawn(async { std::thread::sleep(Duration::from_millis(60)) })
+                .await
+                .unwrap()
+        })
+    };
+    let completed = |n: usize| {
+        events
+            .wait_for(Duration::from_secs(60), |_| events.completed().len() >= n)
+            .expect("the pin's completed report")
+    };
+    // The first pin of a process loads its symbols (a slow report): not in the window.
+    pin(&rt);
+    completed(1);
+    pin(&rt);
+    let (scans, start) = (rt.stats().watchdog_scans, Instant::now());
+    completed(2);
+    let rate = (rt.stats().watchdog_scans - scans) as f64 / start.elapsed().as_secs_f64();
+    println!("from a pin's end to its report: {rate:.0} scans/s");
+    if stamps_here() && !cfg!(feature = "schedule-latency") {
+        // Measured 60–80; a loaded machine only makes it scan less.
+        assert!(rate < 250.0, "{rate:.0} scans/s");
+    }
+}
+
 /// The curve of the test above with the builder `with` makes of the test's: the detector's
 /// counters at the end, and how many of the polls of each duration (ms) were reported.
 fn threshold_curve(

@@ -885,47 +885,59 @@ impl<'a> Scan<'a> {
     }
 
     /// When the next scan is due, if every slot in use that may hold a poll running toward the
-    /// threshold is stamped and nothing else waits (a pin, a report held, a stall): the first
-    /// of its stamped polls' first looks, and, for a slot between polls, a first look's age
-    /// from `scan_start` (its next poll starts after it). Never sooner than a scan interval.
-    /// `None`: one scan interval after this scan, as without stamps.
+    /// threshold is stamped and nothing else waits (a pin, a stall): the first of its stamped
+    /// polls' first looks, and, for a slot between polls, a first look's age from `scan_start`
+    /// (its next poll starts after it); and when the first completed pin held for its victims
+    /// is to be sent. Never sooner than a scan interval. `None`: one scan interval after this
+    /// scan, as without stamps.
+    ///
+    /// A held pin needs no look every interval: the record of the tasks its thread polled after
+    /// it is read at every scan (`release_held`) and once more when it is sent, and the thread
+    /// starts another record only when a later flagged poll ends — one a scan at most, of the
+    /// four it keeps (`AfterPins`). With `schedule-latency` it does: the tasks that
+    /// waited behind it are read from the workers' rings of sixteen, which a scan every
+    /// interval keeps from overflowing while they are polled.
     fn stamped_due(&self, tracked: &[Option<Tracked>], scan_start: Instant) -> Option<Instant> {
         if self.stamps.is_empty()
             || self.settings.paused
             || self.stalled.is_some()
-            || !self.held.is_empty()
+            || (MEASURED && !self.held.is_empty())
         {
             return None;
         }
-        let slots =
-            tracked
-                .iter()
-                .zip(&self.stamps)
-                .zip(&self.read)
-                .map(|((t, stamping), read)| match t {
-                    None => stamps::Slot::Free,
-                    Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
-                        stamps::Slot::Looked
+        let slots = tracked
+            .iter()
+            .zip(&self.stamps)
+            .zip(&self.read)
+            .map(|((t, stamping), read)| match t {
+                None => stamps::Slot::Free,
+                Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
+                    stamps::Slot::Looked
+                }
+                Some(t) if t.seq & 1 == 0 && stamping.generation.is_some() => {
+                    stamps::Slot::Between {
+                        read: read.is_some(),
                     }
-                    Some(t) if t.seq & 1 == 0 && stamping.generation.is_some() => {
-                        stamps::Slot::Between {
-                            read: read.is_some(),
-                        }
+                }
+                // Stamping off since (a burst before it): the poll after it is not stamped.
+                Some(t)
+                    if t.seq & 1 == 1
+                        && t.exact
+                        && t.baseline.is_none()
+                        && stamping.generation.is_some() =>
+                {
+                    stamps::Slot::Stamped {
+                        start: t.after,
+                        read: t.before.is_some(),
                     }
-                    // Stamping off since (a burst before it): the poll after it is not stamped.
-                    Some(t)
-                        if t.seq & 1 == 1
-                            && t.exact
-                            && t.baseline.is_none()
-                            && stamping.generation.is_some() =>
-                    {
-                        stamps::Slot::Stamped {
-                            start: t.after,
-                            read: t.before.is_some(),
-                        }
-                    }
-                    Some(_) => stamps::Slot::Looked,
-                });
+                }
+                Some(_) => stamps::Slot::Looked,
+            })
+            .chain(
+                self.held
+                    .iter()
+                    .map(|(_, until)| stamps::Slot::Held { until: *until }),
+            );
         let interval = self.settings.effective_scan_interval();
         stamps::due(
             slots,

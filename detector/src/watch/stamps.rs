@@ -226,14 +226,17 @@ pub(super) enum Slot {
     /// Anything else: a poll not stamped, or looked at closely (its baseline taken), a pin, a
     /// poll asked for its end, a worker handed over, a slot not stamped between polls.
     Looked,
+    /// Not a slot: a completed pin held for the tasks it delayed, to be sent at `until` (its
+    /// end plus `VICTIM_WINDOW`).
+    Held { until: Instant },
 }
 
 /// When the next scan is due, from a scan that began at `scan_start`, if no slot needs a look
 /// every `interval`: each stamped poll's first close look (at `late_look` of age where its
 /// thread was read before it, `first_look` elsewhere), and that age plus one interval after the
 /// scan for a slot between polls (its next poll starts after the look, and is at most that old
-/// at the next: without a reading, the most a second look credits). Never sooner than one
-/// interval. `None`: one interval after the scan.
+/// at the next: without a reading, the most a second look credits), and when a held completed
+/// pin is to be sent. Never sooner than one interval. `None`: one interval after the scan.
 pub(super) fn due(
     slots: impl IntoIterator<Item = Slot>,
     scan_start: Instant,
@@ -248,6 +251,7 @@ pub(super) fn due(
             Slot::Free => {}
             Slot::Between { read } => due = due.min(scan_start + look(read) + interval),
             Slot::Stamped { start, read } => due = due.min(start + look(read)),
+            Slot::Held { until } => due = due.min(until),
             Slot::Looked => return None,
         }
     }
@@ -413,6 +417,19 @@ mod tests {
         // Nothing in use: as late as a read slot would allow (a thread that takes a slot wakes
         // the watchdog).
         assert_eq!(due(&[Slot::Free]), Some(ms(22)));
+
+        // A completed pin held for its victims: sent when due, not looked for every interval.
+        let held = |at: Duration| Slot::Held { until: t0 + at };
+        assert_eq!(due(&[read, held(ms(40))]), Some(ms(22)));
+        assert_eq!(due(&[read, held(ms(15))]), Some(ms(15)));
+        assert_eq!(
+            due(&[held(ms(15)), held(ms(13)), stamped(ms(9))]),
+            Some(ms(13))
+        );
+        // Due now or past (released at the next scan): still an interval away at the soonest.
+        assert_eq!(due(&[held(ms(10)), Slot::Free]), Some(ms(12)));
+        // A slot that needs looks every interval still has them.
+        assert_eq!(due(&[held(ms(40)), Slot::Looked]), None);
     }
 
     #[test]

@@ -419,6 +419,9 @@ pub(crate) fn base_name(name: &str) -> String {
 
 /// `s` without any `<…>` (a `->` inside one does not close it).
 fn strip_generics(s: &str) -> String {
+    if !s.contains('<') {
+        return s.to_owned();
+    }
     let mut out = String::with_capacity(s.len());
     let mut depth = 0usize;
     let mut prev = ' ';

@@ -610,12 +610,44 @@ fn print_main_table(results: &[serde_json::Value], args: &Args) {
             }
         }
     }
+    if args.workloads.contains(&Workload::Mixed) {
+        print_pin_cost(results, args);
+    }
     let n = |w: Workload, c: Config| field(results, w, c, "wall_ms").len();
     println!(
         "\nstorm ratios over {} rounds; http CPU per request is the whole process (server, client, tools); stuck-worker latency: from the task blocking to the tool's first report (pinwatch: the `in_progress` event reaching a sink), median of {} runs; the first report of a process also loads the debug info symbols need.",
         n(Workload::Storm, Config::Plain),
         args.rounds
     );
+}
+
+/// Under the main table: what pinwatch's own threads spent in the mixed workload, a second and
+/// a pin (medians over the rounds; the window holds the process's first pin, whose one-time
+/// symbol load is in it).
+fn print_pin_cost(results: &[serde_json::Value], args: &Args) {
+    for &c in &args.configs {
+        let own = field(results, Workload::Mixed, c, "own_cpu_ms");
+        let pins = field(results, Workload::Mixed, c, "pinned_polls");
+        let window = field(results, Workload::Mixed, c, "window_s");
+        let per = |f: &dyn Fn(f64, f64, f64) -> Option<f64>| {
+            median(
+                own.iter()
+                    .filter_map(|(r, o)| f(*o, *pins.get(r)?, *window.get(r)?))
+                    .collect(),
+            )
+        };
+        let (Some(per_s), Some(per_pin), Some(n)) = (
+            per(&|o, _, w| (w > 0.0).then(|| o / w)),
+            per(&|o, p, _| (p > 0.0).then(|| o / p)),
+            median(pins.into_values().collect()),
+        ) else {
+            continue;
+        };
+        println!(
+            "\nmixed, {}: pinwatch's own threads {per_s:.1} ms of CPU a second, {per_pin:.2} ms a pin ({n:.0} pins a round; the process's first pin, and its one-time symbol load, among them)",
+            c.label()
+        );
+    }
 }
 
 /// The second table: what a service costs when it does nothing, and what its first pin costs.

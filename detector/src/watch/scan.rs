@@ -893,8 +893,10 @@ impl<'a> Scan<'a> {
     ///
     /// A held pin needs no look every interval: the record of the tasks its thread polled after
     /// it is read at every scan (`release_held`) and once more when it is sent, and the thread
-    /// starts another record only when a later flagged poll ends — one a scan at most, of the
-    /// four it keeps (`AfterPins`). With `schedule-latency` it does: the tasks that
+    /// starts another record only when a later flagged poll ends. Only a look flags (or arms)
+    /// a poll, once per slot a scan, so at most two start between two reads — the flagged poll
+    /// running at the first, and one flagged at the second's look that ends before it — of the
+    /// four records it keeps (`AfterPins`): a read always finds the held pin's, complete. With `schedule-latency` it does: the tasks that
     /// waited behind it are read from the workers' rings of sixteen, which a scan every
     /// interval keeps from overflowing while they are polled.
     fn stamped_due(&self, tracked: &[Option<Tracked>], scan_start: Instant) -> Option<Instant> {

@@ -732,16 +732,18 @@ fn serve(s: &Setup, pins: bool) -> SocketAddr {
 
 fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
     let addr = serve(s, pins);
-    // With pins (mixed): what pinwatch's own threads spend on them, over the same window.
-    let own0 = pins.then(threads);
+    // With pins (mixed) and pinwatch: what its own threads spend on them, over the load (timed
+    // here: it also holds the client's start and end).
+    let own0 = (pins && s.detector.is_some()).then(|| (threads(), Instant::now()));
     let u0 = usage();
     let (latencies, elapsed) = load(addr, sizes);
     let u1 = usage();
-    let own_cpu_ms = own0.map(|before| {
-        let own = Spent::between(&before, &threads(), 1.0, |name| {
+    let own = own0.map(|(before, start)| {
+        let took = start.elapsed().as_secs_f64();
+        let own = Spent::between(&before, &threads(), took, |name| {
             name.starts_with(PINWATCH_THREAD_PREFIX)
         });
-        own.cpu_ns as f64 / 1e6
+        (own.cpu_ns as f64 / 1e6, took)
     });
     let (user, sys) = (u1.user - u0.user, u1.sys - u0.sys);
     let cpu = user + sys;
@@ -768,8 +770,8 @@ fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
         "preempted_per_req": per_req((u1.switches.1 - u0.switches.1) as f64),
         // pinwatch's threads (`pinwatch-*`) over the load, in all (mixed only): with the
         // detector's `pinned_polls`, what a pin costs them.
-        "own_cpu_ms": own_cpu_ms,
-        "window_s": elapsed.as_secs_f64(),
+        "own_cpu_ms": own.map(|o| o.0),
+        "own_window_s": own.map(|o| o.1),
         "request_spans": s.trace.then(|| json!({
             "sampled": s.request_spans.0.load(Ordering::Relaxed),
             "in_span": s.request_spans.1.load(Ordering::Relaxed),

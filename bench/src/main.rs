@@ -628,7 +628,7 @@ fn print_pin_cost(results: &[serde_json::Value], args: &Args) {
     for &c in &args.configs {
         let own = field(results, Workload::Mixed, c, "own_cpu_ms");
         let pins = field(results, Workload::Mixed, c, "pinned_polls");
-        let window = field(results, Workload::Mixed, c, "window_s");
+        let window = field(results, Workload::Mixed, c, "own_window_s");
         let per = |f: &dyn Fn(f64, f64, f64) -> Option<f64>| {
             median(
                 own.iter()
@@ -644,7 +644,7 @@ fn print_pin_cost(results: &[serde_json::Value], args: &Args) {
             continue;
         };
         println!(
-            "\nmixed, {}: pinwatch's own threads {per_s:.1} ms of CPU a second, {per_pin:.2} ms a pin ({n:.0} pins a round; the process's first pin, and its one-time symbol load, among them)",
+            "\nmixed, {}: pinwatch's own threads (every one of them, its exporters' too) {per_s:.1} ms of CPU a second, {per_pin:.2} ms a pin ({n:.0} pins a round; the process's first pin, and its one-time symbol load, among them)",
             c.label()
         );
     }

@@ -99,7 +99,24 @@ fn pinwatch_configurations_report_a_stuck_worker_and_count_pins() {
             serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap())
                 .unwrap();
         assert!(m["pinned_polls"].as_u64().unwrap() >= 1, "{m}");
+        // What pinwatch's threads spent over the load, and the load's time (1 s of requests).
+        assert!(m["own_cpu_ms"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(m["own_window_s"].as_f64().unwrap() >= 0.9, "{m}");
     }
+    // A runtime without pinwatch has no such figure.
+    let plain = Command::new(env!("CARGO_BIN_EXE_compare"))
+        .args(["--http-secs", "0.2", "--rate", "1000", "--conns", "4"])
+        .args(["child", "plain", "mixed"])
+        .output()
+        .unwrap();
+    let p: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&plain.stdout)
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(p["own_cpu_ms"].is_null(), "{p}");
 }
 
 #[test]

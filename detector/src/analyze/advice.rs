@@ -242,6 +242,8 @@ mod tests {
         assert_eq!(advise(&e), BLOCK_ON);
         for (name, is) in [
             ("futures_executor::local_pool::run_executor<T,F>", true),
+            // v0 mangling's demangled form.
+            ("futures_executor::local_pool::block_on::<svc::Fut>", true),
             ("futures::executor::block_on", true),
             ("pollster::block_on<F>", true),
             ("<pollster::Signal as std::task::Wake>::wake", false),
@@ -259,6 +261,13 @@ mod tests {
         let frames = [
             f("__libc_free"),
             f("core::ptr::drop_in_place<hashbrown::map::HashMap<u64,alloc::string::String>>"),
+            own("svc::evict"),
+        ];
+        assert_eq!(advise(&evidence(Reason::Cpu, "running", &frames)), DROP);
+        // The same in a binary built with v0 symbol mangling.
+        let frames = [
+            f("__libc_free"),
+            f("core::ptr::drop_in_place::<std::collections::hash::map::HashMap<u64, alloc::string::String>>"),
             own("svc::evict"),
         ];
         assert_eq!(advise(&evidence(Reason::Cpu, "running", &frames)), DROP);

@@ -417,7 +417,9 @@ pub(crate) fn base_name(name: &str) -> String {
     strip_generics(name)
 }
 
-/// `s` without any `<…>` (a `->` inside one does not close it).
+/// `s` without any `<…>` (a `->` inside one does not close it), and without the `::` of a
+/// turbofish before one (v0 mangling's demangled names: `core::ptr::drop_in_place::<T>` →
+/// `core::ptr::drop_in_place`, `f::<T>::{closure#0}` → `f::{closure#0}`).
 fn strip_generics(s: &str) -> String {
     if !s.contains('<') {
         return s.to_owned();
@@ -427,7 +429,12 @@ fn strip_generics(s: &str) -> String {
     let mut prev = ' ';
     for c in s.chars() {
         match c {
-            '<' => depth += 1,
+            '<' => {
+                if depth == 0 && out.ends_with("::") {
+                    out.truncate(out.len() - 2);
+                }
+                depth += 1;
+            }
             '>' if depth > 0 && prev != '-' => depth -= 1,
             _ if depth > 0 => {}
             _ => out.push(c),
@@ -791,6 +798,21 @@ mod tests {
             "<app::Job<T> as core::future::Future>::poll"
         );
         assert_eq!(base_name("tokio::X<fn() -> u8, T>::poll"), "tokio::X::poll");
+        // v0 mangling's turbofish: the `::` before the arguments goes with them.
+        assert_eq!(
+            base_name("core::ptr::drop_in_place::<std::collections::hash::map::HashMap<u64, alloc::string::String>>"),
+            "core::ptr::drop_in_place"
+        );
+        assert_eq!(
+            base_name("app::handler::<u8>::{closure#0}"),
+            "app::handler::{closure#0}"
+        );
+        assert_eq!(
+            base_name("<app::Job as core::future::Future>::poll::<u8>"),
+            "<app::Job as core::future::Future>::poll"
+        );
+        // A name with no arguments, `->` and all, is kept as it is.
+        assert_eq!(base_name("app::f -> ::x"), "app::f -> ::x");
     }
 
     #[test]

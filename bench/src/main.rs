@@ -629,16 +629,17 @@ fn print_pin_cost(results: &[serde_json::Value], args: &Args) {
         let own = field(results, Workload::Mixed, c, "own_cpu_ms");
         let pins = field(results, Workload::Mixed, c, "pinned_polls");
         let window = field(results, Workload::Mixed, c, "own_window_s");
-        let per = |f: &dyn Fn(f64, f64, f64) -> Option<f64>| {
+        // The median over the rounds of `own` divided by `by`'s figure of the same round.
+        let per = |by: &BTreeMap<u64, f64>| {
             median(
                 own.iter()
-                    .filter_map(|(r, o)| f(*o, *pins.get(r)?, *window.get(r)?))
+                    .filter_map(|(r, o)| Some(o / by.get(r).filter(|d| **d > 0.0)?))
                     .collect(),
             )
         };
         let (Some(per_s), Some(per_pin), Some(n)) = (
-            per(&|o, _, w| (w > 0.0).then(|| o / w)),
-            per(&|o, p, _| (p > 0.0).then(|| o / p)),
+            per(&window),
+            per(&pins),
             median(pins.into_values().collect()),
         ) else {
             continue;

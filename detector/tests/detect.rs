@@ -330,18 +330,15 @@ fn a_late_watchdog_reports_no_short_poll() {
 
 #[test]
 fn a_late_watchdog_still_reports_a_long_poll() {
-    let _serial = serial();
-    let events = Collected::default();
-    a_150ms_sleep_is_reported(
-        builder(&events).__late_watchdog(Duration::from_millis(40)),
-        &events,
-    );
+    a_150ms_sleep_is_reported(|b| b.__late_watchdog(Duration::from_millis(40)));
 }
 
-/// A runtime built from `builder` (whose events `events` collects) runs one task that sleeps
-/// 150 ms at once: one event, completed, for all of it.
-fn a_150ms_sleep_is_reported(builder: pinwatch::Builder, events: &Collected) {
-    let rt = support::watch(builder, &mut multi_thread(2));
+/// A runtime built from the test builder as `with` changes it runs one task that sleeps 150 ms
+/// at once: one event, completed, for all of it.
+fn a_150ms_sleep_is_reported(with: impl FnOnce(pinwatch::Builder) -> pinwatch::Builder) {
+    let _serial = serial();
+    let events = Collected::default();
+    let rt = support::watch(with(builder(&events)), &mut multi_thread(2));
     rt.block_on(rt.spawn(async { std::thread::sleep(Duration::from_millis(150)) }))
         .unwrap();
     let stats = rt.shutdown();
@@ -356,12 +353,7 @@ fn a_150ms_sleep_is_reported(builder: pinwatch::Builder, events: &Collected) {
 /// ready. Before, a 150 ms poll begun at once had ended before the first scan, unseen.
 #[test]
 fn a_watchdog_that_starts_late_still_sees_the_first_poll() {
-    let _serial = serial();
-    let events = Collected::default();
-    a_150ms_sleep_is_reported(
-        builder(&events).__late_watchdog_start(Duration::from_millis(300)),
-        &events,
-    );
+    a_150ms_sleep_is_reported(|b| b.__late_watchdog_start(Duration::from_millis(300)));
 }
 
 /// A watchdog kept off the CPU for longer than a poll runs (the host stealing the VM's CPUs,

@@ -72,24 +72,16 @@ fn most(
 /// all the advice was chosen from: every sample's whole stack, and whether the thread made read
 /// or write calls, are not in the event.
 fn seen(e: &PinnedEvent) -> String {
-    let frame = |f: &pinwatch::event::Frame| {
-        let file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
-        let at = match (file, f.line) {
-            (Some(file), Some(line)) => format!(" ({file}:{line})"),
-            (Some(file), None) => format!(" ({file})"),
-            _ => String::new(),
-        };
-        format!("{}{at}", f.function.as_deref().unwrap_or("?"))
-    };
+    // Each frame as `Frame`'s `Display` gives it: function (file:line).
     let top: Vec<String> = if e.profile.is_empty() {
-        e.top_frame.iter().map(frame).collect()
+        e.top_frame.iter().map(ToString::to_string).collect()
     } else {
         e.profile
             .iter()
-            .map(|p| format!("{} ×{}", frame(&p.frame), p.samples))
+            .map(|p| format!("{} ×{}", p.frame, p.samples))
             .collect()
     };
-    let stack: Vec<String> = e.stack.iter().take(6).map(frame).collect();
+    let stack: Vec<String> = e.stack.iter().take(6).map(ToString::to_string).collect();
     let list = |v: Vec<String>, sep: &str| {
         if v.is_empty() {
             "none".to_owned()

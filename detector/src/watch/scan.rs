@@ -896,9 +896,10 @@ impl<'a> Scan<'a> {
     /// starts another record only when a later flagged poll ends. Only a look flags (or arms)
     /// a poll, once per slot a scan, so at most two start between two reads — the flagged poll
     /// running at the first, and one flagged at the second's look that ends before it — of the
-    /// four records it keeps (`AfterPins`): a read always finds the held pin's, complete. With `schedule-latency` it does: the tasks that
-    /// waited behind it are read from the workers' rings of sixteen, which a scan every
-    /// interval keeps from overflowing while they are polled.
+    /// four records it keeps (`AfterPins`): a read always finds the held pin's, complete.
+    /// With `schedule-latency` it does need them: the tasks that waited behind it are read from
+    /// the workers' rings of sixteen, which a scan every interval keeps from overflowing while
+    /// they are polled.
     fn stamped_due(&self, tracked: &[Option<Tracked>], scan_start: Instant) -> Option<Instant> {
         if self.stamps.is_empty()
             || self.settings.paused

@@ -131,6 +131,52 @@ fn a_pin_held_for_its_victims_costs_no_look_every_interval() {
     }
 }
 
+/// A pin is followed while it runs at its next stack sample or report, or every 10 ms, where
+/// polls are stamped (and without `schedule-latency`): not every scan interval. The thread
+/// stamps the poll's end itself, and the completed report is held 50 ms past it anyway. The
+/// scans from the first report of a 400 ms pin to its completed report: before, one every 2 ms
+/// for as long as it ran.
+#[test]
+fn a_running_pin_costs_no_look_every_interval() {
+    let events = Collected::default();
+    let rt = watch(builder(&events), &mut multi_thread(2));
+    let pin = |ms: u64| rt.spawn(async move { std::thread::sleep(Duration::from_millis(ms)) });
+    let reported = |n: usize, state: State| {
+        events
+            .wait_for(Duration::from_secs(60), |_| {
+                let ids: std::collections::HashSet<u64> = events
+                    .all()
+                    .into_iter()
+                    .filter(|e| e.state == state)
+                    .map(|e| e.id)
+                    .collect();
+                ids.len() >= n
+            })
+            .expect("the pin's report")
+    };
+    // The first pin of a process loads its symbols (a slow report): not in the window.
+    rt.block_on(pin(60)).unwrap();
+    reported(1, State::Completed);
+    let running = pin(400);
+    reported(2, State::InProgress);
+    let (scans, start) = (rt.stats().watchdog_scans, Instant::now());
+    rt.block_on(running).unwrap();
+    reported(2, State::Completed);
+    let rate = (rt.stats().watchdog_scans - scans) as f64 / start.elapsed().as_secs_f64();
+    println!("while a pin runs, and to its report: {rate:.0} scans/s");
+    if !stamps_here() {
+        return;
+    }
+    if cfg!(feature = "schedule-latency") {
+        // Every interval: the rings of measured waits, as in the test above.
+        assert!(rate > 150.0, "{rate:.0} scans/s");
+    } else {
+        // Every interval while the drivers stand still (until a worker takes them over), then
+        // every 10 ms. Loose for a late heartbeat, as above.
+        assert!(rate < 250.0, "{rate:.0} scans/s");
+    }
+}
+
 /// The curve of the test above with the builder `with` makes of the test's: the detector's
 /// counters at the end, and how many of the polls of each duration (ms) were reported.
 fn threshold_curve(

@@ -537,6 +537,12 @@ impl Stall {
         )
     }
 
+    /// The instant after which a look finds the heartbeat, due at `due`, late past the bound
+    /// ([`past_bound`](Self::past_bound)) if it has not beaten by then.
+    pub fn judged_after(due: Instant, threshold: Duration) -> Instant {
+        due + threshold.max(STALL_FLOOR)
+    }
+
     /// A stall, when the heartbeat, due at `due`, is late past the bound at `now`.
     pub fn past_bound(due: Instant, now: Instant, threshold: Duration) -> Option<Stall> {
         let bound = threshold.max(STALL_FLOOR);
@@ -610,6 +616,10 @@ pub(super) const RESCUE_AGAIN: Duration = Duration::from_millis(50);
 /// are looked at this often (a look reads `/proc` for parked workers until one is found on
 /// the drivers).
 pub(super) const DRIVERS_EVERY: Duration = Duration::from_millis(10);
+
+/// A pin is followed while it runs at least this often, when nothing needs a look at it every
+/// scan interval (`Scan::follow_due`): as often as the drivers are looked at.
+pub(super) const FOLLOW_EVERY: Duration = DRIVERS_EVERY;
 
 /// While the drivers cannot be seen yet, the watchdog looks for a parked worker waiting on the
 /// I/O driver this often while the runtime runs (and each time before it sleeps).
@@ -1307,6 +1317,13 @@ mod tests {
         // A threshold above the floor is the bound.
         assert!(Stall::past_bound(t0, t0 + MS(400), MS(500)).is_none());
         assert!(Stall::past_bound(t0, t0 + MS(501), MS(500)).is_some());
+        // The watchdog following a pin wakes for the first look that can find it.
+        for threshold in [THRESHOLD, MS(500)] {
+            let after = Stall::judged_after(t0, threshold);
+            assert!(Stall::past_bound(t0, after, threshold).is_none());
+            let just = after + Duration::from_micros(1);
+            assert!(Stall::past_bound(t0, just, threshold).is_some());
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio::runtime::Handle;
 
 use super::judge::{
     worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle, Pinned, Stall, Tracked,
-    WorkerState,
+    WorkerState, FOLLOW_EVERY,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -885,11 +885,12 @@ impl<'a> Scan<'a> {
     }
 
     /// When the next scan is due, if every slot in use that may hold a poll running toward the
-    /// threshold is stamped and nothing else waits (a pin, a stall): the first of its stamped
-    /// polls' first looks, and, for a slot between polls, a first look's age from `scan_start`
-    /// (its next poll starts after it); and when the first completed pin held for its victims
-    /// is to be sent. Never sooner than a scan interval. `None`: one scan interval after this
-    /// scan, as without stamps.
+    /// threshold is stamped and nothing else waits (a stall, a pin that needs every look): the
+    /// first of its stamped polls' first looks, and, for a slot between polls, a first look's
+    /// age from `scan_start` (its next poll starts after it); each running pin's next look
+    /// ([`follow_due`](Self::follow_due)); and when the first completed pin held for its
+    /// victims is to be sent. Never sooner than a scan interval. `None`: one scan interval
+    /// after this scan, as without stamps.
     ///
     /// A held pin needs no look every interval: the record of the tasks its thread polled after
     /// it is read at every scan (`release_held`) and once more when it is sent, and the thread
@@ -914,6 +915,15 @@ impl<'a> Scan<'a> {
             .zip(&self.read)
             .map(|((t, stamping), read)| match t {
                 None => stamps::Slot::Free,
+                Some(Tracked {
+                    pinned: Some(p), ..
+                }) if stamping.generation.is_some() => match self.follow_due(p, scan_start) {
+                    Some(next) => stamps::Slot::Following {
+                        next,
+                        read: read.is_some(),
+                    },
+                    None => stamps::Slot::Looked,
+                },
                 Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
                     stamps::Slot::Looked
                 }
@@ -949,6 +959,30 @@ impl<'a> Scan<'a> {
             stamps::first_look(self.settings.threshold),
             stamps::late_look(self.settings.threshold, interval),
         )
+    }
+
+    /// When pin `p`, followed while it runs, needs its next look, where not every interval: its
+    /// next stack sample or report, or [`FOLLOW_EVERY`] after the scan at `scan_start`, and no
+    /// later than the first look that can find the heartbeat late. A look more often than that
+    /// would find nothing to do: the thread stamps the poll's end itself, and the completed
+    /// report is held [`VICTIM_WINDOW`](crate::event::VICTIM_WINDOW) past that end anyway.
+    ///
+    /// `None` (every interval) while the drivers stand still, so that the look that sees them
+    /// driven again times the stall's end; while a worker woken for them has not taken them;
+    /// and with `schedule-latency`, whose rings of measured waits the tasks polled on the other
+    /// workers fill (see [`stamped_due`](Self::stamped_due)).
+    fn follow_due(&self, p: &Pinned, scan_start: Instant) -> Option<Instant> {
+        let undriven = matches!(self.drivers.last, Some((_, true)));
+        if MEASURED || undriven || p.undriven_since.is_some() || self.drivers.woke_at.is_some() {
+            return None;
+        }
+        let mut next = (scan_start + FOLLOW_EVERY)
+            .min(p.last_sample + self.settings.sample_interval)
+            .min(p.last_report + self.settings.report_interval);
+        if let Some((_, beat_due)) = self.shared.heartbeat.late(scan_start) {
+            next = next.min(Stall::judged_after(beat_due, self.settings.threshold));
+        }
+        Some(next)
     }
 
     /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.

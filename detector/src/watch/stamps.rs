@@ -226,6 +226,10 @@ pub(super) enum Slot {
     /// Anything else: a poll not stamped, or looked at closely (its baseline taken), a pin, a
     /// poll asked for its end, a worker handed over, a slot not stamped between polls.
     Looked,
+    /// A pin followed while it runs, whose next look is due at `next`, stamping on: the poll
+    /// after it may begin as soon as the scan is over, and is looked at as for a slot between
+    /// polls at the latest (`read` as there).
+    Following { next: Instant, read: bool },
     /// Not a slot: a completed pin held for the tasks it delayed, to be sent at `until` (its
     /// end plus `VICTIM_WINDOW`).
     Held { until: Instant },
@@ -236,7 +240,8 @@ pub(super) enum Slot {
 /// thread was read before it, `first_look` elsewhere), and that age plus one interval after the
 /// scan for a slot between polls (its next poll starts after the look, and is at most that old
 /// at the next: without a reading, the most a second look credits), and when a held completed
-/// pin is to be sent. Never sooner than one interval. `None`: one interval after the scan.
+/// pin is to be sent, and each followed pin's next look. Never sooner than one interval.
+/// `None`: one interval after the scan.
 pub(super) fn due(
     slots: impl IntoIterator<Item = Slot>,
     scan_start: Instant,
@@ -251,6 +256,9 @@ pub(super) fn due(
             Slot::Free => {}
             Slot::Between { read } => due = due.min(scan_start + look(read) + interval),
             Slot::Stamped { start, read } => due = due.min(start + look(read)),
+            Slot::Following { next, read } => {
+                due = due.min(next).min(scan_start + look(read) + interval)
+            }
             Slot::Held { until } => due = due.min(until),
             Slot::Looked => return None,
         }
@@ -430,6 +438,26 @@ mod tests {
         assert_eq!(due(&[held(ms(10)), Slot::Free]), Some(ms(12)));
         // A slot that needs looks every interval still has them.
         assert_eq!(due(&[held(ms(40)), Slot::Looked]), None);
+
+        // A pin followed while it runs: looked at when its next look is due, no sooner.
+        let following = |at: Duration| Slot::Following {
+            next: t0 + at,
+            read: true,
+        };
+        assert_eq!(due(&[read, following(ms(20))]), Some(ms(20)));
+        assert_eq!(
+            due(&[following(ms(20)), held(ms(30)), following(ms(14))]),
+            Some(ms(14))
+        );
+        assert_eq!(due(&[following(ms(40)), stamped(ms(9))]), Some(ms(14)));
+        assert_eq!(due(&[following(ms(1))]), Some(ms(12)));
+        // And no later than the poll after it, which may start as the scan ends, needs.
+        assert_eq!(due(&[following(ms(40))]), Some(ms(22)));
+        let unread = Slot::Following {
+            next: t0 + ms(40),
+            read: false,
+        };
+        assert_eq!(due(&[unread]), Some(ms(17)));
     }
 
     #[test]

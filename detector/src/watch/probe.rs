@@ -357,40 +357,68 @@ fn parse_schedstat(s: &str) -> Option<SchedStat> {
     })
 }
 
-/// One slot's thread's `schedstat`, kept open: the watchdog reads a stamped slot's thread at
-/// every look ([`Before`](super::judge::Before)), one `pread` and no allocation each time. The
-/// file is opened again when the slot's thread changes, and after a read fails (the thread is
-/// gone; its id may come back as another thread's); a thread whose file cannot be opened is not
-/// tried again.
+/// One slot's thread's `schedstat` and `stat`, kept open: the watchdog reads a stamped slot's
+/// thread at every look ([`Before`](super::judge::Before)), and a long poll's thread at each of
+/// its close looks, one `pread` and no allocation each time. A file is opened again when the
+/// slot's thread changes, and after a read fails (the thread is gone; its id may come back as
+/// another thread's); a thread whose file cannot be opened is not tried again.
 #[derive(Default)]
 pub(super) struct SchedStatReader {
     open: Option<(i32, Option<Kept>)>,
+    stat: Option<(i32, Option<Kept>)>,
 }
 
 impl SchedStatReader {
     /// Thread `tid`'s accounting now.
     pub fn read(&mut self, tid: i32) -> Option<SchedStat> {
-        use std::os::unix::fs::FileExt;
-        if self.open.as_ref().is_none_or(|(t, _)| *t != tid) {
-            // Opened before the old file is dropped, so it may get the number a program freed
-            // under the old one: harmless, since the old one is closed only if its descriptor
-            // is still its own file (another thread's schedstat is another inode, and the same
-            // thread's is reopened only after `open` is cleared below).
-            let path = format!("/proc/self/task/{tid}/schedstat");
-            self.open = Some((tid, Kept::open(&path)));
-        }
-        let kept = self.open.as_ref()?.1.as_ref()?;
         // Three decimal numbers of at most 20 digits each, and their separators.
         let mut buf = [0u8; 80];
-        let stat = kept
-            .file
-            .read_at(&mut buf, 0)
-            .ok()
-            .and_then(|n| parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?));
+        let text = kept_read(&mut self.open, tid, "schedstat", &mut buf)?;
+        let stat = std::str::from_utf8(text).ok().and_then(parse_schedstat);
         if stat.is_none() {
             self.open = None;
         }
         stat
+    }
+
+    /// Thread `tid`'s scheduler state letter, as [`read_state`].
+    pub fn state(&mut self, tid: i32) -> Option<char> {
+        // "tid (comm) S ...": the state is within the first 40 bytes (a comm is at most 15);
+        // the rest of the line is not needed.
+        let mut buf = [0u8; 128];
+        let text = kept_read(&mut self.stat, tid, "stat", &mut buf)?;
+        let state = state_of(text);
+        if state.is_none() {
+            self.stat = None;
+        }
+        state
+    }
+}
+
+/// Reads `/proc/self/task/<tid>/<name>` into `buf` from a file kept open in `open` (opened
+/// there when it holds another thread's, or none). A failed read forgets the file.
+fn kept_read<'b>(
+    open: &mut Option<(i32, Option<Kept>)>,
+    tid: i32,
+    name: &str,
+    buf: &'b mut [u8],
+) -> Option<&'b [u8]> {
+    use std::os::unix::fs::FileExt;
+    if open.as_ref().is_none_or(|(t, _)| *t != tid) {
+        // Opened before the old file is dropped, so it may get the number a program freed
+        // under the old one: harmless, since the old one is closed only if its descriptor
+        // is still its own file (another thread's file is another inode, and the same
+        // thread's is reopened only after `open` is cleared below).
+        let path = format!("/proc/self/task/{tid}/{name}");
+        *open = Some((tid, Kept::open(&path)));
+    }
+    let kept = open.as_ref()?.1.as_ref()?;
+    match kept.file.read_at(buf, 0) {
+        Ok(n) => Some(&buf[..n]),
+        Err(_) => {
+            *open = None;
+            None
+        }
     }
 }
 
@@ -434,8 +462,18 @@ impl Drop for Kept {
 /// The thread's scheduler state letter (`R`, `S`, `D`, …).
 pub(crate) fn read_state(tid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
+    state_of(stat.as_bytes())
+}
+
+/// The state letter in the start of a `stat` line.
+fn state_of(stat: &[u8]) -> Option<char> {
+    // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'
+    // (no later field holds one).
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let state = *stat[close + 1..]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())?;
+    state.is_ascii_alphabetic().then_some(char::from(state))
 }
 
 /// What a thread waits in, as far as telling who drives a runtime's drivers goes.
@@ -679,6 +717,41 @@ mod tests {
         // No such thread: no reading. (Not the joined one's: its `/proc` entry may outlive the
         // join for a moment.)
         assert_eq!(reader.read(-1), None);
+    }
+
+    #[test]
+    fn the_state_is_the_letter_after_the_last_parenthesis() {
+        assert_eq!(state_of(b"42 (tokio-rt-worker) S 1 42"), Some('S'));
+        // A comm of spaces and parentheses, and a line cut short after the state.
+        assert_eq!(state_of(b"7 (a) R (b)) D"), Some('D'));
+        assert_eq!(state_of(b"7 (x)  R"), Some('R'));
+        // Nothing after the comm, no comm, or no letter: no state.
+        assert_eq!(state_of(b"7 (x) "), None);
+        assert_eq!(state_of(b"7 x S"), None);
+        assert_eq!(state_of(b"7 (x) 1 2"), None);
+    }
+
+    #[test]
+    fn a_kept_open_stat_reads_the_threads_state_now() {
+        let me = crate::poll::slot::current_tid();
+        let mut reader = SchedStatReader::default();
+        // Running, as a fresh read says.
+        assert_eq!(reader.state(me), Some('R'));
+        assert_eq!(read_state(me), Some('R'));
+        // Another thread, asleep on a channel: read from the same reader, now its file.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            tx.send(crate::poll::slot::current_tid()).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        // It may not be asleep yet: a state it may be in on its way there.
+        let theirs = reader.state(tid).unwrap();
+        assert!("RS".contains(theirs), "{theirs}");
+        assert_eq!(reader.state(-1), None);
+        drop(done_tx);
+        other.join().unwrap();
     }
 
     #[test]

@@ -356,7 +356,8 @@ struct Scan<'a> {
     counter: bool,
     /// Per slot, its stamping; empty until the clock is calibrated.
     stamps: Vec<Stamping>,
-    /// Per slot, its thread's `schedstat`, kept open for the readings below.
+    /// Per slot, its thread's `schedstat` (and, once it runs a long poll, `stat`), kept open for
+    /// the readings below.
     readers: Vec<SchedStatReader>,
     /// Per slot, its thread's accounting as the last look read it, before loading the counter
     /// (while stamping is on): a poll that look did not see began after it ([`Before`]).
@@ -471,12 +472,13 @@ impl<'a> Scan<'a> {
                 Some(before) => {
                     let before = self.past_parks(slot, before, t.after);
                     let at = Instant::now();
-                    probe::read_schedstat(tid).map(|stat| {
-                        let state = probe::read_state(tid);
+                    self.schedstat(self.cur, tid).map(|stat| {
+                        let state = self.state(self.cur, tid);
                         t.baseline_since(before, at, stat, state, threshold, interval)
                     })
                 }
-                None => probe::read_schedstat(tid)
+                None => self
+                    .schedstat(self.cur, tid)
                     .map(|stat| t.baseline(Instant::now(), stat, threshold, interval)),
             };
             if t.exact {
@@ -497,8 +499,8 @@ impl<'a> Scan<'a> {
             let (pinned_for, waited) = match t.baseline {
                 Some(b) => b.pinned_time(
                     Instant::now(),
-                    probe::read_schedstat(tid),
-                    probe::read_state(tid),
+                    self.schedstat(self.cur, tid),
+                    self.state(self.cur, tid),
                 ),
                 None => (age, Duration::ZERO),
             };
@@ -527,7 +529,7 @@ impl<'a> Scan<'a> {
             Owner::HandedOff => return,
         };
         let tid = slot.tid.load(Ordering::Relaxed);
-        if !worth_arming(probe::read_state(tid)) {
+        if !worth_arming(self.state(self.cur, tid)) {
             return;
         }
         let mut name: NameBuf = [0; NAME_MAX];
@@ -567,7 +569,7 @@ impl<'a> Scan<'a> {
         // Waited since the baseline until now, not until the end: never more pinned time than
         // there was.
         let waited = t.baseline.map_or(Duration::ZERO, |b| {
-            b.waited(probe::read_schedstat(armed.tid))
+            b.waited(self.schedstat(self.cur, armed.tid))
         });
         let Some(duration) = t.ended_pinned(
             end,
@@ -985,6 +987,22 @@ impl<'a> Scan<'a> {
         Some(next)
     }
 
+    /// Thread `tid`'s accounting, from the file kept open for slot `i` (`tid` is its thread).
+    fn schedstat(&mut self, i: usize, tid: i32) -> Option<probe::SchedStat> {
+        match self.readers.get_mut(i) {
+            Some(reader) => reader.read(tid),
+            None => probe::read_schedstat(tid),
+        }
+    }
+
+    /// Thread `tid`'s state letter, as [`schedstat`](Self::schedstat).
+    fn state(&mut self, i: usize, tid: i32) -> Option<char> {
+        match self.readers.get_mut(i) {
+            Some(reader) => reader.state(tid),
+            None => probe::read_state(tid),
+        }
+    }
+
     /// Follows a reported poll: completes it, retracts it, re-reports it, or samples it again.
     /// Returns it while it is still running and pinning. `seq` is the counter just loaded.
     fn follow_pinned(
@@ -1016,7 +1034,7 @@ impl<'a> Scan<'a> {
             }
             let waited = p
                 .baseline
-                .map_or(Duration::ZERO, |b| b.waited(probe::read_schedstat(p.tid)));
+                .map_or(Duration::ZERO, |b| b.waited(self.schedstat(p.slot, p.tid)));
             p.complete(end, waited);
             // Sent once the tasks it held up have had time to be polled.
             self.held.push((*p, end + crate::event::VICTIM_WINDOW));
@@ -1448,7 +1466,7 @@ impl<'a> Scan<'a> {
     fn resend(&mut self, p: &mut Pinned, now: Instant) {
         let waited = p
             .baseline
-            .map_or(Duration::ZERO, |b| b.waited(probe::read_schedstat(p.tid)));
+            .map_or(Duration::ZERO, |b| b.waited(self.schedstat(p.slot, p.tid)));
         let queued = self.queued_behind(p.event.worker.index);
         p.again(now, waited, queued);
         if p.tally.tasks() > 0 {

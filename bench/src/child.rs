@@ -732,18 +732,22 @@ fn serve(s: &Setup, pins: bool) -> SocketAddr {
 
 fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
     let addr = serve(s, pins);
+    if pins {
+        mixed_warm_up(s, addr, sizes);
+    }
     // With pins (mixed) and pinwatch: what its own threads spend on them, over the load (timed
     // here: it also holds the client's start and end).
-    let own0 = (pins && s.detector.is_some()).then(|| (threads(), Instant::now()));
+    let pinned = || s.detector.as_ref().map_or(0, |d| d.stats().pinned_polls);
+    let own0 = (pins && s.detector.is_some()).then(|| (threads(), Instant::now(), pinned()));
     let u0 = usage();
     let (latencies, elapsed) = load(addr, sizes);
     let u1 = usage();
-    let own = own0.map(|(before, start)| {
+    let own = own0.map(|(before, start, pins)| {
         let took = start.elapsed().as_secs_f64();
         let own = Spent::between(&before, &threads(), took, |name| {
             name.starts_with(PINWATCH_THREAD_PREFIX)
         });
-        (own.cpu_ns as f64 / 1e6, took)
+        (own.cpu_ns as f64 / 1e6, took, pinned() - pins)
     });
     let (user, sys) = (u1.user - u0.user, u1.sys - u0.sys);
     let cpu = user + sys;
@@ -772,11 +776,36 @@ fn http(s: &Setup, sizes: Sizes, pins: bool) -> serde_json::Value {
         // detector's `pinned_polls`, what a pin costs them.
         "own_cpu_ms": own.map(|o| o.0),
         "own_window_s": own.map(|o| o.1),
+        "own_pins": own.map(|o| o.2),
         "request_spans": s.trace.then(|| json!({
             "sampled": s.request_spans.0.load(Ordering::Relaxed),
             "in_span": s.request_spans.1.load(Ordering::Relaxed),
         })),
     })
+}
+
+/// How long the mixed workload's load runs before its window: its first pins (8), among them
+/// the process's first, whose report loads the debug information pinwatch's symbols need once
+/// a process (the idle table's first-pin columns measure that).
+pub const MIXED_WARMUP: Duration = Duration::from_secs(1);
+
+/// The mixed workload's warm-up: [`MIXED_WARMUP`] of the load, for every configuration alike;
+/// with pinwatch, until its first pin's reports have reached the sinks as well (10 s at most),
+/// so that the window measures a service that has pinned before.
+fn mixed_warm_up(s: &Setup, addr: SocketAddr, sizes: Sizes) {
+    let _ = load(
+        addr,
+        Sizes {
+            http: MIXED_WARMUP,
+            ..sizes
+        },
+    );
+    if let Some(d) = &s.detector {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while d.stats().delivered < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 /// The client: `conns` keep-alive connections on a runtime of its own (one thread), together

@@ -405,8 +405,16 @@ fn over_plain(results: &[serde_json::Value], w: Workload, c: Config, key: &str) 
 fn print_table(results: &[serde_json::Value], args: &Args) {
     let s = args.sizes;
     println!(
-        "pinwatch-bench compare: {} rounds, {}; storm {} tasks x 10 yield_now on 2 workers; http/mixed {} req/s over {} keep-alive connections for {:?} (mixed: 1 request in 500 sleeps 30 ms on its worker); idle {:?} after {:?}\n",
-        args.rounds, machine(), s.tasks, s.rate, s.conns, s.http, s.idle, child::IDLE_WARMUP
+        "pinwatch-bench compare: {} rounds, {}; storm {} tasks x 10 yield_now on 2 workers; http/mixed {} req/s over {} keep-alive connections for {:?} (mixed: 1 request in 500 sleeps 30 ms on its worker, after {:?} of the same load); idle {:?} after {:?}\n",
+        args.rounds,
+        machine(),
+        s.tasks,
+        s.rate,
+        s.conns,
+        s.http,
+        child::MIXED_WARMUP,
+        s.idle,
+        child::IDLE_WARMUP
     );
     let main_table = args.workloads.iter().any(|w| {
         matches!(
@@ -627,7 +635,7 @@ fn print_main_table(results: &[serde_json::Value], args: &Args) {
 fn print_pin_cost(results: &[serde_json::Value], args: &Args) {
     for &c in &args.configs {
         let own = field(results, Workload::Mixed, c, "own_cpu_ms");
-        let pins = field(results, Workload::Mixed, c, "pinned_polls");
+        let pins = field(results, Workload::Mixed, c, "own_pins");
         let window = field(results, Workload::Mixed, c, "own_window_s");
         // The median over the rounds of `own` divided by `by`'s figure of the same round.
         let per = |by: &BTreeMap<u64, f64>| {
@@ -645,8 +653,9 @@ fn print_pin_cost(results: &[serde_json::Value], args: &Args) {
             continue;
         };
         println!(
-            "\nmixed, {}: pinwatch's own threads (every one of them, its exporters' too) {per_s:.1} ms of CPU a second, {per_pin:.2} ms a pin ({n:.0} pins a round; the process's first pin, and its one-time symbol load, among them)",
-            c.label()
+            "\nmixed, {}: pinwatch's own threads (every one of them, its exporters' too) {per_s:.1} ms of CPU a second, {per_pin:.2} ms a pin ({n:.0} pins a round, after a warm-up of {} s that holds the process's first pin and its one-time symbol load)",
+            c.label(),
+            child::MIXED_WARMUP.as_secs_f64()
         );
     }
 }

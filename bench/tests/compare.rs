@@ -102,6 +102,11 @@ fn pinwatch_configurations_report_a_stuck_worker_and_count_pins() {
         // What pinwatch's threads spent over the load, and the load's time (1 s of requests).
         assert!(m["own_cpu_ms"].as_f64().unwrap() > 0.0, "{m}");
         assert!(m["own_window_s"].as_f64().unwrap() >= 0.9, "{m}");
+        // The pins in that window, after a warm-up whose own pins (the first of the process
+        // among them) are not in it.
+        let in_window = m["own_pins"].as_u64().unwrap();
+        assert!(in_window >= 1, "{m}");
+        assert!(m["pinned_polls"].as_u64().unwrap() > in_window, "{m}");
     }
     // A runtime without pinwatch has no such figure.
     let plain = Command::new(env!("CARGO_BIN_EXE_compare"))
@@ -276,7 +281,7 @@ fn the_driver_prints_one_table_with_every_configuration() {
             "--configs",
             "hooks,pinwatch",
             "--workloads",
-            "storm,http,stuck",
+            "storm,http,mixed,stuck",
         ])
         .output()
         .unwrap();
@@ -294,6 +299,12 @@ fn the_driver_prints_one_table_with_every_configuration() {
     assert!(table.contains("| storm | pinwatch (defaults) |"), "{table}");
     assert!(table.contains("first of the process"), "{table}");
     assert!(table.contains("1 rounds, "), "{table}");
+    // Under it, what pinwatch's threads spent on the mixed workload's pins, after its warm-up.
+    assert!(
+        table.contains("mixed, pinwatch (defaults): pinwatch's own threads"),
+        "{table}"
+    );
+    assert!(table.contains("after a warm-up of 1 s"), "{table}");
 }
 
 #[test]

@@ -538,9 +538,10 @@ impl Stall {
     }
 
     /// The instant after which a look finds the heartbeat, due at `due`, late past the bound
-    /// ([`past_bound`](Self::past_bound)) if it has not beaten by then.
-    pub fn judged_after(due: Instant, threshold: Duration) -> Instant {
-        due + threshold.max(STALL_FLOOR)
+    /// ([`past_bound`](Self::past_bound)) if it has not beaten by then (`None`: too far to name,
+    /// for a huge threshold).
+    pub fn judged_after(due: Instant, threshold: Duration) -> Option<Instant> {
+        due.checked_add(threshold.max(STALL_FLOOR))
     }
 
     /// A stall, when the heartbeat, due at `due`, is late past the bound at `now`.
@@ -618,7 +619,7 @@ pub(super) const RESCUE_AGAIN: Duration = Duration::from_millis(50);
 pub(super) const DRIVERS_EVERY: Duration = Duration::from_millis(10);
 
 /// A pin is followed while it runs at least this often, when nothing needs a look at it every
-/// scan interval (`Scan::follow_due`): as often as the drivers are looked at.
+/// scan interval (`Scan::follow_due`): when the drivers are looked at next.
 pub(super) const FOLLOW_EVERY: Duration = DRIVERS_EVERY;
 
 /// While the drivers cannot be seen yet, the watchdog looks for a parked worker waiting on the
@@ -1319,11 +1320,12 @@ mod tests {
         assert!(Stall::past_bound(t0, t0 + MS(501), MS(500)).is_some());
         // The watchdog following a pin wakes for the first look that can find it.
         for threshold in [THRESHOLD, MS(500)] {
-            let after = Stall::judged_after(t0, threshold);
+            let after = Stall::judged_after(t0, threshold).unwrap();
             assert!(Stall::past_bound(t0, after, threshold).is_none());
             let just = after + Duration::from_micros(1);
             assert!(Stall::past_bound(t0, just, threshold).is_some());
         }
+        assert_eq!(Stall::judged_after(t0, Duration::MAX), None);
     }
 
     #[test]

@@ -302,6 +302,20 @@ fn read_after(slots: &[Slot], p: &mut Pinned) {
     }
 }
 
+/// The reading that bounds what a poll first seen at a look did before it began: its thread's
+/// accounting as the last look read it (`read_before`, with the thread it read), if that was
+/// thread `tid`; none when the last look `followed` a pin on the slot. A pin's looks may be a
+/// follow's interval apart ([`Scan::follow_due`]), and what its thread did from that reading to
+/// the pin's end (blocked, which the accounting does not show) would be taken off the poll
+/// after it: a CPU-bound poll right after a blocking pin was counted up to 6 ms short, and
+/// missed at 24 ms. Without a reading that poll is looked at as one whose thread was not read
+/// (`stamps::Slot::Following`).
+fn before_of(read_before: Option<(i32, Before)>, tid: i32, followed: bool) -> Option<Before> {
+    read_before
+        .filter(|&(read, _)| read == tid && !followed)
+        .map(|(_, b)| b)
+}
+
 /// Turns `slot`'s stamping on under a new generation: the counter read just before (see
 /// `PollCell::set_stamping`), never 0, which is "off".
 fn stamp_on(slot: &Slot, stamping: &mut Stamping) {
@@ -389,6 +403,8 @@ impl<'a> Scan<'a> {
         } else {
             None
         };
+        // The last look followed a pin here: its reading may be a follow's interval old.
+        let followed = tracked.as_ref().is_some_and(|t| t.pinned.is_some());
         if let Some(t) = tracked.as_mut() {
             if let Some(p) = t.pinned.take() {
                 t.pinned = self.follow_pinned(slot, p, seq, now);
@@ -400,12 +416,12 @@ impl<'a> Scan<'a> {
         }
         if !active {
             self.restamp(slot);
-            // The thread went away: its file is closed until another takes the slot.
-            self.readers[self.cur] = SchedStatReader::default();
             if let Some(t) = tracked.take_if(|t| t.pinned.is_none()) {
                 // The thread went away: its last poll may have ended unseen past the threshold.
                 self.ended_unseen(slot, &t, now);
             }
+            // The thread went away: its files are closed until another takes the slot.
+            self.readers[self.cur] = SchedStatReader::default();
             return;
         }
         let first_look = tracked.as_ref().is_none_or(|t| t.seq != seq);
@@ -424,7 +440,7 @@ impl<'a> Scan<'a> {
         let Some(t) = tracked.as_mut() else { return };
         if first_look && t.exact {
             let tid = slot.tid.load(Ordering::Relaxed);
-            t.before = read_before.filter(|&(read, _)| read == tid).map(|(_, b)| b);
+            t.before = before_of(read_before, tid, followed);
         }
         if first_look && !t.exact {
             // The first look at this poll: its start is bounded by this look and the last.
@@ -920,10 +936,7 @@ impl<'a> Scan<'a> {
                 Some(Tracked {
                     pinned: Some(p), ..
                 }) if stamping.generation.is_some() => match self.follow_due(p, scan_start) {
-                    Some(next) => stamps::Slot::Following {
-                        next,
-                        read: read.is_some(),
-                    },
+                    Some(next) => stamps::Slot::Following { next },
                     None => stamps::Slot::Looked,
                 },
                 Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
@@ -964,10 +977,13 @@ impl<'a> Scan<'a> {
     }
 
     /// When pin `p`, followed while it runs, needs its next look, where not every interval: its
-    /// next stack sample or report, or [`FOLLOW_EVERY`] after the scan at `scan_start`, and no
-    /// later than the first look that can find the heartbeat late. A look more often than that
-    /// would find nothing to do: the thread stamps the poll's end itself, and the completed
-    /// report is held [`VICTIM_WINDOW`](crate::event::VICTIM_WINDOW) past that end anyway.
+    /// next stack sample or report; the next look at the drivers ([`FOLLOW_EVERY`] after the
+    /// last, or after the scan at `scan_start` where they are not looked at); and no later than
+    /// the first look that can find the heartbeat late. A look more often than that would find
+    /// nothing to do: the thread stamps the poll's end itself, and the completed report is held
+    /// [`VICTIM_WINDOW`](crate::event::VICTIM_WINDOW) past that end anyway. (`stamps::due` also
+    /// looks at the slot in time for the poll after it.) A bound too far to name (a huge
+    /// setting) is left out.
     ///
     /// `None` (every interval) while the drivers stand still, so that the look that sees them
     /// driven again times the stall's end; while a worker woken for them has not taken them;
@@ -978,13 +994,23 @@ impl<'a> Scan<'a> {
         if MEASURED || undriven || p.undriven_since.is_some() || self.drivers.woke_at.is_some() {
             return None;
         }
-        let mut next = (scan_start + FOLLOW_EVERY)
-            .min(p.last_sample + self.settings.sample_interval)
-            .min(p.last_report + self.settings.report_interval);
-        if let Some((_, beat_due)) = self.shared.heartbeat.late(scan_start) {
-            next = next.min(Stall::judged_after(beat_due, self.settings.threshold));
-        }
-        Some(next)
+        // `DriverWatch::skip` looks at them again this long after its last look.
+        let drivers_looked = self.drivers.last.map_or(scan_start, |(at, _)| at);
+        let beat = self
+            .shared
+            .heartbeat
+            .late(scan_start)
+            .and_then(|(_, due)| Stall::judged_after(due, self.settings.threshold));
+        let next = [
+            drivers_looked.checked_add(FOLLOW_EVERY),
+            p.last_sample.checked_add(self.settings.sample_interval),
+            p.last_report.checked_add(self.settings.report_interval),
+            beat,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        Some(next.unwrap_or(scan_start))
     }
 
     /// Thread `tid`'s accounting, from the file kept open for slot `i` (`tid` is its thread).
@@ -1523,5 +1549,30 @@ impl<'a> Scan<'a> {
                 self.shared.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reading_taken_while_a_pin_was_followed_bounds_no_poll_after_it() {
+        let reading = Before {
+            at: Instant::now(),
+            stat: probe::SchedStat {
+                on_cpu: 1,
+                waiting: 2,
+            },
+            parked: Some(0),
+        };
+        // The same thread, read at the last look: the poll's reading.
+        assert!(before_of(Some((7, reading)), 7, false).is_some());
+        // Another thread's, or none.
+        assert!(before_of(Some((8, reading)), 7, false).is_none());
+        assert!(before_of(None, 7, false).is_none());
+        // The last look followed a pin on the slot: its reading may be a follow's interval
+        // before the pin ended, and the pin's blocked tail would be taken off this poll.
+        assert!(before_of(Some((7, reading)), 7, true).is_none());
     }
 }

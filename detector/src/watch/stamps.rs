@@ -228,8 +228,9 @@ pub(super) enum Slot {
     Looked,
     /// A pin followed while it runs, whose next look is due at `next`, stamping on: the poll
     /// after it may begin as soon as the scan is over, and is looked at as for a slot between
-    /// polls at the latest (`read` as there).
-    Following { next: Instant, read: bool },
+    /// polls whose thread was not read at the latest (the reading taken while a pin ran does
+    /// not bound that poll: `scan::before_of`).
+    Following { next: Instant },
     /// Not a slot: a completed pin held for the tasks it delayed, to be sent at `until` (its
     /// end plus `VICTIM_WINDOW`).
     Held { until: Instant },
@@ -256,9 +257,7 @@ pub(super) fn due(
             Slot::Free => {}
             Slot::Between { read } => due = due.min(scan_start + look(read) + interval),
             Slot::Stamped { start, read } => due = due.min(start + look(read)),
-            Slot::Following { next, read } => {
-                due = due.min(next).min(scan_start + look(read) + interval)
-            }
+            Slot::Following { next } => due = due.min(next).min(scan_start + first_look + interval),
             Slot::Held { until } => due = due.min(until),
             Slot::Looked => return None,
         }
@@ -440,24 +439,18 @@ mod tests {
         assert_eq!(due(&[held(ms(40)), Slot::Looked]), None);
 
         // A pin followed while it runs: looked at when its next look is due, no sooner.
-        let following = |at: Duration| Slot::Following {
-            next: t0 + at,
-            read: true,
-        };
-        assert_eq!(due(&[read, following(ms(20))]), Some(ms(20)));
+        let following = |at: Duration| Slot::Following { next: t0 + at };
+        assert_eq!(due(&[read, following(ms(15))]), Some(ms(15)));
         assert_eq!(
-            due(&[following(ms(20)), held(ms(30)), following(ms(14))]),
+            due(&[following(ms(16)), held(ms(30)), following(ms(14))]),
             Some(ms(14))
         );
-        assert_eq!(due(&[following(ms(40)), stamped(ms(9))]), Some(ms(14)));
+        assert_eq!(due(&[following(ms(40)), stamped(ms(8))]), Some(ms(13)));
         assert_eq!(due(&[following(ms(1))]), Some(ms(12)));
-        // And no later than the poll after it, which may start as the scan ends, needs.
-        assert_eq!(due(&[following(ms(40))]), Some(ms(22)));
-        let unread = Slot::Following {
-            next: t0 + ms(40),
-            read: false,
-        };
-        assert_eq!(due(&[unread]), Some(ms(17)));
+        // And no later than the poll after it, which may start as the scan ends (with no
+        // reading before it), needs: a quarter of the threshold and an interval.
+        assert_eq!(due(&[following(ms(40))]), Some(ms(17)));
+        assert_eq!(due(&[read, following(ms(40))]), Some(ms(17)));
     }
 
     #[test]

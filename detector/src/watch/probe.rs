@@ -697,23 +697,16 @@ mod tests {
         let again = reader.read(me).unwrap();
         assert!(again.on_cpu >= fresh.on_cpu, "{again:?} {fresh:?}");
         // Another thread's, once it is the slot's.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let other = std::thread::spawn(move || {
-            tx.send(crate::poll::slot::current_tid()).unwrap();
-            let _ = done_rx.recv();
+        with_another_thread(|tid| {
+            let theirs = reader.read(tid).unwrap();
+            let later = read_schedstat(tid).unwrap();
+            assert!(
+                theirs.on_cpu <= later.on_cpu && theirs.waiting <= later.waiting,
+                "{theirs:?} {later:?}"
+            );
+            // Not this thread's, which has run 20 ms more than it.
+            assert!(theirs.on_cpu < again.on_cpu, "{theirs:?} {again:?}");
         });
-        let tid = rx.recv().unwrap();
-        let theirs = reader.read(tid).unwrap();
-        let later = read_schedstat(tid).unwrap();
-        assert!(
-            theirs.on_cpu <= later.on_cpu && theirs.waiting <= later.waiting,
-            "{theirs:?} {later:?}"
-        );
-        // Not this thread's, which has run 20 ms more than it.
-        assert!(theirs.on_cpu < again.on_cpu, "{theirs:?} {again:?}");
-        drop(done_tx);
-        other.join().unwrap();
         // No such thread: no reading. (Not the joined one's: its `/proc` entry may outlive the
         // join for a moment.)
         assert_eq!(reader.read(-1), None);
@@ -739,17 +732,23 @@ mod tests {
         assert_eq!(reader.state(me), Some('R'));
         assert_eq!(read_state(me), Some('R'));
         // Another thread, asleep on a channel: read from the same reader, now its file.
+        with_another_thread(|tid| {
+            // It may not be asleep yet: a state it may be in on its way there.
+            let theirs = reader.state(tid).unwrap();
+            assert!("RS".contains(theirs), "{theirs}");
+        });
+        assert_eq!(reader.state(-1), None);
+    }
+
+    /// Runs `f` with the id of another thread, which waits on a channel until `f` returns.
+    fn with_another_thread(f: impl FnOnce(i32)) {
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let other = std::thread::spawn(move || {
             tx.send(crate::poll::slot::current_tid()).unwrap();
             let _ = done_rx.recv();
         });
-        let tid = rx.recv().unwrap();
-        // It may not be asleep yet: a state it may be in on its way there.
-        let theirs = reader.state(tid).unwrap();
-        assert!("RS".contains(theirs), "{theirs}");
-        assert_eq!(reader.state(-1), None);
+        f(rx.recv().unwrap());
         drop(done_tx);
         other.join().unwrap();
     }

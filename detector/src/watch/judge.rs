@@ -533,7 +533,7 @@ impl Stall {
     pub fn lateness(last: Instant, every: Duration, now: Instant) -> (Duration, Instant) {
         (
             now.saturating_duration_since(last).saturating_sub(every),
-            last + every,
+            super::stamps::later(last, every),
         )
     }
 
@@ -1326,6 +1326,10 @@ mod tests {
             assert!(Stall::past_bound(t0, just, threshold).is_some());
         }
         assert_eq!(Stall::judged_after(t0, Duration::MAX), None);
+        // A heartbeat too slow to add to an instant is never late, and no panic.
+        let (late, due) = Stall::lateness(t0, Duration::MAX, t0 + MS(500));
+        assert_eq!(late, Duration::ZERO);
+        assert!(due > t0 + MS(500));
     }
 
     #[test]

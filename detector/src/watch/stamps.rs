@@ -251,19 +251,32 @@ pub(super) fn due(
     late_look: Duration,
 ) -> Option<Instant> {
     let look = |read: bool| if read { late_look } else { first_look };
-    let mut due = scan_start + late_look + interval;
+    let after_scan = |d: Duration| later(scan_start, d.saturating_add(interval));
+    let mut due = after_scan(late_look);
     for slot in slots {
         match slot {
             Slot::Free => {}
-            Slot::Between { read } => due = due.min(scan_start + look(read) + interval),
-            Slot::Stamped { start, read } => due = due.min(start + look(read)),
-            Slot::Following { next } => due = due.min(next).min(scan_start + first_look + interval),
+            Slot::Between { read } => due = due.min(after_scan(look(read))),
+            Slot::Stamped { start, read } => due = due.min(later(start, look(read))),
+            Slot::Following { next } => due = due.min(next).min(after_scan(first_look)),
             Slot::Held { until } => due = due.min(until),
             Slot::Looked => return None,
         }
     }
-    Some(due.max(scan_start + interval))
+    Some(due.max(later(scan_start, interval)))
 }
+
+/// `at` plus `d`; where that is past what an `Instant` holds (a huge setting: a threshold or a
+/// heartbeat of 10¹⁹ s), [`FAR`] after `at` instead, later than anything the watchdog waits
+/// for. Never a panic on the watchdog's thread.
+pub(super) fn later(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(FAR))
+        .unwrap_or(at)
+}
+
+/// What [`later`] takes for "never": about 136 years.
+const FAR: Duration = Duration::from_secs(1 << 32);
 
 #[cfg(test)]
 mod tests {
@@ -451,6 +464,22 @@ mod tests {
         // reading before it), needs: a quarter of the threshold and an interval.
         assert_eq!(due(&[following(ms(40))]), Some(ms(17)));
         assert_eq!(due(&[read, following(ms(40))]), Some(ms(17)));
+    }
+
+    #[test]
+    fn a_huge_threshold_or_interval_is_a_far_due_time_not_a_panic() {
+        let t0 = Instant::now();
+        let slots = [
+            Slot::Between { read: false },
+            Slot::Stamped {
+                start: t0,
+                read: true,
+            },
+        ];
+        let due = due(slots, t0, Duration::MAX, Duration::MAX, Duration::MAX).unwrap();
+        assert!(due >= t0 + FAR, "{:?}", due.duration_since(t0));
+        assert_eq!(later(t0, ms(5)), t0 + ms(5));
+        assert_eq!(later(t0, Duration::MAX), t0 + FAR);
     }
 
     #[test]

@@ -35,29 +35,6 @@ fn pin_current_thread(cpu: usize) {
     );
 }
 
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a live, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// Spins until this thread has used `cpu` of CPU time; returns the wall time it took.
-fn spin_cpu(cpu: Duration) -> Duration {
-    let wall = Instant::now();
-    let start = thread_cpu_time();
-    let mut x = 1u64;
-    while thread_cpu_time() - start < cpu {
-        for _ in 0..1000 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-    wall.elapsed()
-}
-
 #[test]
 fn preempted_polls_are_not_pinned_but_long_ones_still_are() {
     let cpu = first_allowed_cpu();
@@ -87,14 +64,14 @@ fn preempted_polls_are_not_pinned_but_long_ones_still_are() {
         .block_on(rt.spawn(async {
             let mut worst = Duration::ZERO;
             for _ in 0..20 {
-                worst = worst.max(spin_cpu(Duration::from_millis(6)));
+                worst = worst.max(support::spin_cpu(Duration::from_millis(6)));
                 tokio::task::yield_now().await;
             }
             worst
         }))
         .unwrap();
     let short_polls = rt.stats().pinned_polls;
-    let long = rt.spawn(async { spin_cpu(Duration::from_millis(60)) });
+    let long = rt.spawn(async { support::spin_cpu(Duration::from_millis(60)) });
     let long_id: u64 = long.id().to_string().parse().unwrap();
     let long_wall = rt.block_on(long).unwrap();
     stop.store(true, Ordering::Relaxed);

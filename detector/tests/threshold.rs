@@ -180,6 +180,50 @@ fn a_running_pin_costs_no_look_every_interval() {
     assert_not_every_interval(rate);
 }
 
+/// A poll that runs on a CPU past the threshold right after its thread blocked, under the
+/// threshold, in the poll before (8–15 ms, then 24 ms of CPU time): the reading the watchdog
+/// took before the second poll began spans the first one's block, which the thread's
+/// accounting cannot tell from time before the poll, so the poll was looked at closely only at
+/// 16 ms and credited a quarter of the threshold for it — reported 5 times in 40. A first look
+/// that finds its thread blocked since the reading drops it and looks again at a quarter of the
+/// threshold.
+#[test]
+fn a_cpu_bound_poll_right_after_a_blocked_one_is_reported() {
+    let events = Collected::default();
+    let rt = watch(builder(&events), &mut multi_thread(2));
+    let ids: Vec<u64> = (0..TRIES as u64)
+        .map(|i| {
+            let id = rt.block_on(async move {
+                tokio::spawn(async move {
+                    std::thread::sleep(Duration::from_millis(8 + i % 8));
+                    tokio::task::yield_now().await;
+                    support::spin_cpu(Duration::from_millis(24));
+                    tokio::task::id().to_string().parse().unwrap()
+                })
+                .await
+                .unwrap()
+            });
+            // The next try on a watchdog at its cadence with nothing pinned: a completed pin
+            // is held for its victims (50 ms), and the looks around it are denser.
+            events.wait_for(Duration::from_secs(1), |e| {
+                e.state == State::Completed && e.task_id == Some(id)
+            });
+            id
+        })
+        .collect();
+    let stats = rt.shutdown();
+    let reported: std::collections::HashSet<u64> = events
+        .all()
+        .into_iter()
+        .filter(|e| e.state == State::Completed)
+        .filter_map(|e| e.task_id)
+        .collect();
+    let n = ids.iter().filter(|id| reported.contains(id)).count();
+    println!("{n}/{TRIES} reported; {stats:?}");
+    // Loose, for a watchdog that waits for a CPU on a loaded machine.
+    assert!(n >= TRIES / 2, "{n}/{TRIES} reported");
+}
+
 /// A report or sample interval too long to add to an instant ("never") leaves the watchdog
 /// following a pin as it does without one: it reports the pin and its end.
 #[test]

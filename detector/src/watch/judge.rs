@@ -302,6 +302,24 @@ impl Before {
     }
 }
 
+impl Before {
+    /// Whether the thread, from this reading to `later` (a reading of the same thread), spent
+    /// more than a [`TICK`] neither on a CPU nor waiting for one: blocked outside tokio's park
+    /// (this reading moved past the parks already), or its CPU taken by the host. Its
+    /// accounting cannot tell that time from the poll's own once the thread runs again, so a
+    /// poll begun in between is not bounded by this reading.
+    pub fn blocked_until(&self, later: &Before) -> bool {
+        let d = |now: u64, then: u64| Duration::from_nanos(now.saturating_sub(then));
+        let accounted =
+            d(later.stat.on_cpu, self.stat.on_cpu) + d(later.stat.waiting, self.stat.waiting);
+        later
+            .at
+            .saturating_duration_since(self.at)
+            .saturating_sub(accounted)
+            > TICK
+    }
+}
+
 /// The scheduler's view of a poll, taken at the watchdog's second look at it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Baseline {
@@ -865,6 +883,27 @@ mod tests {
             stat: stat(100, 50),
             parked,
         }
+    }
+
+    /// Between two readings 12 ms apart the thread ran 3 ms and waited 2 for a CPU: 7 ms
+    /// unaccounted, past a tick — it blocked (an earlier poll). Up to a tick unaccounted is a
+    /// stint on a CPU not accounted yet; the readings' order reversed, or a park taken out of
+    /// the time (the earlier reading moved past it), is not a block.
+    #[test]
+    fn a_thread_blocked_between_two_readings_is_told_from_one_that_ran() {
+        let t0 = Instant::now();
+        let before = read_at(t0, Some(0));
+        let at = |ms: u64, cpu: u64, waited: u64| Before {
+            at: t0 + MS(ms),
+            stat: stat(100 + cpu, 50 + waited),
+            parked: Some(0),
+        };
+        assert!(before.blocked_until(&at(12, 3, 2)));
+        assert!(!before.blocked_until(&at(12, 6, 2)));
+        assert!(!before.blocked_until(&at(12, 8, 0)));
+        assert!(!at(12, 3, 2).blocked_until(&before));
+        let past_park = before.past_parks(MS(7), t0 + MS(12));
+        assert!(!past_park.blocked_until(&at(12, 3, 2)));
     }
 
     #[test]

@@ -94,6 +94,30 @@ pub fn current_thread() -> tokio::runtime::Builder {
     b
 }
 
+/// The CPU time this thread has used.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Spins until this thread has used `cpu` of CPU time; returns the wall time it took.
+pub fn spin_cpu(cpu: Duration) -> Duration {
+    let wall = Instant::now();
+    let start = thread_cpu_time();
+    let mut x = 1u64;
+    while thread_cpu_time() - start < cpu {
+        for _ in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    wall.elapsed()
+}
+
 /// Spins the CPU for `d` without yielding.
 pub fn spin(d: Duration) -> u64 {
     let start = Instant::now();

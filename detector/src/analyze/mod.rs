@@ -27,6 +27,67 @@ pub(crate) struct Analyzer {
     open: HashSet<u64>,
     /// Whether the latest sample of the report just analysed was inside `block_in_place`.
     last_sample_in_block_in_place: bool,
+    /// The latest reports' analyses: a pin's later report with the same probes (its completed
+    /// report, most often) takes its analysis from here instead of resolving and classifying
+    /// them again, which was half of the export thread's work for short pins.
+    recent: Vec<Analysed>,
+}
+
+/// How many analyses [`Analyzer`] keeps: a pin's reports follow one another closely, and few
+/// pins run at once.
+const RECENT: usize = 8;
+
+/// What [`Analyzer::analyze`] made of a pin's probes: a function of the probes and the stacks
+/// setting alone (the watchdog leaves these fields empty).
+struct Analysed {
+    /// The pin's id, its probe count, and the stacks setting then.
+    key: (u64, u64, Stacks),
+    reason: Option<Reason>,
+    other_reasons: Vec<Reason>,
+    blocking_operation: Option<String>,
+    advice: Option<String>,
+    top_frame: Option<Frame>,
+    app_frame: Option<Frame>,
+    profile: Vec<ProfileEntry>,
+    no_stack: Option<String>,
+    stack: Vec<Frame>,
+    held_locks: Vec<HeldLock>,
+    lock_holder: Option<LockHolder>,
+    in_block_in_place: bool,
+}
+
+impl Analysed {
+    fn of(key: (u64, u64, Stacks), e: &PinnedEvent, in_block_in_place: bool) -> Analysed {
+        Analysed {
+            key,
+            reason: e.reason,
+            other_reasons: e.other_reasons.clone(),
+            blocking_operation: e.blocking_operation.clone(),
+            advice: e.advice.clone(),
+            top_frame: e.top_frame.clone(),
+            app_frame: e.app_frame.clone(),
+            profile: e.profile.clone(),
+            no_stack: e.no_stack.clone(),
+            stack: e.stack.clone(),
+            held_locks: e.held_locks.clone(),
+            lock_holder: e.lock_holder.clone(),
+            in_block_in_place,
+        }
+    }
+
+    fn apply(&self, e: &mut PinnedEvent) {
+        e.reason = self.reason;
+        e.other_reasons.clone_from(&self.other_reasons);
+        e.blocking_operation.clone_from(&self.blocking_operation);
+        e.advice.clone_from(&self.advice);
+        e.top_frame.clone_from(&self.top_frame);
+        e.app_frame.clone_from(&self.app_frame);
+        e.profile.clone_from(&self.profile);
+        e.no_stack.clone_from(&self.no_stack);
+        e.stack.clone_from(&self.stack);
+        e.held_locks.clone_from(&self.held_locks);
+        e.lock_holder.clone_from(&self.lock_holder);
+    }
 }
 
 impl Analyzer {
@@ -37,6 +98,7 @@ impl Analyzer {
             in_block_in_place: HashSet::new(),
             open: HashSet::new(),
             last_sample_in_block_in_place: false,
+            recent: Vec::with_capacity(RECENT),
         }
     }
 
@@ -96,7 +158,29 @@ impl Analyzer {
     /// Resolves the probes' stacks, classifies each probe (the dominant reason wins, the others
     /// are listed), and picks the top frame most samples had.
     pub(crate) fn analyze(&mut self, report: RawReport) -> PinnedEvent {
-        let RawReport { mut event, probes } = report;
+        let key = (report.event.id, report.probes_taken, self.stacks);
+        if let Some(done) = self.recent.iter().find(|a| a.key == key) {
+            let mut event = report.event;
+            done.apply(&mut event);
+            self.last_sample_in_block_in_place = done.in_block_in_place;
+            return event;
+        }
+        let event = self.analyze_probes(report);
+        if self.recent.len() == RECENT {
+            self.recent.remove(0);
+        }
+        self.recent.push(Analysed::of(
+            key,
+            &event,
+            self.last_sample_in_block_in_place,
+        ));
+        event
+    }
+
+    fn analyze_probes(&mut self, report: RawReport) -> PinnedEvent {
+        let RawReport {
+            mut event, probes, ..
+        } = report;
         let mut verdicts = Vec::with_capacity(probes.len());
         // Per sampled probe: its frames and its top frame's index in them.
         let mut sampled: Vec<(usize, Vec<Frame>, Option<usize>)> = Vec::new();
@@ -309,6 +393,57 @@ mod tests {
         assert_eq!(profile.len(), 2);
         assert_eq!((profile[0].frame.line, profile[0].samples), (Some(10), 3));
         assert_eq!((profile[1].frame.line, profile[1].samples), (Some(14), 1));
+    }
+
+    /// A report of pin `id` with `taken` probes, the latest in system call `syscall`.
+    fn report(id: u64, taken: u64, syscall: &'static str) -> RawReport {
+        let mut event = PinnedEvent::for_test(id, State::InProgress, Reason::Cpu, 30, 1);
+        event.reason = None;
+        event.top_frame = None;
+        let probe = crate::watch::probe::Probe {
+            proc: Some(crate::watch::probe::ProcState {
+                state: 'S',
+                syscall: Some(syscall),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        RawReport {
+            event,
+            probes: vec![probe],
+            probes_taken: taken,
+        }
+    }
+
+    #[test]
+    fn a_later_report_with_the_same_probes_takes_the_first_ones_analysis() {
+        let mut a = Analyzer::new(Stacks::Short);
+        let first = a.analyze(report(1, 1, "clock_nanosleep"));
+        assert_eq!(first.reason, Some(Reason::Sleep));
+        assert_eq!(first.no_stack.as_deref(), Some("no_sample"));
+        // The same pin with as many probes carries the same ones: not analysed again (these,
+        // made to differ, would say `io`).
+        let again = a.analyze(report(1, 1, "read"));
+        assert_eq!(again.reason, Some(Reason::Sleep));
+        assert_eq!(again.blocking_operation.as_deref(), Some("clock_nanosleep"));
+        assert_eq!(again.no_stack.as_deref(), Some("no_sample"));
+        // A probe more, another pin, or another stacks setting: analysed.
+        assert_eq!(a.analyze(report(1, 2, "read")).reason, Some(Reason::Io));
+        assert_eq!(a.analyze(report(2, 1, "read")).reason, Some(Reason::Io));
+        a.stacks = Stacks::Full;
+        assert_eq!(a.analyze(report(1, 1, "read")).reason, Some(Reason::Io));
+        // Bounded, the oldest going first.
+        for id in 10..100 {
+            a.analyze(report(id, 1, "read"));
+        }
+        assert_eq!(a.recent.len(), RECENT);
+        assert_eq!(a.analyze(report(10, 1, "write")).reason, Some(Reason::Io));
+        assert_eq!(
+            a.analyze(report(10, 1, "write"))
+                .blocking_operation
+                .as_deref(),
+            Some("write")
+        );
     }
 
     fn verdict(reason: Reason, operation: &str) -> reason::Verdict {

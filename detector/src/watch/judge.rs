@@ -401,6 +401,8 @@ pub(super) struct Pinned {
     pub last_report: Instant,
     pub last_sample: Instant,
     pub probes: Vec<Probe>,
+    /// How many probes it has had, `probes` keeping the first and the latest of them.
+    pub probes_taken: u64,
     /// Its first report waits for the end of the scan that flagged it, whose look at the
     /// drivers it carries.
     pub first_sent: bool,
@@ -443,6 +445,7 @@ impl Pinned {
             last_report: now,
             last_sample: now,
             probes: Vec::new(),
+            probes_taken: 0,
             first_sent: false,
             undriven_since: None,
             undriven_before: Duration::ZERO,

@@ -55,6 +55,9 @@ const ALL_PINNED_ADVICE: &str = "every worker was pinned at once, so nothing dro
 pub(crate) struct RawReport {
     pub event: PinnedEvent,
     pub probes: Vec<Probe>,
+    /// How many probes the pin has had (`probes` keeps the first and the latest of them): two
+    /// reports of a pin with the same count carry the same probes.
+    pub probes_taken: u64,
 }
 
 /// Starts the watchdog thread for `shared`'s slots on the runtime of `handle`: it sends its
@@ -1552,6 +1555,7 @@ impl<'a> Scan<'a> {
             return;
         };
         p.probes.push(probe);
+        p.probes_taken += 1;
         p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;
         // Bound the memory of a poll stuck for hours: keep the first samples and the latest.
         const KEEP: usize = 64;
@@ -1564,6 +1568,7 @@ impl<'a> Scan<'a> {
         let report = RawReport {
             event: p.event.clone(),
             probes: p.probes.clone(),
+            probes_taken: p.probes_taken,
         };
         match self.tx.try_send(report) {
             Ok(()) => {

@@ -7,7 +7,7 @@ mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn first_allowed_cpu() -> usize {
     // SAFETY: `set` is a plain bitmask filled by the kernel.

@@ -303,20 +303,22 @@ impl Before {
 }
 
 impl Before {
-    /// Whether the thread, from this reading to `later` (a reading of the same thread), spent
-    /// more than a [`TICK`] neither on a CPU nor waiting for one: blocked outside tokio's park
-    /// (this reading moved past the parks already), or its CPU taken by the host. Its
-    /// accounting cannot tell that time from the poll's own once the thread runs again, so a
-    /// poll begun in between is not bounded by this reading.
-    pub fn blocked_until(&self, later: &Before) -> bool {
+    /// Whether the thread may have blocked before a poll that began at `start`, for more than
+    /// a [`TICK`]: from this reading to `later` (a reading of the same thread) it spent that
+    /// long neither on a CPU nor waiting for one — blocked outside tokio's park (this reading
+    /// moved past the parks already), or its CPU taken by the host — and that long passed from
+    /// this reading to the start. Its accounting cannot tell such a block from the poll's own
+    /// time once the thread runs again, so the poll is not bounded by this reading. A poll that
+    /// blocks itself, begun right after the reading, is no such case: the block is the poll's.
+    pub fn blocked_until(&self, later: &Before, start: Instant) -> bool {
         let d = |now: u64, then: u64| Duration::from_nanos(now.saturating_sub(then));
         let accounted =
             d(later.stat.on_cpu, self.stat.on_cpu) + d(later.stat.waiting, self.stat.waiting);
-        later
+        let unaccounted = later
             .at
             .saturating_duration_since(self.at)
-            .saturating_sub(accounted)
-            > TICK
+            .saturating_sub(accounted);
+        unaccounted.min(start.saturating_duration_since(self.at)) > TICK
     }
 }
 
@@ -889,11 +891,12 @@ mod tests {
     }
 
     /// Between two readings 12 ms apart the thread ran 3 ms and waited 2 for a CPU: 7 ms
-    /// unaccounted, past a tick — it blocked (an earlier poll). Up to a tick unaccounted is a
-    /// stint on a CPU not accounted yet; the readings' order reversed, or a park taken out of
-    /// the time (the earlier reading moved past it), is not a block.
+    /// unaccounted, past a tick. For a poll begun 8 ms after the first reading that is a block
+    /// before it (an earlier poll); for one begun 1 ms after, it may be the poll's own. Up to a
+    /// tick unaccounted is a stint on a CPU not accounted yet; the readings' order reversed, or
+    /// a park taken out of the time (the earlier reading moved past it), is not a block.
     #[test]
-    fn a_thread_blocked_between_two_readings_is_told_from_one_that_ran() {
+    fn a_thread_blocked_before_a_poll_is_told_from_one_that_ran_or_blocked_in_it() {
         let t0 = Instant::now();
         let before = read_at(t0, Some(0));
         let at = |ms: u64, cpu: u64, waited: u64| Before {
@@ -901,12 +904,14 @@ mod tests {
             stat: stat(100 + cpu, 50 + waited),
             parked: Some(0),
         };
-        assert!(before.blocked_until(&at(12, 3, 2)));
-        assert!(!before.blocked_until(&at(12, 6, 2)));
-        assert!(!before.blocked_until(&at(12, 8, 0)));
-        assert!(!at(12, 3, 2).blocked_until(&before));
-        let past_park = before.past_parks(MS(7), t0 + MS(12));
-        assert!(!past_park.blocked_until(&at(12, 3, 2)));
+        let start = t0 + MS(8);
+        assert!(before.blocked_until(&at(12, 3, 2), start));
+        assert!(!before.blocked_until(&at(12, 3, 2), t0 + MS(1)));
+        assert!(!before.blocked_until(&at(12, 6, 2), start));
+        assert!(!before.blocked_until(&at(12, 8, 0), start));
+        assert!(!at(12, 3, 2).blocked_until(&before, start));
+        let past_park = before.past_parks(MS(7), start);
+        assert!(!past_park.blocked_until(&at(12, 3, 2), start));
     }
 
     #[test]

@@ -530,9 +530,10 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// The first look at stamped poll `t`, at `now`: where its thread blocked (outside tokio's
-    /// park) for more than a tick between the reading before the poll and this look's reading
-    /// — a poll before this one that blocked under the threshold — the reading is dropped, and
+    /// The first look at stamped poll `t`, at `now`: where its thread may have blocked (outside
+    /// tokio's park) for more than a tick between the reading before the poll and the poll's
+    /// start ([`Before::blocked_until`]) — a poll before this one that blocked under the
+    /// threshold — the reading is dropped, and
     /// the poll is looked at closely at a quarter of the threshold as one whose thread was not
     /// read. Kept, the block would be taken as time before the poll (the accounting of a
     /// thread that runs again cannot tell), and a CPU-bound poll after it looked at first when
@@ -547,7 +548,7 @@ impl<'a> Scan<'a> {
             && t.age(now, interval) < stamps::late_look(self.settings.threshold, interval)
             && self
                 .past_parks(slot, before, t.after)
-                .blocked_until(&reading)
+                .blocked_until(&reading, t.after)
         {
             t.before = None;
         }

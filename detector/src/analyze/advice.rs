@@ -35,6 +35,9 @@ pub(crate) struct Evidence<'a> {
     pub frames: &'a [Frame],
     /// Every sample's stack (the one above among them).
     pub samples: &'a [&'a [Frame]],
+    /// Whether any of them is inside an executor's `block_on` ([`in_block_on`]), found once
+    /// per stack.
+    pub block_on: bool,
 }
 
 pub(crate) const BLOCK_ON: &str = "it blocks the worker in an executor's block_on inside a task: \
@@ -53,10 +56,10 @@ pub(crate) const SPIN_READ: &str = "it spins on a read that returns at once with
 
 /// The advice for a pin seen as `e` says.
 pub(crate) fn advise(e: &Evidence<'_>) -> String {
-    let all = || std::iter::once(e.frames).chain(e.samples.iter().copied());
-    if all().any(|s| s.iter().any(is_executor_block_on)) {
+    if e.block_on {
         return BLOCK_ON.to_owned();
     }
+    let all = || std::iter::once(e.frames).chain(e.samples.iter().copied());
     // Most samples (the top frame's among them) inside a drop, above the service's own frame.
     let dropping = |s: &[Frame]| {
         let own = s.iter().position(is_own_code);
@@ -111,6 +114,11 @@ fn file_has(f: &Frame, part: &str) -> bool {
 
 /// `futures::executor::block_on` (`futures_executor::local_pool::block_on`, its
 /// `run_executor`), `pollster::block_on`.
+/// Whether a stack is inside an executor's `block_on` (`futures`, `pollster`).
+pub(crate) fn in_block_on(frames: &[Frame]) -> bool {
+    frames.iter().any(is_executor_block_on)
+}
+
 fn is_executor_block_on(f: &Frame) -> bool {
     // Most frames of most samples are neither: their names are not worked out (the rule looks at
     // every frame of every sample, and was a fifth of the export thread's time).
@@ -228,6 +236,7 @@ mod tests {
             io_calls: None,
             frames,
             samples: &[],
+            block_on: in_block_on(frames),
         }
     }
 

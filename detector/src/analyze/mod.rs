@@ -13,7 +13,8 @@ use crate::event::{
     Frame, HeldLock, LockHolder, PinnedEvent, ProfileEntry, Reason, SourceLocation, State, Worker,
 };
 use crate::watch::{RawReport, StatsCounters};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 /// Turns raw reports into events. Keeps a symbol cache across reports.
@@ -31,6 +32,26 @@ pub(crate) struct Analyzer {
     /// report, most often) takes its analysis from here instead of resolving and classifying
     /// them again, which was half of the export thread's work for short pins.
     recent: Vec<Analysed>,
+    /// The stacks sampled lately, by their instruction pointers.
+    sampled: HashMap<Vec<usize>, Rc<Stack>>,
+}
+
+/// How many stacks [`Analyzer`] keeps resolved and read: a service pins at a few lines, over
+/// and over. At most this many (cleared when full), of a few kilobytes each.
+const STACKS: usize = 16;
+
+/// A sampled stack, resolved and read once ([`Analyzer::stack`]).
+struct Stack {
+    /// Innermost first.
+    frames: Vec<Frame>,
+    /// The top application frame's index.
+    top: Option<usize>,
+    /// The innermost frame of the service's own code.
+    own: Option<usize>,
+    facts: reason::StackFacts,
+    in_block_in_place: bool,
+    /// Inside an executor's `block_on`.
+    block_on: bool,
 }
 
 /// How many analyses [`Analyzer`] keeps: a pin's reports follow one another closely, and few
@@ -99,7 +120,29 @@ impl Analyzer {
             open: HashSet::new(),
             last_sample_in_block_in_place: false,
             recent: Vec::with_capacity(RECENT),
+            sampled: HashMap::new(),
         }
+    }
+
+    /// The stack sampled at `ips`: resolved and read the first time it is seen.
+    fn stack(&mut self, ips: &[usize]) -> Rc<Stack> {
+        if let Some(s) = self.sampled.get(ips) {
+            return Rc::clone(s);
+        }
+        let frames = self.resolver.resolve(ips);
+        let stack = Rc::new(Stack {
+            top: frames.iter().position(reason::is_application),
+            own: frames.iter().position(reason::is_own_code),
+            facts: reason::StackFacts::of(&frames),
+            in_block_in_place: reason::in_block_in_place(&frames),
+            block_on: advice::in_block_on(&frames),
+            frames,
+        });
+        if self.sampled.len() >= STACKS {
+            self.sampled.clear();
+        }
+        self.sampled.insert(ips.to_vec(), Rc::clone(&stack));
+        stack
     }
 
     /// [`analyze`](Self::analyze), except for polls whose stack shows they are inside
@@ -182,27 +225,26 @@ impl Analyzer {
             mut event, probes, ..
         } = report;
         let mut verdicts = Vec::with_capacity(probes.len());
-        // Per sampled probe: its frames and its top frame's index in them.
-        let mut sampled: Vec<(usize, Vec<Frame>, Option<usize>)> = Vec::new();
+        // Per sampled probe: its stack.
+        let mut sampled: Vec<(usize, Rc<Stack>)> = Vec::new();
         for (i, probe) in probes.iter().enumerate() {
-            let frames = match &probe.stack {
-                Some(ips) => self.resolver.resolve(ips),
-                None => Vec::new(),
-            };
-            verdicts.extend(reason::classify(
+            let stack = probe.stack.as_deref().map(|ips| self.stack(ips));
+            verdicts.extend(reason::classify_stack(
                 probe.proc.as_ref(),
-                &frames,
+                &stack.as_ref().map_or_else(Default::default, |s| s.facts),
                 !probe.held.is_empty(),
                 probe.waiting_for.is_some(),
             ));
-            if probe.stack.is_some() {
-                let top = frames.iter().position(reason::is_application);
-                sampled.push((i, frames, top));
+            if let Some(stack) = stack {
+                sampled.push((i, stack));
             }
         }
-        self.last_sample_in_block_in_place = sampled
-            .last()
-            .is_some_and(|(_, frames, _)| reason::in_block_in_place(frames));
+        self.last_sample_in_block_in_place =
+            sampled.last().is_some_and(|(_, s)| s.in_block_in_place);
+        let sampled_frames: Vec<(&[Frame], Option<usize>)> = sampled
+            .iter()
+            .map(|(_, s)| (s.frames.as_slice(), s.top))
+            .collect();
         if let Some((best, others, op)) = dominant(&verdicts) {
             event.reason = Some(best);
             event.other_reasons = others;
@@ -224,9 +266,9 @@ impl Analyzer {
                         acquired_at: SourceLocation::from_std(h.site),
                     });
         }
-        let (profile, chosen) = profile(&sampled);
+        let (profile, chosen) = profile(&sampled_frames);
         if let (Some(reason), Some(op)) = (event.reason, event.blocking_operation.as_deref()) {
-            let frames: &[Frame] = chosen.map_or(&[], |k| &sampled[k].1);
+            let frames: &[Frame] = chosen.map_or(&[], |k| &sampled[k].1.frames);
             // Whether the thread made read or write calls between the first and the last
             // probe that counted them.
             let counts: Vec<(u64, u64)> = probes
@@ -243,7 +285,7 @@ impl Analyzer {
                 .filter_map(|p| p.proc.as_ref())
                 .find(|p| p.syscall == Some(op))
                 .and_then(|p| p.fd);
-            let samples: Vec<&[Frame]> = sampled.iter().map(|s| s.1.as_slice()).collect();
+            let samples: Vec<&[Frame]> = sampled_frames.iter().map(|s| s.0).collect();
             event.advice = Some(advice::advise(&advice::Evidence {
                 reason,
                 operation: op,
@@ -251,6 +293,7 @@ impl Analyzer {
                 io_calls,
                 frames,
                 samples: &samples,
+                block_on: sampled.iter().any(|(_, s)| s.block_on),
             }));
         }
         if profile.len() > 1 || profile.first().is_some_and(|p| p.samples > 1) {
@@ -258,12 +301,13 @@ impl Analyzer {
         }
         match chosen {
             Some(k) => {
-                let (i, mut frames, top) = sampled.swap_remove(k);
-                symbols::mark_lock_frames(&mut frames, &probes[i].held);
+                let (i, stack) = &sampled[k];
+                let (top, own) = (stack.top, stack.own);
+                let mut frames = stack.frames.clone();
+                symbols::mark_lock_frames(&mut frames, &probes[*i].held);
                 event.top_frame = top.map(|t| frames[t].clone());
                 // The service's own frame: the innermost of its own code in the same sample,
                 // whatever the stacks setting keeps of the rest.
-                let own = frames.iter().position(reason::is_own_code);
                 event.app_frame = own.map(|o| {
                     let mut f = frames[o].clone();
                     f.locks = 0;
@@ -339,9 +383,9 @@ fn dominant(verdicts: &[reason::Verdict]) -> Option<(Reason, Vec<Reason>, String
 /// The samples' top frames with their counts, most first, and which sample to show: the latest
 /// one whose top frame is the most common. A frame known to the line beats one without a line
 /// on a tie; a sample with no application frame counts under its innermost frame.
-fn profile(sampled: &[(usize, Vec<Frame>, Option<usize>)]) -> (Vec<ProfileEntry>, Option<usize>) {
+fn profile(sampled: &[(&[Frame], Option<usize>)]) -> (Vec<ProfileEntry>, Option<usize>) {
     let mut entries: Vec<(ProfileEntry, usize)> = Vec::new();
-    for (k, (_, frames, top)) in sampled.iter().enumerate() {
+    for (k, (frames, top)) in sampled.iter().enumerate() {
         let Some(frame) = top.map(|t| &frames[t]).or(frames.first()) else {
             continue;
         };
@@ -382,12 +426,9 @@ mod tests {
         let hot = at("app::hot_loop", Some(10));
         let tail = at("app::hot_loop", Some(14));
         let std = Frame::named("std::time::Instant::now");
-        let sampled = vec![
-            (0, vec![std.clone(), hot.clone()], Some(1)),
-            (1, vec![hot.clone()], Some(0)),
-            (2, vec![hot.clone()], Some(0)),
-            (3, vec![tail.clone()], Some(0)),
-        ];
+        let (a, b, c) = ([std.clone(), hot.clone()], [hot.clone()], [tail.clone()]);
+        let sampled: Vec<(&[Frame], Option<usize>)> =
+            vec![(&a, Some(1)), (&b, Some(0)), (&b, Some(0)), (&c, Some(0))];
         let (profile, chosen) = profile(&sampled);
         assert_eq!(chosen, Some(2));
         assert_eq!(profile.len(), 2);
@@ -488,10 +529,31 @@ mod tests {
     }
 
     #[test]
+    fn a_stack_is_resolved_once_and_few_are_kept() {
+        let mut a = Analyzer::new(Stacks::Full);
+        let here = a_stack_is_resolved_once_and_few_are_kept as fn() as usize + 1;
+        let s = a.stack(&[here]);
+        assert!(Rc::ptr_eq(&s, &a.stack(&[here])));
+        assert!(
+            s.frames.iter().any(|f| f
+                .function
+                .as_deref()
+                .is_some_and(|n| n.ends_with("a_stack_is_resolved_once_and_few_are_kept"))),
+            "{:?}",
+            s.frames
+        );
+        for k in 0..STACKS * 2 {
+            a.stack(&[here, k]);
+            assert!(a.sampled.len() <= STACKS);
+        }
+    }
+
+    #[test]
     fn a_frame_with_a_line_wins_a_tie() {
         let lineless = at("app::f", None);
         let known = at("app::f", Some(3));
-        let sampled = vec![(0, vec![known], Some(0)), (1, vec![lineless], Some(0))];
+        let (a, b) = ([known], [lineless]);
+        let sampled: Vec<(&[Frame], Option<usize>)> = vec![(&a, Some(0)), (&b, Some(0))];
         assert_eq!(profile(&sampled).1, Some(0));
         assert_eq!(profile(&[]).1, None);
     }

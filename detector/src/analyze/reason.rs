@@ -15,22 +15,55 @@ pub(crate) struct Verdict {
 /// Classifies one probe: `proc` from `/proc`, `frames` the resolved stack (innermost first,
 /// empty when stacks are off), `holds_locks` whether it held an instrumented lock, `waits_lock`
 /// whether it was inside an instrumented lock's `lock`.
+#[cfg(test)]
 pub(crate) fn classify(
     proc: Option<&ProcState>,
     frames: &[Frame],
     holds_locks: bool,
     waits_lock: bool,
 ) -> Option<Verdict> {
+    classify_stack(proc, &StackFacts::of(frames), holds_locks, waits_lock)
+}
+
+/// What a stack says toward a reason, read once per stack: a pin's probes and its later pins at
+/// the same line mostly have the same one.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StackFacts {
+    /// Inside `LazyLock`, `OnceLock` or `Once` ([`once_reason`]).
+    once: Option<Reason>,
+    /// Inside a lock's `lock`, above the first application frame.
+    lock_frame: bool,
+    /// Resolving a host name.
+    dns: bool,
+}
+
+impl StackFacts {
+    pub(crate) fn of(frames: &[Frame]) -> StackFacts {
+        StackFacts {
+            once: once_reason(frames),
+            lock_frame: in_lock_frame(frames),
+            dns: frames.iter().any(is_dns_frame),
+        }
+    }
+}
+
+/// [`classify`] with the stack's [`StackFacts`] (the default for a probe without a stack).
+pub(crate) fn classify_stack(
+    proc: Option<&ProcState>,
+    stack: &StackFacts,
+    holds_locks: bool,
+    waits_lock: bool,
+) -> Option<Verdict> {
     let proc = proc?;
     let operation = proc.syscall.unwrap_or("running");
     let running = proc.syscall.is_none();
-    let reason = if let Some(once) = once_reason(frames) {
+    let reason = if let Some(once) = stack.once {
         once
-    } else if !running && (waits_lock || (operation == "futex" && in_lock_frame(frames))) {
+    } else if !running && (waits_lock || (operation == "futex" && stack.lock_frame)) {
         Reason::LockWait
     } else if !running && holds_locks {
         Reason::LockHeld
-    } else if frames.iter().any(is_dns_frame) {
+    } else if stack.dns {
         // A resolver waits in `poll` / `recvfrom` / `connect` on its UDP socket (`io`), or
         // parses `/etc/hosts` on the CPU: what it is doing is resolving a name.
         Reason::Dns

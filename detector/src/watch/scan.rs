@@ -955,6 +955,10 @@ impl<'a> Scan<'a> {
         {
             return None;
         }
+        let (threshold, interval) = (
+            self.settings.threshold,
+            self.settings.effective_scan_interval(),
+        );
         let slots = tracked
             .iter()
             .zip(&self.stamps)
@@ -967,6 +971,22 @@ impl<'a> Scan<'a> {
                     Some(next) => stamps::Slot::Following { next },
                     None => stamps::Slot::Looked,
                 },
+                // Looked at closely (armed or not) as late as its reading allowed, younger
+                // than the threshold.
+                Some(t)
+                    if t.seq & 1 == 1
+                        && t.exact
+                        && t.before.is_some()
+                        && t.baseline.is_some()
+                        && t.pinned.is_none()
+                        && !t.handed_off
+                        && stamping.generation.is_some()
+                        && t.age(scan_start, interval) < threshold =>
+                {
+                    stamps::Slot::Young {
+                        at: stamps::later(t.after, threshold),
+                    }
+                }
                 Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
                     stamps::Slot::Looked
                 }
@@ -994,13 +1014,12 @@ impl<'a> Scan<'a> {
                     .iter()
                     .map(|(_, until)| stamps::Slot::Held { until: *until }),
             );
-        let interval = self.settings.effective_scan_interval();
         stamps::due(
             slots,
             scan_start,
             interval,
-            stamps::first_look(self.settings.threshold),
-            stamps::late_look(self.settings.threshold, interval),
+            stamps::first_look(threshold),
+            stamps::late_look(threshold, interval),
         )
     }
 

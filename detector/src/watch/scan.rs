@@ -16,7 +16,7 @@ use tokio::runtime::Handle;
 
 use super::judge::{
     worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle, Pinned, Stall, Tracked,
-    WorkerState, FOLLOW_EVERY,
+    WorkerState, FOLLOW_EVERY, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -984,7 +984,7 @@ impl<'a> Scan<'a> {
                         && t.age(scan_start, interval) < threshold =>
                 {
                     stamps::Slot::Young {
-                        at: stamps::later(t.after, threshold),
+                        at: stamps::later(t.after, threshold).min(stamps::later(scan_start, TICK)),
                     }
                 }
                 Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {

@@ -224,10 +224,10 @@ pub(super) enum Slot {
     /// thread's accounting was read before it began.
     Stamped { start: Instant, read: bool },
     /// Running a stamped poll looked at closely (its baseline taken), not pinned, stamping on:
-    /// no look can flag it before `at` (its start plus the threshold: its age is exact, and a
-    /// poll is pinned only once that old). A look a tick after the last still finds all the
-    /// poll did since (a runnable thread's unaccounted time counts up to a tick), and the poll
-    /// after it, if it ends, needs what a slot between polls needs.
+    /// no look can flag it before its start plus the threshold (its age is exact, and a poll
+    /// is pinned only once that old), nor need one come more than a tick after the last (a
+    /// runnable thread's unaccounted time counts up to a tick): `at`, the sooner of the two.
+    /// The poll after it, if it ends, needs what a slot between polls needs.
     Young { at: Instant },
     /// Anything else: a poll not stamped, or looked at closely and past the threshold, a pin
     /// not followed, a worker handed over, a slot not stamped between polls.
@@ -266,12 +266,7 @@ pub(super) fn due(
             Slot::Stamped { start, read } => due = due.min(later(start, look(read))),
             Slot::Following { next } => due = due.min(next).min(after_scan(first_look)),
             Slot::Held { until } => due = due.min(until),
-            Slot::Young { at } => {
-                due = due
-                    .min(at)
-                    .min(later(scan_start, super::judge::TICK))
-                    .min(after_scan(first_look))
-            }
+            Slot::Young { at } => due = due.min(at).min(after_scan(first_look)),
             Slot::Looked => return None,
         }
     }
@@ -477,11 +472,11 @@ mod tests {
         assert_eq!(due(&[following(ms(40))]), Some(ms(17)));
         assert_eq!(due(&[read, following(ms(40))]), Some(ms(17)));
 
-        // A poll looked at closely, younger than the threshold: at the threshold, no later than
-        // a tick after this scan, nor than the poll after it needs.
+        // A poll looked at closely, younger than the threshold: when due, no later than the
+        // poll after it needs.
         let young = |at: Duration| Slot::Young { at: t0 + at };
         assert_eq!(due(&[read, young(ms(13))]), Some(ms(13)));
-        assert_eq!(due(&[read, young(ms(30))]), Some(ms(14)));
+        assert_eq!(due(&[read, young(ms(30))]), Some(ms(17)));
         assert_eq!(due(&[young(ms(11))]), Some(ms(12)));
         assert_eq!(due(&[young(ms(13)), stamped(ms(7))]), Some(ms(12)));
         assert_eq!(due(&[young(ms(13)), Slot::Looked]), None);

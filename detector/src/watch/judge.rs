@@ -61,6 +61,12 @@ pub(super) struct Tracked {
     /// first close look need not come within what a second look credits
     /// ([`baseline_since`](Self::baseline_since)).
     pub before: Option<Before>,
+    /// The thread blocked between `before` and the poll's start: it is looked at closely at
+    /// [`stamps::first_look`], as a poll whose thread was not read, and still credited from
+    /// `before` (never less than a look without it would credit).
+    ///
+    /// [`stamps::first_look`]: super::stamps::first_look
+    pub early: bool,
     /// The thread's scheduler accounting at the second look at the poll.
     pub baseline: Option<Baseline>,
     /// The most pinned time found for the poll so far: time only adds up, and a look that
@@ -105,6 +111,7 @@ impl Tracked {
             handed_off: false,
             exact: false,
             before: None,
+            early: false,
             baseline: None,
             counted: Duration::ZERO,
             armed: None,

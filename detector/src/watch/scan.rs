@@ -444,7 +444,7 @@ impl<'a> Scan<'a> {
         if first_look && t.exact {
             let tid = slot.tid.load(Ordering::Relaxed);
             t.before = before_of(read_before, tid, followed);
-            self.drop_blocked_before(slot, t, now);
+            self.early_after_a_block(slot, t, now);
         }
         if first_look && !t.exact {
             // The first look at this poll: its start is bounded by this look and the last.
@@ -477,8 +477,8 @@ impl<'a> Scan<'a> {
         let threshold = self.settings.threshold;
         let interval = self.settings.effective_scan_interval();
         let first = match t.before {
-            Some(_) => stamps::late_look(threshold, interval),
-            None => stamps::first_look(threshold),
+            Some(_) if !t.early => stamps::late_look(threshold, interval),
+            _ => stamps::first_look(threshold),
         };
         if t.exact && t.baseline.is_none() && t.age(now, interval) < first {
             // Stamped: its age is known, and too young for a second look yet.
@@ -533,25 +533,22 @@ impl<'a> Scan<'a> {
     /// The first look at stamped poll `t`, at `now`: where its thread may have blocked (outside
     /// tokio's park) for more than a tick between the reading before the poll and the poll's
     /// start ([`Before::blocked_until`]) — a poll before this one that blocked under the
-    /// threshold — the reading is dropped, and
-    /// the poll is looked at closely at a quarter of the threshold as one whose thread was not
-    /// read. Kept, the block would be taken as time before the poll (the accounting of a
-    /// thread that runs again cannot tell), and a CPU-bound poll after it looked at first when
-    /// 16 ms old and credited a quarter of the threshold for them: one of 24 ms was reported 1
-    /// time in 40. Kept where the look is already that late: the reading credits no less.
-    fn drop_blocked_before(&self, slot: &Slot, t: &mut Tracked, now: Instant) {
+    /// threshold — the poll is looked at closely at a quarter of the threshold, as one whose
+    /// thread was not read, instead of 16 ms: the accounting of a thread that runs again cannot
+    /// tell that block from time before the poll, so the reading credits a CPU-bound poll after
+    /// it no more than a look without it would (a quarter of the threshold and an interval),
+    /// and a close look at 16 ms left it short (a 24 ms one after a 8–15 ms block: reported 1
+    /// time in 40). The reading is kept: it never credits less than a look without it.
+    fn early_after_a_block(&self, slot: &Slot, t: &mut Tracked, now: Instant) {
         let interval = self.settings.effective_scan_interval();
         let (Some(before), Some((tid, reading))) = (t.before, self.read[self.cur]) else {
             return;
         };
-        if tid == slot.tid.load(Ordering::Relaxed)
+        t.early = tid == slot.tid.load(Ordering::Relaxed)
             && t.age(now, interval) < stamps::late_look(self.settings.threshold, interval)
             && self
                 .past_parks(slot, before, t.after)
-                .blocked_until(&reading, t.after)
-        {
-            t.before = None;
-        }
+                .blocked_until(&reading, t.after);
     }
 
     /// The second look at poll `seq`, if its thread is blocked ([`worth_arming`]): asks it to
@@ -977,6 +974,7 @@ impl<'a> Scan<'a> {
                     if t.seq & 1 == 1
                         && t.exact
                         && t.before.is_some()
+                        && !t.early
                         && t.baseline.is_some()
                         && t.pinned.is_none()
                         && !t.handed_off
@@ -984,7 +982,12 @@ impl<'a> Scan<'a> {
                         && t.age(scan_start, interval) < threshold =>
                 {
                     stamps::Slot::Young {
-                        at: stamps::later(t.after, threshold).min(stamps::later(scan_start, TICK)),
+                        at: stamps::young_due(
+                            stamps::later(t.after, threshold),
+                            scan_start,
+                            interval,
+                            TICK,
+                        ),
                     }
                 }
                 Some(t) if t.pinned.is_some() || t.armed.is_some() || t.handed_off => {
@@ -1004,7 +1007,7 @@ impl<'a> Scan<'a> {
                 {
                     stamps::Slot::Stamped {
                         start: t.after,
-                        read: t.before.is_some(),
+                        read: t.before.is_some() && !t.early,
                     }
                 }
                 Some(_) => stamps::Slot::Looked,

@@ -226,8 +226,8 @@ pub(super) enum Slot {
     /// Running a stamped poll looked at closely (its baseline taken), not pinned, stamping on:
     /// no look can flag it before its start plus the threshold (its age is exact, and a poll
     /// is pinned only once that old), nor need one come more than a tick after the last (a
-    /// runnable thread's unaccounted time counts up to a tick): `at`, the sooner of the two.
-    /// The poll after it, if it ends, needs what a slot between polls needs.
+    /// runnable thread's unaccounted time counts up to a tick): `at`, by [`young_due`]. The
+    /// poll after it, if it ends, needs what a slot between polls needs.
     Young { at: Instant },
     /// Anything else: a poll not stamped, or looked at closely and past the threshold, a pin
     /// not followed, a worker handed over, a slot not stamped between polls.
@@ -271,6 +271,24 @@ pub(super) fn due(
         }
     }
     Some(due.max(later(scan_start, interval)))
+}
+
+/// When a poll looked at closely in a scan that began at `scan_start`, and not flagged, is to be
+/// looked at next (a [`Slot::Young`]): at `threshold_at`, its start plus the threshold (no look
+/// can flag it sooner), where that is at most `tick` away; else a tick after the scan, but never
+/// later than an `interval` before `threshold_at`, so that the look after it (scans are at least
+/// an interval apart) can still come at `threshold_at`.
+pub(super) fn young_due(
+    threshold_at: Instant,
+    scan_start: Instant,
+    interval: Duration,
+    tick: Duration,
+) -> Instant {
+    let tick_after = later(scan_start, tick);
+    if threshold_at <= tick_after {
+        return threshold_at;
+    }
+    tick_after.min(threshold_at.checked_sub(interval).unwrap_or(threshold_at))
 }
 
 /// `at` plus `d`; where that is past what an `Instant` holds (a huge setting: a threshold or a
@@ -480,6 +498,40 @@ mod tests {
         assert_eq!(due(&[young(ms(11))]), Some(ms(12)));
         assert_eq!(due(&[young(ms(13)), stamped(ms(7))]), Some(ms(12)));
         assert_eq!(due(&[young(ms(13)), Slot::Looked]), None);
+    }
+
+    /// The looks after a poll's first close look, `first` ms after its start, with scans at
+    /// least `interval` apart: the last lands at the threshold (20 ms).
+    fn young_looks(first: f64, interval: f64) -> Vec<f64> {
+        let t0 = Instant::now();
+        let at = |ms: f64| t0 + Duration::from_secs_f64(ms / 1000.0);
+        let ms = |i: Instant| (i.duration_since(t0).as_secs_f64() * 1e6).round() / 1000.0;
+        let interval_d = Duration::from_secs_f64(interval / 1000.0);
+        let mut looks = vec![first];
+        while *looks.last().unwrap() < 20.0 {
+            let scan = at(*looks.last().unwrap());
+            let due = young_due(at(20.0), scan, interval_d, ms4()).max(later(scan, interval_d));
+            looks.push(ms(due));
+        }
+        looks
+    }
+
+    fn ms4() -> Duration {
+        Duration::from_millis(4)
+    }
+
+    #[test]
+    fn a_young_polls_looks_land_at_the_threshold_at_any_interval() {
+        // The defaults: the close look at 16 ms, the next at 20.
+        assert_eq!(young_looks(16.0, 2.0), vec![16.0, 20.0]);
+        // Intervals between 2 ms and a tick: a look an interval before the threshold, then at
+        // it (a look a tick after each one came up to 1.5 ms late: 15, 19, 21.5).
+        assert_eq!(young_looks(15.0, 2.5), vec![15.0, 17.5, 20.0]);
+        assert_eq!(young_looks(14.0, 3.0), vec![14.0, 17.0, 20.0]);
+        assert_eq!(young_looks(13.0, 3.5), vec![13.0, 16.5, 20.0]);
+        // A tick at a time while the threshold is far.
+        assert_eq!(young_looks(10.0, 1.0), vec![10.0, 14.0, 18.0, 20.0]);
+        assert_eq!(young_looks(10.0, 5.0), vec![10.0, 15.0, 20.0]);
     }
 
     #[test]

@@ -112,13 +112,13 @@ fn file_has(f: &Frame, part: &str) -> bool {
     f.file.as_deref().is_some_and(|p| p.contains(part))
 }
 
-/// `futures::executor::block_on` (`futures_executor::local_pool::block_on`, its
-/// `run_executor`), `pollster::block_on`.
 /// Whether a stack is inside an executor's `block_on` (`futures`, `pollster`).
 pub(crate) fn in_block_on(frames: &[Frame]) -> bool {
     frames.iter().any(is_executor_block_on)
 }
 
+/// `futures::executor::block_on` (`futures_executor::local_pool::block_on`, its
+/// `run_executor`), `pollster::block_on`.
 fn is_executor_block_on(f: &Frame) -> bool {
     // Most frames of most samples are neither: their names are not worked out (the rule looks at
     // every frame of every sample, and was a fifth of the export thread's time).

@@ -136,6 +136,14 @@ impl Tracked {
         t
     }
 
+    /// Whether its first close look waits for [`stamps::late_look`]: its thread was read before
+    /// it began, and did not block in between.
+    ///
+    /// [`stamps::late_look`]: super::stamps::late_look
+    pub fn looked_at_late(&self) -> bool {
+        self.before.is_some() && !self.early
+    }
+
     /// Leaves `hooks` of panic hooks' time (the slot's running total), new since the last look,
     /// out of the poll's timing: its start bounds move that much later, and so does its
     /// baseline's instant — never past `now`.
@@ -307,9 +315,7 @@ impl Before {
             ..self
         }
     }
-}
 
-impl Before {
     /// Whether the thread may have blocked before a poll that began at `start`, for more than
     /// a [`TICK`]: from this reading to `later` (a reading of the same thread) it spent that
     /// long neither on a CPU nor waiting for one — blocked outside tokio's park (this reading
@@ -318,13 +324,11 @@ impl Before {
     /// time once the thread runs again, so the poll is not bounded by this reading. A poll that
     /// blocks itself, begun right after the reading, is no such case: the block is the poll's.
     pub fn blocked_until(&self, later: &Before, start: Instant) -> bool {
-        let d = |now: u64, then: u64| Duration::from_nanos(now.saturating_sub(then));
-        let accounted =
-            d(later.stat.on_cpu, self.stat.on_cpu) + d(later.stat.waiting, self.stat.waiting);
+        let (on_cpu, waited) = later.stat.since(self.stat);
         let unaccounted = later
             .at
             .saturating_duration_since(self.at)
-            .saturating_sub(accounted);
+            .saturating_sub(on_cpu + waited);
         unaccounted.min(start.saturating_duration_since(self.at)) > TICK
     }
 }
@@ -340,19 +344,10 @@ pub(super) struct Baseline {
 }
 
 impl Baseline {
-    /// Time on a CPU and time waiting for one since the baseline, by the accounting `now`.
-    fn deltas(&self, now: SchedStat) -> (Duration, Duration) {
-        let d = |now: u64, then: u64| Duration::from_nanos(now.saturating_sub(then));
-        (
-            d(now.on_cpu, self.stat.on_cpu),
-            d(now.waiting, self.stat.waiting),
-        )
-    }
-
     /// Time spent waiting for a CPU since the baseline, by the accounting `now` (zero when the
     /// thread is gone or the kernel keeps none).
     pub fn waited(&self, now: Option<SchedStat>) -> Duration {
-        now.map_or(Duration::ZERO, |s| self.deltas(s).1)
+        now.map_or(Duration::ZERO, |s| s.since(self.stat).1)
     }
 
     /// How long the poll has held its worker at `at`, not counting time spent waiting for a CPU
@@ -370,7 +365,7 @@ impl Baseline {
         let Some(stat) = stat else {
             return (self.age + since, Duration::ZERO);
         };
-        let (on_cpu, waited) = self.deltas(stat);
+        let (on_cpu, waited) = stat.since(self.stat);
         let rest = since.saturating_sub(on_cpu + waited);
         let counted = match state {
             Some('S' | 'D') => on_cpu + rest,

@@ -345,6 +345,15 @@ pub(crate) struct SchedStat {
     pub waiting: u64,
 }
 
+impl SchedStat {
+    /// Time on a CPU and time waiting for one since the accounting `then` (none where it went
+    /// back).
+    pub fn since(&self, then: SchedStat) -> (std::time::Duration, std::time::Duration) {
+        let d = |now: u64, then: u64| std::time::Duration::from_nanos(now.saturating_sub(then));
+        (d(self.on_cpu, then.on_cpu), d(self.waiting, then.waiting))
+    }
+}
+
 pub(crate) fn read_schedstat(tid: i32) -> Option<SchedStat> {
     parse_schedstat(&std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?)
 }

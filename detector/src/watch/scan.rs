@@ -476,9 +476,10 @@ impl<'a> Scan<'a> {
         }
         let threshold = self.settings.threshold;
         let interval = self.settings.effective_scan_interval();
-        let first = match t.before {
-            Some(_) if !t.early => stamps::late_look(threshold, interval),
-            _ => stamps::first_look(threshold),
+        let first = if t.looked_at_late() {
+            stamps::late_look(threshold, interval)
+        } else {
+            stamps::first_look(threshold)
         };
         if t.exact && t.baseline.is_none() && t.age(now, interval) < first {
             // Stamped: its age is known, and too young for a second look yet.
@@ -973,8 +974,7 @@ impl<'a> Scan<'a> {
                 Some(t)
                     if t.seq & 1 == 1
                         && t.exact
-                        && t.before.is_some()
-                        && !t.early
+                        && t.looked_at_late()
                         && t.baseline.is_some()
                         && t.pinned.is_none()
                         && !t.handed_off
@@ -1007,7 +1007,7 @@ impl<'a> Scan<'a> {
                 {
                     stamps::Slot::Stamped {
                         start: t.after,
-                        read: t.before.is_some() && !t.early,
+                        read: t.looked_at_late(),
                     }
                 }
                 Some(_) => stamps::Slot::Looked,

@@ -249,16 +249,19 @@ pub(crate) struct SignalStatus {
 /// Whether thread `tid` blocks signal `sig`, and whether one is pending for it. `None` if the
 /// status cannot be read.
 pub(crate) fn signal_status(tid: i32, sig: libc::c_int) -> Option<SignalStatus> {
-    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
-    let field = |name: &str| {
+    let mut buf = [0u8; 4096];
+    // Bytes, not text: the thread's name on the first line may be any bytes.
+    let status = read_task_bytes(tid, "status", &mut buf)?;
+    let field = |name: &[u8]| {
         status
-            .lines()
+            .split(|&b| b == b'\n')
             .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| std::str::from_utf8(v).ok())
             .map(|v| mask_has(v.trim(), sig))
     };
     Some(SignalStatus {
-        blocked: field("SigBlk:")?,
-        pending: field("SigPnd:")?,
+        blocked: field(b"SigBlk:")?,
+        pending: field(b"SigPnd:")?,
     })
 }
 
@@ -279,11 +282,12 @@ fn mask_has(mask: &str, sig: libc::c_int) -> bool {
 /// and its read and write call counts. `None` if the thread is gone.
 pub(crate) fn read_proc(tid: i32) -> Option<ProcState> {
     let state = read_state(tid)?;
-    let file = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok();
-    let syscall = file.as_deref().and_then(parse_syscall_file);
+    let mut buf = [0u8; SYSCALL_BYTES];
+    let file = read_task(tid, "syscall", &mut buf);
+    let syscall = file.and_then(parse_syscall_file);
     let fd = syscall
         .filter(|s| FD_CALLS.contains(s))
-        .and_then(|_| first_argument(file.as_deref()?))
+        .and_then(|_| first_argument(file?))
         .and_then(|fd| i32::try_from(fd).ok())
         .map(|fd| {
             let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
@@ -299,6 +303,54 @@ pub(crate) fn read_proc(tid: i32) -> Option<ProcState> {
         fd,
         io_calls: read_io_calls(tid),
     })
+}
+
+/// Room for `/proc/self/task/<tid>/syscall`: a number and eight hexadecimal words of at most 18
+/// characters each (`0x` and 16 digits), separated by spaces.
+const SYSCALL_BYTES: usize = 192;
+
+/// Reads `/proc/self/task/<tid>/<name>` into `buf` as text: what [`read_task_bytes`] read, up to
+/// its first byte that is not UTF-8 (a thread's name may hold any byte but NUL and `/`; text cut
+/// by `buf` may end in part of a character).
+fn read_task<'b>(tid: i32, name: &str, buf: &'b mut [u8]) -> Option<&'b str> {
+    let text = read_task_bytes(tid, name, buf)?;
+    Some(match std::str::from_utf8(text) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&text[..e.valid_up_to()]).unwrap_or(""),
+    })
+}
+
+/// Reads `/proc/self/task/<tid>/<name>` into `buf` (what does not fit is left out): an open, one read and a close. `read_to_string` also asks for the
+/// file's size (a `statx`, which `/proc` answers with 0), then reads in pieces that double from 32
+/// bytes: 11 system calls for `status` where this makes 3. A read that returns less than asked is
+/// the whole file: these files are made whole on open's first read and handed out from that
+/// (`seq_file`'s single-record files). `None` if the file cannot be opened or read.
+fn read_task_bytes<'b>(tid: i32, name: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    use std::io::{Read, Write};
+    // "/proc/self/task/" (16), an `i32` (at most 11), "/" and a name of at most 9 bytes.
+    let mut path = [0u8; 48];
+    let room = path.len();
+    let mut rest = &mut path[..];
+    write!(rest, "/proc/self/task/{tid}/{name}").ok()?;
+    let len = room - rest.len();
+    let path = std::str::from_utf8(&path[..len]).ok()?;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                let asked = buf.len() - n;
+                n += k;
+                if k < asked {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(&buf[..n])
 }
 
 /// The read and write family calls whose first argument is a file descriptor.
@@ -327,7 +379,8 @@ fn first_argument(s: &str) -> Option<u64> {
 
 /// `syscr` and `syscw` from `/proc/self/task/<tid>/io`.
 fn read_io_calls(tid: i32) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/io")).ok()?;
+    let mut buf = [0u8; 512];
+    let s = read_task(tid, "io", &mut buf)?;
     let field = |name: &str| {
         s.lines()
             .find_map(|l| l.strip_prefix(name))
@@ -355,7 +408,8 @@ impl SchedStat {
 }
 
 pub(crate) fn read_schedstat(tid: i32) -> Option<SchedStat> {
-    parse_schedstat(&std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?)
+    let mut buf = [0u8; 80];
+    parse_schedstat(read_task(tid, "schedstat", &mut buf)?)
 }
 
 fn parse_schedstat(s: &str) -> Option<SchedStat> {
@@ -470,8 +524,9 @@ impl Drop for Kept {
 
 /// The thread's scheduler state letter (`R`, `S`, `D`, …).
 pub(crate) fn read_state(tid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    state_of(stat.as_bytes())
+    // The state is within the first 40 bytes (as `SchedStatReader::state`).
+    let mut buf = [0u8; 128];
+    state_of(read_task_bytes(tid, "stat", &mut buf)?)
 }
 
 /// The state letter in the start of a `stat` line.
@@ -498,8 +553,8 @@ pub(crate) enum Wait {
 
 /// What thread `tid` waits in now; `None` if the thread is gone.
 pub(crate) fn read_wait(tid: i32) -> Option<Wait> {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
-    Some(parse_wait(&s))
+    let mut buf = [0u8; SYSCALL_BYTES];
+    Some(parse_wait(read_task(tid, "syscall", &mut buf)?))
 }
 
 /// `/proc/<tid>/syscall`'s number and first argument, as a [`Wait`].
@@ -719,6 +774,49 @@ mod tests {
         // No such thread: no reading. (Not the joined one's: its `/proc` entry may outlive the
         // join for a moment.)
         assert_eq!(reader.read(-1), None);
+    }
+
+    /// A task file is read whole in one read when it fits, cut where it does not (text ends at
+    /// its last whole character), and a thread whose name is not UTF-8 is still read.
+    #[test]
+    fn a_task_file_is_read_in_one_go_whole_or_cut() {
+        let me = crate::poll::slot::current_tid();
+        let mut big = [0u8; 4096];
+        let whole = read_task(me, "status", &mut big).unwrap().to_owned();
+        assert!(
+            whole.ends_with('\n') && whole.contains("\nSigBlk:\t"),
+            "{whole}"
+        );
+        let mut small = [0u8; 24];
+        let cut = read_task(me, "status", &mut small).unwrap();
+        assert_eq!(cut, &whole[..24]);
+        assert!(signal_status(me, libc::SIGUSR1).is_some());
+        assert_eq!(read_task(-1, "status", &mut big), None);
+        // A name with a byte that is not UTF-8 (`pthread_setname_np` takes any byte but NUL):
+        // `read_to_string` failed on its `stat` and `status`.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            let name = c"bad\xffname";
+            // SAFETY: the calling thread names itself with a NUL-terminated name of at most 15
+            // bytes.
+            let rc = unsafe { libc::pthread_setname_np(libc::pthread_self(), name.as_ptr()) };
+            tx.send((crate::poll::slot::current_tid(), rc)).unwrap();
+            let _ = done_rx.recv();
+        });
+        let (tid, rc) = rx.recv().unwrap();
+        assert_eq!(rc, 0);
+        let mut stat = [0u8; 128];
+        let raw = read_task_bytes(tid, "stat", &mut stat).unwrap();
+        assert!(raw.windows(4).any(|w| w == b"\xffnam"), "{raw:?}");
+        assert!(read_state(tid).is_some_and(|s| "RS".contains(s)));
+        assert!(read_proc(tid).is_some());
+        assert!(signal_status(tid, libc::SIGUSR1).is_some());
+        // As text, `status` stops before the name's bad byte.
+        let status = read_task(tid, "status", &mut big).unwrap();
+        assert_eq!(status, "Name:\tbad");
+        drop(done_tx);
+        other.join().unwrap();
     }
 
     #[test]

@@ -249,9 +249,24 @@ pub(crate) struct SignalStatus {
 /// Whether thread `tid` blocks signal `sig`, and whether one is pending for it. `None` if the
 /// status cannot be read.
 pub(crate) fn signal_status(tid: i32, sig: libc::c_int) -> Option<SignalStatus> {
-    let mut buf = [0u8; 4096];
+    signal_status_in(tid, sig, &mut [0u8; 4096])
+}
+
+/// [`signal_status`], reading into `buf` first. A file that fills it is read again whole, on the
+/// heap: `Groups:` comes before the masks and has no bound (hundreds of ten-digit groups, as a
+/// directory service maps them, put `SigBlk` past 4 KiB), and a mask cut short would be read
+/// wrong, not just missed.
+fn signal_status_in(tid: i32, sig: libc::c_int, buf: &mut [u8]) -> Option<SignalStatus> {
+    let room = buf.len();
+    let whole;
     // Bytes, not text: the thread's name on the first line may be any bytes.
-    let status = read_task_bytes(tid, "status", &mut buf)?;
+    let status = match read_task_bytes(tid, "status", buf)? {
+        s if s.len() < room => s,
+        _ => {
+            whole = std::fs::read(format!("/proc/self/task/{tid}/status")).ok()?;
+            &whole[..]
+        }
+    };
     let field = |name: &[u8]| {
         status
             .split(|&b| b == b'\n')
@@ -320,7 +335,8 @@ fn read_task<'b>(tid: i32, name: &str, buf: &'b mut [u8]) -> Option<&'b str> {
     })
 }
 
-/// Reads `/proc/self/task/<tid>/<name>` into `buf` (what does not fit is left out): an open, one read and a close. `read_to_string` also asks for the
+/// Reads `/proc/self/task/<tid>/<name>` into `buf` (what does not fit is left out: a read that
+/// fills `buf` may be cut, which the caller must allow for): an open, one read and a close. `read_to_string` also asks for the
 /// file's size (a `statx`, which `/proc` answers with 0), then reads in pieces that double from 32
 /// bytes: 11 system calls for `status` where this makes 3. A read that returns less than asked is
 /// the whole file: these files are made whole on open's first read and handed out from that
@@ -1081,6 +1097,12 @@ mod tests {
         assert!(signal_status(tid, sig).is_some_and(|s| s.blocked && s.pending));
         let me = crate::poll::slot::current_tid();
         assert!(signal_status(me, sig).is_some_and(|s| !s.blocked));
+        // A status longer than the buffer (many groups come before the masks) is read whole:
+        // not the masks' lines cut short, nor missing.
+        for room in [16, 700, 800] {
+            let st = signal_status_in(tid, sig, &mut vec![0u8; room]);
+            assert!(st.is_some_and(|s| s.blocked && s.pending), "{room}: {st:?}");
+        }
         done_tx.send(()).unwrap();
         t.join().unwrap();
     }

@@ -339,9 +339,9 @@ fn read_task<'b>(tid: i32, name: &str, buf: &'b mut [u8]) -> Option<&'b str> {
 /// fills `buf` may be cut, which the caller must allow for): an open, one read and a close.
 /// `read_to_string` also asks for the file's size (a `statx`, which `/proc` answers with 0),
 /// then reads in pieces that double from 32 bytes: 11 system calls for `status` where this makes
-/// 3. A read that returns less than asked is
-/// the whole file: these files are made whole on open's first read and handed out from that
-/// (`seq_file`'s single-record files). `None` if the file cannot be opened or read.
+/// 3. One read is the whole file, or as much of it as fits: these files are made whole on the
+/// first read and handed out from that (`seq_file`'s single-record files). `None` if the file
+/// cannot be opened or read.
 fn read_task_bytes<'b>(tid: i32, name: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
     use std::io::{Read, Write};
     // "/proc/self/task/" (16), an `i32` (at most 11), "/" and a name of at most 9 bytes.
@@ -352,21 +352,13 @@ fn read_task_bytes<'b>(tid: i32, name: &str, buf: &'b mut [u8]) -> Option<&'b [u
     let len = room - rest.len();
     let path = std::str::from_utf8(&path[..len]).ok()?;
     let mut file = std::fs::File::open(path).ok()?;
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => {
-                let asked = buf.len() - n;
-                n += k;
-                if k < asked {
-                    break;
-                }
-            }
+    let n = loop {
+        match file.read(buf) {
+            Ok(n) => break n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return None,
         }
-    }
+    };
     Some(&buf[..n])
 }
 

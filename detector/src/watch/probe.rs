@@ -416,8 +416,15 @@ impl SchedStat {
     }
 }
 
+/// Room for `schedstat`: three decimal numbers of at most 20 digits each, and their separators.
+const SCHEDSTAT_BYTES: usize = 80;
+
+/// Room for the start of `stat` that holds the state: "tid (comm) S ...", the state within the
+/// first 40 bytes (a comm is at most 15); the rest of the line is not needed.
+const STAT_HEAD_BYTES: usize = 128;
+
 pub(crate) fn read_schedstat(tid: i32) -> Option<SchedStat> {
-    let mut buf = [0u8; 80];
+    let mut buf = [0u8; SCHEDSTAT_BYTES];
     parse_schedstat(read_task(tid, "schedstat", &mut buf)?)
 }
 
@@ -443,8 +450,7 @@ pub(super) struct SchedStatReader {
 impl SchedStatReader {
     /// Thread `tid`'s accounting now.
     pub fn read(&mut self, tid: i32) -> Option<SchedStat> {
-        // Three decimal numbers of at most 20 digits each, and their separators.
-        let mut buf = [0u8; 80];
+        let mut buf = [0u8; SCHEDSTAT_BYTES];
         let text = kept_read(&mut self.open, tid, "schedstat", &mut buf)?;
         let stat = std::str::from_utf8(text).ok().and_then(parse_schedstat);
         if stat.is_none() {
@@ -455,9 +461,7 @@ impl SchedStatReader {
 
     /// Thread `tid`'s scheduler state letter, as [`read_state`].
     pub fn state(&mut self, tid: i32) -> Option<char> {
-        // "tid (comm) S ...": the state is within the first 40 bytes (a comm is at most 15);
-        // the rest of the line is not needed.
-        let mut buf = [0u8; 128];
+        let mut buf = [0u8; STAT_HEAD_BYTES];
         let text = kept_read(&mut self.stat, tid, "stat", &mut buf)?;
         let state = state_of(text);
         if state.is_none() {
@@ -533,8 +537,7 @@ impl Drop for Kept {
 
 /// The thread's scheduler state letter (`R`, `S`, `D`, …).
 pub(crate) fn read_state(tid: i32) -> Option<char> {
-    // The state is within the first 40 bytes (as `SchedStatReader::state`).
-    let mut buf = [0u8; 128];
+    let mut buf = [0u8; STAT_HEAD_BYTES];
     state_of(read_task_bytes(tid, "stat", &mut buf)?)
 }
 

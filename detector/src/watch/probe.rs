@@ -805,33 +805,22 @@ mod tests {
         assert_eq!(cut, &whole[..24]);
         assert!(signal_status(me, libc::SIGUSR1).is_some());
         assert_eq!(read_task(-1, "status", &mut big), None);
-        // A name with a byte that is not UTF-8 (`pthread_setname_np` takes any byte but NUL):
-        // `read_to_string` failed on its `stat` and `status`.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let other = std::thread::spawn(move || {
-            let name = c"bad\xffname";
-            // SAFETY: the calling thread names itself with a NUL-terminated name of at most 15
-            // bytes.
-            let rc = unsafe { libc::pthread_setname_np(libc::pthread_self(), name.as_ptr()) };
-            tx.send((crate::poll::slot::current_tid(), rc)).unwrap();
-            let _ = done_rx.recv();
+        // A name with a byte that is not UTF-8 (`pthread_setname_np` and the `comm` file take
+        // any byte but NUL): `read_to_string` failed on its `stat` and `status`.
+        with_another_thread(|tid| {
+            std::fs::write(format!("/proc/self/task/{tid}/comm"), b"bad\xffname").unwrap();
+            let mut stat = [0u8; STAT_HEAD_BYTES];
+            let raw = read_task_bytes(tid, "stat", &mut stat).unwrap();
+            assert!(raw.windows(4).any(|w| w == b"\xffnam"), "{raw:?}");
+            // Asleep on a channel most likely, but any state will do (`D` on a page fault, `t`
+            // under a tracer): that it is read at all is the point.
+            assert!(read_state(tid).is_some());
+            assert!(read_proc(tid).is_some());
+            assert!(signal_status(tid, libc::SIGUSR1).is_some());
+            // As text, `status` stops before the name's bad byte.
+            let status = read_task(tid, "status", &mut big).unwrap();
+            assert_eq!(status, "Name:\tbad");
         });
-        let (tid, rc) = rx.recv().unwrap();
-        assert_eq!(rc, 0);
-        let mut stat = [0u8; 128];
-        let raw = read_task_bytes(tid, "stat", &mut stat).unwrap();
-        assert!(raw.windows(4).any(|w| w == b"\xffnam"), "{raw:?}");
-        // Asleep on a channel most likely, but any state will do (`D` on a page fault, `t`
-        // under a tracer): that it is read at all is the point.
-        assert!(read_state(tid).is_some());
-        assert!(read_proc(tid).is_some());
-        assert!(signal_status(tid, libc::SIGUSR1).is_some());
-        // As text, `status` stops before the name's bad byte.
-        let status = read_task(tid, "status", &mut big).unwrap();
-        assert_eq!(status, "Name:\tbad");
-        drop(done_tx);
-        other.join().unwrap();
     }
 
     #[test]

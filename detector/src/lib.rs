@@ -48,7 +48,7 @@
 //! [`PinnedEvent`]s, the flight recording and any [`Sink`] you add; with cargo features
 //! Prometheus, OTLP and tokio-console —, the control socket, the [`Detector`] guard, the
 //! [`Builder`], and the runtime of `#[pinwatch::test]`. Each module uses only those before it
-//! and the leaves (`error`, [`config`], [`event`], [`files`], [`text`], [`recording`],
+//! and the leaves (`error`, [`config`], [`event`], [`files`], [`text`], `handoff`, [`recording`],
 //! [`profile`]); the repository's CONTRIBUTING.md has the picture and what each file holds.
 //!
 //! ## Platforms
@@ -126,6 +126,7 @@ pub mod config;
 mod error;
 pub mod event;
 pub mod files;
+mod handoff;
 pub mod profile;
 pub mod recording;
 pub mod text;

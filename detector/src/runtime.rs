@@ -154,7 +154,7 @@ impl Prepared {
             recorder,
             view,
         })?;
-        let (tx, rx) = mpsc::sync_channel::<watch::RawReport>(watched.config.queue_capacity);
+        let (tx, rx) = crate::handoff::bounded::<watch::RawReport>(watched.config.queue_capacity);
         let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline, threaded)?;
         let workers = handle.metrics().num_workers();
         let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx)?;

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -335,7 +335,7 @@ impl WorkerResource {
 
 /// The console's resource thread and its queue.
 struct Console {
-    tx: Option<mpsc::SyncSender<PinnedEvent>>,
+    tx: Option<crate::handoff::Sender<PinnedEvent>>,
     thread: Option<JoinHandle<()>>,
     dropped: Arc<AtomicU64>,
     mode: crate::config::Console,
@@ -351,7 +351,7 @@ impl Console {
         watched: Arc<Shared>,
         mode: crate::config::Console,
     ) -> Result<Console, Error> {
-        let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
+        let (tx, rx) = crate::handoff::bounded::<PinnedEvent>(queue);
         let thread = std::thread::Builder::new()
             .name("pinwatch-console".into())
             .spawn(move || run(rx, workers, at, &watched))
@@ -431,7 +431,7 @@ impl Drop for Console {
 }
 
 fn run(
-    rx: mpsc::Receiver<PinnedEvent>,
+    rx: crate::handoff::Receiver<PinnedEvent>,
     workers: usize,
     at: &'static Location<'static>,
     watched: &Shared,
@@ -452,7 +452,7 @@ fn run(
                 }
                 resources[index].event(&e);
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
+            Err(crate::handoff::Waited::TimedOut) => {
                 next_tick = Instant::now() + TICK;
                 for r in resources.iter_mut().filter(|r| r.span.is_disabled()) {
                     r.make_span(at);
@@ -464,7 +464,7 @@ fn run(
                     }
                 }
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(crate::handoff::Waited::Closed) => return,
         }
     }
 }

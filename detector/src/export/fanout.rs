@@ -2,7 +2,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -56,7 +56,7 @@ impl Fanout {
 /// and the queue drained, the sinks are flushed and the thread ends.
 pub(crate) fn spawn_export_thread(
     watched: Arc<Shared>,
-    reports: mpsc::Receiver<RawReport>,
+    reports: crate::handoff::Receiver<RawReport>,
     sinks: Vec<Box<dyn Sink>>,
     threaded: Vec<Threaded>,
 ) -> Result<JoinHandle<()>, Error> {

@@ -12,7 +12,7 @@
 //! (`pinwatch_events_dropped_total{sink="otlp"}`) — it never slows the watchdog or the app.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
@@ -106,7 +106,7 @@ fn reason_index(r: Option<Reason>) -> usize {
 
 /// The running OTLP exporter: its thread, queue and providers.
 pub(crate) struct Otlp {
-    tx: Option<mpsc::SyncSender<PinnedEvent>>,
+    tx: Option<crate::handoff::Sender<PinnedEvent>>,
     thread: Option<JoinHandle<()>>,
     meters: SdkMeterProvider,
     dropped: Arc<AtomicU64>,
@@ -195,7 +195,7 @@ impl Otlp {
         let state = Arc::new(Mutex::new(MetricState::new()));
         register_metrics(&meters, live, Arc::clone(&state));
         let mut instruments = Instruments::new(&meters, max_locations);
-        let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(queue);
+        let (tx, rx) = crate::handoff::bounded::<PinnedEvent>(queue);
         let handle = runtime.as_ref().map(|r| r.handle().clone());
         let thread = std::thread::Builder::new()
             .name("pinwatch-otlp".into())

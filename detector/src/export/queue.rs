@@ -1,7 +1,7 @@
 //! A sink that hands each event to an exporter thread of pinwatch's own through a bounded queue.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 use super::Sink;
 use crate::event::PinnedEvent;
@@ -9,13 +9,13 @@ use crate::event::PinnedEvent;
 /// Hands each event to an exporter thread through a bounded queue, and never waits: what does
 /// not fit is dropped and counted. `flush` closes the queue, which ends the thread's loop.
 pub(crate) struct QueueSink {
-    tx: Option<mpsc::SyncSender<PinnedEvent>>,
+    tx: Option<crate::handoff::Sender<PinnedEvent>>,
     dropped: Arc<AtomicU64>,
 }
 
 impl QueueSink {
     pub(crate) fn new(
-        tx: Option<mpsc::SyncSender<PinnedEvent>>,
+        tx: Option<crate::handoff::Sender<PinnedEvent>>,
         dropped: Arc<AtomicU64>,
     ) -> QueueSink {
         QueueSink { tx, dropped }

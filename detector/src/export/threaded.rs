@@ -26,7 +26,7 @@ pub(crate) fn on_own_thread(
     capacity: usize,
     drops: &Drops,
 ) -> Result<Threaded, Error> {
-    let (tx, rx) = mpsc::sync_channel::<PinnedEvent>(capacity);
+    let (tx, rx) = crate::handoff::bounded::<PinnedEvent>(capacity);
     let (done_tx, done) = mpsc::sync_channel::<()>(1);
     std::thread::Builder::new()
         .name(format!("pinwatch-sink-{name}"))

@@ -74,7 +74,7 @@ pub(crate) struct RawReport {
 pub(crate) fn spawn(
     shared: Arc<Shared>,
     handle: Handle,
-    tx: mpsc::SyncSender<RawReport>,
+    tx: crate::handoff::Sender<RawReport>,
 ) -> Result<std::thread::JoinHandle<()>, crate::Error> {
     let (ready, is_ready) = mpsc::sync_channel(1);
     let thread = std::thread::Builder::new()
@@ -92,7 +92,7 @@ pub(crate) fn spawn(
 fn run(
     shared: Arc<Shared>,
     handle: Handle,
-    tx: mpsc::SyncSender<RawReport>,
+    tx: crate::handoff::Sender<RawReport>,
     ready: mpsc::SyncSender<()>,
 ) {
     if let Some(d) = shared.config.late_start {
@@ -336,7 +336,7 @@ fn quiet(table: &SlotTable, cores: usize) -> bool {
 struct Scan<'a> {
     shared: &'a Shared,
     handle: &'a Handle,
-    tx: &'a mpsc::SyncSender<RawReport>,
+    tx: &'a crate::handoff::Sender<RawReport>,
     /// The settings of this scan.
     settings: Settings,
     /// How late the heartbeat was at this scan's start, when it is past the stall bound.

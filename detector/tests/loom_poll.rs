@@ -179,6 +179,34 @@ fn a_flag_that_finds_the_poll_running_is_seen_when_it_ends() {
     });
 }
 
+/// A poll armed at its second look (flagged) and flagged again when found pinned: the second
+/// flag adds no barrier, and still says "running" only if the worker will record the end.
+#[test]
+fn a_second_flag_of_the_same_poll_keeps_the_first_ones_promise() {
+    loom::model(|| {
+        let cell = Arc::new(PollCell::new());
+        let (id, at) = task(1);
+        cell.begin(id, at, || 0);
+        let worker = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || {
+                let flagged = cell.end();
+                if let Some(seq) = flagged {
+                    cell.record_end(seq, 42);
+                }
+                flagged
+            })
+        };
+        let armed = cell.flag(1);
+        let still_running = cell.flag(1);
+        let flagged = worker.join().unwrap();
+        if armed || still_running {
+            assert_eq!(flagged, Some(1), "the worker missed a flag said to be seen");
+            assert_eq!(cell.ended(1), Some(42));
+        }
+    });
+}
+
 #[test]
 fn completion_reads_the_end_of_the_right_poll() {
     loom::model(|| {

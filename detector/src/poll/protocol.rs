@@ -177,9 +177,15 @@ impl PollCell {
     /// Flags poll `seq` as pinned. `true`: it was still running once the flag was visible to the
     /// owner, which will then record its end. `false`: it had ended (the owner may not have seen
     /// the flag; the end is then known only as "before now").
+    ///
+    /// A poll flagged already (armed at its second look, then found pinned) is not fenced again:
+    /// only the watchdog writes `flagged`, and the barrier after its first store made it visible
+    /// to the owner; a second would cost another interrupt on every CPU running the process.
     pub fn flag(&self, seq: u64) -> bool {
-        self.flagged.store(seq, Ordering::Relaxed);
-        heavy_fence();
+        if self.flagged.load(Ordering::Relaxed) != seq {
+            self.flagged.store(seq, Ordering::Relaxed);
+            heavy_fence();
+        }
         self.seq.load(Ordering::Relaxed) == seq
     }
 

@@ -27,8 +27,8 @@ pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_millis(2);
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 
 /// The most events a queue may hold: each queue (the export thread's, and each sink's on a
-/// thread of its own) takes its room when the detector starts, about 800 bytes an event (51 MB
-/// at this bound).
+/// thread of its own) takes its room as it fills, about 800 bytes an event (51 MB at this
+/// bound), and keeps it.
 pub const MAX_QUEUE_CAPACITY: usize = 1 << 16;
 
 /// The most threads that can be watched at once: a slot each (about 3 KiB), taken when the

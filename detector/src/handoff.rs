@@ -1,15 +1,21 @@
 //! A bounded queue from pinwatch's threads to one thread that waits for what they hand it: the
-//! watchdog's reports to the export thread, the export thread's events to each sink on a thread
-//! of its own.
+//! watchdog's reports to the export thread, the export thread's events to each sink and exporter
+//! on a thread of its own.
 //!
-//! `std::sync::mpsc` wakes its receiver while still holding the channel's lock; on two cores the
-//! receiver runs at once, handles the event and comes back for the next before the sender has
-//! let go, and both block once more on that lock: two wake-ups where one would do, for every
-//! event and every sink (`strace -f` of a service pinning 8 times a second showed the pair at
-//! each sink). Here the sender lets go of the lock before it wakes the receiver, and wakes it
-//! only when it is waiting. Senders never wait: a full queue hands the value back.
+//! `std::sync::mpsc` wakes its receiver while holding the lock of its list of waiting threads;
+//! on two cores the receiver runs at once, handles the event and comes back for the next (to put
+//! itself on that list) before the sender has let go, blocks on that lock and is woken once
+//! more: two wake-ups where one would do, for every event and every sink (`strace -f` of a
+//! service pinning 8 times a second showed the pair at each sink). Here the sender lets go of
+//! the lock before it wakes the receiver, and wakes it only when it is waiting. Senders never
+//! wait: a full queue hands the value back.
+//!
+//! One thread receives: the [`Receiver`] can move to another thread but not be shared (one
+//! `waiting` flag stands for one waiting thread; a second would miss its wake-up).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -50,9 +56,10 @@ pub(crate) struct Sender<T> {
 }
 
 /// The receiving side: [`recv`](Receiver::recv), or iterate until every sender is gone and the
-/// queue is empty.
+/// queue is empty. `Send`, not `Sync`: one thread waits on it.
 pub(crate) struct Receiver<T> {
     shared: Arc<Shared<T>>,
+    one_thread: PhantomData<Cell<()>>,
 }
 
 /// A queue that holds at most `capacity` values (at least one).
@@ -73,7 +80,10 @@ pub(crate) fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
         Sender {
             shared: Arc::clone(&shared),
         },
-        Receiver { shared },
+        Receiver {
+            shared,
+            one_thread: PhantomData,
+        },
     )
 }
 

@@ -178,9 +178,12 @@ impl PollCell {
     /// owner, which will then record its end. `false`: it had ended (the owner may not have seen
     /// the flag; the end is then known only as "before now").
     ///
-    /// A poll flagged already (armed at its second look, then found pinned) is not fenced again:
-    /// only the watchdog writes `flagged`, and the barrier after its first store made it visible
-    /// to the owner; a second would cost another interrupt on every CPU running the process.
+    /// Called from the watchdog's thread (and, in tests, the owner's: it sees its own store). A
+    /// poll flagged already (armed at its second look, then found pinned) is not fenced again:
+    /// this thread's barrier after its first store of `seq` made it visible to the owner, and
+    /// came before this call's load of the counter; a second would cost another interrupt on
+    /// every CPU running the process. (A flag from a third thread could find `seq` stored and
+    /// skip the barrier before that thread's own load: the promise above would not hold for it.)
     pub fn flag(&self, seq: u64) -> bool {
         if self.flagged.load(Ordering::Relaxed) != seq {
             self.flagged.store(seq, Ordering::Relaxed);

@@ -149,12 +149,12 @@ impl<T> Receiver<T> {
     /// As [`recv`](Self::recv), waiting `wait` at most.
     #[cfg_attr(not(feature = "console"), allow(dead_code))]
     pub fn recv_timeout(&self, wait: Duration) -> Result<T, Waited> {
-        self.wait(Some(Instant::now().checked_add(wait)))
+        // A wait too long to name is no limit.
+        self.wait(Instant::now().checked_add(wait))
     }
 
-    /// `deadline`: none, no limit; `Some(None)`, one too far to name (no limit either).
-    fn wait(&self, deadline: Option<Option<Instant>>) -> Result<T, Waited> {
-        let deadline = deadline.flatten();
+    /// The next value, waiting until `deadline` at most (`None`: no limit).
+    fn wait(&self, deadline: Option<Instant>) -> Result<T, Waited> {
         let mut state = self.shared.lock();
         loop {
             if let Some(value) = state.queue.pop_front() {

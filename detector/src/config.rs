@@ -26,9 +26,10 @@ pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_millis(2);
 /// are dropped and counted ([`Stats::dropped`](crate::Stats::dropped)); the watchdog never waits.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 
-/// The most events a queue may hold: each queue (the export thread's, and each sink's on a
-/// thread of its own) takes its room as it fills, about 800 bytes an event (51 MB at this
-/// bound), and keeps it.
+/// The most events a queue may hold: each queue (the export thread's, and each exporter's or
+/// sink's on a thread of its own) takes its room as it fills, a pointer (8 bytes) a place
+/// (512 KiB at this bound), and keeps it. The events in the queues are shared: one copy of an
+/// event however many queues hold it, freed when the last thread is done with it.
 pub const MAX_QUEUE_CAPACITY: usize = 1 << 16;
 
 /// The most threads that can be watched at once: a slot each (about 3 KiB), taken when the

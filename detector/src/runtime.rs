@@ -134,11 +134,14 @@ impl Prepared {
         // could not take.
         parts.drops.add("recording", recorder.unwritten());
         parts.drops.add("log", export::log_dropped());
-        let mut inline = std::mem::take(&mut sinks.inline);
+        let mut inline: Vec<export::Outlet> = std::mem::take(&mut sinks.inline)
+            .into_iter()
+            .map(export::Outlet::Inline)
+            .collect();
         let exporters = export::start_exporters(&parts, &mut inline)?;
         // After the recordings and the exporters: when `status` shows a pin, they have it.
         let view = control::View::default();
-        inline.push(Box::new(view.sink()));
+        inline.push(export::Outlet::Inline(Box::new(view.sink())));
         // Last, each behind its own queue: a sink that blocks holds back none of the above.
         let threaded = sinks
             .own_thread
@@ -154,7 +157,8 @@ impl Prepared {
             recorder,
             view,
         })?;
-        let (tx, rx) = crate::handoff::bounded::<watch::RawReport>(watched.config.queue_capacity);
+        let (tx, rx) =
+            crate::handoff::bounded::<Box<watch::RawReport>>(watched.config.queue_capacity);
         let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline, threaded)?;
         let workers = handle.metrics().num_workers();
         let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx)?;

@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::QueueSink;
-use super::{Exporter, Parts, Started};
+use super::{Exporter, Outlet, Parts, Started};
 use crate::event::{PinnedEvent, State};
 use crate::watch::Shared;
 use crate::Error;
@@ -335,7 +335,7 @@ impl WorkerResource {
 
 /// The console's resource thread and its queue.
 struct Console {
-    tx: Option<crate::handoff::Sender<PinnedEvent>>,
+    tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
     thread: Option<JoinHandle<()>>,
     dropped: Arc<AtomicU64>,
     mode: crate::config::Console,
@@ -351,7 +351,7 @@ impl Console {
         watched: Arc<Shared>,
         mode: crate::config::Console,
     ) -> Result<Console, Error> {
-        let (tx, rx) = crate::handoff::bounded::<PinnedEvent>(queue);
+        let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(queue);
         let thread = std::thread::Builder::new()
             .name("pinwatch-console".into())
             .spawn(move || run(rx, workers, at, &watched))
@@ -415,7 +415,7 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
         config.console,
     )?;
     Ok(Some(Started {
-        sink: Box::new(c.sink()),
+        sink: Outlet::Queue(c.sink()),
         dropped: Some(Arc::clone(&c.dropped)),
         exporter: Box::new(c),
     }))
@@ -431,7 +431,7 @@ impl Drop for Console {
 }
 
 fn run(
-    rx: crate::handoff::Receiver<PinnedEvent>,
+    rx: crate::handoff::Receiver<Arc<PinnedEvent>>,
     workers: usize,
     at: &'static Location<'static>,
     watched: &Shared,

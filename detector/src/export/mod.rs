@@ -35,7 +35,7 @@ use crate::config::Config;
 use crate::event::PinnedEvent;
 use crate::Error;
 
-pub(crate) use fanout::spawn_export_thread;
+pub(crate) use fanout::{spawn_export_thread, Outlet};
 pub(crate) use flight::{Dump, Flight, Identity};
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub(crate) use live::LiveFn;
@@ -72,7 +72,7 @@ pub(crate) trait Exporter: Send + Sync {
 pub(crate) struct Started {
     pub exporter: Box<dyn Exporter>,
     /// Where the export thread hands it each event (never waits).
-    pub sink: Box<dyn Sink>,
+    pub sink: Outlet,
     /// Events its own queue dropped, when it has one: `pinwatch_events_dropped_total{sink}`.
     pub dropped: Option<Arc<AtomicU64>>,
 }
@@ -113,10 +113,7 @@ const EXPORTERS: &[Entry] = &[
 ];
 
 /// Starts the exporters the settings ask for, adding their sinks to `sinks`.
-pub(crate) fn start_exporters(
-    parts: &Parts,
-    sinks: &mut Vec<Box<dyn Sink>>,
-) -> Result<Running, Error> {
+pub(crate) fn start_exporters(parts: &Parts, sinks: &mut Vec<Outlet>) -> Result<Running, Error> {
     Running::start(parts, EXPORTERS, sinks)
 }
 

@@ -24,7 +24,7 @@ use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
-use super::{Exporter, Parts, Started};
+use super::{Exporter, Outlet, Parts, Started};
 use super::{LiveFn, QueueSink};
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;
@@ -106,7 +106,7 @@ fn reason_index(r: Option<Reason>) -> usize {
 
 /// The running OTLP exporter: its thread, queue and providers.
 pub(crate) struct Otlp {
-    tx: Option<crate::handoff::Sender<PinnedEvent>>,
+    tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
     thread: Option<JoinHandle<()>>,
     meters: SdkMeterProvider,
     dropped: Arc<AtomicU64>,
@@ -195,7 +195,7 @@ impl Otlp {
         let state = Arc::new(Mutex::new(MetricState::new()));
         register_metrics(&meters, live, Arc::clone(&state));
         let mut instruments = Instruments::new(&meters, max_locations);
-        let (tx, rx) = crate::handoff::bounded::<PinnedEvent>(queue);
+        let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(queue);
         let handle = runtime.as_ref().map(|r| r.handle().clone());
         let thread = std::thread::Builder::new()
             .name("pinwatch-otlp".into())
@@ -257,7 +257,7 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
         parts.live(),
     )?;
     Ok(Some(Started {
-        sink: Box::new(otlp.sink()),
+        sink: Outlet::Queue(otlp.sink()),
         dropped: Some(Arc::clone(&otlp.dropped)),
         exporter: Box::new(otlp),
     }))
@@ -282,9 +282,9 @@ impl Drop for Otlp {
 pub fn send_for_test(endpoint: &str, events: Vec<PinnedEvent>) -> Result<(), Error> {
     let live: LiveFn = Arc::new(super::live::Live::default);
     let otlp = Otlp::start_to(16, events.len().max(1), live, Some(endpoint))?;
-    let mut sink = otlp.sink();
-    for e in &events {
-        super::Sink::event(&mut sink, e);
+    let sink = otlp.sink();
+    for e in events {
+        sink.send(&Arc::new(e));
     }
     drop(sink);
     // Dropping it sends what is queued, then stops its thread.

@@ -15,7 +15,7 @@ use prometheus::{
 };
 
 use super::Sink;
-use super::{Exporter, Parts, Started};
+use super::{Exporter, Outlet, Parts, Started};
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;
 
@@ -98,7 +98,7 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
         None => None,
     };
     Ok(Some(Started {
-        sink: Box::new(collector.sink()),
+        sink: Outlet::Inline(Box::new(collector.sink())),
         exporter: Box::new(Prometheus {
             collector,
             endpoint,

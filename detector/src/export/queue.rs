@@ -1,37 +1,38 @@
-//! A sink that hands each event to an exporter thread of pinwatch's own through a bounded queue.
+//! The queue in front of a thread of pinwatch's own that takes events from the export thread:
+//! an exporter's (OTLP, console) or a sink's that may block.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::Sink;
 use crate::event::PinnedEvent;
 
-/// Hands each event to an exporter thread through a bounded queue, and never waits: what does
-/// not fit is dropped and counted. `flush` closes the queue, which ends the thread's loop.
+/// Hands each event to a thread through a bounded queue, and never waits: what does not fit is
+/// dropped and counted. The event goes shared, not copied: every queue holds the one the export
+/// thread made, a pointer a place, and it is freed when the last thread is done with it.
 pub(crate) struct QueueSink {
-    tx: Option<crate::handoff::Sender<PinnedEvent>>,
+    tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
     dropped: Arc<AtomicU64>,
 }
 
 impl QueueSink {
     pub(crate) fn new(
-        tx: Option<crate::handoff::Sender<PinnedEvent>>,
+        tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
         dropped: Arc<AtomicU64>,
     ) -> QueueSink {
         QueueSink { tx, dropped }
     }
-}
 
-impl Sink for QueueSink {
-    fn event(&mut self, event: &PinnedEvent) {
+    /// Queues `event`, or counts it dropped.
+    pub(crate) fn send(&self, event: &Arc<PinnedEvent>) {
         if let Some(tx) = &self.tx {
-            if tx.try_send(event.clone()).is_err() {
+            if tx.try_send(Arc::clone(event)).is_err() {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
-    fn flush(&mut self) {
+    /// No more events: the queue closes, which ends the thread's loop once it is drained.
+    pub(crate) fn close(&mut self) {
         drop(self.tx.take());
     }
 }

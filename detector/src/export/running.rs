@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{Entry, Exporter, Flight, Identity, Sink};
+use super::{Entry, Exporter, Flight, Identity, Outlet};
 use crate::watch::Shared;
 use crate::Error;
 
@@ -67,7 +67,7 @@ impl Running {
     pub(crate) fn start(
         parts: &Parts,
         entries: &[Entry],
-        sinks: &mut Vec<Box<dyn Sink>>,
+        sinks: &mut Vec<Outlet>,
     ) -> Result<Running, Error> {
         let mut out = Running {
             described: Vec::new(),

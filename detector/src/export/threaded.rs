@@ -26,7 +26,7 @@ pub(crate) fn on_own_thread(
     capacity: usize,
     drops: &Drops,
 ) -> Result<Threaded, Error> {
-    let (tx, rx) = crate::handoff::bounded::<PinnedEvent>(capacity);
+    let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(capacity);
     let (done_tx, done) = mpsc::sync_channel::<()>(1);
     std::thread::Builder::new()
         .name(format!("pinwatch-sink-{name}"))
@@ -58,9 +58,14 @@ pub(crate) struct Threaded {
 }
 
 impl Threaded {
+    /// Queues `event` for the sink, or counts it dropped.
+    pub(crate) fn send(&self, event: &Arc<PinnedEvent>) {
+        self.queue.send(event);
+    }
+
     /// No more events: the sink's thread takes what is queued, flushes the sink and ends.
     pub(crate) fn close(&mut self) {
-        self.queue.flush();
+        self.queue.close();
     }
 
     /// Waits until the sink's thread has ended, or `deadline`.
@@ -71,21 +76,11 @@ impl Threaded {
     }
 }
 
-impl Sink for Threaded {
-    fn event(&mut self, event: &PinnedEvent) {
-        self.queue.event(event);
-    }
-
-    fn flush(&mut self) {
-        self.close();
-        self.wait(Instant::now() + FLUSH_WAIT);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::{Reason, State};
+    use crate::export::Outlet;
     use std::sync::atomic::Ordering;
 
     /// A sink named `name` on a thread of its own, with a queue of 4, that blocks in its first
@@ -118,9 +113,11 @@ mod tests {
         let fast = move |_: &PinnedEvent| {
             counter.fetch_add(1, Ordering::Relaxed);
         };
-        let mut fanout =
-            crate::export::fanout::Fanout::new(vec![Box::new(fast)], vec![slow, stuck]);
-        fanout.deliver(&PinnedEvent::for_test(
+        let mut fanout = crate::export::fanout::Fanout::new(
+            vec![Outlet::Inline(Box::new(fast))],
+            vec![slow, stuck],
+        );
+        fanout.deliver(PinnedEvent::for_test(
             1,
             State::InProgress,
             Reason::Sleep,
@@ -131,7 +128,7 @@ mod tests {
         entered.recv().unwrap();
         entered_too.recv().unwrap();
         for id in 2..=100 {
-            fanout.deliver(&PinnedEvent::for_test(
+            fanout.deliver(PinnedEvent::for_test(
                 id,
                 State::Completed,
                 Reason::Sleep,
@@ -179,15 +176,16 @@ mod tests {
         )
         .unwrap();
         for id in 1..=20 {
-            s.event(&PinnedEvent::for_test(
+            s.send(&Arc::new(PinnedEvent::for_test(
                 id,
                 State::Completed,
                 Reason::Sleep,
                 30,
                 1,
-            ));
+            )));
         }
-        s.flush();
+        s.close();
+        s.wait(Instant::now() + FLUSH_WAIT);
         assert_eq!(got.load(Ordering::Relaxed), 20);
         assert_eq!(flushed.load(Ordering::Relaxed), 1);
         assert_eq!(drops.totals(), vec![("slow", 0)]);

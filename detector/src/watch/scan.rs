@@ -74,7 +74,7 @@ pub(crate) struct RawReport {
 pub(crate) fn spawn(
     shared: Arc<Shared>,
     handle: Handle,
-    tx: crate::handoff::Sender<RawReport>,
+    tx: crate::handoff::Sender<Box<RawReport>>,
 ) -> Result<std::thread::JoinHandle<()>, crate::Error> {
     let (ready, is_ready) = mpsc::sync_channel(1);
     let thread = std::thread::Builder::new()
@@ -92,7 +92,7 @@ pub(crate) fn spawn(
 fn run(
     shared: Arc<Shared>,
     handle: Handle,
-    tx: crate::handoff::Sender<RawReport>,
+    tx: crate::handoff::Sender<Box<RawReport>>,
     ready: mpsc::SyncSender<()>,
 ) {
     if let Some(d) = shared.config.late_start {
@@ -336,7 +336,7 @@ fn quiet(table: &SlotTable, cores: usize) -> bool {
 struct Scan<'a> {
     shared: &'a Shared,
     handle: &'a Handle,
-    tx: &'a crate::handoff::Sender<RawReport>,
+    tx: &'a crate::handoff::Sender<Box<RawReport>>,
     /// The settings of this scan.
     settings: Settings,
     /// How late the heartbeat was at this scan's start, when it is past the stall bound.
@@ -1588,11 +1588,13 @@ impl<'a> Scan<'a> {
     }
 
     fn send(&mut self, p: &Pinned) {
-        let report = RawReport {
+        // Boxed: a place in the queue is a pointer, not a report (which the queue would keep
+        // room for, a report's size a place, once it had filled).
+        let report = Box::new(RawReport {
             event: p.event.clone(),
             probes: p.probes.clone(),
             probes_taken: p.probes_taken,
-        };
+        });
         match self.tx.try_send(report) {
             Ok(()) => {
                 self.shared.stats.events.fetch_add(1, Ordering::Relaxed);

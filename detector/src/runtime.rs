@@ -134,11 +134,14 @@ impl Prepared {
         // could not take.
         parts.drops.add("recording", recorder.unwritten());
         parts.drops.add("log", export::log_dropped());
+        // Declared first, dropped last: an exporter's Drop joins its thread, which ends only
+        // once the sink's sender in `inline` is gone too (an error below returns early).
+        let exporters;
         let mut inline: Vec<export::Outlet> = std::mem::take(&mut sinks.inline)
             .into_iter()
             .map(export::Outlet::Inline)
             .collect();
-        let exporters = export::start_exporters(&parts, &mut inline)?;
+        exporters = export::start_exporters(&parts, &mut inline)?;
         // After the recordings and the exporters: when `status` shows a pin, they have it.
         let view = control::View::default();
         inline.push(export::Outlet::Inline(Box::new(view.sink())));
@@ -748,6 +751,116 @@ mod tests {
             watched.table.parking.stopping(),
             "the watchdog of a start that unwound is stopped"
         );
+    }
+
+    /// An exporter whose `Drop` joins its thread, which ends when its queue closes (as OTLP's
+    /// and the console's do).
+    struct Joins(Option<JoinHandle<()>>);
+
+    impl export::Exporter for Joins {
+        fn describe(&self) -> String {
+            "joins".to_owned()
+        }
+    }
+
+    impl Drop for Joins {
+        fn drop(&mut self) {
+            if let Some(t) = self.0.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    fn start_joins(_: &Parts) -> Result<Option<export::Started>, Error> {
+        let (tx, rx) = crate::handoff::bounded::<Arc<crate::PinnedEvent>>(1);
+        let thread = std::thread::spawn(move || rx.for_each(drop));
+        Ok(Some(export::Started {
+            exporter: Box::new(Joins(Some(thread))),
+            sink: export::Outlet::Queue(export::QueueSink::new(Some(tx), Arc::default())),
+            dropped: None,
+        }))
+    }
+
+    fn start_fails(_: &Parts) -> Result<Option<export::Started>, Error> {
+        Err(Error::Control("the second exporter does not start".into()))
+    }
+
+    /// Runs `f` on a thread of its own; its result, or `None` if it has not returned within a
+    /// minute (hung).
+    fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(60)).ok()
+    }
+
+    /// An exporter that starts after one with a thread of its own fails: the error comes back.
+    /// The first one's `Drop` joins its thread, which ends only when its queue's last sender
+    /// (the sink handed back) is gone: dropped first.
+    #[test]
+    fn an_exporter_that_fails_after_another_started_returns_its_error() {
+        let failed = returns(|| {
+            let prepared = crate::Builder::new()
+                .control(crate::config::Control::Off)
+                .heartbeat(None)
+                .prepare()
+                .unwrap();
+            let watched = Arc::clone(&prepared.rest.as_ref().unwrap().watched);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let parts = Parts {
+                watched,
+                handle: rt.handle().clone(),
+                flight: None,
+                built_at: std::panic::Location::caller(),
+                drops: export::Drops::default(),
+            };
+            let entries = [
+                export::Entry {
+                    name: "joins",
+                    feature: "joins",
+                    start: Some(start_joins),
+                },
+                export::Entry {
+                    name: "fails",
+                    feature: "fails",
+                    start: Some(start_fails),
+                },
+            ];
+            let mut sinks = Vec::new();
+            Running::start(&parts, &entries, &mut sinks)
+                .err()
+                .map(|e| (e.to_string(), sinks.len()))
+        });
+        let (error, sinks) = failed
+            .expect("the start hung")
+            .expect("the start succeeded");
+        assert!(error.contains("does not start"), "{error}");
+        assert_eq!(sinks, 0, "the started exporter's sink was handed back");
+    }
+
+    /// A start that fails after the exporters started (here the control socket's directory
+    /// cannot be made) returns its error: the exporters' sinks go before the exporters, whose
+    /// `Drop` waits for them.
+    #[cfg(feature = "otlp")]
+    #[test]
+    fn a_start_that_fails_after_otlp_started_returns_its_error() {
+        let error = returns(|| {
+            let prepared = crate::Builder::new()
+                .otlp(true)
+                .control(crate::config::Control::Dir("/dev/null/pinwatch".into()))
+                .heartbeat(None)
+                .prepare()
+                .unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            prepared.start(rt.handle()).err().map(|e| e.to_string())
+        });
+        let error = error.expect("the start hung").expect("the start succeeded");
+        assert!(error.contains("/dev/null/pinwatch"), "{error}");
     }
 
     #[test]

@@ -119,24 +119,40 @@ mod tests {
     use crate::event::{Reason, State};
     use std::sync::atomic::AtomicU64;
 
-    /// The queues get the one event the export thread made, not copies of it, in order after
-    /// the inline sinks before them; closed at the flush.
+    /// The queues and the sinks on threads of their own get the one event the export thread
+    /// made, not copies of it, the queues in order with the inline sinks (the first queue has it
+    /// when the inline sink runs, the second not yet); closed at the flush.
     #[test]
     fn queues_share_the_event_and_close_at_the_flush() {
+        use crate::handoff::Waited;
+        use std::sync::Mutex;
+        use std::time::Duration;
         let queue = || {
             let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(4);
             let q = QueueSink::new(Some(tx), Arc::new(AtomicU64::new(0)));
             (Outlet::Queue(q), rx)
         };
         let ((first, a), (second, b)) = (queue(), queue());
-        let seen = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&seen);
+        let rxs = Arc::new(Mutex::new((a, b)));
+        let seen = Arc::new(Mutex::new(None));
+        let (at_inline, queues) = (Arc::clone(&seen), Arc::clone(&rxs));
         let inline = move |e: &PinnedEvent| {
-            counter.store(e.id, std::sync::atomic::Ordering::Relaxed);
+            let q = queues.lock().unwrap();
+            let x = q.0.recv_timeout(Duration::ZERO).ok();
+            let second_had_it = q.1.recv_timeout(Duration::ZERO).is_ok();
+            *at_inline.lock().unwrap() = Some((e.id, x, second_had_it));
         };
+        // A sink on a thread of its own says where the event it got is.
+        let (at_tx, at) = std::sync::mpsc::channel::<usize>();
+        let on_thread = move |e: &PinnedEvent| {
+            let _ = at_tx.send(e as *const PinnedEvent as usize);
+        };
+        let drops = crate::export::Drops::default();
+        let threaded =
+            crate::export::on_own_thread("shared", Box::new(on_thread), 4, &drops).unwrap();
         let mut fanout = Fanout::new(
             vec![first, Outlet::Inline(Box::new(inline)), second],
-            vec![],
+            vec![threaded],
         );
         fanout.deliver(PinnedEvent::for_test(
             7,
@@ -145,15 +161,32 @@ mod tests {
             30,
             1,
         ));
-        let (x, y) = (a.recv().unwrap(), b.recv().unwrap());
+        let (id, x, second_had_it) = seen.lock().unwrap().take().expect("the inline sink ran");
+        let x = x.expect("the first queue had the event when the inline sink after it ran");
+        assert!(
+            !second_had_it,
+            "the second queue had it before the inline sink before it"
+        );
+        let (a, b) = &*rxs.lock().unwrap();
+        let y = b
+            .recv_timeout(Duration::ZERO)
+            .expect("the second queue got it");
         assert!(Arc::ptr_eq(&x, &y), "each queue got a copy of its own");
-        assert_eq!(x.id, 7);
-        assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 7);
+        let on_thread_at = at
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the sink ran");
+        assert_eq!(
+            on_thread_at,
+            Arc::as_ptr(&x) as usize,
+            "the sink on its own thread got a copy"
+        );
+        assert_eq!((id, x.id), (7, 7));
         drop((x, y));
         fanout.flush();
-        assert!(
-            a.recv().is_none() && b.recv().is_none(),
-            "a queue stayed open"
-        );
+        // A queue left open would make `recv` wait for good: the test fails instead.
+        let closed = |rx: &crate::handoff::Receiver<Arc<PinnedEvent>>| {
+            matches!(rx.recv_timeout(Duration::from_secs(5)), Err(Waited::Closed))
+        };
+        assert!(closed(a) && closed(b), "a queue stayed open");
     }
 }

@@ -73,9 +73,16 @@ impl Running {
             described: Vec::new(),
             running: Vec::new(),
         };
+        let at = sinks.len();
         for entry in entries {
-            let started = match entry.start {
-                Some(start) => start(parts)?,
+            let started = match entry.start.map(|start| start(parts)) {
+                Some(Ok(started)) => started,
+                // The sinks of those started go first: each one's Drop (`out`'s, at the
+                // return) joins a thread that ends only when its sink's sender is gone too.
+                Some(Err(e)) => {
+                    sinks.truncate(at);
+                    return Err(e);
+                }
                 None => None,
             };
             let Some(started) = started else {

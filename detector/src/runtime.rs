@@ -134,8 +134,9 @@ impl Prepared {
         // could not take.
         parts.drops.add("recording", recorder.unwritten());
         parts.drops.add("log", export::log_dropped());
-        // Declared first, dropped last: an exporter's Drop joins its thread, which ends only
-        // once the sink's sender in `inline` is gone too (an error below returns early).
+        // Declared before `inline`, so dropped after it: an exporter's Drop joins its thread,
+        // which ends only once the sink's sender in `inline` is gone too (an error below
+        // returns early).
         let exporters;
         let mut inline: Vec<export::Outlet> = std::mem::take(&mut sinks.inline)
             .into_iter()
@@ -785,6 +786,10 @@ mod tests {
         Err(Error::Control("the second exporter does not start".into()))
     }
 
+    fn start_panics(_: &Parts) -> Result<Option<export::Started>, Error> {
+        panic!("the second exporter panics as it starts")
+    }
+
     /// Runs `f` on a thread of its own; its result, or `None` if it has not returned within a
     /// minute (hung).
     fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
@@ -795,12 +800,14 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(60)).ok()
     }
 
-    /// An exporter that starts after one with a thread of its own fails: the error comes back.
-    /// The first one's `Drop` joins its thread, which ends only when its queue's last sender
-    /// (the sink handed back) is gone: dropped first.
-    #[test]
-    fn an_exporter_that_fails_after_another_started_returns_its_error() {
-        let failed = returns(|| {
+    /// What `Running::start` returned (its description or its error) or its panic's message,
+    /// and how many sinks it left.
+    type Started = (Result<Result<String, String>, String>, usize);
+
+    /// Starts a `joins` exporter, then `second`, after a sink of the detector's own (`None`:
+    /// the start hung).
+    fn start_two(second: export::StartFn) -> Option<Started> {
+        returns(move || {
             let prepared = crate::Builder::new()
                 .control(crate::config::Control::Off)
                 .heartbeat(None)
@@ -824,21 +831,46 @@ mod tests {
                     start: Some(start_joins),
                 },
                 export::Entry {
-                    name: "fails",
-                    feature: "fails",
-                    start: Some(start_fails),
+                    name: "second",
+                    feature: "second",
+                    start: Some(second),
                 },
             ];
-            let mut sinks = Vec::new();
-            Running::start(&parts, &entries, &mut sinks)
-                .err()
-                .map(|e| (e.to_string(), sinks.len()))
-        });
-        let (error, sinks) = failed
-            .expect("the start hung")
-            .expect("the start succeeded");
+            let own: Box<dyn export::Sink> = Box::new(|_: &crate::PinnedEvent| {});
+            let mut sinks = vec![export::Outlet::Inline(own)];
+            let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Running::start(&parts, &entries, &mut sinks)
+                    .map(|r| r.describe())
+                    .map_err(|e| e.to_string())
+            }))
+            .map_err(|p| {
+                p.downcast_ref::<&str>()
+                    .map_or_else(String::new, |m| m.to_string())
+            });
+            (started, sinks.len())
+        })
+    }
+
+    /// An exporter that starts after one with a thread of its own fails, or panics: the error
+    /// or the panic comes back. The first one's `Drop` joins its thread, which ends only when
+    /// its queue's last sender (the sink it handed back) is gone: taken out first, and only
+    /// it.
+    #[test]
+    fn an_exporter_that_fails_after_another_started_returns_its_error() {
+        let (started, sinks) = start_two(start_fails).expect("the start hung");
+        let error = started.expect("no panic").expect_err("the start succeeded");
         assert!(error.contains("does not start"), "{error}");
-        assert_eq!(sinks, 0, "the started exporter's sink was handed back");
+        assert_eq!(
+            sinks, 1,
+            "the started exporter's sink, and only it, was taken out"
+        );
+        let (started, sinks) = start_two(start_panics).expect("the start hung as it unwound");
+        let panic = started.expect_err("no panic");
+        assert!(panic.contains("panics as it starts"), "{panic}");
+        assert_eq!(
+            sinks, 1,
+            "the started exporter's sink, and only it, was taken out"
+        );
     }
 
     /// A start that fails after the exporters started (here the control socket's directory

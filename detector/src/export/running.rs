@@ -64,39 +64,36 @@ pub(crate) struct Running {
 
 impl Running {
     /// Starts every exporter the settings ask for, in order, and adds their sinks to `sinks`.
+    /// If one fails or panics, those already started stop, their sinks taken back out first.
     pub(crate) fn start(
         parts: &Parts,
         entries: &[Entry],
         sinks: &mut Vec<Outlet>,
     ) -> Result<Running, Error> {
-        let mut out = Running {
-            described: Vec::new(),
-            running: Vec::new(),
+        let mut added = Added {
+            at: sinks.len(),
+            sinks,
+            out: Running::none(),
+            kept: false,
         };
-        let at = sinks.len();
         for entry in entries {
-            let started = match entry.start.map(|start| start(parts)) {
-                Some(Ok(started)) => started,
-                // The sinks of those started go first: each one's Drop (`out`'s, at the
-                // return) joins a thread that ends only when its sink's sender is gone too.
-                Some(Err(e)) => {
-                    sinks.truncate(at);
-                    return Err(e);
-                }
+            let started = match entry.start {
+                Some(start) => start(parts)?,
                 None => None,
             };
             let Some(started) = started else {
-                out.described.push(format!("{} off", entry.name));
+                added.out.described.push(format!("{} off", entry.name));
                 continue;
             };
             if let Some(counter) = started.dropped {
                 parts.drops.add(entry.feature, counter);
             }
-            sinks.push(started.sink);
-            out.described.push(started.exporter.describe());
-            out.running.push(started.exporter);
+            added.sinks.push(started.sink);
+            added.out.described.push(started.exporter.describe());
+            added.out.running.push(started.exporter);
         }
-        Ok(out)
+        added.kept = true;
+        Ok(std::mem::replace(&mut added.out, Running::none()))
     }
 
     /// No exporter (a detector that is off).
@@ -116,6 +113,25 @@ impl Running {
     pub(crate) fn close(&mut self) {
         for e in self.running.iter_mut() {
             e.close();
+        }
+    }
+}
+
+/// The exporters [`Running::start`] has started, and the sinks it has added for them past `at`.
+/// Dropped without being kept (an exporter's start failed, or panicked), it takes the sinks out
+/// first, then the exporters go (`out`, a field, drops after `drop`): an exporter's `Drop` may
+/// join its thread, which ends only once its sink's sender is gone too.
+struct Added<'a> {
+    sinks: &'a mut Vec<Outlet>,
+    at: usize,
+    out: Running,
+    kept: bool,
+}
+
+impl Drop for Added<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.sinks.truncate(self.at);
         }
     }
 }

@@ -791,22 +791,26 @@ mod tests {
     }
 
     /// Runs `f` on a thread of its own; its result, or `None` if it has not returned within a
-    /// minute (hung).
+    /// minute (hung). A panic in `f` fails the test as one.
     fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(f());
         });
-        rx.recv_timeout(Duration::from_secs(60)).ok()
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(v) => Some(v),
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the start's thread panicked"),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+        }
     }
 
     /// What `Running::start` returned (its description or its error) or its panic's message,
     /// and how many sinks it left.
-    type Started = (Result<Result<String, String>, String>, usize);
+    type Outcome = (Result<Result<String, String>, String>, usize);
 
     /// Starts a `joins` exporter, then `second`, after a sink of the detector's own (`None`:
     /// the start hung).
-    fn start_two(second: export::StartFn) -> Option<Started> {
+    fn start_two(second: export::StartFn) -> Option<Outcome> {
         returns(move || {
             let prepared = crate::Builder::new()
                 .control(crate::config::Control::Off)
@@ -840,14 +844,19 @@ mod tests {
             let mut sinks = vec![export::Outlet::Inline(own)];
             let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 Running::start(&parts, &entries, &mut sinks)
-                    .map(|r| r.describe())
-                    .map_err(|e| e.to_string())
-            }))
-            .map_err(|p| {
-                p.downcast_ref::<&str>()
-                    .map_or_else(String::new, |m| m.to_string())
-            });
-            (started, sinks.len())
+            }));
+            // The sinks go before what started (its `Drop` waits for them), as in a detector.
+            let left = sinks.len();
+            drop(sinks);
+            let started = started
+                .map(|r| r.map(|r| r.describe()).map_err(|e| e.to_string()))
+                .map_err(|p| {
+                    p.downcast_ref::<&str>()
+                        .map(|m| m.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default()
+                });
+            (started, left)
         })
     }
 

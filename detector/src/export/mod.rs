@@ -70,9 +70,10 @@ pub(crate) trait Exporter: Send + Sync {
 
 /// What an exporter's `start` returns when its settings ask for it.
 pub(crate) struct Started {
-    pub exporter: Box<dyn Exporter>,
-    /// Where the export thread hands it each event (never waits).
+    /// Where the export thread hands it each event (never waits). Before the exporter, so that
+    /// a `Started` dropped whole drops it first: the exporter's `Drop` may wait for it to go.
     pub sink: Outlet,
+    pub exporter: Box<dyn Exporter>,
     /// Events its own queue dropped, when it has one: `pinwatch_events_dropped_total{sink}`.
     pub dropped: Option<Arc<AtomicU64>>,
 }

@@ -70,10 +70,11 @@ impl Running {
         entries: &[Entry],
         sinks: &mut Vec<Outlet>,
     ) -> Result<Running, Error> {
+        let mut out = Running::none();
+        // Declared after `out`, so dropped before it.
         let mut added = Added {
             at: sinks.len(),
             sinks,
-            out: Running::none(),
             kept: false,
         };
         for entry in entries {
@@ -82,18 +83,21 @@ impl Running {
                 None => None,
             };
             let Some(started) = started else {
-                added.out.described.push(format!("{} off", entry.name));
+                out.described.push(format!("{} off", entry.name));
                 continue;
             };
             if let Some(counter) = started.dropped {
                 parts.drops.add(entry.feature, counter);
             }
+            // `started` dropped whole (a panic here) drops its sink first; once its exporter
+            // is in `out`, its sink is added.
+            let described = started.exporter.describe();
+            out.running.push(started.exporter);
             added.sinks.push(started.sink);
-            added.out.described.push(started.exporter.describe());
-            added.out.running.push(started.exporter);
+            out.described.push(described);
         }
         added.kept = true;
-        Ok(std::mem::replace(&mut added.out, Running::none()))
+        Ok(out)
     }
 
     /// No exporter (a detector that is off).
@@ -117,14 +121,13 @@ impl Running {
     }
 }
 
-/// The exporters [`Running::start`] has started, and the sinks it has added for them past `at`.
-/// Dropped without being kept (an exporter's start failed, or panicked), it takes the sinks out
-/// first, then the exporters go (`out`, a field, drops after `drop`): an exporter's `Drop` may
-/// join its thread, which ends only once its sink's sender is gone too.
+/// The sinks [`Running::start`] has added past `at`, for the exporters it has started. Dropped
+/// without being kept (an exporter's start failed, or panicked), it takes them out, before the
+/// exporters go: an exporter's `Drop` may join its thread, which ends only once its sink's sender
+/// is gone too.
 struct Added<'a> {
     sinks: &'a mut Vec<Outlet>,
     at: usize,
-    out: Running,
     kept: bool,
 }
 

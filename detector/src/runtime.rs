@@ -755,11 +755,14 @@ mod tests {
     }
 
     /// An exporter whose `Drop` joins its thread, which ends when its queue closes (as OTLP's
-    /// and the console's do).
-    struct Joins(Option<JoinHandle<()>>);
+    /// and the console's do); `true`: its `describe` panics.
+    struct Joins(Option<JoinHandle<()>>, bool);
 
     impl export::Exporter for Joins {
         fn describe(&self) -> String {
+            if self.1 {
+                panic!("the exporter panics as it describes itself");
+            }
             "joins".to_owned()
         }
     }
@@ -773,10 +776,18 @@ mod tests {
     }
 
     fn start_joins(_: &Parts) -> Result<Option<export::Started>, Error> {
+        joins(false)
+    }
+
+    fn start_joins_describe_panics(_: &Parts) -> Result<Option<export::Started>, Error> {
+        joins(true)
+    }
+
+    fn joins(describe_panics: bool) -> Result<Option<export::Started>, Error> {
         let (tx, rx) = crate::handoff::bounded::<Arc<crate::PinnedEvent>>(1);
         let thread = std::thread::spawn(move || rx.for_each(drop));
         Ok(Some(export::Started {
-            exporter: Box::new(Joins(Some(thread))),
+            exporter: Box::new(Joins(Some(thread), describe_panics)),
             sink: export::Outlet::Queue(export::QueueSink::new(Some(tx), Arc::default())),
             dropped: None,
         }))
@@ -808,9 +819,9 @@ mod tests {
     /// and how many sinks it left.
     type Outcome = (Result<Result<String, String>, String>, usize);
 
-    /// Starts a `joins` exporter, then `second`, after a sink of the detector's own (`None`:
-    /// the start hung).
-    fn start_two(second: export::StartFn) -> Option<Outcome> {
+    /// Starts `first`, then `second`, after a sink of the detector's own (`None`: the start
+    /// hung).
+    fn start_two(first: export::StartFn, second: export::StartFn) -> Option<Outcome> {
         returns(move || {
             let prepared = crate::Builder::new()
                 .control(crate::config::Control::Off)
@@ -830,9 +841,9 @@ mod tests {
             };
             let entries = [
                 export::Entry {
-                    name: "joins",
-                    feature: "joins",
-                    start: Some(start_joins),
+                    name: "first",
+                    feature: "first",
+                    start: Some(first),
                 },
                 export::Entry {
                     name: "second",
@@ -860,25 +871,34 @@ mod tests {
         })
     }
 
-    /// An exporter that starts after one with a thread of its own fails, or panics: the error
-    /// or the panic comes back. The first one's `Drop` joins its thread, which ends only when
-    /// its queue's last sender (the sink it handed back) is gone: taken out first, and only
-    /// it.
+    /// An exporter that starts after one with a thread of its own fails, or panics, or the one
+    /// started panics in its `describe`: the error or the panic comes back. The started one's
+    /// `Drop` joins its thread, which ends only when its queue's last sender (the sink it
+    /// handed back) is gone: taken out first, and only it.
     #[test]
     fn an_exporter_that_fails_after_another_started_returns_its_error() {
-        let (started, sinks) = start_two(start_fails).expect("the start hung");
+        let (started, sinks) = start_two(start_joins, start_fails).expect("the start hung");
         let error = started.expect("no panic").expect_err("the start succeeded");
         assert!(error.contains("does not start"), "{error}");
         assert_eq!(
             sinks, 1,
             "the started exporter's sink, and only it, was taken out"
         );
-        let (started, sinks) = start_two(start_panics).expect("the start hung as it unwound");
+        let (started, sinks) =
+            start_two(start_joins, start_panics).expect("the start hung as it unwound");
         let panic = started.expect_err("no panic");
         assert!(panic.contains("panics as it starts"), "{panic}");
         assert_eq!(
             sinks, 1,
             "the started exporter's sink, and only it, was taken out"
+        );
+        let (started, sinks) = start_two(start_joins_describe_panics, start_fails)
+            .expect("the start hung as it unwound from describe");
+        let panic = started.expect_err("no panic");
+        assert!(panic.contains("describes itself"), "{panic}");
+        assert_eq!(
+            sinks, 1,
+            "a sink was added for an exporter that did not start"
         );
     }
 

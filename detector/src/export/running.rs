@@ -89,8 +89,8 @@ impl Running {
             if let Some(counter) = started.dropped {
                 parts.drops.add(entry.feature, counter);
             }
-            // `started` dropped whole (a panic here) drops its sink first; once its exporter
-            // is in `out`, its sink is added.
+            // `started` (less `dropped`), dropped by a panic here, drops its sink before its
+            // exporter; once the exporter is in `out`, its sink is added.
             let described = started.exporter.describe();
             out.running.push(started.exporter);
             added.sinks.push(started.sink);

@@ -725,10 +725,9 @@ mod tests {
         fn exit(&self, _: &tracing::span::Id) {}
     }
 
-    #[test]
-    fn a_start_that_unwinds_after_the_watchdog_started_stops_it() {
-        // The start-up line is the only event `start` says on its own thread, after the
-        // watchdog's spawn: nothing before it (no control socket, no exporter) says anything.
+    /// A detector prepared with no control socket, heartbeat or stacks, what it watches, and a
+    /// runtime for it to start on.
+    fn prepared() -> (Prepared, Arc<Shared>, tokio::runtime::Runtime) {
         let prepared = crate::Builder::new()
             .control(crate::config::Control::Off)
             .heartbeat(None)
@@ -739,6 +738,14 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
+        (prepared, watched, rt)
+    }
+
+    #[test]
+    fn a_start_that_unwinds_after_the_watchdog_started_stops_it() {
+        // The start-up line is the only event `start` says on its own thread, after the
+        // watchdog's spawn: nothing before it (no control socket, no exporter) says anything.
+        let (prepared, watched, rt) = prepared();
         let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             tracing::subscriber::with_default(Panics, || prepared.start(rt.handle()))
         }));
@@ -823,15 +830,7 @@ mod tests {
     /// hung).
     fn start_two(first: export::StartFn, second: export::StartFn) -> Option<Outcome> {
         returns(move || {
-            let prepared = crate::Builder::new()
-                .control(crate::config::Control::Off)
-                .heartbeat(None)
-                .prepare()
-                .unwrap();
-            let watched = Arc::clone(&prepared.rest.as_ref().unwrap().watched);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
+            let (_prepared, watched, rt) = prepared();
             let parts = Parts {
                 watched,
                 handle: rt.handle().clone(),

@@ -28,7 +28,8 @@ impl crate::Builder {
     }
 
     /// Registers pinwatch's metrics ([`METRICS`]) into `registry`, for a service that already
-    /// serves its own `/metrics`.
+    /// serves its own `/metrics`. They are in it while the detector runs: a detector that stops
+    /// (or whose start fails) takes them out, so that the next one can register into it.
     pub fn prometheus_registry(mut self, registry: &Registry) -> Self {
         self.config.prometheus_registry = Some(registry.clone());
         self
@@ -42,10 +43,51 @@ impl crate::Detector {
     }
 }
 
-/// The collector, its sink, and the endpoint when one was asked for.
+/// The collector, its sink, and the endpoint and the registry when they were asked for.
 struct Prometheus {
     collector: PinwatchCollector,
     endpoint: Option<Endpoint>,
+    /// Held for its `Drop`.
+    _registered: Option<Registered>,
+}
+
+/// pinwatch's collector in a registry of the service's, for as long as this is kept: dropped
+/// (the detector stopped, or its start failed after registering), it takes the collector out
+/// again. Left in, a detector started again on the same registry (a runtime rebuilt, a start
+/// retried once its port is free) would be refused as a duplicate, and the registry would go on
+/// serving the metrics of a detector that is gone.
+struct Registered {
+    registry: Registry,
+    collector: PinwatchCollector,
+}
+
+impl Registered {
+    fn new(registry: &Registry, collector: &PinwatchCollector) -> Result<Registered, Error> {
+        registry
+            .register(Box::new(collector.clone()))
+            .map_err(|e| Error::InvalidSetting {
+                setting: "prometheus_registry",
+                reason: match e {
+                    prometheus::Error::AlreadyReg => "cannot register pinwatch's metrics: this \
+                        registry already has one of their names (`pinwatch_*`), from another \
+                        detector still running or a metric of the service's; shut that detector \
+                        down first, or give each detector a registry of its own"
+                        .to_owned(),
+                    e => format!("cannot register pinwatch's metrics: {e}"),
+                },
+            })?;
+        Ok(Registered {
+            registry: registry.clone(),
+            collector: collector.clone(),
+        })
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // An error is a collector the service has taken out itself: nothing left to do.
+        let _ = self.registry.unregister(Box::new(self.collector.clone()));
+    }
 }
 
 impl Exporter for Prometheus {
@@ -81,14 +123,10 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
                 reason: e.to_string(),
             }
         })?;
-    if let Some(registry) = registry {
-        registry
-            .register(Box::new(collector.clone()))
-            .map_err(|e| Error::InvalidSetting {
-                setting: "prometheus_registry",
-                reason: format!("cannot register pinwatch's metrics: {e}"),
-            })?;
-    }
+    // Before the endpoint: a port that cannot be listened on drops it, which unregisters.
+    let registered = registry
+        .map(|r| Registered::new(r, &collector))
+        .transpose()?;
     let endpoint = match config.prometheus_addr {
         Some(addr) => Some(Endpoint::serve(
             addr,
@@ -102,6 +140,7 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
         exporter: Box::new(Prometheus {
             collector,
             endpoint,
+            _registered: registered,
         }),
         dropped: None,
     }))
@@ -981,6 +1020,60 @@ mod tests {
                 m.name
             );
         }
+    }
+
+    /// The metrics are in a registry of the service's while their detector runs, and only then:
+    /// a detector that stopped, or whose start failed after registering (its endpoint's port
+    /// taken), leaves the registry as it found it, and the next one registers into it; a second
+    /// detector on the registry while the first runs is refused, saying what to do, and leaves
+    /// the first's metrics in.
+    #[test]
+    fn a_registry_holds_the_metrics_while_their_detector_runs() {
+        let registry = Registry::new();
+        let has = |r: &Registry| r.gather().iter().any(|f| f.name().starts_with("pinwatch_"));
+        let start = |addr: Option<std::net::SocketAddr>| {
+            let mut b = crate::Builder::new()
+                .control(crate::config::Control::Off)
+                .heartbeat(None)
+                .stacks(crate::config::Stacks::Off)
+                .tracing(false)
+                .prometheus_registry(&registry);
+            if let Some(addr) = addr {
+                b = b.prometheus_addr(addr);
+            }
+            b.build(&mut tokio::runtime::Builder::new_current_thread())
+        };
+        let (rt, first) = start(None).unwrap();
+        assert!(has(&registry), "a running detector's metrics are in");
+        let refused = start(None).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            refused.contains("already has one of their names") && refused.contains("shut that"),
+            "{refused}"
+        );
+        assert!(
+            has(&registry),
+            "a refused start leaves the running one's metrics in"
+        );
+        drop(rt);
+        first.shutdown();
+        assert!(
+            !has(&registry),
+            "a stopped detector's metrics are taken out"
+        );
+
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let failed = start(Some(taken.local_addr().unwrap()))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(failed.contains("cannot listen there"), "{failed}");
+        assert!(
+            !has(&registry),
+            "a start that failed after registering takes its metrics out"
+        );
+        let (_rt, again) = start(None).unwrap();
+        assert!(has(&registry), "a detector started again registers");
+        again.shutdown();
     }
 
     /// Peers asking for profiles at once (each made on the endpoint's one thread, from the whole

@@ -110,7 +110,25 @@ pub(crate) struct Otlp {
     thread: Option<JoinHandle<()>>,
     meters: SdkMeterProvider,
     dropped: Arc<AtomicU64>,
-    _runtime: Option<tokio::runtime::Runtime>,
+    /// Dropped after the thread and the providers (fields drop after `Drop::drop`).
+    _runtime: ClientRuntime,
+}
+
+/// The runtime of pinwatch's own that the gRPC client runs on, when OTLP goes over gRPC.
+/// Dropped after everything that uses it: from async code (a detector shut down or dropped in a
+/// task, a `build` there that fails after OTLP started) it is left to stop in the background,
+/// since dropping a runtime there waits for its threads, which tokio refuses with a panic; its
+/// one thread ends on its own.
+struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                rt.shutdown_background();
+            }
+        }
+    }
 }
 
 impl Otlp {
@@ -119,36 +137,38 @@ impl Otlp {
     /// `queue`: events queued for the OTLP thread before new ones are dropped (the detector's
     /// queue capacity).
     fn start(max_locations: usize, queue: usize, live: LiveFn) -> Result<Otlp, Error> {
-        Otlp::start_to(max_locations, queue, live, None)
+        Otlp::start_to(max_locations, queue, live, None, |n| std::env::var(n).ok())
     }
 
-    /// [`Otlp::start`], sending to `endpoint` (`http://host:port`, http/protobuf) instead of what
-    /// the `OTEL_*` variables say when it is given.
+    /// [`Otlp::start`], sending to `endpoint` (`http://host:port`) instead of what the `OTEL_*`
+    /// variables say when it is given, with the protocols `env` (the environment) says.
     fn start_to(
         max_locations: usize,
         queue: usize,
         live: LiveFn,
         endpoint: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
     ) -> Result<Otlp, Error> {
-        let env = |n: &str| std::env::var(n).ok();
-        let logs_protocol = protocol("LOGS", env)?;
-        let metrics_protocol = protocol("METRICS", env)?;
+        let logs_protocol = protocol("LOGS", &env)?;
+        let metrics_protocol = protocol("METRICS", &env)?;
         // A runtime of pinwatch's own for the grpc client (tonic needs one); never the app's.
-        let runtime = if logs_protocol == Protocol::Grpc || metrics_protocol == Protocol::Grpc {
-            Some(
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .thread_name("pinwatch-otlp-io")
-                    .enable_all()
-                    .build()
-                    .map_err(|e| {
-                        Error::Otlp(format!("cannot start the OTLP client runtime: {e}"))
-                    })?,
-            )
-        } else {
-            None
-        };
-        let _entered = runtime.as_ref().map(|r| r.enter());
+        let runtime = ClientRuntime(
+            if logs_protocol == Protocol::Grpc || metrics_protocol == Protocol::Grpc {
+                Some(
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(1)
+                        .thread_name("pinwatch-otlp-io")
+                        .enable_all()
+                        .build()
+                        .map_err(|e| {
+                            Error::Otlp(format!("cannot start the OTLP client runtime: {e}"))
+                        })?,
+                )
+            } else {
+                None
+            },
+        );
+        let _entered = runtime.0.as_ref().map(|r| r.enter());
         let resource = Resource::builder().build();
         let log_exporter = match logs_protocol {
             Protocol::HttpProtobuf => match endpoint {
@@ -162,7 +182,13 @@ impl Otlp {
                     .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                     .build(),
             },
-            Protocol::Grpc => LogExporter::builder().with_tonic().build(),
+            Protocol::Grpc => match endpoint {
+                Some(at) => LogExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(at)
+                    .build(),
+                None => LogExporter::builder().with_tonic().build(),
+            },
         }
         .map_err(|e| Error::Otlp(format!("cannot build the OTLP log exporter: {e}")))?;
         let metric_exporter = match metrics_protocol {
@@ -177,7 +203,13 @@ impl Otlp {
                     .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                     .build(),
             },
-            Protocol::Grpc => MetricExporter::builder().with_tonic().build(),
+            Protocol::Grpc => match endpoint {
+                Some(at) => MetricExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(at)
+                    .build(),
+                None => MetricExporter::builder().with_tonic().build(),
+            },
         }
         .map_err(|e| Error::Otlp(format!("cannot build the OTLP metric exporter: {e}")))?;
         let dropped = Arc::new(AtomicU64::new(0));
@@ -196,7 +228,7 @@ impl Otlp {
         register_metrics(&meters, live, Arc::clone(&state));
         let mut instruments = Instruments::new(&meters, max_locations);
         let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(queue);
-        let handle = runtime.as_ref().map(|r| r.handle().clone());
+        let handle = runtime.0.as_ref().map(|r| r.handle().clone());
         let thread = std::thread::Builder::new()
             .name("pinwatch-otlp".into())
             .spawn(move || {
@@ -281,7 +313,7 @@ impl Drop for Otlp {
 #[doc(hidden)]
 pub fn send_for_test(endpoint: &str, events: Vec<PinnedEvent>) -> Result<(), Error> {
     let live: LiveFn = Arc::new(super::live::Live::default);
-    let otlp = Otlp::start_to(16, events.len().max(1), live, Some(endpoint))?;
+    let otlp = Otlp::start_to(16, events.len().max(1), live, Some(endpoint), |_| None)?;
     let sink = otlp.sink();
     for e in events {
         sink.send(&Arc::new(e));
@@ -720,6 +752,46 @@ impl Instruments {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A detector shut down or dropped in async code (a task, a `block_on`) drops its OTLP
+    /// exporter there. Over gRPC that drops the exporter's own client runtime too, which tokio
+    /// refuses in async code with a panic unless the runtime is left to stop in the background.
+    #[test]
+    fn a_grpc_exporter_dropped_in_async_code_stops_without_a_panic() {
+        // Nothing listens there: what the exporter sends as it stops is refused at once.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let grpc = |name: &str| name.ends_with("_PROTOCOL").then(|| "grpc".to_owned());
+        let live: LiveFn = Arc::new(super::super::live::Live::default);
+        let at = format!("http://127.0.0.1:{port}");
+        let otlp = Otlp::start_to(16, 4, live, Some(&at), grpc).unwrap();
+        assert!(
+            otlp._runtime.0.is_some(),
+            "gRPC runs on a runtime of its own"
+        );
+        let sink = otlp.sink();
+        sink.send(&Arc::new(PinnedEvent::for_test(
+            1,
+            State::Completed,
+            Reason::Sleep,
+            30,
+            1,
+        )));
+        drop(sink);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async move { drop(otlp) })
+        }));
+        assert!(
+            stopped.is_ok(),
+            "the exporter's drop in async code panicked"
+        );
+    }
 
     /// Every exported value of every `pinwatch.pinned` series, through the sequences that made
     /// the old sum (completed time plus the open pins' `max(live age, reported)`) go down.

@@ -27,8 +27,10 @@ impl Drop for Claim {
 
 thread_local! {
     /// The table this thread failed to claim a slot in (table full), so that it is not retried
-    /// on every poll.
-    static NO_SLOT_IN: Cell<usize> = const { Cell::new(0) };
+    /// on every poll. Weak, not the table's address: the address of a table that is gone may
+    /// be a new table's (a detector started again), which the thread would then never be
+    /// watched in, and the weak reference keeps the old one's memory, so that it cannot be.
+    static NO_SLOT_IN: Cell<Option<std::sync::Weak<SlotTable>>> = const { Cell::new(None) };
     /// Keeps the claim alive, and releases it at thread exit.
     static GUARD: RefCell<Option<Claim>> = const { RefCell::new(None) };
 }
@@ -225,8 +227,22 @@ fn claim_and_begin(table: &Arc<SlotTable>, spawned_at: usize, task_id: u64) {
     }
 }
 
+/// Whether `table` is the one this thread failed to claim a slot in last.
+fn refused_by(table: &Arc<SlotTable>) -> bool {
+    NO_SLOT_IN
+        .try_with(|no| {
+            let refused = no.take();
+            let same = refused
+                .as_ref()
+                .is_some_and(|r| std::ptr::eq(r.as_ptr(), Arc::as_ptr(table)));
+            no.set(refused);
+            same
+        })
+        .unwrap_or(false)
+}
+
 fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
-    if NO_SLOT_IN.get() == key {
+    if refused_by(table) {
         return None;
     }
     // A thread whose locals are being destroyed is exiting: leave it unwatched.
@@ -236,7 +252,7 @@ fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
     let index = match table.claim() {
         Some(i) => i,
         None => {
-            NO_SLOT_IN.set(key);
+            let _ = NO_SLOT_IN.try_with(|no| no.set(Some(Arc::downgrade(table))));
             table.unwatched_threads.fetch_add(1, Ordering::Relaxed);
             return None;
         }

@@ -456,6 +456,51 @@ mod tests {
         assert_eq!(active(&b), 0);
     }
 
+    /// A thread that a full table refused is watched in the next table, even one the allocator
+    /// would put where the refused one was (a detector started again): what the thread
+    /// remembers of the refusal keeps the refused table's memory (a weak reference), so that no
+    /// other table can be there while it does.
+    #[test]
+    fn a_thread_refused_by_a_table_that_is_gone_is_watched_in_the_next() {
+        let a = Arc::new(SlotTable::new(1));
+        assert!(a.claim().is_some(), "the table's one slot, taken");
+        let hooks_a = PollHooks::new(Some(Arc::clone(&a)));
+        on_new_thread(move || {
+            hooks_a.before_poll_raw(1, Location::caller());
+            hooks_a.after_poll_raw();
+            assert_eq!(
+                a.unwatched_threads
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                1
+            );
+            assert_eq!(
+                Arc::weak_count(&a),
+                1,
+                "the refusal keeps the refused table's memory"
+            );
+            let was = Arc::as_ptr(&a) as usize;
+            drop(hooks_a);
+            drop(a);
+            // Wherever the allocator puts a new table (here it may not reuse the freed memory
+            // at once; in a restarted detector it did, in 11 of 30 rounds), never there.
+            let b = Arc::new(SlotTable::new(1));
+            assert_ne!(
+                Arc::as_ptr(&b) as usize,
+                was,
+                "a table where the refused one was"
+            );
+            let hooks_b = PollHooks::new(Some(Arc::clone(&b)));
+            hooks_b.before_poll_raw(2, Location::caller());
+            assert_eq!(b.slots()[0].poll.seq(), 1, "the thread is watched in it");
+            hooks_b.after_poll_raw();
+            assert_eq!(
+                b.unwatched_threads
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                0
+            );
+        });
+    }
+
     /// After a flagged poll, the thread's next polls are recorded on the cold path, in its own
     /// slot (never a second claim), until its record is full or it parks; then the per-poll
     /// path takes over again.

@@ -473,9 +473,19 @@ fn run(
 /// layer (its server on a thread of its own, configured by `TOKIO_CONSOLE_BIND` and the other
 /// `TOKIO_CONSOLE_*` variables) and a `fmt` layer to stderr filtered by `RUST_LOG` (default:
 /// `warn`, so that pinwatch's own reports show).
+///
+/// Once per process: the subscriber cannot be taken out again, and its server runs on for the
+/// life of the process. A detector started after one that installed it (a runtime rebuilt, a
+/// start retried after it failed past this point) finds it installed and uses it as it is.
 fn install_server() -> Result<(), Error> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::Layer;
+    // Taken for the whole install, so that two detectors starting at once install it once.
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if *installed {
+        return Ok(());
+    }
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) => tracing_subscriber::EnvFilter::try_new(&v).map_err(|e| {
             Error::Console(format!(
@@ -511,6 +521,7 @@ fn install_server() -> Result<(), Error> {
         .with(crate::spans::tracing_layer());
     tracing::subscriber::set_global_default(subscriber)
         .map_err(|_| Error::Console(ALREADY_SET.to_owned()))?;
+    *installed = true;
     explain_a_second_subscriber();
     Ok(())
 }

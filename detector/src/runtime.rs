@@ -180,12 +180,15 @@ impl Prepared {
             _ => None,
         };
         announce(&watched.config, false, || {
-            let mut line = startup_line(
-                &watched.config,
-                workers,
-                control.as_ref().map(|c| c.path()),
-                &exporters,
-            );
+            let ctl = control.as_ref().map(|c| {
+                // In a directory of its own, `pinwatch ctl` takes the socket's path.
+                let target = match watched.config.control {
+                    crate::config::Control::On => c.target(),
+                    _ => c.path().display().to_string(),
+                };
+                (c.path(), target)
+            });
+            let mut line = startup_line(&watched.config, workers, ctl, &exporters);
             if let Some((dump, signals)) = &dump_on_exit {
                 line.push_str("; ");
                 line.push_str(&describe_exit_dump(&dump.path, signals));
@@ -263,7 +266,7 @@ fn announce(config: &Config, warn: bool, line: impl FnOnce() -> String) {
 fn startup_line(
     config: &Config,
     workers: usize,
-    control: Option<&std::path::Path>,
+    control: Option<(&std::path::Path, String)>,
     exporters: &Running,
 ) -> String {
     let mut s = format!(
@@ -272,10 +275,9 @@ fn startup_line(
         humantime::format_duration(config.threshold)
     );
     match control {
-        Some(path) => s.push_str(&format!(
-            "; control socket {} (`pinwatch ctl {} status`)",
+        Some((path, target)) => s.push_str(&format!(
+            "; control socket {} (`pinwatch ctl {target} status`)",
             path.display(),
-            std::process::id()
         )),
         None => s.push_str("; no control socket"),
     }

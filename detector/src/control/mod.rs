@@ -90,6 +90,8 @@ pub(crate) struct Server {
     fd: RawFd,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Given back after the socket is unlinked.
+    _number: Number,
 }
 
 impl Server {
@@ -98,15 +100,17 @@ impl Server {
         &self.path
     }
 
+    /// What `pinwatch ctl` takes for this socket in the default directory: `PID`, or `PID.N`
+    /// for the n-th of the process's detectors running at once.
+    pub(crate) fn target(&self) -> String {
+        self.name.trim_end_matches(".sock").to_owned()
+    }
+
     /// Makes (or checks) `dir`, binds this detector's socket in it, and serves it.
     pub(crate) fn start(dir: &Path, ctx: Context) -> Result<Server, String> {
         let dir = prepare_dir(dir)?;
-        static DETECTORS: AtomicUsize = AtomicUsize::new(0);
-        let pid = std::process::id();
-        let name = match DETECTORS.fetch_add(1, Ordering::Relaxed) {
-            0 => format!("{pid}.sock"),
-            n => format!("{pid}.{}.sock", n + 1),
-        };
+        let number = Number::take();
+        let name = number.socket_name(std::process::id());
         let path = dir.path().join(&name);
         remove_stale(&dir, &name);
         let listener = UnixListener::bind(&path)
@@ -146,7 +150,62 @@ impl Server {
             fd,
             stop,
             thread: Some(thread),
+            _number: number,
         })
+    }
+}
+
+/// The sockets this process serves now, by number: the first is `<pid>.sock`, the n-th
+/// `<pid>.<n>.sock` (`pinwatch ctl PID.N`).
+static SERVED: Mutex<Numbers> = Mutex::new(Numbers(Vec::new()));
+
+/// Numbers in use, from 1: a new one is the lowest free, so that a process with one detector at
+/// a time (a runtime built again) serves `<pid>.sock`, which `pinwatch ctl PID` finds.
+struct Numbers(Vec<bool>);
+
+impl Numbers {
+    fn take(&mut self) -> usize {
+        let i = match self.0.iter().position(|used| !used) {
+            Some(i) => i,
+            None => {
+                self.0.push(false);
+                self.0.len() - 1
+            }
+        };
+        self.0[i] = true;
+        i + 1
+    }
+
+    fn release(&mut self, n: usize) {
+        if let Some(used) = n.checked_sub(1).and_then(|i| self.0.get_mut(i)) {
+            *used = false;
+        }
+    }
+}
+
+/// A socket's number, given back when dropped: after its socket is unlinked (a field of
+/// [`Server`], which unlinks in its `drop`).
+struct Number(usize);
+
+impl Number {
+    fn take() -> Number {
+        Number(SERVED.lock().unwrap_or_else(|p| p.into_inner()).take())
+    }
+
+    fn socket_name(&self, pid: u32) -> String {
+        match self.0 {
+            1 => format!("{pid}.sock"),
+            n => format!("{pid}.{n}.sock"),
+        }
+    }
+}
+
+impl Drop for Number {
+    fn drop(&mut self) {
+        SERVED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .release(self.0);
     }
 }
 

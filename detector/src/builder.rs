@@ -226,7 +226,9 @@ impl Builder {
     /// [`shutdown`](Detector::shutdown) — after the last event is exported
     /// (`PINWATCH_DUMP_ON_EXIT`; `%p` in it is the pid). The file is replaced whole, never left
     /// half written. Its directory must exist and be writable: [`prepare`](Self::prepare)
-    /// checks.
+    /// checks. A detector started while another running one dumps to the same file (two
+    /// runtimes built with [`from_env`](Self::from_env)) dumps to it numbered:
+    /// `pins-42.2.jsonl` (the start-up line says where).
     ///
     /// Also at a SIGTERM or SIGINT, for a service that does not shut down gracefully (its
     /// runtime is never dropped): when the detector starts, pinwatch installs a handler for each

@@ -1,6 +1,7 @@
 //! Files pinwatch writes and reads: written whole or not at all, named as the settings say
 //! (`%p`, rotation numbers), in a directory checked before the detector relies on it.
 
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
@@ -123,6 +124,21 @@ pub(crate) fn with_pid(path: &Path) -> PathBuf {
     }
 }
 
+/// `path` for the n-th of a process's files of one name (`n` from 1): `pins-42.jsonl`, then
+/// `pins-42.2.jsonl`, `pins-42.3.jsonl`, …
+pub(crate) fn numbered(path: &Path, n: usize) -> PathBuf {
+    if n <= 1 {
+        return path.to_owned();
+    }
+    let mut name = path.file_stem().map(OsString::from).unwrap_or_default();
+    name.push(format!(".{n}"));
+    if let Some(ext) = path.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    path.with_file_name(name)
+}
+
 /// Whether a dump could be written at `path` when the detector stops: its directory exists
 /// and this process may write there, and `path` is not something other than a regular file.
 /// The reason when not.
@@ -215,6 +231,25 @@ pub(crate) fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn a_numbered_name_keeps_its_directory_and_extension() {
+        let n = |p: &str, k| numbered(Path::new(p), k);
+        assert_eq!(
+            n("/var/tmp/pins-42.jsonl", 1),
+            Path::new("/var/tmp/pins-42.jsonl")
+        );
+        assert_eq!(
+            n("/var/tmp/pins-42.jsonl", 2),
+            Path::new("/var/tmp/pins-42.2.jsonl")
+        );
+        assert_eq!(
+            n("/var/tmp/a.b.jsonl", 3),
+            Path::new("/var/tmp/a.b.3.jsonl")
+        );
+        assert_eq!(n("/var/tmp/pins", 2), Path::new("/var/tmp/pins.2"));
+        assert_eq!(n("pins.jsonl", 12), Path::new("pins.12.jsonl"));
+    }
 
     #[test]
     fn a_whole_file_never_replaces_one_unasked() {

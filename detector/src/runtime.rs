@@ -179,6 +179,9 @@ impl Prepared {
             })),
             _ => None,
         };
+        // Until the detector holds it: an unwind from here takes it out again, so that no
+        // signal writes the dump of a detector that never started.
+        let mut unregister = UnregisterOnUnwind(dump_on_exit.as_ref().map(|(d, _)| Arc::clone(d)));
         announce(&watched.config, false, || {
             let ctl = control.as_ref().map(|c| {
                 // In a directory of its own, `pinwatch ctl` takes the socket's path.
@@ -196,8 +199,9 @@ impl Prepared {
             line
         });
         let dump_on_exit = dump_on_exit.map(|(dump, _)| dump);
-        // The detector stops it from here.
+        // The detector stops it, and takes its dump out, from here.
         std::mem::forget(stop);
+        unregister.0 = None;
         Ok(Detector {
             watched: Some(watched),
             flight,
@@ -208,6 +212,18 @@ impl Prepared {
             exporters,
             drops,
         })
+    }
+}
+
+/// Takes an exit dump that no [`Detector`] holds yet out of [`EXIT_DUMPS`] when dropped
+/// holding it: [`Prepared::start`] empties it once the detector is made.
+struct UnregisterOnUnwind(Option<Arc<ExitDump>>);
+
+impl Drop for UnregisterOnUnwind {
+    fn drop(&mut self) {
+        if let Some(dump) = self.0.take() {
+            ExitDump::unregister(&dump);
+        }
     }
 }
 
@@ -539,9 +555,18 @@ type ExitSignals = Result<[Disposition; 2], String>;
 impl ExitDump {
     /// Adds `dump` to [`EXIT_DUMPS`] and catches the exit signals (when they have their
     /// default action).
-    fn register(dump: ExitDump) -> (Arc<ExitDump>, ExitSignals) {
-        let dump = Arc::new(dump);
+    ///
+    /// A file another running detector dumps to (two `Builder::from_env()` with one
+    /// `PINWATCH_DUMP_ON_EXIT`) is numbered instead, the lowest number free: `pins-42.2.jsonl`.
+    fn register(mut dump: ExitDump) -> (Arc<ExitDump>, ExitSignals) {
         let mut all = EXIT_DUMPS.lock().unwrap_or_else(PoisonError::into_inner);
+        let asked = dump.path.clone();
+        let mut n = 1;
+        while all.iter().any(|d| d.path == dump.path) {
+            n += 1;
+            dump.path = crate::files::numbered(&asked, n);
+        }
+        let dump = Arc::new(dump);
         let signals = exit_signal::arm(on_exit_signal);
         all.push(Arc::clone(&dump));
         (dump, signals)
@@ -761,6 +786,84 @@ mod tests {
             watched.table.parking.stopping(),
             "the watchdog of a start that unwound is stopped"
         );
+    }
+
+    /// A detector on the watched runtime with `dump_on_exit` to `path`, nothing else of its own.
+    fn dumping(path: &Path) -> crate::Builder {
+        crate::Builder::new()
+            .control(crate::config::Control::Off)
+            .heartbeat(None)
+            .stacks(crate::config::Stacks::Off)
+            .dump_on_exit(Some(path.to_owned()))
+    }
+
+    /// Whether a running detector (or one that failed to start) dumps to `path` at a signal.
+    fn dumps_to(path: &Path) -> bool {
+        EXIT_DUMPS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|d| d.path == path)
+    }
+
+    #[test]
+    fn a_start_that_unwinds_at_the_start_up_line_takes_its_exit_dump_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("unwound.jsonl");
+        let prepared = dumping(&path).prepare().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tracing::subscriber::with_default(Panics, || prepared.start(rt.handle()))
+        }));
+        assert!(
+            started.is_err(),
+            "the start-up line's event unwinds out of start"
+        );
+        assert!(
+            !dumps_to(&path),
+            "a signal would write the dump of a detector that never started"
+        );
+    }
+
+    /// Two detectors running at once with one dump file (two `Builder::from_env()`): each
+    /// writes its own, the second numbered; once both stopped, the name is free again.
+    #[test]
+    fn two_detectors_with_one_exit_dump_file_write_two() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("exit-%p.jsonl");
+        let start = || {
+            dumping(&path)
+                .tracing(false)
+                .build(&mut tokio::runtime::Builder::new_current_thread())
+                .unwrap()
+        };
+        let ((rt_a, a), (rt_b, b)) = (start(), start());
+        let runs = [
+            a.run_id().unwrap().to_owned(),
+            b.run_id().unwrap().to_owned(),
+        ];
+        let first = crate::files::with_pid(&path);
+        let second = crate::files::numbered(&first, 2);
+        assert!(dumps_to(&first) && dumps_to(&second));
+        drop((rt_a, rt_b));
+        a.shutdown();
+        b.shutdown();
+        for (file, run) in [(&first, &runs[0]), (&second, &runs[1])] {
+            let text =
+                std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let head = text.lines().next().unwrap_or_default();
+            assert!(head.contains(run.as_str()), "{}: {head}", file.display());
+        }
+        assert!(!dumps_to(&first) && !dumps_to(&second), "both stopped");
+        let (rt, again) = start();
+        assert!(
+            dumps_to(&first),
+            "a detector started again dumps to the name"
+        );
+        drop(rt);
+        again.shutdown();
     }
 
     /// An exporter whose `Drop` joins its thread, which ends when its queue closes (as OTLP's

@@ -405,10 +405,11 @@ impl PinwatchCollector {
             &metrics.threshold,
             &metrics.build_info,
         ];
-        let descs = collectors
+        let mut descs: Vec<Desc> = collectors
             .iter()
             .flat_map(|c| c.desc().into_iter().cloned())
             .collect();
+        descs.push(own_desc()?);
         Ok(PinwatchCollector {
             inner: Arc::new(Inner {
                 metrics,
@@ -475,6 +476,22 @@ impl PinwatchCollector {
         let _ = TextEncoder::new().encode(&families, &mut out);
         String::from_utf8(out).unwrap_or_default()
     }
+}
+
+/// A description of the collector's own, never collected. A registry takes a collector out by
+/// its set of descriptions, and every pinwatch collector has the same metrics: without one of
+/// its own, a detector stopping would take out another's (registered after the service had
+/// taken the first one's out itself). Its name is pinwatch's, so a second collector in the
+/// registry is still refused for its metrics' names.
+fn own_desc() -> Result<Desc, prometheus::Error> {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Desc::new(
+        "pinwatch_collector".to_owned(),
+        "Tells one pinwatch collector from another in a registry; never exported.".to_owned(),
+        Vec::new(),
+        std::collections::HashMap::from([("collector".to_owned(), n.to_string())]),
+    )
 }
 
 impl Collector for PinwatchCollector {
@@ -1054,8 +1071,20 @@ mod tests {
             has(&registry),
             "a refused start leaves the running one's metrics in"
         );
+        // The service takes the first one's out itself, and starts another before the first
+        // stops: the first's stop takes out its own only.
+        registry
+            .unregister(Box::new(first.prometheus().unwrap().clone()))
+            .unwrap();
+        let (rt_second, second) = start(None).unwrap();
         drop(rt);
         first.shutdown();
+        assert!(
+            has(&registry),
+            "a detector stopping took out another's metrics"
+        );
+        drop(rt_second);
+        second.shutdown();
         assert!(
             !has(&registry),
             "a stopped detector's metrics are taken out"

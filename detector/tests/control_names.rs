@@ -1,19 +1,55 @@
-//! The names of a process's control sockets as its detectors come and go: the lowest free
-//! number, so that a process with one detector at a time (a runtime built again) always serves
-//! `<pid>.sock`, which `pinwatch ctl PID` finds. Its own test binary: the numbers are the
-//! process's.
+//! The names of a process's control sockets as its detectors come and go: the lowest number
+//! free in the directory, so that a process with one detector at a time (a runtime built again)
+//! always serves `<pid>.sock`, which `pinwatch ctl PID` finds. Its own test binary: the numbers
+//! are the process's.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use pinwatch::Control;
 
 fn start(dir: &Path) -> (tokio::runtime::Runtime, pinwatch::Detector) {
-    pinwatch::Builder::new()
-        .tracing(false)
-        .heartbeat(None)
-        .control(Control::Dir(dir.to_owned()))
-        .build(&mut tokio::runtime::Builder::new_current_thread())
-        .expect("a detector")
+    started(Control::Dir(dir.to_owned())).0
+}
+
+/// What a `tracing` subscriber is given to write.
+#[derive(Clone, Default)]
+struct Written(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Written {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A detector with its control socket as `control`, and its start-up line.
+fn started(control: Control) -> ((tokio::runtime::Runtime, pinwatch::Detector), String) {
+    let written = Written::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let w = written.clone();
+            move || w.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let built = tracing::subscriber::with_default(subscriber, || {
+        pinwatch::Builder::new()
+            .heartbeat(None)
+            .control(control)
+            .build(&mut tokio::runtime::Builder::new_current_thread())
+            .expect("a detector")
+    });
+    let text = String::from_utf8_lossy(&written.0.lock().unwrap()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("pinwatch: watching "))
+        .unwrap_or_else(|| panic!("no start-up line in {text:?}"))
+        .to_owned();
+    (built, line)
 }
 
 fn name(d: &pinwatch::Detector) -> String {
@@ -34,16 +70,49 @@ fn a_detector_takes_the_lowest_free_socket_name() {
     assert!(!dir.path().join(format!("{pid}.sock")).exists(), "removed");
     let (rt_c, c) = start(dir.path());
     assert_eq!(name(&c), format!("{pid}.sock"), "the first, free again");
-    let (rt_d, d) = start(dir.path());
+    // The same directory spelt another way: numbered with the others.
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let (rt_d, d) = start(&dir.path().join("sub/.."));
     assert_eq!(
         name(&d),
         format!("{pid}.3.sock"),
         "the second is still taken"
     );
-    for (rt, d) in [(rt_b, b), (rt_c, c), (rt_d, d)] {
+    // Another directory: numbered on its own.
+    let other = tempfile::tempdir().unwrap();
+    let (rt_e, e) = start(other.path());
+    assert_eq!(
+        name(&e),
+        format!("{pid}.sock"),
+        "the first in its directory"
+    );
+    for (rt, d) in [(rt_b, b), (rt_c, c), (rt_d, d), (rt_e, e)] {
         drop(rt);
         d.shutdown();
     }
+    // The start-up line names what `pinwatch ctl` takes: the socket's path in a directory of
+    // its own; `PID`, `PID.2` in the default one.
+    let ((rt_f, f), line) = started(Control::Dir(dir.path().to_owned()));
+    let path = f.control_socket().unwrap().display().to_string();
+    assert!(
+        line.contains(&format!("(`pinwatch ctl {path} status`)")),
+        "{line}"
+    );
+    let ((rt_g, g), line_g) = started(Control::On);
+    let ((rt_h, h), line_h) = started(Control::On);
+    assert!(
+        line_g.contains(&format!("(`pinwatch ctl {pid} status`)")),
+        "{line_g}"
+    );
+    assert!(
+        line_h.contains(&format!("(`pinwatch ctl {pid}.2 status`)")),
+        "{line_h}"
+    );
+    for (rt, d) in [(rt_f, f), (rt_g, g), (rt_h, h)] {
+        drop(rt);
+        d.shutdown();
+    }
+
     let (_rt, again) = start(dir.path());
     assert_eq!(
         name(&again),

@@ -26,7 +26,8 @@ pub const DEADLINE: Duration = Duration::from_secs(5);
 pub struct Endpoint {
     /// The process (0 for a socket named by a path that does not say it).
     pub pid: u32,
-    /// How `pinwatch ctl` names it: `<pid>`, or `<pid>.<n>` for a process's n-th detector.
+    /// How `pinwatch ctl` names it: `<pid>`, or `<pid>.<n>` for the n-th of a process's
+    /// detectors running at once.
     pub name: String,
     /// The socket.
     pub path: PathBuf,
@@ -225,7 +226,7 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     if parse_socket_name(&format!("{target}.sock")).is_none() {
         return Err(format!(
             "{target:?} is not a process id; give a pid (`pinwatch ctl list` shows them), \
-             `<pid>.<n>` for a process's n-th runtime, or a socket's path"
+             `<pid>.<n>` for the n-th of its detectors running at once, or a socket's path"
         ));
     }
     let file = format!("{target}.sock");

@@ -142,6 +142,11 @@ impl ControlDir {
         Ok(())
     }
 
+    /// The opened directory's device and inode: the same for every path that names it.
+    pub(crate) fn id(&self) -> (u64, u64) {
+        self.file.metadata().map_or((0, 0), |m| (m.dev(), m.ino()))
+    }
+
     /// Whether `path` still names this opened directory (nobody swapped it since).
     pub(crate) fn is_at_path(&self) -> bool {
         let (Ok(now), Ok(opened)) = (std::fs::symlink_metadata(&self.path), self.file.metadata())

@@ -1,8 +1,8 @@
 //! The control socket: `pinwatch ctl <pid> status | set | record | dump | pause | resume` on a running
 //! service, like `jcmd <pid> JFR.start`.
 //!
-//! Each detector serves a Unix domain socket, `<pid>.sock` (`<pid>.<n>.sock` for a process's
-//! n-th detector), in a directory only its user may enter (`/tmp/pinwatch-<uid>`, mode 0700;
+//! Each detector serves a Unix domain socket, `<pid>.sock` (`<pid>.<n>.sock` for the n-th of a
+//! process's detectors running at once in one directory), in a directory only its user may enter (`/tmp/pinwatch-<uid>`, mode 0700;
 //! the socket 0600), from a thread of pinwatch's own that answers while every worker is pinned.
 //! The directory is made without following symlinks and checked on its opened descriptor: one
 //! that belongs to someone else, or a symlink, is refused ([`ControlDir`]).
@@ -101,7 +101,7 @@ impl Server {
     }
 
     /// What `pinwatch ctl` takes for this socket in the default directory: `PID`, or `PID.N`
-    /// for the n-th of the process's detectors running at once.
+    /// for the n-th of the process's detectors running at once there.
     pub(crate) fn target(&self) -> String {
         self.name.trim_end_matches(".sock").to_owned()
     }
@@ -109,7 +109,7 @@ impl Server {
     /// Makes (or checks) `dir`, binds this detector's socket in it, and serves it.
     pub(crate) fn start(dir: &Path, ctx: Context) -> Result<Server, String> {
         let dir = prepare_dir(dir)?;
-        let number = Number::take();
+        let number = Number::take(dir.id());
         let name = number.socket_name(std::process::id());
         let path = dir.path().join(&name);
         remove_stale(&dir, &name);
@@ -155,12 +155,14 @@ impl Server {
     }
 }
 
-/// The sockets this process serves now, by number: the first is `<pid>.sock`, the n-th
-/// `<pid>.<n>.sock` (`pinwatch ctl PID.N`).
-static SERVED: Mutex<Numbers> = Mutex::new(Numbers(Vec::new()));
+/// The sockets this process serves now, by directory (its device and inode) and number: in a
+/// directory, the first is `<pid>.sock`, the n-th `<pid>.<n>.sock` (`pinwatch ctl PID.N`).
+static SERVED: Mutex<Vec<((u64, u64), Numbers)>> = Mutex::new(Vec::new());
 
 /// Numbers in use, from 1: a new one is the lowest free, so that a process with one detector at
-/// a time (a runtime built again) serves `<pid>.sock`, which `pinwatch ctl PID` finds.
+/// a time in a directory (a runtime built again) serves `<pid>.sock` there, which
+/// `pinwatch ctl PID` finds.
+#[derive(Default)]
 struct Numbers(Vec<bool>);
 
 impl Numbers {
@@ -176,24 +178,40 @@ impl Numbers {
         i + 1
     }
 
-    fn release(&mut self, n: usize) {
+    /// Gives `n` back; whether none is in use now.
+    fn release(&mut self, n: usize) -> bool {
         if let Some(used) = n.checked_sub(1).and_then(|i| self.0.get_mut(i)) {
             *used = false;
         }
+        !self.0.contains(&true)
     }
 }
 
-/// A socket's number, given back when dropped: after its socket is unlinked (a field of
-/// [`Server`], which unlinks in its `drop`).
-struct Number(usize);
+/// A socket's number in its directory, given back when dropped: after its socket is unlinked (a
+/// field of [`Server`], which unlinks in its `drop`).
+struct Number {
+    dir: (u64, u64),
+    n: usize,
+}
 
 impl Number {
-    fn take() -> Number {
-        Number(SERVED.lock().unwrap_or_else(|p| p.into_inner()).take())
+    fn take(dir: (u64, u64)) -> Number {
+        let mut served = SERVED.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = match served.iter().position(|(d, _)| *d == dir) {
+            Some(at) => at,
+            None => {
+                served.push((dir, Numbers::default()));
+                served.len() - 1
+            }
+        };
+        Number {
+            dir,
+            n: served[at].1.take(),
+        }
     }
 
     fn socket_name(&self, pid: u32) -> String {
-        match self.0 {
+        match self.n {
             1 => format!("{pid}.sock"),
             n => format!("{pid}.{n}.sock"),
         }
@@ -202,10 +220,12 @@ impl Number {
 
 impl Drop for Number {
     fn drop(&mut self) {
-        SERVED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .release(self.0);
+        let mut served = SERVED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = served.iter().position(|(d, _)| *d == self.dir) {
+            if served[at].1.release(self.n) {
+                served.swap_remove(at);
+            }
+        }
     }
 }
 

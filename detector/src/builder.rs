@@ -228,7 +228,7 @@ impl Builder {
     /// half written. Its directory must exist and be writable: [`prepare`](Self::prepare)
     /// checks. A detector started while another running one dumps to the same file (two
     /// runtimes built with [`from_env`](Self::from_env)) dumps to it numbered:
-    /// `pins-42.2.jsonl` (the start-up line says where).
+    /// `pins-42.2.jsonl` (the start-up line says where, and [`Detector::exit_dump`]).
     ///
     /// Also at a SIGTERM or SIGINT, for a service that does not shut down gracefully (its
     /// runtime is never dropped): when the detector starts, pinwatch installs a handler for each

@@ -1,7 +1,6 @@
 //! Files pinwatch writes and reads: written whole or not at all, named as the settings say
 //! (`%p`, rotation numbers), in a directory checked before the detector relies on it.
 
-use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
@@ -125,18 +124,12 @@ pub(crate) fn with_pid(path: &Path) -> PathBuf {
 }
 
 /// `path` for the n-th of a process's files of one name (`n` from 1): `pins-42.jsonl`, then
-/// `pins-42.2.jsonl`, `pins-42.3.jsonl`, …
+/// `pins-42.2.jsonl`, `pins-42.3.jsonl`, … (named as [`rotated_path`] names).
 pub(crate) fn numbered(path: &Path, n: usize) -> PathBuf {
     if n <= 1 {
         return path.to_owned();
     }
-    let mut name = path.file_stem().map(OsString::from).unwrap_or_default();
-    name.push(format!(".{n}"));
-    if let Some(ext) = path.extension() {
-        name.push(".");
-        name.push(ext);
-    }
-    path.with_file_name(name)
+    rotated_path(path, n)
 }
 
 /// Whether a dump could be written at `path` when the detector stops: its directory exists

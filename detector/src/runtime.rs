@@ -171,6 +171,7 @@ impl Prepared {
         let stop = StopOnUnwind(&watched.table.parking);
         let dump_on_exit = match (&watched.config.dump_on_exit, &flight) {
             (Some(path), Some((flight, who))) => Some(ExitDump::register(ExitDump {
+                dir: ExitDump::dir_of(&crate::files::with_pid(path)),
                 path: crate::files::with_pid(path),
                 flight: flight.clone(),
                 who: who.clone(),
@@ -374,6 +375,13 @@ impl Detector {
         self.control.as_ref().map(|c| c.path())
     }
 
+    /// The file the flight recording is written to when the detector stops or at an exit
+    /// signal ([`Builder::dump_on_exit`](crate::Builder::dump_on_exit), `%p` replaced, and
+    /// numbered when another running detector writes to that file; `None` when not asked for).
+    pub fn exit_dump(&self) -> Option<&Path> {
+        self.dump_on_exit.as_ref().map(|d| d.path.as_path())
+    }
+
     /// This detector's run id, as in every event's `run_id` (`None` when off).
     pub fn run_id(&self) -> Option<&str> {
         self.watched.as_ref().map(|w| w.run_id.as_str())
@@ -535,6 +543,9 @@ pub(crate) const EXIT_DUMP_WAIT: Duration = Duration::from_secs(10);
 struct ExitDump {
     /// `%p` replaced.
     path: PathBuf,
+    /// Its directory's device and inode (read before the dump is registered): two spellings of
+    /// one file (`pins.jsonl` and `/srv/pins.jsonl`, `a/../pins.jsonl`) are one file.
+    dir: Option<(u64, u64)>,
     flight: export::Flight,
     who: export::Identity,
     /// Its detector's settings: how to say what happened.
@@ -562,7 +573,7 @@ impl ExitDump {
         let mut all = EXIT_DUMPS.lock().unwrap_or_else(PoisonError::into_inner);
         let asked = dump.path.clone();
         let mut n = 1;
-        while all.iter().any(|d| d.path == dump.path) {
+        while all.iter().any(|d| d.same_file(&dump)) {
             n += 1;
             dump.path = crate::files::numbered(&asked, n);
         }
@@ -570,6 +581,25 @@ impl ExitDump {
         let signals = exit_signal::arm(on_exit_signal);
         all.push(Arc::clone(&dump));
         (dump, signals)
+    }
+
+    /// The device and inode of the directory `path` is in (the working directory for a bare
+    /// name).
+    fn dir_of(path: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+    }
+
+    /// Whether `other` writes the file this one does, however either is spelt.
+    fn same_file(&self, other: &ExitDump) -> bool {
+        self.path == other.path
+            || (self.dir.is_some()
+                && self.dir == other.dir
+                && self.path.file_name() == other.path.file_name())
     }
 
     /// Takes `dump` out of [`EXIT_DUMPS`]; with the last one, the exit signals get their
@@ -847,6 +877,10 @@ mod tests {
         let first = crate::files::with_pid(&path);
         let second = crate::files::numbered(&first, 2);
         assert!(dumps_to(&first) && dumps_to(&second));
+        assert_eq!(
+            (a.exit_dump(), b.exit_dump()),
+            (Some(first.as_path()), Some(second.as_path()))
+        );
         drop((rt_a, rt_b));
         a.shutdown();
         b.shutdown();
@@ -857,6 +891,19 @@ mod tests {
             assert!(head.contains(run.as_str()), "{}: {head}", file.display());
         }
         assert!(!dumps_to(&first) && !dumps_to(&second), "both stopped");
+        // The same file spelt another way.
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let other = dir.path().join("sub/../exit-%p.jsonl");
+        let (rt_a, a) = start();
+        let (rt_c, c) = dumping(&other)
+            .tracing(false)
+            .build(&mut tokio::runtime::Builder::new_current_thread())
+            .unwrap();
+        let third = crate::files::numbered(&crate::files::with_pid(&other), 2);
+        assert!(dumps_to(&third), "one file under two names is numbered too");
+        drop((rt_a, rt_c));
+        a.shutdown();
+        c.shutdown();
         let (rt, again) = start();
         assert!(
             dumps_to(&first),

@@ -377,8 +377,9 @@ impl Exporter for Console {
     fn describe(&self) -> String {
         match self.mode {
             crate::config::Console::On => {
-                let bind =
-                    std::env::var("TOKIO_CONSOLE_BIND").unwrap_or_else(|_| "127.0.0.1:6669".into());
+                // Where the server listens: what it was installed with, whatever the variable
+                // says now.
+                let bind = lock_installed().clone().unwrap_or_default();
                 format!("tokio-console on {bind}")
             }
             _ => "console resources in the service's subscriber".to_owned(),
@@ -481,9 +482,8 @@ fn install_server() -> Result<(), Error> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::Layer;
     // Taken for the whole install, so that two detectors starting at once install it once.
-    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-    if *installed {
+    let mut installed = lock_installed();
+    if installed.is_some() {
         return Ok(());
     }
     let filter = match std::env::var("RUST_LOG") {
@@ -521,9 +521,15 @@ fn install_server() -> Result<(), Error> {
         .with(crate::spans::tracing_layer());
     tracing::subscriber::set_global_default(subscriber)
         .map_err(|_| Error::Console(ALREADY_SET.to_owned()))?;
-    *installed = true;
+    *installed = Some(bind);
     explain_a_second_subscriber();
     Ok(())
+}
+
+/// The address the server `PINWATCH_CONSOLE=on` installed listens on, once installed.
+fn lock_installed() -> std::sync::MutexGuard<'static, Option<String>> {
+    static INSTALLED: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    INSTALLED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What to write instead, when the service has a `tracing` subscriber of its own.

@@ -175,17 +175,23 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
 /// The `k`-th rotated file of the recording `path`: `rec.jsonl` → `rec.1.jsonl`, `rec` →
 /// `rec.1`. `rec.1.jsonl` is the newest rotated file.
 pub fn rotated_path(path: &Path, k: usize) -> std::path::PathBuf {
-    let name = path.file_name().map_or_else(
-        || std::ffi::OsString::from(format!("{k}")),
-        |n| {
-            let n = n.to_string_lossy();
-            match n.rsplit_once('.') {
-                Some((stem, ext)) if !stem.is_empty() => format!("{stem}.{k}.{ext}").into(),
-                _ => format!("{n}.{k}").into(),
-            }
-        },
-    );
-    path.with_file_name(name)
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    // As bytes: a name that is not UTF-8 keeps its bytes.
+    let n = path.file_name().map_or(&[][..], |n| n.as_bytes());
+    let mut name = Vec::with_capacity(n.len() + 21);
+    match n.iter().rposition(|&b| b == b'.') {
+        Some(dot) if dot > 0 => {
+            name.extend_from_slice(&n[..dot]);
+            name.extend_from_slice(format!(".{k}").as_bytes());
+            name.extend_from_slice(&n[dot..]);
+        }
+        _ if n.is_empty() => name.extend_from_slice(k.to_string().as_bytes()),
+        _ => {
+            name.extend_from_slice(n);
+            name.extend_from_slice(format!(".{k}").as_bytes());
+        }
+    }
+    path.with_file_name(std::ffi::OsString::from_vec(name))
 }
 
 /// The numbers `k` of the rotated files of `path` that exist now (see [`rotated_path`]), in no
@@ -203,21 +209,23 @@ pub(crate) fn rotated_numbers(path: &Path) -> std::io::Result<Vec<usize>> {
 
 /// `Some(k)` when `candidate` is the `k`-th rotated file of `path`.
 pub(crate) fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
-    let name = candidate.file_name()?.to_str()?;
-    let base = path.file_name()?.to_str()?;
-    let (stem, ext) = match base.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() => (stem, Some(ext)),
+    use std::os::unix::ffi::OsStrExt;
+    // As bytes, as `rotated_path` names them.
+    let name = candidate.file_name()?.as_bytes();
+    let base = path.file_name()?.as_bytes();
+    let (stem, ext) = match base.iter().rposition(|&b| b == b'.') {
+        Some(dot) if dot > 0 => (&base[..dot], Some(&base[dot + 1..])),
         _ => (base, None),
     };
-    let rest = name.strip_prefix(stem)?.strip_prefix('.')?;
+    let rest = name.strip_prefix(stem)?.strip_prefix(b".")?;
     let digits = match ext {
-        Some(ext) => rest.strip_suffix(ext)?.strip_suffix('.')?,
+        Some(ext) => rest.strip_suffix(ext)?.strip_suffix(b".")?,
         None => rest,
     };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.starts_with('0') {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) || digits[0] == b'0' {
         return None;
     }
-    digits.parse().ok()
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -242,6 +250,17 @@ mod tests {
         );
         assert_eq!(n("/var/tmp/pins", 2), Path::new("/var/tmp/pins.2"));
         assert_eq!(n("pins.jsonl", 12), Path::new("pins.12.jsonl"));
+        assert_eq!(n("/var/tmp/.pins", 2), Path::new("/var/tmp/.pins.2"));
+        // A name that is not UTF-8 keeps its bytes.
+        use std::os::unix::ffi::OsStrExt;
+        let odd = Path::new(std::ffi::OsStr::from_bytes(b"/t/p\xffs.jsonl"));
+        let want = Path::new(std::ffi::OsStr::from_bytes(b"/t/p\xffs.2.jsonl"));
+        assert_eq!(numbered(odd, 2), want);
+        assert_eq!(
+            rotation_number(odd, want),
+            Some(2),
+            "and is found as rotated"
+        );
     }
 
     #[test]

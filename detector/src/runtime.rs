@@ -587,11 +587,9 @@ impl ExitDump {
     /// name).
     fn dir_of(path: &Path) -> Option<(u64, u64)> {
         use std::os::unix::fs::MetadataExt;
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+        std::fs::metadata(crate::files::dir_of(path))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
     }
 
     /// Whether `other` writes the file this one does, however either is spelt.

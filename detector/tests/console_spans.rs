@@ -64,4 +64,18 @@ fn pinwatchs_own_subscriber_puts_spans_on_pins() {
         a_pin_in_a_span_says_so(&rt, &events);
         rt.shutdown();
     }
+    // The start-up line names the address the server was installed on, not the variable's.
+    std::env::set_var("TOKIO_CONSOLE_BIND", "127.0.0.1:1");
+    let (started, line) = support::with_startup_line(|| {
+        pinwatch::Builder::new()
+            .control(pinwatch::Control::Off)
+            .console(Console::On)
+            .build(&mut multi_thread(1))
+            .unwrap()
+    });
+    assert!(
+        line.contains(&format!("tokio-console on 127.0.0.1:{port}")),
+        "{line}"
+    );
+    drop(started);
 }

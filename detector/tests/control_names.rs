@@ -3,8 +3,9 @@
 //! always serves `<pid>.sock`, which `pinwatch ctl PID` finds. Its own test binary: the numbers
 //! are the process's.
 
+mod support;
+
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use pinwatch::Control;
 
@@ -12,44 +13,15 @@ fn start(dir: &Path) -> (tokio::runtime::Runtime, pinwatch::Detector) {
     started(Control::Dir(dir.to_owned())).0
 }
 
-/// What a `tracing` subscriber is given to write.
-#[derive(Clone, Default)]
-struct Written(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Written {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A detector with its control socket as `control`, and its start-up line.
 fn started(control: Control) -> ((tokio::runtime::Runtime, pinwatch::Detector), String) {
-    let written = Written::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let w = written.clone();
-            move || w.clone()
-        })
-        .with_ansi(false)
-        .finish();
-    let built = tracing::subscriber::with_default(subscriber, || {
+    support::with_startup_line(|| {
         pinwatch::Builder::new()
             .heartbeat(None)
             .control(control)
             .build(&mut tokio::runtime::Builder::new_current_thread())
             .expect("a detector")
-    });
-    let text = String::from_utf8_lossy(&written.0.lock().unwrap()).into_owned();
-    let line = text
-        .lines()
-        .find(|l| l.contains("pinwatch: watching "))
-        .unwrap_or_else(|| panic!("no start-up line in {text:?}"))
-        .to_owned();
-    (built, line)
+    })
 }
 
 fn name(d: &pinwatch::Detector) -> String {

@@ -26,8 +26,8 @@ pub const DEADLINE: Duration = Duration::from_secs(5);
 pub struct Endpoint {
     /// The process (0 for a socket named by a path that does not say it).
     pub pid: u32,
-    /// How `pinwatch ctl` names it: `<pid>`, or `<pid>.<n>` for the n-th of a process's
-    /// detectors running at once.
+    /// How `pinwatch ctl` names it: `<pid>`, or `<pid>.<n>` for another of a process's
+    /// detectors running at once (the lowest number free in its directory).
     pub name: String,
     /// The socket.
     pub path: PathBuf,
@@ -226,7 +226,7 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     if parse_socket_name(&format!("{target}.sock")).is_none() {
         return Err(format!(
             "{target:?} is not a process id; give a pid (`pinwatch ctl list` shows them), \
-             `<pid>.<n>` for the n-th of its detectors running at once, or a socket's path"
+             `<pid>.<n>` for another of its detectors running at once, or a socket's path"
         ));
     }
     let file = format!("{target}.sock");
@@ -259,7 +259,24 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
         .iter()
         .map(|d| d.display().to_string())
         .collect();
-    let mut msg = if alive {
+    // Its other sockets: a detector started while another was stopping keeps `PID.2`.
+    let served: Vec<String> = dirs
+        .dirs
+        .iter()
+        .flat_map(|d| d.names())
+        .filter_map(|n| parse_socket_name(&n))
+        .filter(|(p, _)| p.to_string() == pid)
+        .map(|(_, name)| name)
+        .collect();
+    let mut msg = if alive && !served.is_empty() {
+        format!(
+            "process {pid} has no pinwatch control socket {file} in {}, but serves {}: give one \
+             of those (`pinwatch ctl {} status`)",
+            looked.join(", "),
+            served.join(", "),
+            served[0]
+        )
+    } else if alive {
         format!(
             "process {pid} has no pinwatch control socket {file} in {}: it runs without \
              pinwatch, with PINWATCH_CONTROL=off or a directory of its own (then set \
@@ -558,4 +575,35 @@ fn connect(path: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process whose only socket is `PID.2.sock` (a detector started while another was
+    /// stopping) is not said to run without pinwatch: the error names the socket it serves.
+    #[test]
+    fn a_pid_whose_socket_is_numbered_is_pointed_at_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let me = std::process::id();
+        let _listening =
+            std::os::unix::net::UnixListener::bind(dir.path().join(format!("{me}.2.sock")))
+                .unwrap();
+        let dirs = Dirs {
+            dirs: vec![ControlDir::checked(dir.path(), Some(euid())).unwrap()],
+            notes: Vec::new(),
+            looked: vec![dir.path().to_owned()],
+        };
+        let err = find_socket(&me.to_string(), &dirs).map(|_| ()).unwrap_err();
+        assert!(
+            err.contains(&format!("but serves {me}.2"))
+                && err.contains(&format!("`pinwatch ctl {me}.2 status`")),
+            "{err}"
+        );
+        let found = find_socket(&format!("{me}.2"), &dirs).unwrap();
+        assert_eq!(found.name, format!("{me}.2"));
+    }
 }

@@ -15,6 +15,8 @@ pub struct ControlDir {
     path: PathBuf,
     file: File,
     owner: u32,
+    /// Its device and inode, as checked.
+    id: (u64, u64),
 }
 
 /// What a directory entry is, as `lstat` sees it.
@@ -66,6 +68,7 @@ impl ControlDir {
             path: path.to_owned(),
             file,
             owner: uid,
+            id: (m.dev(), m.ino()),
         })
     }
 
@@ -142,9 +145,10 @@ impl ControlDir {
         Ok(())
     }
 
-    /// The opened directory's device and inode: the same for every path that names it.
+    /// The opened directory's device and inode, as checked: the same for every path that names
+    /// it.
     pub(crate) fn id(&self) -> (u64, u64) {
-        self.file.metadata().map_or((0, 0), |m| (m.dev(), m.ino()))
+        self.id
     }
 
     /// Whether `path` still names this opened directory (nobody swapped it since).

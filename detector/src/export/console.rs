@@ -377,8 +377,8 @@ impl Exporter for Console {
     fn describe(&self) -> String {
         match self.mode {
             crate::config::Console::On => {
-                // Where the server listens: what it was installed with, whatever the variable
-                // says now.
+                // The address the server was installed with (as given: port 0 is not the
+                // port it took), whatever the variable says now.
                 let bind = lock_installed().clone().unwrap_or_default();
                 format!("tokio-console on {bind}")
             }

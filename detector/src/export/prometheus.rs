@@ -73,7 +73,11 @@ impl Registered {
                         detector still running or a metric of the service's; shut that detector \
                         down first, or give each detector a registry of its own"
                         .to_owned(),
-                    e => format!("cannot register pinwatch's metrics: {e}"),
+                    e => format!(
+                        "cannot register pinwatch's metrics: {e}; their names (`pinwatch_*`, and \
+                         `pinwatch_collector`, which tells pinwatch's collectors apart) must be \
+                         free in the registry"
+                    ),
                 },
             })?;
         Ok(Registered {

@@ -128,3 +128,38 @@ pub fn spin(d: Duration) -> u64 {
     }
     x
 }
+
+/// What a `tracing` subscriber is given to write.
+#[derive(Clone, Default)]
+struct Written(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Written {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What `start` returns (a detector started in it), and the start-up line it said, through a
+/// `tracing` subscriber of this thread's.
+pub fn with_startup_line<T>(start: impl FnOnce() -> T) -> (T, String) {
+    let written = Written::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let w = written.clone();
+            move || w.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let started = tracing::subscriber::with_default(subscriber, start);
+    let text = String::from_utf8_lossy(&written.0.lock().unwrap()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("pinwatch: watching "))
+        .unwrap_or_else(|| panic!("no start-up line in {text:?}"))
+        .to_owned();
+    (started, line)
+}

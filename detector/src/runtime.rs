@@ -783,12 +783,20 @@ mod tests {
     /// A detector prepared with no control socket, heartbeat or stacks, what it watches, and a
     /// runtime for it to start on.
     fn prepared() -> (Prepared, Arc<Shared>, tokio::runtime::Runtime) {
-        let prepared = crate::Builder::new()
+        prepared_from(quiet())
+    }
+
+    /// A detector with no control socket, heartbeat or stacks.
+    fn quiet() -> crate::Builder {
+        crate::Builder::new()
             .control(crate::config::Control::Off)
             .heartbeat(None)
             .stacks(crate::config::Stacks::Off)
-            .prepare()
-            .unwrap();
+    }
+
+    /// [`prepared`] from `builder`.
+    fn prepared_from(builder: crate::Builder) -> (Prepared, Arc<Shared>, tokio::runtime::Runtime) {
+        let prepared = builder.prepare().unwrap();
         let watched = Arc::clone(&prepared.rest.as_ref().unwrap().watched);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -800,7 +808,9 @@ mod tests {
     fn a_start_that_unwinds_after_the_watchdog_started_stops_it() {
         // The start-up line is the only event `start` says on its own thread, after the
         // watchdog's spawn: nothing before it (no control socket, no exporter) says anything.
-        let (prepared, watched, rt) = prepared();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("unwound.jsonl");
+        let (prepared, watched, rt) = prepared_from(dumping(&path));
         let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             tracing::subscriber::with_default(Panics, || prepared.start(rt.handle()))
         }));
@@ -814,15 +824,15 @@ mod tests {
             watched.table.parking.stopping(),
             "the watchdog of a start that unwound is stopped"
         );
+        assert!(
+            !dumps_to(&path),
+            "a signal would write the dump of a detector that never started"
+        );
     }
 
-    /// A detector on the watched runtime with `dump_on_exit` to `path`, nothing else of its own.
+    /// [`quiet`], with `dump_on_exit` to `path`.
     fn dumping(path: &Path) -> crate::Builder {
-        crate::Builder::new()
-            .control(crate::config::Control::Off)
-            .heartbeat(None)
-            .stacks(crate::config::Stacks::Off)
-            .dump_on_exit(Some(path.to_owned()))
+        quiet().dump_on_exit(Some(path.to_owned()))
     }
 
     /// Whether a running detector (or one that failed to start) dumps to `path` at a signal.
@@ -832,27 +842,6 @@ mod tests {
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .any(|d| d.path == path)
-    }
-
-    #[test]
-    fn a_start_that_unwinds_at_the_start_up_line_takes_its_exit_dump_out() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("unwound.jsonl");
-        let prepared = dumping(&path).prepare().unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tracing::subscriber::with_default(Panics, || prepared.start(rt.handle()))
-        }));
-        assert!(
-            started.is_err(),
-            "the start-up line's event unwinds out of start"
-        );
-        assert!(
-            !dumps_to(&path),
-            "a signal would write the dump of a detector that never started"
-        );
     }
 
     /// Two detectors running at once with one dump file (two `Builder::from_env()`): each

@@ -2,8 +2,9 @@
 //! service, like `jcmd <pid> JFR.start`.
 //!
 //! Each detector serves a Unix domain socket, `<pid>.sock` (`<pid>.<n>.sock` for the n-th of a
-//! process's detectors running at once in one directory), in a directory only its user may enter (`/tmp/pinwatch-<uid>`, mode 0700;
-//! the socket 0600), from a thread of pinwatch's own that answers while every worker is pinned.
+//! process's detectors running at once in one directory), in a directory only its user may
+//! enter (`/tmp/pinwatch-<uid>`, mode 0700; the socket 0600), from a thread of pinwatch's own
+//! that answers while every worker is pinned.
 //! The directory is made without following symlinks and checked on its opened descriptor: one
 //! that belongs to someone else, or a symlink, is refused ([`ControlDir`]).
 //! A peer must have the service's uid or be root, checked with `SO_PEERCRED` as the JVM's attach

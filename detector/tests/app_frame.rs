@@ -25,19 +25,25 @@ fn compress_for(for_at_least: Duration) -> usize {
     while start.elapsed() < for_at_least {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         gz.write_all(&data).unwrap(); // THE CALL
-        out += gz.finish().unwrap().len();
+        out += gz.finish().unwrap().len(); // THE CALL (its last block is compressed here)
     }
     out
 }
 
-/// The line of `compress_for` marked `THE CALL`.
-fn the_call_line() -> u32 {
+/// The lines of `compress_for` marked `THE CALL`: where it calls into flate2, which compresses
+/// in both (a sample may find the pin in either).
+fn the_call_lines() -> Vec<u32> {
     let src = include_str!("app_frame.rs");
-    let i = src
+    // Made here, so that this line does not hold the mark itself.
+    let mark = ["// THE", "CALL"].join(" ");
+    let lines: Vec<u32> = src
         .lines()
-        .position(|l| l.contains("// THE CALL") && l.contains("write_all"))
-        .unwrap();
-    i as u32 + 1
+        .enumerate()
+        .filter(|(_, l)| l.contains(&mark))
+        .map(|(i, _)| i as u32 + 1)
+        .collect();
+    assert_eq!(lines.len(), 2, "the marked lines of compress_for");
+    lines
 }
 
 fn pin_in_a_library(stacks: Stacks) -> PinnedEvent {
@@ -75,7 +81,11 @@ fn the_application_frame_is_the_line_that_called_the_library() {
                 .is_some_and(|f| f.ends_with("detector/tests/app_frame.rs")),
             "{stacks:?}: {app:?}"
         );
-        assert_eq!(app.line, Some(the_call_line()), "{stacks:?}: {app:?}");
+        assert!(
+            app.line.is_some_and(|l| the_call_lines().contains(&l)),
+            "{stacks:?}: {app:?} is not a line that calls flate2 ({:?})",
+            the_call_lines()
+        );
         assert!(e.caller_frame().is_some());
         let headline = e.headline();
         println!("{stacks:?}: {headline}");

@@ -170,13 +170,16 @@ impl Prepared {
         // start-up line) stops it, as the stop channel's sender did when dropped.
         let stop = StopOnUnwind(&watched.table.parking);
         let dump_on_exit = match (&watched.config.dump_on_exit, &flight) {
-            (Some(path), Some((flight, who))) => Some(ExitDump::register(ExitDump {
-                dir: ExitDump::dir_of(&crate::files::with_pid(path)),
-                path: crate::files::with_pid(path),
-                flight: flight.clone(),
-                who: who.clone(),
-                config: watched.config.clone(),
-                stopped: Mutex::new(false),
+            (Some(path), Some((flight, who))) => Some(ExitDump::register({
+                let path = crate::files::with_pid(path);
+                ExitDump {
+                    dir: ExitDump::dir_of(&path),
+                    path,
+                    flight: flight.clone(),
+                    who: who.clone(),
+                    config: watched.config.clone(),
+                    stopped: Mutex::new(false),
+                }
             })),
             _ => None,
         };
@@ -850,13 +853,13 @@ mod tests {
     fn two_detectors_with_one_exit_dump_file_write_two() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("exit-%p.jsonl");
-        let start = || {
-            dumping(&path)
+        let start = |path: &Path| {
+            dumping(path)
                 .tracing(false)
                 .build(&mut tokio::runtime::Builder::new_current_thread())
                 .unwrap()
         };
-        let ((rt_a, a), (rt_b, b)) = (start(), start());
+        let ((rt_a, a), (rt_b, b)) = (start(&path), start(&path));
         let runs = [
             a.run_id().unwrap().to_owned(),
             b.run_id().unwrap().to_owned(),
@@ -881,17 +884,13 @@ mod tests {
         // The same file spelt another way.
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         let other = dir.path().join("sub/../exit-%p.jsonl");
-        let (rt_a, a) = start();
-        let (rt_c, c) = dumping(&other)
-            .tracing(false)
-            .build(&mut tokio::runtime::Builder::new_current_thread())
-            .unwrap();
+        let ((rt_a, a), (rt_c, c)) = (start(&path), start(&other));
         let third = crate::files::numbered(&crate::files::with_pid(&other), 2);
         assert!(dumps_to(&third), "one file under two names is numbered too");
         drop((rt_a, rt_c));
         a.shutdown();
         c.shutdown();
-        let (rt, again) = start();
+        let (rt, again) = start(&path);
         assert!(
             dumps_to(&first),
             "a detector started again dumps to the name"
@@ -1047,15 +1046,11 @@ mod tests {
     #[test]
     fn a_start_that_fails_after_otlp_started_returns_its_error() {
         let error = returns(|| {
-            let prepared = crate::Builder::new()
-                .otlp(true)
-                .control(crate::config::Control::Dir("/dev/null/pinwatch".into()))
-                .heartbeat(None)
-                .prepare()
-                .unwrap();
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
+            let (prepared, _, rt) = prepared_from(
+                quiet()
+                    .otlp(true)
+                    .control(crate::config::Control::Dir("/dev/null/pinwatch".into())),
+            );
             prepared.start(rt.handle()).err().map(|e| e.to_string())
         });
         let error = error.expect("the start hung").expect("the start succeeded");

@@ -178,20 +178,26 @@ pub fn rotated_path(path: &Path, k: usize) -> std::path::PathBuf {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     // As bytes: a name that is not UTF-8 keeps its bytes.
     let n = path.file_name().map_or(&[][..], |n| n.as_bytes());
-    let mut name = Vec::with_capacity(n.len() + 21);
-    match n.iter().rposition(|&b| b == b'.') {
-        Some(dot) if dot > 0 => {
-            name.extend_from_slice(&n[..dot]);
-            name.extend_from_slice(format!(".{k}").as_bytes());
-            name.extend_from_slice(&n[dot..]);
-        }
-        _ if n.is_empty() => name.extend_from_slice(k.to_string().as_bytes()),
-        _ => {
-            name.extend_from_slice(n);
-            name.extend_from_slice(format!(".{k}").as_bytes());
-        }
+    let (stem, ext) = stem_and_extension(n);
+    let mut name = stem.to_vec();
+    if !name.is_empty() {
+        name.push(b'.');
+    }
+    name.extend_from_slice(k.to_string().as_bytes());
+    if let Some(ext) = ext {
+        name.push(b'.');
+        name.extend_from_slice(ext);
     }
     path.with_file_name(std::ffi::OsString::from_vec(name))
+}
+
+/// A file name split at its last dot: `rec.jsonl` → (`rec`, `jsonl`); `rec` and `.rec` have no
+/// extension. How [`rotated_path`] numbers a name, and [`rotation_number`] reads it back.
+fn stem_and_extension(name: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match name.iter().rposition(|&b| b == b'.') {
+        Some(dot) if dot > 0 => (&name[..dot], Some(&name[dot + 1..])),
+        _ => (name, None),
+    }
 }
 
 /// The numbers `k` of the rotated files of `path` that exist now (see [`rotated_path`]), in no
@@ -213,10 +219,7 @@ pub(crate) fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
     // As bytes, as `rotated_path` names them.
     let name = candidate.file_name()?.as_bytes();
     let base = path.file_name()?.as_bytes();
-    let (stem, ext) = match base.iter().rposition(|&b| b == b'.') {
-        Some(dot) if dot > 0 => (&base[..dot], Some(&base[dot + 1..])),
-        _ => (base, None),
-    };
+    let (stem, ext) = stem_and_extension(base);
     let rest = name.strip_prefix(stem)?.strip_prefix(b".")?;
     let digits = match ext {
         Some(ext) => rest.strip_suffix(ext)?.strip_suffix(b".")?,

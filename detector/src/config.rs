@@ -29,9 +29,9 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 /// The most events a queue may hold: each queue (the export thread's, and each exporter's or
 /// sink's on a thread of its own) takes its room as it fills, a pointer (8 bytes) a place
 /// (512 KiB at this bound), and keeps it. What it holds lives while it is queued: about 1 KiB
-/// an event with a short stack (~70 MB for a queue full at this bound), more with full stacks. The queues after the export
-/// thread share their events: one copy however many of them hold it, freed when the last
-/// thread is done with it.
+/// an event with a short stack (~70 MB for a queue full at this bound), more with full stacks.
+/// The queues after the export thread share their events: one copy however many of them hold
+/// it, freed when the last thread is done with it.
 pub const MAX_QUEUE_CAPACITY: usize = 1 << 16;
 
 /// The most threads that can be watched at once: a slot each (about 3 KiB), taken when the

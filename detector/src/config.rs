@@ -542,11 +542,13 @@ impl Config {
             };
         }
         if let Some(v) = read("PINWATCH_HEARTBEAT")? {
-            self.heartbeat = env("PINWATCH_HEARTBEAT", &v, |v| match switch(v) {
-                Some(false) => Ok(None),
-                _ => duration_at_least(v, HEARTBEAT)
+            self.heartbeat = env("PINWATCH_HEARTBEAT", &v, |v| {
+                if is_off(v) {
+                    return Ok(None);
+                }
+                duration_at_least(v, HEARTBEAT)
                     .map(Some)
-                    .map_err(|e| format!("{e}, or `off`")),
+                    .map_err(|e| format!("{e}, or `off`"))
             })?;
         }
         if let Some(v) = read("PINWATCH_RESCUE")? {
@@ -813,17 +815,24 @@ fn duration_at_least(v: &str, floor: Floor) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Whether a size or a duration is `off`. Only the word: `0`, `no` or `false`, which a
+/// switch takes for off, would turn a bound off where a zero was meant (a recording that never
+/// rotates), so they are refused as the zero they spell.
+fn is_off(v: &str) -> bool {
+    v.trim().eq_ignore_ascii_case("off")
+}
+
 /// A duration greater than zero, or `off`.
 pub(crate) fn parse_age(v: &str) -> Result<Option<Duration>, String> {
-    match switch(v) {
-        Some(false) => Ok(None),
-        _ => duration(v).map(Some).map_err(|e| format!("{e}, or `off`")),
+    if is_off(v) {
+        return Ok(None);
     }
+    duration(v).map(Some).map_err(|e| format!("{e}, or `off`"))
 }
 
 /// A size in bytes (`64KB`, `100MB`, `1GiB`, or a plain number), or `off`.
 pub(crate) fn parse_size(v: &str) -> Result<Option<u64>, String> {
-    if switch(v) == Some(false) {
+    if is_off(v) {
         return Ok(None);
     }
     match v.trim().parse::<bytesize::ByteSize>() {
@@ -1143,6 +1152,14 @@ mod tests {
             ("PINWATCH_FLIGHT_SIZE", "0MiB"),
             ("PINWATCH_FLIGHT_SIZE", "2GiB"),
             ("PINWATCH_DUMP_ON_EXIT", " "),
+            // A switch's spellings of off are zeros here, not `off`: a bound a user meant to
+            // be small must not turn into no bound.
+            ("PINWATCH_RECORD_MAX_SIZE", "0"),
+            ("PINWATCH_RECORD_MAX_SIZE", "false"),
+            ("PINWATCH_RECORD_MAX_AGE", "0"),
+            ("PINWATCH_RECORD_MAX_AGE", "no"),
+            ("PINWATCH_FLIGHT_SIZE", "0"),
+            ("PINWATCH_HEARTBEAT", "0"),
         ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");

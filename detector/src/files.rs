@@ -141,7 +141,7 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
     let (dir, _) = dir_and_name(&path).map_err(|e| e.to_string())?;
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("{} is not a directory", dir.display())),
+        Ok(_) => return Err(format!("its directory {} is not a directory", dir.display())),
         Err(e) => {
             return Err(format!(
                 "its directory {} cannot be used ({e}); make it, or give a path in a directory \
@@ -164,7 +164,8 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
     if let Ok(m) = std::fs::symlink_metadata(&path) {
         if !m.is_file() {
             return Err(format!(
-                "{} exists and is not a regular file; give the path of a file",
+                "names something other than a regular file: {} exists (a directory, a \
+                 device, a link…); give the path of a file",
                 path.display()
             ));
         }

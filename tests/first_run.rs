@@ -64,6 +64,8 @@ fn with_no_subscriber_the_report_and_the_start_up_line_go_to_stderr() {
         stderr.contains("reason=sleep"),
         "the report names the reason: {stderr}"
     );
+    // Room for every thread: nothing said of unwatched ones.
+    assert!(!stderr.contains("watched threads taken"), "{stderr}");
 }
 
 #[test]
@@ -88,6 +90,26 @@ fn with_a_fmt_subscriber_the_report_goes_through_it_once() {
     assert!(start.contains("; no control socket"), "{start}");
     assert!(start.contains("; Prometheus http://127.0.0.1:"), "{start}");
     assert!(!start.contains("127.0.0.1:0/"), "{start}");
+}
+
+#[test]
+fn a_thread_past_max_threads_is_said_once() {
+    // `block_on`'s thread takes the one slot (the body polls first, to spawn the task); the
+    // worker that runs the pinning task finds none.
+    let out = first_pin(&[], &[("PINWATCH_MAX_THREADS", "1")]);
+    let stderr = text(&out.stderr);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("watched threads taken"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    for part in [
+        "WARN pinwatch: a thread polled tasks with all 1 watched threads taken",
+        "PINWATCH_MAX_THREADS",
+        "pins unreported",
+    ] {
+        assert!(said[0].contains(part), "{part:?} not in {:?}", said[0]);
+    }
 }
 
 #[test]

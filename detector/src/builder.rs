@@ -137,7 +137,9 @@ impl Builder {
 
     /// How many threads can be watched at once (`PINWATCH_MAX_THREADS`, default
     /// [`DEFAULT_MAX_THREADS`](crate::config::DEFAULT_MAX_THREADS); 1 to
-    /// [`MAX_THREADS`](crate::config::MAX_THREADS)).
+    /// [`MAX_THREADS`](crate::config::MAX_THREADS)): the workers, `block_on`'s thread and any
+    /// thread of yours that polls. A thread past it runs unwatched, its pins unreported: said
+    /// once in a WARN line and counted ([`Stats::unwatched_threads`](crate::Stats::unwatched_threads)).
     pub fn max_threads(mut self, n: usize) -> Self {
         self.config.max_threads = n;
         self
@@ -150,7 +152,10 @@ impl Builder {
         self
     }
 
-    /// Adds a sink that receives every event, on the export thread.
+    /// Adds a sink of yours. It runs on a thread of its own (`pinwatch-sink-sink`), behind a
+    /// queue of [`queue_capacity`](Self::queue_capacity) events: what the queue cannot hold
+    /// while the sink is slow is dropped and counted (`pinwatch_events_dropped_total{sink="sink"}`),
+    /// and at shutdown the sinks get up to 5 s in all to take what is queued (docs/builder.md).
     pub fn sink(mut self, sink: impl Sink) -> Self {
         self.sinks.push(Box::new(sink));
         self

@@ -118,7 +118,9 @@ pub(crate) fn start_exporters(parts: &Parts, sinks: &mut Vec<Outlet>) -> Result<
     Running::start(parts, EXPORTERS, sinks)
 }
 
-/// Receives finished events, one at a time, on pinwatch's export thread.
+/// Receives finished events, one at a time. A sink added with
+/// [`Builder::sink`](crate::Builder::sink) runs on a thread of its own behind a bounded queue: a
+/// slow sink loses its own events (counted), never another's.
 ///
 /// Any `FnMut(&PinnedEvent) + Send + 'static` closure is a sink. A sink that panics loses that
 /// event only; the others still get it.

@@ -1066,10 +1066,15 @@ impl PinnedEvent {
     fn from_value(value: serde_json::Value) -> Result<PinnedEvent, ParseLineError> {
         match value.get("event").and_then(|v| v.as_str()) {
             Some("pinned") => {}
-            other => {
+            Some(other) => {
                 return Err(ParseLineError::NotAnEvent(format!(
                     "`event` is {other:?}, expected \"pinned\""
                 )))
+            }
+            None => {
+                return Err(ParseLineError::NotAnEvent(
+                    "no `event` field (a string), expected \"pinned\"".into(),
+                ))
             }
         }
         let line: RecordLine<PinnedEvent> =

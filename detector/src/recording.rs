@@ -47,6 +47,11 @@ pub struct Recording {
     /// Lines skipped because they are damaged (not UTF-8, or not JSON at all: a write cut short
     /// by a full disk, a crash mid-line), across all the files read.
     pub damaged_lines: usize,
+    /// Lines skipped because another pinwatch version wrote them, in a recording schema this
+    /// one does not read; not counted in [`damaged_lines`](Self::damaged_lines).
+    pub other_schema_lines: usize,
+    /// The schema of the first of those.
+    pub other_schema: Option<u64>,
     /// The first [`MAX_DAMAGED_SHOWN`] of them, in file order.
     pub damaged: Vec<DamagedLine>,
     /// The `dump` lines read, in file order: a flight recording's dump
@@ -95,8 +100,29 @@ impl Recording {
         }
     }
 
-    /// The one warning that names the damaged lines, once every file is read.
+    /// A line of another schema version, counted apart from damage: nothing is wrong with it
+    /// but the version reading it.
+    fn other_schema(&mut self, schema: u64) {
+        self.other_schema_lines += 1;
+        self.other_schema.get_or_insert(schema);
+    }
+
+    /// The warnings that name the lines skipped, once every file is read.
     fn sum_up(&mut self) {
+        if let Some(schema) = self.other_schema {
+            let n = self.other_schema_lines;
+            self.warnings.push(format!(
+                "skipped {n} line{} written by another pinwatch version (recording schema \
+                 {schema}{}; this one reads schemas {} to {}): read {} with the version that \
+                 wrote {}",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "" } else { " for the first" },
+                crate::event::OLDEST_READABLE_SCHEMA,
+                crate::event::RECORD_SCHEMA,
+                if n == 1 { "it" } else { "them" },
+                if n == 1 { "it" } else { "them" },
+            ));
+        }
         if self.damaged_lines == 0 {
             return;
         }
@@ -232,6 +258,7 @@ fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), Read
         match crate::event::Line::parse(line) {
             Ok(crate::event::Line::Pinned(e)) => rec.events.push(*e),
             Ok(crate::event::Line::Dump(d)) => rec.dumps.push(d),
+            Err(crate::event::ParseLineError::Schema(v)) => rec.other_schema(v),
             // Not JSON, a pinwatch event with a field that is not what the schema says (a wrong
             // type, a number out of range), another kind of line or another schema: either way
             // this line cannot be read, and the rest of the recording is still worth reading.
@@ -1987,13 +2014,12 @@ mod tests {
         );
     }
 
-    /// A JSON line that is not a pinwatch event of this schema is skipped like any damaged
-    /// line, and the warning says why (one such line in the middle must not hide the rest).
+    /// A JSON line that is not a pinwatch event is skipped like any damaged line, and the
+    /// warning says why (one such line in the middle must not hide the rest).
     #[test]
-    fn other_events_and_schemas_are_skipped_and_said() {
+    fn other_events_are_skipped_and_said() {
         let cases = [
             good(2).replace(r#""event":"pinned""#, r#""event":"gc""#),
-            good(2).replace(r#""schema":2"#, r#""schema":99"#),
             r#"{"hello":1}"#.to_owned(),
         ];
         for other in cases {
@@ -2003,6 +2029,40 @@ mod tests {
             assert_eq!((rec.damaged_lines, rec.damaged[0].line), (1, 2), "{other}");
             assert!(rec.warnings[0].contains("r:2"), "{:?}", rec.warnings);
         }
+    }
+
+    /// Lines of a schema this pinwatch does not read are skipped too, counted apart from damage
+    /// and said as what they are: another version's.
+    #[test]
+    fn lines_of_another_schema_are_another_versions_not_damage() {
+        let newer = |i| good(i).replace(r#""schema":2"#, r#""schema":99"#);
+        let bad = good(4).replace(r#""id":4"#, r#""id":"four""#);
+        let text = format!("{}\n{}\n{}\n{bad}\n", good(1), newer(2), newer(3));
+        let rec = parse_recording(&text, "r").unwrap();
+        assert_eq!(ids(&rec), [1]);
+        assert_eq!((rec.other_schema_lines, rec.other_schema), (2, Some(99)));
+        assert_eq!((rec.damaged_lines, rec.damaged[0].line), (1, 4));
+        assert_eq!(rec.warnings.len(), 2, "{:?}", rec.warnings);
+        assert!(
+            rec.warnings[0].starts_with(
+                "skipped 2 lines written by another pinwatch version (recording schema 99 for \
+                 the first;"
+            ),
+            "{:?}",
+            rec.warnings
+        );
+        assert!(
+            rec.warnings[1].starts_with("skipped 1 damaged line (r:4)"),
+            "{:?}",
+            rec.warnings
+        );
+        // An event with no `event` field says so, with no Rust `Option` in the words.
+        let rec = parse_recording(r#"{"schema":2,"id":1}"#, "r").unwrap();
+        assert!(
+            rec.damaged[0].why.contains("no `event` field"),
+            "{:?}",
+            rec.damaged
+        );
     }
 
     /// An event of this schema whose fields are not what pinwatch writes (a crafted file) is

@@ -42,16 +42,16 @@ enum Action {
     /// Settings, workers, who is pinned right now and for how long, top locations, counters.
     Status {
         /// Print the status as JSON.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
         /// Refresh it in the terminal until interrupted.
         #[arg(long)]
         watch: bool,
-        /// How often `--watch` refreshes.
-        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        /// How often `--watch` refreshes (at least 100ms).
+        #[arg(long, default_value = "1s", value_parser = watch_interval, requires = "watch")]
         interval: Duration,
         /// Stop `--watch` after this many refreshes.
-        #[arg(long)]
+        #[arg(long, requires = "watch")]
         count: Option<u64>,
     },
     /// Change settings while the service runs: `threshold=50ms`, `report_interval=5s`,
@@ -97,7 +97,7 @@ enum Action {
         output: PathBuf,
         /// Only the pins that ran in the last N seconds (counted back from now).
         /// At least 1, as `/debug/pprof/pinned?seconds=N` takes it.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_name = "N", value_parser = crate::seconds)]
         seconds: Option<u64>,
         /// Replace the file if it exists.
         #[arg(long)]
@@ -111,7 +111,7 @@ enum Action {
 
 #[derive(Subcommand)]
 enum RecordAction {
-    /// Record to FILE (appended to; rotated as `FILE.1`, … by size and age).
+    /// Record to FILE (appended to; rotated by size and age: `rec.jsonl` to `rec.1.jsonl`, …).
     Start {
         /// The file, as seen by the service (a relative path is made absolute here).
         file: PathBuf,
@@ -159,10 +159,17 @@ pub fn run(args: &CtlArgs) -> ExitCode {
 
 fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
     let dirs = client::search_dirs(args.dir.as_deref());
-    let Some(action) = &args.action else {
-        if args.target == "list" {
-            return list(&dirs);
+    if args.target == "list" {
+        if args.action.is_some() {
+            return Err(
+                "`list` takes no action: `pinwatch ctl list` lists the processes with pinwatch; \
+                 then give one's pid, as in `pinwatch ctl <pid> status`"
+                    .to_owned(),
+            );
         }
+        return list(&dirs);
+    }
+    let Some(action) = &args.action else {
         // The actions as the parser has them, so that none is left out of the hint.
         let actions: Vec<String> = Action::augment_subcommands(clap::Command::new("ctl"))
             .get_subcommands()
@@ -458,16 +465,11 @@ fn profile(
     let body = pinwatch::profile::encode(&built);
     crate::write_file(output, force, |f| f.write_all(&body))
         .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-    Ok(crate::say_wrote(
+    Ok(crate::say_profile_written(
         output,
-        &format!(
-            "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: {} {}\n",
-            output.display(),
-            nanos as f64 / 1e6,
-            built.sample.len(),
-            crate::PPROF_READ,
-            output.display()
-        ),
+        pins,
+        nanos,
+        built.sample.len(),
     ))
 }
 
@@ -491,6 +493,19 @@ fn ask_status(socket: &client::Endpoint) -> Result<Status, String> {
         } => Ok(*status),
         r if !r.ok => Err(r.message),
         _ => Err(format!("{} answered no status", socket.path.display())),
+    }
+}
+
+/// `status --interval`: a duration of at least 100 ms (each refresh is a request to the
+/// service; a shorter period would spin on its control socket).
+fn watch_interval(v: &str) -> Result<Duration, String> {
+    let floor = Duration::from_millis(100);
+    match humantime::parse_duration(v.trim()) {
+        Ok(d) if d < floor => Err("must be at least 100ms".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!(
+            "is not a duration ({e}); write it like `1s` or `500ms`"
+        )),
     }
 }
 
@@ -718,7 +733,10 @@ fn render(st: &Status) -> String {
     let settings: Vec<String> = st
         .settings
         .iter()
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| match (k.as_str(), &st.scan_interval_in_force) {
+            ("scan_interval", Some(d)) => format!("{k}={v} ({d} in force)"),
+            _ => format!("{k}={v}"),
+        })
         .collect();
     let _ = writeln!(w, "settings   {}", settings.join(" "));
     if let Some(why) = &st.stacks_unavailable {

@@ -77,7 +77,7 @@ enum Command {
         /// Only the pins that ran in the recording's last N seconds (counted back from the end
         /// of its last pin).
         /// At least 1, as `/debug/pprof/pinned?seconds=N` takes it.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_name = "N", value_parser = seconds)]
         seconds: Option<u64>,
     },
     /// Control a running service (like `jcmd <pid> JFR.*`): `ctl list`, `ctl <PID> status`,
@@ -116,14 +116,21 @@ fn main() -> ExitCode {
     // Damaged lines (a write cut short, a crash mid-line) are skipped with a warning, and the
     // command succeeds on the events that remain; a file where no line is an event is no
     // recording at all.
-    if rec.events.is_empty() && rec.damaged_lines > 0 {
+    if rec.events.is_empty() && rec.damaged_lines + rec.other_schema_lines > 0 {
         for w in &rec.warnings {
             warn(format_args!("{w}"));
         }
-        warn(format_args!(
-            "{} holds no readable pinwatch event; is it a recording (a PINWATCH_RECORD file)?",
-            Escaped(file.display())
-        ));
+        match rec.other_schema {
+            Some(schema) if rec.damaged_lines == 0 => warn(format_args!(
+                "{} holds no pinwatch event this version reads: it was written by another \
+                 pinwatch version (recording schema {schema}); read it with that version",
+                Escaped(file.display())
+            )),
+            _ => warn(format_args!(
+                "{} holds no readable pinwatch event; is it a recording (a PINWATCH_RECORD file)?",
+                Escaped(file.display())
+            )),
+        }
         return ExitCode::from(1);
     }
     for w in &rec.warnings {
@@ -241,6 +248,15 @@ fn main() -> ExitCode {
 /// went away). A reader that closed the pipe (`pinwatch print rec | head`, `less` quit early)
 /// has what it wanted: that is no error, and the command stops quietly with status 0
 /// (`Err(ExitCode::SUCCESS)`). Another write error is reported; status 1.
+/// `--seconds N`: a whole number of seconds, at least 1.
+pub(crate) fn seconds(v: &str) -> Result<u64, String> {
+    match v.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1 (a whole number of seconds)".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("is not a whole number of seconds; write it like `600`".to_owned()),
+    }
+}
+
 pub(crate) fn write_out(text: &str) -> Result<(), ExitCode> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -328,8 +344,8 @@ fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), Str
 
 /// Writes what `fill` writes to `path`. One of this process's descriptors (`/dev/stdout`,
 /// `/dev/fd/N`, `/proc/self/fd/N`: `own_descriptor`) is written through as it is, whatever it
-/// is open to (a file the shell redirected stdout to); so is a terminal, `/dev/null`, or a
-/// pipe or FIFO of this user's; a regular file (or nothing yet) is made
+/// is open to (a file the shell redirected stdout to); so is `/dev/null`, or a pipe or FIFO
+/// of this user's (a terminal is refused: `check_opened`); a regular file (or nothing yet) is made
 /// whole or not at all, replacing one that is there only when `replace` ([`write_whole_file`]:
 /// a temporary file beside it, then linked or renamed into place; a symlink there is replaced,
 /// not written through). A FIFO of another user's is not written into (it could be read by
@@ -503,14 +519,28 @@ fn write_profile(
     if let Err(e) = write_output(file, output, &bytes) {
         return fail(format_args!("{e}"));
     }
+    say_profile_written(output, pins, nanos, built.sample.len())
+}
+
+/// What `profile` and `ctl profile` say once the profile is written: how much it holds, and how
+/// to read it (not for a pipe or `/dev/stdout`, which is no file to read again).
+pub(crate) fn say_profile_written(
+    output: &Path,
+    pins: i64,
+    nanos: i64,
+    samples: usize,
+) -> ExitCode {
+    let read = if written_as_is(output) {
+        String::new()
+    } else {
+        format!("; read it with: {PPROF_READ} {}", Escaped(output.display()))
+    };
     say_wrote(
         output,
         &format!(
-            "wrote {} ({pins} pins, {:.1} ms pinned, {} samples); read it with: {PPROF_READ} {}\n",
+            "wrote {} ({pins} pins, {} pinned, {samples} samples){read}\n",
             Escaped(output.display()),
-            nanos as f64 / 1e6,
-            built.sample.len(),
-            Escaped(output.display())
+            pinwatch::recording::human_ms(nanos as f64 / 1e6),
         ),
     )
 }

@@ -309,13 +309,18 @@ fn another_schema_is_an_error_that_says_so() {
     let (code, _, err) = pinwatch(&["summary", all_other.path().to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("schema 99") && err.contains("no readable"),
+        err.contains("recording schema 99")
+            && err.contains("written by another pinwatch version")
+            && !err.contains("damaged"),
         "{err}"
     );
     let one_other = with_lines(&[&good[0], &other(&good[1])], true);
     let (code, _, err) = pinwatch(&["summary", one_other.path().to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains(":2") && err.contains("schema 99"), "{err}");
+    assert!(
+        err.contains("skipped 1 line written by another pinwatch version (recording schema 99;"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -834,4 +839,34 @@ fn profile_says_to_read_it_with_symbolize_none() {
         help.contains("go tool pprof -symbolize=none -top FILE"),
         "{help}"
     );
+}
+
+/// Arguments that cannot work together, or would spin, are refused before anything is asked,
+/// each saying what is wrong in words.
+#[test]
+fn arguments_that_cannot_work_are_refused_in_words() {
+    for (args, said) in [
+        (
+            &["ctl", "1", "status", "--json", "--watch"][..],
+            "'--json' cannot be used with '--watch'",
+        ),
+        (
+            &["ctl", "1", "status", "--watch", "--interval", "0s"],
+            "must be at least 100ms",
+        ),
+        (&["ctl", "1", "status", "--count", "2"], "--watch"),
+        (&["ctl", "list", "status"], "`list` takes no action"),
+        (
+            &["profile", "rec.jsonl", "--seconds", "0"],
+            "must be at least 1 (a whole number of seconds)",
+        ),
+        (
+            &["ctl", "1", "profile", "-o", "p.pb.gz", "--seconds", "0"],
+            "must be at least 1 (a whole number of seconds)",
+        ),
+    ] {
+        let (code, _, err) = pinwatch(args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
 }

@@ -187,6 +187,21 @@ fn status_pins_settings_and_recording_through_ctl() {
     });
     assert_eq!(counter(&st, "pinned_polls"), before + 2, "{st}");
 
+    // A scan interval past a quarter of the threshold is taken, and the one in force is shown.
+    let said = ctl(&[&pid, "set", "scan_interval=1h"]);
+    assert!(
+        said.contains("scan_interval: 2ms -> 1h (5ms in force: never more than a quarter"),
+        "{said}"
+    );
+    let st = status(&pid);
+    assert_eq!(setting(&st, "scan_interval"), "1h");
+    assert_eq!(st["scan_interval_in_force"], "5ms", "{st}");
+    let text = ctl(&[&pid, "status"]);
+    assert!(text.contains("scan_interval=1h (5ms in force)"), "{text}");
+    ctl(&[&pid, "set", "scan_interval=2ms"]);
+    let st = status(&pid);
+    assert!(st.get("scan_interval_in_force").is_none(), "{st}");
+
     // A recording started and stopped at run time, read by `pinwatch print`.
     let dir = tempfile::tempdir().unwrap();
     let said = ok(

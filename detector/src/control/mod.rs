@@ -745,17 +745,32 @@ fn set(w: &Shared, pairs: &[(String, String)]) -> Reply {
     let mut lines = Vec::new();
     for key in Settings::KEYS {
         let (b, a) = (before.get(key), after.get(key));
+        let in_force = match (*key, scan_in_force(&after)) {
+            ("scan_interval", Some(d)) => {
+                format!(" ({d} in force: never more than a quarter of the threshold)")
+            }
+            _ => String::new(),
+        };
         if b != a {
             lines.push(format!(
-                "{key}: {} -> {}",
+                "{key}: {} -> {}{in_force}",
                 b.unwrap_or_default(),
                 a.unwrap_or_default()
             ));
         } else if pairs.iter().any(|(k, _)| k == key) {
-            lines.push(format!("{key}: {} (unchanged)", a.unwrap_or_default()));
+            lines.push(format!(
+                "{key}: {}{in_force} (unchanged)",
+                a.unwrap_or_default()
+            ));
         }
     }
     Reply::ok(lines.join("\n"))
+}
+
+/// The scan period the watchdog uses, where it differs from the `scan_interval` asked for.
+fn scan_in_force(s: &Settings) -> Option<String> {
+    let d = s.effective_scan_interval();
+    (d != s.scan_interval).then(|| humantime::format_duration(d).to_string())
 }
 
 fn status(s: &Served) -> Status {
@@ -852,6 +867,7 @@ fn status(s: &Served) -> Status {
             .iter()
             .map(|k| ((*k).to_owned(), settings.get(k).unwrap_or_default()))
             .collect(),
+        scan_interval_in_force: scan_in_force(&settings),
         paused: settings.paused,
         stacks_unavailable: w.stacks_blocked.map(str::to_owned),
         // One look, so that `recording` is the first of `recordings`.

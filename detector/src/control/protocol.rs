@@ -130,6 +130,11 @@ pub struct Status {
     /// The settings in force, `(key, value)` in [`Settings::KEYS`](crate::config::Settings::KEYS)
     /// order.
     pub settings: Vec<(String, String)>,
+    /// The watchdog's scan period in force, where it is shorter than `scan_interval` asks:
+    /// never more than a quarter of the threshold
+    /// ([`Settings::effective_scan_interval`](crate::config::Settings::effective_scan_interval)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_interval_in_force: Option<String>,
     /// Whether reporting is paused.
     pub paused: bool,
     /// Why stacks cannot be sampled here whatever the settings, if so.

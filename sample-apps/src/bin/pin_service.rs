@@ -21,7 +21,8 @@ struct Args {
     /// Workers left stuck for good (at most the worker count, 3).
     #[arg(long, default_value_t = 0)]
     stuck: usize,
-    /// Stop after this long (humantime: `30s`); default: run until killed.
+    /// Stop after this long (humantime: `30s`), stuck workers or not; default: run until
+    /// killed.
     #[arg(long = "for", value_parser = humantime::parse_duration)]
     run_for: Option<Duration>,
     /// Only the stuck workers: no pins that come and go.
@@ -43,8 +44,15 @@ async fn main() {
         );
         std::process::exit(2);
     }
+    let stuck = args.stuck;
     // The work runs as a task, as in a service.
     tokio::spawn(serve(args)).await.expect("service");
+    if stuck > 0 {
+        // A runtime waits for its workers when it is dropped, and these never return (that is
+        // what they are for): end the process here, or `--for` would never end it.
+        println!("pin_service: stopped ({stuck} workers still stuck)");
+        std::process::exit(0);
+    }
 }
 
 async fn serve(args: Args) {

@@ -1315,6 +1315,8 @@ impl<'a> Scan<'a> {
         let sent = self.sent.make_contiguous();
         for w in &waits {
             let blamed = super::victims::blame(w, &spans);
+            let lifo =
+                super::victims::lifo_possible(w, &spans) && super::victims::lifo_possible(w, sent);
             if blamed.is_empty() {
                 if super::victims::blame(w, sent).is_empty() {
                     stats.busy_waits.fetch_add(1, Ordering::Relaxed);
@@ -1323,7 +1325,7 @@ impl<'a> Scan<'a> {
                 }
             }
             for i in blamed {
-                pins[i].tally.add(w, || {
+                pins[i].tally.add(w, lifo, || {
                     w.span
                         .map(|(layer, id)| crate::spans::chain(layer, id))
                         .unwrap_or_default()

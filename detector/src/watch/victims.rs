@@ -53,21 +53,37 @@ pub(super) struct PinSpan {
 
 /// The pins (indices into `pins`) that `w` waited behind: those that ran while it waited, on the
 /// worker that polled it when any did (the pin held the queue it waited in), else all of them
-/// (it waited on a pinned worker's queue until another worker was free to steal it, or in the
-/// global queue while every worker was held). Empty: no pin ran while it waited. A task never
-/// waits behind its own pin (it was running it).
+/// that held a worker (it waited on a pinned worker's queue until another worker was free to
+/// steal it, or in the global queue while every worker was held; a `block_on` body of a
+/// multi-thread runtime holds no worker, and no task waits behind it). Empty: no pin ran while
+/// it waited. A task never waits behind its own pin (it was running it).
 pub(super) fn blame(w: &Wait, pins: &[PinSpan]) -> Vec<usize> {
-    let (from, to) = (w.began(), w.polled);
-    let overlaps = |p: &PinSpan| {
-        p.task != Some(w.task.task_id) && p.start < to && p.end.is_none_or(|e| e > from)
-    };
     let same: Vec<usize> = (0..pins.len())
-        .filter(|&i| overlaps(&pins[i]) && pins[i].worker.is_some() && pins[i].worker == w.worker)
+        .filter(|&i| {
+            overlaps(w, &pins[i]) && pins[i].worker.is_some() && pins[i].worker == w.worker
+        })
         .collect();
     if !same.is_empty() {
         return same;
     }
-    (0..pins.len()).filter(|&i| overlaps(&pins[i])).collect()
+    (0..pins.len())
+        .filter(|&i| overlaps(w, &pins[i]) && pins[i].worker.is_some())
+        .collect()
+}
+
+/// Whether `p` ran while `w` waited (and is not `w`'s own poll).
+fn overlaps(w: &Wait, p: &PinSpan) -> bool {
+    p.task != Some(w.task.task_id) && p.start < w.polled && p.end.is_none_or(|e| e > w.began())
+}
+
+/// Whether `w` may have waited in its worker's LIFO slot rather than in a queue: no pin held
+/// another worker at any time while it waited. A task in a queue is stolen by a free worker;
+/// one that waited while another worker was pinned too may have waited for that alone, and the
+/// LIFO slot is not claimed then.
+pub(super) fn lifo_possible(w: &Wait, pins: &[PinSpan]) -> bool {
+    !pins
+        .iter()
+        .any(|p| p.worker.is_some() && p.worker != w.worker && overlaps(w, p))
 }
 
 /// A pin's victims so far.
@@ -76,17 +92,21 @@ pub(super) struct Tally {
     tasks: usize,
     total: Duration,
     max: Duration,
-    /// The longest waits, longest first, with when each began.
-    worst: Vec<(Victim, Instant)>,
+    /// The longest waits, longest first, with when each began and whether it may have been in
+    /// its worker's LIFO slot ([`lifo_possible`]).
+    worst: Vec<(Victim, Instant, bool)>,
 }
 
 impl Tally {
-    /// Adds `w`; `spans` names its spans, asked only when it is among the worst.
-    pub fn add(&mut self, w: &Wait, spans: impl FnOnce() -> Vec<SpanInfo>) {
+    /// Adds `w` (`lifo`: [`lifo_possible`]); `spans` names its spans, asked only when it is
+    /// among the worst.
+    pub fn add(&mut self, w: &Wait, lifo: bool, spans: impl FnOnce() -> Vec<SpanInfo>) {
         self.tasks += 1;
         self.total += w.wait;
         self.max = self.max.max(w.wait);
-        let at = self.worst.partition_point(|(v, _)| v.wait >= Some(w.wait));
+        let at = self
+            .worst
+            .partition_point(|(v, _, _)| v.wait >= Some(w.wait));
         if at >= MAX_VICTIMS_NAMED {
             return;
         }
@@ -98,7 +118,7 @@ impl Tally {
             lifo: false,
             spans: spans(),
         };
-        self.worst.insert(at, (victim, w.began()));
+        self.worst.insert(at, (victim, w.began(), lifo));
         self.worst.truncate(MAX_VICTIMS_NAMED);
     }
 
@@ -124,9 +144,10 @@ impl Tally {
             let worst = self
                 .worst
                 .iter()
-                .map(|(v, began)| {
+                .map(|(v, began, lifo)| {
                     let mut v = v.clone();
-                    v.lifo = Some(v.task_id) == first
+                    v.lifo = *lifo
+                        && Some(v.task_id) == first
                         && v.worker.is_some()
                         && v.worker == pin.worker
                         && *began >= pin.start;
@@ -242,6 +263,41 @@ mod tests {
             ..pin(t0, 0, 410, Some(510))
         };
         assert_eq!(blame(&wait(t0, 7, 110, 410, 0), &[pins[0], own]), vec![0]);
+        // A pin that holds no worker (a multi-thread runtime's `block_on` body) is nobody's
+        // queue: a wait it overlapped, run on a worker that pinned nothing, is not its victim.
+        let body = PinSpan {
+            task: None,
+            worker: None,
+            ..pin(t0, 0, 100, Some(400))
+        };
+        assert!(blame(&wait(t0, 8, 200, 350, 1), &[body]).is_empty());
+        assert_eq!(blame(&wait(t0, 8, 200, 350, 2), &[body, pins[1]]), vec![1]);
+    }
+
+    #[test]
+    fn the_lifo_slot_is_possible_only_while_no_other_worker_was_pinned() {
+        let t0 = Instant::now();
+        // Woken at 105 ms on worker 0, pinned 100–400 ms; polled there at 401 ms.
+        let w = wait(t0, 99, 105, 401, 0);
+        assert!(lifo_possible(&w, &[pin(t0, 0, 100, Some(400))]));
+        // Worker 1 pinned too for part of the wait: a free worker would have stolen it from a
+        // queue, but there was none for that part.
+        assert!(!lifo_possible(
+            &w,
+            &[pin(t0, 0, 100, Some(400)), pin(t0, 1, 50, Some(200))]
+        ));
+        // Worker 1's pin ended before the wait began: no matter.
+        assert!(lifo_possible(
+            &w,
+            &[pin(t0, 0, 100, Some(400)), pin(t0, 1, 50, Some(100))]
+        ));
+        // A body that holds no worker takes none from the runtime.
+        let body = PinSpan {
+            task: None,
+            worker: None,
+            ..pin(t0, 0, 0, None)
+        };
+        assert!(lifo_possible(&w, &[pin(t0, 0, 100, Some(400)), body]));
     }
 
     #[test]
@@ -252,9 +308,9 @@ mod tests {
         // Ten stolen tasks that waited a little past the threshold on worker 1, and the one in
         // the LIFO slot: woken at 105 ms, polled first on worker 0 when the pin ended.
         for k in 0..10 {
-            t.add(&wait(t0, 10 + k, 110, 135 + k, 1), Vec::new);
+            t.add(&wait(t0, 10 + k, 110, 135 + k, 1), true, Vec::new);
         }
-        t.add(&wait(t0, 99, 105, 401, 0), || {
+        t.add(&wait(t0, 99, 105, 401, 0), true, || {
             vec![SpanInfo::for_test("request", "svc", &[("uri", "/orders")])]
         });
         let after = [Polled {
@@ -277,16 +333,21 @@ mod tests {
         assert_eq!(v.queue_depth_max, Some(3));
         // The same task, woken before the pin began: not the LIFO slot's.
         let mut t = Tally::default();
-        t.add(&wait(t0, 99, 90, 401, 0), Vec::new);
+        t.add(&wait(t0, 99, 90, 401, 0), true, Vec::new);
         assert!(!t.victims(true, true, &after, p, None).unwrap().worst[0].lifo);
         // Polled first after the pin, but on another worker: not the LIFO slot's.
         let mut t = Tally::default();
-        t.add(&wait(t0, 99, 105, 401, 1), Vec::new);
+        t.add(&wait(t0, 99, 105, 401, 1), true, Vec::new);
         assert!(!t.victims(true, true, &after, p, None).unwrap().worst[0].lifo);
         // A current-thread runtime has no LIFO slot.
         let mut t = Tally::default();
-        t.add(&wait(t0, 99, 105, 401, 0), Vec::new);
+        t.add(&wait(t0, 99, 105, 401, 0), true, Vec::new);
         assert!(!t.victims(true, false, &after, p, None).unwrap().worst[0].lifo);
+        // Another worker pinned while it waited: it may have waited in a queue nobody was free
+        // to steal from, and the LIFO slot is not claimed.
+        let mut t = Tally::default();
+        t.add(&wait(t0, 99, 105, 401, 0), false, Vec::new);
+        assert!(!t.victims(true, true, &after, p, None).unwrap().worst[0].lifo);
     }
 
     #[test]

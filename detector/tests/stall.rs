@@ -769,6 +769,75 @@ fn without_the_park_hooks_the_heartbeat_still_tells_and_ends_the_stall() {
     assert!(first.drivers.is_none(), "{first:?}");
 }
 
+/// Pin A on one of two workers, the other driving the runtime (not a stall); then pin B on the
+/// other: every worker pinned, nobody drives the timers and I/O, and both pins hold them from a
+/// free worker. A, begun while a worker was still seen on the drivers, is blamed too: each of
+/// its reports from then on says the runtime stalled, as B's do.
+#[test]
+fn with_every_worker_pinned_every_pin_is_blamed_for_the_stall() {
+    let name = "pw-all-pinned";
+    let (tx, events) = mpsc::channel();
+    let (rt, detector) = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .rescue(false)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name(name)
+                .enable_all(),
+        )
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(async {})).collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    settle(name, 2);
+    drivers_seen(&detector);
+    let (lock_a, release_a) = held_lock();
+    let (a_tx, a_rx) = mpsc::channel();
+    rt.spawn(async move {
+        a_tx.send(()).unwrap();
+        drop(lock_a.lock().unwrap());
+    });
+    a_rx.recv_timeout(LONG).unwrap();
+    // A blocks in a futex; the other worker waits on the drivers.
+    settle(name, 2);
+    let a = next(&events, "A's first report", |e| e.report == 1);
+    assert!(
+        !a.runtime_stalled,
+        "the other worker drives the runtime: {a:?}"
+    );
+    let (lock_b, release_b) = held_lock();
+    let (b_tx, b_rx) = mpsc::channel();
+    rt.spawn(async move {
+        b_tx.send(()).unwrap();
+        drop(lock_b.lock().unwrap());
+    });
+    b_rx.recv_timeout(LONG).unwrap();
+    // Both pinned: A's next report says so (sent at once when the watchdog sees the stall).
+    let a_stalled = next(&events, "a report of A's saying the runtime stalled", |e| {
+        e.id == a.id && e.runtime_stalled
+    });
+    assert!(
+        a_stalled.drivers.is_some()
+            && a_stalled
+                .runtime_advice
+                .as_deref()
+                .is_some_and(|r| r.contains("every worker was pinned")),
+        "{a_stalled:?}"
+    );
+    release_a.send(()).unwrap();
+    release_b.send(()).unwrap();
+    drop(rt);
+    drop(detector);
+}
+
 /// A multi-thread runtime without an I/O driver (`enable_time` alone): its time driver's
 /// worker waits in a futex like a sleeping one, so the drivers are never seen, and a pin
 /// while the timers keep running is no stall — no event says so, no worker is woken.

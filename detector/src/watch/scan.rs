@@ -40,6 +40,13 @@ const DRIVER_ADVICE: &str = "it held the worker that drove the runtime's timers 
     Builder::enable_eager_driver_handoff() (tokio 1.52+, unstable) has a worker hand the drivers \
     to another whenever it leaves them to poll a task, for an extra wake-up each time";
 
+/// The runtime-level advice for a pin of a multi-thread runtime during which pinwatch's heartbeat
+/// fired late (where the drivers cannot be seen): the timers ran late, which an undriven
+/// runtime and one whose other workers were all busy look alike in.
+const HEARTBEAT_ADVICE: &str = "the runtime's timers fired late while it ran (pinwatch's \
+    heartbeat): it held the worker driving them while the others slept, or the others were all \
+    busy; run it in tokio::task::spawn_blocking";
+
 /// The runtime-level advice for a pin on a current-thread runtime.
 const CURRENT_THREAD_ADVICE: &str = "a current-thread runtime stops its timers and I/O for as \
     long as any poll runs: the multi-thread runtime (flavor = \"multi_thread\") keeps them \
@@ -795,12 +802,13 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// The runtime-level advice for a pin of this runtime that stalls it (`stalled`) or not.
+    /// The runtime-level advice for a pin of this runtime that its heartbeat says stalls it
+    /// (`stalled`) or not.
     fn runtime_advice(&self, stalled: bool) -> Option<String> {
         if self.handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             Some(CURRENT_THREAD_ADVICE.to_owned())
         } else {
-            stalled.then(|| DRIVER_ADVICE.to_owned())
+            stalled.then(|| HEARTBEAT_ADVICE.to_owned())
         }
     }
 
@@ -1484,8 +1492,10 @@ impl<'a> Scan<'a> {
             self.drivers.last_on_drivers = Some(i);
         }
         let driven_at = self.drivers.driven_at;
+        let all_pinned = !states.iter().any(|s| *s != WorkerState::Pinned);
         // The pins that left the drivers undriven: the ones that began after a worker was last
-        // seen on them (when none did, the look could not tell: all of them).
+        // seen on them (when none did, the look could not tell: all of them). With every
+        // worker pinned, each of them keeps the drivers from a free worker: all of them.
         let blamed: Vec<bool> = {
             let held = |t: &Option<Tracked>, h: &Option<usize>| {
                 h.is_some() && t.as_ref().is_some_and(|t| t.pinned.is_some())
@@ -1499,7 +1509,7 @@ impl<'a> Scan<'a> {
                             .is_some_and(|t| self.drivers.blames(t.first_seen))
                 })
                 .collect();
-            if by_rule.contains(&true) {
+            if by_rule.contains(&true) && !all_pinned {
                 by_rule
             } else {
                 tracked
@@ -1519,7 +1529,6 @@ impl<'a> Scan<'a> {
         if handed_over {
             self.shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
         }
-        let all_pinned = !states.iter().any(|s| *s != WorkerState::Pinned);
         let mut since: Option<Instant> = None;
         for (t, blame) in tracked.iter_mut().zip(&blamed) {
             let Some(p) = t.as_mut().and_then(|t| t.pinned.as_mut()) else {

@@ -141,7 +141,12 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
     let (dir, _) = dir_and_name(&path).map_err(|e| e.to_string())?;
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("its directory {} is not a directory", dir.display())),
+        Ok(_) => {
+            return Err(format!(
+                "its directory {} is not a directory",
+                dir.display()
+            ))
+        }
         Err(e) => {
             return Err(format!(
                 "its directory {} cannot be used ({e}); make it, or give a path in a directory \

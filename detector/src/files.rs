@@ -341,7 +341,7 @@ mod tests {
         assert!(err.contains("/nonexistent-dir"), "{err}");
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         let err = check_dump_path(&dir.path().join("sub")).unwrap_err();
-        assert!(err.contains("not a regular file"), "{err}");
+        assert!(err.contains("something other than a regular file"), "{err}");
         assert_eq!(
             with_pid(Path::new("/x/f-%p.jsonl")),
             PathBuf::from(format!("/x/f-{}.jsonl", std::process::id()))

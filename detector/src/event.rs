@@ -327,11 +327,22 @@ pub fn short_path(file: &str) -> &str {
     if let Some(pos) = file.find("/registry/src/") {
         let rest = &file[pos + "/registry/src/".len()..];
         if let Some(slash) = rest.find('/') {
-            return &rest[slash + 1..];
+            let package = &rest[slash + 1..];
+            // A package's directory is versioned (`tokio-1.54.1`); a service's own
+            // `…/registry/src/api/x.rs` is not cut.
+            if package.contains('/')
+                && package
+                    .split('/')
+                    .next()
+                    .is_some_and(|d| package_name(d).is_some())
+            {
+                return package;
+            }
         }
     }
-    if let Some(pos) = file.find("/.cargo/git/checkouts/") {
-        let rest = &file[pos + "/.cargo/git/checkouts/".len()..];
+    // Under any CARGO_HOME (`~/.cargo`, `/opt/cargo`, `/usr/local/cargo`).
+    if let Some(pos) = file.find("/git/checkouts/") {
+        let rest = &file[pos + "/git/checkouts/".len()..];
         // `<repo>-<hash>/<rev>/…`: from the revision's directory on.
         if let Some(slash) = rest.find('/') {
             return &rest[slash + 1..];
@@ -343,6 +354,23 @@ pub fn short_path(file: &str) -> &str {
         }
     }
     file
+}
+
+/// `futures-util-0.3.31` → `futures-util`: a package directory's name, before the first `-` that
+/// starts a `major.minor.patch` version; `None` for a directory with no version.
+pub(crate) fn package_name(dir: &str) -> Option<&str> {
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let is_version = |v: &str| {
+        let mut parts = v.splitn(3, '.');
+        let (Some(major), Some(minor), Some(patch)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        digits(major) && digits(minor) && patch.starts_with(|c: char| c.is_ascii_digit())
+    };
+    dir.match_indices('-')
+        .find(|(i, _)| is_version(&dir[i + 1..]))
+        .map(|(i, _)| &dir[..i])
 }
 
 /// `file` as the same source is named on every machine that builds it: a dependency's from its

@@ -336,39 +336,76 @@ pub(crate) fn is_application(f: &Frame) -> bool {
 
 /// Whether `f` is the service's own code: application code (see [`is_application`]) whose
 /// source file is known and is none of the dependencies' — not under cargo's registry or git
-/// checkouts, not a vendored crate (`…/vendor/<crate>/`), not std's (`/rustc/`), not a system
-/// path (`/usr/`) — so a crate of the service's workspace, or a path dependency of its own. A
-/// frame without a file (a build without line tables) is nobody's: `None` rather than a guess.
+/// checkouts, not a vendored crate (`…/vendor/<crate>/src/…`), not std's (`/rustc/`), not a
+/// system path (`/usr/lib/…`, `/usr/share/…`: a distribution's packaged crates; `/usr/src/` and
+/// `/usr/local/src/` are where services are built, as in the `rust` container image) — so a
+/// crate of the service's workspace, or a path dependency of its own. A frame without a file (a
+/// build without line tables) is nobody's: `None` rather than a guess.
 pub(crate) fn is_own_code(f: &Frame) -> bool {
     let Some(file) = f.file.as_deref() else {
         return false;
     };
     is_application(f)
         && dependency_crate(file).is_none()
-        && !file.contains("/vendor/")
-        && !file.starts_with("/usr/")
+        && !is_vendored(file)
+        && !is_system_path(file)
 }
 
-/// Whether `file` is one of pinwatch's own sources (a path or git dependency of the
-/// application; from crates.io it is under the registry).
+/// Whether `file` is in a vendored crate (`cargo vendor`: `…/vendor/<crate>/src/…`), not in a
+/// module of the service's own that is called `vendor` (`…/src/vendor/acme.rs`).
+fn is_vendored(file: &str) -> bool {
+    let Some(src) = file.rfind("/src/") else {
+        return false;
+    };
+    file[..src]
+        .rfind("/vendor/")
+        .is_some_and(|v| !file[v + "/vendor/".len()..src].is_empty())
+}
+
+/// Whether `file` is a system path, not where a service is built.
+fn is_system_path(file: &str) -> bool {
+    file.starts_with("/usr/")
+        && !file.starts_with("/usr/src/")
+        && !file.starts_with("/usr/local/src/")
+}
+
+/// Whether `file` is one of pinwatch's own sources: under this crate's `src/` as it was built
+/// (a path or git dependency of the application; from crates.io it is under the registry),
+/// also where `--remap-path-prefix` renamed it (as it renames `file!()`).
 fn is_pinwatch_source(file: &str) -> bool {
-    file.contains("/detector/src/")
-        || file.starts_with("detector/src/")
-        || file.starts_with(concat!(env!("CARGO_MANIFEST_DIR"), "/src/"))
+    let here = file!();
+    let own_src = here
+        .strip_suffix("analyze/reason.rs")
+        .filter(|s| s.ends_with("src/"))
+        .unwrap_or(here);
+    file.starts_with(concat!(env!("CARGO_MANIFEST_DIR"), "/src/")) || file.starts_with(own_src)
 }
 
 /// The crate (`-` made `_`) of a file in cargo's registry
-/// (`…/.cargo/registry/src/<index>/<crate>-<version>/…`) or git checkouts
-/// (`…/.cargo/git/checkouts/<repo>-<hash>/<rev>/[<dir>/]<crate>/src/…`); `None` for any other
-/// file.
+/// (`…/registry/src/<index>/<crate>-<version>/…`, its package directory versioned) or git
+/// checkouts (`…/git/checkouts/<repo>-<hash>/<rev>/[<dir>/]<crate>/src/…`), under any
+/// `CARGO_HOME`; `None` for any other file.
 pub(crate) fn dependency_crate(file: &str) -> Option<String> {
     if let Some(pos) = file.find("/registry/src/") {
         let rest = &file[pos + "/registry/src/".len()..];
         let dir = rest.split('/').nth(1)?;
-        return Some(strip_version(dir).replace('-', "_"));
+        // A package directory is versioned; a service's own `…/registry/src/api/x.rs` is not.
+        if let Some(krate) = crate::event::package_name(dir) {
+            return Some(krate.replace('-', "_"));
+        }
     }
-    if file.contains("/.cargo/git/checkouts/") {
-        return crate_dir(file).map(|d| d.replace('-', "_"));
+    if let Some(pos) = file.find("/git/checkouts/") {
+        let mut parts = file[pos + "/git/checkouts/".len()..].split('/');
+        let (repo, rev) = (parts.next()?, parts.next()?);
+        let dir = crate_dir(file)?;
+        // A crate at the repository's root has its `src/` in the revision's directory: it is
+        // named by the repository (`snmp2-<hash>`).
+        let name = if dir == rev {
+            repo.rsplit_once('-').map_or(repo, |(name, _)| name)
+        } else {
+            dir
+        };
+        return Some(name.replace('-', "_"));
     }
     None
 }
@@ -376,18 +413,7 @@ pub(crate) fn dependency_crate(file: &str) -> Option<String> {
 /// `futures-util-0.3.31` → `futures-util`: the name before the first `-` that starts a
 /// `major.minor.patch` version.
 fn strip_version(dir: &str) -> &str {
-    let digits = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
-    let is_version = |v: &str| {
-        let mut parts = v.splitn(3, '.');
-        let (Some(major), Some(minor), Some(patch)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return false;
-        };
-        digits(major) && digits(minor) && patch.starts_with(|c: char| c.is_ascii_digit())
-    };
-    dir.match_indices('-')
-        .find(|(i, _)| is_version(&dir[i + 1..]))
-        .map_or(dir, |(i, _)| &dir[..i])
+    crate::event::package_name(dir).unwrap_or(dir)
 }
 
 /// The directory that holds a source file's `src/`: the package's (`…/snmp2-0.4.1/src/x.rs` →
@@ -788,6 +814,65 @@ mod tests {
         assert!(is_application(&f("app::Job<tokio::sync::Mutex<u8>>::run")));
         assert!(!is_application(&f(
             "tokio_util::codec::Framed<app::C>::poll"
+        )));
+    }
+
+    /// Whose code a file is, decided by whole parts of its path: a service built under
+    /// `/usr/src/`, with a module called `vendor`, in a directory called `registry` or
+    /// `detector`, is the service's; a vendored crate, a distribution's packaged crate, a git
+    /// dependency under any CARGO_HOME, and pinwatch's own sources are not.
+    #[test]
+    fn own_code_is_told_by_whole_parts_of_the_path() {
+        let at = |name: &str, file: &str| Frame {
+            function: Some(name.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(1),
+            locks: 0,
+        };
+        for (name, file) in [
+            ("app::work", "/usr/src/app/src/main.rs"),
+            ("app::work", "/usr/local/src/app/src/main.rs"),
+            ("app::vendor::acme::busy", "/app/src/vendor/acme.rs"),
+            ("registry::api::get", "/w/registry/src/api/handlers.rs"),
+            ("detector::run", "/work/app/detector/src/lib.rs"),
+        ] {
+            assert!(is_own_code(&at(name, file)), "{file}");
+        }
+        for (name, file) in [
+            ("acme::busy", "/app/vendor/acme/src/lib.rs"),
+            ("foo::x", "/usr/share/cargo/registry/foo-1.0.0/src/lib.rs"),
+            (
+                "snmp2::get",
+                "/opt/cargo/git/checkouts/snmp2-abc/1a2b3c4/src/lib.rs",
+            ),
+            (
+                "snmp2::get",
+                "/root/.cargo/git/checkouts/snmp2-abc/1a2b3c4/src/lib.rs",
+            ),
+        ] {
+            assert!(!is_own_code(&at(name, file)), "{file}");
+        }
+        assert_eq!(
+            dependency_crate("/opt/cargo/git/checkouts/snmp2-abc/1a2b3c4/src/lib.rs").as_deref(),
+            Some("snmp2")
+        );
+        assert_eq!(dependency_crate("/w/registry/src/api/handlers.rs"), None);
+        assert_eq!(
+            crate::event::short_path("/opt/cargo/git/checkouts/snmp2-abc/1a2b3c4/src/lib.rs"),
+            "1a2b3c4/src/lib.rs"
+        );
+        assert_eq!(
+            crate::event::short_path("/w/registry/src/api/handlers.rs"),
+            "/w/registry/src/api/handlers.rs"
+        );
+        // pinwatch's own sources, as built here, are nobody's application code.
+        assert!(!is_application(&at(
+            "{closure#0}",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/src/watch/scan.rs")
+        )));
+        assert!(!is_application(&at(
+            "{closure#0}",
+            "detector/src/watch/scan.rs"
         )));
     }
 

@@ -1250,6 +1250,16 @@ impl PinnedEvent {
         if let Some(v) = self.victims.as_ref().and_then(Victims::describe) {
             s.push_str(&format!("; {v}"));
         }
+        if self.runtime_stalled && self.victims.as_ref().is_some_and(|v| v.measured) {
+            // tokio measures a wait from the wake-up: a task whose timer or socket the stall
+            // kept from firing was never woken, and waited uncounted.
+            s.push_str(if self.victims.as_ref().is_some_and(|v| v.tasks > 0) {
+                " (not counting tasks whose timers or I/O the stall held back)"
+            } else {
+                "; no woken task waited past the threshold (tasks whose timers or I/O the stall \
+                 held back are not counted)"
+            });
+        }
         if let Some(stall) = self.stall_description() {
             s.push_str(" — ");
             s.push_str(&stall);
@@ -2070,6 +2080,52 @@ mod tests {
             "{}",
             e.headline()
         );
+    }
+
+    /// Measured victims of a pin that stalled the runtime leave out the tasks whose timers or
+    /// I/O it held back (never woken, so never measured): the headline says so, and says so
+    /// when no woken task waited at all, rather than saying nothing.
+    #[test]
+    fn the_victims_of_a_stall_say_what_they_leave_out() {
+        let mut e = sample();
+        let measured = |tasks| Victims {
+            measured: true,
+            tasks,
+            total_wait: Some(Duration::ZERO),
+            max_wait: Some(Duration::from_millis(300)),
+            worst: if tasks > 0 {
+                vec![Victim {
+                    task_id: 3,
+                    ..Victim::default()
+                }]
+            } else {
+                Vec::new()
+            },
+            queue_depth_max: None,
+        };
+        e.victims = Some(measured(0));
+        assert!(!e.headline().contains("held back"), "{}", e.headline());
+        e.runtime_stalled = true;
+        assert!(
+            e.headline().contains(
+                "; no woken task waited past the threshold (tasks whose timers or I/O the stall \
+                 held back are not counted)"
+            ),
+            "{}",
+            e.headline()
+        );
+        e.victims = Some(measured(1));
+        assert!(
+            e.headline().contains(
+                "delayed 1 task, the longest 300.0 ms: task 3 (not counting tasks whose timers \
+                 or I/O the stall held back)"
+            ),
+            "{}",
+            e.headline()
+        );
+        // Not measured: nothing is claimed either way.
+        e.victims.as_mut().unwrap().measured = false;
+        assert!(!e.headline().contains("held back"), "{}", e.headline());
     }
 
     #[test]

@@ -1321,10 +1321,12 @@ impl<'a> Scan<'a> {
             .collect();
         let spans: Vec<_> = pins.iter().map(|p| p.span()).collect();
         let sent = self.sent.make_contiguous();
+        // Every pin known, for whether another worker was free while a task waited.
+        let all: Vec<_> = spans.iter().chain(sent.iter()).copied().collect();
+        let workers = self.handle.metrics().num_workers();
         for w in &waits {
             let blamed = super::victims::blame(w, &spans);
-            let lifo =
-                super::victims::lifo_possible(w, &spans) && super::victims::lifo_possible(w, sent);
+            let lifo = super::victims::lifo_possible(w, &all, workers);
             if blamed.is_empty() {
                 if super::victims::blame(w, sent).is_empty() {
                     stats.busy_waits.fetch_add(1, Ordering::Relaxed);

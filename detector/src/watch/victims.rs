@@ -76,14 +76,48 @@ fn overlaps(w: &Wait, p: &PinSpan) -> bool {
     p.task != Some(w.task.task_id) && p.start < w.polled && p.end.is_none_or(|e| e > w.began())
 }
 
-/// Whether `w` may have waited in its worker's LIFO slot rather than in a queue: no pin held
-/// another worker at any time while it waited. A task in a queue is stolen by a free worker;
-/// one that waited while another worker was pinned too may have waited for that alone, and the
-/// LIFO slot is not claimed then.
-pub(super) fn lifo_possible(w: &Wait, pins: &[PinSpan]) -> bool {
-    !pins
-        .iter()
-        .any(|p| p.worker.is_some() && p.worker != w.worker && overlaps(w, p))
+/// The shortest stretch of a wait with another worker free that makes the LIFO slot the
+/// explanation: a free worker steals from a queue at once, but a bound this small keeps the
+/// edges of pins that end and begin back to back from counting.
+const FREE_STRETCH: Duration = Duration::from_millis(1);
+
+/// Whether `w` may have waited in its worker's LIFO slot rather than in a queue: for a stretch
+/// of its wait, some other worker of the runtime's `workers` was free (pinned by none of
+/// `pins`). A task in a queue is stolen by a free worker, so a whole-pin wait then means the
+/// LIFO slot; one that waited while every other worker was pinned may have waited for that
+/// alone, and the LIFO slot is not claimed.
+pub(super) fn lifo_possible(w: &Wait, pins: &[PinSpan], workers: usize) -> bool {
+    let others = workers.saturating_sub(1);
+    if others == 0 {
+        return false;
+    }
+    let (from, to) = (w.began(), w.polled);
+    // The other workers' pins within the wait, as changes of how many are pinned (ends first
+    // where one ends as another begins).
+    let mut changes: Vec<(Instant, i32)> = Vec::new();
+    for p in pins {
+        if p.worker.is_some() && p.worker != w.worker && overlaps(w, p) {
+            changes.push((p.start.max(from), 1));
+            changes.push((p.end.map_or(to, |e| e.min(to)), -1));
+        }
+    }
+    changes.sort_by_key(|&(at, d)| (at, d));
+    let mut pinned = 0i32;
+    let mut free_since = Some(from);
+    for (at, d) in changes {
+        if let Some(since) = free_since {
+            if at.saturating_duration_since(since) >= FREE_STRETCH {
+                return true;
+            }
+        }
+        pinned += d;
+        free_since = if i64::from(pinned) < others as i64 {
+            free_since.or(Some(at))
+        } else {
+            None
+        };
+    }
+    free_since.is_some_and(|since| to.saturating_duration_since(since) >= FREE_STRETCH)
 }
 
 /// A pin's victims so far.
@@ -275,21 +309,36 @@ mod tests {
     }
 
     #[test]
-    fn the_lifo_slot_is_possible_only_while_no_other_worker_was_pinned() {
+    fn the_lifo_slot_is_possible_only_while_another_worker_was_free() {
         let t0 = Instant::now();
         // Woken at 105 ms on worker 0, pinned 100–400 ms; polled there at 401 ms.
         let w = wait(t0, 99, 105, 401, 0);
-        assert!(lifo_possible(&w, &[pin(t0, 0, 100, Some(400))]));
-        // Worker 1 pinned too for part of the wait: a free worker would have stolen it from a
-        // queue, but there was none for that part.
+        let own = pin(t0, 0, 100, Some(400));
+        assert!(lifo_possible(&w, &[own], 2));
+        // One worker has nobody to be stolen by.
+        assert!(!lifo_possible(&w, &[own], 1));
+        // Worker 1 pinned for the whole wait: nobody was free to steal it from a queue.
+        assert!(!lifo_possible(&w, &[own, pin(t0, 1, 50, None)], 2));
         assert!(!lifo_possible(
             &w,
-            &[pin(t0, 0, 100, Some(400)), pin(t0, 1, 50, Some(200))]
+            &[own, pin(t0, 1, 50, Some(250)), pin(t0, 1, 250, Some(402))],
+            2
         ));
-        // Worker 1's pin ended before the wait began: no matter.
-        assert!(lifo_possible(
+        // Worker 1 pinned for part of it only: free from 200 ms on, it would have stolen it.
+        assert!(lifo_possible(&w, &[own, pin(t0, 1, 50, Some(200))], 2));
+        assert!(lifo_possible(&w, &[own, pin(t0, 1, 300, None)], 2));
+        // Three workers: worker 2 free throughout, though worker 1 was pinned at the start.
+        assert!(lifo_possible(&w, &[own, pin(t0, 1, 50, Some(106))], 3));
+        // Both others pinned for the whole wait, one after the other on worker 2.
+        assert!(!lifo_possible(
             &w,
-            &[pin(t0, 0, 100, Some(400)), pin(t0, 1, 50, Some(100))]
+            &[
+                own,
+                pin(t0, 1, 50, None),
+                pin(t0, 2, 60, Some(200)),
+                pin(t0, 2, 200, Some(500))
+            ],
+            3
         ));
         // A body that holds no worker takes none from the runtime.
         let body = PinSpan {
@@ -297,7 +346,7 @@ mod tests {
             worker: None,
             ..pin(t0, 0, 0, None)
         };
-        assert!(lifo_possible(&w, &[pin(t0, 0, 100, Some(400)), body]));
+        assert!(lifo_possible(&w, &[own, body], 2));
     }
 
     #[test]

@@ -250,7 +250,9 @@ fn run(
             }
             // A pin holds a worker while the heartbeat is overdue: the runtime stands still
             // (which pin to blame for it is each event's question).
-            blamed |= pinned.is_some() && scan.stalled.is_some();
+            // (A multi-thread runtime's `block_on` body holds no worker: not it.)
+            blamed |=
+                pinned.is_some_and(|p| p.event.worker.index.is_some()) && scan.stalled.is_some();
         }
         // Stalled: where the drivers are seen, a pin holds a worker while nobody drives them;
         // elsewhere, a pin that was running when the heartbeat was due runs still, and the
@@ -761,7 +763,8 @@ impl<'a> Scan<'a> {
             }))
         };
         let elapsed = Instant::now().saturating_duration_since(after);
-        let late = self.stalled.and_then(|s| s.blames(began, until));
+        // A pin that holds no worker (a multi-thread runtime's `block_on` body) stalls nothing.
+        let late = index.and(self.stalled).and_then(|s| s.blames(began, until));
         PinnedEvent {
             id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
             run_id: self.shared.run_id.clone(),
@@ -1161,7 +1164,12 @@ impl<'a> Scan<'a> {
             self.send(&p);
             return None;
         }
-        if let Some(late) = self.stalled.and_then(|s| s.blames(p.began, now)) {
+        let holds_worker = p.event.worker.index.is_some();
+        if let Some(late) = self
+            .stalled
+            .filter(|_| holds_worker)
+            .and_then(|s| s.blames(p.began, now))
+        {
             if p.stalls(late) {
                 p.event.runtime_advice = self.runtime_advice(true);
                 // Say so now, not at the next report: the whole service has stopped.

@@ -307,7 +307,7 @@ pub(crate) fn is_application(f: &Frame) -> bool {
     };
     let base = base_name(name);
     if let Some(file) = f.file.as_deref() {
-        if file.starts_with("/rustc/") || file.contains("/rust/deps/") || is_pinwatch_source(file) {
+        if is_std_source(file) || file.contains("/rust/deps/") || is_pinwatch_source(file) {
             return false;
         }
         if let Some(krate) = dependency_crate(file) {
@@ -351,22 +351,36 @@ pub(crate) fn is_own_code(f: &Frame) -> bool {
         && !is_system_path(file)
 }
 
-/// Whether `file` is in a vendored crate (`cargo vendor`: `…/vendor/<crate>/src/…`), not in a
-/// module of the service's own that is called `vendor` (`…/src/vendor/acme.rs`).
+/// Whether `file` is std's source: `/rustc/<hash>/library/…` as rustup's builds name it, a
+/// rust-src component or `-Zbuild-std` (`…/lib/rustlib/src/rust/library/…`), or a
+/// distribution's rustc (`/usr/src/rustc-<version>/library/…`).
+fn is_std_source(file: &str) -> bool {
+    file.starts_with("/rustc/")
+        || file.contains("/lib/rustlib/src/rust/")
+        || file.starts_with("/usr/src/rustc-")
+}
+
+/// Whether `file` is in a vendored crate (`cargo vendor`: `…/vendor/<crate>/…`), not in a module
+/// of the service's own that is called `vendor` (a `vendor` directory right inside a `src/`:
+/// `…/src/vendor/acme.rs`).
 fn is_vendored(file: &str) -> bool {
-    let Some(src) = file.rfind("/src/") else {
-        return false;
-    };
-    file[..src]
-        .rfind("/vendor/")
-        .is_some_and(|v| !file[v + "/vendor/".len()..src].is_empty())
+    file.match_indices("vendor/").any(|(v, _)| {
+        let parent = match v.checked_sub(1) {
+            None => Some(""),
+            Some(slash) if file.as_bytes()[slash] == b'/' => file[..slash].rsplit('/').next(),
+            Some(_) => None,
+        };
+        // A file inside the crate's directory, not the directory's name alone.
+        parent.is_some_and(|p| p != "src") && file[v + "vendor/".len()..].contains('/')
+    })
 }
 
 /// Whether `file` is a system path, not where a service is built.
 fn is_system_path(file: &str) -> bool {
-    file.starts_with("/usr/")
-        && !file.starts_with("/usr/src/")
-        && !file.starts_with("/usr/local/src/")
+    is_std_source(file)
+        || (file.starts_with("/usr/")
+            && !file.starts_with("/usr/src/")
+            && !file.starts_with("/usr/local/src/"))
 }
 
 /// Whether `file` is one of pinwatch's own sources: under this crate's `src/` as it was built
@@ -378,7 +392,20 @@ fn is_pinwatch_source(file: &str) -> bool {
         .strip_suffix("analyze/reason.rs")
         .filter(|s| s.ends_with("src/"))
         .unwrap_or(here);
-    file.starts_with(concat!(env!("CARGO_MANIFEST_DIR"), "/src/")) || file.starts_with(own_src)
+    is_under_source(file, own_src, concat!(env!("CARGO_MANIFEST_DIR"), "/src/"))
+}
+
+/// Whether `file` is under a crate's sources: `built`, where it was built, or `own_src`, where
+/// `file!()` says its sources are. That is relative in a build of the crate's own workspace
+/// (`detector/src/`), and stays so under `--remap-path-prefix` while the debug info joins it to
+/// the remapped directory: then it is matched as whole parts of the path.
+fn is_under_source(file: &str, own_src: &str, built: &str) -> bool {
+    file.starts_with(built)
+        || file.starts_with(own_src)
+        || (!own_src.starts_with('/')
+            && file
+                .match_indices(own_src)
+                .any(|(i, _)| i > 0 && file.as_bytes()[i - 1] == b'/'))
 }
 
 /// The crate (`-` made `_`) of a file in cargo's registry
@@ -833,13 +860,20 @@ mod tests {
             ("app::work", "/usr/src/app/src/main.rs"),
             ("app::work", "/usr/local/src/app/src/main.rs"),
             ("app::vendor::acme::busy", "/app/src/vendor/acme.rs"),
+            ("app::vendor::acme::busy", "/app/src/vendor/acme/mod.rs"),
             ("registry::api::get", "/w/registry/src/api/handlers.rs"),
-            ("detector::run", "/work/app/detector/src/lib.rs"),
         ] {
             assert!(is_own_code(&at(name, file)), "{file}");
         }
         for (name, file) in [
             ("acme::busy", "/app/vendor/acme/src/lib.rs"),
+            ("acme::busy", "/app/vendor/acme/lib.rs"),
+            ("acme::busy", "/home/me/src/app/vendor/acme/src/lib.rs"),
+            ("acme::busy", "vendor/acme/src/lib.rs"),
+            (
+                "core::ops::function::FnOnce::call_once",
+                "/usr/src/rustc-1.75.0/library/core/src/ops/function.rs",
+            ),
             ("foo::x", "/usr/share/cargo/registry/foo-1.0.0/src/lib.rs"),
             (
                 "snmp2::get",
@@ -874,6 +908,44 @@ mod tests {
             "{closure#0}",
             "detector/src/watch/scan.rs"
         )));
+        // pinwatch as a dependency (`file!()` absolute): a service's crate in a directory called
+        // `detector` is not pinwatch's; in pinwatch's own workspace (`file!()` relative), the
+        // same sources under a remapped directory are.
+        let dep = "/home/me/.cargo/git/checkouts/pinwatch-abc/1234567/detector/src/";
+        assert!(!is_under_source("/work/app/detector/src/lib.rs", dep, dep));
+        assert!(is_under_source(&format!("{dep}watch/scan.rs"), dep, dep));
+        let built = "/work/main/detector/src/";
+        assert!(is_under_source(
+            "/build/detector/src/watch/scan.rs",
+            "detector/src/",
+            built
+        ));
+        assert!(is_under_source(
+            "/work/main/detector/src/watch/scan.rs",
+            "detector/src/",
+            built
+        ));
+        assert!(!is_under_source(
+            "/work/app/mydetector/src/lib.rs",
+            "detector/src/",
+            built
+        ));
+        // Remapped (`--remap-path-prefix`): the debug info's directory is another.
+        assert!(!is_application(&at(
+            "{closure#0}",
+            "/build/detector/src/watch/scan.rs"
+        )));
+        // An inlined frame named without a path, in a distribution's std or a rust-src
+        // component: std's, not the service's.
+        for file in [
+            "/usr/src/rustc-1.75.0/library/core/src/ops/function.rs",
+            "/root/.rustup/toolchains/x/lib/rustlib/src/rust/library/core/src/ops/function.rs",
+        ] {
+            assert!(
+                !is_application(&at("call_once<app::f::{closure_env#1}, ()>", file)),
+                "{file}"
+            );
+        }
     }
 
     #[test]

@@ -1256,8 +1256,8 @@ impl PinnedEvent {
             s.push_str(if self.victims.as_ref().is_some_and(|v| v.tasks > 0) {
                 " (not counting tasks whose timers or I/O the stall held back)"
             } else {
-                "; no woken task waited past the threshold (tasks whose timers or I/O the stall \
-                 held back are not counted)"
+                "; no woken task counted as its victim (tasks whose timers or I/O the stall held \
+                 back are not counted)"
             });
         }
         if let Some(stall) = self.stall_description() {
@@ -1406,7 +1406,19 @@ impl Line {
 fn check_schema(value: &serde_json::Value) -> Result<(), ParseLineError> {
     match value.get("schema").and_then(|v| v.as_u64()) {
         Some(v) if (OLDEST_READABLE_SCHEMA as u64..=RECORD_SCHEMA as u64).contains(&v) => Ok(()),
-        Some(v) => Err(ParseLineError::Schema(v)),
+        // Another version's only when it is a kind of line pinwatch writes: another tool's
+        // JSON with a `schema` of its own is no pinwatch line at all.
+        Some(v)
+            if matches!(
+                value.get("event").and_then(|e| e.as_str()),
+                Some("pinned" | "dump")
+            ) =>
+        {
+            Err(ParseLineError::Schema(v))
+        }
+        Some(v) => Err(ParseLineError::NotAnEvent(format!(
+            "`schema` {v} on a line whose `event` is not \"pinned\" nor \"dump\""
+        ))),
         None => Err(ParseLineError::NotAnEvent("no `schema` field".into())),
     }
 }
@@ -2084,7 +2096,7 @@ mod tests {
 
     /// Measured victims of a pin that stalled the runtime leave out the tasks whose timers or
     /// I/O it held back (never woken, so never measured): the headline says so, and says so
-    /// when no woken task waited at all, rather than saying nothing.
+    /// when no woken task is counted at all, rather than saying nothing.
     #[test]
     fn the_victims_of_a_stall_say_what_they_leave_out() {
         let mut e = sample();
@@ -2108,8 +2120,8 @@ mod tests {
         e.runtime_stalled = true;
         assert!(
             e.headline().contains(
-                "; no woken task waited past the threshold (tasks whose timers or I/O the stall \
-                 held back are not counted)"
+                "; no woken task counted as its victim (tasks whose timers or I/O the stall held \
+                 back are not counted)"
             ),
             "{}",
             e.headline()

@@ -2056,6 +2056,9 @@ mod tests {
             "{:?}",
             rec.warnings
         );
+        // Another tool's JSON with a `schema` of its own is damage, not another version's.
+        let rec = parse_recording(r#"{"schema":3,"event":"gc"}"#, "r").unwrap();
+        assert_eq!((rec.other_schema_lines, rec.damaged_lines), (0, 1));
         // An event with no `event` field says so, with no Rust `Option` in the words.
         let rec = parse_recording(r#"{"schema":2,"id":1}"#, "r").unwrap();
         assert!(

@@ -201,6 +201,20 @@ fn status_pins_settings_and_recording_through_ctl() {
     ctl(&[&pid, "set", "scan_interval=2ms"]);
     let st = status(&pid);
     assert!(st.get("scan_interval_in_force").is_none(), "{st}");
+    // A threshold that moves the scan period in force says so too (paused meanwhile: no poll
+    // of the idle service is to be reported at 4 ms).
+    ctl(&[&pid, "pause"]);
+    let said = ctl(&[&pid, "set", "threshold=4ms"]);
+    assert!(
+        said.contains("scan interval in force: 2ms -> 1ms"),
+        "{said}"
+    );
+    let said = ctl(&[&pid, "set", "threshold=20ms"]);
+    assert!(
+        said.contains("scan interval in force: 1ms -> 2ms"),
+        "{said}"
+    );
+    ctl(&[&pid, "resume"]);
 
     // A recording started and stopped at run time, read by `pinwatch print`.
     let dir = tempfile::tempdir().unwrap();

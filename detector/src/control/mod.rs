@@ -764,6 +764,19 @@ fn set(w: &Shared, pairs: &[(String, String)]) -> Reply {
             ));
         }
     }
+    // A threshold moved past four scan intervals changes the scan period in force too.
+    let (was, now) = (
+        before.effective_scan_interval(),
+        after.effective_scan_interval(),
+    );
+    if was != now && !lines.iter().any(|l| l.starts_with("scan_interval:")) {
+        let d = |d: Duration| humantime::format_duration(d).to_string();
+        lines.push(format!(
+            "scan interval in force: {} -> {} (never more than a quarter of the threshold)",
+            d(was),
+            d(now)
+        ));
+    }
     Reply::ok(lines.join("\n"))
 }
 

@@ -21,7 +21,8 @@ struct Args {
     /// Workers left stuck for good (at most the worker count, 3).
     #[arg(long, default_value_t = 0)]
     stuck: usize,
-    /// Stop after this long (humantime: `30s`), stuck workers or not; default: run until
+    /// Stop after this long (humantime: `30s`), stuck workers or not (with stuck workers the
+    /// process exits at once: no final reports, no `PINWATCH_DUMP_ON_EXIT`); default: run until
     /// killed.
     #[arg(long = "for", value_parser = humantime::parse_duration)]
     run_for: Option<Duration>,

@@ -769,13 +769,18 @@ fn without_the_park_hooks_the_heartbeat_still_tells_and_ends_the_stall() {
     assert!(first.drivers.is_none(), "{first:?}");
 }
 
-/// Pin A on one of two workers, the other driving the runtime (not a stall); then pin B on the
-/// other: every worker pinned, nobody drives the timers and I/O, and both pins hold them from a
-/// free worker. A, begun while a worker was still seen on the drivers, is blamed too: each of
-/// its reports from then on says the runtime stalled, as B's do.
-#[test]
-fn with_every_worker_pinned_every_pin_is_blamed_for_the_stall() {
-    let name = "pw-all-pinned";
+/// A runtime of `workers` workers named `name`, the rescue off, its drivers seen; then pin A,
+/// spawned from outside, holding one worker while another waits on the drivers: its first
+/// report (no stall), and what releases it.
+struct PinA {
+    rt: tokio::runtime::Runtime,
+    detector: pinwatch::Detector,
+    events: mpsc::Receiver<PinnedEvent>,
+    a: PinnedEvent,
+    release_a: mpsc::Sender<()>,
+}
+
+fn pin_a_beside_the_drivers(name: &str, workers: usize) -> PinA {
     let (tx, events) = mpsc::channel();
     let (rt, detector) = pinwatch::Builder::new()
         .tracing(false)
@@ -786,18 +791,18 @@ fn with_every_worker_pinned_every_pin_is_blamed_for_the_stall() {
         })
         .build(
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(workers)
                 .thread_name(name)
                 .enable_all(),
         )
         .unwrap();
     rt.block_on(async {
-        let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(async {})).collect();
+        let tasks: Vec<_> = (0..4 * workers).map(|_| tokio::spawn(async {})).collect();
         for t in tasks {
             t.await.unwrap();
         }
     });
-    settle(name, 2);
+    settle(name, workers);
     drivers_seen(&detector);
     let (lock_a, release_a) = held_lock();
     let (a_tx, a_rx) = mpsc::channel();
@@ -806,13 +811,35 @@ fn with_every_worker_pinned_every_pin_is_blamed_for_the_stall() {
         drop(lock_a.lock().unwrap());
     });
     a_rx.recv_timeout(LONG).unwrap();
-    // A blocks in a futex; the other worker waits on the drivers.
-    settle(name, 2);
+    // A blocks in a futex; of the others, one waits on the drivers, the rest sleep.
+    settle(name, workers);
     let a = next(&events, "A's first report", |e| e.report == 1);
     assert!(
         !a.runtime_stalled,
-        "the other worker drives the runtime: {a:?}"
+        "another worker drives the runtime: {a:?}"
     );
+    PinA {
+        rt,
+        detector,
+        events,
+        a,
+        release_a,
+    }
+}
+
+/// Pin A on one of two workers, the other driving the runtime (not a stall); then pin B on the
+/// other: every worker pinned, nobody drives the timers and I/O, and both pins hold them from a
+/// free worker. A, begun while a worker was still seen on the drivers, is blamed too: each of
+/// its reports from then on says the runtime stalled, as B's do.
+#[test]
+fn with_every_worker_pinned_every_pin_is_blamed_for_the_stall() {
+    let PinA {
+        rt,
+        detector,
+        events,
+        a,
+        release_a,
+    } = pin_a_beside_the_drivers("pw-all-pinned", 2);
     let (lock_b, release_b) = held_lock();
     let (b_tx, b_rx) = mpsc::channel();
     rt.spawn(async move {
@@ -907,40 +934,13 @@ fn a_runtime_without_io_is_never_seen_stalled_while_its_timers_run() {
 #[test]
 fn only_the_pin_that_took_the_drivers_worker_is_blamed_for_the_stall() {
     let name = "pw-blame";
-    let (tx, events) = mpsc::channel();
-    let (rt, detector) = pinwatch::Builder::new()
-        .tracing(false)
-        .control(Control::Off)
-        .rescue(false)
-        .sink(move |e: &PinnedEvent| {
-            let _ = tx.send(e.clone());
-        })
-        .build(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(3)
-                .thread_name(name)
-                .enable_all(),
-        )
-        .unwrap();
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..12).map(|_| tokio::spawn(async {})).collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
-    settle(name, 3);
-    drivers_seen(&detector);
-    let (lock_a, release_a) = held_lock();
-    let (a_tx, a_rx) = mpsc::channel();
-    rt.spawn(async move {
-        a_tx.send(()).unwrap();
-        drop(lock_a.lock().unwrap());
-    });
-    a_rx.recv_timeout(LONG).unwrap();
-    // A blocks in a futex; of the other two, one waits on the drivers, one sleeps.
-    settle(name, 3);
-    let a = next(&events, "A's first report", |e| e.report == 1);
-    assert!(!a.runtime_stalled, "{a:?}");
+    let PinA {
+        rt,
+        detector,
+        events,
+        a,
+        release_a,
+    } = pin_a_beside_the_drivers(name, 3);
     let start = Instant::now();
     let (lock_b, release_b) = held_lock();
     let (b_tx, b_rx) = mpsc::channel();

@@ -357,21 +357,38 @@ pub(crate) fn is_own_code(f: &Frame) -> bool {
 fn is_std_source(file: &str) -> bool {
     file.starts_with("/rustc/")
         || file.contains("/lib/rustlib/src/rust/")
-        || file.starts_with("/usr/src/rustc-")
+        || file.strip_prefix("/usr/src/rustc-").is_some_and(|rest| {
+            // `/usr/src/rustc-<version>/library/…`, not a service at `/usr/src/rustc-perf/`.
+            rest.split_once('/').is_some_and(|(version, below)| {
+                version.starts_with(|c: char| c.is_ascii_digit()) && below.starts_with("library/")
+            })
+        })
 }
 
-/// Whether `file` is in a vendored crate (`cargo vendor`: `…/vendor/<crate>/…`), not in a module
-/// of the service's own that is called `vendor` (a `vendor` directory right inside a `src/`:
-/// `…/src/vendor/acme.rs`).
+/// Whether `file` is in a vendored crate (`cargo vendor`: `…/vendor/<crate>/src/…`, or a
+/// `…/vendor/<crate>/lib.rs` outside any source tree), not the service's own code in a
+/// directory called `vendor`: a module (`…/src/vendor/acme.rs`, `…/src/net/vendor/acme/mod.rs`),
+/// a workspace member or the project itself (`…/vendor/src/main.rs`), tests (`…/tests/vendor/`).
 fn is_vendored(file: &str) -> bool {
+    const SOURCE_TREES: [&str; 4] = ["src", "tests", "examples", "benches"];
     file.match_indices("vendor/").any(|(v, _)| {
         let parent = match v.checked_sub(1) {
-            None => Some(""),
-            Some(slash) if file.as_bytes()[slash] == b'/' => file[..slash].rsplit('/').next(),
-            Some(_) => None,
+            None => "",
+            Some(slash) if file.as_bytes()[slash] == b'/' => {
+                file[..slash].rsplit('/').next().unwrap_or("")
+            }
+            // `…/avendor/`: not a directory called `vendor`.
+            Some(_) => return false,
         };
-        // A file inside the crate's directory, not the directory's name alone.
-        parent.is_some_and(|p| p != "src") && file[v + "vendor/".len()..].contains('/')
+        let Some((krate, below)) = file[v + "vendor/".len()..].split_once('/') else {
+            return false;
+        };
+        if SOURCE_TREES.contains(&parent) || krate.is_empty() || krate == "src" {
+            return false;
+        }
+        // The crate's own sources, or a file at its root while no source tree holds the
+        // `vendor` directory.
+        below.starts_with("src/") || (!below.contains('/') && !file[..v].contains("/src/"))
     })
 }
 
@@ -402,7 +419,10 @@ fn is_pinwatch_source(file: &str) -> bool {
 fn is_under_source(file: &str, own_src: &str, built: &str) -> bool {
     file.starts_with(built)
         || file.starts_with(own_src)
+        // At least two parts (`detector/src/`): a bare `src/` (the crate built as its own
+        // workspace, from its published archive) is every crate's.
         || (!own_src.starts_with('/')
+            && own_src.trim_end_matches('/').contains('/')
             && file
                 .match_indices(own_src)
                 .any(|(i, _)| i > 0 && file.as_bytes()[i - 1] == b'/'))
@@ -861,6 +881,14 @@ mod tests {
             ("app::work", "/usr/local/src/app/src/main.rs"),
             ("app::vendor::acme::busy", "/app/src/vendor/acme.rs"),
             ("app::vendor::acme::busy", "/app/src/vendor/acme/mod.rs"),
+            (
+                "app::net::vendor::acme::busy",
+                "/app/src/net/vendor/acme/mod.rs",
+            ),
+            ("vendor::busy", "/app/crates/vendor/src/lib.rs"),
+            ("app::busy", "/srv/vendor/src/main.rs"),
+            ("app::busy", "/app/tests/vendor/x/y.rs"),
+            ("perf::busy", "/usr/src/rustc-perf/src/main.rs"),
             ("registry::api::get", "/w/registry/src/api/handlers.rs"),
         ] {
             assert!(is_own_code(&at(name, file)), "{file}");
@@ -929,6 +957,13 @@ mod tests {
             "/work/app/mydetector/src/lib.rs",
             "detector/src/",
             built
+        ));
+        // Built as its own workspace (a published archive's tests): `file!()` is `src/…`,
+        // which names no one crate.
+        assert!(!is_under_source(
+            "/w/app/src/main.rs",
+            "src/",
+            "/tmp/pinwatch-0.1.0/src/"
         ));
         // Remapped (`--remap-path-prefix`): the debug info's directory is another.
         assert!(!is_application(&at(

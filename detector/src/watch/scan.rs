@@ -1332,9 +1332,11 @@ impl<'a> Scan<'a> {
         // Every pin known, for whether another worker was free while a task waited.
         let all: Vec<_> = spans.iter().chain(sent.iter()).copied().collect();
         let workers = self.handle.metrics().num_workers();
+        // A worker free this long would have stolen a queued task, its own backlog drained.
+        let min_free = (self.settings.threshold / 4).max(Duration::from_millis(1));
         for w in &waits {
             let blamed = super::victims::blame(w, &spans);
-            let lifo = super::victims::lifo_possible(w, &all, workers);
+            let lifo = super::victims::lifo_possible(w, &all, workers, min_free);
             if blamed.is_empty() {
                 if super::victims::blame(w, sent).is_empty() {
                     stats.busy_waits.fetch_add(1, Ordering::Relaxed);

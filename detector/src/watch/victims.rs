@@ -76,48 +76,61 @@ fn overlaps(w: &Wait, p: &PinSpan) -> bool {
     p.task != Some(w.task.task_id) && p.start < w.polled && p.end.is_none_or(|e| e > w.began())
 }
 
-/// The shortest stretch of a wait with another worker free that makes the LIFO slot the
-/// explanation: a free worker steals from a queue at once, but a bound this small keeps the
-/// edges of pins that end and begin back to back from counting.
-const FREE_STRETCH: Duration = Duration::from_millis(1);
-
 /// Whether `w` may have waited in its worker's LIFO slot rather than in a queue: for a stretch
-/// of its wait, some other worker of the runtime's `workers` was free (pinned by none of
-/// `pins`). A task in a queue is stolen by a free worker, so a whole-pin wait then means the
-/// LIFO slot; one that waited while every other worker was pinned may have waited for that
-/// alone, and the LIFO slot is not claimed.
-pub(super) fn lifo_possible(w: &Wait, pins: &[PinSpan], workers: usize) -> bool {
+/// of at least `min_free` of its wait, some other worker of the runtime's `workers` was free
+/// (pinned by none of `pins`). A task in a queue is stolen by a free worker, so a whole-pin
+/// wait then means the LIFO slot; one that waited while every other worker was pinned may have
+/// waited for that alone, and the LIFO slot is not claimed. The stretch is long (a quarter of
+/// the threshold, say) because a worker whose own pin just ended drains its own backlog before
+/// it steals. `w.worker` unknown (its thread handed the worker over): every pin is another's.
+pub(super) fn lifo_possible(
+    w: &Wait,
+    pins: &[PinSpan],
+    workers: usize,
+    min_free: Duration,
+) -> bool {
     let others = workers.saturating_sub(1);
     if others == 0 {
         return false;
     }
     let (from, to) = (w.began(), w.polled);
-    // The other workers' pins within the wait, as changes of how many are pinned (ends first
-    // where one ends as another begins).
-    let mut changes: Vec<(Instant, i32)> = Vec::new();
+    // The other workers' pins within the wait, as (when, worker, +1 begins / -1 ends); ends
+    // first where one ends as another begins.
+    let mut changes: Vec<(Instant, i32, usize)> = Vec::new();
     for p in pins {
-        if p.worker.is_some() && p.worker != w.worker && overlaps(w, p) {
-            changes.push((p.start.max(from), 1));
-            changes.push((p.end.map_or(to, |e| e.min(to)), -1));
+        let Some(worker) = p.worker.filter(|&i| Some(i) != w.worker && i < workers) else {
+            continue;
+        };
+        if p.end.is_some_and(|e| e < p.start) || !overlaps(w, p) {
+            continue;
         }
+        changes.push((p.start.max(from), 1, worker));
+        changes.push((p.end.map_or(to, |e| e.min(to)), -1, worker));
     }
-    changes.sort_by_key(|&(at, d)| (at, d));
-    let mut pinned = 0i32;
+    changes.sort_by_key(|&(at, d, _)| (at, d));
+    // Pins running per worker (one at a time on a worker, but counted, not assumed), and how
+    // many workers have one.
+    let mut running = vec![0i32; workers];
+    let mut held = 0usize;
     let mut free_since = Some(from);
-    for (at, d) in changes {
-        if let Some(since) = free_since {
-            if at.saturating_duration_since(since) >= FREE_STRETCH {
-                return true;
-            }
+    for (at, d, worker) in changes {
+        if free_since.is_some_and(|since| at.saturating_duration_since(since) >= min_free) {
+            return true;
         }
-        pinned += d;
-        free_since = if i64::from(pinned) < others as i64 {
+        let before = running[worker];
+        running[worker] += d;
+        match (before > 0, running[worker] > 0) {
+            (false, true) => held += 1,
+            (true, false) => held -= 1,
+            _ => {}
+        }
+        free_since = if held < others {
             free_since.or(Some(at))
         } else {
             None
         };
     }
-    free_since.is_some_and(|since| to.saturating_duration_since(since) >= FREE_STRETCH)
+    free_since.is_some_and(|since| to.saturating_duration_since(since) >= min_free)
 }
 
 /// A pin's victims so far.
@@ -314,21 +327,32 @@ mod tests {
         // Woken at 105 ms on worker 0, pinned 100–400 ms; polled there at 401 ms.
         let w = wait(t0, 99, 105, 401, 0);
         let own = pin(t0, 0, 100, Some(400));
-        assert!(lifo_possible(&w, &[own], 2));
+        assert!(lifo_possible(&w, &[own], 2, ms(1)));
         // One worker has nobody to be stolen by.
-        assert!(!lifo_possible(&w, &[own], 1));
+        assert!(!lifo_possible(&w, &[own], 1, ms(1)));
         // Worker 1 pinned for the whole wait: nobody was free to steal it from a queue.
-        assert!(!lifo_possible(&w, &[own, pin(t0, 1, 50, None)], 2));
+        assert!(!lifo_possible(&w, &[own, pin(t0, 1, 50, None)], 2, ms(1)));
         assert!(!lifo_possible(
             &w,
             &[own, pin(t0, 1, 50, Some(250)), pin(t0, 1, 250, Some(402))],
-            2
+            2,
+            ms(1)
         ));
         // Worker 1 pinned for part of it only: free from 200 ms on, it would have stolen it.
-        assert!(lifo_possible(&w, &[own, pin(t0, 1, 50, Some(200))], 2));
-        assert!(lifo_possible(&w, &[own, pin(t0, 1, 300, None)], 2));
+        assert!(lifo_possible(
+            &w,
+            &[own, pin(t0, 1, 50, Some(200))],
+            2,
+            ms(1)
+        ));
+        assert!(lifo_possible(&w, &[own, pin(t0, 1, 300, None)], 2, ms(1)));
         // Three workers: worker 2 free throughout, though worker 1 was pinned at the start.
-        assert!(lifo_possible(&w, &[own, pin(t0, 1, 50, Some(106))], 3));
+        assert!(lifo_possible(
+            &w,
+            &[own, pin(t0, 1, 50, Some(106))],
+            3,
+            ms(1)
+        ));
         // Both others pinned for the whole wait, one after the other on worker 2.
         assert!(!lifo_possible(
             &w,
@@ -338,7 +362,8 @@ mod tests {
                 pin(t0, 2, 60, Some(200)),
                 pin(t0, 2, 200, Some(500))
             ],
-            3
+            3,
+            ms(1)
         ));
         // A body that holds no worker takes none from the runtime.
         let body = PinSpan {
@@ -346,7 +371,35 @@ mod tests {
             worker: None,
             ..pin(t0, 0, 0, None)
         };
-        assert!(lifo_possible(&w, &[own, body], 2));
+        assert!(lifo_possible(&w, &[own, body], 2, ms(1)));
+        // Free, but for less than the stretch asked: a worker whose pin just ended drains its
+        // own backlog first.
+        assert!(!lifo_possible(
+            &w,
+            &[own, pin(t0, 1, 50, Some(390))],
+            2,
+            ms(20)
+        ));
+        assert!(lifo_possible(
+            &w,
+            &[own, pin(t0, 1, 50, Some(370))],
+            2,
+            ms(20)
+        ));
+        // A worker counted once however many pins it shows at once: worker 2 free throughout.
+        let twice = pin(t0, 1, 50, None);
+        assert!(lifo_possible(&w, &[own, twice, twice], 3, ms(1)));
+        // A pin that ends before it begins (no such pin is made) frees nobody.
+        let inverted = PinSpan {
+            end: Some(t0 + ms(10)),
+            ..pin(t0, 1, 200, None)
+        };
+        assert!(!lifo_possible(
+            &w,
+            &[own, pin(t0, 1, 50, None), inverted],
+            2,
+            ms(1)
+        ));
     }
 
     #[test]

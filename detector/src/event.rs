@@ -1406,13 +1406,14 @@ impl Line {
 fn check_schema(value: &serde_json::Value) -> Result<(), ParseLineError> {
     match value.get("schema").and_then(|v| v.as_u64()) {
         Some(v) if (OLDEST_READABLE_SCHEMA as u64..=RECORD_SCHEMA as u64).contains(&v) => Ok(()),
-        // Another version's only when it is a kind of line pinwatch writes: another tool's
-        // JSON with a `schema` of its own is no pinwatch line at all.
+        // Another version's only when it is a kind of line pinwatch writes, or a newer
+        // pinwatch's (a kind it added carries the run's id): another tool's JSON with a
+        // `schema` of its own is no pinwatch line at all.
         Some(v)
             if matches!(
                 value.get("event").and_then(|e| e.as_str()),
                 Some("pinned" | "dump")
-            ) =>
+            ) || (v > RECORD_SCHEMA as u64 && value.get("run_id").is_some()) =>
         {
             Err(ParseLineError::Schema(v))
         }

@@ -2059,6 +2059,9 @@ mod tests {
         // Another tool's JSON with a `schema` of its own is damage, not another version's.
         let rec = parse_recording(r#"{"schema":3,"event":"gc"}"#, "r").unwrap();
         assert_eq!((rec.other_schema_lines, rec.damaged_lines), (0, 1));
+        // A kind of line a newer pinwatch added carries its run's id: another version's.
+        let rec = parse_recording(r#"{"schema":3,"event":"stats","run_id":"x"}"#, "r").unwrap();
+        assert_eq!((rec.other_schema_lines, rec.damaged_lines), (1, 0));
         // An event with no `event` field says so, with no Rust `Option` in the words.
         let rec = parse_recording(r#"{"schema":2,"id":1}"#, "r").unwrap();
         assert!(

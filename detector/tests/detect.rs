@@ -187,24 +187,30 @@ fn many_short_polls_are_not_pinning() {
     // long one would cross it. At 20 ms a loaded machine pins a poll for real now and then: a
     // worker waits in a futex on tokio's own mutex while its holder, another worker, is
     // preempted by the load (a stressed CI run saw 21 ms in `lock_api::Mutex::lock`).
-    let rt = support::watch(
-        builder(&events).threshold(Duration::from_millis(200)),
-        &mut multi_thread(2),
-    );
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..10_000)
-            .map(|_| {
-                tokio::spawn(async {
-                    for _ in 0..100 {
-                        tokio::task::yield_now().await;
-                    }
+    let threshold = Duration::from_millis(200);
+    let rt = support::watch(builder(&events).threshold(threshold), &mut multi_thread(2));
+    // Rounds of a million short polls until the run is five thresholds long, whatever the
+    // machine's speed (at most 50 rounds).
+    let started = Instant::now();
+    let mut rounds = 0;
+    while started.elapsed() < 5 * threshold && rounds < 50 {
+        rounds += 1;
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..10_000)
+                .map(|_| {
+                    tokio::spawn(async {
+                        for _ in 0..100 {
+                            tokio::task::yield_now().await;
+                        }
+                    })
                 })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+    }
+    assert!(started.elapsed() >= 5 * threshold, "{rounds} rounds");
     let stats = rt.shutdown();
     assert!(events.all().is_empty(), "{:#?}", events.all());
     assert_eq!(stats.pinned_polls, 0);

@@ -65,7 +65,7 @@ fn with_no_subscriber_the_report_and_the_start_up_line_go_to_stderr() {
         "the report names the reason: {stderr}"
     );
     // Room for every thread: nothing said of unwatched ones.
-    assert!(!stderr.contains("watched threads taken"), "{stderr}");
+    assert!(!stderr.contains("max_threads"), "{stderr}");
 }
 
 #[test]
@@ -93,20 +93,19 @@ fn with_a_fmt_subscriber_the_report_goes_through_it_once() {
 }
 
 #[test]
-fn a_thread_past_max_threads_is_said_once() {
-    // `block_on`'s thread takes the one slot (the body polls first, to spawn the task); the
-    // worker that runs the pinning task finds none.
+fn max_threads_below_the_polling_threads_is_said_at_start_up() {
+    // Two workers and the watched body: three threads poll, one can be watched.
     let out = first_pin(&[], &[("PINWATCH_MAX_THREADS", "1")]);
     let stderr = text(&out.stderr);
     let said: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.contains("watched threads taken"))
+        .filter(|l| l.contains("max_threads (PINWATCH_MAX_THREADS)"))
         .collect();
     assert_eq!(said.len(), 1, "{stderr}");
     for part in [
-        "WARN pinwatch: a thread polled tasks with all 1 watched threads taken",
-        "PINWATCH_MAX_THREADS",
+        "WARN pinwatch: max_threads (PINWATCH_MAX_THREADS) is 1, fewer than the 3 threads",
         "pins unreported",
+        "raise it to 3 or more",
     ] {
         assert!(said[0].contains(part), "{part:?} not in {:?}", said[0]);
     }

@@ -138,8 +138,9 @@ impl Builder {
     /// How many threads can be watched at once (`PINWATCH_MAX_THREADS`, default
     /// [`DEFAULT_MAX_THREADS`](crate::config::DEFAULT_MAX_THREADS); 1 to
     /// [`MAX_THREADS`](crate::config::MAX_THREADS)): the workers, `block_on`'s thread and any
-    /// thread of yours that polls. A thread past it runs unwatched, its pins unreported: said
-    /// once in a WARN line and counted ([`Stats::unwatched_threads`](crate::Stats::unwatched_threads)).
+    /// thread of yours that polls. A thread past it runs unwatched, its pins unreported: counted
+    /// ([`Stats::unwatched_threads`](crate::Stats::unwatched_threads)), and said at start-up in
+    /// a WARN line when the setting is below the workers and `block_on`'s thread.
     pub fn max_threads(mut self, n: usize) -> Self {
         self.config.max_threads = n;
         self

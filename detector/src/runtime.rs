@@ -202,6 +202,23 @@ impl Prepared {
             }
             line
         });
+        // Threads past `max_threads` poll unwatched: say so before any is lost, not after.
+        let polling = match handle.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => workers + 1,
+            _ => 1,
+        };
+        if watched.config.max_threads < polling {
+            announce(&watched.config, true, || {
+                format!(
+                    "max_threads (PINWATCH_MAX_THREADS) is {}, fewer than the {polling} threads \
+                     that poll this runtime's tasks (its {workers} workers, and `block_on`'s \
+                     thread when its body is watched): the polls of those past it go unwatched \
+                     and their pins unreported (`unwatched_threads` in `pinwatch ctl PID \
+                     status` counts them); raise it to {polling} or more",
+                    watched.config.max_threads
+                )
+            });
+        }
         let dump_on_exit = dump_on_exit.map(|(dump, _)| dump);
         // The detector stops it, and takes its dump out, from here.
         std::mem::forget(stop);

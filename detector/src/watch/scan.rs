@@ -148,8 +148,6 @@ fn run(
     let cores = handle.metrics().num_workers();
     let mut idle = Idle::default();
     let mut sleep = false;
-    // Whether a thread refused a slot has been told of (once a run).
-    let mut told_unwatched = false;
     // Set up: the runtime may run tasks now.
     let _ = ready.send(());
     loop {
@@ -275,10 +273,6 @@ fn run(
         }
         shared.stalled_now.store(blamed, Ordering::Relaxed);
         last_scan = scan_start;
-        if !told_unwatched && shared.table.unwatched_threads.load(Ordering::Relaxed) > 0 {
-            told_unwatched = true;
-            say_unwatched(&shared.config);
-        }
         if stopping {
             // Whatever is still flagged never returned: its last report stands.
             return;
@@ -302,25 +296,6 @@ fn run(
         // Every worker parked is when one of them waits on the I/O driver, if there is one.
         scan.learn_drivers(looked, sleep);
         due = scan.stamped_due(tracked, scan_start);
-    }
-}
-
-/// Says, once a run, that a thread polled tasks with every slot taken: its pins go unreported.
-/// Each refused thread is counted (`unwatched_threads` in `pinwatch ctl status`), but a count
-/// nobody looks at is a detector silently blind to part of the service.
-fn say_unwatched(config: &crate::config::Config) {
-    if config.tracing {
-        crate::export::say(
-            tracing::Level::WARN,
-            format!(
-                "a thread polled tasks with all {} watched threads taken (max_threads, \
-                 PINWATCH_MAX_THREADS): its polls go unwatched and their pins unreported; raise \
-                 it to at least the runtime's workers, plus one for `block_on` and one for each \
-                 thread of yours that polls (`unwatched_threads` in `pinwatch ctl PID status` \
-                 counts such threads)",
-                config.max_threads
-            ),
-        );
     }
 }
 

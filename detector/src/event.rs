@@ -324,29 +324,10 @@ impl Frame {
 /// `file` without the part that says only where cargo keeps dependencies: from the package's
 /// directory on for cargo's registry and git checkouts, from `library/` on for std's sources.
 pub fn short_path(file: &str) -> &str {
-    if let Some(pos) = file.find("/registry/src/") {
-        let rest = &file[pos + "/registry/src/".len()..];
-        if let Some(slash) = rest.find('/') {
-            let package = &rest[slash + 1..];
-            // A package's directory is versioned (`tokio-1.54.1`); a service's own
-            // `…/registry/src/api/x.rs` is not cut.
-            if package.contains('/')
-                && package
-                    .split('/')
-                    .next()
-                    .is_some_and(|d| package_name(d).is_some())
-            {
-                return package;
-            }
-        }
-    }
-    // Under any CARGO_HOME (`~/.cargo`, `/opt/cargo`, `/usr/local/cargo`).
-    if let Some(pos) = file.find("/git/checkouts/") {
-        let rest = &file[pos + "/git/checkouts/".len()..];
-        // `<repo>-<hash>/<rev>/…`: from the revision's directory on.
-        if let Some(slash) = rest.find('/') {
-            return &rest[slash + 1..];
-        }
+    match cargo_source(file) {
+        Some(CargoSource::Registry(package)) => return package,
+        Some(CargoSource::Checkout { from_rev, .. }) => return from_rev,
+        None => {}
     }
     if let Some(rest) = file.strip_prefix("/rustc/") {
         if let Some(slash) = rest.find('/') {
@@ -354,6 +335,36 @@ pub fn short_path(file: &str) -> &str {
         }
     }
     file
+}
+
+/// Where cargo keeps a dependency's source file, under any `CARGO_HOME` (`~/.cargo`,
+/// `/opt/cargo`, `/usr/local/cargo`).
+pub(crate) enum CargoSource<'a> {
+    /// `…/registry/src/<index>/<package>-<version>/…`: the path from the package's directory
+    /// on. The directory is versioned (`tokio-1.54.1`): a service's own `…/registry/src/api/x.rs`
+    /// is none.
+    Registry(&'a str),
+    /// `…/git/checkouts/<repo>-<hash>/<rev>/…`: the repository's directory, and the path from
+    /// the revision's directory on.
+    Checkout { repo: &'a str, from_rev: &'a str },
+}
+
+/// Whether, and where, `file` is in cargo's registry or git checkouts: what [`short_path`] cuts
+/// and the analysis names a dependency's crate from.
+pub(crate) fn cargo_source(file: &str) -> Option<CargoSource<'_>> {
+    if let Some(pos) = file.find("/registry/src/") {
+        if let Some((_, package)) = file[pos + "/registry/src/".len()..].split_once('/') {
+            if package
+                .split_once('/')
+                .is_some_and(|(dir, _)| package_name(dir).is_some())
+            {
+                return Some(CargoSource::Registry(package));
+            }
+        }
+    }
+    let pos = file.find("/git/checkouts/")?;
+    let (repo, from_rev) = file[pos + "/git/checkouts/".len()..].split_once('/')?;
+    Some(CargoSource::Checkout { repo, from_rev })
 }
 
 /// `futures-util-0.3.31` → `futures-util`: a package directory's name, before the first `-` that

@@ -433,28 +433,21 @@ fn is_under_source(file: &str, own_src: &str, built: &str) -> bool {
 /// checkouts (`…/git/checkouts/<repo>-<hash>/<rev>/[<dir>/]<crate>/src/…`), under any
 /// `CARGO_HOME`; `None` for any other file.
 pub(crate) fn dependency_crate(file: &str) -> Option<String> {
-    if let Some(pos) = file.find("/registry/src/") {
-        let rest = &file[pos + "/registry/src/".len()..];
-        let dir = rest.split('/').nth(1)?;
-        // A package directory is versioned; a service's own `…/registry/src/api/x.rs` is not.
-        if let Some(krate) = crate::event::package_name(dir) {
-            return Some(krate.replace('-', "_"));
+    use crate::event::CargoSource;
+    let name = match crate::event::cargo_source(file)? {
+        CargoSource::Registry(package) => crate::event::package_name(package.split('/').next()?)?,
+        CargoSource::Checkout { repo, from_rev } => {
+            let dir = crate_dir(file)?;
+            // A crate at the repository's root has its `src/` in the revision's directory: it
+            // is named by the repository (`snmp2-<hash>`).
+            if Some(dir) == from_rev.split('/').next() {
+                repo.rsplit_once('-').map_or(repo, |(name, _)| name)
+            } else {
+                dir
+            }
         }
-    }
-    if let Some(pos) = file.find("/git/checkouts/") {
-        let mut parts = file[pos + "/git/checkouts/".len()..].split('/');
-        let (repo, rev) = (parts.next()?, parts.next()?);
-        let dir = crate_dir(file)?;
-        // A crate at the repository's root has its `src/` in the revision's directory: it is
-        // named by the repository (`snmp2-<hash>`).
-        let name = if dir == rev {
-            repo.rsplit_once('-').map_or(repo, |(name, _)| name)
-        } else {
-            dir
-        };
-        return Some(name.replace('-', "_"));
-    }
-    None
+    };
+    Some(name.replace('-', "_"))
 }
 
 /// `futures-util-0.3.31` → `futures-util`: the name before the first `-` that starts a

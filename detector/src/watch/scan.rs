@@ -1311,7 +1311,6 @@ impl<'a> Scan<'a> {
         let min_free = (self.settings.threshold / 4).max(Duration::from_millis(1));
         for w in &waits {
             let blamed = super::victims::blame(w, &spans);
-            let lifo = super::victims::lifo_possible(w, &all, workers, min_free);
             if blamed.is_empty() {
                 if super::victims::blame(w, sent).is_empty() {
                     stats.busy_waits.fetch_add(1, Ordering::Relaxed);
@@ -1319,6 +1318,8 @@ impl<'a> Scan<'a> {
                     stats.victims_late.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            // Asked only of a wait among a pin's worst (the only ones that say `lifo`).
+            let lifo = || super::victims::lifo_possible(w, &all, workers, min_free);
             for i in blamed {
                 pins[i].tally.add(w, lifo, || {
                     w.span

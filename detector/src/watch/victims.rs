@@ -145,9 +145,14 @@ pub(super) struct Tally {
 }
 
 impl Tally {
-    /// Adds `w` (`lifo`: [`lifo_possible`]); `spans` names its spans, asked only when it is
+    /// Adds `w`; `lifo` ([`lifo_possible`]) and `spans` (its spans) are asked only when it is
     /// among the worst.
-    pub fn add(&mut self, w: &Wait, lifo: bool, spans: impl FnOnce() -> Vec<SpanInfo>) {
+    pub fn add(
+        &mut self,
+        w: &Wait,
+        lifo: impl FnOnce() -> bool,
+        spans: impl FnOnce() -> Vec<SpanInfo>,
+    ) {
         self.tasks += 1;
         self.total += w.wait;
         self.max = self.max.max(w.wait);
@@ -165,7 +170,7 @@ impl Tally {
             lifo: false,
             spans: spans(),
         };
-        self.worst.insert(at, (victim, w.began(), lifo));
+        self.worst.insert(at, (victim, w.began(), lifo()));
         self.worst.truncate(MAX_VICTIMS_NAMED);
     }
 
@@ -410,11 +415,13 @@ mod tests {
         // Ten stolen tasks that waited a little past the threshold on worker 1, and the one in
         // the LIFO slot: woken at 105 ms, polled first on worker 0 when the pin ended.
         for k in 0..10 {
-            t.add(&wait(t0, 10 + k, 110, 135 + k, 1), true, Vec::new);
+            t.add(&wait(t0, 10 + k, 110, 135 + k, 1), || true, Vec::new);
         }
-        t.add(&wait(t0, 99, 105, 401, 0), true, || {
-            vec![SpanInfo::for_test("request", "svc", &[("uri", "/orders")])]
-        });
+        t.add(
+            &wait(t0, 99, 105, 401, 0),
+            || true,
+            || vec![SpanInfo::for_test("request", "svc", &[("uri", "/orders")])],
+        );
         let after = [Polled {
             task_id: 99,
             spawned_at: 0,
@@ -435,20 +442,20 @@ mod tests {
         assert_eq!(v.queue_depth_max, Some(3));
         // The same task, woken before the pin began: not the LIFO slot's.
         let mut t = Tally::default();
-        t.add(&wait(t0, 99, 90, 401, 0), true, Vec::new);
+        t.add(&wait(t0, 99, 90, 401, 0), || true, Vec::new);
         assert!(!t.victims(true, true, &after, p, None).unwrap().worst[0].lifo);
         // Polled first after the pin, but on another worker: not the LIFO slot's.
         let mut t = Tally::default();
-        t.add(&wait(t0, 99, 105, 401, 1), true, Vec::new);
+        t.add(&wait(t0, 99, 105, 401, 1), || true, Vec::new);
         assert!(!t.victims(true, true, &after, p, None).unwrap().worst[0].lifo);
         // A current-thread runtime has no LIFO slot.
         let mut t = Tally::default();
-        t.add(&wait(t0, 99, 105, 401, 0), true, Vec::new);
+        t.add(&wait(t0, 99, 105, 401, 0), || true, Vec::new);
         assert!(!t.victims(true, false, &after, p, None).unwrap().worst[0].lifo);
         // Another worker pinned while it waited: it may have waited in a queue nobody was free
         // to steal from, and the LIFO slot is not claimed.
         let mut t = Tally::default();
-        t.add(&wait(t0, 99, 105, 401, 0), false, Vec::new);
+        t.add(&wait(t0, 99, 105, 401, 0), || false, Vec::new);
         assert!(!t.victims(true, true, &after, p, None).unwrap().worst[0].lifo);
     }
 

@@ -105,6 +105,37 @@ fn cpu_top_frame_is_the_hot_line() {
 }
 
 #[test]
+fn a_sleep_then_a_longer_loop_is_cpu_at_the_loop() {
+    // Probes every 100 ms: about three see the sleep, fifteen the loop. The loop's probes find
+    // the thread running, and its accounting shows it ran throughout since the probe before
+    // (a woken sleeper waiting for a CPU reads as running too, but its accounting shows the
+    // sleep): those count against the sleep's, and outnumber them.
+    let _s = serial();
+    let events = Collected::default();
+    let rt = runtime(&events);
+    const K: u64 = 6364136223846793005;
+    let hot_line = line!() + 7;
+    let h = rt.spawn(async {
+        std::thread::sleep(Duration::from_millis(250));
+        let start = Instant::now();
+        let mut x = 1u64;
+        while start.elapsed() < Duration::from_millis(1500) {
+            // The hot line.
+            x = (0..20_000).fold(x, |x, _| std::hint::black_box(x.wrapping_mul(K) ^ 1));
+        }
+        x
+    });
+    let id = h.id();
+    rt.block_on(h).unwrap();
+    rt.shutdown();
+    let e = completed_for(&events, id);
+    assert_eq!(e.reason, Some(Reason::Cpu), "{e:#?}");
+    assert_eq!(e.blocking_operation.as_deref(), Some("running"));
+    assert_eq!(e.other_reasons, vec![Reason::Sleep], "{e:#?}");
+    assert_top_frame_here(&e, hot_line);
+}
+
+#[test]
 fn io() {
     let _s = serial();
     let events = Collected::default();

@@ -229,12 +229,15 @@ impl Analyzer {
         let mut sampled: Vec<(usize, Rc<Stack>)> = Vec::new();
         for (i, probe) in probes.iter().enumerate() {
             let stack = probe.stack.as_deref().map(|ips| self.stack(ips));
-            verdicts.extend(reason::classify_stack(
-                probe.proc.as_ref(),
-                &stack.as_ref().map_or_else(Default::default, |s| s.facts),
-                !probe.held.is_empty(),
-                probe.waiting_for.is_some(),
-            ));
+            verdicts.extend(
+                reason::classify_stack(
+                    probe.proc.as_ref(),
+                    &stack.as_ref().map_or_else(Default::default, |s| s.facts),
+                    !probe.held.is_empty(),
+                    probe.waiting_for.is_some(),
+                )
+                .map(|v| (v, probe.ran)),
+            );
             if let Some(stack) = stack {
                 sampled.push((i, stack));
             }
@@ -349,35 +352,44 @@ fn held_lock(h: &crate::poll::locks::HeldEntry) -> HeldLock {
 }
 
 /// The dominant reason (most probes; on a tie the latest), the others seen, and the blocking
-/// operation of the latest probe with the dominant reason.
+/// operation of the latest probe with the dominant reason. Each verdict comes with whether its
+/// thread ran throughout since the previous probe ([`Probe::ran`]).
 ///
-/// A pin with any probe that saw the thread blocked (sleeping, waiting for a lock, in I/O, …)
-/// is not `cpu`, however many probes saw it running: a thread that slept and waits for a CPU to
-/// run on again reads as running (state `R`, no system call) on a loaded machine, and a handler
-/// that sleeps inside a lock spends its few running moments between the two. `cpu` is left for
-/// pins whose every probe saw it on the CPU; it stays in the other reasons.
-fn dominant(verdicts: &[reason::Verdict]) -> Option<(Reason, Vec<Reason>, String)> {
+/// A probe that saw the thread running counts toward `cpu` against probes that saw it blocked
+/// (sleeping, waiting for a lock, in I/O, …) only when the thread's accounting shows it ran
+/// throughout since the probe before: a thread that slept and waits for a CPU to run on again
+/// reads as running (state `R`, no system call) on a loaded machine, and a handler that sleeps
+/// inside a lock spends its few running moments between the two; neither ran throughout. A
+/// sleep followed by a long loop is `cpu` once the loop's probes outnumber the sleep's. A pin
+/// whose every probe saw it running is `cpu` however its accounting reads; `cpu` stays in the
+/// other reasons when it does not win.
+///
+/// [`Probe::ran`]: crate::watch::probe::Probe::ran
+fn dominant(verdicts: &[(reason::Verdict, bool)]) -> Option<(Reason, Vec<Reason>, String)> {
+    let blocked = verdicts.iter().any(|(v, _)| v.reason != Reason::Cpu);
     let mut counts: Vec<(Reason, usize, usize)> = Vec::new();
-    for (i, v) in verdicts.iter().enumerate() {
+    for (i, (v, ran)) in verdicts.iter().enumerate() {
+        let counted = !blocked || v.reason != Reason::Cpu || *ran;
         match counts.iter_mut().find(|(r, _, _)| *r == v.reason) {
             Some((_, n, last)) => {
-                *n += 1;
-                *last = i;
+                if counted {
+                    *n += 1;
+                    *last = i;
+                }
             }
-            None => counts.push((v.reason, 1, i)),
+            None => counts.push((v.reason, usize::from(counted), i)),
         }
     }
-    let blocked = counts.iter().any(|(r, _, _)| *r != Reason::Cpu);
     let &(best, _, last) = counts
         .iter()
-        .filter(|(r, _, _)| !blocked || *r != Reason::Cpu)
+        .filter(|(_, n, _)| *n > 0)
         .max_by_key(|(_, n, last)| (*n, *last))?;
     let others = counts
         .iter()
         .map(|(r, _, _)| *r)
         .filter(|r| *r != best)
         .collect();
-    Some((best, others, verdicts[last].operation.clone()))
+    Some((best, others, verdicts[last].0.operation.clone()))
 }
 
 /// The samples' top frames with their counts, most first, and which sample to show: the latest
@@ -495,36 +507,58 @@ mod tests {
     }
 
     #[test]
-    fn a_pin_that_was_ever_seen_blocked_is_not_cpu() {
+    fn cpu_stands_against_a_block_only_where_the_thread_ran_throughout() {
+        let v = |reason, operation, ran| (verdict(reason, operation), ran);
+        let cpu = |ran| v(Reason::Cpu, "running", ran);
+        let sleep = v(Reason::Sleep, "clock_nanosleep", false);
         // A handler sleeping inside a std lock on a loaded machine: most probes found it
-        // runnable (woken, waiting for a CPU), the latest among them.
+        // runnable (woken, waiting for a CPU), the latest among them, and none ran throughout.
         let verdicts = [
-            verdict(Reason::Cpu, "running"),
-            verdict(Reason::Sleep, "clock_nanosleep"),
-            verdict(Reason::Cpu, "running"),
-            verdict(Reason::LockWait, "futex"),
-            verdict(Reason::Sleep, "clock_nanosleep"),
-            verdict(Reason::Cpu, "running"),
-            verdict(Reason::Cpu, "running"),
+            cpu(false),
+            sleep.clone(),
+            cpu(false),
+            v(Reason::LockWait, "futex", false),
+            sleep.clone(),
+            cpu(false),
+            cpu(false),
         ];
         let (best, others, op) = dominant(&verdicts).unwrap();
         assert_eq!((best, op.as_str()), (Reason::Sleep, "clock_nanosleep"));
         assert_eq!(others, vec![Reason::Cpu, Reason::LockWait]);
-        // Only a pin whose every probe saw it running is cpu.
-        let all_cpu = [
-            verdict(Reason::Cpu, "running"),
-            verdict(Reason::Cpu, "running"),
+        // A sleep, then a longer loop whose probes ran throughout: cpu, the sleep seen. The
+        // first probe of the loop (the sleep before it) does not count.
+        let sleep_then_spin = [
+            sleep.clone(),
+            sleep.clone(),
+            sleep.clone(),
+            cpu(false),
+            cpu(true),
+            cpu(true),
+            cpu(true),
         ];
+        let (best, others, op) = dominant(&sleep_then_spin).unwrap();
+        assert_eq!((best, op.as_str()), (Reason::Cpu, "running"));
+        assert_eq!(others, vec![Reason::Sleep]);
+        // As many probes that ran as probes that slept: the latest wins.
+        assert_eq!(dominant(&sleep_then_spin[1..]).unwrap().0, Reason::Cpu);
+        let spin_then_sleep = [cpu(true), cpu(true), sleep.clone(), sleep.clone()];
+        assert_eq!(dominant(&spin_then_sleep).unwrap().0, Reason::Sleep);
+        // Probes that did not run throughout do not count toward cpu however many they are.
+        let starved = [cpu(true), sleep.clone(), cpu(false), cpu(false), cpu(false)];
+        assert_eq!(dominant(&starved).unwrap().0, Reason::Sleep);
+        // A pin whose every probe saw it running is cpu, whatever its accounting said.
+        let all_cpu = [cpu(false), cpu(true)];
         let (best, others, op) = dominant(&all_cpu).unwrap();
         assert_eq!((best, op.as_str()), (Reason::Cpu, "running"));
         assert!(others.is_empty());
         // Among blocked reasons the most seen (then the latest) still wins.
         let mixed = [
-            verdict(Reason::LockWait, "futex"),
-            verdict(Reason::Sleep, "clock_nanosleep"),
-            verdict(Reason::Sleep, "clock_nanosleep"),
+            v(Reason::LockWait, "futex", false),
+            sleep.clone(),
+            v(Reason::Sleep, "nanosleep", true),
         ];
-        assert_eq!(dominant(&mixed).unwrap().0, Reason::Sleep);
+        let (best, _, op) = dominant(&mixed).unwrap();
+        assert_eq!((best, op.as_str()), (Reason::Sleep, "nanosleep"));
         assert!(dominant(&[]).is_none());
     }
 

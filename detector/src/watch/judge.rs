@@ -288,6 +288,23 @@ pub(super) fn worth_arming(state: Option<char>) -> bool {
     matches!(state, Some('S' | 'D'))
 }
 
+/// Whether a thread read at `then` and again at `now` (time and accounting) spent the time
+/// between on a CPU or waiting for one — never blocked: what a probe that found it running
+/// needs for its `cpu` to stand against a probe that found it blocked (see
+/// `analyze::dominant`). A thread just woken from a sleep, waiting for a CPU, also reads as
+/// running; its accounting shows the sleep as time on neither.
+///
+/// The kernel accounts a stint on a CPU at the latest at the next tick, and a wait for one only
+/// when it ends: a quarter of the time, and a [`TICK`], may be unaccounted (a busy thread
+/// preempted and waiting right now), no more.
+pub(super) fn ran_throughout(then: (Instant, SchedStat), now: (Instant, SchedStat)) -> bool {
+    let between = now.0.saturating_duration_since(then.0);
+    let (on_cpu, waited) = now.1.since(then.1);
+    // A wait accounted now may have begun before `then`: count no more than the time between.
+    let accounted = (on_cpu + waited).min(between);
+    !between.is_zero() && between - accounted <= between / 4 + TICK
+}
+
 /// A thread's scheduler accounting `stat`, read at `at`, before a poll of its began: a look
 /// read it and then loaded the slot's counter, which showed an earlier poll.
 #[derive(Clone, Copy, Debug)]
@@ -1605,5 +1622,33 @@ mod tests {
         assert!(!idle.scanned(false, 1));
         assert!(!idle.scanned(true, 1));
         assert!(idle.scanned(true, 1));
+    }
+
+    #[test]
+    fn a_thread_ran_throughout_when_its_accounting_leaves_no_block() {
+        let t0 = Instant::now();
+        let at = |ms: u64, on_cpu: u64, waiting: u64| (t0 + MS(ms), stat(on_cpu, waiting));
+        let from = at(0, 1000, 500);
+        // Spinning on an idle machine: on a CPU all 100 ms, less a tick not yet accounted.
+        assert!(ran_throughout(from, at(100, 1097, 500)));
+        // Spinning on a loaded one: a third of the time waiting for a CPU, and preempted now
+        // for 20 ms not yet accounted.
+        assert!(ran_throughout(from, at(100, 1050, 530)));
+        // Just woken from an 80 ms sleep, waiting for a CPU: the sleep is accounted as nothing.
+        assert!(!ran_throughout(from, at(100, 1002, 500)));
+        // Woken, waited 40 ms and ran 15: still 45 ms blocked.
+        assert!(!ran_throughout(from, at(100, 1015, 540)));
+        // A wait accounted now may have begun before the first reading: it counts only up to
+        // the time between (a thread starved of a CPU that long was runnable, not blocked).
+        assert!(ran_throughout(from, at(100, 1001, 700)));
+        assert!(!ran_throughout(from, at(100, 1001, 560)));
+        // The bound: a quarter and a tick unaccounted, no more.
+        assert!(ran_throughout(from, at(100, 1071, 500)));
+        assert!(!ran_throughout(from, at(100, 1070, 500)));
+        // No time between the readings (or clocks out of order): nothing shown.
+        assert!(!ran_throughout(from, at(0, 1000, 500)));
+        assert!(!ran_throughout(at(100, 1000, 500), at(50, 1100, 500)));
+        // Accounting that went back counts as none.
+        assert!(!ran_throughout(from, at(100, 900, 400)));
     }
 }

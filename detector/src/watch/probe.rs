@@ -72,6 +72,12 @@ pub(crate) struct Probe {
     pub waiting_for: Option<Option<Holder>>,
     /// Whether a signal was sent for this probe.
     pub signalled: bool,
+    /// The thread's accounting, and when it was read, just before this probe.
+    pub stat: Option<(std::time::Instant, SchedStat)>,
+    /// By its accounting, the thread was on a CPU or waiting for one, never blocked, from the
+    /// previous reading (the previous probe's, or the pin's baseline) to this one
+    /// ([`super::judge::ran_throughout`]).
+    pub ran: bool,
 }
 
 /// Takes one probe of `slot`'s thread, running poll `seq`. A thread still blocked in the same

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 
 use super::judge::{
-    worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle, Pinned, Stall, Tracked,
-    WorkerState, FOLLOW_EVERY, TICK,
+    ran_throughout, worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle, Pinned,
+    Stall, Tracked, WorkerState, FOLLOW_EVERY, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -1592,7 +1592,10 @@ impl<'a> Scan<'a> {
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
-        let Some(probe) = probe::take(
+        let stat = self
+            .schedstat(p.slot, p.tid)
+            .map(|stat| (Instant::now(), stat));
+        let Some(mut probe) = probe::take(
             self.shared,
             slot,
             p.seq,
@@ -1601,6 +1604,12 @@ impl<'a> Scan<'a> {
         ) else {
             return;
         };
+        let previous = match p.probes.last() {
+            Some(last) => last.stat,
+            None => p.baseline.map(|b| (b.at, b.stat)),
+        };
+        probe.stat = stat;
+        probe.ran = matches!((previous, stat), (Some(a), Some(b)) if ran_throughout(a, b));
         p.probes.push(probe);
         p.probes_taken += 1;
         p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;

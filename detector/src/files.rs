@@ -114,13 +114,19 @@ fn exists(path: &Path) -> std::io::Error {
 }
 
 /// `path` with every `%p` replaced by this process's id (`PINWATCH_DUMP_ON_EXIT`).
+/// Byte by byte: a path that is not UTF-8 keeps its bytes.
 pub(crate) fn with_pid(path: &Path) -> PathBuf {
-    let s = path.to_string_lossy();
-    if s.contains("%p") {
-        PathBuf::from(s.replace("%p", &std::process::id().to_string()))
-    } else {
-        path.to_owned()
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut rest = path.as_os_str().as_bytes();
+    let pid = std::process::id().to_string();
+    let mut out = Vec::with_capacity(rest.len() + pid.len());
+    while let Some(i) = rest.windows(2).position(|w| w == b"%p") {
+        out.extend_from_slice(&rest[..i]);
+        out.extend_from_slice(pid.as_bytes());
+        rest = &rest[i + 2..];
     }
+    out.extend_from_slice(rest);
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// `path` for the n-th of a process's files of one name (`n` from 1): `pins-42.jsonl`, then
@@ -346,5 +352,26 @@ mod tests {
             with_pid(Path::new("/x/f-%p.jsonl")),
             PathBuf::from(format!("/x/f-{}.jsonl", std::process::id()))
         );
+    }
+
+    #[test]
+    fn the_pid_goes_into_a_path_that_is_not_utf8_without_changing_its_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let pid = std::process::id();
+        let path = Path::new(std::ffi::OsStr::from_bytes(b"/x/\xff%p/d-%p%%p.jsonl"));
+        let want = [
+            &b"/x/\xff"[..],
+            pid.to_string().as_bytes(),
+            b"/d-",
+            pid.to_string().as_bytes(),
+            b"%",
+            pid.to_string().as_bytes(),
+            b".jsonl",
+        ]
+        .concat();
+        assert_eq!(with_pid(path).as_os_str().as_bytes(), &want[..]);
+        // No `%p`: the path as given; a lone `%` or `p` stays.
+        let plain = Path::new(std::ffi::OsStr::from_bytes(b"/x/\xfe%-p"));
+        assert_eq!(with_pid(plain), plain);
     }
 }

@@ -255,17 +255,18 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "PINWATCH_HEARTBEAT",
         default: "50ms",
         doc: "where pinwatch cannot see who drives the runtime's timers and I/O (a \
-              current-thread runtime, one without I/O): while a pin runs, a task of pinwatch's \
-              sleeps this long in a loop on the runtime (it starts when a poll is flagged, and \
-              stops when none runs); when it is late past the threshold (and 100 ms), the pin \
-              stalled the whole runtime (`runtime_stalled`); at least `1ms`; `off`: no \
-              heartbeat",
+              current-thread runtime, one without I/O): while a pin runs, a timer of \
+              pinwatch's fires this often on the runtime (set from the watchdog's thread when \
+              a poll is flagged, which wakes no parked worker, and set a year away once none \
+              runs); when it is late past the threshold (and 100 ms), the pin stalled the \
+              whole runtime (`runtime_stalled`); at least `1ms`; `off`: no heartbeat",
     },
     EnvVar {
         name: "PINWATCH_RESCUE",
         default: "on",
         doc: "when a pin leaves a multi-thread runtime's I/O and timer drivers undriven (no \
-              worker waits on them, the others asleep), wake a parked worker so that it takes \
+              worker waits on them, the others asleep; where that cannot be seen, the \
+              heartbeat is late past its bound), wake a parked worker so that it takes \
               them over — every time, reported in the pin's events (`drivers`); `off`: only \
               report the stall, which then lasts as long as the pin",
     },

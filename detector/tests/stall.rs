@@ -726,17 +726,15 @@ fn a_spinning_read_loop_wedges_plain_tokio_and_pinwatch_keeps_the_server_answeri
     );
 }
 
-/// A runtime built with pinwatch's poll hooks only (no park hooks: the watchdog cannot tell
-/// parked workers from busy ones): the drivers are never seen, and the heartbeat stays the
-/// evidence — it still says the runtime stalled, and its task still wakes the free worker,
-/// which takes the drivers over.
-#[test]
-fn without_the_park_hooks_the_heartbeat_still_tells_and_ends_the_stall() {
-    let name = "pw-poll-hooks";
+/// [`pin_timer_woken`] on a runtime built with pinwatch's poll hooks only (no park hooks: the
+/// watchdog cannot tell parked workers from busy ones, and never sees the drivers), the rescue
+/// as `rescue` says.
+fn pin_timer_woken_with_poll_hooks_only(name: &str, rescue: bool) -> TimerWokenPin {
     let (tx, events) = mpsc::channel();
     let prepared = pinwatch::Builder::new()
         .tracing(false)
         .control(Control::Off)
+        .rescue(rescue)
         .sink(move |e: &PinnedEvent| {
             let _ = tx.send(e.clone());
         })
@@ -753,9 +751,47 @@ fn without_the_park_hooks_the_heartbeat_still_tells_and_ends_the_stall() {
     let rt = tokio.build().unwrap();
     let detector = prepared.start(rt.handle()).unwrap();
     let observed = pin_timer_woken(name, rt, detector, events, false);
-    let stats = observed.stats;
-    assert!(!stats.drivers_seen, "{stats:?}");
+    assert!(!observed.stats.drivers_seen, "{:?}", observed.stats);
+    observed
+}
+
+/// Where the drivers cannot be seen the heartbeat is the evidence, and it only observes: with
+/// the rescue off the stall lasts the pin, as it would without pinwatch, and is reported. (A
+/// heartbeat task spawned when the pin began would wake the free worker, which would take the
+/// timers over and end the stall unseen.)
+#[test]
+fn where_the_drivers_cannot_be_seen_the_heartbeat_tells_the_stall_and_ends_nothing() {
+    let observed = pin_timer_woken_with_poll_hooks_only("pw-hk-norescue", false);
+    let stats = &observed.stats;
     assert_eq!(stats.driver_rescues, 0, "{stats:?}");
+    assert!(
+        observed.observer_late >= Duration::from_secs(1),
+        "the timers ran during the pin (the observer was {:?} late): something woke a worker",
+        observed.observer_late
+    );
+    let done = observed
+        .events
+        .iter()
+        .find(|e| e.state == State::Completed)
+        .expect("the pin's completion");
+    assert!(done.runtime_stalled, "{done:?}");
+    assert!(done.drivers.is_none(), "{done:?}");
+    let late = done.heartbeat_late.expect("heartbeat_late");
+    assert!(late >= Duration::from_secs(1), "{done:?}");
+}
+
+/// ... and with the rescue on (the default), pinwatch wakes the free worker once the heartbeat
+/// says the runtime stalled: it takes the timers over, the observer fires on time, and the
+/// pin's reports say who ended the stall and when.
+#[test]
+fn where_the_drivers_cannot_be_seen_the_rescue_ends_the_stall_and_says_so() {
+    let observed = pin_timer_woken_with_poll_hooks_only("pw-hk-rescue", true);
+    let stats = &observed.stats;
+    assert_eq!(
+        (stats.driver_rescues, stats.driver_handovers),
+        (1, 1),
+        "{stats:?}"
+    );
     assert!(
         observed.observer_late < Duration::from_millis(500),
         "the timers stood still (the observer was {:?} late): nothing woke a worker",
@@ -767,6 +803,25 @@ fn without_the_park_hooks_the_heartbeat_still_tells_and_ends_the_stall() {
         .find(|e| e.report == 1)
         .expect("the pin's first report");
     assert!(first.drivers.is_none(), "{first:?}");
+    let done = observed
+        .events
+        .iter()
+        .find(|e| e.id == first.id && e.state == State::Completed)
+        .expect("the pin's completion");
+    assert!(done.runtime_stalled, "{done:?}");
+    let d = done.drivers.as_ref().expect("drivers on the completion");
+    let after = d.taken_over_after.expect("taken over");
+    assert!(d.woke_worker && d.taken_over_by.is_none(), "{d:?}");
+    // The timers stood still from the beat that was due until the beat after the wake-up.
+    assert!(
+        d.undriven <= after && after < Duration::from_secs(1),
+        "{d:?}"
+    );
+    assert!(
+        done.headline().contains("until a worker took them over"),
+        "{}",
+        done.headline()
+    );
 }
 
 /// A runtime of `workers` workers named `name`, the rescue off, its drivers seen; then pin A,

@@ -431,6 +431,9 @@ pub(super) struct Pinned {
     pub undriven_since: Option<Instant>,
     /// The drivers' earlier undriven stretches during this pin.
     pub undriven_before: Duration,
+    /// Its `drivers` come from the heartbeat (where the drivers cannot be seen): the first beat
+    /// after its undriven stretch began is the hand-over.
+    pub by_heartbeat: bool,
     /// The slot it runs in (its index in the table).
     pub slot: usize,
     /// The tasks that waited behind it so far (`schedule-latency`).
@@ -470,6 +473,7 @@ impl Pinned {
             first_sent: false,
             undriven_since: None,
             undriven_before: Duration::ZERO,
+            by_heartbeat: false,
             slot: usize::MAX,
             tally: Default::default(),
             queue_max: event.tasks_queued_behind,

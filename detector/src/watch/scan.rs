@@ -125,6 +125,7 @@ fn run(
             && handle.metrics().num_workers() >= 2,
         view: DriverView::default(),
         drivers: DriverWatch::default(),
+        heartbeat_woke: None,
         found_ended: Vec::new(),
         cur: 0,
         held: Vec::new(),
@@ -148,6 +149,7 @@ fn run(
     let cores = handle.metrics().num_workers();
     let mut idle = Idle::default();
     let mut sleep = false;
+    shared.heartbeat.start(&handle);
     // Set up: the runtime may run tasks now.
     let _ = ready.send(());
     loop {
@@ -221,10 +223,21 @@ fn run(
         beyond = scan_start;
         let tracked = &mut tracked[..used];
         let mut blamed = false;
+        // The heartbeat is the evidence only where the drivers cannot be seen (it may beat on a
+        // while after they are: see `arm` below).
         scan.stalled = shared
             .heartbeat
             .late(scan_start)
+            .filter(|_| !scan.view.sees())
             .and_then(|(_, due)| Stall::past_bound(due, scan_start, scan.settings.threshold));
+        if scan.stalled.is_none() {
+            if let Some(due) = scan.heartbeat_woke.take() {
+                if shared.heartbeat.beat_since(due).is_some() {
+                    // The worker pinwatch woke took the timers over: they fire again.
+                    shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
         for (i, ((slot, tracked), look)) in shared
             .table
             .slots()
@@ -282,11 +295,11 @@ fn run(
             .flatten()
             .filter(|t| t.pinned.is_some())
             .count();
-        if !scan.view.sees() {
-            // The heartbeat is the evidence only where the drivers cannot be seen: its task,
-            // spawned when a pin begins, would wake a worker (and hand it the drivers).
-            shared.heartbeat.arm(&handle, pins);
-        }
+        // The heartbeat is the evidence only where the drivers cannot be seen; once they are,
+        // it stops (the pins it beat for may run on).
+        shared
+            .heartbeat
+            .arm(if scan.view.sees() { 0 } else { pins });
         // Idle: no poll runs, none is followed, and every core is parked.
         let running = tracked.iter().flatten().any(|t| t.seq & 1 == 1);
         sleep = idle.scanned(
@@ -358,6 +371,9 @@ struct Scan<'a> {
     lifo_slot: bool,
     view: DriverView,
     drivers: DriverWatch,
+    /// When the late beat was due for which pinwatch last woke a worker, where only the
+    /// heartbeat tells a stall (`PINWATCH_RESCUE`): one wake-up per late beat.
+    heartbeat_woke: Option<Instant>,
     /// Pins of this scan found already ended: sent with the scan's first reports, in the
     /// order of their ids (pins are numbered as they are found).
     found_ended: Vec<Pinned>,
@@ -780,6 +796,22 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// Where only the heartbeat tells a stall (a pin holds a worker while the beat due at `due`
+    /// is late past the bound), the rescue (`PINWATCH_RESCUE`, a multi-thread runtime): wakes a
+    /// parked worker once for that beat, as [`look_at_drivers`](Self::look_at_drivers) does for
+    /// drivers it sees. Whether pinwatch has woken one for it.
+    fn heartbeat_rescue(&mut self, due: Instant) -> bool {
+        if !self.shared.config.rescue || !self.multi_thread {
+            return false;
+        }
+        if self.heartbeat_woke != Some(due) {
+            self.heartbeat_woke = Some(due);
+            self.shared.stats.rescues.fetch_add(1, Ordering::Relaxed);
+            drop(self.handle.spawn(async {}));
+        }
+        true
+    }
+
     /// The runtime-level advice for a pin of this runtime that its heartbeat says stalls it
     /// (`stalled`) or not.
     fn runtime_advice(&self, stalled: bool) -> Option<String> {
@@ -1140,16 +1172,26 @@ impl<'a> Scan<'a> {
             return None;
         }
         let holds_worker = p.event.worker.index.is_some();
-        if let Some(late) = self
-            .stalled
-            .filter(|_| holds_worker)
-            .and_then(|s| s.blames(p.began, now))
-        {
-            if p.stalls(late) {
+        let stall = self.stalled.filter(|_| holds_worker);
+        if let Some((late, due)) = stall.and_then(|s| Some((s.blames(p.began, now)?, s.due))) {
+            let newly = p.stalls(late);
+            if self.heartbeat_rescue(due) {
+                p.by_heartbeat = true;
+                p.undriven(now, Some(due), true);
+            }
+            if newly {
                 p.event.runtime_advice = self.runtime_advice(true);
                 // Say so now, not at the next report: the whole service has stopped.
                 self.resend(&mut p, now);
             }
+        } else if let Some(beat) = p
+            .undriven_since
+            .filter(|_| p.by_heartbeat && stall.is_none())
+            .and_then(|since| self.shared.heartbeat.beat_since(since))
+        {
+            // The heartbeat beat again after pinwatch woke a worker: it took the timers over.
+            p.driven(beat, None);
+            self.resend(&mut p, now);
         }
         if p.sample_due(now, self.settings.sample_interval) {
             p.last_sample = now;
@@ -1540,6 +1582,8 @@ impl<'a> Scan<'a> {
                     }
                 }
                 Drivers::Undriven { .. } => {}
+                // The heartbeat tells when the timers of such a pin fire again.
+                Drivers::Driven { .. } if p.by_heartbeat => {}
                 Drivers::Driven { by } => {
                     let was = p.undriven_since.is_some();
                     p.driven(now, by);
@@ -1559,7 +1603,8 @@ impl<'a> Scan<'a> {
                 .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
         }
         self.drivers.last = Some((now, stalled));
-        Some(stalled)
+        // Not seen: the heartbeat's word stands.
+        self.view.sees().then_some(stalled)
     }
 
     /// Sends the next `in_progress` report of a pin still running, brought up to `now`.

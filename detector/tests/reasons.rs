@@ -107,9 +107,9 @@ fn cpu_top_frame_is_the_hot_line() {
 #[test]
 fn a_sleep_then_a_longer_loop_is_cpu_at_the_loop() {
     // Probes every 100 ms: about three see the sleep, fifteen the loop. The loop's probes find
-    // the thread running, and its accounting shows it ran throughout since the probe before
-    // (a woken sleeper waiting for a CPU reads as running too, but its accounting shows the
-    // sleep): those count against the sleep's, and outnumber them.
+    // the thread running, as did the probe before, with no voluntary context switch between
+    // (a woken sleeper waiting for a CPU reads as running too, but its sleep was a switch, or
+    // the probe before found it asleep): those count against the sleep's, and outnumber them.
     let _s = serial();
     let events = Collected::default();
     let rt = runtime(&events);
@@ -133,6 +133,33 @@ fn a_sleep_then_a_longer_loop_is_cpu_at_the_loop() {
     assert_eq!(e.blocking_operation.as_deref(), Some("running"));
     assert_eq!(e.other_reasons, vec![Reason::Sleep], "{e:#?}");
     assert_top_frame_here(&e, hot_line);
+}
+
+#[test]
+fn a_handler_that_sleeps_in_short_bursts_inside_a_lock_is_sleep() {
+    // 100 µs asleep, 200 µs on the CPU, for 600 ms, inside a std mutex: most probes may find it
+    // running (on a loaded machine, waiting for a CPU after a sleep), but it blocked thousands
+    // of times between any two of them: none counts toward cpu.
+    let _s = serial();
+    let events = Collected::default();
+    let rt = runtime(&events);
+    let lock = Arc::new(std::sync::Mutex::new(0u64));
+    let h = rt.spawn(async move {
+        let mut held = lock.lock().unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(600) {
+            std::thread::sleep(Duration::from_micros(100));
+            let spin = Instant::now();
+            while spin.elapsed() < Duration::from_micros(200) {
+                *held = std::hint::black_box(*held + 1);
+            }
+        }
+    });
+    let id = h.id();
+    rt.block_on(h).unwrap();
+    rt.shutdown();
+    let e = completed_for(&events, id);
+    assert_eq!(e.reason, Some(Reason::Sleep), "{e:#?}");
 }
 
 #[test]

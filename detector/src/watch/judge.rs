@@ -288,21 +288,19 @@ pub(super) fn worth_arming(state: Option<char>) -> bool {
     matches!(state, Some('S' | 'D'))
 }
 
-/// Whether a thread read at `then` and again at `now` (time and accounting) spent the time
-/// between on a CPU or waiting for one — never blocked: what a probe that found it running
-/// needs for its `cpu` to stand against a probe that found it blocked (see
-/// `analyze::dominant`). A thread just woken from a sleep, waiting for a CPU, also reads as
-/// running; its accounting shows the sleep as time on neither.
+/// Whether a thread ran from one probe to the next — on a CPU or waiting for one, never
+/// blocked: what a probe that found it running needs for its `cpu` to stand against a probe
+/// that found it blocked (see `analyze::dominant`). `previous`: whether the earlier probe found
+/// it running, and its voluntary context switches then; `now`: its switches at this probe.
 ///
-/// The kernel accounts a stint on a CPU at the latest at the next tick, and a wait for one only
-/// when it ends: a quarter of the time, and a [`TICK`], may be unaccounted (a busy thread
-/// preempted and waiting right now), no more.
-pub(super) fn ran_throughout(then: (Instant, SchedStat), now: (Instant, SchedStat)) -> bool {
-    let between = now.0.saturating_duration_since(then.0);
-    let (on_cpu, waited) = now.1.since(then.1);
-    // A wait accounted now may have begun before `then`: count no more than the time between.
-    let accounted = (on_cpu + waited).min(between);
-    !between.is_zero() && between - accounted <= between / 4 + TICK
+/// A thread counts a voluntary switch each time it blocks (a sleep, a lock's wait, a read that
+/// waits), never when it is preempted: one that made none ran throughout, however long it
+/// waited for a CPU on a loaded machine. The earlier probe must have found it running too: a
+/// thread asleep then made its switch before it, and may have slept most of the time between.
+/// A thread just woken from a sleep and waiting for a CPU reads as running, and is told apart
+/// by this.
+pub(super) fn ran_throughout(previous: Option<(bool, Option<u64>)>, now: Option<u64>) -> bool {
+    matches!((previous, now), (Some((true, Some(then))), Some(now)) if now == then)
 }
 
 /// A thread's scheduler accounting `stat`, read at `at`, before a poll of its began: a look
@@ -1629,30 +1627,20 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_ran_throughout_when_its_accounting_leaves_no_block() {
-        let t0 = Instant::now();
-        let at = |ms: u64, on_cpu: u64, waiting: u64| (t0 + MS(ms), stat(on_cpu, waiting));
-        let from = at(0, 1000, 500);
-        // Spinning on an idle machine: on a CPU all 100 ms, less a tick not yet accounted.
-        assert!(ran_throughout(from, at(100, 1097, 500)));
-        // Spinning on a loaded one: a third of the time waiting for a CPU, and preempted now
-        // for 20 ms not yet accounted.
-        assert!(ran_throughout(from, at(100, 1050, 530)));
-        // Just woken from an 80 ms sleep, waiting for a CPU: the sleep is accounted as nothing.
-        assert!(!ran_throughout(from, at(100, 1002, 500)));
-        // Woken, waited 40 ms and ran 15: still 45 ms blocked.
-        assert!(!ran_throughout(from, at(100, 1015, 540)));
-        // A wait accounted now may have begun before the first reading: it counts only up to
-        // the time between (a thread starved of a CPU that long was runnable, not blocked).
-        assert!(ran_throughout(from, at(100, 1001, 700)));
-        assert!(!ran_throughout(from, at(100, 1001, 560)));
-        // The bound: a quarter and a tick unaccounted, no more.
-        assert!(ran_throughout(from, at(100, 1071, 500)));
-        assert!(!ran_throughout(from, at(100, 1070, 500)));
-        // No time between the readings (or clocks out of order): nothing shown.
-        assert!(!ran_throughout(from, at(0, 1000, 500)));
-        assert!(!ran_throughout(at(100, 1000, 500), at(50, 1100, 500)));
-        // Accounting that went back counts as none.
-        assert!(!ran_throughout(from, at(100, 900, 400)));
+    fn a_thread_ran_throughout_when_it_blocked_nowhere_between_two_running_probes() {
+        // Running at both probes, no voluntary switch between: it ran (preempted or not).
+        assert!(ran_throughout(Some((true, Some(40))), Some(40)));
+        // One block between (a sleep, a futex wait, a read that waited): it did not.
+        assert!(!ran_throughout(Some((true, Some(40))), Some(41)));
+        assert!(!ran_throughout(Some((true, Some(40))), Some(4000)));
+        // Asleep at the earlier probe: its switch came before it, and the sleep may have taken
+        // most of the time between.
+        assert!(!ran_throughout(Some((false, Some(40))), Some(40)));
+        // The first probe, or a count that could not be read.
+        assert!(!ran_throughout(None, Some(40)));
+        assert!(!ran_throughout(Some((true, None)), Some(40)));
+        assert!(!ran_throughout(Some((true, Some(40))), None));
+        // A count that went back (another thread's, were that possible): not the same.
+        assert!(!ran_throughout(Some((true, Some(40))), Some(39)));
     }
 }

@@ -72,11 +72,12 @@ pub(crate) struct Probe {
     pub waiting_for: Option<Option<Holder>>,
     /// Whether a signal was sent for this probe.
     pub signalled: bool,
-    /// The thread's accounting, and when it was read, just before this probe.
-    pub stat: Option<(std::time::Instant, SchedStat)>,
-    /// By its accounting, the thread was on a CPU or waiting for one, never blocked, from the
-    /// previous reading (the previous probe's, or the pin's baseline) to this one
-    /// ([`super::judge::ran_throughout`]).
+    /// The thread's voluntary context switches so far (`voluntary_ctxt_switches`), read just
+    /// before this probe's look: each time it blocked (a sleep, a lock's wait, a read that
+    /// waited), never a preemption.
+    pub switches: Option<u64>,
+    /// The thread ran from the previous probe to this one — on a CPU or waiting for one, never
+    /// blocked ([`super::judge::ran_throughout`]).
     pub ran: bool,
 }
 
@@ -258,32 +259,50 @@ pub(crate) fn signal_status(tid: i32, sig: libc::c_int) -> Option<SignalStatus> 
     signal_status_in(tid, sig, &mut [0u8; 4096])
 }
 
-/// [`signal_status`], reading into `buf` first. A file that fills it is read again whole, on the
-/// heap: `Groups:` comes before the masks and has no bound (hundreds of ten-digit groups, as a
-/// directory service maps them, put `SigBlk` past 4 KiB), and a mask cut short would be read
-/// wrong, not just missed.
+/// [`signal_status`], reading into `buf` first ([`read_status`]).
 fn signal_status_in(tid: i32, sig: libc::c_int, buf: &mut [u8]) -> Option<SignalStatus> {
-    let room = buf.len();
-    let whole;
-    // Bytes, not text: the thread's name on the first line may be any bytes.
-    let status = match read_task_bytes(tid, "status", buf)? {
-        s if s.len() < room => s,
-        _ => {
-            whole = std::fs::read(format!("/proc/self/task/{tid}/status")).ok()?;
-            &whole[..]
-        }
-    };
-    let field = |name: &[u8]| {
-        status
-            .split(|&b| b == b'\n')
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .map(|v| mask_has(v.trim(), sig))
-    };
+    let status = read_status(tid, buf)?;
+    let field = |name: &[u8]| status_field(&status, name).map(|v| mask_has(v, sig));
     Some(SignalStatus {
         blocked: field(b"SigBlk:")?,
         pending: field(b"SigPnd:")?,
     })
+}
+
+/// Thread `tid`'s voluntary context switches so far (`voluntary_ctxt_switches` in its
+/// `status`): one each time it blocked. `None` if the status cannot be read.
+pub(crate) fn voluntary_switches(tid: i32) -> Option<u64> {
+    voluntary_switches_in(tid, &mut [0u8; 4096])
+}
+
+fn voluntary_switches_in(tid: i32, buf: &mut [u8]) -> Option<u64> {
+    status_field(&read_status(tid, buf)?, b"voluntary_ctxt_switches:")?
+        .parse()
+        .ok()
+}
+
+/// Thread `tid`'s `status`, read into `buf`; a file that fills it is read again whole, on the
+/// heap: `Groups:` comes before the masks and the counts and has no bound (hundreds of
+/// ten-digit groups, as a directory service maps them, put `SigBlk` past 4 KiB), and a field
+/// cut short would be read wrong, not just missed. Bytes, not text: the thread's name on the
+/// first line may be any bytes.
+fn read_status(tid: i32, buf: &mut [u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+    let room = buf.len();
+    match read_task_bytes(tid, "status", buf)? {
+        s if s.len() < room => Some(std::borrow::Cow::Borrowed(s)),
+        _ => std::fs::read(format!("/proc/self/task/{tid}/status"))
+            .ok()
+            .map(std::borrow::Cow::Owned),
+    }
+}
+
+/// The value of the line of `status` that begins with `name`, trimmed.
+fn status_field<'s>(status: &'s [u8], name: &[u8]) -> Option<&'s str> {
+    status
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::trim)
 }
 
 /// Whether the hexadecimal signal mask `mask` (as `/proc` prints it) has signal `sig`.
@@ -1102,6 +1121,26 @@ mod tests {
         }
         done_tx.send(()).unwrap();
         t.join().unwrap();
+    }
+
+    #[test]
+    fn voluntary_switches_count_blocks_and_not_time_on_the_cpu() {
+        let me = crate::poll::slot::current_tid();
+        let before = voluntary_switches(me).unwrap();
+        // A spin with no system call: nothing blocks (a preemption is not voluntary).
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(5) {
+            std::hint::spin_loop();
+        }
+        let spun = voluntary_switches(me).unwrap();
+        assert_eq!(spun, before);
+        // A sleep blocks: one switch at least.
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let slept = voluntary_switches(me).unwrap();
+        assert!(slept > spun, "{spun} then {slept}");
+        // Read whole when the status does not fit (the count is on one of its last lines).
+        assert_eq!(voluntary_switches_in(me, &mut [0u8; 64]), Some(slept));
+        assert_eq!(voluntary_switches(-1), None);
     }
 
     #[test]

@@ -1637,9 +1637,9 @@ impl<'a> Scan<'a> {
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
-        let stat = self
-            .schedstat(p.slot, p.tid)
-            .map(|stat| (Instant::now(), stat));
+        // Before the look at its state: a block between the two shows as blocked in the look,
+        // or in the next probe's count.
+        let switches = probe::voluntary_switches(p.tid);
         let Some(mut probe) = probe::take(
             self.shared,
             slot,
@@ -1649,12 +1649,12 @@ impl<'a> Scan<'a> {
         ) else {
             return;
         };
-        let previous = match p.probes.last() {
-            Some(last) => last.stat,
-            None => p.baseline.map(|b| (b.at, b.stat)),
-        };
-        probe.stat = stat;
-        probe.ran = matches!((previous, stat), (Some(a), Some(b)) if ran_throughout(a, b));
+        let previous = p.probes.last().map(|last| {
+            let running = last.proc.as_ref().is_some_and(|s| s.syscall.is_none());
+            (running, last.switches)
+        });
+        probe.switches = switches;
+        probe.ran = ran_throughout(previous, switches);
         p.probes.push(probe);
         p.probes_taken += 1;
         p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;

@@ -187,7 +187,9 @@ impl Builder {
     /// wakes no parked worker: it observes, it does not end the stall) and the task sets it a
     /// year away once no pin runs: an idle runtime is never woken by it. It needs tokio's
     /// time driver: [`build`](Self::build) turns it on (`enable_time`); with
-    /// [`prepare`](Self::prepare), build your runtime with `enable_time` or `enable_all`.
+    /// [`prepare`](Self::prepare), build your runtime with `enable_time` or `enable_all`, or
+    /// turn the heartbeat off (without a time driver tokio panics as the timer is made, at
+    /// start on pinwatch's `pinwatch-waker` thread, and there is no heartbeat).
     pub fn heartbeat(mut self, every: Option<Duration>) -> Self {
         self.config.heartbeat = every;
         self

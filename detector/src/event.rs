@@ -1307,6 +1307,25 @@ impl PinnedEvent {
             }
         };
         let undriven = shown(d.undriven);
+        if self.heartbeat_late.is_some() {
+            // Where the drivers cannot be seen: the heartbeat was late, and pinwatch woke a
+            // worker for it; when the heartbeat beat again, a worker had taken them over.
+            return Some(match d.taken_over_after {
+                Some(after) => format!(
+                    "timers of the whole runtime stalled (the heartbeat {undriven} late) until a \
+                     worker pinwatch woke took them over, {} after the pin began",
+                    shown(after)
+                ),
+                None if self.state != State::InProgress => format!(
+                    "timers of the whole runtime stalled (the heartbeat {undriven} late): \
+                     pinwatch woke a worker to take them over, in vain"
+                ),
+                None => format!(
+                    "timers of the whole runtime stalled (the heartbeat {undriven} late so far): \
+                     pinwatch woke a worker to take them over"
+                ),
+            });
+        }
         Some(match d.taken_over_after {
             Some(after) => format!(
                 "timers and I/O of the whole runtime stalled for {undriven}: nobody drove them \

@@ -137,18 +137,23 @@ fn a_sleep_then_a_longer_loop_is_cpu_at_the_loop() {
 
 #[test]
 fn a_handler_that_sleeps_in_short_bursts_inside_a_lock_is_sleep() {
-    // 100 µs asleep, 200 µs on the CPU, for 600 ms, inside a std mutex: most probes may find it
-    // running (on a loaded machine, waiting for a CPU after a sleep), but it blocked thousands
-    // of times between any two of them: none counts toward cpu.
+    // 2 ms asleep, 200 µs on the CPU, for 600 ms, inside a std mutex, probed every 10 ms: on a
+    // loaded machine many probes find it running (woken, waiting for a CPU), but it blocked
+    // between any two of them: none counts toward cpu, and the sixty probes see it asleep too.
     let _s = serial();
     let events = Collected::default();
-    let rt = runtime(&events);
+    let rt = support::watch(
+        support::builder(&events)
+            .stacks(Stacks::Full)
+            .sample_interval(Duration::from_millis(10)),
+        &mut multi_thread(2),
+    );
     let lock = Arc::new(std::sync::Mutex::new(0u64));
     let h = rt.spawn(async move {
         let mut held = lock.lock().unwrap();
         let start = Instant::now();
         while start.elapsed() < Duration::from_millis(600) {
-            std::thread::sleep(Duration::from_micros(100));
+            std::thread::sleep(Duration::from_millis(2));
             let spin = Instant::now();
             while spin.elapsed() < Duration::from_micros(200) {
                 *held = std::hint::black_box(*held + 1);

@@ -817,8 +817,19 @@ fn where_the_drivers_cannot_be_seen_the_rescue_ends_the_stall_and_says_so() {
         d.undriven <= after && after < Duration::from_secs(1),
         "{d:?}"
     );
+    // The stall's time, counted from when the late beat was due (not from the look that found
+    // it late).
+    let stalled = stats.runtime_stalled_time;
     assert!(
-        done.headline().contains("until a worker took them over"),
+        stalled * 2 >= d.undriven && stalled < Duration::from_secs(1),
+        "{stalled:?} of {d:?}"
+    );
+    assert!(
+        done.headline()
+            .contains("timers of the whole runtime stalled (the heartbeat ")
+            && done
+                .headline()
+                .contains("late) until a worker pinwatch woke took them over"),
         "{}",
         done.headline()
     );

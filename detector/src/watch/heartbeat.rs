@@ -3,17 +3,23 @@
 //! runtime's timers from one that holds only its worker ([`Stall`]).
 //!
 //! It observes without rescuing. The task that waits on the timer is spawned once, when the
-//! watchdog starts, and sleeps on a timer a year away; a pin arms it by setting that timer from
-//! the watchdog thread ([`Heartbeat::arm`]). Setting a timer earlier wakes only the worker that
+//! detector starts, and sleeps on a timer a year away; a pin arms it by setting that timer from
+//! outside the runtime ([`Heartbeat::arm`]). Setting a timer earlier wakes only the worker that
 //! waits on the runtime's drivers, to wait less long; where none does — the stall it is there to
 //! see — it wakes nobody. A task spawned when the pin begins would wake a parked worker, which
 //! would take the drivers over as it parked again and end the stall unseen (see
 //! docs/blast-radius.md). Nothing beats while nothing pins: an idle runtime is never woken by it.
+//!
+//! The waker thread does whatever calls into the runtime from outside: it makes and sets the
+//! timer, spawns the heartbeat's task and a rescue's empty task ([`Heartbeat::wake`]). With
+//! `tokio_unstable` and tokio's `tracing` feature, tokio traces each of these into the service's
+//! subscriber, whose layers may block (a writer on a full pipe): the watchdog only asks, and
+//! never waits for it.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -26,7 +32,13 @@ use super::judge::Stall;
 /// timer wheel (about two years at most).
 const FAR: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// The heartbeat's state, shared by the watchdog that arms it and the task that beats.
+/// What the watchdog asks of the waker thread.
+const ARM: u8 = 1;
+const WAKE: u8 = 2;
+const STOP: u8 = 4;
+
+/// The heartbeat's state, shared by the watchdog that arms it, the waker thread that sets its
+/// timer and the task that beats.
 pub(super) struct Heartbeat {
     /// Its period; `None`: no heartbeat.
     every: Option<Duration>,
@@ -45,6 +57,10 @@ pub(super) struct Heartbeat {
     /// The task is gone: the runtime shut down (and dropped it), or has no timers. A runtime
     /// shutting down with a pin still running is not stalled by it.
     gone: AtomicBool,
+    /// What the watchdog has asked of the waker thread and it has not done yet.
+    requests: AtomicU8,
+    /// The waker thread, once started.
+    waker: OnceLock<std::thread::Thread>,
 }
 
 /// The heartbeat's task: beats as [`Heartbeat::poll_timer`] says, and says when the runtime
@@ -75,18 +91,71 @@ impl Heartbeat {
             armed: AtomicBool::new(false),
             timer: Mutex::new(None),
             gone: AtomicBool::new(false),
+            requests: AtomicU8::new(0),
+            waker: OnceLock::new(),
         }
     }
 
-    /// Makes the timer, in the runtime of `handle`, and spawns the task that waits on it: once,
-    /// on the watchdog thread as it starts (where nothing reaches the service's `tracing`
-    /// subscriber, so neither does the timer's instrumentation when the watchdog sets it). A
-    /// runtime without a time driver has no heartbeat: tokio panics making the timer, and says
-    /// so on stderr.
-    pub(super) fn start(self: &Arc<Heartbeat>, handle: &Handle) {
-        if self.every.is_none() {
+    /// Starts the waker thread for the runtime of `handle`, where there is a heartbeat or a
+    /// `rescue` to wake workers for. Without it (a thread could not be made) there is neither.
+    pub(super) fn start(self: &Arc<Heartbeat>, handle: &Handle, rescue: bool) {
+        if self.every.is_none() && !rescue {
             return;
         }
+        let (h, handle) = (Arc::clone(self), handle.clone());
+        let made = std::thread::Builder::new()
+            .name("pinwatch-waker".into())
+            .spawn(move || h.run(&handle));
+        match made {
+            Ok(thread) => {
+                let _ = self.waker.set(thread.thread().clone());
+            }
+            Err(_) => self.gone.store(true, Ordering::SeqCst),
+        }
+    }
+
+    /// The waker thread: makes the timer and spawns the task that waits on it, then does what
+    /// it is asked until it is asked to stop.
+    fn run(self: &Arc<Heartbeat>, handle: &Handle) {
+        if self.every.is_some() {
+            self.make_timer(handle);
+        }
+        loop {
+            let asked = self.requests.swap(0, Ordering::SeqCst);
+            if asked & STOP != 0 {
+                return;
+            }
+            if asked & WAKE != 0 {
+                // A task from outside the runtime: tokio wakes a parked worker for it, and
+                // that worker, parking again when it is done, takes the free drivers.
+                drop(handle.spawn(async {}));
+            }
+            if asked & ARM != 0 {
+                self.set_timer();
+            }
+            if asked == 0 {
+                std::thread::park();
+            }
+        }
+    }
+
+    /// Asks the waker thread for `what`; whether there is one to ask.
+    fn ask(&self, what: u8) -> bool {
+        self.requests.fetch_or(what, Ordering::SeqCst);
+        match self.waker.get() {
+            Some(thread) => {
+                thread.unpark();
+                true
+            }
+            // Not started yet (it reads its requests before it first parks), or never.
+            None => self.every.is_some() && !self.gone.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Makes the timer in the runtime's context, and spawns the task that waits on it. A
+    /// runtime without a time driver has no heartbeat: tokio panics making the timer, and says
+    /// so on stderr.
+    fn make_timer(self: &Arc<Heartbeat>, handle: &Handle) {
         let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _runtime = handle.enter();
             Box::pin(tokio::time::sleep_until((Instant::now() + FAR).into()))
@@ -99,6 +168,48 @@ impl Heartbeat {
             *slot = Some(timer);
         }
         drop(handle.spawn(Beating(Arc::clone(self))));
+    }
+
+    /// On the waker thread: sets the timer one period ahead, unless it is armed already or no
+    /// pin runs now. Armed only once the timer is set: a waker thread held up in the service's
+    /// subscriber leaves the heartbeat unarmed (no verdict), never late.
+    fn set_timer(&self) {
+        let Some(every) = self.every else {
+            return;
+        };
+        if self.pins.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let Ok(mut timer) = self.timer.lock() else {
+            return;
+        };
+        let Some(timer) = timer.as_mut() else {
+            return;
+        };
+        if self.armed.load(Ordering::SeqCst) {
+            return;
+        }
+        let at = Instant::now();
+        timer.as_mut().reset((at + every).into());
+        // Due one period from now: a runtime that does not fire it by then is late.
+        self.last_beat.store(
+            at.saturating_duration_since(self.base).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Asks the waker thread to wake a parked worker (a rescue, `PINWATCH_RESCUE`); whether
+    /// there is one to ask.
+    pub(super) fn wake(&self) -> bool {
+        self.ask(WAKE)
+    }
+
+    /// The detector stops: the heartbeat beats once more at most (a pin may still run), and the
+    /// waker thread ends.
+    pub(super) fn stop(&self) {
+        self.pins.store(0, Ordering::SeqCst);
+        self.ask(STOP);
     }
 
     /// Called each time the timer fires (and when armed: the next beat is due one period on).
@@ -128,27 +239,15 @@ impl Heartbeat {
         (last >= at).then_some(last)
     }
 
-    /// Beats while `pins` (polls followed as pinned now) is not zero: arms the timer, one
-    /// period from now, when it is not armed. Called at every scan; when the task holds the
-    /// timer (it is firing right now), the next scan arms it.
+    /// Beats while `pins` (polls followed as pinned now) is not zero: asks the waker thread to
+    /// arm the timer, one period from now, when it is not armed. Called at every scan.
     pub(super) fn arm(&self, pins: usize) {
         self.pins.store(pins, Ordering::SeqCst);
-        let Some(every) = self.every else {
-            return;
-        };
-        if pins == 0 || self.armed.load(Ordering::SeqCst) || self.gone.load(Ordering::SeqCst) {
+        if self.every.is_none() || pins == 0 {
             return;
         }
-        let Ok(mut timer) = self.timer.try_lock() else {
-            return;
-        };
-        self.armed.store(true, Ordering::SeqCst);
-        // Due one period from now: a runtime that does not fire it by then is late.
-        self.beat();
-        if let Some(timer) = timer.as_mut() {
-            timer
-                .as_mut()
-                .reset(tokio::time::Instant::from_std(self.last_beat()) + every);
+        if !self.armed.load(Ordering::SeqCst) && !self.gone.load(Ordering::SeqCst) {
+            self.ask(ARM);
         }
     }
 

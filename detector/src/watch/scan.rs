@@ -149,7 +149,9 @@ fn run(
     let cores = handle.metrics().num_workers();
     let mut idle = Idle::default();
     let mut sleep = false;
-    shared.heartbeat.start(&handle);
+    shared.heartbeat.start(&handle, shared.config.rescue);
+    // The stalls where only the heartbeat tells: the due time of the late beat counted so far.
+    let mut stall_counted: Option<Instant> = None;
     // Set up: the runtime may run tasks now.
     let _ = ready.send(());
     loop {
@@ -230,14 +232,6 @@ fn run(
             .late(scan_start)
             .filter(|_| !scan.view.sees())
             .and_then(|(_, due)| Stall::past_bound(due, scan_start, scan.settings.threshold));
-        if scan.stalled.is_none() {
-            if let Some(due) = scan.heartbeat_woke.take() {
-                if shared.heartbeat.beat_since(due).is_some() {
-                    // The worker pinwatch woke took the timers over: they fire again.
-                    shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
         for (i, ((slot, tracked), look)) in shared
             .table
             .slots()
@@ -274,11 +268,22 @@ fn run(
         scan.collect_waits(tracked);
         scan.send_first_reports(tracked);
         scan.release_held(looked, stopping);
+        if let Some(stall) = scan.stalled.filter(|_| blamed) {
+            scan.heartbeat_rescue(tracked, stall, looked);
+        } else if scan.stalled.is_none() {
+            // On time again, or not beating: a rescue's hand-over is no longer to come.
+            scan.heartbeat_woke = None;
+        }
         if let Some(stalled) = seen {
             // The looks count their own stall time.
             blamed = stalled;
-        } else if blamed {
-            let d = scan_start.saturating_duration_since(last_scan);
+        } else if let Some(stall) = scan.stalled.filter(|_| blamed) {
+            // From when the late beat was due: the timers have not fired since.
+            let from = match stall_counted.replace(stall.due) {
+                Some(due) if due == stall.due => last_scan,
+                _ => stall.due,
+            };
+            let d = scan_start.saturating_duration_since(from);
             shared
                 .stats
                 .stalled_ns
@@ -288,6 +293,7 @@ fn run(
         last_scan = scan_start;
         if stopping {
             // Whatever is still flagged never returned: its last report stands.
+            shared.heartbeat.stop();
             return;
         }
         let pins = tracked
@@ -799,17 +805,38 @@ impl<'a> Scan<'a> {
     /// Where only the heartbeat tells a stall (a pin holds a worker while the beat due at `due`
     /// is late past the bound), the rescue (`PINWATCH_RESCUE`, a multi-thread runtime): wakes a
     /// parked worker once for that beat, as [`look_at_drivers`](Self::look_at_drivers) does for
-    /// drivers it sees. Whether pinwatch has woken one for it.
-    fn heartbeat_rescue(&mut self, due: Instant) -> bool {
-        if !self.shared.config.rescue || !self.multi_thread {
-            return false;
+    /// drivers it sees — unless every worker is pinned (there is none to wake). The pins it
+    /// blames say so (`drivers`) from now on.
+    fn heartbeat_rescue(&mut self, tracked: &mut [Option<Tracked>], stall: Stall, now: Instant) {
+        let due = stall.due;
+        if !self.shared.config.rescue || !self.multi_thread || self.heartbeat_woke == Some(due) {
+            return;
         }
-        if self.heartbeat_woke != Some(due) {
-            self.heartbeat_woke = Some(due);
-            self.shared.stats.rescues.fetch_add(1, Ordering::Relaxed);
-            drop(self.handle.spawn(async {}));
+        let mut held: Vec<usize> = tracked
+            .iter()
+            .flatten()
+            .filter_map(|t| t.pinned.as_ref()?.event.worker.index)
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        if held.len() >= self.handle.metrics().num_workers() {
+            return;
         }
-        true
+        if !self.shared.heartbeat.wake() {
+            return;
+        }
+        self.heartbeat_woke = Some(due);
+        self.shared.stats.rescues.fetch_add(1, Ordering::Relaxed);
+        for p in tracked
+            .iter_mut()
+            .flatten()
+            .filter_map(|t| t.pinned.as_mut())
+        {
+            if p.event.worker.index.is_some() && stall.blames(p.began, now).is_some() {
+                p.by_heartbeat = true;
+                p.undriven(now, Some(due), true);
+            }
+        }
     }
 
     /// The runtime-level advice for a pin of this runtime that its heartbeat says stalls it
@@ -1175,7 +1202,7 @@ impl<'a> Scan<'a> {
         let stall = self.stalled.filter(|_| holds_worker);
         if let Some((late, due)) = stall.and_then(|s| Some((s.blames(p.began, now)?, s.due))) {
             let newly = p.stalls(late);
-            if self.heartbeat_rescue(due) {
+            if self.heartbeat_woke == Some(due) {
                 p.by_heartbeat = true;
                 p.undriven(now, Some(due), true);
             }
@@ -1191,6 +1218,9 @@ impl<'a> Scan<'a> {
         {
             // The heartbeat beat again after pinwatch woke a worker: it took the timers over.
             p.driven(beat, None);
+            if self.heartbeat_woke.take().is_some() {
+                self.shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
+            }
             self.resend(&mut p, now);
         }
         if p.sample_due(now, self.settings.sample_interval) {
@@ -1550,11 +1580,11 @@ impl<'a> Scan<'a> {
             }
         };
         let (wake, handed_over) = self.drivers.looked(verdict, now, self.shared.config.rescue);
+        // Spawned by the waker thread: a task from outside the runtime, for which tokio wakes a
+        // parked worker, which takes the free drivers as it parks again.
+        let wake = wake && self.shared.heartbeat.wake();
         if wake {
             self.shared.stats.rescues.fetch_add(1, Ordering::Relaxed);
-            // A task from outside the runtime: tokio wakes a parked worker for it, and that
-            // worker, parking again when it is done, takes the free drivers.
-            drop(self.handle.spawn(async {}));
         }
         if handed_over {
             self.shared.stats.handovers.fetch_add(1, Ordering::Relaxed);

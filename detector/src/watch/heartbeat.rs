@@ -61,6 +61,9 @@ pub(super) struct Heartbeat {
     requests: AtomicU8,
     /// The waker thread, once started.
     waker: OnceLock<std::thread::Thread>,
+    /// The waker thread is doing what it was asked (not parked): where it stays so, the
+    /// service's subscriber holds it, and a wake-up asked of it now would not come.
+    busy: AtomicBool,
 }
 
 /// The heartbeat's task: beats as [`Heartbeat::poll_timer`] says, and says when the runtime
@@ -93,6 +96,7 @@ impl Heartbeat {
             gone: AtomicBool::new(false),
             requests: AtomicU8::new(0),
             waker: OnceLock::new(),
+            busy: AtomicBool::new(true),
         }
     }
 
@@ -103,12 +107,17 @@ impl Heartbeat {
             return;
         }
         let (h, handle) = (Arc::clone(self), handle.clone());
+        let (made_tx, made_rx) = std::sync::mpsc::sync_channel(1);
         let made = std::thread::Builder::new()
             .name("pinwatch-waker".into())
-            .spawn(move || h.run(&handle));
+            .spawn(move || h.run(&handle, made_tx));
         match made {
             Ok(thread) => {
                 let _ = self.waker.set(thread.thread().clone());
+                // The heartbeat's task is spawned before the runtime runs the service's tasks: a
+                // spawn while a pin runs would wake a parked worker (the rescue it must not be).
+                // Bounded: a subscriber that holds the waker thread holds up no start.
+                let _ = made_rx.recv_timeout(Duration::from_secs(1));
             }
             Err(_) => self.gone.store(true, Ordering::SeqCst),
         }
@@ -116,40 +125,43 @@ impl Heartbeat {
 
     /// The waker thread: makes the timer and spawns the task that waits on it, then does what
     /// it is asked until it is asked to stop.
-    fn run(self: &Arc<Heartbeat>, handle: &Handle) {
+    fn run(self: &Arc<Heartbeat>, handle: &Handle, made: std::sync::mpsc::SyncSender<()>) {
         if self.every.is_some() {
             self.make_timer(handle);
         }
+        let _ = made.send(());
         loop {
             let asked = self.requests.swap(0, Ordering::SeqCst);
-            if asked & STOP != 0 {
-                return;
-            }
             if asked & WAKE != 0 {
                 // A task from outside the runtime: tokio wakes a parked worker for it, and
                 // that worker, parking again when it is done, takes the free drivers.
                 drop(handle.spawn(async {}));
             }
+            if asked & STOP != 0 {
+                return;
+            }
             if asked & ARM != 0 {
                 self.set_timer();
             }
             if asked == 0 {
-                std::thread::park();
+                self.busy.store(false, Ordering::SeqCst);
+                // Asked again since, or asked now: the unpark's token wakes the park.
+                if self.requests.load(Ordering::SeqCst) == 0 {
+                    std::thread::park();
+                }
+                self.busy.store(true, Ordering::SeqCst);
             }
         }
     }
 
     /// Asks the waker thread for `what`; whether there is one to ask.
     fn ask(&self, what: u8) -> bool {
+        let Some(thread) = self.waker.get() else {
+            return false;
+        };
         self.requests.fetch_or(what, Ordering::SeqCst);
-        match self.waker.get() {
-            Some(thread) => {
-                thread.unpark();
-                true
-            }
-            // Not started yet (it reads its requests before it first parks), or never.
-            None => self.every.is_some() && !self.gone.load(Ordering::SeqCst),
-        }
+        thread.unpark();
+        true
     }
 
     /// Makes the timer in the runtime's context, and spawns the task that waits on it. A
@@ -199,10 +211,12 @@ impl Heartbeat {
         self.armed.store(true, Ordering::SeqCst);
     }
 
-    /// Asks the waker thread to wake a parked worker (a rescue, `PINWATCH_RESCUE`); whether
-    /// there is one to ask.
+    /// Asks the waker thread to wake a parked worker (a rescue, `PINWATCH_RESCUE`): whether it
+    /// was asked, which it is only while it is free (parked between requests). A waker thread
+    /// still busy, held in the service's subscriber, would not spawn the task: no rescue is
+    /// claimed then.
     pub(super) fn wake(&self) -> bool {
-        self.ask(WAKE)
+        !self.busy.load(Ordering::SeqCst) && self.ask(WAKE)
     }
 
     /// The detector stops: the heartbeat beats once more at most (a pin may still run), and the

@@ -150,6 +150,8 @@ fn run(
     let mut idle = Idle::default();
     let mut sleep = false;
     shared.heartbeat.start(&handle, shared.config.rescue);
+    // The waker thread ends with the watchdog, however it ends.
+    let _waker = StopWaker(&shared.heartbeat);
     // The stalls where only the heartbeat tells: the due time of the late beat counted so far.
     let mut stall_counted: Option<Instant> = None;
     // Set up: the runtime may run tasks now.
@@ -293,7 +295,6 @@ fn run(
         last_scan = scan_start;
         if stopping {
             // Whatever is still flagged never returned: its last report stands.
-            shared.heartbeat.stop();
             return;
         }
         let pins = tracked
@@ -353,6 +354,15 @@ fn stamp_on(slot: &Slot, stamping: &mut Stamping) {
     let generation = crate::poll::ticks().max(1);
     stamping.generation = Some(generation);
     slot.poll.set_stamping(generation);
+}
+
+/// Stops the heartbeat and its waker thread when dropped: when the watchdog ends.
+struct StopWaker<'a>(&'a super::heartbeat::Heartbeat);
+
+impl Drop for StopWaker<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// Nothing can poll now: every core is parked and no slot has a poll running.
@@ -1579,10 +1589,14 @@ impl<'a> Scan<'a> {
                     .collect()
             }
         };
-        let (wake, handed_over) = self.drivers.looked(verdict, now, self.shared.config.rescue);
+        let (mut wake, handed_over) = self.drivers.looked(verdict, now, self.shared.config.rescue);
         // Spawned by the waker thread: a task from outside the runtime, for which tokio wakes a
-        // parked worker, which takes the free drivers as it parks again.
-        let wake = wake && self.shared.heartbeat.wake();
+        // parked worker, which takes the free drivers as it parks again. Not asked (the thread
+        // is held up, or there is none): no wake-up to claim or wait for.
+        if wake && !self.shared.heartbeat.wake() {
+            wake = false;
+            self.drivers.woke_at = None;
+        }
         if wake {
             self.shared.stats.rescues.fetch_add(1, Ordering::Relaxed);
         }

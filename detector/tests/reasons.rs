@@ -21,6 +21,16 @@ fn runtime(events: &Collected) -> support::Watched {
     )
 }
 
+/// [`runtime`], probed every 10 ms: many probes of a pin of a few hundred ms.
+fn sampled_every_10ms(events: &Collected) -> support::Watched {
+    support::watch(
+        support::builder(events)
+            .stacks(Stacks::Full)
+            .sample_interval(Duration::from_millis(10)),
+        &mut multi_thread(2),
+    )
+}
+
 /// The completed event of task `id`.
 fn completed_for(events: &Collected, id: tokio::task::Id) -> PinnedEvent {
     let id: u64 = id.to_string().parse().unwrap();
@@ -67,12 +77,7 @@ fn sleep() {
 fn cpu_top_frame_is_the_hot_line() {
     let _s = serial();
     let events = Collected::default();
-    let rt = support::watch(
-        support::builder(&events)
-            .stacks(Stacks::Full)
-            .sample_interval(Duration::from_millis(10)),
-        &mut multi_thread(2),
-    );
+    let rt = sampled_every_10ms(&events);
     const K: u64 = 6364136223846793005;
     let hot_line = line!() + 6;
     let h = rt.spawn(async {
@@ -142,12 +147,7 @@ fn a_handler_that_sleeps_in_short_bursts_inside_a_lock_is_sleep() {
     // between any two of them: none counts toward cpu, and the sixty probes see it asleep too.
     let _s = serial();
     let events = Collected::default();
-    let rt = support::watch(
-        support::builder(&events)
-            .stacks(Stacks::Full)
-            .sample_interval(Duration::from_millis(10)),
-        &mut multi_thread(2),
-    );
+    let rt = sampled_every_10ms(&events);
     let lock = Arc::new(std::sync::Mutex::new(0u64));
     let h = rt.spawn(async move {
         let mut held = lock.lock().unwrap();

@@ -256,7 +256,7 @@ pub const ENV_VARS: &[EnvVar] = &[
         default: "50ms",
         doc: "where pinwatch cannot see who drives the runtime's timers and I/O (a \
               current-thread runtime, one without I/O): while a pin runs, a timer of \
-              pinwatch's fires this often on the runtime (set from the watchdog's thread when \
+              pinwatch's fires this often on the runtime (set from pinwatch's own thread when \
               a poll is flagged, which wakes no parked worker, and set a year away once none \
               runs); when it is late past the threshold (and 100 ms), the pin stalled the \
               whole runtime (`runtime_stalled`); at least `1ms`; `off`: no heartbeat",

@@ -800,6 +800,13 @@ impl Pinned {
         !std::mem::replace(&mut self.event.runtime_stalled, true)
     }
 
+    /// pinwatch woke a worker at `now` because the heartbeat, due at `due`, had not beaten: the
+    /// drivers count as undriven since then, and the next beat is the hand-over.
+    pub fn undriven_by_heartbeat(&mut self, now: Instant, due: Instant) {
+        self.by_heartbeat = true;
+        self.undriven(now, Some(due), true);
+    }
+
     /// A look at `now` found the drivers driven again (by worker `by`, when known) after this
     /// pin left them undriven: the hand-over. Later looks only name the worker when the first
     /// could not.

@@ -843,8 +843,7 @@ impl<'a> Scan<'a> {
             .filter_map(|t| t.pinned.as_mut())
         {
             if p.event.worker.index.is_some() && stall.blames(p.began, now).is_some() {
-                p.by_heartbeat = true;
-                p.undriven(now, Some(due), true);
+                p.undriven_by_heartbeat(now, due);
             }
         }
     }
@@ -1213,8 +1212,7 @@ impl<'a> Scan<'a> {
         if let Some((late, due)) = stall.and_then(|s| Some((s.blames(p.began, now)?, s.due))) {
             let newly = p.stalls(late);
             if self.heartbeat_woke == Some(due) {
-                p.by_heartbeat = true;
-                p.undriven(now, Some(due), true);
+                p.undriven_by_heartbeat(now, due);
             }
             if newly {
                 p.event.runtime_advice = self.runtime_advice(true);

@@ -204,10 +204,7 @@ impl Heartbeat {
         let at = Instant::now();
         timer.as_mut().reset((at + every).into());
         // Due one period from now: a runtime that does not fire it by then is late.
-        self.last_beat.store(
-            at.saturating_duration_since(self.base).as_nanos() as u64,
-            Ordering::Relaxed,
-        );
+        self.beat_at(at);
         self.armed.store(true, Ordering::SeqCst);
     }
 
@@ -228,9 +225,13 @@ impl Heartbeat {
 
     /// Called each time the timer fires (and when armed: the next beat is due one period on).
     fn beat(&self) {
-        let now = Instant::now().saturating_duration_since(self.base);
+        self.beat_at(Instant::now());
+    }
+
+    fn beat_at(&self, at: Instant) {
+        let since_base = at.saturating_duration_since(self.base);
         self.last_beat
-            .store(now.as_nanos() as u64, Ordering::Relaxed);
+            .store(since_base.as_nanos() as u64, Ordering::Relaxed);
     }
 
     fn last_beat(&self) -> Instant {

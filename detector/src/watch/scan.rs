@@ -1351,10 +1351,7 @@ impl<'a> Scan<'a> {
             };
             // pinwatch's own tasks (its heartbeat, the task that wakes a worker) wait with the
             // runtime: neither victims nor a busy runtime's.
-            let own = |w: &&crate::poll::waits::Waited| {
-                super::victims::location(w.task.spawned_at)
-                    .is_some_and(|l| super::victims::is_own_task(&l.file))
-            };
+            let own = |w: &&crate::poll::waits::Waited| super::victims::is_own(&w.task);
             waits.extend(read[..n].iter().filter(|w| !own(w)).map(|w| Wait {
                 task: w.task,
                 wait: Duration::from_nanos(w.wait),

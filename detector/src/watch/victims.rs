@@ -22,6 +22,11 @@ pub(super) fn is_own_task(file: &str) -> bool {
     std::path::Path::new(file).parent() == std::path::Path::new(file!()).parent()
 }
 
+/// Whether `task` is one of pinwatch's own, by where it was spawned ([`is_own_task`]).
+pub(super) fn is_own(task: &Polled) -> bool {
+    location(task.spawned_at).is_some_and(|l| is_own_task(&l.file))
+}
+
 /// A task that waited at least the threshold before a poll, as the watchdog read it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Wait {
@@ -181,7 +186,8 @@ impl Tally {
     /// What the event says. `measured`: waits were measured (the tally is the answer; on a
     /// multi-thread runtime (`lifo_slot`), the task polled first after the pin on its own
     /// worker, woken while the pin ran, sat in that worker's LIFO slot). Not measured: the tasks
-    /// polled after the pin (`after`), named in order, no wait claimed. `pin` is the pin;
+    /// polled after the pin (`after`), named in order, no wait claimed, pinwatch's own tasks
+    /// left out (they ran for the runtime, not for the service). `pin` is the pin;
     /// `queue_max` the deepest local queue seen.
     pub fn victims(
         &self,
@@ -215,6 +221,7 @@ impl Tally {
                 queue_depth_max: queue_max,
             });
         }
+        let after: Vec<&Polled> = after.iter().filter(|p| !is_own(p)).collect();
         if after.is_empty() && queue_max.unwrap_or(0) == 0 {
             return None;
         }
@@ -240,7 +247,7 @@ impl Tally {
 }
 
 /// A spawn location from the address the hooks stored (0: none).
-pub(super) fn location(addr: usize) -> Option<SourceLocation> {
+fn location(addr: usize) -> Option<SourceLocation> {
     if addr == 0 {
         return None;
     }
@@ -488,6 +495,19 @@ mod tests {
         ];
         let v = t.victims(false, true, &after, p, Some(2)).unwrap();
         assert!(!v.measured);
+        // pinwatch's own tasks (spawned in this directory, as its heartbeat is) are left out:
+        // the same answer with one of them polled first, and none when it was the only one.
+        let own = Polled {
+            task_id: 4,
+            spawned_at: std::panic::Location::caller() as *const _ as usize,
+        };
+        assert!(is_own(&own) && !is_own(&after[0]));
+        let with_own = [own, after[0], after[1]];
+        assert_eq!(
+            t.victims(false, true, &with_own, p, Some(2)),
+            Some(v.clone())
+        );
+        assert_eq!(t.victims(false, true, &[own], p, None), None);
         assert_eq!(v.tasks, 2);
         assert_eq!((v.total_wait, v.max_wait), (None, None));
         assert_eq!(

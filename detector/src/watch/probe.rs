@@ -81,8 +81,7 @@ pub(crate) struct Probe {
     pub ran: bool,
 }
 
-/// Takes one probe of `slot`'s thread, running poll `seq`, whose `status` was read just before
-/// ([`thread_status`]: its view of the sampling signal). A thread still blocked in the same
+/// Takes one probe of `slot`'s thread, running poll `seq`. A thread still blocked in the same
 /// system call as at the `previous` probe is not signalled again — its stack has not moved, and
 /// each signal interrupts the call (see docs/how-it-works.md, "Signals") — the previous stack stands.
 ///
@@ -95,7 +94,6 @@ pub(crate) fn take(
     seq: u64,
     previous: Option<&Probe>,
     stacks: Stacks,
-    status: Option<SignalStatus>,
 ) -> Option<Probe> {
     let tid = slot.tid.load(Ordering::Relaxed);
     // Read /proc before the signal: the sample interrupts the system call for a moment.
@@ -136,6 +134,8 @@ pub(crate) fn take(
         probe.stack = previous.and_then(|p| p.stack.clone());
         return Some(probe);
     }
+    // Read last, right before the signal goes out: the masks as they are now.
+    let status = signal_status(tid, signal::sample_signal());
     if signal::outstanding(slot) && status.is_some_and(|s| !s.pending) {
         // Outstanding, yet no longer pending: the thread took the signal without running the
         // handler (`sigwait`), or is about to run it. Either way a new request may go out.
@@ -254,40 +254,32 @@ pub(crate) struct SignalStatus {
     pub pending: bool,
 }
 
-/// Whether the thread whose `status` this is blocks signal `sig`, and whether one is pending
-/// for it. `None` if the masks are not in it.
-fn signal_in(status: &[u8], sig: libc::c_int) -> Option<SignalStatus> {
-    let field = |name: &[u8]| status_field(status, name).map(|v| mask_has(v, sig));
+/// Whether thread `tid` blocks signal `sig`, and whether one is pending for it. `None` if the
+/// status cannot be read.
+pub(crate) fn signal_status(tid: i32, sig: libc::c_int) -> Option<SignalStatus> {
+    signal_status_in(tid, sig, &mut [0u8; 4096])
+}
+
+/// [`signal_status`], reading into `buf` first ([`read_status`]).
+fn signal_status_in(tid: i32, sig: libc::c_int, buf: &mut [u8]) -> Option<SignalStatus> {
+    let status = read_status(tid, buf)?;
+    let field = |name: &[u8]| status_field(&status, name).map(|v| mask_has(v, sig));
     Some(SignalStatus {
         blocked: field(b"SigBlk:")?,
         pending: field(b"SigPnd:")?,
     })
 }
 
-/// What a probe needs of a thread's `status`, from one read of it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct ThreadStatus {
-    /// Its voluntary context switches so far (`voluntary_ctxt_switches`): one each time it
-    /// blocked.
-    pub switches: Option<u64>,
-    /// Its view of signal `sig`.
-    pub signal: Option<SignalStatus>,
+/// Thread `tid`'s voluntary context switches so far (`voluntary_ctxt_switches` in its
+/// `status`): one each time it blocked. `None` if the status cannot be read.
+pub(crate) fn voluntary_switches(tid: i32) -> Option<u64> {
+    voluntary_switches_in(tid, &mut [0u8; 4096])
 }
 
-/// Thread `tid`'s [`ThreadStatus`], with its view of signal `sig`; fields left `None` when
-/// the status cannot be read.
-pub(crate) fn thread_status(tid: i32, sig: libc::c_int) -> ThreadStatus {
-    thread_status_in(tid, sig, &mut [0u8; 4096])
-}
-
-fn thread_status_in(tid: i32, sig: libc::c_int, buf: &mut [u8]) -> ThreadStatus {
-    let Some(status) = read_status(tid, buf) else {
-        return ThreadStatus::default();
-    };
-    ThreadStatus {
-        switches: status_field(&status, b"voluntary_ctxt_switches:").and_then(|v| v.parse().ok()),
-        signal: signal_in(&status, sig),
-    }
+fn voluntary_switches_in(tid: i32, buf: &mut [u8]) -> Option<u64> {
+    status_field(&read_status(tid, buf)?, b"voluntary_ctxt_switches:")?
+        .parse()
+        .ok()
 }
 
 /// Thread `tid`'s `status`, read into `buf`; a file that fills it is read again whole, on the
@@ -837,7 +829,7 @@ mod tests {
         let mut small = [0u8; 24];
         let cut = read_task(me, "status", &mut small).unwrap();
         assert_eq!(cut, &whole[..24]);
-        assert!(thread_status(me, libc::SIGUSR1).signal.is_some());
+        assert!(signal_status(me, libc::SIGUSR1).is_some());
         assert_eq!(read_task(-1, "status", &mut big), None);
         // A name with a byte that is not UTF-8 (`pthread_setname_np` and the `comm` file take
         // any byte but NUL): `read_to_string` failed on its `stat` and `status`.
@@ -850,7 +842,7 @@ mod tests {
             // under a tracer): that it is read at all is the point.
             assert!(read_state(tid).is_some());
             assert!(read_proc(tid).is_some());
-            assert!(thread_status(tid, libc::SIGUSR1).signal.is_some());
+            assert!(signal_status(tid, libc::SIGUSR1).is_some());
             // As text, `status` stops before the name's bad byte.
             let status = read_task(tid, "status", &mut big).unwrap();
             assert_eq!(status, "Name:\tbad");
@@ -949,13 +941,6 @@ mod tests {
         assert_eq!(syscall_name(100_000), "unknown");
     }
 
-    /// A probe of `slot`'s poll `seq` as the scan takes it: the thread's status read just before.
-    fn take_now(w: &Shared, slot: &Slot, seq: u64, stacks: Stacks) -> Option<Probe> {
-        let tid = slot.tid.load(Ordering::Relaxed);
-        let status = thread_status(tid, signal::sample_signal()).signal;
-        take(w, slot, seq, None, stacks, status)
-    }
-
     /// A slot table of four, its hooks, and the watchdog's view of it.
     fn watched_table() -> (
         std::sync::Arc<crate::poll::slot::SlotTable>,
@@ -1021,12 +1006,12 @@ mod tests {
         test_rx.recv().unwrap();
         // The handler has run in poll 2: a probe for poll 1 must not take its stack.
         // Nor what `/proc` says of its thread now: that is poll 2's state. No probe at all.
-        let probe = take_now(&watched, slot, seq1, Stacks::Short);
+        let probe = take(&watched, slot, seq1, None, Stacks::Short);
         assert!(probe.is_none(), "{probe:?}");
         // The same probe for the poll that is running does get a stack.
         let seq2 = slot.poll.seq();
         assert_ne!(seq1, seq2);
-        let probe = take_now(&watched, slot, seq2, Stacks::Short).unwrap();
+        let probe = take(&watched, slot, seq2, None, Stacks::Short).unwrap();
         assert!(probe.stack.is_some(), "{probe:?}");
         to_worker.send(()).unwrap();
         worker.join().unwrap();
@@ -1069,7 +1054,7 @@ mod tests {
         let seq = slot.poll.seq();
         let tid = slot.tid.load(Ordering::Relaxed);
         // While the poll runs, a probe reads its thread.
-        let running = take_now(&watched, slot, seq, Stacks::Off).unwrap();
+        let running = take(&watched, slot, seq, None, Stacks::Off).unwrap();
         assert!(running.proc.is_some(), "{running:?}");
         to_worker.send(()).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -1078,7 +1063,7 @@ mod tests {
             std::thread::yield_now();
         }
         // Nothing of the thread: no system call, no stack, so no reason.
-        let late = take_now(&watched, slot, seq, Stacks::Short);
+        let late = take(&watched, slot, seq, None, Stacks::Short);
         assert!(late.is_none(), "{late:?}");
         // SAFETY: writes 8 bytes to the eventfd (its counter), which ends the wait.
         unsafe { libc::write(wake, [1u8, 0, 0, 0, 0, 0, 0, 0].as_ptr().cast(), 8) };
@@ -1120,23 +1105,19 @@ mod tests {
         // The handler does nothing without a request; without it the signal would kill us.
         crate::signal::install_handler().unwrap();
         let sig = crate::signal::sample_signal();
-        assert!(thread_status(tid, sig)
-            .signal
-            .is_some_and(|s| s.blocked && !s.pending));
+        assert!(signal_status(tid, sig).is_some_and(|s| s.blocked && !s.pending));
         // SAFETY: sends the (blocked, so pending) signal to that thread.
         unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) };
-        assert!(thread_status(tid, sig)
-            .signal
-            .is_some_and(|s| s.blocked && s.pending));
+        assert!(signal_status(tid, sig).is_some_and(|s| s.blocked && s.pending));
         let me = crate::poll::slot::current_tid();
-        assert!(thread_status(me, sig).signal.is_some_and(|s| !s.blocked));
+        assert!(signal_status(me, sig).is_some_and(|s| !s.blocked));
         // A status longer than the buffer (many groups come before the masks) is read whole:
         // neither the masks missing (16 bytes) nor `SigBlk`'s line cut after 8 of its 16
         // digits, which read from the right would put the blocked signal's bit past the end.
         let status = std::fs::read(format!("/proc/self/task/{tid}/status")).unwrap();
         let at = status.windows(8).position(|w| w == b"SigBlk:\t").unwrap();
         for room in [16, at + 8 + 8] {
-            let st = thread_status_in(tid, sig, &mut vec![0u8; room]).signal;
+            let st = signal_status_in(tid, sig, &mut vec![0u8; room]);
             assert!(st.is_some_and(|s| s.blocked && s.pending), "{room}: {st:?}");
         }
         done_tx.send(()).unwrap();
@@ -1146,8 +1127,6 @@ mod tests {
     #[test]
     fn voluntary_switches_count_blocks_and_not_time_on_the_cpu() {
         let me = crate::poll::slot::current_tid();
-        let sig = libc::SIGUSR1;
-        let voluntary_switches = |tid| thread_status(tid, sig).switches;
         let before = voluntary_switches(me).unwrap();
         // A spin with no system call: nothing blocks (a preemption is not voluntary).
         let start = std::time::Instant::now();
@@ -1161,11 +1140,8 @@ mod tests {
         let slept = voluntary_switches(me).unwrap();
         assert!(slept > spun, "{spun} then {slept}");
         // Read whole when the status does not fit (the count is on one of its last lines).
-        let whole = thread_status_in(me, sig, &mut [0u8; 64]);
-        assert_eq!(whole.switches, Some(slept));
-        // The same read gives the signal's view.
-        assert!(whole.signal.is_some_and(|s| !s.blocked && !s.pending));
-        assert_eq!(thread_status(-1, sig), ThreadStatus::default());
+        assert_eq!(voluntary_switches_in(me, &mut [0u8; 64]), Some(slept));
+        assert_eq!(voluntary_switches(-1), None);
     }
 
     #[test]

@@ -1676,17 +1676,18 @@ impl<'a> Scan<'a> {
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
-        // Its voluntary switches before the look at its state: a block between the two shows
-        // as blocked in the look, or in the next probe's count. The same read says whether it
-        // blocks the sampling signal, or has one pending, for the probe.
-        let status = probe::thread_status(p.tid, crate::signal::sample_signal());
+        // Before the look at its state: a block between the two shows as blocked in the look,
+        // or in the next probe's count. `take` reads the same status file again for the
+        // signal's masks, right before it signals: read here, they would be as old as the look
+        // (tens of µs, milliseconds on a loaded machine), and a thread that blocked the signal
+        // meanwhile (as `posix_spawn` does) would be signalled and waited for in vain.
+        let switches = probe::voluntary_switches(p.tid);
         let Some(mut probe) = probe::take(
             self.shared,
             slot,
             p.seq,
             p.probes.last(),
             self.settings.stacks,
-            status.signal,
         ) else {
             return;
         };
@@ -1694,8 +1695,8 @@ impl<'a> Scan<'a> {
             let running = last.proc.as_ref().is_some_and(|s| s.syscall.is_none());
             (running, last.switches)
         });
-        probe.switches = status.switches;
-        probe.ran = ran_throughout(previous, status.switches);
+        probe.switches = switches;
+        probe.ran = ran_throughout(previous, switches);
         p.probes.push(probe);
         p.probes_taken += 1;
         p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;

@@ -801,7 +801,8 @@ impl Pinned {
     }
 
     /// pinwatch woke a worker at `now` because the heartbeat, due at `due`, had not beaten: the
-    /// drivers count as undriven since then, and the next beat is the hand-over.
+    /// drivers count as undriven since then at the latest (never before the pin began), and the
+    /// next beat is the hand-over.
     pub fn undriven_by_heartbeat(&mut self, now: Instant, due: Instant) {
         self.by_heartbeat = true;
         self.undriven(now, Some(due), true);

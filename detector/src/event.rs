@@ -695,8 +695,9 @@ pub struct Victims {
     /// run queue held: the likeliest to have waited for the whole pin), with no wait claimed.
     pub measured: bool,
     /// Measured: how many tasks were polled after waiting at least the threshold while this pin
-    /// ran (a task that waited through several pins counts for each). Not measured: how many
-    /// tasks the pinned worker polled right after the pin (at most 8).
+    /// ran (a task that waited through several pins counts for each). Not measured: how many of
+    /// the service's tasks the pinned worker polled right after the pin (at most 8; pinwatch's
+    /// own are left out).
     pub tasks: usize,
     /// Measured: the waits of those tasks, added up.
     #[serde(
@@ -715,8 +716,8 @@ pub struct Victims {
     )]
     pub max_wait: Option<Duration>,
     /// Measured: the tasks that waited longest, longest first (at most
-    /// [`MAX_VICTIMS_NAMED`]). Not measured: the first tasks the pinned worker polled after the
-    /// pin, in the order it polled them.
+    /// [`MAX_VICTIMS_NAMED`]). Not measured: the first of the service's tasks the pinned worker
+    /// polled after the pin, in the order it polled them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub worst: Vec<Victim>,
     /// The most tasks seen in the pinned worker's local run queue while the pin ran (tokio's

@@ -541,10 +541,9 @@ fn print_victims(out: &mut String, v: &Victims) {
         }
     } else {
         let head = format!(
-            "  victims = not measured: the worker ran {} task{} right after it (no wait is \
-             measured without pinwatch's schedule-latency feature)",
-            v.tasks,
-            plural(v.tasks)
+            "  victims = not measured: the worker ran {} of the service's tasks right after it \
+             (no wait is measured without pinwatch's schedule-latency feature)",
+            v.tasks
         );
         print_victim_list(out, head, &v.worst, None);
     }
@@ -1462,8 +1461,8 @@ mod tests {
         // Not measured: the tasks run next, and no wait is claimed.
         assert!(
             blocks[1].contains(
-                "  victims = not measured: the worker ran 3 tasks right after it (no wait is \
-                 measured without pinwatch's schedule-latency feature) [\n    task 30 spawned at \
+                "  victims = not measured: the worker ran 3 of the service's tasks right after it \
+                 (no wait is measured without pinwatch's schedule-latency feature) [\n    task 30 spawned at \
                  src/api.rs:88:5, polled by worker 0\n    task 31, polled by worker 0\n  ]\n"
             ),
             "{}",

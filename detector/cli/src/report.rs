@@ -1040,7 +1040,7 @@ function show(bar){
       if(v.max_wait){waits.push('the longest '+v.max_wait);}
       if(waits.length){head+=': '+waits.join(', ');}
     }else{
-      head='not measured: the worker ran '+v.tasks+' task'+(v.tasks===1?'':'s')+' right after it (no wait known)';
+      head='not measured: the worker ran '+v.tasks+' of the service\'s tasks right after it (no wait known)';
     }
     if(v.queue_depth_max!==undefined){head+='; local run queue up to '+v.queue_depth_max;}
     lines.push('victims:   '+head);

@@ -570,7 +570,7 @@ fn a_pins_victims_and_the_most_delayed_table_show_in_a_real_browser() {
     let detail = text(&select(&dom, "#detail")[0]);
     assert!(
         detail.contains(
-            "victims:   not measured: the worker ran 3 tasks right after it (no wait known); \
+            "victims:   not measured: the worker ran 3 of the service's tasks right after it (no wait known); \
              local run queue up to 4\n  task 30 spawned at src/api.rs:88:5, polled by worker 0  \
              in request{uri=/orders}\n"
         ),

@@ -32,6 +32,12 @@ use super::judge::Stall;
 /// timer wheel (about two years at most).
 const FAR: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// A location in this file, where pinwatch's own tasks are spawned (`victims::is_own_task`).
+#[cfg(test)]
+pub(super) fn a_location_in_it() -> &'static std::panic::Location<'static> {
+    std::panic::Location::caller()
+}
+
 /// What the watchdog asks of the waker thread.
 const ARM: u8 = 1;
 const WAKE: u8 = 2;

@@ -17,9 +17,12 @@ use crate::event::{SourceLocation, SpanInfo, Victim, Victims, MAX_VICTIMS_NAMED}
 use crate::poll::waits::Polled;
 
 /// Whether a task spawned at `file` is one of pinwatch's own (the watchdog's heartbeat, the
-/// empty task that wakes a worker): its wait is the runtime's, not a victim's.
+/// empty task that wakes a worker): its wait is the runtime's, not a victim's. Both are spawned
+/// in `heartbeat.rs` beside this file, named as the compiler named this one: a path of the
+/// service's is another path even where it has the same directories (a module `src/watch/` of
+/// its own, a build that names files from each crate's root).
 pub(super) fn is_own_task(file: &str) -> bool {
-    std::path::Path::new(file).parent() == std::path::Path::new(file!()).parent()
+    std::path::Path::new(file) == std::path::Path::new(file!()).with_file_name("heartbeat.rs")
 }
 
 /// Whether `task` is one of pinwatch's own, by where it was spawned ([`is_own_task`]).
@@ -221,16 +224,19 @@ impl Tally {
                 queue_depth_max: queue_max,
             });
         }
-        let after: Vec<&Polled> = after.iter().filter(|p| !is_own(p)).collect();
-        if after.is_empty() && queue_max.unwrap_or(0) == 0 {
+        let service: Vec<&Polled> = after.iter().filter(|p| !is_own(p)).collect();
+        // None of the service's tasks ran after it, and its queue held no more tasks than
+        // pinwatch's own that did: nothing to say.
+        let own = after.len() - service.len();
+        if service.is_empty() && queue_max.unwrap_or(0) <= own {
             return None;
         }
         Some(Victims {
             measured: false,
-            tasks: after.len(),
+            tasks: service.len(),
             total_wait: None,
             max_wait: None,
-            worst: after
+            worst: service
                 .iter()
                 .map(|p| Victim {
                     task_id: p.task_id,
@@ -468,12 +474,16 @@ mod tests {
 
     #[test]
     fn pinwatchs_own_tasks_are_told_by_their_file() {
-        assert!(is_own_task(file!()));
-        assert!(is_own_task(&file!().replace("victims.rs", "heartbeat.rs")));
+        let heartbeat = file!().replace("victims.rs", "heartbeat.rs");
+        assert!(is_own_task(&heartbeat));
+        // No other file of pinwatch's spawns on the watched runtime.
+        assert!(!is_own_task(file!()));
         assert!(!is_own_task("src/main.rs"));
-        assert!(!is_own_task(
-            &file!().replace("watch/victims.rs", "spans.rs")
-        ));
+        // A service's file in a directory of the same name, or named as pinwatch's would be
+        // by a build that names files from each crate's root, is the service's.
+        assert!(!is_own_task(&file!().replace("victims.rs", "handlers.rs")));
+        assert!(!is_own_task("src/watch/victims.rs"));
+        assert!(!is_own_task(&format!("app/{heartbeat}")));
     }
 
     #[test]
@@ -499,7 +509,7 @@ mod tests {
         // the same answer with one of them polled first, and none when it was the only one.
         let own = Polled {
             task_id: 4,
-            spawned_at: std::panic::Location::caller() as *const _ as usize,
+            spawned_at: super::super::heartbeat::a_location_in_it() as *const _ as usize,
         };
         assert!(is_own(&own) && !is_own(&after[0]));
         let with_own = [own, after[0], after[1]];
@@ -508,6 +518,12 @@ mod tests {
             Some(v.clone())
         );
         assert_eq!(t.victims(false, true, &[own], p, None), None);
+        // A queue that held no more than pinwatch's own tasks says nothing either; one that
+        // held more held the service's, which other workers may have run.
+        assert_eq!(t.victims(false, true, &[own], p, Some(1)), None);
+        let queued = t.victims(false, true, &[own], p, Some(2)).unwrap();
+        assert_eq!((queued.tasks, queued.worst.len()), (0, 0));
+        assert_eq!(queued.queue_depth_max, Some(2));
         assert_eq!(v.tasks, 2);
         assert_eq!((v.total_wait, v.max_wait), (None, None));
         assert_eq!(

@@ -11,9 +11,8 @@
 //! fills that queue, and what does not fit is dropped and counted
 //! (`pinwatch_events_dropped_total{sink="otlp"}`) — it never slows the watchdog or the app.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
@@ -107,8 +106,12 @@ fn reason_index(r: Option<Reason>) -> usize {
 /// The running OTLP exporter: its thread, queue and providers.
 pub(crate) struct Otlp {
     tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
-    thread: Option<JoinHandle<()>>,
-    meters: SdkMeterProvider,
+    /// Says when the OTLP thread has sent what was queued, shut the providers down and ended.
+    done: Mutex<mpsc::Receiver<()>>,
+    /// Set when the detector stopped waiting for the OTLP thread: what it still holds is lost.
+    abandoned: Arc<AtomicBool>,
+    /// Where the reports go, for the line that says they were not all sent.
+    to: String,
     dropped: Arc<AtomicU64>,
     /// Dropped after the thread and the providers (fields drop after `Drop::drop`).
     _runtime: ClientRuntime,
@@ -229,26 +232,43 @@ impl Otlp {
         let mut instruments = Instruments::new(&meters, max_locations);
         let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(queue);
         let handle = runtime.0.as_ref().map(|r| r.handle().clone());
-        let thread = std::thread::Builder::new()
+        let (done_tx, done) = mpsc::sync_channel::<()>(1);
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let (left, lost) = (Arc::clone(&abandoned), Arc::clone(&dropped));
+        std::thread::Builder::new()
             .name("pinwatch-otlp".into())
             .spawn(move || {
                 let _entered = handle.as_ref().map(|h| h.enter());
                 let logger = logs.logger("pinwatch");
                 for e in rx {
+                    if left.load(Ordering::Relaxed) {
+                        // The detector has stopped waiting: no send of a minute or more each.
+                        lost.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     emit(&logger, &e);
                     record(&state, &e);
                     instruments.record(&e);
                 }
-                let _ = logs.shutdown();
+                if !left.load(Ordering::Relaxed) {
+                    let _ = logs.shutdown();
+                    // The metrics' last export: the collector's wait too is bounded below.
+                    let _ = meters.shutdown();
+                }
+                let _ = done_tx.send(());
             })
             .map_err(|source| Error::Thread {
                 what: "otlp",
                 source,
             })?;
+        let to = endpoint.map(str::to_owned).unwrap_or_else(|| {
+            env("OTEL_EXPORTER_OTLP_ENDPOINT").unwrap_or_else(|| "the OTLP default endpoint".into())
+        });
         Ok(Otlp {
             tx: Some(tx),
-            thread: Some(thread),
-            meters,
+            done: Mutex::new(done),
+            abandoned,
+            to,
             dropped,
             _runtime: runtime,
         })
@@ -262,9 +282,7 @@ impl Otlp {
 
 impl Exporter for Otlp {
     fn describe(&self) -> String {
-        let to = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .unwrap_or_else(|_| "the OTLP default endpoint".to_owned());
-        format!("OTLP to {to}")
+        format!("OTLP to {}", self.to)
     }
 }
 
@@ -298,12 +316,28 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
 impl Drop for Otlp {
     fn drop(&mut self) {
         // The sink's clone of the sender goes with the export thread; once both are gone the
-        // OTLP thread sends what is queued and stops.
+        // OTLP thread sends what is queued, shuts the providers down and stops. A collector
+        // that takes connections and never answers holds each send for the whole
+        // `OTEL_EXPORTER_OTLP_TIMEOUT` (10 s): the process's exit does not wait for that past
+        // the sinks' bound.
         drop(self.tx.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let done = self
+            .done
+            .get_mut()
+            .is_ok_and(|d| d.recv_timeout(super::threaded::FLUSH_WAIT).is_ok());
+        if !done {
+            self.abandoned.store(true, Ordering::Relaxed);
+            super::tracing::say(
+                tracing::Level::WARN,
+                format!(
+                    "the OTLP collector at {} took too long: pinwatch stopped waiting after \
+                     {} s, and the reports it had not sent yet are lost",
+                    self.to,
+                    super::threaded::FLUSH_WAIT.as_secs()
+                ),
+            );
+            super::tracing::flush_stderr();
         }
-        let _ = self.meters.shutdown();
     }
 }
 
@@ -790,6 +824,47 @@ mod tests {
         assert!(
             stopped.is_ok(),
             "the exporter's drop in async code panicked"
+        );
+    }
+
+    /// A collector that takes connections and never answers holds each send for the whole
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT` (10 s), one report after another: the exporter's drop, which
+    /// the detector's shutdown waits for, waited for all of them (minutes with a full queue).
+    /// It now waits the sinks' bound.
+    #[test]
+    fn a_collector_that_never_answers_holds_the_shutdown_a_bounded_time() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = format!("http://{}", listener.local_addr().unwrap());
+        // Takes every connection and keeps it, reading nothing and answering nothing.
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for c in listener.incoming().take(64) {
+                held.push(c);
+            }
+        });
+        let live: LiveFn = Arc::new(super::super::live::Live::default);
+        let otlp = Otlp::start_to(16, 8, live, Some(&at), |_| None).unwrap();
+        let sink = otlp.sink();
+        // Eight reports: 80 s at least before, one after the other.
+        for id in 1..=8 {
+            sink.send(&Arc::new(PinnedEvent::for_test(
+                id,
+                State::Completed,
+                Reason::Sleep,
+                30,
+                1,
+            )));
+        }
+        drop(sink);
+        let stopping = std::time::Instant::now();
+        drop(otlp);
+        let took = stopping.elapsed();
+        let bound = super::super::threaded::FLUSH_WAIT;
+        assert!(took >= bound, "{took:?}: it waited for nothing");
+        // Generous: the bound, the log line's own bounded flush, and a loaded machine.
+        assert!(
+            took < 4 * bound,
+            "{took:?}: the shutdown waited for the collector"
         );
     }
 

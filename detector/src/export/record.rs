@@ -368,20 +368,47 @@ impl RecordSink {
 /// makes opening a FIFO that nobody reads fail at once (`ENXIO`) instead of blocking the
 /// caller, who may hold the recorder's lock, for good. The check is made on the opened
 /// descriptor (`fstat`), not on the path.
+///
+/// A symlink at the end of the path is followed (a recording may live elsewhere), except one
+/// that another user made in a directory anyone may write to (sticky, as `/tmp`): it could
+/// point at any file the service may write. That is the kernel's `fs.protected_symlinks`
+/// rule, kept where the kernel's is off. The path is opened without following first, so a
+/// symlink made after the check is not followed either.
 fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        // A new recording is its owner's only (stacks, span fields and thread names say what
-        // the service does); an existing file keeps its mode.
-        .mode(0o600)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
+    let open = |follow: bool| {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            // A new recording is its owner's only (stacks, span fields and thread names say
+            // what the service does); an existing file keeps its mode.
+            .mode(0o600)
+            .custom_flags(
+                libc::O_NONBLOCK | libc::O_NOCTTY | if follow { 0 } else { libc::O_NOFOLLOW },
+            )
+            .open(path)
+    };
+    let file = match open(false) {
+        // A symlink: `ELOOP`, or `EACCES` where it is another user's in a sticky directory
+        // (Linux refuses to create through it).
+        Err(e)
+            if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::EACCES))
+                && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) =>
+        {
+            planted_symlink(path)?;
+            open(true)
+        }
+        opened => opened,
+    }
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::ENXIO) => not_a_file("a FIFO that nobody reads"),
+        Some(libc::EISDIR) => not_a_file("a directory"),
+        _ => e,
+    })?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         let t = meta.file_type();
-        let what = if t.is_fifo() {
+        return Err(not_a_file(if t.is_fifo() {
             "a FIFO"
         } else if t.is_char_device() || t.is_block_device() {
             "a device"
@@ -389,14 +416,7 @@ fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
             "a socket"
         } else {
             "not a regular file"
-        };
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!(
-                "it is {what}: a recording must be a regular file (it is rotated by renaming \
-                 it); give the path of a file"
-            ),
-        ));
+        }));
     }
     // Back to blocking writes (O_NONBLOCK means nothing to a regular file's I/O, but the
     // descriptor says what it is).
@@ -410,6 +430,53 @@ fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
         }
     }
     Ok((file, meta))
+}
+
+/// The error for a recording path that is `what`, not a regular file.
+fn not_a_file(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "it is {what}: a recording must be a regular file (it is rotated by renaming it); \
+             give the path of a file"
+        ),
+    )
+}
+
+/// An error when the symlink `path` was made by another user in a directory anyone may write
+/// to ([`may_follow`]).
+fn planted_symlink(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let link = std::fs::symlink_metadata(path)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let d = std::fs::metadata(dir)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if may_follow(link.uid(), d.uid(), d.mode(), me) {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!(
+            "it is a symlink that user {} made in {}, a directory anyone may write to: pinwatch \
+             does not follow it (as the kernel's fs.protected_symlinks would not); record to a \
+             path in a directory of your own",
+            link.uid(),
+            dir.display()
+        ),
+    ))
+}
+
+/// Whether a symlink owned by `link_uid`, in a directory owned by `dir_uid` with mode
+/// `dir_mode`, may be followed by a process of user `me`: always, unless the directory is
+/// sticky and anyone may write to it, and the link is neither the process's user's nor the
+/// directory owner's.
+fn may_follow(link_uid: u32, dir_uid: u32, dir_mode: u32, me: u32) -> bool {
+    let shared = dir_mode & (libc::S_ISVTX | libc::S_IWOTH) == libc::S_ISVTX | libc::S_IWOTH;
+    !shared || link_uid == me || link_uid == dir_uid
 }
 
 /// Whether the `size`-byte file `path` ends with a newline; when it cannot be read, it is taken
@@ -1235,6 +1302,66 @@ pub(super) mod tests {
         }
     }
 
+    /// Following a symlink at the end of a recording's path, as the kernel's
+    /// `fs.protected_symlinks` would: never one another user made in a sticky directory anyone
+    /// may write to, unless that user owns the directory.
+    #[test]
+    fn a_symlink_is_followed_unless_another_user_planted_it_in_a_shared_directory() {
+        let (me, other, owner) = (1000, 2000, 0);
+        let shared = 0o41777;
+        assert!(!may_follow(other, owner, shared, me));
+        assert!(may_follow(me, owner, shared, me));
+        assert!(may_follow(owner, owner, shared, me));
+        // Not sticky, or not writable by anyone: the kernel follows, and so does pinwatch.
+        assert!(may_follow(other, owner, 0o40777, me));
+        assert!(may_follow(other, owner, 0o41755, me));
+        assert!(may_follow(other, owner, 0o40755, me));
+    }
+
+    /// A recording to a symlink another user planted in a directory like `/tmp` (the kernel's
+    /// protection off, as in many containers) appended pinwatch's lines to whatever it pointed
+    /// at, a root-owned private file included; a dangling one made its target anywhere.
+    #[test]
+    fn a_recording_does_not_write_through_a_symlink_another_user_planted() {
+        use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(
+            me, 0,
+            "this test gives a symlink to another user (lchown), which needs root: run it as \
+             root (CI does)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"private\n").unwrap();
+        let planted = tmp.join("rec.jsonl");
+        symlink(&victim, &planted).unwrap();
+        lchown(&planted, Some(65534), None).unwrap();
+        let Err(e) = RecordSink::open(&planted) else {
+            panic!("the planted symlink was followed");
+        };
+        let e = e.to_string();
+        assert!(e.contains("symlink that user 65534 made"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"private\n");
+        // Dangling: its target is not made.
+        let nowhere = dir.path().join("made");
+        let dangling = tmp.join("other.jsonl");
+        symlink(&nowhere, &dangling).unwrap();
+        lchown(&dangling, Some(65534), None).unwrap();
+        assert!(RecordSink::open(&dangling).is_err());
+        assert!(!nowhere.exists());
+        // The same symlink made by the service's own user is followed.
+        lchown(&planted, Some(me), None).unwrap();
+        let mut sink = RecordSink::open(&planted).unwrap();
+        sink.event(&event(1, 0));
+        drop(sink);
+        let written = std::fs::read_to_string(&victim).unwrap();
+        assert!(written.starts_with("private\n{"), "{written}");
+    }
+
     /// `ctl record start` to a FIFO nobody reads, or to a device (`/dev/null`), is refused at
     /// once: a recording is a regular file. Opening a FIFO would block holding the recorder's
     /// lock (the export thread stopped, `status` and `record stop` hung), and a device would be
@@ -1261,7 +1388,11 @@ pub(super) mod tests {
             }
         };
         let e = started.unwrap_err();
-        assert!(e.contains("fifo"), "{e}");
+        assert!(
+            e.contains("fifo") && e.contains("a FIFO that nobody reads"),
+            "{e}"
+        );
+        assert!(!e.contains("directory exists"), "{e}");
         assert!(r.list().is_empty());
         // A FIFO someone reads: open would work, but it is no file to rotate.
         let reader = std::thread::spawn({
@@ -1270,14 +1401,25 @@ pub(super) mod tests {
         });
         let e = loop {
             match RecordSink::open(&fifo) {
-                Err(Error::Record { source, .. }) if source.raw_os_error() == Some(libc::ENXIO) => {
+                Err(Error::Record { source, .. })
+                    if source.to_string().contains("nobody reads") =>
+                {
                     std::thread::sleep(Duration::from_millis(10)); // the reader is not there yet
                 }
                 other => break other.unwrap_err().to_string(),
             }
         };
-        assert!(e.contains("a FIFO") && e.contains("regular file"), "{e}");
+        assert!(
+            e.contains("it is a FIFO:") && e.contains("regular file"),
+            "{e}"
+        );
         let _ = reader.join();
+        // A directory: said so, not "Is a directory" with a hint about its directory.
+        let e = r.start(dir.path(), Rotation::NEVER).unwrap_err();
+        assert!(
+            e.contains("it is a directory: a recording must be a regular file"),
+            "{e}"
+        );
         let e = RecordSink::open_rotating(
             Path::new("/dev/null"),
             Rotation {

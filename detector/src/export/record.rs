@@ -294,7 +294,30 @@ impl RecordSink {
         self.torn = self.size > 0;
     }
 
+    /// Keeps writing to the file the path names: one deleted by hand, or moved away as a log
+    /// rotator does, would take every later line with it, unseen (nothing fails writing to
+    /// it). A new file is started under the name, once said; one that cannot be is a write
+    /// error, counted and said as such.
+    fn follow_the_name(&mut self) -> std::io::Result<()> {
+        let named = std::fs::metadata(&self.path).map(|m| (m.dev(), m.ino()));
+        if named.as_ref().ok() == Some(&self.file_id) {
+            return Ok(());
+        }
+        let (file, meta) = append(&self.path)?;
+        self.switch_to(file, &meta);
+        super::say(
+            tracing::Level::WARN,
+            format!(
+                "the pinwatch recording {} was deleted or moved away; it goes on in a new file \
+                 under its name",
+                Escaped(self.path.display())
+            ),
+        );
+        Ok(())
+    }
+
     fn write_line(&mut self, line: &str) -> std::io::Result<()> {
+        self.follow_the_name()?;
         if self.due(line.len() as u64 + u64::from(self.torn)) {
             let offered = self.offered();
             match self.rotate() {
@@ -1302,6 +1325,27 @@ pub(super) mod tests {
         }
     }
 
+    /// A recording deleted by hand, or moved away as a log rotator does, went on into the
+    /// unlinked (or moved) file: every later event was lost, with no error and nothing said.
+    #[test]
+    fn a_recording_deleted_or_moved_away_goes_on_under_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let mut sink = RecordSink::open(&path).unwrap();
+        sink.event(&event(1, 0));
+        std::fs::remove_file(&path).unwrap();
+        sink.event(&event(2, 0));
+        let moved = dir.path().join("rec.jsonl.old");
+        std::fs::rename(&path, &moved).unwrap();
+        sink.event(&event(3, 0));
+        sink.event(&event(4, 0));
+        let st = sink.status();
+        assert_eq!((st.events, st.write_errors), (4, 0), "{st:?}");
+        drop(sink);
+        assert_eq!(ids(&moved), vec![2]);
+        assert_eq!(ids(&path), vec![3, 4]);
+    }
+
     /// Following a symlink at the end of a recording's path, as the kernel's
     /// `fs.protected_symlinks` would: never one another user made in a sticky directory anyone
     /// may write to, unless that user owns the directory.
@@ -1836,8 +1880,8 @@ pub(super) mod tests {
         assert_eq!(text.lines().count(), 2, "{text}");
     }
 
-    /// The current file deleted by hand: the next rotation starts a new one and shifts no
-    /// rotated file (shifting them at every event would delete them one by one).
+    /// The current file deleted by hand: the next event starts a new one, and rotations shift
+    /// no rotated file for it (shifting them at every event would delete them one by one).
     #[test]
     fn a_deleted_current_file_is_started_again() {
         let dir = tempfile::tempdir().unwrap();
@@ -1856,12 +1900,13 @@ pub(super) mod tests {
             sink.event(&event(id, 0));
         }
         std::fs::remove_file(&path).unwrap();
-        // 5 and 6 go to the deleted file; 7 starts a new one; 10 rotates.
+        // 4 went with the deleted file; 5 starts a new one; 8 rotates.
         for id in 5..=10 {
             sink.event(&event(id, 0));
         }
         let st = sink.status();
         assert_eq!((st.write_errors, st.rotation_errors), (0, 0), "{st:?}");
-        assert_eq!(ids(&path), [1, 2, 3, 7, 8, 9, 10]);
+        assert_eq!(ids(&path), [1, 2, 3, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(st.rotations, 2, "{st:?}");
     }
 }

@@ -512,29 +512,49 @@ fn run(
     }
 }
 
-/// Which connection to close to make room for a new one, if any may be: never one being
-/// answered; first one that has sent nothing yet (or was answered already) from the peer that
-/// holds the most connections — a flood from one address costs that address, not a scraper
-/// elsewhere — the oldest of those; then the oldest still sending its head.
+/// Which connection to close to make room for a new one, if any may be ([`pick`]).
 fn victim(conns: &[Conn]) -> Option<usize> {
-    let idle = |c: &Conn| match c.phase {
-        Phase::Head => c.head.is_empty(),
-        Phase::Drain { .. } => true,
-        Phase::Write { .. } => false,
-    };
-    let held_by = |peer: std::net::IpAddr| conns.iter().filter(|c| c.peer == peer).count();
-    // In accept order: among equals, the first is the oldest.
-    let most = conns
+    let stages: Vec<(std::net::IpAddr, Stage)> = conns
         .iter()
-        .filter(|c| idle(c))
-        .map(|c| held_by(c.peer))
-        .max();
-    if let Some(most) = most {
-        return conns
-            .iter()
-            .position(|c| idle(c) && held_by(c.peer) == most);
-    }
-    conns.iter().position(|c| matches!(c.phase, Phase::Head))
+        .map(|c| {
+            let stage = match c.phase {
+                Phase::Head => Stage::Head,
+                Phase::Write { .. } => Stage::Answering,
+                Phase::Drain { .. } => Stage::Answered,
+            };
+            (c.peer, stage)
+        })
+        .collect();
+    pick(&stages)
+}
+
+/// Where a connection is, for [`pick`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Its request head is being read (or nothing has come yet).
+    Head,
+    /// Its answer is being written.
+    Answering,
+    /// Answered; what the client still sends is being read until it closes.
+    Answered,
+}
+
+/// Which of `conns` (peer and stage, oldest first) to close for a new one: never one being
+/// answered; one of the peer holding the most connections — a flood from one address costs
+/// that address, not a scraper elsewhere, whatever each flood connection has sent — one
+/// already answered first, else its oldest. Oldest, not one that has sent nothing: a flood
+/// that sends a byte on each connection and holds it would otherwise keep its room and close
+/// every scraper's connection accepted before its request was read.
+fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
+    let held_by = |peer: std::net::IpAddr| conns.iter().filter(|c| c.0 == peer).count();
+    let may_close = |c: &&(std::net::IpAddr, Stage)| c.1 != Stage::Answering;
+    let most = conns.iter().filter(may_close).map(|c| held_by(c.0)).max()?;
+    let of_most = |c: &(std::net::IpAddr, Stage)| may_close(&c) && held_by(c.0) == most;
+    // In accept order: among equals, the first is the oldest.
+    conns
+        .iter()
+        .position(|c| of_most(c) && c.1 == Stage::Answered)
+        .or_else(|| conns.iter().position(of_most))
 }
 
 /// At most one warning about evictions this often.
@@ -568,9 +588,10 @@ mod tests {
         assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
     }
 
-    /// A flood of idle connections from one address takes its room from that address: a
-    /// scraper elsewhere that connected first and has not sent its request yet keeps its
-    /// connection, and is answered.
+    /// A flood of connections from one address, each holding a byte of a request, takes its room
+    /// from that address: a scraper elsewhere that connected first and has not sent its request
+    /// yet keeps its connection, and is answered. (Room was taken from connections that had
+    /// sent nothing: the scraper's, and not the flood's.)
     #[test]
     fn a_flood_from_one_peer_does_not_evict_another_peers_scrape() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -590,7 +611,10 @@ mod tests {
             for _ in 0..FLOOD {
                 let s = tokio::net::TcpSocket::new_v4().unwrap();
                 s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-                v.push(s.connect(addr).await.unwrap().into_std().unwrap());
+                let mut c = s.connect(addr).await.unwrap().into_std().unwrap();
+                // One byte of a request, held: a fresh socket takes it at once.
+                assert_eq!(c.write(b"G").unwrap(), 1);
+                v.push(c);
             }
             v
         });
@@ -619,6 +643,26 @@ mod tests {
         assert!(answer.ends_with("metrics"), "{answer:?}");
         drop(flood);
         drop(server);
+    }
+
+    /// Which connection makes room, from where each one is and who holds it.
+    #[test]
+    fn the_peer_holding_the_most_connections_makes_room_oldest_first() {
+        use Stage::*;
+        let (a, b): (std::net::IpAddr, std::net::IpAddr) =
+            ("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap());
+        // A scraper's connection not read yet, beside a flood from elsewhere that sent a byte
+        // on each of its connections: the flood's oldest goes, never the scraper's.
+        assert_eq!(pick(&[(a, Head), (b, Head), (b, Head), (b, Head)]), Some(1));
+        // The same flood from the scraper's own address: its oldest goes, not the newest.
+        assert_eq!(pick(&[(a, Head), (a, Head), (a, Head)]), Some(0));
+        // One answered already goes first; one being answered never.
+        assert_eq!(pick(&[(b, Head), (b, Answered)]), Some(1));
+        assert_eq!(pick(&[(a, Answering), (b, Answering)]), None);
+        assert_eq!(pick(&[(b, Answering), (b, Answering), (a, Head)]), Some(2));
+        // A tie: the oldest.
+        assert_eq!(pick(&[(a, Head), (b, Head)]), Some(0));
+        assert_eq!(pick(&[]), None);
     }
 
     #[test]

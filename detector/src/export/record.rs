@@ -734,11 +734,23 @@ pub(crate) enum RecordingRef<'a> {
 /// thread, never on a worker or on the watchdog; the control thread opens, inspects and syncs
 /// files without it.
 #[derive(Clone, Default)]
-pub(crate) struct Recorder(Arc<Mutex<Recordings>>);
+pub(crate) struct Recorder {
+    slots: Arc<Mutex<Recordings>>,
+    /// What [`list`](Self::list) says: each recording's status as of its last change, kept
+    /// apart from `slots`. A write that does not return (a file system that does not answer)
+    /// holds `slots`; `status` and `record list` still answer, with the counts from before it.
+    shown: Arc<Mutex<Vec<RecordStatus>>>,
+}
 
 impl Recorder {
     fn lock(&self) -> std::sync::MutexGuard<'_, Recordings> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes `slots` (locked) what [`list`](Self::list) says.
+    fn publish(&self, slots: &Recordings) {
+        let statuses = slots.running.iter().map(Running::status).collect();
+        *self.shown.lock().unwrap_or_else(PoisonError::into_inner) = statuses;
     }
 
     /// The count of events the recordings could not write.
@@ -794,6 +806,7 @@ impl Recorder {
         };
         let status = running.status();
         slots.running.push(running);
+        self.publish(&slots);
         Ok(status)
     }
 
@@ -811,6 +824,7 @@ impl Recorder {
                 sink,
             },
         );
+        self.publish(&slots);
     }
 
     /// Stops the recording `which` says, its data on disk; what it wrote. Never guesses: with
@@ -857,6 +871,7 @@ impl Recorder {
             ));
         };
         let running = slots.running.remove(at);
+        self.publish(&slots);
         drop(slots);
         let mut running = running;
         running.sink.flush();
@@ -865,7 +880,10 @@ impl Recorder {
 
     /// The recordings running, oldest first.
     pub(crate) fn list(&self) -> Vec<RecordStatus> {
-        self.lock().running.iter().map(Running::status).collect()
+        self.shown
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The sink that writes to every recording running (and keeps no flight recording).
@@ -898,6 +916,9 @@ impl Sink for RecorderSink {
         }
         if unwritten > 0 {
             slots.unwritten.fetch_add(unwritten, Ordering::Relaxed);
+        }
+        if !slots.running.is_empty() {
+            self.0.publish(&slots);
         }
         drop(slots);
         if let Some(flight) = &self.1 {
@@ -1323,6 +1344,35 @@ pub(super) mod tests {
                 st.path.display()
             );
         }
+    }
+
+    /// A write that does not return (a frozen or hung file system) holds the recordings' lock
+    /// on the export thread: `status` and `record list` waited for it, and timed out. They
+    /// answer now, with each recording as of its last event.
+    #[test]
+    fn the_list_answers_while_a_write_holds_the_recordings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let r = Recorder::default();
+        r.start(&path, Rotation::NEVER).unwrap();
+        let mut sink = r.sink();
+        sink.event(&event(1, 0));
+        sink.event(&event(2, 0));
+        // As the export thread holds it while its write waits.
+        let writing = r.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lister = r.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(lister.list());
+        });
+        let list = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("`record list` waited for the write");
+        assert_eq!(list.len(), 1, "{list:?}");
+        assert_eq!((list[0].events, list[0].path.clone()), (2, path.clone()));
+        drop(writing);
+        r.stop(RecordingRef::Only).unwrap();
+        assert!(r.list().is_empty());
     }
 
     /// A recording deleted by hand, or moved away as a log rotator does, went on into the

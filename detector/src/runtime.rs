@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{Config, Settings};
 use crate::control;
@@ -526,9 +526,10 @@ impl Detector {
         if let Some(w) = self.watchdog.take() {
             let _ = w.join();
         }
-        if let Some(s) = self.export.take() {
-            let _ = s.join();
-        }
+        let exported = self
+            .export
+            .take()
+            .is_none_or(|s| join_within(s, EXPORT_WAIT));
         // Every event is exported: the flight recording holds the last ones.
         if let Some(dump) = self.dump_on_exit.take() {
             dump.write(None);
@@ -536,8 +537,14 @@ impl Detector {
             ExitDump::unregister(&dump);
         }
         // After the export thread (its sinks are flushed): each exporter's thread sends
-        // what is queued, then stops.
-        self.exporters = Running::none();
+        // what is queued, then stops. An export thread left behind still holds their queues'
+        // senders, for which their threads would wait: they are left too.
+        let exporters = std::mem::replace(&mut self.exporters, Running::none());
+        if exported {
+            drop(exporters);
+        } else {
+            std::mem::forget(exporters);
+        }
     }
 }
 
@@ -551,6 +558,34 @@ fn write_flight(
     let dump = export::Dump::new(flight.snapshot(), who);
     crate::files::write_whole_file(path, replace, |f| dump.write_to(f))?;
     Ok(dump.info)
+}
+
+/// How long a detector's stop waits for its export thread to take what is queued and flush
+/// the sinks: one held by a recording's write that does not return (a frozen or hung file
+/// system) cannot keep a service alive that is stopping.
+pub(crate) const EXPORT_WAIT: Duration = Duration::from_secs(30);
+
+/// Joins the export thread `t`, waiting `within` at most; past that, says so and goes on
+/// without it. Whether it ended.
+fn join_within(t: JoinHandle<()>, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    // The thread's end is not signalled otherwise; a stop waits a few milliseconds at most
+    // more than it takes.
+    while !t.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if t.is_finished() {
+        let _ = t.join();
+        return true;
+    }
+    say_error(&format!(
+        "pinwatch's export thread did not finish within {} (a recording on a file system that \
+         does not answer?); the detector stops without it, and the reports it still held are \
+         lost",
+        humantime::format_duration(within)
+    ));
+    export::flush_stderr();
+    false
 }
 
 /// How long the exit signals' thread waits for the dumps at a signal before the process dies
@@ -798,6 +833,36 @@ mod tests {
         }
         fn enter(&self, _: &tracing::span::Id) {}
         fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// A recording's write that does not return (a frozen or hung file system) held the
+    /// export thread, and the detector's stop joined it: a service asked to stop never ended.
+    /// The stop now waits [`EXPORT_WAIT`] for it, then goes on without it.
+    #[test]
+    fn a_recording_that_does_not_return_holds_the_stop_a_bounded_time() {
+        let dir = tempfile::tempdir().unwrap();
+        // No start-up line: its callsite, first hit here while another test sets up a
+        // subscriber, would be cached as of no interest to it.
+        let builder = quiet().tracing(false).record(dir.path().join("rec.jsonl"));
+        let (prepared, _, rt) = prepared_from(builder);
+        let recorder = prepared.rest.as_ref().unwrap().recorder.clone();
+        let detector = prepared.start(rt.handle()).unwrap();
+        // As a write on a frozen file system holds them: the export thread's last flush waits.
+        let writing = recorder.hold();
+        let (tx, rx) = mpsc::channel();
+        let stopping = Instant::now();
+        std::thread::spawn(move || {
+            detector.shutdown();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(3 * EXPORT_WAIT)
+            .expect("the stop waited for the export thread");
+        let took = stopping.elapsed();
+        assert!(
+            took >= EXPORT_WAIT,
+            "{took:?}: the export thread was not held"
+        );
+        drop(writing);
     }
 
     /// A detector prepared with no control socket, heartbeat or stacks, what it watches, and a

@@ -747,6 +747,12 @@ impl Recorder {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The recordings, held as a write that does not return holds them.
+    #[cfg(test)]
+    pub(crate) fn hold(&self) -> impl Sized + '_ {
+        self.lock()
+    }
+
     /// Makes `slots` (locked) what [`list`](Self::list) says.
     fn publish(&self, slots: &Recordings) {
         let statuses = slots.running.iter().map(Running::status).collect();

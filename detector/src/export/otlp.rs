@@ -112,6 +112,8 @@ pub(crate) struct Otlp {
     abandoned: Arc<AtomicBool>,
     /// Where the reports go, for the line that says they were not all sent.
     to: String,
+    /// The metrics' provider, shut down (its last export) beside the log records' sending.
+    meters: SdkMeterProvider,
     dropped: Arc<AtomicU64>,
     /// Dropped after the thread and the providers (fields drop after `Drop::drop`).
     _runtime: ClientRuntime,
@@ -235,6 +237,7 @@ impl Otlp {
         let (done_tx, done) = mpsc::sync_channel::<()>(1);
         let abandoned = Arc::new(AtomicBool::new(false));
         let (left, lost) = (Arc::clone(&abandoned), Arc::clone(&dropped));
+        let metrics = meters.clone();
         std::thread::Builder::new()
             .name("pinwatch-otlp".into())
             .spawn(move || {
@@ -250,11 +253,7 @@ impl Otlp {
                     record(&state, &e);
                     instruments.record(&e);
                 }
-                if !left.load(Ordering::Relaxed) {
-                    let _ = logs.shutdown();
-                    // The metrics' last export: the collector's wait too is bounded below.
-                    let _ = meters.shutdown();
-                }
+                let _ = logs.shutdown();
                 let _ = done_tx.send(());
             })
             .map_err(|source| Error::Thread {
@@ -262,13 +261,23 @@ impl Otlp {
                 source,
             })?;
         let to = endpoint.map(str::to_owned).unwrap_or_else(|| {
-            env("OTEL_EXPORTER_OTLP_ENDPOINT").unwrap_or_else(|| "the OTLP default endpoint".into())
+            // Where the log records go, as the exporter decides it.
+            env("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
+                .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+                .unwrap_or_else(|| {
+                    match logs_protocol {
+                        Protocol::HttpProtobuf => "the OTLP default endpoint (localhost:4318)",
+                        Protocol::Grpc => "the OTLP default endpoint (localhost:4317)",
+                    }
+                    .to_owned()
+                })
         });
         Ok(Otlp {
             tx: Some(tx),
             done: Mutex::new(done),
             abandoned,
             to,
+            meters: metrics,
             dropped,
             _runtime: runtime,
         })
@@ -321,19 +330,45 @@ impl Drop for Otlp {
         // `OTEL_EXPORTER_OTLP_TIMEOUT` (10 s): the process's exit does not wait for that past
         // the sinks' bound.
         drop(self.tx.take());
-        let done = self
-            .done
-            .get_mut()
-            .is_ok_and(|d| d.recv_timeout(super::threaded::FLUSH_WAIT).is_ok());
-        if !done {
+        let deadline = std::time::Instant::now() + super::threaded::FLUSH_WAIT;
+        // The metrics' last export, beside the records still queued: a long queue does not
+        // leave it out.
+        let (stopped_tx, stopped) = mpsc::sync_channel::<()>(1);
+        let meters = self.meters.clone();
+        let stopping = std::thread::Builder::new()
+            .name("pinwatch-otlp-stop".into())
+            .spawn(move || {
+                let _ = meters.shutdown();
+                let _ = stopped_tx.send(());
+            });
+        if stopping.is_err() {
+            let _ = self.meters.shutdown();
+        }
+        let left = |d: &mpsc::Receiver<()>| {
+            d.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+                .is_ok()
+        };
+        let sent = self.done.get_mut().is_ok_and(|d| left(d));
+        let exported = stopping.is_err() || left(&stopped);
+        if !(sent && exported) {
             self.abandoned.store(true, Ordering::Relaxed);
+            // The thread may still run in the gRPC client's runtime (a retry's sleep): shut
+            // down under it, that would panic. The process is stopping; it stays.
+            std::mem::forget(self._runtime.0.take());
             super::tracing::say(
                 tracing::Level::WARN,
                 format!(
                     "the OTLP collector at {} took too long: pinwatch stopped waiting after \
-                     {} s, and the reports it had not sent yet are lost",
+                     {} s; {}",
                     self.to,
-                    super::threaded::FLUSH_WAIT.as_secs()
+                    super::threaded::FLUSH_WAIT.as_secs(),
+                    match (sent, exported) {
+                        (false, false) => {
+                            "the reports not sent yet and the metrics' last export are lost"
+                        }
+                        (false, true) => "the reports not sent yet are lost",
+                        _ => "the metrics' last export is lost",
+                    }
                 ),
             );
             super::tracing::flush_stderr();
@@ -866,6 +901,75 @@ mod tests {
             took < 4 * bound,
             "{took:?}: the shutdown waited for the collector"
         );
+    }
+
+    /// A collector that answers, slowly (200 ms a request), with more reports queued than the
+    /// stop's bound lets it take: the metrics' last export still reaches it, beside the
+    /// records (it came after all of them, and was lost).
+    #[test]
+    fn a_slow_collector_still_gets_the_metrics_last_export() {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = format!("http://{}", listener.local_addr().unwrap());
+        let (paths_tx, paths) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for c in listener.incoming().take(256).flatten() {
+                let paths_tx = paths_tx.clone();
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(c.try_clone().unwrap());
+                    let mut c = c;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let path = line.split(' ').nth(1).unwrap_or("").to_owned();
+                        let mut len = 0;
+                        loop {
+                            let mut h = String::new();
+                            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if h == "\r\n" {
+                                break;
+                            }
+                            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                len = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                        let mut body = vec![0u8; len];
+                        if r.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                        let _ = paths_tx.send(path);
+                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                    }
+                });
+            }
+        });
+        let live: LiveFn = Arc::new(super::super::live::Live::default);
+        let otlp = Otlp::start_to(16, 64, live, Some(&at), |_| None).unwrap();
+        let sink = otlp.sink();
+        // 64 reports: 12.8 s of sending, past the stop's bound.
+        for id in 1..=64 {
+            sink.send(&Arc::new(PinnedEvent::for_test(
+                id,
+                State::Completed,
+                Reason::Sleep,
+                30,
+                1,
+            )));
+        }
+        drop(sink);
+        drop(otlp);
+        let got: Vec<String> = paths.try_iter().collect();
+        assert!(
+            got.iter().any(|p| p == "/v1/metrics"),
+            "no metrics export reached the collector: {got:?}"
+        );
+        assert!(got.iter().any(|p| p == "/v1/logs"), "{got:?}");
     }
 
     /// Every exported value of every `pinwatch.pinned` series, through the sequences that made

@@ -145,11 +145,15 @@ impl RecordSink {
 
     /// Opens (creating if needed) `path` for appending, rotating it as `rotation` says.
     pub fn open_rotating(path: &Path, rotation: Rotation) -> Result<RecordSink, Error> {
+        // Absolute: a `chdir` of the service's later moves neither the checks of its name nor
+        // its rotation.
+        let path = &std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
         let (file, meta) = append(path).map_err(|source| Error::Record {
             path: path.to_owned(),
             source,
         })?;
         let size = meta.len();
+        let torn = size > 0 && !ends_with_newline(&file, size);
         Ok(RecordSink {
             file,
             path: path.to_owned(),
@@ -162,7 +166,7 @@ impl RecordSink {
             started: SystemTime::now(),
             file_id: (meta.dev(), meta.ino()),
             holds_lines: size > 0,
-            torn: size > 0 && !ends_with_newline(path, size),
+            torn,
             failing: None,
             rotate_failed: None,
             events: 0,
@@ -299,9 +303,12 @@ impl RecordSink {
     /// it). A new file is started under the name, once said; one that cannot be is a write
     /// error, counted and said as such.
     fn follow_the_name(&mut self) -> std::io::Result<()> {
-        let named = std::fs::metadata(&self.path).map(|m| (m.dev(), m.ino()));
-        if named.as_ref().ok() == Some(&self.file_id) {
-            return Ok(());
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) != self.file_id => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // The file, or a look that failed (a directory the service may no longer search):
+            // the open file stays.
+            _ => return Ok(()),
         }
         let (file, meta) = append(&self.path)?;
         self.switch_to(file, &meta);
@@ -392,11 +399,12 @@ impl RecordSink {
 /// caller, who may hold the recorder's lock, for good. The check is made on the opened
 /// descriptor (`fstat`), not on the path.
 ///
-/// A symlink at the end of the path is followed (a recording may live elsewhere), except one
-/// that another user made in a directory anyone may write to (sticky, as `/tmp`): it could
-/// point at any file the service may write. That is the kernel's `fs.protected_symlinks`
-/// rule, kept where the kernel's is off. The path is opened without following first, so a
-/// symlink made after the check is not followed either.
+/// Symlinks on the way are followed (a recording may live elsewhere), except one that another
+/// user made in a directory anyone may write to (sticky, as `/tmp`): it could point at any file
+/// the service may write. That is the kernel's `fs.protected_symlinks` rule, kept where the
+/// kernel's is off ([`planted_symlinks`]). The last name is opened without following first, and
+/// a symlink found there is checked again before it is followed: one made after the first
+/// check is refused too (in such a directory nobody else can replace the service's own).
 fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let open = |follow: bool| {
@@ -411,6 +419,7 @@ fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
             )
             .open(path)
     };
+    planted_symlinks(path)?;
     let file = match open(false) {
         // A symlink: `ELOOP`, or `EACCES` where it is another user's in a sticky directory
         // (Linux refuses to create through it).
@@ -418,7 +427,7 @@ fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
             if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::EACCES))
                 && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) =>
         {
-            planted_symlink(path)?;
+            planted_symlinks(path)?;
             open(true)
         }
         opened => opened,
@@ -466,31 +475,79 @@ fn not_a_file(what: &str) -> std::io::Error {
     )
 }
 
-/// An error when the symlink `path` was made by another user in a directory anyone may write
-/// to ([`may_follow`]).
-fn planted_symlink(path: &Path) -> std::io::Result<()> {
+/// Walks `path` as the kernel resolves it, and refuses the first symlink on the way that
+/// another user made in a directory anyone may write to ([`may_follow`]): in a parent's name,
+/// at the end, or further down a chain of links. Where a name is not there (yet), the walk
+/// ends: the open makes the last one or fails.
+fn planted_symlinks(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let link = std::fs::symlink_metadata(path)?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
+    use std::path::Component;
+    enum Step {
+        Root,
+        Up,
+        Name(std::ffi::OsString),
+    }
+    let steps = |p: &Path| -> Vec<Step> {
+        p.components()
+            .filter_map(|c| match c {
+                Component::RootDir => Some(Step::Root),
+                Component::ParentDir => Some(Step::Up),
+                Component::Normal(n) => Some(Step::Name(n.to_owned())),
+                Component::CurDir | Component::Prefix(_) => None,
+            })
+            .rev()
+            .collect()
     };
-    let d = std::fs::metadata(dir)?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    if may_follow(link.uid(), d.uid(), d.mode(), me) {
-        return Ok(());
+    let mut at = std::env::current_dir()?;
+    // A stack: the next step last.
+    let mut todo = steps(path);
+    let mut links = 0;
+    while let Some(step) = todo.pop() {
+        let name = match step {
+            Step::Root => {
+                at = PathBuf::from("/");
+                continue;
+            }
+            Step::Up => {
+                at.pop();
+                continue;
+            }
+            Step::Name(n) => n,
+        };
+        let next = at.join(&name);
+        let meta = match std::fs::symlink_metadata(&next) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if !meta.file_type().is_symlink() {
+            at = next;
+            continue;
+        }
+        links += 1;
+        if links > 40 {
+            return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        let dir = std::fs::metadata(&at)?;
+        if !may_follow(meta.uid(), dir.uid(), dir.mode(), me) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is a symlink that user {} made in {}, a directory anyone may write to: \
+                     pinwatch does not follow it (as the kernel's fs.protected_symlinks would \
+                     not); record to a path in a directory of your own",
+                    next.display(),
+                    meta.uid(),
+                    at.display()
+                ),
+            ));
+        }
+        // Read from where the link is.
+        todo.extend(steps(&std::fs::read_link(&next)?));
     }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::PermissionDenied,
-        format!(
-            "it is a symlink that user {} made in {}, a directory anyone may write to: pinwatch \
-             does not follow it (as the kernel's fs.protected_symlinks would not); record to a \
-             path in a directory of your own",
-            link.uid(),
-            dir.display()
-        ),
-    ))
+    Ok(())
 }
 
 /// Whether a symlink owned by `link_uid`, in a directory owned by `dir_uid` with mode
@@ -502,12 +559,15 @@ fn may_follow(link_uid: u32, dir_uid: u32, dir_mode: u32, me: u32) -> bool {
     !shared || link_uid == me || link_uid == dir_uid
 }
 
-/// Whether the `size`-byte file `path` ends with a newline; when it cannot be read, it is taken
+/// Whether the `size`-byte `file` ends with a newline; when it cannot be read, it is taken
 /// not to (the cost of a wrong guess is one blank line, which readers skip).
-fn ends_with_newline(path: &Path, size: u64) -> bool {
+fn ends_with_newline(file: &File, size: u64) -> bool {
     use std::os::unix::fs::FileExt;
     let mut last = [0u8];
-    File::open(path)
+    // The open file itself, read through its descriptor's link: its name may name another
+    // file by now.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(file);
+    File::open(format!("/proc/self/fd/{fd}"))
         .and_then(|f| f.read_exact_at(&mut last, size.saturating_sub(1)))
         .is_ok_and(|()| last[0] == b'\n')
 }
@@ -1400,6 +1460,13 @@ pub(super) mod tests {
         drop(sink);
         assert_eq!(ids(&moved), vec![2]);
         assert_eq!(ids(&path), vec![3, 4]);
+        // A relative name is made absolute at the open: a `chdir` later would make it name
+        // another file, taken for this one moved away.
+        let cwd = std::env::current_dir().unwrap();
+        let up = "../".repeat(cwd.components().count() - 1);
+        let relative = PathBuf::from(up).join(path.strip_prefix("/").unwrap());
+        let sink = RecordSink::open(&relative).unwrap();
+        assert!(sink.status().path.is_absolute(), "{:?}", sink.status().path);
     }
 
     /// Following a symlink at the end of a recording's path, as the kernel's
@@ -1453,6 +1520,32 @@ pub(super) mod tests {
         lchown(&dangling, Some(65534), None).unwrap();
         assert!(RecordSink::open(&dangling).is_err());
         assert!(!nowhere.exists());
+        // A planted directory on the way, and a planted link further down a chain of the
+        // service's own: refused as well.
+        let secret = dir.path().join("secret");
+        std::fs::create_dir(&secret).unwrap();
+        let via = tmp.join("app");
+        symlink(&secret, &via).unwrap();
+        lchown(&via, Some(65534), None).unwrap();
+        let e = RecordSink::open(&via.join("rec.jsonl"))
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            e.as_ref().is_some_and(|e| e.contains("app is a symlink")),
+            "{e:?}"
+        );
+        assert!(!secret.join("rec.jsonl").exists());
+        let own = tmp.join("own.jsonl");
+        symlink(tmp.join("next.jsonl"), &own).unwrap();
+        symlink(&victim, tmp.join("next.jsonl")).unwrap();
+        lchown(tmp.join("next.jsonl"), Some(65534), None).unwrap();
+        let e = RecordSink::open(&own).err().map(|e| e.to_string());
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e.contains("next.jsonl is a symlink")),
+            "{e:?}"
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"private\n");
         // The same symlink made by the service's own user is followed.
         lchown(&planted, Some(me), None).unwrap();
         let mut sink = RecordSink::open(&planted).unwrap();

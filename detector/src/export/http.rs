@@ -6,10 +6,10 @@
 //! client. A connection carries one request and is closed after its answer
 //! (`Connection: close`). Its request head must arrive within [`HEAD_TIMEOUT`] of the accept
 //! (else `408`) and be at most [`MAX_HEAD`] bytes (else `431`); the whole exchange ends within
-//! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes one that has sent nothing
-//! yet, from the peer holding the most connections, the oldest of those (never one being
-//! answered; see `victim`), counted and
-//! logged. Routing is the caller's: it gets the method, the path and the query.
+//! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes one of the peer holding
+//! the most connections (an IPv6 peer is its /64), one already answered first, else its oldest;
+//! where no peer holds two, one already answered, else the new one (never one being answered;
+//! see `pick`), counted and logged. Routing is the caller's: it gets the method, the path and the query.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -466,8 +466,9 @@ fn run(
                     counters.accepted.fetch_add(1, Ordering::Relaxed);
                     if conns.len() >= MAX_CONNECTIONS {
                         let Some(victim) = victim(&conns) else {
-                            // Every connection is being answered: the new one waits its turn
-                            // by being closed (the client retries), not an answer cut off.
+                            // Every connection is being answered, or each is its peer's only
+                            // one: the new one waits its turn by being closed (the client
+                            // retries), not an answer cut off nor a scraper's room taken.
                             counters.evicted.fetch_add(1, Ordering::Relaxed);
                             continue;
                         };
@@ -539,22 +540,37 @@ enum Stage {
     Answered,
 }
 
-/// Which of `conns` (peer and stage, oldest first) to close for a new one: never one being
-/// answered; one of the peer holding the most connections — a flood from one address costs
-/// that address, not a scraper elsewhere, whatever each flood connection has sent — one
-/// already answered first, else its oldest. Oldest, not one that has sent nothing: a flood
-/// that sends a byte on each connection and holds it would otherwise keep its room and close
-/// every scraper's connection accepted before its request was read.
+/// Which of `conns` (peer and stage, oldest first) to close for a new one; `None`: the new one.
+/// Never one being answered. One of the peer holding the most connections, when it holds two
+/// or more — a flood from one address costs that address, not a scraper elsewhere, whatever
+/// each flood connection has sent — one already answered first, else its oldest (not one that
+/// has sent nothing: a flood that sends a byte on each connection would keep its room and close
+/// every scraper's connection accepted before its request was read). Where no peer holds two
+/// (a flood spread over many addresses), one already answered, else none: the connections
+/// already open keep their room, a scraper's among them. An IPv6 peer is its /64, which one
+/// host is given whole.
 fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
-    let held_by = |peer: std::net::IpAddr| conns.iter().filter(|c| c.0 == peer).count();
-    let may_close = |c: &&(std::net::IpAddr, Stage)| c.1 != Stage::Answering;
-    let most = conns.iter().filter(may_close).map(|c| held_by(c.0)).max()?;
-    let of_most = |c: &(std::net::IpAddr, Stage)| may_close(&c) && held_by(c.0) == most;
-    // In accept order: among equals, the first is the oldest.
-    conns
+    let key = |ip: std::net::IpAddr| match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => std::net::IpAddr::V6((u128::from(v6) & !0u128 << 64).into()),
+        },
+        v4 => v4,
+    };
+    let held_by = |peer| conns.iter().filter(|c| key(c.0) == key(peer)).count();
+    let may_close = |c: &(std::net::IpAddr, Stage)| c.1 != Stage::Answering;
+    let most = conns
         .iter()
-        .position(|c| of_most(c) && c.1 == Stage::Answered)
-        .or_else(|| conns.iter().position(of_most))
+        .filter(|c| may_close(c))
+        .map(|c| held_by(c.0))
+        .max()?;
+    let of = |c: &(std::net::IpAddr, Stage)| may_close(c) && (most < 2 || held_by(c.0) == most);
+    // In accept order: among equals, the first is the oldest.
+    let answered = conns.iter().position(|c| of(c) && c.1 == Stage::Answered);
+    if most < 2 {
+        return answered;
+    }
+    answered.or_else(|| conns.iter().position(of))
 }
 
 /// At most one warning about evictions this often.
@@ -652,16 +668,32 @@ mod tests {
         let (a, b): (std::net::IpAddr, std::net::IpAddr) =
             ("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap());
         // A scraper's connection not read yet, beside a flood from elsewhere that sent a byte
-        // on each of its connections: the flood's oldest goes, never the scraper's.
+        // on each of its connections: the flood's oldest goes, not the scraper's.
         assert_eq!(pick(&[(a, Head), (b, Head), (b, Head), (b, Head)]), Some(1));
+        // A flood spread over many addresses, one connection each: the new one is refused.
+        let spread: Vec<_> = (1..=4u8)
+            .map(|i| (std::net::IpAddr::from([127, 0, 1, i]), Head))
+            .collect();
+        assert_eq!(pick(&[&[(a, Head)][..], &spread].concat()), None);
+        // Unless one is answered already.
+        assert_eq!(
+            pick(&[&[(a, Head)][..], &spread, &[(b, Answered)]].concat()),
+            Some(5)
+        );
+        // An IPv6 host's /64 is one peer; an IPv4-mapped address is its IPv4 one.
+        let v6 = |last: u16| std::net::IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
+        assert_eq!(pick(&[(a, Head), (v6(1), Head), (v6(2), Head)]), Some(1));
+        let mapped: std::net::IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+        assert_eq!(pick(&[(b, Head), (a, Head), (mapped, Head)]), Some(1));
         // The same flood from the scraper's own address: its oldest goes, not the newest.
         assert_eq!(pick(&[(a, Head), (a, Head), (a, Head)]), Some(0));
         // One answered already goes first; one being answered never.
         assert_eq!(pick(&[(b, Head), (b, Answered)]), Some(1));
         assert_eq!(pick(&[(a, Answering), (b, Answering)]), None);
-        assert_eq!(pick(&[(b, Answering), (b, Answering), (a, Head)]), Some(2));
-        // A tie: the oldest.
-        assert_eq!(pick(&[(a, Head), (b, Head)]), Some(0));
+        // The only one that may be closed is its peer's only one: the new one is refused.
+        assert_eq!(pick(&[(b, Answering), (b, Answering), (a, Head)]), None);
+        // A tie of two or more each: the oldest of them.
+        assert_eq!(pick(&[(a, Head), (b, Head), (a, Head), (b, Head)]), Some(0));
         assert_eq!(pick(&[]), None);
     }
 

@@ -112,8 +112,6 @@ pub(crate) struct Otlp {
     abandoned: Arc<AtomicBool>,
     /// Where the reports go, for the line that says they were not all sent.
     to: String,
-    /// The metrics' provider, shut down (its last export) beside the log records' sending.
-    meters: SdkMeterProvider,
     dropped: Arc<AtomicU64>,
     /// Dropped after the thread and the providers (fields drop after `Drop::drop`).
     _runtime: ClientRuntime,
@@ -237,7 +235,6 @@ impl Otlp {
         let (done_tx, done) = mpsc::sync_channel::<()>(1);
         let abandoned = Arc::new(AtomicBool::new(false));
         let (left, lost) = (Arc::clone(&abandoned), Arc::clone(&dropped));
-        let metrics = meters.clone();
         std::thread::Builder::new()
             .name("pinwatch-otlp".into())
             .spawn(move || {
@@ -253,7 +250,11 @@ impl Otlp {
                     record(&state, &e);
                     instruments.record(&e);
                 }
-                let _ = logs.shutdown();
+                if !left.load(Ordering::Relaxed) {
+                    let _ = logs.shutdown();
+                    // The metrics' last export, once every report is counted in them.
+                    let _ = meters.shutdown();
+                }
                 let _ = done_tx.send(());
             })
             .map_err(|source| Error::Thread {
@@ -277,7 +278,6 @@ impl Otlp {
             done: Mutex::new(done),
             abandoned,
             to,
-            meters: metrics,
             dropped,
             _runtime: runtime,
         })
@@ -330,27 +330,11 @@ impl Drop for Otlp {
         // `OTEL_EXPORTER_OTLP_TIMEOUT` (10 s): the process's exit does not wait for that past
         // the sinks' bound.
         drop(self.tx.take());
-        let deadline = std::time::Instant::now() + super::threaded::FLUSH_WAIT;
-        // The metrics' last export, beside the records still queued: a long queue does not
-        // leave it out.
-        let (stopped_tx, stopped) = mpsc::sync_channel::<()>(1);
-        let meters = self.meters.clone();
-        let stopping = std::thread::Builder::new()
-            .name("pinwatch-otlp-stop".into())
-            .spawn(move || {
-                let _ = meters.shutdown();
-                let _ = stopped_tx.send(());
-            });
-        if stopping.is_err() {
-            let _ = self.meters.shutdown();
-        }
-        let left = |d: &mpsc::Receiver<()>| {
-            d.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
-                .is_ok()
-        };
-        let sent = self.done.get_mut().is_ok_and(|d| left(d));
-        let exported = stopping.is_err() || left(&stopped);
-        if !(sent && exported) {
+        let sent = self
+            .done
+            .get_mut()
+            .is_ok_and(|d| d.recv_timeout(super::threaded::FLUSH_WAIT).is_ok());
+        if !sent {
             self.abandoned.store(true, Ordering::Relaxed);
             // The thread may still run in the gRPC client's runtime (a retry's sleep): shut
             // down under it, that would panic. The process is stopping; it stays.
@@ -358,17 +342,10 @@ impl Drop for Otlp {
             super::tracing::say(
                 tracing::Level::WARN,
                 format!(
-                    "the OTLP collector at {} took too long: pinwatch stopped waiting after \
-                     {} s; {}",
+                    "the OTLP export to {} took too long: pinwatch stopped waiting after {} s; \
+                     the reports not sent yet and the metrics' last export are lost",
                     self.to,
                     super::threaded::FLUSH_WAIT.as_secs(),
-                    match (sent, exported) {
-                        (false, false) => {
-                            "the reports not sent yet and the metrics' last export are lost"
-                        }
-                        (false, true) => "the reports not sent yet are lost",
-                        _ => "the metrics' last export is lost",
-                    }
                 ),
             );
             super::tracing::flush_stderr();
@@ -903,11 +880,11 @@ mod tests {
         );
     }
 
-    /// A collector that answers, slowly (200 ms a request), with more reports queued than the
-    /// stop's bound lets it take: the metrics' last export still reaches it, beside the
-    /// records (it came after all of them, and was lost).
+    /// A collector that answers (in 20 ms a request), with reports queued at the stop: every
+    /// record reaches it, and then the metrics' last export, which counts them all (made beside
+    /// the records, it missed the last pins).
     #[test]
-    fn a_slow_collector_still_gets_the_metrics_last_export() {
+    fn the_metrics_last_export_comes_after_every_queued_report() {
         use std::io::{BufRead, BufReader, Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let at = format!("http://{}", listener.local_addr().unwrap());
@@ -942,7 +919,7 @@ mod tests {
                         if r.read_exact(&mut body).is_err() {
                             return;
                         }
-                        std::thread::sleep(Duration::from_millis(200));
+                        std::thread::sleep(Duration::from_millis(20));
                         let _ = paths_tx.send(path);
                         let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
                     }
@@ -950,10 +927,9 @@ mod tests {
             }
         });
         let live: LiveFn = Arc::new(super::super::live::Live::default);
-        let otlp = Otlp::start_to(16, 64, live, Some(&at), |_| None).unwrap();
+        let otlp = Otlp::start_to(16, 8, live, Some(&at), |_| None).unwrap();
         let sink = otlp.sink();
-        // 64 reports: 12.8 s of sending, past the stop's bound.
-        for id in 1..=64 {
+        for id in 1..=8 {
             sink.send(&Arc::new(PinnedEvent::for_test(
                 id,
                 State::Completed,
@@ -965,11 +941,13 @@ mod tests {
         drop(sink);
         drop(otlp);
         let got: Vec<String> = paths.try_iter().collect();
-        assert!(
-            got.iter().any(|p| p == "/v1/metrics"),
-            "no metrics export reached the collector: {got:?}"
+        let logs = got.iter().filter(|p| *p == "/v1/logs").count();
+        assert_eq!(logs, 8, "{got:?}");
+        assert_eq!(
+            got.last().map(String::as_str),
+            Some("/v1/metrics"),
+            "{got:?}"
         );
-        assert!(got.iter().any(|p| p == "/v1/logs"), "{got:?}");
     }
 
     /// Every exported value of every `pinwatch.pinned` series, through the sequences that made

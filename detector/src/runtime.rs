@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::config::{Config, Settings};
 use crate::control;
@@ -526,10 +526,9 @@ impl Detector {
         if let Some(w) = self.watchdog.take() {
             let _ = w.join();
         }
-        let exported = self
-            .export
-            .take()
-            .is_none_or(|s| join_within(s, EXPORT_WAIT));
+        if let Some(s) = self.export.take() {
+            join_export(s, EXPORT_WAIT);
+        }
         // Every event is exported: the flight recording holds the last ones.
         if let Some(dump) = self.dump_on_exit.take() {
             dump.write(None);
@@ -537,14 +536,9 @@ impl Detector {
             ExitDump::unregister(&dump);
         }
         // After the export thread (its sinks are flushed): each exporter's thread sends
-        // what is queued, then stops. An export thread left behind still holds their queues'
-        // senders, for which their threads would wait: they are left too.
-        let exporters = std::mem::replace(&mut self.exporters, Running::none());
-        if exported {
-            drop(exporters);
-        } else {
-            std::mem::forget(exporters);
-        }
+        // what is queued, then stops. One left behind still holds their queues' senders: each
+        // exporter waits a bounded time for its thread.
+        self.exporters = Running::none();
     }
 }
 
@@ -566,26 +560,18 @@ fn write_flight(
 pub(crate) const EXPORT_WAIT: Duration = Duration::from_secs(30);
 
 /// Joins the export thread `t`, waiting `within` at most; past that, says so and goes on
-/// without it. Whether it ended.
-fn join_within(t: JoinHandle<()>, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    // The thread's end is not signalled otherwise; a stop waits a few milliseconds at most
-    // more than it takes.
-    while !t.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    if t.is_finished() {
-        let _ = t.join();
-        return true;
+/// without it.
+fn join_export(t: JoinHandle<()>, within: Duration) {
+    if export::join_within(t, within) {
+        return;
     }
     say_error(&format!(
         "pinwatch's export thread did not finish within {} (a recording on a file system that \
-         does not answer?); the detector stops without it, and the reports it still held are \
-         lost",
+         does not answer?); the detector stops without it: the reports it still held, and what \
+         the exporters behind it had not sent, are lost",
         humantime::format_duration(within)
     ));
     export::flush_stderr();
-    false
 }
 
 /// How long the exit signals' thread waits for the dumps at a signal before the process dies
@@ -850,7 +836,7 @@ mod tests {
         // As a write on a frozen file system holds them: the export thread's last flush waits.
         let writing = recorder.hold();
         let (tx, rx) = mpsc::channel();
-        let stopping = Instant::now();
+        let stopping = std::time::Instant::now();
         std::thread::spawn(move || {
             detector.shutdown();
             let _ = tx.send(());

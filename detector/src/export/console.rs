@@ -425,8 +425,11 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
 impl Drop for Console {
     fn drop(&mut self) {
         drop(self.tx.take());
+        // Its thread ends once the export thread's sender is gone too: an export thread left
+        // behind (a recording that does not return) keeps it, and is not waited for past the
+        // sinks' bound.
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            super::join_within(t, super::threaded::FLUSH_WAIT);
         }
     }
 }
@@ -607,6 +610,44 @@ mod tests {
 
     fn event(id: u64, state: State, ms: u64) -> PinnedEvent {
         PinnedEvent::for_test(id, state, Reason::Sleep, ms, 7)
+    }
+
+    /// The console's thread ends once every sender of its queue is gone; an export thread left
+    /// behind by the detector's stop (held by a recording that does not return) keeps one, and
+    /// the exporter's drop waited for it for good. It waits the sinks' bound.
+    #[test]
+    fn a_sender_left_behind_holds_the_drop_a_bounded_time() {
+        let table = Arc::new(crate::poll::slot::SlotTable::new(2));
+        let watched = Arc::new(Shared::new(
+            table,
+            crate::Config::default(),
+            None,
+            "test".into(),
+        ));
+        let console = Console::start(
+            1,
+            Location::caller(),
+            4,
+            watched,
+            crate::config::Console::Resources,
+        )
+        .unwrap();
+        // As the stuck export thread's is.
+        let held = console.sink();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dropping = Instant::now();
+        std::thread::spawn(move || {
+            drop(console);
+            let _ = tx.send(());
+        });
+        let bound = super::super::threaded::FLUSH_WAIT;
+        rx.recv_timeout(3 * bound)
+            .expect("the drop waited for the sender");
+        assert!(
+            dropping.elapsed() >= bound,
+            "the thread did not wait for the sender"
+        );
+        drop(held);
     }
 
     #[test]

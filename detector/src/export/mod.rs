@@ -47,7 +47,7 @@ pub(crate) use queue::QueueSink;
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
 pub(crate) use record::{Recorder, RecordingRef};
 pub(crate) use running::{Drops, Parts, Running};
-pub(crate) use threaded::on_own_thread;
+pub(crate) use threaded::{join_within, on_own_thread};
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
 pub(crate) use tracing::{flush_stderr, log_dropped, no_subscriber, say, to_stderr};

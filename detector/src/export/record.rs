@@ -500,7 +500,12 @@ fn planted_symlinks(path: &Path) -> std::io::Result<()> {
     };
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    let mut at = std::env::current_dir()?;
+    // The working directory only for a relative path: a service's may have been deleted.
+    let mut at = if path.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        std::env::current_dir()?
+    };
     // A stack: the next step last.
     let mut todo = steps(path);
     let mut links = 0;

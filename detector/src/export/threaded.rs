@@ -18,6 +18,18 @@ use crate::Error;
 /// behind, not waited for.
 pub(crate) const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
+/// Joins `t` if it ends within `within`, and says whether it did; past that it is left to run
+/// on (a thread held by a sink that does not return cannot hold up a stop).
+pub(crate) fn join_within(t: std::thread::JoinHandle<()>, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    // A thread's end is not signalled otherwise; this waits a few milliseconds at most more
+    // than the thread takes.
+    while !t.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    t.is_finished() && t.join().is_ok()
+}
+
 /// `sink`, named `name` (its thread `pinwatch-sink-<name>`, its drop counter's label), behind a
 /// queue of `capacity` events.
 pub(crate) fn on_own_thread(

@@ -8,8 +8,9 @@
 //! (else `408`) and be at most [`MAX_HEAD`] bytes (else `431`); the whole exchange ends within
 //! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes one of the peer holding
 //! the most connections (an IPv6 peer is its /64), one already answered first, else its oldest;
-//! where no peer holds two, one already answered, else the new one (never one being answered;
-//! see `pick`), counted and logged. Routing is the caller's: it gets the method, the path and the query.
+//! where no peer holds two, one already answered, else the oldest still without its request
+//! after a second, else the new one (never one being answered; see `pick`), counted and
+//! logged. Routing is the caller's: it gets the method, the path and the query.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -465,14 +466,14 @@ fn run(
                     }
                     counters.accepted.fetch_add(1, Ordering::Relaxed);
                     if conns.len() >= MAX_CONNECTIONS {
-                        let Some(victim) = victim(&conns) else {
-                            // Every connection is being answered, or each is its peer's only
-                            // one: the new one waits its turn by being closed (the client
-                            // retries), not an answer cut off nor a scraper's room taken.
-                            counters.evicted.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        };
-                        conns.remove(victim);
+                        // None: every connection is being answered, or each is its peer's only
+                        // one and sent its head in time so far: the new one waits its turn by
+                        // being closed (the client retries), not an answer cut off nor a
+                        // scraper's room taken.
+                        let victim = victim(&conns, now);
+                        if let Some(v) = victim {
+                            conns.remove(v);
+                        }
                         let evicted = counters.evicted.fetch_add(1, Ordering::Relaxed) + 1;
                         if last_warning.is_none_or(|t| now.duration_since(t) >= WARN_EVERY) {
                             last_warning = Some(now);
@@ -482,9 +483,13 @@ fn run(
                                 tracing::Level::WARN,
                                 format!(
                                     "the Prometheus endpoint has {MAX_CONNECTIONS} connections \
-                                     open, its limit: closed the oldest to make room ({evicted} \
-                                     so far); something holds connections to it open without \
-                                     scraping"
+                                     open, its limit: closed {} ({evicted} so far); something \
+                                     holds connections to it open without scraping",
+                                    if victim.is_some() {
+                                        "one to make room"
+                                    } else {
+                                        "a new one"
+                                    }
                                 ),
                             );
                         }
@@ -514,11 +519,14 @@ fn run(
 }
 
 /// Which connection to close to make room for a new one, if any may be ([`pick`]).
-fn victim(conns: &[Conn]) -> Option<usize> {
+fn victim(conns: &[Conn], now: Instant) -> Option<usize> {
     let stages: Vec<(std::net::IpAddr, Stage)> = conns
         .iter()
         .map(|c| {
             let stage = match c.phase {
+                Phase::Head if now.saturating_duration_since(c.opened) >= SLOW_HEAD => {
+                    Stage::Lingering
+                }
                 Phase::Head => Stage::Head,
                 Phase::Write { .. } => Stage::Answering,
                 Phase::Drain { .. } => Stage::Answered,
@@ -534,6 +542,8 @@ fn victim(conns: &[Conn]) -> Option<usize> {
 enum Stage {
     /// Its request head is being read (or nothing has come yet).
     Head,
+    /// The same, for [`SLOW_HEAD`] or longer: a client that scrapes sends its request at once.
+    Lingering,
     /// Its answer is being written.
     Answering,
     /// Answered; what the client still sends is being read until it closes.
@@ -546,9 +556,10 @@ enum Stage {
 /// each flood connection has sent — one already answered first, else its oldest (not one that
 /// has sent nothing: a flood that sends a byte on each connection would keep its room and close
 /// every scraper's connection accepted before its request was read). Where no peer holds two
-/// (a flood spread over many addresses), one already answered, else none: the connections
-/// already open keep their room, a scraper's among them. An IPv6 peer is its /64, which one
-/// host is given whole.
+/// (a flood spread over many addresses), one already answered, else the oldest of those still
+/// without their request after [`SLOW_HEAD`], else none: a scraper's connection, whose request
+/// comes at once, keeps its room, and a flood that holds every place cannot keep scrapes out.
+/// An IPv6 peer is its /64, which one host is given whole.
 fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
     let key = |ip: std::net::IpAddr| match ip {
         std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -568,10 +579,14 @@ fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
     // In accept order: among equals, the first is the oldest.
     let answered = conns.iter().position(|c| of(c) && c.1 == Stage::Answered);
     if most < 2 {
-        return answered;
+        return answered.or_else(|| conns.iter().position(|c| c.1 == Stage::Lingering));
     }
     answered.or_else(|| conns.iter().position(of))
 }
+
+/// How long a connection may go without its request before, where every peer holds one
+/// connection, it makes room for a new one.
+const SLOW_HEAD: Duration = Duration::from_secs(1);
 
 /// At most one warning about evictions this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
@@ -670,11 +685,14 @@ mod tests {
         // A scraper's connection not read yet, beside a flood from elsewhere that sent a byte
         // on each of its connections: the flood's oldest goes, not the scraper's.
         assert_eq!(pick(&[(a, Head), (b, Head), (b, Head), (b, Head)]), Some(1));
-        // A flood spread over many addresses, one connection each: the new one is refused.
+        // A flood spread over many addresses, one connection each: the new one is refused while
+        // they are young, and takes the place of the oldest that has lingered.
         let spread: Vec<_> = (1..=4u8)
             .map(|i| (std::net::IpAddr::from([127, 0, 1, i]), Head))
             .collect();
         assert_eq!(pick(&[&[(a, Head)][..], &spread].concat()), None);
+        let lingering: Vec<_> = spread.iter().map(|(ip, _)| (*ip, Lingering)).collect();
+        assert_eq!(pick(&[&[(a, Head)][..], &lingering].concat()), Some(1));
         // Unless one is answered already.
         assert_eq!(
             pick(&[&[(a, Head)][..], &spread, &[(b, Answered)]].concat()),
@@ -683,6 +701,9 @@ mod tests {
         // An IPv6 host's /64 is one peer; an IPv4-mapped address is its IPv4 one.
         let v6 = |last: u16| std::net::IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
         assert_eq!(pick(&[(a, Head), (v6(1), Head), (v6(2), Head)]), Some(1));
+        // Another /64 is another peer.
+        let other = std::net::IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]);
+        assert_eq!(pick(&[(a, Head), (v6(1), Head), (other, Head)]), None);
         let mapped: std::net::IpAddr = "::ffff:127.0.0.1".parse().unwrap();
         assert_eq!(pick(&[(b, Head), (a, Head), (mapped, Head)]), Some(1));
         // The same flood from the scraper's own address: its oldest goes, not the newest.

@@ -147,7 +147,6 @@ impl<T> Receiver<T> {
     }
 
     /// As [`recv`](Self::recv), waiting `wait` at most.
-    #[cfg_attr(not(feature = "console"), allow(dead_code))]
     pub fn recv_timeout(&self, wait: Duration) -> Result<T, Waited> {
         // A wait too long to name is no limit.
         self.wait(Instant::now().checked_add(wait))

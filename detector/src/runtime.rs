@@ -110,7 +110,7 @@ impl Prepared {
         install_panic_hook();
         let Pending {
             watched,
-            mut sinks,
+            sinks,
             recorder,
             flight,
         } = pending;
@@ -134,26 +134,25 @@ impl Prepared {
         // could not take.
         parts.drops.add("recording", recorder.unwritten());
         parts.drops.add("log", export::log_dropped());
-        // Declared before `inline`, so dropped after it: an exporter's Drop joins its thread,
-        // which ends only once the sink's sender in `inline` is gone too (an error below
-        // returns early).
-        let exporters;
-        let mut inline: Vec<export::Outlet> = std::mem::take(&mut sinks.inline)
+        let mut outlets: Vec<export::Outlet> = sinks
+            .inline
             .into_iter()
             .map(export::Outlet::Inline)
             .collect();
-        exporters = export::start_exporters(&parts, &mut inline)?;
+        let exporters = export::start_exporters(&parts, &mut outlets)?;
         // After the recordings and the exporters: when `status` shows a pin, they have it.
         let view = control::View::default();
-        inline.push(export::Outlet::Inline(Box::new(view.sink())));
+        outlets.push(export::Outlet::Inline(Box::new(view.sink())));
         // Last, each behind its own queue: a sink that blocks holds back none of the above.
-        let threaded = sinks
-            .own_thread
-            .into_iter()
-            .map(|(name, sink)| {
-                export::on_own_thread(name, sink, watched.config.queue_capacity, &parts.drops)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        for (name, sink) in sinks.own_thread {
+            let capacity = watched.config.queue_capacity;
+            outlets.push(export::Outlet::Thread(export::on_own_thread(
+                name,
+                move || sink,
+                capacity,
+                &parts.drops,
+            )?));
+        }
         let flight = parts.flight.clone();
         let drops = parts.drops.clone();
         let control = start_control(control::Context {
@@ -163,7 +162,7 @@ impl Prepared {
         })?;
         let (tx, rx) =
             crate::handoff::bounded::<Box<watch::RawReport>>(watched.config.queue_capacity);
-        let export = export::spawn_export_thread(Arc::clone(&watched), rx, inline, threaded)?;
+        let export = export::ExportThread::spawn(Arc::clone(&watched), rx, outlets)?;
         let workers = handle.metrics().num_workers();
         let watchdog = watch::spawn(Arc::clone(&watched), handle.clone(), tx)?;
         // Until the detector holds it: an unwind from here (a subscriber that panics at the
@@ -338,7 +337,7 @@ pub struct Detector {
     dump_on_exit: Option<Arc<ExitDump>>,
     control: Option<control::Server>,
     watchdog: Option<JoinHandle<()>>,
-    export: Option<JoinHandle<()>>,
+    export: Option<export::ExportThread>,
     /// In start order; dropped after the export thread has handed them the last event.
     pub(crate) exporters: Running,
     /// The drops of the sinks with a queue of their own.
@@ -561,8 +560,8 @@ pub(crate) const EXPORT_WAIT: Duration = Duration::from_secs(30);
 
 /// Joins the export thread `t`, waiting `within` at most; past that, says so and goes on
 /// without it.
-fn join_export(t: JoinHandle<()>, within: Duration) {
-    if export::join_within(t, within) {
+fn join_export(t: export::ExportThread, within: Duration) {
+    if t.join_within(within) {
         return;
     }
     say_error(&format!(
@@ -967,42 +966,32 @@ mod tests {
         again.shutdown();
     }
 
-    /// An exporter whose `Drop` joins its thread, which ends when its queue closes (as OTLP's
-    /// and the console's do); `true`: its `describe` panics.
-    struct Joins(Option<JoinHandle<()>>, bool);
+    /// An exporter with a sink on a thread of its own (as OTLP's and the console's are);
+    /// `true`: its `describe` panics.
+    struct Threaded(bool);
 
-    impl export::Exporter for Joins {
+    impl export::Exporter for Threaded {
         fn describe(&self) -> String {
-            if self.1 {
+            if self.0 {
                 panic!("the exporter panics as it describes itself");
             }
-            "joins".to_owned()
+            "threaded".to_owned()
         }
     }
 
-    impl Drop for Joins {
-        fn drop(&mut self) {
-            if let Some(t) = self.0.take() {
-                let _ = t.join();
-            }
-        }
+    fn start_threaded(parts: &Parts) -> Result<Option<export::Started>, Error> {
+        threaded(parts, false)
     }
 
-    fn start_joins(_: &Parts) -> Result<Option<export::Started>, Error> {
-        joins(false)
+    fn start_threaded_describe_panics(parts: &Parts) -> Result<Option<export::Started>, Error> {
+        threaded(parts, true)
     }
 
-    fn start_joins_describe_panics(_: &Parts) -> Result<Option<export::Started>, Error> {
-        joins(true)
-    }
-
-    fn joins(describe_panics: bool) -> Result<Option<export::Started>, Error> {
-        let (tx, rx) = crate::handoff::bounded::<Arc<crate::PinnedEvent>>(1);
-        let thread = std::thread::spawn(move || rx.for_each(drop));
+    fn threaded(parts: &Parts, describe_panics: bool) -> Result<Option<export::Started>, Error> {
+        let sink = || Box::new(|_: &crate::PinnedEvent| {}) as Box<dyn export::Sink>;
         Ok(Some(export::Started {
-            exporter: Box::new(Joins(Some(thread), describe_panics)),
-            sink: export::Outlet::Queue(export::QueueSink::new(Some(tx), Arc::default())),
-            dropped: None,
+            exporter: Box::new(Threaded(describe_panics)),
+            sink: export::Outlet::Thread(export::on_own_thread("first", sink, 1, &parts.drops)?),
         }))
     }
 
@@ -1047,12 +1036,10 @@ mod tests {
             let entries = [
                 export::Entry {
                     name: "first",
-                    feature: "first",
                     start: Some(first),
                 },
                 export::Entry {
                     name: "second",
-                    feature: "second",
                     start: Some(second),
                 },
             ];
@@ -1061,7 +1048,7 @@ mod tests {
             let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 Running::start(&parts, &entries, &mut sinks)
             }));
-            // The sinks go before what started (its `Drop` waits for them), as in a detector.
+            // How many sinks it left: one for each exporter that started.
             let left = sinks.len();
             drop(sinks);
             let started = started
@@ -1077,27 +1064,18 @@ mod tests {
     }
 
     /// An exporter that starts after one with a thread of its own fails, or panics, or the one
-    /// started panics in its `describe`: the error or the panic comes back. The started one's
-    /// `Drop` joins its thread, which ends only when its queue's last sender (the sink it
-    /// handed back) is gone: taken out first, and only it.
+    /// started panics in its `describe`: the error or the panic comes back, and nothing waits
+    /// (the started one's thread ends once its sink is dropped, on its own).
     #[test]
     fn an_exporter_that_fails_after_another_started_returns_its_error() {
-        let (started, sinks) = start_two(start_joins, start_fails).expect("the start hung");
+        let (started, _) = start_two(start_threaded, start_fails).expect("the start hung");
         let error = started.expect("no panic").expect_err("the start succeeded");
         assert!(error.contains("does not start"), "{error}");
-        assert_eq!(
-            sinks, 1,
-            "the started exporter's sink, and only it, was taken out"
-        );
-        let (started, sinks) =
-            start_two(start_joins, start_panics).expect("the start hung as it unwound");
+        let (started, _) =
+            start_two(start_threaded, start_panics).expect("the start hung as it unwound");
         let panic = started.expect_err("no panic");
         assert!(panic.contains("panics as it starts"), "{panic}");
-        assert_eq!(
-            sinks, 1,
-            "the started exporter's sink, and only it, was taken out"
-        );
-        let (started, sinks) = start_two(start_joins_describe_panics, start_fails)
+        let (started, sinks) = start_two(start_threaded_describe_panics, start_fails)
             .expect("the start hung as it unwound from describe");
         let panic = started.expect_err("no panic");
         assert!(panic.contains("describes itself"), "{panic}");
@@ -1108,8 +1086,7 @@ mod tests {
     }
 
     /// A start that fails after the exporters started (here the control socket's directory
-    /// cannot be made) returns its error: the exporters' sinks go before the exporters, whose
-    /// `Drop` waits for them.
+    /// cannot be made) returns its error, and does not wait for the exporters' threads.
     #[cfg(feature = "otlp")]
     #[test]
     fn a_start_that_fails_after_otlp_started_returns_its_error() {

@@ -7,7 +7,7 @@
 //! `.unit`). An attribute keeps the type it was first given, so every attribute is set once at
 //! creation and then only overridden.
 //!
-//! Everything runs on a thread of pinwatch's own (`pinwatch-console`): the export thread hands
+//! Everything runs on a thread of pinwatch's own (`pinwatch-sink-console`): the export thread hands
 //! it each event through a bounded queue (`try_send`: never waits), and it reads the watchdog's
 //! live pins every [`TICK`] to keep `pinned_for` current. Nothing here touches the per-poll path.
 //!
@@ -17,12 +17,9 @@
 
 use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::QueueSink;
 use super::{Exporter, Outlet, Parts, Started};
 use crate::event::{PinnedEvent, State};
 use crate::watch::Shared;
@@ -333,43 +330,58 @@ impl WorkerResource {
     }
 }
 
-/// The console's resource thread and its queue.
+/// The console exporter, as the start-up line names it: its resources are kept on a thread of
+/// their own ([`Resources`]).
 struct Console {
-    tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
-    thread: Option<JoinHandle<()>>,
-    dropped: Arc<AtomicU64>,
     mode: crate::config::Console,
 }
 
-impl Console {
-    /// Starts the thread that keeps one resource per worker (`workers` of them; more appear if
-    /// events name higher indexes). `at`: the resources' location (where the runtime was built).
-    fn start(
-        workers: usize,
-        at: &'static Location<'static>,
-        queue: usize,
-        watched: Arc<Shared>,
-        mode: crate::config::Console,
-    ) -> Result<Console, Error> {
-        let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(queue);
-        let thread = std::thread::Builder::new()
-            .name("pinwatch-console".into())
-            .spawn(move || run(rx, workers, at, &watched))
-            .map_err(|source| Error::Thread {
-                what: "console",
-                source,
-            })?;
-        Ok(Console {
-            tx: Some(tx),
-            thread: Some(thread),
-            dropped: Arc::new(AtomicU64::new(0)),
-            mode,
-        })
+/// One resource per worker (more appear if events name higher indexes), on the console's
+/// thread ([`on_own_thread`](super::on_own_thread)): made there, against the process's
+/// dispatcher.
+struct Resources {
+    resources: Vec<WorkerResource>,
+    /// The resources' location (where the runtime was built).
+    at: &'static Location<'static>,
+    watched: Arc<Shared>,
+}
+
+impl Resources {
+    fn new(workers: usize, at: &'static Location<'static>, watched: Arc<Shared>) -> Resources {
+        Resources {
+            resources: (0..workers).map(|i| WorkerResource::new(i, at)).collect(),
+            at,
+            watched,
+        }
+    }
+}
+
+impl super::threaded::OwnThread for Resources {
+    fn event(&mut self, e: &PinnedEvent) {
+        let Some(index) = e.worker.index else {
+            return;
+        };
+        while self.resources.len() <= index {
+            let i = self.resources.len();
+            self.resources.push(WorkerResource::new(i, self.at));
+        }
+        self.resources[index].event(e);
     }
 
-    /// The sink the export thread hands events to.
-    fn sink(&self) -> QueueSink {
-        QueueSink::new(self.tx.clone(), Arc::clone(&self.dropped))
+    fn every(&self) -> Option<Duration> {
+        Some(TICK)
+    }
+
+    fn tick(&mut self) {
+        for r in self.resources.iter_mut().filter(|r| r.span.is_disabled()) {
+            r.make_span(self.at);
+        }
+        if self.resources.iter().any(|r| r.current.is_some()) {
+            let pinned: HashMap<u64, Duration> = self.watched.pinned_now().into_iter().collect();
+            for r in self.resources.iter_mut() {
+                r.tick(&pinned);
+            }
+        }
     }
 }
 
@@ -408,69 +420,20 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
     if config.console == crate::config::Console::On {
         install_server()?;
     }
-    let c = Console::start(
-        parts.handle.metrics().num_workers(),
-        parts.built_at,
+    let (workers, at) = (parts.handle.metrics().num_workers(), parts.built_at);
+    let watched = Arc::clone(&parts.watched);
+    let resources = super::on_own_thread(
+        "console",
+        move || Resources::new(workers, at, watched),
         config.queue_capacity,
-        Arc::clone(&parts.watched),
-        config.console,
+        &parts.drops,
     )?;
     Ok(Some(Started {
-        sink: Outlet::Queue(c.sink()),
-        dropped: Some(Arc::clone(&c.dropped)),
-        exporter: Box::new(c),
+        sink: Outlet::Thread(resources),
+        exporter: Box::new(Console {
+            mode: config.console,
+        }),
     }))
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        // Its thread ends once the export thread's sender is gone too: an export thread left
-        // behind (a recording that does not return) keeps it, and is not waited for past the
-        // sinks' bound.
-        if let Some(t) = self.thread.take() {
-            super::join_within(t, super::threaded::FLUSH_WAIT);
-        }
-    }
-}
-
-fn run(
-    rx: crate::handoff::Receiver<Arc<PinnedEvent>>,
-    workers: usize,
-    at: &'static Location<'static>,
-    watched: &Shared,
-) {
-    let mut resources: Vec<WorkerResource> =
-        (0..workers).map(|i| WorkerResource::new(i, at)).collect();
-    let mut next_tick = Instant::now() + TICK;
-    loop {
-        let wait = next_tick.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
-            Ok(e) => {
-                let Some(index) = e.worker.index else {
-                    continue;
-                };
-                while resources.len() <= index {
-                    let i = resources.len();
-                    resources.push(WorkerResource::new(i, at));
-                }
-                resources[index].event(&e);
-            }
-            Err(crate::handoff::Waited::TimedOut) => {
-                next_tick = Instant::now() + TICK;
-                for r in resources.iter_mut().filter(|r| r.span.is_disabled()) {
-                    r.make_span(at);
-                }
-                if resources.iter().any(|r| r.current.is_some()) {
-                    let pinned: HashMap<u64, Duration> = watched.pinned_now().into_iter().collect();
-                    for r in resources.iter_mut() {
-                        r.tick(&pinned);
-                    }
-                }
-            }
-            Err(crate::handoff::Waited::Closed) => return,
-        }
-    }
 }
 
 /// Installs the process's `tracing` subscriber, as `console_subscriber::init` does: the console
@@ -610,44 +573,6 @@ mod tests {
 
     fn event(id: u64, state: State, ms: u64) -> PinnedEvent {
         PinnedEvent::for_test(id, state, Reason::Sleep, ms, 7)
-    }
-
-    /// The console's thread ends once every sender of its queue is gone; an export thread left
-    /// behind by the detector's stop (held by a recording that does not return) keeps one, and
-    /// the exporter's drop waited for it for good. It waits the sinks' bound.
-    #[test]
-    fn a_sender_left_behind_holds_the_drop_a_bounded_time() {
-        let table = Arc::new(crate::poll::slot::SlotTable::new(2));
-        let watched = Arc::new(Shared::new(
-            table,
-            crate::Config::default(),
-            None,
-            "test".into(),
-        ));
-        let console = Console::start(
-            1,
-            Location::caller(),
-            4,
-            watched,
-            crate::config::Console::Resources,
-        )
-        .unwrap();
-        // As the stuck export thread's is.
-        let held = console.sink();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let dropping = Instant::now();
-        std::thread::spawn(move || {
-            drop(console);
-            let _ = tx.send(());
-        });
-        let bound = super::super::threaded::FLUSH_WAIT;
-        rx.recv_timeout(3 * bound)
-            .expect("the drop waited for the sender");
-        assert!(
-            dropping.elapsed() >= bound,
-            "the thread did not wait for the sender"
-        );
-        drop(held);
     }
 
     #[test]

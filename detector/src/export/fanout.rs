@@ -2,24 +2,23 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::threaded::{Threaded, FLUSH_WAIT};
-use super::{QueueSink, Sink};
+use super::threaded::{wait_all, Threaded, FLUSH_WAIT};
+use super::Sink;
 use crate::analyze::Analyzer;
 use crate::event::PinnedEvent;
 use crate::watch::{RawReport, Shared};
 use crate::Error;
 
 /// Where the export thread hands an event: a sink it runs itself (the recordings, Prometheus, the
-/// `ctl` view), or the queue of a thread of an exporter's own (OTLP, console), which takes the
-/// event shared.
+/// `ctl` view), or the queue of a sink on a thread of its own (OTLP, the console, the `tracing`
+/// sink, a user's), which takes the event shared.
 pub(crate) enum Outlet {
     Inline(Box<dyn Sink>),
-    #[cfg_attr(not(any(feature = "otlp", feature = "console")), allow(dead_code))]
-    Queue(QueueSink),
+    Thread(Threaded),
 }
 
 impl Outlet {
@@ -29,31 +28,20 @@ impl Outlet {
             Outlet::Inline(sink) => {
                 let _ = catch_unwind(AssertUnwindSafe(|| sink.event(event)));
             }
-            Outlet::Queue(queue) => queue.send(event),
-        }
-    }
-
-    /// No more events: a sink flushed, a queue closed.
-    fn flush(&mut self) {
-        match self {
-            Outlet::Inline(sink) => {
-                let _ = catch_unwind(AssertUnwindSafe(|| sink.flush()));
-            }
-            Outlet::Queue(queue) => queue.close(),
+            Outlet::Thread(t) => t.send(event),
         }
     }
 }
 
-/// Every sink, in order: the outlets, then the sinks on threads of their own. An event is made
-/// once and shared by all: the queues hold it, not copies of it.
+/// Every sink, in order. An event is made once and shared by all: the queues hold it, not
+/// copies of it.
 pub(crate) struct Fanout {
     outlets: Vec<Outlet>,
-    threaded: Vec<Threaded>,
 }
 
 impl Fanout {
-    pub(crate) fn new(outlets: Vec<Outlet>, threaded: Vec<Threaded>) -> Fanout {
-        Fanout { outlets, threaded }
+    pub(crate) fn new(outlets: Vec<Outlet>) -> Fanout {
+        Fanout { outlets }
     }
 
     /// Hands `event` to every sink.
@@ -62,62 +50,86 @@ impl Fanout {
         for outlet in self.outlets.iter_mut() {
             outlet.deliver(&event);
         }
-        for sink in &self.threaded {
-            sink.send(&event);
-        }
     }
 
-    /// Flushes every sink, once, at the end: the sinks on threads of their own all closed at
-    /// once, then waited for together, up to [`FLUSH_WAIT`] in all (not for each).
+    /// Flushes every sink, once, at the end: the queues of the sinks on threads of their own
+    /// closed first, all at once (their threads take what is queued meanwhile), the inline
+    /// sinks flushed, then the threads waited for together, up to [`FLUSH_WAIT`] in all.
     pub(crate) fn flush(&mut self) {
         for outlet in self.outlets.iter_mut() {
-            outlet.flush();
+            if let Outlet::Thread(t) = outlet {
+                t.close();
+            }
         }
-        for sink in self.threaded.iter_mut() {
-            sink.close();
+        for outlet in self.outlets.iter_mut() {
+            if let Outlet::Inline(sink) = outlet {
+                let _ = catch_unwind(AssertUnwindSafe(|| sink.flush()));
+            }
         }
-        let deadline = Instant::now() + FLUSH_WAIT;
-        for sink in &self.threaded {
-            sink.wait(deadline);
-        }
+        let threads = self.outlets.iter().filter_map(|o| match o {
+            Outlet::Thread(t) => Some(t),
+            Outlet::Inline(_) => None,
+        });
+        wait_all(threads, Instant::now() + FLUSH_WAIT);
     }
 }
 
-/// Starts the export thread: each raw report from the watchdog analysed (with the stack
-/// settings in force) and handed to every sink in `sinks`; when the watchdog's sender is gone
-/// and the queue drained, the sinks are flushed and the thread ends.
-pub(crate) fn spawn_export_thread(
-    watched: Arc<Shared>,
-    reports: crate::handoff::Receiver<Box<RawReport>>,
-    sinks: Vec<Outlet>,
-    threaded: Vec<Threaded>,
-) -> Result<JoinHandle<()>, Error> {
-    std::thread::Builder::new()
-        .name("pinwatch-export".into())
-        .spawn(move || {
-            let mut settings = watched.tunables.reader();
-            let mut analyzer = Analyzer::new(watched.config.stacks);
-            let mut fanout = Fanout::new(sinks, threaded);
-            for raw in reports {
-                analyzer.stacks = settings.refresh(&watched.tunables).stacks;
-                if let Some(event) = analyzer.filter(*raw, &watched.stats) {
-                    fanout.deliver(event);
-                    watched.stats.delivered.fetch_add(1, Ordering::Relaxed);
+/// The export thread: each raw report from the watchdog analysed (with the stack settings in
+/// force) and handed to every sink; when the watchdog's sender is gone and the queue drained,
+/// the sinks are flushed and the thread ends.
+pub(crate) struct ExportThread {
+    thread: JoinHandle<()>,
+    /// Says when the thread has flushed the sinks.
+    done: mpsc::Receiver<()>,
+}
+
+impl ExportThread {
+    /// Starts it, with `sinks`.
+    pub(crate) fn spawn(
+        watched: Arc<Shared>,
+        reports: crate::handoff::Receiver<Box<RawReport>>,
+        sinks: Vec<Outlet>,
+    ) -> Result<ExportThread, Error> {
+        let (done_tx, done) = mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("pinwatch-export".into())
+            .spawn(move || {
+                let mut settings = watched.tunables.reader();
+                let mut analyzer = Analyzer::new(watched.config.stacks);
+                let mut fanout = Fanout::new(sinks);
+                for raw in reports {
+                    analyzer.stacks = settings.refresh(&watched.tunables).stacks;
+                    if let Some(event) = analyzer.filter(*raw, &watched.stats) {
+                        fanout.deliver(event);
+                        watched.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-            }
-            fanout.flush();
-        })
-        .map_err(|source| Error::Thread {
-            what: "export",
-            source,
-        })
+                fanout.flush();
+                let _ = done_tx.send(());
+            })
+            .map_err(|source| Error::Thread {
+                what: "export",
+                source,
+            })?;
+        Ok(ExportThread { thread, done })
+    }
+
+    /// Joins it if it has flushed the sinks within `within`, and says whether it did; past
+    /// that it is left to run on (one held by a sink that does not return cannot hold up a
+    /// stop).
+    pub(crate) fn join_within(self, within: Duration) -> bool {
+        match self.done.recv_timeout(within) {
+            Err(mpsc::RecvTimeoutError::Timeout) => false,
+            // Done, or ended without saying so (it panicked).
+            _ => self.thread.join().is_ok(),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::{Reason, State};
-    use std::sync::atomic::AtomicU64;
 
     /// The queues and the sinks on threads of their own get the one event the export thread
     /// made, not copies of it, the queues in order with the inline sinks (the first queue has it
@@ -129,8 +141,7 @@ mod tests {
         use std::time::Duration;
         let queue = || {
             let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(4);
-            let q = QueueSink::new(Some(tx), Arc::new(AtomicU64::new(0)));
-            (Outlet::Queue(q), rx)
+            (Outlet::Thread(Threaded::bare(tx)), rx)
         };
         let ((first, a), (second, b)) = (queue(), queue());
         let rxs = Arc::new(Mutex::new((a, b)));
@@ -148,12 +159,19 @@ mod tests {
             let _ = at_tx.send(e as *const PinnedEvent as usize);
         };
         let drops = crate::export::Drops::default();
-        let threaded =
-            crate::export::on_own_thread("shared", Box::new(on_thread), 4, &drops).unwrap();
-        let mut fanout = Fanout::new(
-            vec![first, Outlet::Inline(Box::new(inline)), second],
-            vec![threaded],
-        );
+        let threaded = crate::export::on_own_thread(
+            "shared",
+            move || Box::new(on_thread) as Box<dyn Sink>,
+            4,
+            &drops,
+        )
+        .unwrap();
+        let mut fanout = Fanout::new(vec![
+            first,
+            Outlet::Inline(Box::new(inline)),
+            second,
+            Outlet::Thread(threaded),
+        ]);
         fanout.deliver(PinnedEvent::for_test(
             7,
             State::Completed,

@@ -22,20 +22,16 @@ mod metrics;
 pub mod otlp;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
-mod queue;
 mod record;
 mod running;
 mod threaded;
 mod tracing;
 
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
-
 use crate::config::Config;
 use crate::event::PinnedEvent;
 use crate::Error;
 
-pub(crate) use fanout::{spawn_export_thread, Outlet};
+pub(crate) use fanout::{ExportThread, Outlet};
 pub(crate) use flight::{Dump, Flight, Identity};
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub(crate) use live::LiveFn;
@@ -43,11 +39,10 @@ pub(crate) use live::LiveFn;
 pub use metrics::DURATION_BUCKETS;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub(crate) use metrics::{victim_count, PinCounter, PinTime};
-pub(crate) use queue::QueueSink;
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
 pub(crate) use record::{Recorder, RecordingRef};
 pub(crate) use running::{Drops, Parts, Running};
-pub(crate) use threaded::{join_within, on_own_thread};
+pub(crate) use threaded::on_own_thread;
 pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
 pub(crate) use tracing::{flush_stderr, log_dropped, no_subscriber, say, to_stderr};
@@ -70,12 +65,11 @@ pub(crate) trait Exporter: Send + Sync {
 
 /// What an exporter's `start` returns when its settings ask for it.
 pub(crate) struct Started {
-    /// Where the export thread hands it each event (never waits). Before the exporter, so that
-    /// a `Started` dropped whole drops it first: the exporter's `Drop` may wait for it to go.
+    /// Where the export thread hands it each event (never waits): a sink the export thread runs
+    /// itself, or one on a thread of its own ([`on_own_thread`], its drops counted under the
+    /// exporter's feature: `pinwatch_events_dropped_total{sink}`).
     pub sink: Outlet,
     pub exporter: Box<dyn Exporter>,
-    /// Events its own queue dropped, when it has one: `pinwatch_events_dropped_total{sink}`.
-    pub dropped: Option<Arc<AtomicU64>>,
 }
 
 /// Starts an exporter, or returns `None` when the settings do not ask for it.
@@ -85,8 +79,6 @@ pub(crate) type StartFn = fn(&Parts) -> Result<Option<Started>, Error>;
 pub(crate) struct Entry {
     /// How the start-up line names it (`Prometheus off`).
     pub name: &'static str,
-    /// Its cargo feature: the `sink` label of its drops.
-    pub feature: &'static str,
     /// `None` in a build without its feature.
     pub start: Option<StartFn>,
 }
@@ -96,7 +88,6 @@ macro_rules! exporter {
     ($feature:literal, $name:literal, $module:ident) => {
         Entry {
             name: $name,
-            feature: $feature,
             #[cfg(feature = $feature)]
             start: Some($module::start),
             #[cfg(not(feature = $feature))]

@@ -11,8 +11,8 @@
 //! fills that queue, and what does not fit is dropped and counted
 //! (`pinwatch_events_dropped_total{sink="otlp"}`) — it never slows the watchdog or the app.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
@@ -23,8 +23,8 @@ use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
+use super::LiveFn;
 use super::{Exporter, Outlet, Parts, Started};
-use super::{LiveFn, QueueSink};
 use crate::event::{PinnedEvent, Reason, State};
 use crate::Error;
 
@@ -103,25 +103,46 @@ fn reason_index(r: Option<Reason>) -> usize {
         .unwrap_or(Reason::ALL.len() - 1)
 }
 
-/// The running OTLP exporter: its thread, queue and providers.
+/// The running OTLP exporter, as the start-up line names it: its client runs on a thread of its
+/// own ([`Client`]).
 pub(crate) struct Otlp {
-    tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
-    /// Says when the OTLP thread has sent what was queued, shut the providers down and ended.
-    done: Mutex<mpsc::Receiver<()>>,
-    /// Set when the detector stopped waiting for the OTLP thread: what it still holds is lost.
-    abandoned: Arc<AtomicBool>,
-    /// Where the reports go, for the line that says they were not all sent.
+    /// Where the reports go.
     to: String,
-    dropped: Arc<AtomicU64>,
-    /// Dropped after the thread and the providers (fields drop after `Drop::drop`).
-    _runtime: ClientRuntime,
+}
+
+/// The OTLP client, on its thread ([`on_own_thread`](super::on_own_thread)): each report sent
+/// as a log record and counted in the metrics; at the end the providers shut down, which sends
+/// the metrics' last export, once every report is counted in them.
+struct Client {
+    logger: opentelemetry_sdk::logs::SdkLogger,
+    logs: SdkLoggerProvider,
+    meters: SdkMeterProvider,
+    state: Arc<Mutex<MetricState>>,
+    instruments: Instruments,
+    /// Dropped after the providers (fields drop in order), on the client's thread.
+    runtime: ClientRuntime,
+}
+
+impl super::threaded::OwnThread for Client {
+    fn event(&mut self, e: &PinnedEvent) {
+        let _entered = self.runtime.0.as_ref().map(|r| r.enter());
+        emit(&self.logger, e);
+        record(&self.state, e);
+        self.instruments.record(e);
+    }
+
+    fn flush(&mut self) {
+        let _entered = self.runtime.0.as_ref().map(|r| r.enter());
+        let _ = self.logs.shutdown();
+        let _ = self.meters.shutdown();
+    }
 }
 
 /// The runtime of pinwatch's own that the gRPC client runs on, when OTLP goes over gRPC.
-/// Dropped after everything that uses it: from async code (a detector shut down or dropped in a
-/// task, a `build` there that fails after OTLP started) it is left to stop in the background,
-/// since dropping a runtime there waits for its threads, which tokio refuses with a panic; its
-/// one thread ends on its own.
+/// Dropped after everything that uses it, on the client's thread; should that thread not start,
+/// where the exporter started, which may be async code (a `build` in a task), where dropping a
+/// runtime waits for its threads, which tokio refuses with a panic: there it is left to stop
+/// in the background, its one thread ending on its own.
 struct ClientRuntime(Option<tokio::runtime::Runtime>);
 
 impl Drop for ClientRuntime {
@@ -135,23 +156,19 @@ impl Drop for ClientRuntime {
 }
 
 impl Otlp {
-    /// Starts the exporter: a bounded queue, a thread that sends each event as a log record,
-    /// and a meter provider whose reader thread exports the metrics.
-    /// `queue`: events queued for the OTLP thread before new ones are dropped (the detector's
-    /// queue capacity).
-    fn start(max_locations: usize, queue: usize, live: LiveFn) -> Result<Otlp, Error> {
-        Otlp::start_to(max_locations, queue, live, None, |n| std::env::var(n).ok())
-    }
-
-    /// [`Otlp::start`], sending to `endpoint` (`http://host:port`) instead of what the `OTEL_*`
-    /// variables say when it is given, with the protocols `env` (the environment) says.
-    fn start_to(
+    /// Starts the exporter: its client on a thread of its own behind a queue of `queue` events
+    /// (the detector's queue capacity; what does not fit is counted in `drops`), sending each
+    /// event as a log record, and a meter provider whose reader thread exports the metrics;
+    /// to `endpoint` (`http://host:port`) when it is given, else where the `OTEL_*` variables
+    /// say, with the protocols `env` (the environment) says.
+    fn start(
         max_locations: usize,
         queue: usize,
         live: LiveFn,
         endpoint: Option<&str>,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Otlp, Error> {
+        drops: &super::Drops,
+    ) -> Result<(Otlp, super::threaded::Threaded), Error> {
         let logs_protocol = protocol("LOGS", &env)?;
         let metrics_protocol = protocol("METRICS", &env)?;
         // A runtime of pinwatch's own for the grpc client (tonic needs one); never the app's.
@@ -171,7 +188,8 @@ impl Otlp {
                 None
             },
         );
-        let _entered = runtime.0.as_ref().map(|r| r.enter());
+        let handle = runtime.0.as_ref().map(|r| r.handle().clone());
+        let _entered = handle.as_ref().map(|h| h.enter());
         let resource = Resource::builder().build();
         let log_exporter = match logs_protocol {
             Protocol::HttpProtobuf => match endpoint {
@@ -229,38 +247,19 @@ impl Otlp {
             .build();
         let state = Arc::new(Mutex::new(MetricState::new()));
         register_metrics(&meters, live, Arc::clone(&state));
-        let mut instruments = Instruments::new(&meters, max_locations);
-        let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(queue);
-        let handle = runtime.0.as_ref().map(|r| r.handle().clone());
-        let (done_tx, done) = mpsc::sync_channel::<()>(1);
-        let abandoned = Arc::new(AtomicBool::new(false));
-        let (left, lost) = (Arc::clone(&abandoned), Arc::clone(&dropped));
-        std::thread::Builder::new()
-            .name("pinwatch-otlp".into())
-            .spawn(move || {
-                let _entered = handle.as_ref().map(|h| h.enter());
-                let logger = logs.logger("pinwatch");
-                for e in rx {
-                    if left.load(Ordering::Relaxed) {
-                        // The detector has stopped waiting: no send of a minute or more each.
-                        lost.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    emit(&logger, &e);
-                    record(&state, &e);
-                    instruments.record(&e);
-                }
-                if !left.load(Ordering::Relaxed) {
-                    let _ = logs.shutdown();
-                    // The metrics' last export, once every report is counted in them.
-                    let _ = meters.shutdown();
-                }
-                let _ = done_tx.send(());
-            })
-            .map_err(|source| Error::Thread {
-                what: "otlp",
-                source,
-            })?;
+        let instruments = Instruments::new(&meters, max_locations);
+        let client = Client {
+            logger: logs.logger("pinwatch"),
+            logs,
+            meters,
+            state,
+            instruments,
+            runtime,
+        };
+        // Counted with the queue's drops: records the collector did not take, and what the
+        // queue could not.
+        let thread =
+            super::threaded::on_own_thread_counted("otlp", move || client, queue, dropped, drops)?;
         let to = endpoint.map(str::to_owned).unwrap_or_else(|| {
             // Where the log records go, as the exporter decides it.
             env("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
@@ -273,19 +272,7 @@ impl Otlp {
                     .to_owned()
                 })
         });
-        Ok(Otlp {
-            tx: Some(tx),
-            done: Mutex::new(done),
-            abandoned,
-            to,
-            dropped,
-            _runtime: runtime,
-        })
-    }
-
-    /// The sink that feeds the queue (on the export thread: never waits).
-    pub(crate) fn sink(&self) -> QueueSink {
-        QueueSink::new(self.tx.clone(), Arc::clone(&self.dropped))
+        Ok((Otlp { to }, thread))
     }
 }
 
@@ -310,63 +297,35 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
     if !config.otlp {
         return Ok(None);
     }
-    let otlp = Otlp::start(
+    let (otlp, thread) = Otlp::start(
         config.prometheus_max_locations,
         config.queue_capacity,
         parts.live(),
+        None,
+        |n| std::env::var(n).ok(),
+        &parts.drops,
     )?;
     Ok(Some(Started {
-        sink: Outlet::Queue(otlp.sink()),
-        dropped: Some(Arc::clone(&otlp.dropped)),
+        sink: Outlet::Thread(thread),
         exporter: Box::new(otlp),
     }))
 }
 
-impl Drop for Otlp {
-    fn drop(&mut self) {
-        // The sink's clone of the sender goes with the export thread; once both are gone the
-        // OTLP thread sends what is queued, shuts the providers down and stops. A collector
-        // that takes connections and never answers holds each send for the whole
-        // `OTEL_EXPORTER_OTLP_TIMEOUT` (10 s): the process's exit does not wait for that past
-        // the sinks' bound.
-        drop(self.tx.take());
-        let sent = self
-            .done
-            .get_mut()
-            .is_ok_and(|d| d.recv_timeout(super::threaded::FLUSH_WAIT).is_ok());
-        if !sent {
-            self.abandoned.store(true, Ordering::Relaxed);
-            // The thread may still run in the gRPC client's runtime (a retry's sleep): shut
-            // down under it, that would panic. The process is stopping; it stays.
-            std::mem::forget(self._runtime.0.take());
-            super::tracing::say(
-                tracing::Level::WARN,
-                format!(
-                    "the OTLP export to {} took too long: pinwatch stopped waiting after {} s; \
-                     the reports not sent yet and the metrics' last export are lost",
-                    self.to,
-                    super::threaded::FLUSH_WAIT.as_secs(),
-                ),
-            );
-            super::tracing::flush_stderr();
-        }
-    }
-}
-
 /// Sends `events` as log records to the OTLP/HTTP receiver at `endpoint` (`http://host:port`)
-/// through the exporter pinwatch runs, and returns once they are sent. For tests of what a
-/// receiver gets (the events come from JSON lines); not an interface.
+/// through the exporter pinwatch runs, and returns once they are sent (or the detector's stop
+/// would have stopped waiting). For tests of what a receiver gets (the events come from JSON
+/// lines); not an interface.
 #[doc(hidden)]
 pub fn send_for_test(endpoint: &str, events: Vec<PinnedEvent>) -> Result<(), Error> {
     let live: LiveFn = Arc::new(super::live::Live::default);
-    let otlp = Otlp::start_to(16, events.len().max(1), live, Some(endpoint), |_| None)?;
-    let sink = otlp.sink();
+    let drops = super::Drops::default();
+    let queue = events.len().max(1);
+    let (_otlp, mut thread) = Otlp::start(16, queue, live, Some(endpoint), |_| None, &drops)?;
     for e in events {
-        sink.send(&Arc::new(e));
+        thread.send(&Arc::new(e));
     }
-    drop(sink);
-    // Dropping it sends what is queued, then stops its thread.
-    drop(otlp);
+    thread.close();
+    thread.wait(std::time::Instant::now() + super::threaded::FLUSH_WAIT);
     Ok(())
 }
 
@@ -799,52 +758,59 @@ impl Instruments {
 mod tests {
     use super::*;
 
-    /// A detector shut down or dropped in async code (a task, a `block_on`) drops its OTLP
-    /// exporter there. Over gRPC that drops the exporter's own client runtime too, which tokio
-    /// refuses in async code with a panic unless the runtime is left to stop in the background.
+    /// An OTLP client to `at` (`env`: the protocols) in a fan-out of its own, with eight
+    /// reports handed to it (its queue's capacity).
+    fn eight_queued(
+        at: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> (Otlp, super::super::fanout::Fanout) {
+        let live: LiveFn = Arc::new(super::super::live::Live::default);
+        let drops = super::super::Drops::default();
+        let (otlp, client) = Otlp::start(16, 8, live, Some(at), env, &drops).unwrap();
+        let mut fanout = super::super::fanout::Fanout::new(vec![Outlet::Thread(client)]);
+        for id in 1..=8 {
+            fanout.deliver(PinnedEvent::for_test(
+                id,
+                State::Completed,
+                Reason::Sleep,
+                30,
+                1,
+            ));
+        }
+        (otlp, fanout)
+    }
+
+    /// A detector started, shut down or dropped in async code (a task, a `block_on`) does all
+    /// that there. Over gRPC the client has a runtime of its own, which tokio refuses to drop in
+    /// async code with a panic: it goes on the client's thread.
     #[test]
-    fn a_grpc_exporter_dropped_in_async_code_stops_without_a_panic() {
-        // Nothing listens there: what the exporter sends as it stops is refused at once.
+    fn a_grpc_client_stopped_in_async_code_stops_without_a_panic() {
+        // Nothing listens there: what the client sends is refused at once.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let grpc = |name: &str| name.ends_with("_PROTOCOL").then(|| "grpc".to_owned());
-        let live: LiveFn = Arc::new(super::super::live::Live::default);
         let at = format!("http://127.0.0.1:{port}");
-        let otlp = Otlp::start_to(16, 4, live, Some(&at), grpc).unwrap();
-        assert!(
-            otlp._runtime.0.is_some(),
-            "gRPC runs on a runtime of its own"
-        );
-        let sink = otlp.sink();
-        sink.send(&Arc::new(PinnedEvent::for_test(
-            1,
-            State::Completed,
-            Reason::Sleep,
-            30,
-            1,
-        )));
-        drop(sink);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            rt.block_on(async move { drop(otlp) })
+            rt.block_on(async move {
+                let (otlp, mut fanout) = eight_queued(&at, grpc);
+                fanout.flush();
+                drop((otlp, fanout));
+            })
         }));
-        assert!(
-            stopped.is_ok(),
-            "the exporter's drop in async code panicked"
-        );
+        assert!(stopped.is_ok(), "the client's stop in async code panicked");
     }
 
     /// A collector that takes connections and never answers holds each send for the whole
-    /// `OTEL_EXPORTER_OTLP_TIMEOUT` (10 s), one report after another: the exporter's drop, which
-    /// the detector's shutdown waits for, waited for all of them (minutes with a full queue).
-    /// It now waits the sinks' bound.
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT` (10 s), one report after another: the detector's stop
+    /// waited for all of them (minutes with a full queue). It waits the sinks' bound.
     #[test]
-    fn a_collector_that_never_answers_holds_the_shutdown_a_bounded_time() {
+    fn a_collector_that_never_answers_holds_the_stop_a_bounded_time() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let at = format!("http://{}", listener.local_addr().unwrap());
         // Takes every connection and keeps it, reading nothing and answering nothing.
@@ -854,29 +820,17 @@ mod tests {
                 held.push(c);
             }
         });
-        let live: LiveFn = Arc::new(super::super::live::Live::default);
-        let otlp = Otlp::start_to(16, 8, live, Some(&at), |_| None).unwrap();
-        let sink = otlp.sink();
-        // Eight reports: 80 s at least before, one after the other.
-        for id in 1..=8 {
-            sink.send(&Arc::new(PinnedEvent::for_test(
-                id,
-                State::Completed,
-                Reason::Sleep,
-                30,
-                1,
-            )));
-        }
-        drop(sink);
+        // Eight reports: 80 s at least, one after the other.
+        let (_otlp, mut fanout) = eight_queued(&at, |_| None);
         let stopping = std::time::Instant::now();
-        drop(otlp);
+        fanout.flush();
         let took = stopping.elapsed();
         let bound = super::super::threaded::FLUSH_WAIT;
         assert!(took >= bound, "{took:?}: it waited for nothing");
         // Generous: the bound, the log line's own bounded flush, and a loaded machine.
         assert!(
             took < 4 * bound,
-            "{took:?}: the shutdown waited for the collector"
+            "{took:?}: the stop waited for the collector"
         );
     }
 
@@ -888,7 +842,7 @@ mod tests {
         use std::io::{BufRead, BufReader, Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let at = format!("http://{}", listener.local_addr().unwrap());
-        let (paths_tx, paths) = mpsc::channel::<String>();
+        let (paths_tx, paths) = std::sync::mpsc::channel::<String>();
         std::thread::spawn(move || {
             for c in listener.incoming().take(256).flatten() {
                 let paths_tx = paths_tx.clone();
@@ -926,20 +880,8 @@ mod tests {
                 });
             }
         });
-        let live: LiveFn = Arc::new(super::super::live::Live::default);
-        let otlp = Otlp::start_to(16, 8, live, Some(&at), |_| None).unwrap();
-        let sink = otlp.sink();
-        for id in 1..=8 {
-            sink.send(&Arc::new(PinnedEvent::for_test(
-                id,
-                State::Completed,
-                Reason::Sleep,
-                30,
-                1,
-            )));
-        }
-        drop(sink);
-        drop(otlp);
+        let (_otlp, mut fanout) = eight_queued(&at, |_| None);
+        fanout.flush();
         let got: Vec<String> = paths.try_iter().collect();
         let logs = got.iter().filter(|p| *p == "/v1/logs").count();
         assert_eq!(logs, 8, "{got:?}");

@@ -146,7 +146,6 @@ pub(crate) fn start(parts: &Parts) -> Result<Option<Started>, Error> {
             endpoint,
             _registered: registered,
         }),
-        dropped: None,
     }))
 }
 

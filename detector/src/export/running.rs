@@ -1,7 +1,8 @@
 //! The exporters of a running detector: each way out that runs beside the export thread (an
 //! endpoint, a client, a thread of its own) is started from [`EXPORTERS`](super::EXPORTERS)
 //! in its order, named in the start-up line, closed to requests when the detector stops, and
-//! dropped — its queue drained — after the export thread has handed it the last event.
+//! dropped after the export thread has flushed the sinks (an exporter's client on a thread of
+//! its own is one of them, waited for a bounded time with the others).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -64,19 +65,14 @@ pub(crate) struct Running {
 
 impl Running {
     /// Starts every exporter the settings ask for, in order, and adds their sinks to `sinks`.
-    /// If one fails or panics, those already started stop, their sinks taken back out first.
+    /// If one fails or panics, those already started stop as they are dropped (none waits for
+    /// its sink: one with a thread has it on its own, [`on_own_thread`](super::on_own_thread)).
     pub(crate) fn start(
         parts: &Parts,
         entries: &[Entry],
         sinks: &mut Vec<Outlet>,
     ) -> Result<Running, Error> {
         let mut out = Running::none();
-        // Declared after `out`, so dropped before it.
-        let mut added = Added {
-            at: sinks.len(),
-            sinks,
-            kept: false,
-        };
         for entry in entries {
             let started = match entry.start {
                 Some(start) => start(parts)?,
@@ -86,17 +82,11 @@ impl Running {
                 out.described.push(format!("{} off", entry.name));
                 continue;
             };
-            if let Some(counter) = started.dropped {
-                parts.drops.add(entry.feature, counter);
-            }
-            // `started` (less `dropped`), dropped by a panic here, drops its sink before its
-            // exporter; once the exporter is in `out`, its sink is added.
-            let described = started.exporter.describe();
+            // A panic here drops `started` whole: no sink is added for it.
+            out.described.push(started.exporter.describe());
             out.running.push(started.exporter);
-            added.sinks.push(started.sink);
-            out.described.push(described);
+            sinks.push(started.sink);
         }
-        added.kept = true;
         Ok(out)
     }
 
@@ -117,24 +107,6 @@ impl Running {
     pub(crate) fn close(&mut self) {
         for e in self.running.iter_mut() {
             e.close();
-        }
-    }
-}
-
-/// The sinks [`Running::start`] has added past `at`, for the exporters it has started. Dropped
-/// without being kept (an exporter's start failed, or panicked), it takes them out, before the
-/// exporters go: an exporter's `Drop` may join its thread, which ends only once its sink's sender
-/// is gone too.
-struct Added<'a> {
-    sinks: &'a mut Vec<Outlet>,
-    at: usize,
-    kept: bool,
-}
-
-impl Drop for Added<'_> {
-    fn drop(&mut self) {
-        if !self.kept {
-            self.sinks.truncate(self.at);
         }
     }
 }

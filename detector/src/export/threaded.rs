@@ -1,16 +1,19 @@
 //! A sink that can block — the `tracing` one writes through the service's subscriber, whose
-//! writer may wait for good on a full pipe; a user's may do anything — runs on a thread of its
-//! own behind a bounded queue, so that it holds back no other sink: the recordings, the flight
-//! recording and the exporters get every event whatever it does. What its queue cannot take is
-//! dropped and counted under its name (`pinwatch_events_dropped_total{sink}`, `ctl status`).
+//! writer may wait for good on a full pipe; a user's may do anything; OTLP's client waits for a
+//! collector; the console's — runs on a thread of its own behind a bounded queue, so that it
+//! holds back no other sink: the recordings, the flight recording and the other exporters get
+//! every event whatever it does. What its queue cannot take is dropped and counted under its
+//! name (`pinwatch_events_dropped_total{sink}`, `ctl status`). The detector's stop waits for
+//! them all together a bounded time, then leaves behind those that do not finish.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use super::{Drops, QueueSink, Sink};
+use super::{Drops, Sink};
 use crate::event::PinnedEvent;
+use crate::handoff::Waited;
 use crate::Error;
 
 /// How long the detector's shutdown waits for such sinks to take what is queued and flush (all
@@ -18,74 +21,191 @@ use crate::Error;
 /// behind, not waited for.
 pub(crate) const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
-/// Joins `t` if it ends within `within`, and says whether it did; past that it is left to run
-/// on (a thread held by a sink that does not return cannot hold up a stop).
-pub(crate) fn join_within(t: std::thread::JoinHandle<()>, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    // A thread's end is not signalled otherwise; this waits a few milliseconds at most more
-    // than the thread takes.
-    while !t.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
+/// What runs on a thread of its own behind a queue: a [`Sink`] that may block (the `tracing`
+/// one, a user's), or an exporter's client (OTLP's, whose sends wait for a collector; the
+/// console's, which also wakes on its own to keep its resources current).
+pub(crate) trait OwnThread: Send + 'static {
+    /// One event.
+    fn event(&mut self, event: &PinnedEvent);
+
+    /// How long it may wait for an event before [`tick`](Self::tick); `None`: for good.
+    fn every(&self) -> Option<Duration> {
+        None
     }
-    t.is_finished() && t.join().is_ok()
+
+    /// No event came for [`every`](Self::every).
+    fn tick(&mut self) {}
+
+    /// Once, after the last event, unless the detector's stop has stopped waiting for it.
+    fn flush(&mut self) {}
 }
 
-/// `sink`, named `name` (its thread `pinwatch-sink-<name>`, its drop counter's label), behind a
-/// queue of `capacity` events.
-pub(crate) fn on_own_thread(
+impl OwnThread for Box<dyn Sink> {
+    fn event(&mut self, event: &PinnedEvent) {
+        (**self).event(event);
+    }
+
+    fn flush(&mut self) {
+        (**self).flush();
+    }
+}
+
+/// The sink that `make` makes on its own thread (so that what it makes there, a span say, is
+/// made against the process's dispatcher, not a default of the starting thread's), named `name`
+/// (its thread `pinwatch-sink-<name>`, its drop counter's label), behind a queue of `capacity`
+/// events.
+pub(crate) fn on_own_thread<S: OwnThread>(
     name: &'static str,
-    mut sink: Box<dyn Sink>,
+    make: impl FnOnce() -> S + Send + 'static,
     capacity: usize,
+    drops: &Drops,
+) -> Result<Threaded, Error> {
+    on_own_thread_counted(name, make, capacity, Arc::default(), drops)
+}
+
+/// [`on_own_thread`], its drops counted in `dropped`, which the sink may count its own losses
+/// in too (OTLP's records that the collector did not take).
+pub(crate) fn on_own_thread_counted<S: OwnThread>(
+    name: &'static str,
+    make: impl FnOnce() -> S + Send + 'static,
+    capacity: usize,
+    dropped: Arc<AtomicU64>,
     drops: &Drops,
 ) -> Result<Threaded, Error> {
     let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(capacity);
     let (done_tx, done) = mpsc::sync_channel::<()>(1);
+    let left = Arc::new(AtomicBool::new(false));
+    let (lost, behind) = (Arc::clone(&dropped), Arc::clone(&left));
     std::thread::Builder::new()
         .name(format!("pinwatch-sink-{name}"))
         .spawn(move || {
-            for e in rx {
-                // A sink that panics loses that event only.
-                let _ = catch_unwind(AssertUnwindSafe(|| sink.event(&e)));
+            // A sink that panics loses that event (or tick) only; one that cannot be made,
+            // every event, counted.
+            let mut sink = catch_unwind(AssertUnwindSafe(make)).ok();
+            let every = sink.as_ref().and_then(|s| s.every());
+            let mut next = every.and_then(|d| Instant::now().checked_add(d));
+            loop {
+                let got = match next {
+                    Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
+                    None => rx.recv().ok_or(Waited::Closed),
+                };
+                match (got, sink.as_mut()) {
+                    (Ok(e), Some(s)) if !behind.load(Ordering::Relaxed) => {
+                        let _ = catch_unwind(AssertUnwindSafe(|| s.event(&e)));
+                    }
+                    // Left behind by the stop, or never made: no more sends of seconds each.
+                    (Ok(_), _) => {
+                        lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                    (Err(Waited::TimedOut), s) => {
+                        next = every.and_then(|d| Instant::now().checked_add(d));
+                        if let Some(s) = s {
+                            let _ = catch_unwind(AssertUnwindSafe(|| s.tick()));
+                        }
+                    }
+                    (Err(Waited::Closed), _) => break,
+                }
             }
-            let _ = catch_unwind(AssertUnwindSafe(|| sink.flush()));
+            if let Some(s) = sink.as_mut().filter(|_| !behind.load(Ordering::Relaxed)) {
+                let _ = catch_unwind(AssertUnwindSafe(|| s.flush()));
+            }
             let _ = done_tx.send(());
+            // The sink goes here, on its thread (an exporter's client runtime, say, is never
+            // dropped under the thread that uses it, nor in async code).
+            drop(catch_unwind(AssertUnwindSafe(move || drop(sink))));
         })
         .map_err(|source| Error::Thread {
             what: "sink",
             source,
         })?;
-    let dropped = Arc::new(AtomicU64::new(0));
     drops.add(name, Arc::clone(&dropped));
     Ok(Threaded {
-        queue: QueueSink::new(Some(tx), dropped),
+        name,
+        tx: Some(tx),
+        dropped,
         done,
+        left,
     })
 }
 
 /// The export thread's side of a sink on a thread of its own.
 pub(crate) struct Threaded {
-    queue: QueueSink,
-    /// Says when the sink's thread has flushed it and ended.
+    name: &'static str,
+    /// Its queue, until it is closed. The event goes shared, not copied: every queue holds the
+    /// one the export thread made, and it is freed when the last thread is done with it.
+    tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
+    /// Events its queue could not take (and those it counts itself, and those left behind).
+    dropped: Arc<AtomicU64>,
+    /// Says when the sink's thread has flushed it.
     done: mpsc::Receiver<()>,
+    /// Set when the stop has stopped waiting for it: what it still takes is counted dropped.
+    left: Arc<AtomicBool>,
 }
 
 impl Threaded {
-    /// Queues `event` for the sink, or counts it dropped.
+    /// Queues `event` for the sink, or counts it dropped: never waits.
     pub(crate) fn send(&self, event: &Arc<PinnedEvent>) {
-        self.queue.send(event);
+        if let Some(tx) = &self.tx {
+            if tx.try_send(Arc::clone(event)).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// No more events: the sink's thread takes what is queued, flushes the sink and ends.
     pub(crate) fn close(&mut self) {
-        self.queue.close();
+        drop(self.tx.take());
     }
 
-    /// Waits until the sink's thread has ended, or `deadline`.
-    pub(crate) fn wait(&self, deadline: Instant) {
-        let _ = self
-            .done
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
+    /// A queue with no thread behind it: what the sink would get comes out of `tx`'s receiver,
+    /// and it is done at once. For tests of what goes into the queue.
+    #[cfg(test)]
+    pub(crate) fn bare(tx: crate::handoff::Sender<Arc<PinnedEvent>>) -> Threaded {
+        Threaded {
+            name: "bare",
+            tx: Some(tx),
+            dropped: Arc::default(),
+            done: mpsc::sync_channel(1).1,
+            left: Arc::default(),
+        }
     }
+
+    /// Waits until the sink's thread has flushed it, or `deadline`; whether it did.
+    pub(crate) fn wait(&self, deadline: Instant) -> bool {
+        !matches!(
+            self.done
+                .recv_timeout(deadline.saturating_duration_since(Instant::now())),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        )
+    }
+}
+
+/// Waits for the closed `sinks` together, until `deadline` in all (not for each). Those not done
+/// by then are left behind: what they still take is counted dropped, they are not flushed, and
+/// one line says which they are.
+pub(crate) fn wait_all<'a>(sinks: impl Iterator<Item = &'a Threaded>, deadline: Instant) {
+    let left: Vec<&str> = sinks
+        .filter(|s| !s.wait(deadline))
+        .map(|s| {
+            s.left.store(true, Ordering::Relaxed);
+            s.name
+        })
+        .collect();
+    if left.is_empty() {
+        return;
+    }
+    super::say(
+        tracing::Level::WARN,
+        format!(
+            "pinwatch stopped waiting for its {} sink{} after {}: what {} had not handled yet \
+             is lost (a collector or a writer that does not answer?)",
+            left.join(", "),
+            if left.len() == 1 { "" } else { "s" },
+            humantime::format_duration(FLUSH_WAIT),
+            if left.len() == 1 { "it" } else { "they" },
+        ),
+    );
+    super::flush_stderr();
 }
 
 #[cfg(test)]
@@ -107,7 +227,8 @@ mod tests {
             let _ = entered_tx.send(());
             let _ = blocked.recv();
         };
-        let sink = on_own_thread(name, Box::new(blocking), 4, drops).unwrap();
+        let sink =
+            on_own_thread(name, move || Box::new(blocking) as Box<dyn Sink>, 4, drops).unwrap();
         (sink, entered, release)
     }
 
@@ -125,10 +246,11 @@ mod tests {
         let fast = move |_: &PinnedEvent| {
             counter.fetch_add(1, Ordering::Relaxed);
         };
-        let mut fanout = crate::export::fanout::Fanout::new(
-            vec![Outlet::Inline(Box::new(fast))],
-            vec![slow, stuck],
-        );
+        let mut fanout = crate::export::fanout::Fanout::new(vec![
+            Outlet::Inline(Box::new(fast)),
+            Outlet::Thread(slow),
+            Outlet::Thread(stuck),
+        ]);
         fanout.deliver(PinnedEvent::for_test(
             1,
             State::InProgress,
@@ -165,6 +287,99 @@ mod tests {
         );
     }
 
+    /// A sink the stop left behind handles nothing more once it returns: what it still held is
+    /// counted dropped (no send of seconds each), it is not flushed, and it is dropped on its
+    /// thread. One with no event for [`OwnThread::every`] ticks.
+    #[test]
+    fn a_sink_left_behind_counts_what_it_held_as_dropped() {
+        struct Held {
+            entered: mpsc::Sender<()>,
+            blocked: mpsc::Receiver<()>,
+            handled: Arc<AtomicU64>,
+            flushed: Arc<AtomicU64>,
+            gone: mpsc::Sender<std::thread::ThreadId>,
+        }
+        impl OwnThread for Held {
+            fn event(&mut self, _: &PinnedEvent) {
+                self.handled.fetch_add(1, Ordering::Relaxed);
+                let _ = self.entered.send(());
+                let _ = self.blocked.recv();
+            }
+            fn every(&self) -> Option<Duration> {
+                Some(Duration::from_millis(1))
+            }
+            fn tick(&mut self) {
+                let _ = self.entered.send(());
+            }
+            fn flush(&mut self) {
+                self.flushed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        impl Drop for Held {
+            fn drop(&mut self) {
+                let _ = self.gone.send(std::thread::current().id());
+            }
+        }
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, blocked) = mpsc::channel();
+        let (gone_tx, gone) = mpsc::channel();
+        let (handled, flushed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let held = Held {
+            entered: entered_tx,
+            blocked,
+            handled: Arc::clone(&handled),
+            flushed: Arc::clone(&flushed),
+            gone: gone_tx,
+        };
+        let drops = Drops::default();
+        let mut t = on_own_thread("held", move || held, 8, &drops).unwrap();
+        // A tick, with no event yet.
+        entered
+            .recv_timeout(Duration::from_secs(60))
+            .expect("no tick");
+        let event = |id| {
+            Arc::new(PinnedEvent::for_test(
+                id,
+                State::Completed,
+                Reason::Sleep,
+                30,
+                1,
+            ))
+        };
+        t.send(&event(1));
+        // Ticks and the event's entry: until `handled` says the event is being handled.
+        while handled.load(Ordering::Relaxed) == 0 {
+            entered
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the event was not taken");
+        }
+        for id in 2..=5 {
+            t.send(&event(id));
+        }
+        t.close();
+        wait_all(std::iter::once(&t), Instant::now());
+        drop(release);
+        let on = gone
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the sink was not dropped");
+        assert_ne!(
+            on,
+            std::thread::current().id(),
+            "dropped on the stopping thread"
+        );
+        assert_eq!(
+            handled.load(Ordering::Relaxed),
+            1,
+            "handled after it was left"
+        );
+        assert_eq!(
+            flushed.load(Ordering::Relaxed),
+            0,
+            "flushed after it was left"
+        );
+        assert_eq!(drops.totals(), vec![("held", 4)]);
+    }
+
     /// A sink that is only slow gets everything queued at the flush, and is flushed itself.
     #[test]
     fn a_slow_sink_gets_what_is_queued_before_the_detector_stops() {
@@ -180,13 +395,9 @@ mod tests {
         }
         let (got, flushed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let drops = Drops::default();
-        let mut s = on_own_thread(
-            "slow",
-            Box::new(Slow(Arc::clone(&got), Arc::clone(&flushed))),
-            64,
-            &drops,
-        )
-        .unwrap();
+        let slow = Slow(Arc::clone(&got), Arc::clone(&flushed));
+        let mut s =
+            on_own_thread("slow", move || Box::new(slow) as Box<dyn Sink>, 64, &drops).unwrap();
         for id in 1..=20 {
             s.send(&Arc::new(PinnedEvent::for_test(
                 id,
@@ -197,7 +408,10 @@ mod tests {
             )));
         }
         s.close();
-        s.wait(Instant::now() + FLUSH_WAIT);
+        assert!(
+            s.wait(Instant::now() + FLUSH_WAIT),
+            "the slow sink was not waited for"
+        );
         assert_eq!(got.load(Ordering::Relaxed), 20);
         assert_eq!(flushed.load(Ordering::Relaxed), 1);
         assert_eq!(drops.totals(), vec![("slow", 0)]);

@@ -229,13 +229,9 @@ impl RecordSink {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         match std::fs::symlink_metadata(&self.path) {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // The current file is gone (deleted by hand): start a new one under its name,
-                // leaving the rotated ones where they are.
-                let (file, meta) = append(&self.path)?;
-                self.switch_to(file, &meta);
-                return Ok(());
-            }
+            // The current file went since the line began (deleted by hand): a new one under
+            // its name, the rotated ones left where they are.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.follow_the_name(),
             Err(e) => return Err(e),
         }
         // The mode of the file written (`fstat`), not of the path: a symlink's own is 0777.

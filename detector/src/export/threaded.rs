@@ -85,25 +85,32 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
             let every = sink.as_ref().and_then(|s| s.every());
             let mut next = every.and_then(|d| Instant::now().checked_add(d));
             loop {
+                // Due, whether or not events are waiting: a queue that never empties does not
+                // put the ticks off.
+                if next.is_some_and(|at| Instant::now() >= at) {
+                    next = every.and_then(|d| Instant::now().checked_add(d));
+                    if let Some(s) = sink.as_mut() {
+                        let _ = catch_unwind(AssertUnwindSafe(|| s.tick()));
+                    }
+                }
                 let got = match next {
                     Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
                     None => rx.recv().ok_or(Waited::Closed),
                 };
-                match (got, sink.as_mut()) {
-                    (Ok(e), Some(s)) if !behind.load(Ordering::Relaxed) => {
-                        let _ = catch_unwind(AssertUnwindSafe(|| s.event(&e)));
-                    }
-                    // Left behind by the stop, or never made: no more sends of seconds each.
-                    (Ok(_), _) => {
-                        lost.fetch_add(1, Ordering::Relaxed);
-                    }
-                    (Err(Waited::TimedOut), s) => {
-                        next = every.and_then(|d| Instant::now().checked_add(d));
-                        if let Some(s) = s {
-                            let _ = catch_unwind(AssertUnwindSafe(|| s.tick()));
+                match got {
+                    Ok(e) => match sink.as_mut() {
+                        Some(s) if !behind.load(Ordering::Relaxed) => {
+                            let _ = catch_unwind(AssertUnwindSafe(|| s.event(&e)));
                         }
-                    }
-                    (Err(Waited::Closed), _) => break,
+                        // Left behind by the stop, or never made: no more sends of seconds
+                        // each.
+                        _ => {
+                            lost.fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                    // The tick is due: above.
+                    Err(Waited::TimedOut) => {}
+                    Err(Waited::Closed) => break,
                 }
             }
             if let Some(s) = sink.as_mut().filter(|_| !behind.load(Ordering::Relaxed)) {
@@ -378,6 +385,63 @@ mod tests {
             "flushed after it was left"
         );
         assert_eq!(drops.totals(), vec![("held", 4)]);
+    }
+
+    /// A tick that falls due while events wait runs before the next of them: a queue that
+    /// never empties (the console's, in a storm of pins) does not put the ticks off for good.
+    #[test]
+    fn a_due_tick_runs_before_the_events_waiting() {
+        struct Order {
+            seen: mpsc::Sender<&'static str>,
+            release: mpsc::Receiver<()>,
+            first: bool,
+        }
+        impl OwnThread for Order {
+            fn event(&mut self, _: &PinnedEvent) {
+                let _ = self.seen.send("event");
+                if std::mem::take(&mut self.first) {
+                    let _ = self.release.recv();
+                    // Past the tick's due time, whenever the thread last ticked.
+                    std::thread::sleep(3 * TEST_TICK);
+                }
+            }
+            fn every(&self) -> Option<Duration> {
+                Some(TEST_TICK)
+            }
+            fn tick(&mut self) {
+                let _ = self.seen.send("tick");
+            }
+        }
+        const TEST_TICK: Duration = Duration::from_millis(2);
+        let (seen_tx, seen) = mpsc::channel();
+        let (release, blocked) = mpsc::channel();
+        let order = Order {
+            seen: seen_tx,
+            release: blocked,
+            first: true,
+        };
+        let drops = Drops::default();
+        let mut t = on_own_thread("order", move || order, 8, &drops).unwrap();
+        let event = |id| {
+            Arc::new(PinnedEvent::for_test(
+                id,
+                State::Completed,
+                Reason::Sleep,
+                30,
+                1,
+            ))
+        };
+        for id in 1..=3 {
+            t.send(&event(id));
+        }
+        release.send(()).unwrap();
+        t.close();
+        assert!(
+            t.wait(Instant::now() + Duration::from_secs(60)),
+            "it did not end"
+        );
+        let seen: Vec<&str> = seen.try_iter().skip_while(|s| *s == "tick").collect();
+        assert_eq!(&seen[..3], &["event", "tick", "event"], "{seen:?}");
     }
 
     /// A sink that is only slow gets everything queued at the flush, and is flushed itself.

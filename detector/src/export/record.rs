@@ -473,8 +473,9 @@ fn not_a_file(what: &str) -> std::io::Error {
 
 /// Walks `path` as the kernel resolves it, and refuses the first symlink on the way that
 /// another user made in a directory anyone may write to ([`may_follow`]): in a parent's name,
-/// at the end, or further down a chain of links. Where a name is not there (yet), the walk
-/// ends: the open makes the last one or fails.
+/// at the end, or further down a chain of links. Where the last name is not there (yet), the
+/// walk ends and the open makes it; any other name not there fails the walk, as it would the
+/// open.
 fn planted_symlinks(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     use std::path::Component;
@@ -520,7 +521,11 @@ fn planted_symlinks(path: &Path) -> std::io::Result<()> {
         let next = at.join(&name);
         let meta = match std::fs::symlink_metadata(&next) {
             Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            // The last name: the open makes it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && todo.is_empty() => return Ok(()),
+            // A directory on the way that is not there: the open would fail the same way,
+            // unless someone made it meanwhile, a link of theirs in `/tmp` say, which the
+            // open would follow unchecked.
             Err(e) => return Err(e),
         };
         if !meta.file_type().is_symlink() {
@@ -1484,6 +1489,24 @@ pub(super) mod tests {
         assert!(may_follow(other, owner, 0o40777, me));
         assert!(may_follow(other, owner, 0o41755, me));
         assert!(may_follow(other, owner, 0o40755, me));
+    }
+
+    /// A directory on the way that is not there fails the walk (the open would fail too): had
+    /// it passed, a link another user made there between the walk and the open would have been
+    /// followed unchecked. The last name not being there is a recording to start.
+    #[test]
+    fn the_walk_fails_where_a_directory_on_the_way_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(planted_symlinks(&dir.path().join("rec.jsonl")).is_ok());
+        let e = planted_symlinks(&dir.path().join("missing/rec.jsonl")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        let e = planted_symlinks(&dir.path().join("missing/..")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        // Through a link of the service's own to a directory not there.
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("to-gone")).unwrap();
+        assert!(planted_symlinks(&dir.path().join("to-gone")).is_ok());
+        let e = planted_symlinks(&dir.path().join("to-gone/rec.jsonl")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
     }
 
     /// A recording to a symlink another user planted in a directory like `/tmp` (the kernel's

@@ -534,7 +534,15 @@ fn planted_symlinks(path: &Path) -> std::io::Result<()> {
         }
         links += 1;
         if links > 40 {
-            return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
+            // As the kernel counts (`ELOOP`), said plainly.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "more than 40 symlinks on the way to {} (a loop of links?): give a path \
+                     that leads to a file",
+                    path.display()
+                ),
+            ));
         }
         let dir = std::fs::metadata(&at)?;
         if !may_follow(meta.uid(), dir.uid(), dir.mode(), me) {
@@ -1507,6 +1515,13 @@ pub(super) mod tests {
         assert!(planted_symlinks(&dir.path().join("to-gone")).is_ok());
         let e = planted_symlinks(&dir.path().join("to-gone/rec.jsonl")).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        // A loop of links is said as one, not as a missing directory.
+        std::os::unix::fs::symlink("b", dir.path().join("a")).unwrap();
+        std::os::unix::fs::symlink("a", dir.path().join("b")).unwrap();
+        let r = Recorder::default();
+        let e = r.start(&dir.path().join("a"), Rotation::NEVER).unwrap_err();
+        assert!(e.contains("a loop of links"), "{e}");
+        assert!(!e.contains("directory exists"), "{e}");
     }
 
     /// A recording to a symlink another user planted in a directory like `/tmp` (the kernel's

@@ -559,11 +559,16 @@ enum Stage {
 /// (a flood spread over many addresses), one already answered, else the oldest of those still
 /// without their request after [`SLOW_HEAD`], else none: a scraper's connection, whose request
 /// comes at once, keeps its room, and a flood that holds every place cannot keep scrapes out.
-/// An IPv6 peer is its /64, which one host is given whole.
+/// An IPv6 peer is its /64, which one host is given whole; an IPv4 one mapped or translated
+/// into IPv6 (`::ffff:a.b.c.d`, NAT64's `64:ff9b::a.b.c.d`) is its IPv4 address.
 fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
     let key = |ip: std::net::IpAddr| match ip {
         std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => std::net::IpAddr::V4(v4),
+            // NAT64's well-known prefix (64:ff9b::/96, RFC 6052): one IPv4 client each.
+            None if v6.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] => {
+                std::net::IpAddr::V4((u128::from(v6) as u32).into())
+            }
             None => std::net::IpAddr::V6((u128::from(v6) & !0u128 << 64).into()),
         },
         v4 => v4,
@@ -706,6 +711,15 @@ mod tests {
         assert_eq!(pick(&[(a, Head), (v6(1), Head), (other, Head)]), None);
         let mapped: std::net::IpAddr = "::ffff:127.0.0.1".parse().unwrap();
         assert_eq!(pick(&[(b, Head), (a, Head), (mapped, Head)]), Some(1));
+        // Clients behind NAT64 are their IPv4 addresses, not one /64.
+        let nat64 = |v4: &str| {
+            format!("64:ff9b::{v4}")
+                .parse::<std::net::IpAddr>()
+                .unwrap()
+        };
+        let (x, y) = (nat64("192.0.2.1"), nat64("192.0.2.2"));
+        assert_eq!(pick(&[(x, Head), (y, Head), (b, Head)]), None);
+        assert_eq!(pick(&[(b, Head), (x, Head), (x, Head)]), Some(1));
         // The same flood from the scraper's own address: its oldest goes, not the newest.
         assert_eq!(pick(&[(a, Head), (a, Head), (a, Head)]), Some(0));
         // One answered already goes first; one being answered never.

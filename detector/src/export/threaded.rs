@@ -222,6 +222,17 @@ mod tests {
     use crate::export::Outlet;
     use std::sync::atomic::Ordering;
 
+    /// A completed pin's event, shared as the fan-out shares it.
+    fn event(id: u64) -> Arc<PinnedEvent> {
+        Arc::new(PinnedEvent::for_test(
+            id,
+            State::Completed,
+            Reason::Sleep,
+            30,
+            1,
+        ))
+    }
+
     /// A sink named `name` on a thread of its own, with a queue of 4, that blocks in its first
     /// event until the returned sender is dropped; the receiver says when it has blocked.
     fn blocked_for_good(
@@ -344,15 +355,6 @@ mod tests {
         entered
             .recv_timeout(Duration::from_secs(60))
             .expect("no tick");
-        let event = |id| {
-            Arc::new(PinnedEvent::for_test(
-                id,
-                State::Completed,
-                Reason::Sleep,
-                30,
-                1,
-            ))
-        };
         t.send(&event(1));
         // Ticks and the event's entry: until `handled` says the event is being handled.
         while handled.load(Ordering::Relaxed) == 0 {
@@ -422,15 +424,6 @@ mod tests {
         };
         let drops = Drops::default();
         let mut t = on_own_thread("order", move || order, 8, &drops).unwrap();
-        let event = |id| {
-            Arc::new(PinnedEvent::for_test(
-                id,
-                State::Completed,
-                Reason::Sleep,
-                30,
-                1,
-            ))
-        };
         for id in 1..=3 {
             t.send(&event(id));
         }
@@ -463,13 +456,7 @@ mod tests {
         let mut s =
             on_own_thread("slow", move || Box::new(slow) as Box<dyn Sink>, 64, &drops).unwrap();
         for id in 1..=20 {
-            s.send(&Arc::new(PinnedEvent::for_test(
-                id,
-                State::Completed,
-                Reason::Sleep,
-                30,
-                1,
-            )));
+            s.send(&event(id));
         }
         s.close();
         assert!(

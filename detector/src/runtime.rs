@@ -534,9 +534,8 @@ impl Detector {
             export::flush_stderr();
             ExitDump::unregister(&dump);
         }
-        // After the export thread (its sinks are flushed): each exporter's thread sends
-        // what is queued, then stops. One left behind still holds their queues' senders: each
-        // exporter waits a bounded time for its thread.
+        // After the export thread, which has flushed the sinks, the exporters' clients among
+        // them: an endpoint stops, the collector leaves the service's registry. None waits.
         self.exporters = Running::none();
     }
 }

@@ -119,7 +119,9 @@ pub trait Sink: Send + 'static {
     /// One event.
     fn event(&mut self, event: &PinnedEvent);
 
-    /// Called once when the detector stops, after the last event.
+    /// Called once when the detector stops, after the last event, unless the stop has given up
+    /// waiting for the sink (5 s for every sink on a thread of its own, together): then the
+    /// events still queued for it are dropped and counted, and this is not called.
     fn flush(&mut self) {}
 }
 

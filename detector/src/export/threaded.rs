@@ -7,7 +7,7 @@
 //! them all together a bounded time, then leaves behind those that do not finish.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -74,8 +74,8 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
 ) -> Result<Threaded, Error> {
     let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(capacity);
     let (done_tx, done) = mpsc::sync_channel::<()>(1);
-    let left = Arc::new(AtomicBool::new(false));
-    let (lost, behind) = (Arc::clone(&dropped), Arc::clone(&left));
+    let taken = Arc::new(AtomicU64::new(0));
+    let (lost, took) = (Arc::clone(&dropped), Arc::clone(&taken));
     std::thread::Builder::new()
         .name(format!("pinwatch-sink-{name}"))
         .spawn(move || {
@@ -98,13 +98,14 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
                     None => rx.recv().ok_or(Waited::Closed),
                 };
                 match got {
+                    // Left behind by the stop, which counted it dropped: no more sends of
+                    // seconds each.
+                    Ok(_) if !take(&took) => {}
                     Ok(e) => match sink.as_mut() {
-                        Some(s) if !behind.load(Ordering::Relaxed) => {
+                        Some(s) => {
                             let _ = catch_unwind(AssertUnwindSafe(|| s.event(&e)));
                         }
-                        // Left behind by the stop, or never made: no more sends of seconds
-                        // each.
-                        _ => {
+                        None => {
                             lost.fetch_add(1, Ordering::Relaxed);
                         }
                     },
@@ -113,26 +114,41 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
                     Err(Waited::Closed) => break,
                 }
             }
-            if let Some(s) = sink.as_mut().filter(|_| !behind.load(Ordering::Relaxed)) {
+            if let Some(s) = sink
+                .as_mut()
+                .filter(|_| took.load(Ordering::SeqCst) & LEFT == 0)
+            {
                 let _ = catch_unwind(AssertUnwindSafe(|| s.flush()));
             }
-            let _ = done_tx.send(());
             // The sink goes here, on its thread (an exporter's client runtime, say, is never
-            // dropped under the thread that uses it, nor in async code).
+            // dropped under the thread that uses it, nor in async code), before the stop goes
+            // on (a console resource is closed when `shutdown` returns).
             drop(catch_unwind(AssertUnwindSafe(move || drop(sink))));
+            let _ = done_tx.send(());
         })
-        .map_err(|source| Error::Thread {
-            what: "sink",
-            source,
-        })?;
+        .map_err(|source| Error::Thread { what: name, source })?;
     drops.add(name, Arc::clone(&dropped));
     Ok(Threaded {
         name,
         tx: Some(tx),
+        queued: 0,
         dropped,
         done,
-        left,
+        taken,
     })
+}
+
+/// The bit of [`Threaded::taken`] that says the stop has left the sink behind.
+const LEFT: u64 = 1 << 63;
+
+/// The sink's thread takes the event it has received, unless the stop has left it behind (then
+/// the stop has counted it dropped).
+fn take(taken: &AtomicU64) -> bool {
+    taken
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+            (t & LEFT == 0).then_some(t + 1)
+        })
+        .is_ok()
 }
 
 /// The export thread's side of a sink on a thread of its own.
@@ -141,20 +157,26 @@ pub(crate) struct Threaded {
     /// Its queue, until it is closed. The event goes shared, not copied: every queue holds the
     /// one the export thread made, and it is freed when the last thread is done with it.
     tx: Option<crate::handoff::Sender<Arc<PinnedEvent>>>,
+    /// Events put in its queue.
+    queued: u64,
     /// Events its queue could not take (and those it counts itself, and those left behind).
     dropped: Arc<AtomicU64>,
-    /// Says when the sink's thread has flushed it.
+    /// Says when the sink's thread has flushed and dropped it.
     done: mpsc::Receiver<()>,
-    /// Set when the stop has stopped waiting for it: what it still takes is counted dropped.
-    left: Arc<AtomicBool>,
+    /// Events its thread has taken from the queue, and [`LEFT`]: one word, so that each queued
+    /// event is either taken or counted dropped by the stop, never both or neither.
+    taken: Arc<AtomicU64>,
 }
 
 impl Threaded {
     /// Queues `event` for the sink, or counts it dropped: never waits.
-    pub(crate) fn send(&self, event: &Arc<PinnedEvent>) {
+    pub(crate) fn send(&mut self, event: &Arc<PinnedEvent>) {
         if let Some(tx) = &self.tx {
-            if tx.try_send(Arc::clone(event)).is_err() {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+            match tx.try_send(Arc::clone(event)) {
+                Ok(()) => self.queued += 1,
+                Err(_) => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -164,6 +186,15 @@ impl Threaded {
         drop(self.tx.take());
     }
 
+    /// The stop stops waiting for it: what its thread has not taken yet is counted dropped now
+    /// (its thread will not take it), and it is not flushed. How many.
+    fn leave(&self) -> u64 {
+        let taken = self.taken.fetch_or(LEFT, Ordering::SeqCst) & !LEFT;
+        let lost = self.queued.saturating_sub(taken);
+        self.dropped.fetch_add(lost, Ordering::Relaxed);
+        lost
+    }
+
     /// A queue with no thread behind it: what the sink would get comes out of `tx`'s receiver,
     /// and it is done at once. For tests of what goes into the queue.
     #[cfg(test)]
@@ -171,9 +202,10 @@ impl Threaded {
         Threaded {
             name: "bare",
             tx: Some(tx),
+            queued: 0,
             dropped: Arc::default(),
             done: mpsc::sync_channel(1).1,
-            left: Arc::default(),
+            taken: Arc::default(),
         }
     }
 
@@ -188,28 +220,44 @@ impl Threaded {
 }
 
 /// Waits for the closed `sinks` together, until `deadline` in all (not for each). Those not done
-/// by then are left behind: what they still take is counted dropped, they are not flushed, and
-/// one line says which they are.
+/// by then are left behind ([`Threaded::leave`]), and one line says which, and what they lose.
 pub(crate) fn wait_all<'a>(sinks: impl Iterator<Item = &'a Threaded>, deadline: Instant) {
-    let left: Vec<&str> = sinks
-        .filter(|s| !s.wait(deadline))
-        .map(|s| {
-            s.left.store(true, Ordering::Relaxed);
-            s.name
-        })
-        .collect();
+    // By name (a user's sinks are all `sink`): how many left, and their events dropped.
+    let mut left: Vec<(&str, usize, u64)> = Vec::new();
+    for s in sinks.filter(|s| !s.wait(deadline)) {
+        let lost = s.leave();
+        match left.iter_mut().find(|(name, ..)| *name == s.name) {
+            Some((_, n, l)) => {
+                *n += 1;
+                *l += lost;
+            }
+            None => left.push((s.name, 1, lost)),
+        }
+    }
     if left.is_empty() {
         return;
     }
+    let names: Vec<String> = left
+        .iter()
+        .map(|&(name, n, _)| match n {
+            1 => format!("`{name}`"),
+            n => format!("{n} `{name}`"),
+        })
+        .collect();
+    let sinks: usize = left.iter().map(|&(_, n, _)| n).sum();
+    let lost: u64 = left.iter().map(|&(.., l)| l).sum();
     super::say(
         tracing::Level::WARN,
         format!(
-            "pinwatch stopped waiting for its {} sink{} after {}: what {} had not handled yet \
-             is lost (a collector or a writer that does not answer?)",
-            left.join(", "),
-            if left.len() == 1 { "" } else { "s" },
+            "pinwatch stopped waiting for its {} sink{} after {} (a collector or a writer that \
+             does not answer?): {lost} event{} queued for {} are dropped and counted, and {} \
+             not flushed",
+            names.join(", "),
+            if sinks == 1 { "" } else { "s" },
             humantime::format_duration(FLUSH_WAIT),
-            if left.len() == 1 { "it" } else { "they" },
+            if lost == 1 { "" } else { "s" },
+            if sinks == 1 { "it" } else { "them" },
+            if sinks == 1 { "it is" } else { "they are" },
         ),
     );
     super::flush_stderr();
@@ -303,6 +351,8 @@ mod tests {
             took < 2 * FLUSH_WAIT,
             "{took:?}: the blocked sinks were waited for one after the other"
         );
+        // Left behind: the four each still had queued are counted with the rest.
+        assert_eq!(drops.totals(), vec![("slow", 99), ("stuck", 99)]);
     }
 
     /// A sink the stop left behind handles nothing more once it returns: what it still held is
@@ -367,6 +417,8 @@ mod tests {
         }
         t.close();
         wait_all(std::iter::once(&t), Instant::now());
+        // The four still queued, counted as the stop leaves it (not when, or if, it returns).
+        assert_eq!(drops.totals(), vec![("held", 4)]);
         drop(release);
         let on = gone
             .recv_timeout(Duration::from_secs(60))
@@ -440,7 +492,12 @@ mod tests {
     /// A sink that is only slow gets everything queued at the flush, and is flushed itself.
     #[test]
     fn a_slow_sink_gets_what_is_queued_before_the_detector_stops() {
-        struct Slow(Arc<AtomicU64>, Arc<AtomicU64>);
+        struct Slow(Arc<AtomicU64>, Arc<AtomicU64>, Arc<AtomicU64>);
+        impl Drop for Slow {
+            fn drop(&mut self) {
+                self.2.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         impl Sink for Slow {
             fn event(&mut self, _: &PinnedEvent) {
                 std::thread::sleep(Duration::from_millis(5));
@@ -450,9 +507,9 @@ mod tests {
                 self.1.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let (got, flushed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (got, flushed, dropped) = (Arc::default(), Arc::default(), Arc::default());
         let drops = Drops::default();
-        let slow = Slow(Arc::clone(&got), Arc::clone(&flushed));
+        let slow = Slow(Arc::clone(&got), Arc::clone(&flushed), Arc::clone(&dropped));
         let mut s =
             on_own_thread("slow", move || Box::new(slow) as Box<dyn Sink>, 64, &drops).unwrap();
         for id in 1..=20 {
@@ -465,6 +522,8 @@ mod tests {
         );
         assert_eq!(got.load(Ordering::Relaxed), 20);
         assert_eq!(flushed.load(Ordering::Relaxed), 1);
+        // Dropped too, before the stop goes on (a console resource is closed by then).
+        assert_eq!(dropped.load(Ordering::Relaxed), 1);
         assert_eq!(drops.totals(), vec![("slow", 0)]);
     }
 }

@@ -558,10 +558,29 @@ fn planted_symlinks(path: &Path) -> std::io::Result<()> {
                 ),
             ));
         }
+        // A link in /proc (`/proc/self`, `/proc/self/fd/3`, `/dev/fd/3` through it): nobody
+        // plants those, and the kernel follows a descriptor's to the file it has open, which
+        // its text may not name (a file deleted, or in a mount it cannot reach).
+        if on_procfs(&at) {
+            return Ok(());
+        }
         // Read from where the link is.
         todo.extend(steps(&std::fs::read_link(&next)?));
     }
     Ok(())
+}
+
+/// Whether `dir` is on a proc file system.
+fn on_procfs(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a NUL-terminated path; `st` is a plain C struct that statfs fills and
+    // that is read only when it succeeds.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == libc::PROC_SUPER_MAGIC
+    }
 }
 
 /// Whether a symlink owned by `link_uid`, in a directory owned by `dir_uid` with mode
@@ -1515,6 +1534,17 @@ pub(super) mod tests {
         assert!(planted_symlinks(&dir.path().join("to-gone")).is_ok());
         let e = planted_symlinks(&dir.path().join("to-gone/rec.jsonl")).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        // A descriptor's link in /proc is followed to its file, whatever its text says: here
+        // the file is deleted and its directory gone ("…/d/r.jsonl (deleted)").
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let file = dir.path().join("d/r.jsonl");
+        let held = File::create(&file).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::fs::remove_dir(dir.path().join("d")).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+        for by in [format!("/proc/self/fd/{fd}"), format!("/dev/fd/{fd}")] {
+            assert!(planted_symlinks(Path::new(&by)).is_ok(), "{by}");
+        }
         // A loop of links is said as one, not as a missing directory.
         std::os::unix::fs::symlink("b", dir.path().join("a")).unwrap();
         std::os::unix::fs::symlink("a", dir.path().join("b")).unwrap();

@@ -562,11 +562,20 @@ enum Stage {
 /// An IPv6 peer is its /64, which one host is given whole; an IPv4 one mapped or translated
 /// into IPv6 (`::ffff:a.b.c.d`, NAT64's `64:ff9b::a.b.c.d`) is its IPv4 address.
 fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
+    let global = |v6: std::net::Ipv6Addr| {
+        let v4 = std::net::Ipv4Addr::from(u128::from(v6) as u32);
+        !(v4.is_loopback()
+            || v4.is_private()
+            || v4.is_link_local()
+            || v4.is_unspecified()
+            || v4.is_broadcast())
+    };
     let key = |ip: std::net::IpAddr| match ip {
         std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => std::net::IpAddr::V4(v4),
-            // NAT64's well-known prefix (64:ff9b::/96, RFC 6052): one IPv4 client each.
-            None if v6.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] => {
+            // NAT64's well-known prefix (64:ff9b::/96, RFC 6052): one IPv4 client each, of
+            // the global ones it may carry (a loopback or private one there is forged).
+            None if v6.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && global(v6) => {
                 std::net::IpAddr::V4((u128::from(v6) as u32).into())
             }
             None => std::net::IpAddr::V6((u128::from(v6) & !0u128 << 64).into()),
@@ -720,6 +729,9 @@ mod tests {
         let (x, y) = (nat64("192.0.2.1"), nat64("192.0.2.2"));
         assert_eq!(pick(&[(x, Head), (y, Head), (b, Head)]), None);
         assert_eq!(pick(&[(b, Head), (x, Head), (x, Head)]), Some(1));
+        // A loopback address there is forged: not the scraper's own, so its peer holds one.
+        let forged = nat64("127.0.0.1");
+        assert_eq!(pick(&[(a, Head), (forged, Head), (x, Head)]), None);
         // The same flood from the scraper's own address: its oldest goes, not the newest.
         assert_eq!(pick(&[(a, Head), (a, Head), (a, Head)]), Some(0));
         // One answered already goes first; one being answered never.

@@ -114,7 +114,7 @@ pub(crate) fn start_exporters(parts: &Parts, sinks: &mut Vec<Outlet>) -> Result<
 /// slow sink loses its own events (counted), never another's.
 ///
 /// Any `FnMut(&PinnedEvent) + Send + 'static` closure is a sink. A sink that panics loses that
-/// event only; the others still get it.
+/// event only (counted with its drops); the others still get it.
 pub trait Sink: Send + 'static {
     /// One event.
     fn event(&mut self, event: &PinnedEvent);

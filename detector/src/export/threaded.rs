@@ -79,8 +79,8 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
     std::thread::Builder::new()
         .name(format!("pinwatch-sink-{name}"))
         .spawn(move || {
-            // A sink that panics loses that event (or tick) only; one that cannot be made,
-            // every event, counted.
+            // A sink that panics loses that event (counted) or tick only; one that cannot be
+            // made, every event, counted.
             let mut sink = catch_unwind(AssertUnwindSafe(make)).ok();
             let every = sink.as_ref().and_then(|s| s.every());
             let mut next = every.and_then(|d| Instant::now().checked_add(d));
@@ -101,23 +101,21 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
                     // Left behind by the stop, which counted it dropped: no more sends of
                     // seconds each.
                     Ok(_) if !take(&took) => {}
-                    Ok(e) => match sink.as_mut() {
-                        Some(s) => {
-                            let _ = catch_unwind(AssertUnwindSafe(|| s.event(&e)));
-                        }
-                        None => {
+                    Ok(e) => {
+                        let handled = sink.as_mut().is_some_and(|s| {
+                            catch_unwind(AssertUnwindSafe(|| s.event(&e))).is_ok()
+                        });
+                        // Never made, or it panicked in this event: lost, and counted.
+                        if !handled {
                             lost.fetch_add(1, Ordering::Relaxed);
                         }
-                    },
+                    }
                     // The tick is due: above.
                     Err(Waited::TimedOut) => {}
                     Err(Waited::Closed) => break,
                 }
             }
-            if let Some(s) = sink
-                .as_mut()
-                .filter(|_| took.load(Ordering::SeqCst) & LEFT == 0)
-            {
+            if let Some(s) = sink.as_mut().filter(|_| flushing(&took)) {
                 let _ = catch_unwind(AssertUnwindSafe(|| s.flush()));
             }
             // The sink goes here, on its thread (an exporter's client runtime, say, is never
@@ -141,12 +139,24 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
 /// The bit of [`Threaded::taken`] that says the stop has left the sink behind.
 const LEFT: u64 = 1 << 63;
 
+/// The bit of [`Threaded::taken`] that says the sink's thread has begun its flush.
+const FLUSHING: u64 = 1 << 62;
+
 /// The sink's thread takes the event it has received, unless the stop has left it behind (then
 /// the stop has counted it dropped).
 fn take(taken: &AtomicU64) -> bool {
     taken
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
             (t & LEFT == 0).then_some(t + 1)
+        })
+        .is_ok()
+}
+
+/// The sink's thread begins its flush, unless the stop has left it behind.
+fn flushing(taken: &AtomicU64) -> bool {
+    taken
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+            (t & LEFT == 0).then_some(t | FLUSHING)
         })
         .is_ok()
 }
@@ -187,12 +197,13 @@ impl Threaded {
     }
 
     /// The stop stops waiting for it: what its thread has not taken yet is counted dropped now
-    /// (its thread will not take it), and it is not flushed. How many.
-    fn leave(&self) -> u64 {
-        let taken = self.taken.fetch_or(LEFT, Ordering::SeqCst) & !LEFT;
-        let lost = self.queued.saturating_sub(taken);
+    /// (its thread will not take it), and it is not flushed unless its flush has begun. How
+    /// many, and whether its flush had begun (it then did not return, or its drop did not).
+    fn leave(&self) -> (u64, bool) {
+        let word = self.taken.fetch_or(LEFT, Ordering::SeqCst);
+        let lost = self.queued.saturating_sub(word & !(LEFT | FLUSHING));
         self.dropped.fetch_add(lost, Ordering::Relaxed);
-        lost
+        (lost, word & FLUSHING != 0)
     }
 
     /// A queue with no thread behind it: what the sink would get comes out of `tx`'s receiver,
@@ -220,46 +231,31 @@ impl Threaded {
 }
 
 /// Waits for the closed `sinks` together, until `deadline` in all (not for each). Those not done
-/// by then are left behind ([`Threaded::leave`]), and one line says which, and what they lose.
+/// by then are left behind ([`Threaded::leave`]), each said in a line with what it loses.
 pub(crate) fn wait_all<'a>(sinks: impl Iterator<Item = &'a Threaded>, deadline: Instant) {
-    // By name (a user's sinks are all `sink`): how many left, and their events dropped.
-    let mut left: Vec<(&str, usize, u64)> = Vec::new();
-    for s in sinks.filter(|s| !s.wait(deadline)) {
-        let lost = s.leave();
-        match left.iter_mut().find(|(name, ..)| *name == s.name) {
-            Some((_, n, l)) => {
-                *n += 1;
-                *l += lost;
-            }
-            None => left.push((s.name, 1, lost)),
-        }
-    }
-    if left.is_empty() {
-        return;
-    }
-    let names: Vec<String> = left
-        .iter()
-        .map(|&(name, n, _)| match n {
-            1 => format!("`{name}`"),
-            n => format!("{n} `{name}`"),
-        })
+    let left: Vec<_> = sinks
+        .filter(|s| !s.wait(deadline))
+        .map(|s| (s.name, s.leave()))
         .collect();
-    let sinks: usize = left.iter().map(|&(_, n, _)| n).sum();
-    let lost: u64 = left.iter().map(|&(.., l)| l).sum();
-    super::say(
-        tracing::Level::WARN,
-        format!(
-            "pinwatch stopped waiting for its {} sink{} after {} (a collector or a writer that \
-             does not answer?): {lost} event{} queued for {} are dropped and counted, and {} \
-             not flushed",
-            names.join(", "),
-            if sinks == 1 { "" } else { "s" },
-            humantime::format_duration(FLUSH_WAIT),
-            if lost == 1 { "" } else { "s" },
-            if sinks == 1 { "it" } else { "them" },
-            if sinks == 1 { "it is" } else { "they are" },
-        ),
-    );
+    for (name, (lost, flushing)) in left {
+        super::say(
+            tracing::Level::WARN,
+            format!(
+                "pinwatch stopped waiting for its `{name}` sink after {} (a collector or a \
+                 writer that does not answer?): {}; {}",
+                humantime::format_duration(FLUSH_WAIT),
+                match lost {
+                    1 => "the event still queued for it is dropped and counted".to_owned(),
+                    n => format!("the {n} events still queued for it are dropped and counted"),
+                },
+                if flushing {
+                    "its flush (or its drop) had not returned"
+                } else {
+                    "it is not flushed"
+                },
+            ),
+        );
+    }
     super::flush_stderr();
 }
 
@@ -487,6 +483,49 @@ mod tests {
         );
         let seen: Vec<&str> = seen.try_iter().skip_while(|s| *s == "tick").collect();
         assert_eq!(&seen[..3], &["event", "tick", "event"], "{seen:?}");
+    }
+
+    /// An event a sink panics in is lost, and counted; a sink left behind after its flush began
+    /// (its drop does not return) lost nothing queued, and is said to have begun it.
+    #[test]
+    fn panics_are_counted_and_a_begun_flush_is_not_called_missing() {
+        let drops = Drops::default();
+        let panics = |_: &PinnedEvent| panic!("the sink panics in every event");
+        let mut t = on_own_thread(
+            "panics",
+            move || Box::new(panics) as Box<dyn Sink>,
+            8,
+            &drops,
+        )
+        .unwrap();
+        for id in 1..=5 {
+            t.send(&event(id));
+        }
+        t.close();
+        assert!(t.wait(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(drops.totals(), vec![("panics", 5)]);
+        struct Stuck(mpsc::Sender<()>, mpsc::Receiver<()>);
+        impl OwnThread for Stuck {
+            fn event(&mut self, _: &PinnedEvent) {}
+        }
+        impl Drop for Stuck {
+            fn drop(&mut self) {
+                let _ = self.0.send(());
+                let _ = self.1.recv();
+            }
+        }
+        let (dropping_tx, dropping) = mpsc::channel();
+        let (release, held) = mpsc::channel();
+        let stuck = Stuck(dropping_tx, held);
+        let mut t = on_own_thread("stuck", move || stuck, 8, &drops).unwrap();
+        t.send(&event(1));
+        t.close();
+        dropping
+            .recv_timeout(Duration::from_secs(60))
+            .expect("not dropped");
+        assert!(!t.wait(Instant::now()), "done before its drop returned");
+        assert_eq!(t.leave(), (0, true));
+        drop(release);
     }
 
     /// A sink that is only slow gets everything queued at the flush, and is flushed itself.

@@ -21,8 +21,10 @@ pub struct Stats {
     pub dropped: u64,
     /// Events lost by the sinks with a queue of their own — the `tracing` sink and yours (each
     /// on a thread of its own, so that one that blocks holds back no other), the OTLP and
-    /// console exporters — because their queue was full, and by the recordings, whose write
-    /// failed (`ctl status` and `pinwatch_events_dropped_total` count them per sink).
+    /// console exporters — because their queue was full, the sink panicked in them, the
+    /// collector did not take them (OTLP), or they were still queued when the stop gave up
+    /// waiting for the sink; and by the recordings, whose write failed (`ctl status` and
+    /// `pinwatch_events_dropped_total` count them per sink while the detector runs).
     pub sink_dropped: u64,
     /// Long polls not reported, or retracted, because their thread had handed its worker over
     /// in `block_in_place`.

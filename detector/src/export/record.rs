@@ -506,11 +506,24 @@ fn planted_symlinks(path: &Path) -> std::io::Result<()> {
     // A stack: the next step last.
     let mut todo = steps(path);
     let mut links = 0;
+    // Where the walk went on from a link in /proc as from a directory reached (see below).
+    let mut proc_links: Vec<PathBuf> = Vec::new();
     while let Some(step) = todo.pop() {
         let name = match step {
             Step::Root => {
                 at = PathBuf::from("/");
                 continue;
+            }
+            // Up from where a link in /proc led is up from where its file is, which `at` does
+            // not name.
+            Step::Up if proc_links.contains(&at) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} goes up (`..`) past a link in /proc: give the path without it",
+                        path.display()
+                    ),
+                ))
             }
             Step::Up => {
                 at.pop();
@@ -558,11 +571,15 @@ fn planted_symlinks(path: &Path) -> std::io::Result<()> {
                 ),
             ));
         }
-        // A link in /proc (`/proc/self`, `/proc/self/fd/3`, `/dev/fd/3` through it): nobody
-        // plants those, and the kernel follows a descriptor's to the file it has open, which
-        // its text may not name (a file deleted, or in a mount it cannot reach).
+        // A link in /proc (`/proc/self`, `/proc/self/fd/3`, `/dev/fd/3` through it, `/proc/self/
+        // root`): nobody plants those, and the kernel follows a descriptor's to the file it has
+        // open, which its text may not name (a file deleted, or in a mount it cannot reach).
+        // The walk goes on from it as the kernel will, by its name: what comes after it (a
+        // link someone planted in `/proc/self/root/tmp/`) is looked at as anywhere else.
         if on_procfs(&at) {
-            return Ok(());
+            at = next;
+            proc_links.push(at.clone());
+            continue;
         }
         // Read from where the link is.
         todo.extend(steps(&std::fs::read_link(&next)?));
@@ -1545,6 +1562,11 @@ pub(super) mod tests {
         for by in [format!("/proc/self/fd/{fd}"), format!("/dev/fd/{fd}")] {
             assert!(planted_symlinks(Path::new(&by)).is_ok(), "{by}");
         }
+        let up = planted_symlinks(Path::new(&format!("/proc/self/fd/{fd}/../x")));
+        assert!(
+            up.is_err_and(|e| e.to_string().contains("past a link in /proc")),
+            "up from a descriptor's file"
+        );
         // A loop of links is said as one, not as a missing directory.
         std::os::unix::fs::symlink("b", dir.path().join("a")).unwrap();
         std::os::unix::fs::symlink("a", dir.path().join("b")).unwrap();
@@ -1579,6 +1601,14 @@ pub(super) mod tests {
         let Err(e) = RecordSink::open(&planted) else {
             panic!("the planted symlink was followed");
         };
+        // Reached through a link in /proc: the same.
+        let via_proc = Path::new("/proc/self/root").join(planted.strip_prefix("/").unwrap());
+        let e2 = RecordSink::open(&via_proc).err().map(|e| e.to_string());
+        assert!(
+            e2.as_ref()
+                .is_some_and(|e| e.contains("symlink that user 65534 made")),
+            "{e2:?}"
+        );
         let e = e.to_string();
         assert!(e.contains("symlink that user 65534 made"), "{e}");
         assert_eq!(std::fs::read(&victim).unwrap(), b"private\n");

@@ -562,13 +562,29 @@ enum Stage {
 /// An IPv6 peer is its /64, which one host is given whole; an IPv4 one mapped or translated
 /// into IPv6 (`::ffff:a.b.c.d`, NAT64's `64:ff9b::a.b.c.d`) is its IPv4 address.
 fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
+    // The IPv4 addresses RFC 6052 keeps out of the well-known prefix: the special-purpose
+    // blocks (RFC 6890), multicast and the reserved ones.
+    const NOT_GLOBAL: [(u32, u32); 14] = [
+        (0x0000_0000, 8),  // 0.0.0.0/8
+        (0x0a00_0000, 8),  // 10.0.0.0/8
+        (0x6440_0000, 10), // 100.64.0.0/10 (carrier-grade NAT)
+        (0x7f00_0000, 8),  // 127.0.0.0/8
+        (0xa9fe_0000, 16), // 169.254.0.0/16
+        (0xac10_0000, 12), // 172.16.0.0/12
+        (0xc000_0000, 24), // 192.0.0.0/24
+        (0xc000_0200, 24), // 192.0.2.0/24
+        (0xc0a8_0000, 16), // 192.168.0.0/16
+        (0xc612_0000, 15), // 198.18.0.0/15
+        (0xc633_6400, 24), // 198.51.100.0/24
+        (0xcb00_7100, 24), // 203.0.113.0/24
+        (0xe000_0000, 4),  // 224.0.0.0/4
+        (0xf000_0000, 4),  // 240.0.0.0/4, 255.255.255.255 among them
+    ];
     let global = |v6: std::net::Ipv6Addr| {
-        let v4 = std::net::Ipv4Addr::from(u128::from(v6) as u32);
-        !(v4.is_loopback()
-            || v4.is_private()
-            || v4.is_link_local()
-            || v4.is_unspecified()
-            || v4.is_broadcast())
+        let v4 = u128::from(v6) as u32;
+        !NOT_GLOBAL
+            .iter()
+            .any(|&(net, bits)| v4 >> (32 - bits) == net >> (32 - bits))
     };
     let key = |ip: std::net::IpAddr| match ip {
         std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -726,12 +742,29 @@ mod tests {
                 .parse::<std::net::IpAddr>()
                 .unwrap()
         };
-        let (x, y) = (nat64("192.0.2.1"), nat64("192.0.2.2"));
+        let (x, y) = (nat64("8.8.8.8"), nat64("1.1.1.1"));
         assert_eq!(pick(&[(x, Head), (y, Head), (b, Head)]), None);
         assert_eq!(pick(&[(b, Head), (x, Head), (x, Head)]), Some(1));
-        // A loopback address there is forged: not the scraper's own, so its peer holds one.
-        let forged = nat64("127.0.0.1");
-        assert_eq!(pick(&[(a, Head), (forged, Head), (x, Head)]), None);
+        // A loopback address there, or any other not global, is forged: not the scraper's
+        // own, so its peer holds one.
+        assert_eq!(
+            pick(&[(a, Head), (nat64("127.0.0.1"), Head), (x, Head)]),
+            None
+        );
+        let cgnat: std::net::IpAddr = "100.64.1.2".parse().unwrap();
+        for forged in ["100.64.1.2", "0.0.0.1", "198.18.0.1", "240.0.0.1"] {
+            let own: std::net::IpAddr = forged.parse().unwrap();
+            assert_eq!(
+                pick(&[(own, Head), (nat64(forged), Head), (x, Head)]),
+                None,
+                "{forged}"
+            );
+        }
+        // A global one is its IPv4 client.
+        assert_eq!(
+            pick(&[(cgnat, Head), (x, Head), (nat64("8.8.8.8"), Head)]),
+            Some(1)
+        );
         // The same flood from the scraper's own address: its oldest goes, not the newest.
         assert_eq!(pick(&[(a, Head), (a, Head), (a, Head)]), Some(0));
         // One answered already goes first; one being answered never.

@@ -158,7 +158,7 @@ impl Builder {
     /// while the sink is slow is dropped and counted (`pinwatch_events_dropped_total{sink="sink"}`),
     /// and at shutdown the sinks get up to 5 s in all to take what is queued and flush. One that
     /// has not finished by then is left behind: what is still queued for it is dropped and
-    /// counted, and it is not flushed (docs/builder.md).
+    /// counted, and it is not flushed if its flush has not begun (docs/builder.md).
     pub fn sink(mut self, sink: impl Sink) -> Self {
         self.sinks.push(Box::new(sink));
         self

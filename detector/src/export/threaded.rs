@@ -245,6 +245,7 @@ pub(crate) fn wait_all<'a>(sinks: impl Iterator<Item = &'a Threaded>, deadline: 
                  writer that does not answer?): {}; {}",
                 humantime::format_duration(FLUSH_WAIT),
                 match lost {
+                    0 => "nothing was still queued for it".to_owned(),
                     1 => "the event still queued for it is dropped and counted".to_owned(),
                     n => format!("the {n} events still queued for it are dropped and counted"),
                 },

@@ -237,6 +237,9 @@ pub(crate) fn wait_all<'a>(sinks: impl Iterator<Item = &'a Threaded>, deadline: 
         .filter(|s| !s.wait(deadline))
         .map(|s| (s.name, s.leave()))
         .collect();
+    if left.is_empty() {
+        return;
+    }
     for (name, (lost, flushing)) in left {
         super::say(
             tracing::Level::WARN,

@@ -281,12 +281,27 @@ pub(crate) fn request(slot: &Slot, tid: i32) -> Outcome {
     }
 }
 
-/// Whether a request is outstanding (sent, not yet taken by the thread).
-pub(crate) fn outstanding(slot: &Slot) -> bool {
-    matches!(
-        slot.sample.state.load(Ordering::Acquire),
-        REQUESTED | WRITING
-    )
+/// Where a slot's sample request stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// None is outstanding, and no sample waits.
+    Idle,
+    /// Sent, and not yet taken by the thread's handler.
+    Requested,
+    /// The handler has taken it and is writing the sample.
+    Writing,
+    /// A sample is ready.
+    Done,
+}
+
+/// Where `slot`'s sample request stands now.
+pub(crate) fn request_state(slot: &Slot) -> Request {
+    match slot.sample.state.load(Ordering::Acquire) {
+        REQUESTED => Request::Requested,
+        WRITING => Request::Writing,
+        DONE => Request::Done,
+        _ => Request::Idle,
+    }
 }
 
 /// Withdraws a request the thread has not taken, when the slot is being let go of. Returns
@@ -296,6 +311,18 @@ pub(crate) fn withdraw(slot: &Slot) -> bool {
         .state
         .compare_exchange(REQUESTED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
         .is_ok()
+}
+
+/// Leaves a sample of poll `seq` in `slot`, as the handler does before it returns.
+#[cfg(test)]
+pub(crate) fn leave_sample(slot: &Slot, seq: u64, ips: &[usize]) {
+    let buf = &slot.sample;
+    for (to, &ip) in buf.ips.iter().zip(ips) {
+        to.store(ip, Ordering::Relaxed);
+    }
+    buf.len.store(ips.len(), Ordering::Relaxed);
+    buf.seq.store(seq, Ordering::Relaxed);
+    buf.state.store(DONE, Ordering::Release);
 }
 
 fn take(buf: &SampleArea, round_trip: Duration) -> Sample {

@@ -136,23 +136,52 @@ pub(crate) fn take(
     }
     // Read last, right before the signal goes out: the masks as they are now.
     let status = signal_status(tid, signal::sample_signal());
-    if signal::outstanding(slot) && status.is_some_and(|s| !s.pending) {
-        // Outstanding, yet no longer pending: the thread took the signal without running the
-        // handler (`sigwait`), or is about to run it. Either way a new request may go out.
+    let mut next = next_step(signal::request_state(slot), status);
+    if next == Next::AskAgain {
+        // Idle now, or (the handler took it meanwhile) writing or done: chosen again from that.
         signal::withdraw(slot);
+        next = next_step(signal::request_state(slot), status);
     }
-    if signal::outstanding(slot) {
-        probe.no_stack = Some(if status.is_some_and(|s| s.blocked) {
-            "signal_blocked"
-        } else {
-            "signal_pending"
-        });
-    } else if status.is_some_and(|s| s.blocked) {
-        probe.no_stack = Some("signal_blocked");
-    } else {
-        sample(w, slot, tid, seq, &mut probe);
+    match next {
+        Next::Sample => sample(w, slot, tid, seq, &mut probe),
+        Next::NoStack(why) => probe.no_stack = Some(why),
+        // Only this thread sends requests, so a withdrawn one is not outstanding again.
+        Next::AskAgain => probe.no_stack = Some("signal_pending"),
     }
     Some(probe)
+}
+
+/// What a probe does for a stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// Ask for a sample, or take the one that is ready or being written.
+    Sample,
+    /// Withdraw the outstanding request, then choose again.
+    AskAgain,
+    /// No stack this time, and why.
+    NoStack(&'static str),
+}
+
+/// The probe's choice, from where the slot's sample request stands and the thread's view of
+/// the sampling signal (`None`: its status could not be read).
+fn next_step(request: signal::Request, status: Option<SignalStatus>) -> Next {
+    use signal::Request;
+    let blocked = status.is_some_and(|s| s.blocked);
+    match request {
+        // The handler has taken the signal: its sample is ready, or being written. The mask
+        // `/proc` shows now is the handler's own, which holds the signal back until it returns,
+        // not a mask the thread chose: it says nothing of `signal_blocked`.
+        Request::Writing | Request::Done => Next::Sample,
+        // Outstanding, yet no longer pending: the thread took the signal without running the
+        // handler (`sigwait`), or is about to run it. Either way a new request may go out,
+        // unless the thread blocks the signal (the handler's mask looks the same, for the
+        // moment before it runs: then this one probe says `signal_blocked`, the next samples).
+        Request::Requested if status.is_some_and(|s| !s.pending) => Next::AskAgain,
+        Request::Requested if blocked => Next::NoStack("signal_blocked"),
+        Request::Requested => Next::NoStack("signal_pending"),
+        Request::Idle if blocked => Next::NoStack("signal_blocked"),
+        Request::Idle => Next::Sample,
+    }
 }
 
 fn sample(w: &Shared, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe) {
@@ -1083,6 +1112,73 @@ mod tests {
         assert!(mask_has("0000008000000000", 40));
         assert!(!mask_has("0000004000000000", 40));
         assert!(!mask_has("", 40));
+    }
+
+    /// Every state of the request against every view of the signal. The one that matters:
+    /// a thread inside the handler (writing, or done and not yet returned) shows the signal
+    /// blocked — by the handler's own mask — and must be sampled, not called `signal_blocked`.
+    #[test]
+    fn the_probe_chooses_from_the_request_and_the_masks() {
+        use signal::Request::*;
+        let st = |blocked, pending| Some(SignalStatus { blocked, pending });
+        let cases = [
+            (Idle, st(false, false), Next::Sample),
+            (Idle, st(true, false), Next::NoStack("signal_blocked")),
+            (Idle, st(true, true), Next::NoStack("signal_blocked")),
+            (Idle, None, Next::Sample),
+            (Requested, st(false, true), Next::NoStack("signal_pending")),
+            (Requested, st(true, true), Next::NoStack("signal_blocked")),
+            (Requested, st(false, false), Next::AskAgain),
+            (Requested, st(true, false), Next::AskAgain),
+            (Requested, None, Next::NoStack("signal_pending")),
+            (Writing, st(true, false), Next::Sample),
+            (Writing, st(false, false), Next::Sample),
+            (Done, st(true, false), Next::Sample),
+            (Done, st(false, false), Next::Sample),
+            (Done, None, Next::Sample),
+        ];
+        for (request, status, want) in cases {
+            assert_eq!(next_step(request, status), want, "{request:?} {status:?}");
+        }
+    }
+
+    /// A thread between the handler's `DONE` and its return shows the signal blocked, by the
+    /// handler's own mask. Set up for certain: the thread blocks the signal as that mask does,
+    /// and its sample waits, as the handler leaves it. The probe takes the sample.
+    #[test]
+    fn a_sample_left_by_a_handler_is_taken_though_the_mask_blocks_the_signal() {
+        use std::sync::mpsc;
+        crate::signal::install_handler().unwrap();
+        let (table, hooks, watched) = watched_table();
+        let (to_worker, worker_rx) = mpsc::channel::<()>();
+        let (to_test, test_rx) = mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            // SAFETY: blocks one signal on this thread only.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, signal::sample_signal());
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            hooks.before_poll_raw(1, std::panic::Location::caller());
+            to_test.send(()).unwrap();
+            worker_rx.recv().unwrap();
+            hooks.after_poll_raw();
+        });
+        test_rx.recv().unwrap();
+        let slot = table.slots().iter().find(|s| s.is_active()).unwrap();
+        let seq = slot.poll.seq();
+        let tid = slot.tid.load(Ordering::Relaxed);
+        assert!(signal_status(tid, signal::sample_signal()).is_some_and(|s| s.blocked));
+        signal::leave_sample(slot, seq, &[0x1234, 0x5678]);
+        let probe = take(&watched, slot, seq, None, Stacks::Short).unwrap();
+        assert_eq!(probe.stack, Some(vec![0x1234, 0x5678]), "{probe:?}");
+        assert_eq!(probe.no_stack, None);
+        // With no sample waiting, the same mask is the thread's own: `signal_blocked`.
+        let probe = take(&watched, slot, seq, None, Stacks::Short).unwrap();
+        assert_eq!(probe.no_stack, Some("signal_blocked"), "{probe:?}");
+        to_worker.send(()).unwrap();
+        worker.join().unwrap();
     }
 
     #[test]

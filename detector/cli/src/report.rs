@@ -587,7 +587,31 @@ pub fn flame_graph(events: &[PinnedEvent]) -> Result<String, String> {
     let svg = String::from_utf8_lossy(&svg);
     // Inline in HTML: from the <svg> element on (no XML prologue, no DOCTYPE).
     let at = svg.find("<svg").ok_or("inferno made no <svg>")?;
-    Ok(svg[at..].replacen("<svg", "<svg id=\"flamegraph\"", 1))
+    let svg = &svg[at..];
+    // inferno's head, before the frames (the only part that holds a recording's text), still
+    // calls and labels its script when told to leave the script out: `onload="init(evt)"`
+    // (an error in every page), a script of settings, and "Search", "Reset Zoom" and the
+    // details line, which nothing would answer. Taken out.
+    let frames = svg
+        .find("<svg id=\"frames\"")
+        .ok_or("inferno made no frames")?;
+    let mut head = svg[..frames].replacen(" onload=\"init(evt)\"", "", 1);
+    if let (Some(a), Some(b)) = (head.find("<script"), head.find("</script>")) {
+        head.replace_range(a..b + "</script>".len(), "");
+    }
+    for id in ["details", "unzoom", "search", "matched"] {
+        let open = format!("<text id=\"{id}\"");
+        if let Some(a) = head.find(&open) {
+            if let Some(len) = head[a..].find("</text>") {
+                head.replace_range(a..a + len + "</text>".len(), "");
+            }
+        }
+    }
+    Ok(format!(
+        "{}{}",
+        head.replacen("<svg", "<svg id=\"flamegraph\"", 1),
+        &svg[frames..]
+    ))
 }
 
 /// JSON text safe to embed in a `<script>` element ([`pinwatch::text::script_json`]).
@@ -857,7 +881,7 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
         }
         h.push_str("</tbody>");
     }
-    h.push_str("</tbody></table></section>\n");
+    h.push_str("</table></section>\n");
 
     // Flame graph.
     let _ = writeln!(
@@ -1284,7 +1308,7 @@ mod tests {
         }
         let page = render(&events, "x", &[]).unwrap();
         assert!(!page.contains("<img"), "markup from a victim");
-        // The page's own scripts only (its two and the flame graph's).
+        // The page's own scripts only (its two).
         let plain = render(&victim_events(), "x", &[]).unwrap();
         assert_eq!(
             page.matches("</script>").count(),
@@ -1318,6 +1342,38 @@ mod tests {
             lines.iter().any(|l| l.starts_with("[no stack")),
             "{lines:?}"
         );
+    }
+
+    /// The flame graph without inferno's script keeps nothing that calls or names it (its
+    /// `onload` threw in every page), and its frames; the page's tables close as they open.
+    #[test]
+    fn the_flame_graph_calls_no_script_it_does_not_have() {
+        let svg = flame_graph(&events()).unwrap();
+        assert!(svg.starts_with("<svg id=\"flamegraph\""), "{}", &svg[..80]);
+        for gone in [
+            "onload",
+            "<script",
+            "init(",
+            ">Search<",
+            ">Reset Zoom<",
+            "id=\"details\"",
+        ] {
+            assert!(!svg.contains(gone), "{gone}");
+        }
+        assert!(svg.contains("<svg id=\"frames\"") && svg.contains("<title>"));
+        assert!(svg.contains(">Pinned time by stack<"));
+        let page = render(&events(), "x", &[]).unwrap();
+        // The markup, before the page's script (whose comments name `<tbody>`).
+        let page = &page[..page.find("<script").unwrap()];
+        assert_eq!(
+            page.matches("<tbody").count(),
+            page.matches("</tbody>").count()
+        );
+        assert_eq!(
+            page.matches("<table").count(),
+            page.matches("</table>").count()
+        );
+        assert!(!page.contains("onload="));
     }
 
     /// Pins that end past the year 9999, and durations whose sum overflows every integer: the

@@ -134,21 +134,7 @@ pub fn build(events: &[PinnedEvent], options: &Options) -> proto::Profile {
         Some(t) => events.iter().filter(|e| ran_since(e, t)).collect(),
         None => events.iter().collect(),
     };
-    build_from(latest_of(&kept))
-}
-
-/// [`crate::recording::latest_reports`] over borrowed events: the last report of each pin, in order of first
-/// appearance.
-fn latest_of<'a>(events: &[&'a PinnedEvent]) -> Vec<&'a PinnedEvent> {
-    let mut order: Vec<(&str, u64)> = Vec::new();
-    let mut latest: HashMap<(&str, u64), &'a PinnedEvent> = HashMap::new();
-    for e in events {
-        let key = (e.run_id.as_str(), e.id);
-        if latest.insert(key, e).is_none() {
-            order.push(key);
-        }
-    }
-    order.iter().map(|key| latest[key]).collect()
+    build_from(crate::recording::latest_reports(kept))
 }
 
 fn build_from(pins: Vec<&PinnedEvent>) -> proto::Profile {

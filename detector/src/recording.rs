@@ -188,7 +188,7 @@ pub fn describe_dump(d: &DumpInfo) -> String {
 /// `rec.1.jsonl`) that exist, then `path` itself.
 pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError> {
     let io = |source| ReadError::Io {
-        path: path.display().to_string(),
+        path: Escaped(path.display()).to_string(),
         source,
     };
     std::fs::metadata(path).map_err(io)?;
@@ -215,17 +215,55 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 /// another kind or schema version, as a crafted or foreign file may hold — is skipped and
 /// counted in [`Recording::damaged_lines`], with one warning naming the first few by file and
 /// line and saying what was wrong with the first.
+///
+/// Each file must be a regular file (a FIFO or a device, as a crafted set of files may hold,
+/// would never end). A rotated file that cannot be read — gone as the recording rotated, or not
+/// a regular file — is skipped with a warning; `path` itself must be read. The files are all
+/// opened before any is read, so a rotation meanwhile moves names, not what was opened.
 pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
     let mut rec = Recording::default();
-    for file in recording_files(path)? {
-        let bytes = std::fs::read(&file).map_err(|source| ReadError::Io {
-            path: file.display().to_string(),
-            source,
-        })?;
-        parse_lines(&bytes, &file.display().to_string(), &mut rec)?;
+    let files = recording_files(path)?;
+    let opened: Vec<_> = files.iter().map(|f| (f, open_regular(f))).collect();
+    for (file, opened) in opened {
+        let read = opened.and_then(|mut f| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes)
+        });
+        match read {
+            Ok(bytes) => parse_lines(&bytes, &file.display().to_string(), &mut rec)?,
+            Err(e) if file.as_path() != path => rec.warnings.push(format!(
+                "skipped {}, a rotated file of {}: {e}; the others were read",
+                Escaped(file.display()),
+                Escaped(path.display())
+            )),
+            Err(source) => {
+                return Err(ReadError::Io {
+                    path: Escaped(file.display()).to_string(),
+                    source,
+                })
+            }
+        }
     }
     rec.sum_up();
     Ok(rec)
+}
+
+/// Opens `path` for reading if it is a regular file, without waiting on a FIFO's writer.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if file.metadata()?.is_file() {
+        Ok(file)
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a directory, a FIFO or a device): a recording is the file \
+             pinwatch wrote",
+        ))
+    }
 }
 
 /// [`read_recording`] on text; `name` names it in messages.
@@ -271,15 +309,22 @@ fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), Read
 }
 
 /// The last report of each pinned poll (a `completed` or `retracted` one supersedes its
-/// `in_progress` ones), in order of first appearance. A poll is named by its run and its id, so
-/// that the runs appended to one recording stay apart.
-pub fn latest_reports(events: &[PinnedEvent]) -> Vec<&PinnedEvent> {
+/// `in_progress` ones, and a later report number an earlier one, in whatever order the lines
+/// come: dumps joined in the wrong order, a file read while it rotated), in order of first
+/// appearance. A poll is named by its run and its id, so that the runs appended to one
+/// recording stay apart.
+pub fn latest_reports<'a>(
+    events: impl IntoIterator<Item = &'a PinnedEvent>,
+) -> Vec<&'a PinnedEvent> {
+    let rank = |e: &PinnedEvent| (e.state != crate::State::InProgress, e.report);
     let mut order: Vec<(&str, u64)> = Vec::new();
     let mut latest: BTreeMap<(&str, u64), &PinnedEvent> = BTreeMap::new();
     for e in events {
         let key = (e.run_id.as_str(), e.id);
-        if !latest.contains_key(&key) {
-            order.push(key);
+        match latest.get(&key) {
+            None => order.push(key),
+            Some(kept) if rank(kept) > rank(e) => continue,
+            Some(_) => {}
         }
         latest.insert(key, e);
     }
@@ -980,7 +1025,7 @@ pub fn render_requests(rows: &[RequestRow]) -> String {
 }
 
 /// A text table: `headers`, a line of dashes, then `rows`, each column as wide as its widest
-/// cell, the columns in `right` aligned right ([`text::pad`](crate::text::pad)).
+/// cell (up to [`MAX_COLUMN`](crate::text::MAX_COLUMN)), the columns in `right` aligned right ([`text::pad`](crate::text::pad)).
 fn write_table<const N: usize>(
     out: &mut String,
     headers: [&str; N],
@@ -990,7 +1035,7 @@ fn write_table<const N: usize>(
     let mut widths = headers.map(str::len);
     for row in rows {
         for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
+            *w = (*w).max(crate::text::column_width(c.chars().count()));
         }
     }
     let line = |cols: [&str; N]| {
@@ -1290,7 +1335,7 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
     let mut widths = headers.map(str::len);
     for row in &cells {
         for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
+            *w = (*w).max(crate::text::column_width(c.chars().count()));
         }
     }
     let line = |cols: [&str; 5]| {
@@ -1691,6 +1736,66 @@ mod tests {
         assert!(human_ms(1e300).ends_with('s'), "{}", human_ms(1e300));
     }
 
+    /// Out of order, a poll's `completed` report still wins over its `in_progress` ones, and
+    /// a later report over an earlier one; equal ranks keep the last line.
+    #[test]
+    fn the_final_report_wins_in_any_order() {
+        let at = |id: u64, state: &str, report: u32, ms: f64| {
+            line("run", id, state, ms).replace(r#""report":1"#, &format!(r#""report":{report}"#))
+        };
+        let text = [
+            at(1, "completed", 3, 320.0),
+            at(1, "in_progress", 1, 30.0),
+            at(1, "in_progress", 2, 80.0),
+            at(2, "in_progress", 2, 60.0),
+            at(2, "in_progress", 1, 30.0),
+            at(3, "retracted", 2, 25.0),
+            at(3, "in_progress", 1, 22.0),
+        ]
+        .join("\n");
+        let rec = parse_recording(&text, "rec.jsonl").unwrap();
+        let latest: Vec<(u64, f64)> = latest_reports(&rec.events)
+            .iter()
+            .map(|e| (e.id, e.duration.as_secs_f64() * 1000.0))
+            .collect();
+        assert_eq!(latest, [(1, 320.0), (2, 60.0), (3, 25.0)]);
+    }
+
+    /// A crafted name of a megabyte is written once, whole; the other rows are not padded to
+    /// it (600 rows of a megabyte each made 1.2 GB of text from a file of 2.5 MB).
+    #[test]
+    fn a_huge_name_sticks_out_of_its_column_instead_of_widening_every_row() {
+        let huge = format!("big::{}", "A".repeat(1_000_000));
+        let text: String = (0..600u64)
+            .map(|i| {
+                let name = if i == 0 {
+                    huge.clone()
+                } else {
+                    format!("app::f{i}")
+                };
+                line("run", i, "completed", 30.0).replace("app::f", &name) + "\n"
+            })
+            .collect();
+        let rec = parse_recording(&text, "rec.jsonl").unwrap();
+        let rows = summarize(&rec.events);
+        assert_eq!(rows.len(), 600);
+        let summary = render_summary(&rows);
+        assert!(summary.contains(&huge));
+        assert!(
+            summary.len() < 1_000_000 + 600 * 2 * 200,
+            "{} bytes",
+            summary.len()
+        );
+        // Every other row is as wide as a column may be, and no wider.
+        let widest_other = summary
+            .lines()
+            .filter(|l| !l.contains("AAAA"))
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap();
+        assert!(widest_other < 5 * crate::text::MAX_COLUMN, "{widest_other}");
+    }
+
     /// One CPU loop whose samples fall on three lines of one function: one function row, with
     /// its three lines under it, the sums right and both levels sorted by total time.
     #[test]
@@ -2011,6 +2116,61 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(rotated.clone(), 2), (rotated, 3), (current, 2)]
         );
+    }
+
+    /// A set of files as a crafted archive may hold it: a rotated FIFO (which would wait for a
+    /// writer for ever), a link to `/dev/zero` (which never ends), a link to nothing. Each is
+    /// skipped with a warning naming it, and the rest is read; the recording itself as a FIFO
+    /// or a device is refused at once, its name escaped.
+    #[test]
+    fn files_that_are_not_regular_are_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        std::fs::write(&path, format!("{}\n", good(3))).unwrap();
+        std::fs::write(dir.path().join("rec.4.jsonl"), format!("{}\n", good(1))).unwrap();
+        let fifo = std::ffi::CString::new(
+            dir.path()
+                .join("rec.1.jsonl")
+                .as_os_str()
+                .as_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: a NUL-terminated path; makes a FIFO there.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("rec.2.jsonl")).unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.path().join("rec.3.jsonl")).unwrap();
+        let rec = read_recording(&path).unwrap();
+        assert_eq!(ids(&rec), [1, 3]);
+        let skipped: Vec<&String> = rec
+            .warnings
+            .iter()
+            .filter(|w| w.starts_with("skipped"))
+            .collect();
+        assert_eq!(skipped.len(), 3, "{:?}", rec.warnings);
+        for n in 1..=3 {
+            assert!(
+                skipped
+                    .iter()
+                    .any(|w| w.contains(&format!("rec.{n}.jsonl, a rotated file"))),
+                "{n}: {skipped:?}"
+            );
+        }
+        assert!(
+            skipped
+                .iter()
+                .filter(|w| w.contains("not a regular file"))
+                .count()
+                == 2
+        );
+
+        let evil = dir.path().join("evil\u{1b}]0;x\u{7}.jsonl");
+        std::os::unix::fs::symlink("/dev/zero", &evil).unwrap();
+        let e = read_recording(&evil).unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file") && e.contains(r"\u{1b}"),
+            "{e}"
+        );
+        assert!(!e.contains('\u{1b}'), "{e}");
     }
 
     /// A JSON line that is not a pinwatch event is skipped like any damaged line, and the

@@ -157,6 +157,17 @@ pub fn html(s: &str) -> String {
     out
 }
 
+/// The widest a text table's column is padded to, in characters. A longer cell is written
+/// whole and sticks out of its column: every row padded to a crafted recording's name of a
+/// megabyte would make a table of gigabytes from a file of a few.
+pub const MAX_COLUMN: usize = 120;
+
+/// The width of a text table's column whose widest cell is `widest` characters: at most
+/// [`MAX_COLUMN`].
+pub fn column_width(widest: usize) -> usize {
+    widest.min(MAX_COLUMN)
+}
+
 /// Writes `cell` into `out` padded with spaces to `width` characters, on the left of it when
 /// `right` (a number column), else after it. Unlike `{:<w$}`, any width: a cell of the
 /// recording's text may be longer than a formatter's width (65,535) allows.

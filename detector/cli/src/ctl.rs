@@ -623,7 +623,7 @@ fn table_of(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(pinwatch::text::column_width(cell.chars().count()));
         }
     }
     let mut out = String::new();

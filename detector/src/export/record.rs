@@ -265,14 +265,17 @@ impl RecordSink {
         present.sort_unstable_by(|a, b| b.cmp(a));
         for k in present {
             // Onto file k + 1, replacing it: that deletes the oldest.
-            match std::fs::rename(rotated_path(&self.path, k), rotated_path(&self.path, k + 1)) {
+            match rename(
+                &rotated_path(&self.path, k),
+                &rotated_path(&self.path, k + 1),
+            ) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(undo(e)),
                 _ => {}
             }
         }
         let first = rotated_path(&self.path, 1);
-        std::fs::rename(&self.path, &first).map_err(undo)?;
-        if let Err(e) = std::fs::rename(&fresh, &self.path) {
+        rename(&self.path, &first).map_err(undo)?;
+        if let Err(e) = rename(&fresh, &self.path) {
             // Put the current file back under its name; should that fail too, the next
             // rotation finds no current file and starts one.
             let _ = std::fs::rename(&first, &self.path);
@@ -385,6 +388,21 @@ impl RecordSink {
     }
 }
 
+/// `std::fs::rename`, its error naming both paths (and the kind kept): a rotation that fails
+/// names the file in its way, as another user's file in `/tmp` that cannot be replaced.
+fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::rename(from, to).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot rename {} to {}: {e}",
+                Escaped(from.display()),
+                Escaped(to.display())
+            ),
+        )
+    })
+}
+
 /// Opens `path` for appending; its current size.
 ///
 /// Only a regular file: a recording is rotated by renaming its path, which on a device would
@@ -400,7 +418,9 @@ impl RecordSink {
 /// the service may write. That is the kernel's `fs.protected_symlinks` rule, kept where the
 /// kernel's is off ([`planted_symlinks`]). The last name is opened without following first, and
 /// a symlink found there is checked again before it is followed: one made after the first
-/// check is refused too (in such a directory nobody else can replace the service's own).
+/// check is refused too (in such a directory nobody else can replace the service's own). Nor
+/// another user's file there ([`others_file_in_shared_dir`]), nor a file of `/proc` or `/sys`
+/// ([`kernel_fs`]).
 fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let open = |follow: bool| {
@@ -446,6 +466,12 @@ fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
             "not a regular file"
         }));
     }
+    if let Some(fs) = kernel_fs(&file) {
+        return Err(not_a_file(&format!(
+            "a file of the kernel's {fs} (whose writes change the process or the system)"
+        )));
+    }
+    others_file_in_shared_dir(&file, &meta)?;
     // Back to blocking writes (O_NONBLOCK means nothing to a regular file's I/O, but the
     // descriptor says what it is).
     // SAFETY: the fd is the file's, open for these calls; F_GETFL/F_SETFL change only its
@@ -587,6 +613,71 @@ fn planted_symlinks(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The kernel's own file system that `file` is on (`/proc`, `/sys`, …), if it is: their
+/// regular files are the kernel's controls (`/proc/self/comm` renames the process), never a
+/// place for a recording.
+fn kernel_fs(file: &File) -> Option<&'static str> {
+    // SAFETY: the fd is the file's, open for this call; `st` is a plain C struct that fstatfs
+    // fills and that is read only when it succeeds.
+    let kind = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(file), &mut st) != 0 {
+            return None;
+        }
+        st.f_type as u64
+    };
+    const KERNEL_FS: [(u64, &str); 10] = [
+        (0x9fa0, "proc"),
+        (0x6265_6572, "sysfs"),
+        (0x6462_6720, "debugfs"),
+        (0x7472_6163, "tracefs"),
+        (0x0027_e0eb, "cgroup"),
+        (0x6367_7270, "cgroup2"),
+        (0x7363_6673, "securityfs"),
+        (0x6265_6570, "configfs"),
+        (0xcafe_4a11, "bpf"),
+        (0xde5e_81e4, "efivarfs"),
+    ];
+    KERNEL_FS.iter().find(|k| k.0 == kind).map(|k| k.1)
+}
+
+/// Refuses an existing file that another user made in a directory anyone may write to
+/// (sticky, as `/tmp`), unless that user owns the directory: they can read every line
+/// written to it and forge lines in it. That is the kernel's `fs.protected_regular` rule, kept
+/// where the kernel's is off, as [`may_follow`] keeps `fs.protected_symlinks`. The directory
+/// is the one the opened file is in (where a symlink led); when that cannot be told, the file
+/// is taken.
+fn others_file_in_shared_dir(file: &File, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(file);
+    let Ok(at) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+        return Ok(());
+    };
+    let Some(dir) = at
+        .parent()
+        .and_then(|d| std::fs::metadata(d).ok().map(|m| (d, m)))
+    else {
+        return Ok(());
+    };
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if may_follow(meta.uid(), dir.1.uid(), dir.1.mode(), me) {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!(
+            "{} is a file that user {} made in {}, a directory anyone may write to: they can \
+             read the recording and forge lines in it, so pinwatch does not write to it (as the \
+             kernel's fs.protected_regular would); remove it, or record into a directory of the \
+             service's own",
+            crate::text::Escaped(at.display()),
+            meta.uid(),
+            crate::text::Escaped(dir.0.display()),
+        ),
+    ))
+}
+
 /// Whether `dir` is on a proc file system.
 fn on_procfs(dir: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
@@ -601,9 +692,9 @@ fn on_procfs(dir: &Path) -> bool {
 }
 
 /// Whether a symlink owned by `link_uid`, in a directory owned by `dir_uid` with mode
-/// `dir_mode`, may be followed by a process of user `me`: always, unless the directory is
-/// sticky and anyone may write to it, and the link is neither the process's user's nor the
-/// directory owner's.
+/// `dir_mode`, may be followed by a process of user `me` (or a file of that owner there
+/// written to): always, unless the directory is sticky and anyone may write to it, and the
+/// link is neither the process's user's nor the directory owner's.
 fn may_follow(link_uid: u32, dir_uid: u32, dir_mode: u32, me: u32) -> bool {
     let shared = dir_mode & (libc::S_ISVTX | libc::S_IWOTH) == libc::S_ISVTX | libc::S_IWOTH;
     !shared || link_uid == me || link_uid == dir_uid
@@ -1124,6 +1215,28 @@ pub(super) mod tests {
             keep: 2,
         };
         RecordSink::open_rotating(path, rotation).unwrap()
+    }
+
+    /// A rotation that cannot move a name (a directory planted as `rec.2.jsonl`; another
+    /// user's file in `/tmp` does the same for all but root) names the file in its way, and
+    /// the events go on to the current file.
+    #[test]
+    fn a_failed_rotation_names_the_file_in_its_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let mut sink = small_rotating(&path);
+        std::fs::write(dir.path().join("rec.1.jsonl"), b"").unwrap();
+        std::fs::create_dir(dir.path().join("rec.2.jsonl")).unwrap();
+        std::fs::write(dir.path().join("rec.2.jsonl/x"), b"x").unwrap();
+        sink.event(&event(1, 0));
+        let e = sink.rotate().unwrap_err().to_string();
+        assert!(
+            e.contains("cannot rename")
+                && e.contains(&format!("to {}", dir.path().join("rec.2.jsonl").display())),
+            "{e}"
+        );
+        sink.event(&event(2, 0));
+        assert_eq!(ids(&path), [1, 2]);
     }
 
     /// A new recording is its owner's only, whatever the umask; a rotation gives the new file
@@ -1652,6 +1765,85 @@ pub(super) mod tests {
         drop(sink);
         let written = std::fs::read_to_string(&victim).unwrap();
         assert!(written.starts_with("private\n{"), "{written}");
+    }
+
+    /// A file another user made in a sticky directory anyone may write to (`/tmp`) is not
+    /// appended to (they could read every line and forge lines): the kernel's
+    /// `fs.protected_regular` rule, here whatever the sysctl says. The directory's owner's file,
+    /// the service's own, and such a file reached through the service's own symlink are
+    /// judged by where the file is.
+    #[test]
+    fn a_recording_does_not_append_to_a_file_another_user_made_in_a_shared_directory() {
+        use std::os::unix::fs::{chown, symlink, PermissionsExt};
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(
+            me, 0,
+            "this test gives a file to another user (chown), which needs root: run it as root \
+             (CI does)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let theirs = tmp.join("incident.jsonl");
+        std::fs::write(&theirs, b"").unwrap();
+        chown(&theirs, Some(65534), None).unwrap();
+        let e = RecordSink::open(&theirs).err().map(|e| e.to_string());
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e.contains("file that user 65534 made")
+                    && e.contains("fs.protected_regular")),
+            "{e:?}"
+        );
+        // Through a symlink of the service's own elsewhere: the file's directory decides.
+        let link = dir.path().join("link.jsonl");
+        symlink(&theirs, &link).unwrap();
+        assert!(RecordSink::open(&link).is_err());
+        assert_eq!(std::fs::read(&theirs).unwrap(), b"");
+        // The same file in a directory anyone may write to but not sticky: written (as the
+        // kernel would; anyone may replace it there anyway).
+        let plain = dir.path().join("plain");
+        std::fs::create_dir(&plain).unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let elsewhere = plain.join("incident.jsonl");
+        std::fs::write(&elsewhere, b"").unwrap();
+        chown(&elsewhere, Some(65534), None).unwrap();
+        assert!(RecordSink::open(&elsewhere).is_ok());
+        // The directory owner's file, and the service's own, in the sticky one: written.
+        chown(&tmp, Some(65534), None).unwrap();
+        assert!(RecordSink::open(&theirs).is_ok());
+        chown(&tmp, Some(0), None).unwrap();
+        chown(&theirs, Some(me), None).unwrap();
+        let mut sink = RecordSink::open(&theirs).unwrap();
+        sink.event(&event(1, 0));
+        drop(sink);
+        assert!(!std::fs::read(&theirs).unwrap().is_empty());
+    }
+
+    /// A regular file of `/proc` or `/sys` is the kernel's control, never a recording:
+    /// `/proc/self/comm` would have renamed the process to the first bytes of each line.
+    #[test]
+    fn a_recording_is_never_a_file_of_the_kernel() {
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        for path in [
+            "/proc/self/comm",
+            "/proc/thread-self/comm",
+            "/sys/kernel/uevent_helper",
+        ] {
+            if !Path::new(path).exists() {
+                continue;
+            }
+            let e = RecordSink::open(Path::new(path))
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                e.as_ref()
+                    .is_some_and(|e| e.contains("a file of the kernel's")),
+                "{path}: {e:?}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string("/proc/self/comm").unwrap(), comm);
     }
 
     /// `ctl record start` to a FIFO nobody reads, or to a device (`/dev/null`), is refused at

@@ -374,12 +374,17 @@ fn dump(socket: &client::Endpoint, file: &Path, force: bool) -> Result<ExitCode,
         said = Some(reply.message);
         Ok(())
     })
-    .map_err(|e| format!("cannot dump to {}: {e}", file.display()))?;
+    .map_err(|e| {
+        format!(
+            "cannot dump to {}: {e}",
+            pinwatch::text::Escaped(file.display())
+        )
+    })?;
     Ok(crate::say_wrote(
         file,
         &format!(
             "wrote {}: {}\n",
-            file.display(),
+            pinwatch::text::Escaped(file.display()),
             untrusted(&said.unwrap_or_default())
         ),
     ))
@@ -397,7 +402,7 @@ fn dumped_recording(
     if !force && std::fs::symlink_metadata(output).is_ok() && !crate::written_as_is(output) {
         return Err(format!(
             "{} exists; give another file, or ask to replace it (`--force`)",
-            output.display()
+            pinwatch::text::Escaped(output.display())
         ));
     }
     let mut bytes = Vec::new();
@@ -419,14 +424,18 @@ fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitC
         .cloned()
         .unwrap_or_else(|| format!("flight recording of {name}"));
     let page = pinwatch_cli::report::render(&rec.events, &source, &rec.warnings)?;
-    crate::write_file(output, force, |f| f.write_all(page.as_bytes()))
-        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    crate::write_file(output, force, |f| f.write_all(page.as_bytes())).map_err(|e| {
+        format!(
+            "cannot write {}: {e}",
+            pinwatch::text::Escaped(output.display())
+        )
+    })?;
     let pins = pinwatch::recording::latest_reports(&rec.events).len();
     Ok(crate::say_wrote(
         output,
         &format!(
             "wrote {} ({} events, {pins} pins; {}); open it in a browser\n",
-            output.display(),
+            pinwatch::text::Escaped(output.display()),
             rec.events.len(),
             untrusted(&source)
         ),
@@ -463,8 +472,12 @@ fn profile(
         .iter()
         .fold(0i64, |t, s| t.saturating_add(s.value[1]));
     let body = pinwatch::profile::encode(&built);
-    crate::write_file(output, force, |f| f.write_all(&body))
-        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    crate::write_file(output, force, |f| f.write_all(&body)).map_err(|e| {
+        format!(
+            "cannot write {}: {e}",
+            pinwatch::text::Escaped(output.display())
+        )
+    })?;
     Ok(crate::say_profile_written(
         output,
         pins,
@@ -473,13 +486,24 @@ fn profile(
     ))
 }
 
+/// `file` made absolute, for the service: a path the control protocol (JSON) can carry.
 fn absolute(file: &Path) -> Result<PathBuf, String> {
-    if file.is_absolute() {
-        return Ok(file.to_owned());
+    let path = if file.is_absolute() {
+        file.to_owned()
+    } else {
+        let cwd = std::env::current_dir().map_err(|e| {
+            format!("cannot tell the current directory to make {file:?} absolute: {e}")
+        })?;
+        cwd.join(file)
+    };
+    if path.to_str().is_none() {
+        return Err(format!(
+            "{} is not UTF-8, which the request to the service (JSON) cannot carry; give a name \
+             in UTF-8",
+            pinwatch::text::Escaped(path.display())
+        ));
     }
-    let cwd = std::env::current_dir()
-        .map_err(|e| format!("cannot tell the current directory to make {file:?} absolute: {e}"))?;
-    Ok(cwd.join(file))
+    Ok(path)
 }
 
 fn ask_status(socket: &client::Endpoint) -> Result<Status, String> {
@@ -959,6 +983,24 @@ fn render(st: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path the JSON request cannot carry is refused before anything is sent, named (escaped)
+    /// and with what to do; serde's own "path contains invalid UTF-8 characters" said neither.
+    #[test]
+    fn a_path_that_is_not_utf8_is_named_and_refused() {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/\xff\x1b.jsonl"));
+        let e = absolute(bad).unwrap_err();
+        assert!(
+            e.contains(r"\u{1b}") && e.contains("give a name in UTF-8"),
+            "{e}"
+        );
+        assert!(!e.contains('\u{1b}'), "{e}");
+        assert_eq!(
+            absolute(Path::new("/tmp/ok.jsonl")).unwrap(),
+            Path::new("/tmp/ok.jsonl")
+        );
+    }
 
     #[test]
     fn status_shows_the_request_each_pin_is_in_escaped() {

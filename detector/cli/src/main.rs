@@ -350,15 +350,20 @@ fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), Str
 /// a temporary file beside it, then linked or renamed into place; a symlink there is replaced,
 /// not written through). A FIFO of another user's is not written into (it could be read by
 /// them): it is replaced like a file, which a sticky `/tmp` refuses. A block device or a
-/// socket is refused.
+/// socket is refused. A symlink on the way that another user made in a directory anyone may
+/// write to is never followed ([`planted_symlinks`]).
 ///
 /// [`write_whole_file`]: pinwatch::files::write_whole_file
+/// [`planted_symlinks`]: pinwatch::files::planted_symlinks
 pub(crate) fn write_file(
     path: &Path,
     replace: bool,
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::FileTypeExt as _;
+    // Before anything is followed (a device or a descriptor of ours behind another user's link
+    // in /tmp would be written through): as the kernel's fs.protected_symlinks.
+    pinwatch::files::planted_symlinks(path)?;
     let own = own_descriptor(path);
     if let Ok(m) = std::fs::metadata(path) {
         if m.file_type().is_block_device() {

@@ -630,6 +630,55 @@ fn report_replaces_a_symlink_instead_of_writing_through_it() {
         .starts_with("<!DOCTYPE html>"));
 }
 
+/// Another user's symlink in a sticky directory anyone may write to (`/tmp`), to a device or
+/// to one of this process's own descriptors, is not written through: `-o` refuses it, as the
+/// kernel's `fs.protected_symlinks` would (here whatever the sysctl says). Needs root, to give
+/// the links to another user.
+#[test]
+fn output_never_follows_another_users_symlink_in_a_shared_directory() {
+    use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "run as root (CI does): the test gives links to uid 65534"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let rec = data("recording.jsonl");
+    for (name, target) in [("null.html", "/dev/null"), ("fd.html", "/proc/self/fd/1")] {
+        let link = tmp.join(name);
+        symlink(target, &link).unwrap();
+        lchown(&link, Some(65534), None).unwrap();
+        let (code, out, err) = pinwatch(&[
+            "report",
+            rec.to_str().unwrap(),
+            "-o",
+            link.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1, "{target}: {err}");
+        assert!(
+            err.contains("is a symlink that user 65534 made"),
+            "{target}: {err}"
+        );
+        assert!(
+            !out.contains("<!DOCTYPE"),
+            "{target}: the page went through the link"
+        );
+        // The same link, the service's user's own: followed.
+        lchown(&link, Some(0), None).unwrap();
+        let (code, _, err) = pinwatch(&[
+            "report",
+            rec.to_str().unwrap(),
+            "-o",
+            link.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{target}: {err}");
+    }
+}
+
 /// `report -o` never writes over the recording it reads (named directly or through a
 /// symlink), and writes to `/dev/stdout` (a pipe here) as it is, instead of trying to replace
 /// it with a file.

@@ -106,13 +106,22 @@ impl Dirs {
                     continue;
                 };
                 match dir.entry(&file) {
-                    Some(e) if e.is_socket && e.uid == dir.owner() => out.push(Endpoint {
-                        pid,
-                        name,
-                        path: dir.path().join(&file),
-                        owner: dir.owner(),
-                        dir: Some(i),
-                    }),
+                    Some(e) if e.is_socket && e.uid == dir.owner() => {
+                        if let Some(why) = posing(pid, dir.owner()) {
+                            notes.push(format!(
+                                "skipped {}: {why}",
+                                dir.path().join(&file).display()
+                            ));
+                            continue;
+                        }
+                        out.push(Endpoint {
+                            pid,
+                            name,
+                            path: dir.path().join(&file),
+                            owner: dir.owner(),
+                            dir: Some(i),
+                        })
+                    }
                     Some(e) => notes.push(format!(
                         "skipped {}: {}",
                         dir.path().join(&file).display(),
@@ -230,10 +239,19 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
         ));
     }
     let file = format!("{target}.sock");
+    let mut posers = Vec::new();
     for dir in &dirs.dirs {
         match dir.entry(&file) {
             Some(e) if e.is_socket && e.uid == dir.owner() => {
                 let (pid, name) = parse_socket_name(&file).unwrap_or((0, target.to_owned()));
+                if let Some(why) = posing(pid, dir.owner()) {
+                    // Root looks in every user's directory: the real one may come later.
+                    posers.push(format!(
+                        "skipped {}: {why}",
+                        dir.path().join(&file).display()
+                    ));
+                    continue;
+                }
                 return Ok(Endpoint {
                     pid,
                     name,
@@ -242,13 +260,13 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
                     dir: None,
                 });
             }
-            Some(e) => {
-                return Err(format!(
-                    "refusing to talk to {}: {}",
-                    dir.path().join(&file).display(),
-                    not_a_socket_of(&e, dir.owner())
-                ))
-            }
+            // Noted, and the next directory looked in: another user's directory comes before
+            // the real one in root's search.
+            Some(e) => posers.push(format!(
+                "skipped {}: {}",
+                dir.path().join(&file).display(),
+                not_a_socket_of(&e, dir.owner())
+            )),
             None => {}
         }
     }
@@ -287,11 +305,33 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     } else {
         format!("no process {pid}")
     };
-    for note in &dirs.notes {
+    for note in dirs.notes.iter().chain(&posers) {
         msg.push_str("; ");
         msg.push_str(note);
     }
     Err(msg)
+}
+
+/// Why a socket of user `owner` named after process `pid` is not that process's: the process
+/// runs as another user. Another user's directory may hold a socket named after anyone's
+/// process, and root looks in every user's. `None` when it is the owner's, or when nothing
+/// can be told (no such process here: gone, or in another pid namespace).
+fn posing(pid: u32, owner: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    // `Uid:` real, effective, saved, file system: the socket is made as the effective one.
+    let uid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    (uid != owner).then(|| {
+        format!(
+            "named after process {pid}, which runs as uid {uid}, not as uid {owner} who owns the \
+             socket (another user's socket posing as that process; left alone)"
+        )
+    })
 }
 
 /// One exchange with a service: the stream, and the time left of the whole exchange.
@@ -580,6 +620,66 @@ fn connect(path: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Root looks in every user's directory, and another user's may hold a socket, or
+    /// anything else, named after someone else's process: skipped with a note, in `ctl PID`
+    /// (which goes on to the real one) and in `list`.
+    #[test]
+    fn a_socket_named_after_another_users_process_is_left_alone() {
+        use std::os::unix::fs::{lchown, PermissionsExt};
+        assert_eq!(
+            euid(),
+            0,
+            "this test gives a directory to another user: run it as root (CI does)"
+        );
+        let me = std::process::id();
+        let make = |uid: u32| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+            lchown(dir.path(), Some(uid), None).unwrap();
+            dir
+        };
+        let (theirs, other, mine) = (make(65534), make(65534), make(0));
+        let sock = |d: &tempfile::TempDir| d.path().join(format!("{me}.sock"));
+        let _fake = std::os::unix::net::UnixListener::bind(sock(&theirs)).unwrap();
+        lchown(sock(&theirs), Some(65534), None).unwrap();
+        std::fs::write(sock(&other), b"").unwrap();
+        lchown(sock(&other), Some(65534), None).unwrap();
+        let _real = std::os::unix::net::UnixListener::bind(sock(&mine)).unwrap();
+        let checked =
+            |d: &tempfile::TempDir, uid| ControlDir::checked(d.path(), Some(uid)).unwrap();
+        let dirs = Dirs {
+            dirs: vec![
+                checked(&theirs, 65534),
+                checked(&other, 65534),
+                checked(&mine, 0),
+            ],
+            notes: Vec::new(),
+            looked: Vec::new(),
+        };
+        let found = find_socket(&me.to_string(), &dirs).unwrap();
+        assert_eq!(found.path, sock(&mine));
+        let (endpoints, notes) = dirs.endpoints();
+        assert_eq!(endpoints.len(), 1, "{endpoints:?}");
+        assert_eq!(endpoints[0].path, sock(&mine));
+        assert!(
+            notes.iter().any(|n| n.contains(&format!(
+                "named after process {me}, which runs as uid 0, not as uid 65534"
+            ))),
+            "{notes:?}"
+        );
+        // Without the real one: the error says what was skipped.
+        let dirs = Dirs {
+            dirs: vec![checked(&theirs, 65534), checked(&other, 65534)],
+            notes: Vec::new(),
+            looked: Vec::new(),
+        };
+        let e = find_socket(&me.to_string(), &dirs).unwrap_err();
+        assert!(
+            e.contains("posing as that process") && e.contains("not a socket"),
+            "{e}"
+        );
+    }
 
     /// A process whose only socket is `PID.2.sock` (a detector started while another was
     /// stopping) is not said to run without pinwatch: the error names the socket it serves.

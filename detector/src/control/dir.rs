@@ -44,11 +44,22 @@ impl ControlDir {
             return Err(format!("{} is not a directory", path.display()));
         }
         if let Some(want) = owner {
+            if uid != want && m.mode() & libc::S_ISVTX != 0 {
+                // `/tmp` itself (`PINWATCH_CONTROL=/tmp`, `ctl /tmp/x.sock`): nothing to remove.
+                return Err(format!(
+                    "{} (uid {uid}, mode {:o}) is a directory anyone may use, not a control \
+                     directory: give a directory of uid {want}'s, mode 0700 (as the default \
+                     /tmp/pinwatch-{want}), with PINWATCH_CONTROL / --dir",
+                    path.display(),
+                    m.mode() & 0o7777
+                ));
+            }
             if uid != want {
                 return Err(format!(
                     "{} belongs to uid {uid} (mode {:o}), not to uid {want}: another user may \
-                     have made it to catch requests; do not use it — remove it (as root), or \
-                     use a directory of uid {want}'s with PINWATCH_CONTROL / --dir",
+                     have made it to catch requests or keep control out; do not use it — remove \
+                     it (as root), or use a directory of uid {want}'s with PINWATCH_CONTROL / \
+                     --dir",
                     path.display(),
                     m.mode() & 0o7777
                 ));
@@ -207,10 +218,24 @@ fn open_nofollow(path: &Path) -> Result<File, String> {
                  PINWATCH_CONTROL to a directory of yours",
                 path.display()
             ),
-            Some(libc::EACCES) => format!(
-                "{}: permission denied: it belongs to another user; run as that user or as root",
-                path.display()
-            ),
+            Some(libc::EACCES) => match std::fs::symlink_metadata(path) {
+                // Who it belongs to may be the one this was meant for: a directory another
+                // user made first, under this user's default name, to keep control out.
+                Ok(m) => format!(
+                    "{}: permission denied: it belongs to uid {} (mode {:o}); run as that user \
+                     or as root — or, if uid {} should not own it, remove it as root: another \
+                     user may have made it to keep control out",
+                    path.display(),
+                    m.uid(),
+                    m.mode() & 0o7777,
+                    m.uid()
+                ),
+                Err(_) => format!(
+                    "{}: permission denied: it belongs to another user; run as that user or as \
+                     root",
+                    path.display()
+                ),
+            },
             _ => format!("cannot open {}: {e}", path.display()),
         })
 }
@@ -247,5 +272,22 @@ mod tests {
         ] {
             assert_eq!(parse_socket_name(bad), None, "{bad}");
         }
+    }
+
+    /// A shared sticky directory (`PINWATCH_CONTROL=/tmp`) is said to be no control directory,
+    /// never advised to be removed.
+    #[test]
+    fn a_shared_directory_is_not_a_control_directory_and_not_to_be_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let other = unsafe { libc::geteuid() } + 1;
+        let e = ControlDir::checked(dir.path(), Some(other)).err().unwrap();
+        assert!(
+            e.contains("a directory anyone may use, not a control directory"),
+            "{e}"
+        );
+        assert!(!e.contains("remove it"), "{e}");
     }
 }

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::Sink;
 use crate::event::PinnedEvent;
-use crate::files::rotated_path;
+use crate::files::{may_follow, planted_symlinks, rotated_path};
 use crate::text::Escaped;
 use crate::Error;
 
@@ -497,122 +497,6 @@ fn not_a_file(what: &str) -> std::io::Error {
     )
 }
 
-/// Walks `path` as the kernel resolves it, and refuses the first symlink on the way that
-/// another user made in a directory anyone may write to ([`may_follow`]): in a parent's name,
-/// at the end, or further down a chain of links. Where the last name is not there (yet), the
-/// walk ends and the open makes it; any other name not there fails the walk, as it would the
-/// open.
-fn planted_symlinks(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    use std::path::Component;
-    enum Step {
-        Root,
-        Up,
-        Name(std::ffi::OsString),
-    }
-    let steps = |p: &Path| -> Vec<Step> {
-        p.components()
-            .filter_map(|c| match c {
-                Component::RootDir => Some(Step::Root),
-                Component::ParentDir => Some(Step::Up),
-                Component::Normal(n) => Some(Step::Name(n.to_owned())),
-                Component::CurDir | Component::Prefix(_) => None,
-            })
-            .rev()
-            .collect()
-    };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    // The working directory only for a relative path: a service's may have been deleted.
-    let mut at = if path.is_absolute() {
-        PathBuf::from("/")
-    } else {
-        std::env::current_dir()?
-    };
-    // A stack: the next step last.
-    let mut todo = steps(path);
-    let mut links = 0;
-    // Where the walk went on from a link in /proc as from a directory reached (see below).
-    let mut proc_links: Vec<PathBuf> = Vec::new();
-    while let Some(step) = todo.pop() {
-        let name = match step {
-            Step::Root => {
-                at = PathBuf::from("/");
-                continue;
-            }
-            // Up from where a link in /proc led is up from where its file is, which `at` does
-            // not name.
-            Step::Up if proc_links.contains(&at) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} goes up (`..`) past a link in /proc: give the path without it",
-                        path.display()
-                    ),
-                ))
-            }
-            Step::Up => {
-                at.pop();
-                continue;
-            }
-            Step::Name(n) => n,
-        };
-        let next = at.join(&name);
-        let meta = match std::fs::symlink_metadata(&next) {
-            Ok(m) => m,
-            // The last name: the open makes it.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && todo.is_empty() => return Ok(()),
-            // A directory on the way that is not there: the open would fail the same way,
-            // unless someone made it meanwhile, a link of theirs in `/tmp` say, which the
-            // open would follow unchecked.
-            Err(e) => return Err(e),
-        };
-        if !meta.file_type().is_symlink() {
-            at = next;
-            continue;
-        }
-        links += 1;
-        if links > 40 {
-            // As the kernel counts (`ELOOP`), said plainly.
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "more than 40 symlinks on the way to {} (a loop of links?): give a path \
-                     that leads to a file",
-                    path.display()
-                ),
-            ));
-        }
-        let dir = std::fs::metadata(&at)?;
-        if !may_follow(meta.uid(), dir.uid(), dir.mode(), me) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "{} is a symlink that user {} made in {}, a directory anyone may write to: \
-                     pinwatch does not follow it (as the kernel's fs.protected_symlinks would \
-                     not); record to a path in a directory of your own",
-                    next.display(),
-                    meta.uid(),
-                    at.display()
-                ),
-            ));
-        }
-        // A link in /proc (`/proc/self`, `/proc/self/fd/3`, `/dev/fd/3` through it, `/proc/self/
-        // root`): nobody plants those, and the kernel follows a descriptor's to the file it has
-        // open, which its text may not name (a file deleted, or in a mount it cannot reach).
-        // The walk goes on from it as the kernel will, by its name: what comes after it (a
-        // link someone planted in `/proc/self/root/tmp/`) is looked at as anywhere else.
-        if on_procfs(&at) {
-            at = next;
-            proc_links.push(at.clone());
-            continue;
-        }
-        // Read from where the link is.
-        todo.extend(steps(&std::fs::read_link(&next)?));
-    }
-    Ok(())
-}
-
 /// The kernel's own file system that `file` is on (`/proc`, `/sys`, …), if it is: their
 /// regular files are the kernel's controls (`/proc/self/comm` renames the process), never a
 /// place for a recording.
@@ -676,28 +560,6 @@ fn others_file_in_shared_dir(file: &File, meta: &std::fs::Metadata) -> std::io::
             crate::text::Escaped(dir.0.display()),
         ),
     ))
-}
-
-/// Whether `dir` is on a proc file system.
-fn on_procfs(dir: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a NUL-terminated path; `st` is a plain C struct that statfs fills and
-    // that is read only when it succeeds.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == libc::PROC_SUPER_MAGIC
-    }
-}
-
-/// Whether a symlink owned by `link_uid`, in a directory owned by `dir_uid` with mode
-/// `dir_mode`, may be followed by a process of user `me` (or a file of that owner there
-/// written to): always, unless the directory is sticky and anyone may write to it, and the
-/// link is neither the process's user's nor the directory owner's.
-fn may_follow(link_uid: u32, dir_uid: u32, dir_mode: u32, me: u32) -> bool {
-    let shared = dir_mode & (libc::S_ISVTX | libc::S_IWOTH) == libc::S_ISVTX | libc::S_IWOTH;
-    !shared || link_uid == me || link_uid == dir_uid
 }
 
 /// Whether the `size`-byte `file` ends with a newline; when it cannot be read, it is taken

@@ -13,12 +13,12 @@ pub(crate) fn dir_of(path: &Path) -> &Path {
 }
 
 /// The directory `path` is in (`.` for a bare name) and its file name; an error for a path that
-/// names no file (it ends in `..`, or is `/`).
+/// names no file (it ends in `.` or `..`, or is `/`).
 pub(crate) fn dir_and_name(path: &Path) -> std::io::Result<(&Path, &std::ffi::OsStr)> {
     let name = path.file_name().ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            "the path names no file (it ends in `..`, or is `/`); give a file's path",
+            "the path names no file (it ends in `.` or `..`, or is `/`); give a file's path",
         )
     })?;
     Ok((dir_of(path), name))

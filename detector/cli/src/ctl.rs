@@ -15,11 +15,14 @@ use pinwatch::recording::SummaryRow;
 /// How long a whole exchange with a service may take: connect, request, the full reply.
 const TIMEOUT: Duration = client::DEADLINE;
 
-/// The same for each socket `ctl list` asks (it asks them one after another).
+/// The same for each socket `ctl list` asks ([`LIST_AT_ONCE`] at a time).
 const LIST_TIMEOUT: Duration = Duration::from_secs(2);
 /// All of `ctl list`'s asking: sockets that never answer (another user may make many) cannot
 /// keep it waiting longer; the ones not asked by then are listed as such.
 const LIST_TOTAL: Duration = Duration::from_secs(20);
+
+/// How many sockets `list` asks at once.
+const LIST_AT_ONCE: usize = 16;
 
 #[derive(Args)]
 #[command(
@@ -568,15 +571,14 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
             untrusted(note)
         );
     }
-    let deadline = std::time::Instant::now() + LIST_TOTAL;
-    for ep in endpoints {
+    let answers = ask_all(&endpoints);
+    for (ep, answer) in endpoints.into_iter().zip(answers) {
         // A process that did not give its status: what it said instead, in the last column.
         let unknown = |why: String| {
             let q = || "?".to_owned();
             [ep.name.clone(), q(), q(), q(), q(), why]
         };
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
+        let Some(answer) = answer else {
             rows.push(unknown(format!(
                 "not asked: ctl list gives all sockets {} in all; ask it directly with \
                  `pinwatch ctl {} status`",
@@ -584,8 +586,8 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
                 ep.name
             )));
             continue;
-        }
-        match client::request(&ep, &Request::Status, LIST_TIMEOUT.min(left)) {
+        };
+        match answer {
             Ok(Reply {
                 ok: true,
                 status: Some(st),
@@ -615,7 +617,7 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
                     untrusted(&ep.path.display().to_string())
                 );
             }
-            Err(e) => rows.push(unknown(untrusted(&e.to_string()))),
+            Err(e) => rows.push(unknown(untrusted(&e))),
         }
     }
     if rows.is_empty() {
@@ -633,6 +635,46 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
         &["PID", "WORKERS", "PINNED", "REPORTING", "UP", "COMMAND"],
         &rows,
     )))
+}
+
+/// Asks each of `endpoints` for its status, [`LIST_AT_ONCE`] at a time, each within
+/// [`LIST_TIMEOUT`] and all within [`LIST_TOTAL`]: the answers in order, `None` for those not
+/// asked by then. Sockets that never answer (another user's, or a hung service) cost one
+/// timeout for each [`LIST_AT_ONCE`] of them, not one each.
+fn ask_all(endpoints: &[client::Endpoint]) -> Vec<Option<Result<Reply, String>>> {
+    let deadline = std::time::Instant::now() + LIST_TOTAL;
+    let ask = |ep: &client::Endpoint, timeout: Duration| {
+        client::request(ep, &Request::Status, timeout).map_err(|e| e.to_string())
+    };
+    let mut answers = Vec::with_capacity(endpoints.len());
+    for chunk in endpoints.chunks(LIST_AT_ONCE) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            answers.extend(chunk.iter().map(|_| None));
+            continue;
+        }
+        let timeout = LIST_TIMEOUT.min(left);
+        std::thread::scope(|s| {
+            // A thread that cannot be made: that one is asked here, after the others.
+            let asked: Vec<_> = chunk
+                .iter()
+                .map(|ep| {
+                    std::thread::Builder::new()
+                        .spawn_scoped(s, move || ask(ep, timeout))
+                        .map_err(|_| ep)
+                })
+                .collect();
+            for a in asked {
+                answers.push(Some(match a {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|_| Err("asking it failed".to_owned())),
+                    Err(ep) => ask(ep, timeout),
+                }));
+            }
+        });
+    }
+    answers
 }
 
 /// Left-aligned columns, two spaces apart; the last column is not padded.

@@ -35,7 +35,8 @@ enum Command {
     Print {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         file: PathBuf,
-        /// Print the events as JSON lines instead (one per line, as recorded).
+        /// Print the events as JSON lines instead (one per line, in this version's schema: an older
+        /// line is written as this version reads it, with durations in ms to the microsecond).
         #[arg(long)]
         json: bool,
         /// Only the last report of each pinned poll.

@@ -1218,6 +1218,9 @@ fn ctl_list_is_bounded_in_all_by_sockets_that_never_answer() {
         "{stdout}\n{stderr}"
     );
     let not_asked = stdout.lines().filter(|l| l.contains("not asked")).count();
-    assert!((16..n).contains(&not_asked), "{not_asked}: {stdout}\n{stderr}");
+    assert!(
+        (16..n).contains(&not_asked),
+        "{not_asked}: {stdout}\n{stderr}"
+    );
     drop(listeners);
 }

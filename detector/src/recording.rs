@@ -216,22 +216,27 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 /// counted in [`Recording::damaged_lines`], with one warning naming the first few by file and
 /// line and saying what was wrong with the first.
 ///
-/// Each file must be a regular file (a FIFO or a device, as a crafted set of files may hold,
-/// would never end). A rotated file that cannot be read — gone as the recording rotated, or not
-/// a regular file — is skipped with a warning; `path` itself must be read. The files are all
-/// opened before any is read, so a rotation meanwhile moves names, not what was opened.
+/// Each file must be a regular file: a FIFO or a device among the rotated files, as a crafted
+/// set may hold, would never end (and opening some devices does something), so each is looked
+/// at before it is opened, and again once open. The file named may also be a pipe
+/// (`/dev/stdin`, `<(zcat rec.jsonl.gz)`). A rotated file must belong to the user whose the
+/// named file is: one that another user put beside it (in `/tmp`) is not part of the recording.
+/// A rotated file that cannot be read — gone as the recording rotated, another user's, or not
+/// a regular file — is skipped with a warning; `path` itself must be read.
 pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
+    use std::os::unix::fs::MetadataExt;
     let mut rec = Recording::default();
     let files = recording_files(path)?;
-    let opened: Vec<_> = files.iter().map(|f| (f, open_regular(f))).collect();
-    for (file, opened) in opened {
-        let read = opened.and_then(|mut f| {
+    let owner = std::fs::metadata(path).ok().map(|m| m.uid());
+    for file in &files {
+        let named = file.as_path() == path;
+        let read = open_to_read(file, named, owner.filter(|_| !named)).and_then(|mut f| {
             let mut bytes = Vec::new();
             std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes)
         });
         match read {
             Ok(bytes) => parse_lines(&bytes, &file.display().to_string(), &mut rec)?,
-            Err(e) if file.as_path() != path => rec.warnings.push(format!(
+            Err(e) if !named => rec.warnings.push(format!(
                 "skipped {}, a rotated file of {}: {e}; the others were read",
                 Escaped(file.display()),
                 Escaped(path.display())
@@ -248,22 +253,38 @@ pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
     Ok(rec)
 }
 
-/// Opens `path` for reading if it is a regular file, without waiting on a FIFO's writer.
-fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// Opens a file of a recording to read it (see [`read_recording`]): a regular file, or a pipe
+/// when it is the one `named`; of user `owner` when given.
+fn open_to_read(path: &Path, named: bool, owner: Option<u32>) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let check = |m: &std::fs::Metadata| {
+        if !(m.is_file() || named && m.file_type().is_fifo()) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a directory, a FIFO or a device): a recording is the file \
+                 pinwatch wrote",
+            ));
+        }
+        match owner {
+            Some(uid) if m.uid() != uid => Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "it belongs to uid {}, not to uid {uid} whose recording it would be part of \
+                     (another user may have put it there)",
+                    m.uid()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    };
+    check(&std::fs::metadata(path)?)?;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        // A FIFO swapped in meanwhile is not waited for (a named pipe is: the user gave it).
+        .custom_flags(if named { 0 } else { libc::O_NONBLOCK })
         .open(path)?;
-    if file.metadata()?.is_file() {
-        Ok(file)
-    } else {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file (a directory, a FIFO or a device): a recording is the file \
-             pinwatch wrote",
-        ))
-    }
+    check(&file.metadata()?)?;
+    Ok(file)
 }
 
 /// [`read_recording`] on text; `name` names it in messages.
@@ -2162,6 +2183,35 @@ mod tests {
                 .count()
                 == 2
         );
+
+        // Another user's rotated file beside it (root here may give one away): not read.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = dir.path().join("rec.5.jsonl");
+            std::fs::write(&theirs, format!("{}\n", good(9))).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let rec = read_recording(&path).unwrap();
+            assert_eq!(ids(&rec), [1, 3]);
+            assert!(
+                rec.warnings
+                    .iter()
+                    .any(|w| w.contains("rec.5.jsonl") && w.contains("belongs to uid 65534")),
+                "{:?}",
+                rec.warnings
+            );
+        }
+        // The recording named may be a pipe (`/dev/stdin`, `<(zcat …)`): read to its end.
+        let piped = dir.path().join("piped.jsonl");
+        let c = std::ffi::CString::new(piped.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; makes a FIFO there.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let writer = {
+            let (piped, line) = (piped.clone(), format!("{}\n{}\n", good(4), good(5)));
+            std::thread::spawn(move || std::fs::write(piped, line).unwrap())
+        };
+        let rec = read_recording(&piped).unwrap();
+        writer.join().unwrap();
+        assert_eq!(ids(&rec), [4, 5]);
 
         let evil = dir.path().join("evil\u{1b}]0;x\u{7}.jsonl");
         std::os::unix::fs::symlink("/dev/zero", &evil).unwrap();

@@ -160,7 +160,7 @@ pub fn html(s: &str) -> String {
 /// The widest a text table's column is padded to, in characters. A longer cell is written
 /// whole and sticks out of its column: every row padded to a crafted recording's name of a
 /// megabyte would make a table of gigabytes from a file of a few.
-pub const MAX_COLUMN: usize = 120;
+pub const MAX_COLUMN: usize = 300;
 
 /// The width of a text table's column whose widest cell is `widest` characters: at most
 /// [`MAX_COLUMN`].

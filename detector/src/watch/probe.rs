@@ -143,7 +143,8 @@ pub(crate) fn take(
         next = next_step(signal::request_state(slot), status);
     }
     match next {
-        Next::Sample => sample(w, slot, tid, seq, &mut probe),
+        Next::Sample => sample(w, slot, tid, seq, &mut probe, true),
+        Next::TakeWaiting => sample(w, slot, tid, seq, &mut probe, false),
         Next::NoStack(why) => probe.no_stack = Some(why),
         // Only this thread sends requests, so a withdrawn one is not outstanding again.
         Next::AskAgain => probe.no_stack = Some("signal_pending"),
@@ -156,6 +157,8 @@ pub(crate) fn take(
 enum Next {
     /// Ask for a sample, or take the one that is ready or being written.
     Sample,
+    /// Take the sample that is ready, and ask for none: the thread blocks the signal.
+    TakeWaiting,
     /// Withdraw the outstanding request, then choose again.
     AskAgain,
     /// No stack this time, and why.
@@ -169,8 +172,10 @@ fn next_step(request: signal::Request, status: Option<SignalStatus>) -> Next {
     let blocked = status.is_some_and(|s| s.blocked);
     match request {
         // The handler has taken the signal: its sample is ready, or being written. The mask
-        // `/proc` shows now is the handler's own, which holds the signal back until it returns,
-        // not a mask the thread chose: it says nothing of `signal_blocked`.
+        // `/proc` shows now may be the handler's own, which holds the signal back until it
+        // returns: the sample is taken whatever the mask. A sample of an earlier poll is
+        // thrown away; then only a thread that does not block the signal is asked again.
+        Request::Done if blocked => Next::TakeWaiting,
         Request::Writing | Request::Done => Next::Sample,
         // Outstanding, yet no longer pending: the thread took the signal without running the
         // handler (`sigwait`), or is about to run it. Either way a new request may go out,
@@ -184,10 +189,17 @@ fn next_step(request: signal::Request, status: Option<SignalStatus>) -> Next {
     }
 }
 
-fn sample(w: &Shared, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe) {
+/// Asks for a stack sample of poll `seq` (the first try may take one an earlier request left
+/// behind); with `may_signal` false, only takes one left behind, and says `signal_blocked`
+/// when that is not this poll's.
+fn sample(w: &Shared, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe, may_signal: bool) {
     let stats: &StatsCounters = &w.stats;
+    if !may_signal && signal::request_state(slot) != signal::Request::Done {
+        probe.no_stack = Some("signal_blocked");
+        return;
+    }
     // Two tries at most: the first may return a sample an earlier request left behind.
-    for _ in 0..2 {
+    for _ in 0..1 + usize::from(may_signal) {
         match signal::request(slot, tid) {
             signal::Outcome::Sample(s) => {
                 let fresh = !s.round_trip.is_zero();
@@ -237,7 +249,11 @@ fn sample(w: &Shared, slot: &Slot, tid: i32, seq: u64, probe: &mut Probe) {
             }
         }
     }
-    probe.no_stack = Some("no_sample");
+    probe.no_stack = Some(if may_signal {
+        "no_sample"
+    } else {
+        "signal_blocked"
+    });
 }
 
 fn held_by(slot: &Slot) -> Vec<HeldEntry> {
@@ -1133,7 +1149,7 @@ mod tests {
             (Requested, None, Next::NoStack("signal_pending")),
             (Writing, st(true, false), Next::Sample),
             (Writing, st(false, false), Next::Sample),
-            (Done, st(true, false), Next::Sample),
+            (Done, st(true, false), Next::TakeWaiting),
             (Done, st(false, false), Next::Sample),
             (Done, None, Next::Sample),
         ];
@@ -1177,6 +1193,13 @@ mod tests {
         // With no sample waiting, the same mask is the thread's own: `signal_blocked`.
         let probe = take(&watched, slot, seq, None, Stacks::Short).unwrap();
         assert_eq!(probe.no_stack, Some("signal_blocked"), "{probe:?}");
+        // A sample an earlier poll left: thrown away, and no signal sent to a thread that
+        // blocks it (it would wait the whole SAMPLE_WAIT, and count a missed sample).
+        signal::leave_sample(slot, seq - 1, &[0x1234]);
+        let probe = take(&watched, slot, seq, None, Stacks::Short).unwrap();
+        assert_eq!(probe.no_stack, Some("signal_blocked"), "{probe:?}");
+        assert!(!probe.signalled, "{probe:?}");
+        assert_eq!(signal::request_state(slot), signal::Request::Idle);
         to_worker.send(()).unwrap();
         worker.join().unwrap();
     }

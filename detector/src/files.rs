@@ -360,6 +360,111 @@ pub fn planted_symlinks(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A file opened by [`open_unplanted`], and the directory it was opened in.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Opened {
+    /// The file.
+    pub file: File,
+    /// The directory its last name was looked up in, as opened, and its metadata: where the
+    /// file was when it was opened, whatever is renamed afterwards. `None` for a descriptor's
+    /// link in `/proc` (`/proc/self/fd/N`, `/dev/stdout`), which the kernel opens as the file
+    /// the descriptor has open.
+    pub dir: Option<(PathBuf, std::fs::Metadata)>,
+}
+
+/// Opens `path` as `open(2)` with `flags` (and `mode`, for a file it makes) would, except that
+/// no symlink that another user made in a directory anyone may write to is followed
+/// ([`planted_symlinks`]), and that the last name is looked up once, in its directory opened
+/// first: `openat(dir, name, flags | O_NOFOLLOW)`. A symlink at the end (the caller's own) is
+/// read to its target before; one that appears there after that fails the open (`ELOOP`,
+/// said as such) instead of being followed. A name swapped or renamed after the open does not
+/// change which directory the file was in.
+pub fn open_unplanted(
+    path: &Path,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> std::io::Result<Opened> {
+    use std::os::fd::FromRawFd;
+    planted_symlinks(path)?;
+    let c = |p: &std::ffi::OsStr| {
+        std::ffi::CString::new(p.as_encoded_bytes()).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL byte in the path")
+        })
+    };
+    let mut target = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&target) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let dir = dir_of(&target).to_owned();
+                if on_procfs(&dir) {
+                    // A descriptor's link: the kernel opens the file it has open, which the
+                    // link's text may not name.
+                    let name = c(target.as_os_str())?;
+                    // SAFETY: a NUL-terminated path; the fd returned is owned by the File.
+                    let fd = unsafe {
+                        libc::open(name.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint)
+                    };
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // SAFETY: `fd` was just opened above and nothing else owns it.
+                    let file = unsafe { File::from_raw_fd(fd) };
+                    return Ok(Opened { file, dir: None });
+                }
+                target = dir.join(std::fs::read_link(&target)?);
+            }
+            _ => break,
+        }
+    }
+    let (dir, name) = dir_and_name(&target)?;
+    let dir_name = c(dir.as_os_str())?;
+    // SAFETY: a NUL-terminated path; the fd returned is owned by the File.
+    let dir_fd = unsafe {
+        libc::open(
+            dir_name.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if dir_fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `dir_fd` was just opened above and nothing else owns it.
+    let dir_file = unsafe { File::from_raw_fd(dir_fd) };
+    let dir_meta = dir_file.metadata()?;
+    let name = c(name)?;
+    // SAFETY: `dir_fd` is open (held by `dir_file`) and `name` NUL-terminated; the fd returned
+    // is owned by the File.
+    let fd = unsafe {
+        libc::openat(
+            dir_fd,
+            name.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} became a symlink as it was opened (another user's, in a shared \
+                     directory?); not followed: use a path in a directory of your own",
+                    crate::text::Escaped(target.display())
+                ),
+            ));
+        }
+        return Err(e);
+    }
+    // SAFETY: `fd` was just opened above and nothing else owns it.
+    let file = unsafe { File::from_raw_fd(fd) };
+    Ok(Opened {
+        file,
+        dir: Some((dir.to_owned(), dir_meta)),
+    })
+}
+
 /// Whether `dir` is on a proc file system.
 fn on_procfs(dir: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {

@@ -377,7 +377,8 @@ pub(crate) fn write_file(
             ));
         }
         if is_stream(&m) && own.is_none() {
-            let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+            // Opened where the walk above looked: a link that appears after it is not followed.
+            let mut f = pinwatch::files::open_unplanted(path, libc::O_WRONLY, 0)?.file;
             check_opened(&f, false)?;
             return fill(&mut f);
         }
@@ -423,6 +424,9 @@ fn own_descriptor(path: &Path) -> Option<i32> {
     ];
     let mut p = path.to_path_buf();
     for _ in 0..=DESCRIPTOR_LINKS {
+        // Each link read here too is one the walk allows: one planted since `write_file`'s
+        // walk is not taken for one of ours.
+        pinwatch::files::planted_symlinks(&p).ok()?;
         if p.parent().is_some_and(|d| dirs.contains(&d)) {
             if let Some(fd) = p.file_name().and_then(|n| n.to_str()?.parse::<i32>().ok()) {
                 return Some(fd);

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::Sink;
 use crate::event::PinnedEvent;
-use crate::files::{may_follow, planted_symlinks, rotated_path};
+use crate::files::{may_follow, rotated_path};
 use crate::text::Escaped;
 use crate::Error;
 
@@ -237,15 +237,20 @@ impl RecordSink {
         // The mode of the file written (`fstat`), not of the path: a symlink's own is 0777.
         let current = self.file.metadata()?;
         let fresh = fresh_path(&self.path);
+        let named = |e: std::io::Error| {
+            let what = format!("{}: {e}", Escaped(fresh.display()));
+            std::io::Error::new(e.kind(), what)
+        };
         match std::fs::remove_file(&fresh) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(named(e)),
             _ => {}
         }
         let file = OpenOptions::new()
             .create_new(true)
             .append(true)
             .mode(0o600)
-            .open(&fresh)?;
+            .open(&fresh)
+            .map_err(named)?;
         let undo = |e: std::io::Error| {
             let _ = std::fs::remove_file(&fresh);
             e
@@ -422,37 +427,20 @@ fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
 /// another user's file there ([`others_file_in_shared_dir`]), nor a file of `/proc` or `/sys`
 /// ([`kernel_fs`]).
 fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let open = |follow: bool| {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            // A new recording is its owner's only (stacks, span fields and thread names say
-            // what the service does); an existing file keeps its mode.
-            .mode(0o600)
-            .custom_flags(
-                libc::O_NONBLOCK | libc::O_NOCTTY | if follow { 0 } else { libc::O_NOFOLLOW },
-            )
-            .open(path)
-    };
-    planted_symlinks(path)?;
-    let file = match open(false) {
-        // A symlink: `ELOOP`, or `EACCES` where it is another user's in a sticky directory
-        // (Linux refuses to create through it).
-        Err(e)
-            if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::EACCES))
-                && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) =>
-        {
-            planted_symlinks(path)?;
-            open(true)
-        }
-        opened => opened,
-    }
+    use std::os::unix::fs::FileTypeExt;
+    // A new recording is its owner's only (stacks, span fields and thread names say what the
+    // service does); an existing file keeps its mode.
+    let opened = crate::files::open_unplanted(
+        path,
+        libc::O_CREAT | libc::O_WRONLY | libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0o600,
+    )
     .map_err(|e| match e.raw_os_error() {
         Some(libc::ENXIO) => not_a_file("a FIFO that nobody reads"),
         Some(libc::EISDIR) => not_a_file("a directory"),
         _ => e,
     })?;
+    let file = opened.file;
     let meta = file.metadata()?;
     if !meta.is_file() {
         let t = meta.file_type();
@@ -471,7 +459,9 @@ fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
             "a file of the kernel's {fs} (whose writes change the process or the system)"
         )));
     }
-    others_file_in_shared_dir(&file, &meta)?;
+    if let Some((dir, dir_meta)) = &opened.dir {
+        others_file_in_shared_dir(&meta, dir, dir_meta)?;
+    }
     // Back to blocking writes (O_NONBLOCK means nothing to a regular file's I/O, but the
     // descriptor says what it is).
     // SAFETY: the fd is the file's, open for these calls; F_GETFL/F_SETFL change only its
@@ -510,7 +500,7 @@ fn kernel_fs(file: &File) -> Option<&'static str> {
         }
         st.f_type as u64
     };
-    const KERNEL_FS: [(u64, &str); 10] = [
+    const KERNEL_FS: [(u64, &str); 14] = [
         (0x9fa0, "proc"),
         (0x6265_6572, "sysfs"),
         (0x6462_6720, "debugfs"),
@@ -521,6 +511,10 @@ fn kernel_fs(file: &File) -> Option<&'static str> {
         (0x6265_6570, "configfs"),
         (0xcafe_4a11, "bpf"),
         (0xde5e_81e4, "efivarfs"),
+        (0x4249_4e4d, "binfmt_misc"),
+        (0xf97c_ff8c, "selinuxfs"),
+        (0x6573_5543, "fusectl"),
+        (0x6165_676c, "pstore"),
     ];
     KERNEL_FS.iter().find(|k| k.0 == kind).map(|k| k.1)
 }
@@ -528,36 +522,43 @@ fn kernel_fs(file: &File) -> Option<&'static str> {
 /// Refuses an existing file that another user made in a directory anyone may write to
 /// (sticky, as `/tmp`), unless that user owns the directory: they can read every line
 /// written to it and forge lines in it. That is the kernel's `fs.protected_regular` rule, kept
-/// where the kernel's is off, as [`may_follow`] keeps `fs.protected_symlinks`. The directory
-/// is the one the opened file is in (where a symlink led); when that cannot be told, the file
-/// is taken.
-fn others_file_in_shared_dir(file: &File, meta: &std::fs::Metadata) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let fd = std::os::fd::AsRawFd::as_raw_fd(file);
-    let Ok(at) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
-        return Ok(());
-    };
-    let Some(dir) = at
-        .parent()
-        .and_then(|d| std::fs::metadata(d).ok().map(|m| (d, m)))
-    else {
-        return Ok(());
-    };
+/// where the kernel's is off, as [`may_follow`] keeps `fs.protected_symlinks`. Nor a file with
+/// other names (hard links) there: another user may have linked one of the service's files
+/// in (where `fs.protected_hardlinks` is off). `dir` is the directory the file was opened in
+/// ([`open_unplanted`](crate::files::open_unplanted)), whatever was renamed since.
+fn others_file_in_shared_dir(
+    meta: &std::fs::Metadata,
+    dir: &Path,
+    dir_meta: &std::fs::Metadata,
+) -> std::io::Result<()> {
     // SAFETY: geteuid cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
-    if may_follow(meta.uid(), dir.1.uid(), dir.1.mode(), me) {
-        return Ok(());
-    }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::PermissionDenied,
+    let shared = dir_meta.mode() & (libc::S_ISVTX | libc::S_IWOTH) == libc::S_ISVTX | libc::S_IWOTH;
+    let why = if !may_follow(meta.uid(), dir_meta.uid(), dir_meta.mode(), me) {
         format!(
-            "{} is a file that user {} made in {}, a directory anyone may write to: they can \
-             read the recording and forge lines in it, so pinwatch does not write to it (as the \
-             kernel's fs.protected_regular would); remove it, or record into a directory of the \
-             service's own",
-            crate::text::Escaped(at.display()),
+            "a file that user {} made in {}, a directory anyone may write to: they can read \
+             the recording and forge lines in it, so pinwatch does not write to it (as the \
+             kernel's fs.protected_regular would)",
             meta.uid(),
-            crate::text::Escaped(dir.0.display()),
+            Escaped(dir.display()),
+        )
+    } else if shared && meta.nlink() > 1 {
+        format!(
+            "a file with {} names (hard links) in {}, a directory anyone may write to: it may \
+             be another file of the service's that someone linked there, so pinwatch does not \
+             write to it",
+            meta.nlink(),
+            Escaped(dir.display()),
+        )
+    } else {
+        return Ok(());
+    };
+    Err(std::io::Error::new(
+        // A refusal, not a failure to open: said without "check that its directory exists".
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "{why}; record to a new name, or into a directory of the service's own (only its \
+             owner or root may remove it)"
         ),
     ))
 }
@@ -1005,6 +1006,7 @@ impl Sink for RecorderSink {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::files::planted_symlinks;
     use crate::recording::{read_recording, recording_files};
 
     fn event(id: u64, pad: usize) -> PinnedEvent {
@@ -1672,6 +1674,32 @@ pub(super) mod tests {
         std::fs::write(&elsewhere, b"").unwrap();
         chown(&elsewhere, Some(65534), None).unwrap();
         assert!(RecordSink::open(&elsewhere).is_ok());
+        // A file of the service's own elsewhere, hard-linked into the shared directory (where
+        // fs.protected_hardlinks is off, anyone may): refused.
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, b"token=secret\n").unwrap();
+        std::fs::hard_link(&config, tmp.join("hl.jsonl")).unwrap();
+        let e = RecordSink::open(&tmp.join("hl.jsonl"))
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e.contains("2 names (hard links)")),
+            "{e:?}"
+        );
+        assert_eq!(std::fs::read(&config).unwrap(), b"token=secret\n");
+        // The directory a file is judged by is the one it was opened in: renamed away (or
+        // swapped, RENAME_EXCHANGE) into a plain directory after the open, it is still the
+        // shared one.
+        let opened = crate::files::open_unplanted(&theirs, libc::O_WRONLY, 0).unwrap();
+        std::fs::rename(&theirs, plain.join("moved.jsonl")).unwrap();
+        assert_eq!(
+            opened.dir.as_ref().map(|d| d.0.as_path()),
+            Some(tmp.as_path())
+        );
+        let (meta, (d, dm)) = (opened.file.metadata().unwrap(), opened.dir.unwrap());
+        assert!(others_file_in_shared_dir(&meta, &d, &dm).is_err());
+        std::fs::rename(plain.join("moved.jsonl"), &theirs).unwrap();
         // The directory owner's file, and the service's own, in the sticky one: written.
         chown(&tmp, Some(65534), None).unwrap();
         assert!(RecordSink::open(&theirs).is_ok());

@@ -26,7 +26,7 @@ const LIST_AT_ONCE: usize = 16;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pinwatch ctl list\n  pinwatch ctl 4242 status --watch\n  pinwatch ctl 4242 set threshold=50ms stacks=full\n  pinwatch ctl 4242 record start /tmp/incident.jsonl --max-size 50MB --max-age 1h\n  pinwatch ctl 4242 record list\n  pinwatch ctl 4242 record stop 1\n  pinwatch ctl 4242 dump incident.jsonl\n  pinwatch ctl 4242 report -o incident.html\n  pinwatch ctl 4242 profile -o pinned.pb.gz --seconds 600\n  pinwatch ctl 4242 pause"
+    after_help = "Examples:\n  pinwatch ctl list\n  pinwatch ctl 4242 status --watch\n  pinwatch ctl 4242 set threshold=50ms stacks=full\n  pinwatch ctl 4242 record start /var/tmp/svc/incident.jsonl --max-size 50MB --max-age 1h\n  pinwatch ctl 4242 record list\n  pinwatch ctl 4242 record stop 1\n  pinwatch ctl 4242 dump incident.jsonl\n  pinwatch ctl 4242 report -o incident.html\n  pinwatch ctl 4242 profile -o pinned.pb.gz --seconds 600\n  pinwatch ctl 4242 pause"
 )]
 pub struct CtlArgs {
     /// `list` (the processes with pinwatch), or the service: its pid, `<pid>.<n>` for another

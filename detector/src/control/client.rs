@@ -106,22 +106,13 @@ impl Dirs {
                     continue;
                 };
                 match dir.entry(&file) {
-                    Some(e) if e.is_socket && e.uid == dir.owner() => {
-                        if let Some(why) = posing(pid, dir.owner()) {
-                            notes.push(format!(
-                                "skipped {}: {why}",
-                                dir.path().join(&file).display()
-                            ));
-                            continue;
-                        }
-                        out.push(Endpoint {
-                            pid,
-                            name,
-                            path: dir.path().join(&file),
-                            owner: dir.owner(),
-                            dir: Some(i),
-                        })
-                    }
+                    Some(e) if e.is_socket && e.uid == dir.owner() => out.push(Endpoint {
+                        pid,
+                        name,
+                        path: dir.path().join(&file),
+                        owner: dir.owner(),
+                        dir: Some(i),
+                    }),
                     Some(e) => notes.push(format!(
                         "skipped {}: {}",
                         dir.path().join(&file).display(),
@@ -239,20 +230,13 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
         ));
     }
     let file = format!("{target}.sock");
-    let mut posers = Vec::new();
+    let mut found = Vec::new();
+    let mut skipped = Vec::new();
     for dir in &dirs.dirs {
         match dir.entry(&file) {
             Some(e) if e.is_socket && e.uid == dir.owner() => {
                 let (pid, name) = parse_socket_name(&file).unwrap_or((0, target.to_owned()));
-                if let Some(why) = posing(pid, dir.owner()) {
-                    // Root looks in every user's directory: the real one may come later.
-                    posers.push(format!(
-                        "skipped {}: {why}",
-                        dir.path().join(&file).display()
-                    ));
-                    continue;
-                }
-                return Ok(Endpoint {
+                found.push(Endpoint {
                     pid,
                     name,
                     path: dir.path().join(&file),
@@ -262,7 +246,7 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
             }
             // Noted, and the next directory looked in: another user's directory comes before
             // the real one in root's search.
-            Some(e) => posers.push(format!(
+            Some(e) => skipped.push(format!(
                 "skipped {}: {}",
                 dir.path().join(&file).display(),
                 not_a_socket_of(&e, dir.owner())
@@ -270,6 +254,17 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
             None => {}
         }
     }
+    // Root looks in every user's directory, and another user's may hold a socket named after
+    // anyone's process: where there are several, the one whose owner the process runs as.
+    // Which process answers is checked as it connects ([`open`]).
+    if !found.is_empty() {
+        let at = found
+            .iter()
+            .position(|ep| runs_as(ep.pid).is_none_or(|uid| uid == ep.owner))
+            .unwrap_or(0);
+        return Ok(found.swap_remove(at));
+    }
+    let posers = skipped;
     let pid = target.split('.').next().unwrap_or(target);
     let alive = Path::new(&format!("/proc/{pid}")).exists();
     let looked: Vec<String> = dirs
@@ -312,26 +307,43 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     Err(msg)
 }
 
-/// Why a socket of user `owner` named after process `pid` is not that process's: the process
-/// runs as another user. Another user's directory may hold a socket named after anyone's
-/// process, and root looks in every user's. `None` when it is the owner's, or when nothing
-/// can be told (no such process here: gone, or in another pid namespace).
-fn posing(pid: u32, owner: u32) -> Option<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    // `Uid:` real, effective, saved, file system: the socket is made as the effective one.
-    let uid: u32 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
+/// The effective uid process `pid` runs as here, if it can be read (not for a process that is
+/// gone, or hidden by `/proc`'s `hidepid`).
+fn runs_as(pid: u32) -> Option<u32> {
+    status_field(pid, "Uid:")?
         .split_whitespace()
         .nth(1)?
         .parse()
-        .ok()?;
-    (uid != owner).then(|| {
-        format!(
-            "named after process {pid}, which runs as uid {uid}, not as uid {owner} who owns the \
-             socket (another user's socket posing as that process; left alone)"
-        )
-    })
+        .ok()
+}
+
+/// A field of `/proc/<pid>/status`, trimmed.
+fn status_field(pid: u32, name: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .trim()
+            .to_owned(),
+    )
+}
+
+/// Whether the process `peer` (its pid here, `SO_PEERCRED`'s) is the process `named` (the pid
+/// its socket's name says: its own, in its pid namespace). In this namespace the two are equal;
+/// a service in a pid namespace of its own (a container) names itself by its pid there, the
+/// last of its `NSpid`. Unknown (`NSpid` unreadable) counts as yes: the uid check stands.
+fn serves_as(peer: i32, named: u32) -> bool {
+    if u32::try_from(peer) == Ok(named) {
+        return true;
+    }
+    let Ok(peer) = u32::try_from(peer) else {
+        return false;
+    };
+    match status_field(peer, "NSpid:") {
+        Some(pids) => pids.split_whitespace().last() == Some(named.to_string().as_str()),
+        None => true,
+    }
 }
 
 /// One exchange with a service: the stream, and the time left of the whole exchange.
@@ -553,10 +565,19 @@ fn open(ep: &Endpoint, timeout: Duration) -> Result<UnixStream, String> {
         _ => format!("cannot connect to {}: {e}", path.display()),
     })?;
     // Before a word is sent (a `record start` names a path): the one answering must be the
-    // user whose socket this is.
-    match super::peer_uid(&stream) {
-        Ok(uid) if uid == ep.owner => {}
-        Ok(uid) => {
+    // user whose socket this is, and the process its name says.
+    match super::peer_cred(&stream) {
+        Ok(cred) if cred.uid == ep.owner && (ep.pid == 0 || serves_as(cred.pid, ep.pid)) => {}
+        Ok(cred) if cred.uid == ep.owner => {
+            return Err(format!(
+                "refusing to talk to {}: it is served by process {}, not by process {} its name \
+                 says (another user's process may be posing as that one)",
+                path.display(),
+                cred.pid,
+                ep.pid
+            ))
+        }
+        Ok(libc::ucred { uid, .. }) => {
             return Err(format!(
                 "refusing to talk to {}: it is served by uid {uid}, not by uid {} who owns it \
                  (another user's process may be posing as the service)",
@@ -622,10 +643,13 @@ mod tests {
     use super::*;
 
     /// Root looks in every user's directory, and another user's may hold a socket, or
-    /// anything else, named after someone else's process: skipped with a note, in `ctl PID`
-    /// (which goes on to the real one) and in `list`.
+    /// anything else, named after someone else's process. `ctl PID` takes the socket whose
+    /// owner the process runs as (a file that is no socket is noted and passed over), and a
+    /// socket served by another process than its name says is refused before a word is sent:
+    /// judged by who answers, so a service in a pid namespace of its own, whose pid here is
+    /// another, still is what its name says (its `NSpid`).
     #[test]
-    fn a_socket_named_after_another_users_process_is_left_alone() {
+    fn a_socket_named_after_another_process_is_not_taken_for_it() {
         use std::os::unix::fs::{lchown, PermissionsExt};
         assert_eq!(
             euid(),
@@ -659,26 +683,33 @@ mod tests {
         };
         let found = find_socket(&me.to_string(), &dirs).unwrap();
         assert_eq!(found.path, sock(&mine));
-        let (endpoints, notes) = dirs.endpoints();
-        assert_eq!(endpoints.len(), 1, "{endpoints:?}");
-        assert_eq!(endpoints[0].path, sock(&mine));
-        assert!(
-            notes.iter().any(|n| n.contains(&format!(
-                "named after process {me}, which runs as uid 0, not as uid 65534"
-            ))),
-            "{notes:?}"
-        );
-        // Without the real one: the error says what was skipped.
+        assert!(open(&found, Duration::from_secs(5)).is_ok());
+        // Without the real one, the other is found, and refused as it answers (here by the
+        // wrong uid; the same uid as its owner, by the wrong process, below).
         let dirs = Dirs {
             dirs: vec![checked(&theirs, 65534), checked(&other, 65534)],
             notes: Vec::new(),
             looked: Vec::new(),
         };
-        let e = find_socket(&me.to_string(), &dirs).unwrap_err();
+        let fake = find_socket(&me.to_string(), &dirs).unwrap();
+        assert_eq!(fake.path, sock(&theirs));
+        let e = open(&fake, Duration::from_secs(5)).unwrap_err();
+        assert!(e.contains("served by uid 0, not by uid 65534"), "{e}");
+        // A socket of root's named after process 1, served by this one: refused.
+        let one = mine.path().join("1.sock");
+        let _posing = std::os::unix::net::UnixListener::bind(&one).unwrap();
+        let dirs = Dirs {
+            dirs: vec![checked(&mine, 0)],
+            notes: Vec::new(),
+            looked: Vec::new(),
+        };
+        let ep = find_socket("1", &dirs).unwrap();
+        let e = open(&ep, Duration::from_secs(5)).unwrap_err();
         assert!(
-            e.contains("posing as that process") && e.contains("not a socket"),
+            e.contains(&format!("served by process {me}, not by process 1")),
             "{e}"
         );
+        assert!(serves_as(me as i32, me) && !serves_as(me as i32, 1));
     }
 
     /// A process whose only socket is `PID.2.sock` (a detector started while another was

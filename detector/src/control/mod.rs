@@ -385,6 +385,11 @@ fn serve(listener: UnixListener, s: Arc<Served>, stop: &AtomicBool) {
 
 /// The uid of the process at the other end of `stream`.
 pub(crate) fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    peer_cred(stream).map(|c| c.uid)
+}
+
+/// The peer's credentials (`SO_PEERCRED`): its pid, uid and gid as this process sees them.
+pub(crate) fn peer_cred(stream: &UnixStream) -> std::io::Result<libc::ucred> {
     // SAFETY: ucred is plain data; zeroes are a valid value.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -402,7 +407,7 @@ pub(crate) fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(cred.uid)
+    Ok(cred)
 }
 
 fn handle(stream: UnixStream, id: u64, accepted_at: Instant, s: &Served) {

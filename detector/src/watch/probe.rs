@@ -986,6 +986,18 @@ mod tests {
         assert_eq!(syscall_name(100_000), "unknown");
     }
 
+    /// Blocks (`SIG_BLOCK`) or unblocks (`SIG_UNBLOCK`) the sampling signal on this thread.
+    fn mask_sample_signal(how: libc::c_int) {
+        // SAFETY: a zeroed sigset is valid input for sigemptyset; the mask changed is this
+        // thread's only.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal::sample_signal());
+            libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+        }
+    }
+
     /// A slot table of four, its hooks, and the watchdog's view of it.
     fn watched_table() -> (
         std::sync::Arc<crate::poll::slot::SlotTable>,
@@ -1015,25 +1027,13 @@ mod tests {
         let (to_test, test_rx) = mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
             let here = std::panic::Location::caller();
-            // SAFETY: blocks one signal on this thread; unblocked below.
-            unsafe {
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, signal::sample_signal());
-                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            }
+            mask_sample_signal(libc::SIG_BLOCK);
             hooks.before_poll_raw(1, here); // poll 1: the signal cannot reach it
             to_test.send(()).unwrap();
             worker_rx.recv().unwrap();
             hooks.after_poll_raw();
             hooks.before_poll_raw(2, here); // poll 2 takes the signal
-                                            // SAFETY: unblocks what was blocked above; the handler runs now.
-            unsafe {
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, signal::sample_signal());
-                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            }
+            mask_sample_signal(libc::SIG_UNBLOCK); // the handler runs now
             to_test.send(()).unwrap();
             worker_rx.recv().unwrap();
             hooks.after_poll_raw();
@@ -1169,13 +1169,7 @@ mod tests {
         let (to_worker, worker_rx) = mpsc::channel::<()>();
         let (to_test, test_rx) = mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
-            // SAFETY: blocks one signal on this thread only.
-            unsafe {
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, signal::sample_signal());
-                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            }
+            mask_sample_signal(libc::SIG_BLOCK);
             hooks.before_poll_raw(1, std::panic::Location::caller());
             to_test.send(()).unwrap();
             worker_rx.recv().unwrap();
@@ -1209,14 +1203,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
-            // SAFETY: a zeroed sigset is valid input for sigemptyset; we block one signal on
-            // this thread only.
-            unsafe {
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, crate::signal::sample_signal());
-                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            }
+            mask_sample_signal(libc::SIG_BLOCK);
             tx.send(crate::poll::slot::current_tid()).unwrap();
             done_rx.recv().unwrap();
         });

@@ -332,17 +332,7 @@ pub fn planted_symlinks(path: &Path) -> std::io::Result<()> {
         }
         let dir = std::fs::metadata(&at)?;
         if !may_follow(meta.uid(), dir.uid(), dir.mode(), me) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "{} is a symlink that user {} made in {}, a directory anyone may write to: \
-                     pinwatch does not follow it (as the kernel's fs.protected_symlinks would \
-                     not); use a path in a directory of your own",
-                    next.display(),
-                    meta.uid(),
-                    at.display()
-                ),
-            ));
+            return Err(planted(&next, meta.uid(), &at));
         }
         // A link in /proc (`/proc/self`, `/proc/self/fd/3`, `/dev/fd/3` through it, `/proc/self/
         // root`): nobody plants those, and the kernel follows a descriptor's to the file it has
@@ -358,6 +348,56 @@ pub fn planted_symlinks(path: &Path) -> std::io::Result<()> {
         todo.extend(steps(&std::fs::read_link(&next)?));
     }
     Ok(())
+}
+
+/// The error for a symlink `link` that user `uid` made in `dir`, a directory anyone may write
+/// to: not followed.
+fn planted(link: &Path, uid: u32, dir: &Path) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "{} is a symlink that user {uid} made in {}, a directory anyone may write to: \
+             pinwatch does not follow it (as the kernel's fs.protected_symlinks would not); use \
+             a path in a directory of your own",
+            crate::text::Escaped(link.display()),
+            crate::text::Escaped(dir.display())
+        ),
+    )
+}
+
+/// Where the last name of a path leads, for [`open_unplanted`].
+#[derive(Debug, PartialEq, Eq)]
+enum Last {
+    /// This name (no symlink there now), to be opened in its directory.
+    Name(PathBuf),
+    /// This link in `/proc`: a descriptor's, to be opened by its name.
+    Descriptor(PathBuf),
+}
+
+/// Reads the symlinks at the end of `path` (user `me`'s view) to the name they lead to. Each
+/// is judged as the walk judges links ([`may_follow`]): the walk passes a last name that is
+/// missing, and another user's link may be made there since.
+fn last_target(path: &Path, me: u32) -> std::io::Result<Last> {
+    use std::os::unix::fs::MetadataExt;
+    let mut target = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&target) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let dir = dir_of(&target).to_owned();
+                let d = std::fs::metadata(&dir)?;
+                if !may_follow(m.uid(), d.uid(), d.mode(), me) {
+                    return Err(planted(&target, m.uid(), &dir));
+                }
+                if on_procfs(&dir) {
+                    return Ok(Last::Descriptor(target));
+                }
+                target = dir.join(std::fs::read_link(&target)?);
+            }
+            _ => break,
+        }
+    }
+    // Still a link after 40: the open says ELOOP.
+    Ok(Last::Name(target))
 }
 
 /// A file opened by [`open_unplanted`], and the directory it was opened in.
@@ -386,37 +426,36 @@ pub fn open_unplanted(
     mode: libc::mode_t,
 ) -> std::io::Result<Opened> {
     use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
     planted_symlinks(path)?;
+    // `name/` names a directory, which open(2) refuses to make (the name would lose its slash).
+    if path.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
     let c = |p: &std::ffi::OsStr| {
         std::ffi::CString::new(p.as_encoded_bytes()).map_err(|_| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL byte in the path")
         })
     };
-    let mut target = path.to_path_buf();
-    for _ in 0..40 {
-        match std::fs::symlink_metadata(&target) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let dir = dir_of(&target).to_owned();
-                if on_procfs(&dir) {
-                    // A descriptor's link: the kernel opens the file it has open, which the
-                    // link's text may not name.
-                    let name = c(target.as_os_str())?;
-                    // SAFETY: a NUL-terminated path; the fd returned is owned by the File.
-                    let fd = unsafe {
-                        libc::open(name.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint)
-                    };
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    // SAFETY: `fd` was just opened above and nothing else owns it.
-                    let file = unsafe { File::from_raw_fd(fd) };
-                    return Ok(Opened { file, dir: None });
-                }
-                target = dir.join(std::fs::read_link(&target)?);
+    let target = match last_target(path, me)? {
+        Last::Name(target) => target,
+        Last::Descriptor(link) => {
+            // A descriptor's link: the kernel opens the file it has open, which the link's
+            // text may not name.
+            let name = c(link.as_os_str())?;
+            // SAFETY: a NUL-terminated path; the fd returned is owned by the File.
+            let fd =
+                unsafe { libc::open(name.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
             }
-            _ => break,
+            // SAFETY: `fd` was just opened above and nothing else owns it.
+            let file = unsafe { File::from_raw_fd(fd) };
+            return Ok(Opened { file, dir: None });
         }
-    }
+    };
     let (dir, name) = dir_and_name(&target)?;
     let dir_name = c(dir.as_os_str())?;
     // SAFETY: a NUL-terminated path; the fd returned is owned by the File.
@@ -490,6 +529,47 @@ pub(crate) fn may_follow(link_uid: u32, dir_uid: u32, dir_mode: u32, me: u32) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link at the end that another user made in a shared directory is not read on, also
+    /// where the walk let it pass (made after the walk, the name was missing then): the
+    /// recording would go wherever it points. The user's own links are read to their end.
+    #[test]
+    fn the_last_links_are_judged_as_the_walk_judges_them() {
+        use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(
+            me, 0,
+            "this test gives a link to another user: run it as root (CI does)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let secret = dir.path().join("secret.conf");
+        std::fs::write(&secret, b"token=secret\n").unwrap();
+        let race = tmp.join("race.jsonl");
+        symlink(&secret, &race).unwrap();
+        lchown(&race, Some(65534), None).unwrap();
+        let e = last_target(&race, me).unwrap_err().to_string();
+        assert!(e.contains("is a symlink that user 65534 made"), "{e}");
+        lchown(&race, Some(me), None).unwrap();
+        assert_eq!(last_target(&race, me).unwrap(), Last::Name(secret.clone()));
+        let own = dir.path().join("own");
+        symlink("/proc/self/fd/1", &own).unwrap();
+        assert_eq!(
+            last_target(&own, me).unwrap(),
+            Last::Descriptor("/proc/self/fd/1".into())
+        );
+        // And a name ending in `/` is a directory's, never made as a file.
+        let e = open_unplanted(
+            &dir.path().join("x.jsonl/"),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o600,
+        );
+        assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::EISDIR));
+        assert!(!dir.path().join("x.jsonl").exists());
+    }
     use std::io::Write;
 
     #[test]

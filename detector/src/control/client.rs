@@ -330,20 +330,27 @@ fn status_field(pid: u32, name: &str) -> Option<String> {
 }
 
 /// Whether the process `peer` (its pid here, `SO_PEERCRED`'s) is the process `named` (the pid
-/// its socket's name says: its own, in its pid namespace). In this namespace the two are equal;
-/// a service in a pid namespace of its own (a container) names itself by its pid there, the
-/// last of its `NSpid`. Unknown (`NSpid` unreadable) counts as yes: the uid check stands.
-fn serves_as(peer: i32, named: u32) -> bool {
+/// its socket's name says: its own, in its pid namespace). In this namespace the two are equal.
+/// A service in a pid namespace of its own (a container) names itself by its pid there, the
+/// last of its `NSpid`; but any user may make a pid namespace inside a user namespace of their
+/// own and fork up to any pid there, so another user's (`own` false: root looking into a
+/// user's directory) must also share this process's user namespace, where only root makes pid
+/// namespaces. Unknown (`/proc` unreadable) counts as `own`.
+fn serves_as(peer: i32, named: u32, own: bool) -> bool {
     if u32::try_from(peer) == Ok(named) {
         return true;
     }
     let Ok(peer) = u32::try_from(peer) else {
         return false;
     };
-    match status_field(peer, "NSpid:") {
-        Some(pids) => pids.split_whitespace().last() == Some(named.to_string().as_str()),
-        None => true,
+    let Some(pids) = status_field(peer, "NSpid:") else {
+        return own;
+    };
+    if pids.split_whitespace().last() != Some(named.to_string().as_str()) {
+        return false;
     }
+    let user_ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/user")).ok();
+    own || user_ns(&peer.to_string()).is_some_and(|ns| Some(ns) == user_ns("self"))
 }
 
 /// One exchange with a service: the stream, and the time left of the whole exchange.
@@ -567,7 +574,9 @@ fn open(ep: &Endpoint, timeout: Duration) -> Result<UnixStream, String> {
     // Before a word is sent (a `record start` names a path): the one answering must be the
     // user whose socket this is, and the process its name says.
     match super::peer_cred(&stream) {
-        Ok(cred) if cred.uid == ep.owner && (ep.pid == 0 || serves_as(cred.pid, ep.pid)) => {}
+        Ok(cred)
+            if cred.uid == ep.owner
+                && (ep.pid == 0 || serves_as(cred.pid, ep.pid, euid() == ep.owner)) => {}
         Ok(cred) if cred.uid == ep.owner => {
             return Err(format!(
                 "refusing to talk to {}: it is served by process {}, not by process {} its name \
@@ -709,7 +718,7 @@ mod tests {
             e.contains(&format!("served by process {me}, not by process 1")),
             "{e}"
         );
-        assert!(serves_as(me as i32, me) && !serves_as(me as i32, 1));
+        assert!(serves_as(me as i32, me, false) && !serves_as(me as i32, 1, false));
     }
 
     /// A process whose only socket is `PID.2.sock` (a detector started while another was

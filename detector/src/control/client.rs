@@ -329,28 +329,55 @@ fn status_field(pid: u32, name: &str) -> Option<String> {
     )
 }
 
-/// Whether the process `peer` (its pid here, `SO_PEERCRED`'s) is the process `named` (the pid
-/// its socket's name says: its own, in its pid namespace). In this namespace the two are equal.
-/// A service in a pid namespace of its own (a container) names itself by its pid there, the
-/// last of its `NSpid`; but any user may make a pid namespace inside a user namespace of their
-/// own and fork up to any pid there, so another user's (`own` false: root looking into a
-/// user's directory) must also share this process's user namespace, where only root makes pid
-/// namespaces. Unknown (`/proc` unreadable) counts as `own`.
-fn serves_as(peer: i32, named: u32, own: bool) -> bool {
-    if u32::try_from(peer) == Ok(named) {
-        return true;
-    }
-    let Ok(peer) = u32::try_from(peer) else {
-        return false;
+/// Whether the peer (`SO_PEERCRED`: the process that listened, its pid here and uid) is the
+/// process `named` (the pid its socket's name says: its own, in its pid namespace); why not,
+/// when not. `own`: the caller is the socket's owner, whose directory nobody else can put a
+/// socket in — only the pid is compared. For another user's socket (root looking into a
+/// user's directory), the process now at the peer's pid must run as the peer's uid:
+/// `SO_PEERCRED` keeps the pid of a listener that has exited, after another process (root's)
+/// takes that pid. In this pid namespace the peer's pid is the name. A service in a pid
+/// namespace of its own (a container) names itself by its pid there, the last of its `NSpid`;
+/// but any user may make a pid namespace inside a user namespace of their own and fork up to
+/// any pid there, so for another user's socket it must also share this process's user
+/// namespace, where only root makes pid namespaces.
+fn serves_as(peer: &libc::ucred, named: u32, own: bool) -> Result<(), String> {
+    let posing = |how: String| {
+        Err(format!(
+            "it is served by process {}{how}, not by process {named} its name says (another \
+             user's process may be posing as that one)",
+            peer.pid
+        ))
     };
-    let Some(pids) = status_field(peer, "NSpid:") else {
-        return own;
+    let Ok(pid) = u32::try_from(peer.pid) else {
+        return posing(String::new());
+    };
+    if !own && runs_as(pid) != Some(peer.uid) {
+        return posing(format!(
+            " of uid {}, which has exited (the pid is now {})",
+            peer.uid,
+            runs_as(pid).map_or("free".to_owned(), |uid| format!("uid {uid}'s"))
+        ));
+    }
+    if pid == named {
+        return Ok(());
+    }
+    let Some(pids) = status_field(pid, "NSpid:") else {
+        return if own { Ok(()) } else { posing(String::new()) };
     };
     if pids.split_whitespace().last() != Some(named.to_string().as_str()) {
-        return false;
+        return posing(String::new());
     }
     let user_ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/user")).ok();
-    own || user_ns(&peer.to_string()).is_some_and(|ns| Some(ns) == user_ns("self"))
+    if own || user_ns(&pid.to_string()).is_some_and(|ns| Some(ns) == user_ns("self")) {
+        return Ok(());
+    }
+    Err(format!(
+        "it is served by process {pid}, which is process {named} in a pid namespace of a user \
+         namespace of its own (a rootless container?): from here that cannot be told apart from \
+         another user's process posing as it; run `pinwatch ctl` as uid {} or inside its \
+         namespaces",
+        peer.uid
+    ))
 }
 
 /// One exchange with a service: the stream, and the time left of the whole exchange.
@@ -574,17 +601,11 @@ fn open(ep: &Endpoint, timeout: Duration) -> Result<UnixStream, String> {
     // Before a word is sent (a `record start` names a path): the one answering must be the
     // user whose socket this is, and the process its name says.
     match super::peer_cred(&stream) {
-        Ok(cred)
-            if cred.uid == ep.owner
-                && (ep.pid == 0 || serves_as(cred.pid, ep.pid, euid() == ep.owner)) => {}
         Ok(cred) if cred.uid == ep.owner => {
-            return Err(format!(
-                "refusing to talk to {}: it is served by process {}, not by process {} its name \
-                 says (another user's process may be posing as that one)",
-                path.display(),
-                cred.pid,
-                ep.pid
-            ))
+            if ep.pid != 0 {
+                serves_as(&cred, ep.pid, euid() == ep.owner)
+                    .map_err(|why| format!("refusing to talk to {}: {why}", path.display()))?;
+            }
         }
         Ok(libc::ucred { uid, .. }) => {
             return Err(format!(
@@ -718,7 +739,18 @@ mod tests {
             e.contains(&format!("served by process {me}, not by process 1")),
             "{e}"
         );
-        assert!(serves_as(me as i32, me, false) && !serves_as(me as i32, 1, false));
+        let cred = |pid: i32, uid: u32| libc::ucred { pid, uid, gid: 0 };
+        assert!(serves_as(&cred(me as i32, 0), me, false).is_ok());
+        assert!(serves_as(&cred(me as i32, 0), 1, false).is_err());
+        // A listener's pid now another user's process (root's, here: this one): refused for
+        // another user's socket, whose owner the listener ran as.
+        let e = serves_as(&cred(me as i32, 65534), me, false).unwrap_err();
+        assert!(
+            e.contains("which has exited (the pid is now uid 0's)"),
+            "{e}"
+        );
+        // The caller's own socket: the pid alone.
+        assert!(serves_as(&cred(me as i32, 65534), me, true).is_ok());
     }
 
     /// A process whose only socket is `PID.2.sock` (a detector started while another was

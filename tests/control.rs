@@ -945,15 +945,16 @@ fn a_default_directory_of_another_user_gets_no_socket_and_ctl_will_not_talk_into
     );
 }
 
-/// A fake service on a socket `1.sock` in a directory of root's: each connection's request line
-/// is read, then `serve` is called with the stream and the line, up to `conns` connections.
+/// A fake service on a socket `<this process's pid>.sock` in a directory of root's (`ctl` checks
+/// that the process answering is the one the name says): each connection's request line is
+/// read, then `serve` is called with the stream and the line, up to `conns` connections.
 fn fake_service(
     conns: usize,
     serve: impl Fn(UnixStream, String) + Send + 'static,
 ) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     chmod(dir.path(), 0o700);
-    let path = dir.path().join("1.sock");
+    let path = dir.path().join(format!("{}.sock", std::process::id()));
     let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
     std::thread::spawn(move || {
         for _ in 0..conns {
@@ -1198,12 +1199,14 @@ fn trickling_clients_get_one_deadline_and_cannot_keep_ctl_out() {
 fn ctl_list_is_bounded_in_all_by_sockets_that_never_answer() {
     let dir = tempfile::tempdir().unwrap();
     chmod(dir.path(), 0o700);
-    // Bound but never accepted: a connection waits in the backlog and no answer comes. pid 1
-    // is alive, so none of them is stale.
+    // Bound but never accepted: a connection waits in the backlog and no answer comes. Named
+    // after this process, which is alive (none of them is stale) and listens on them.
     let n = 12 * 16;
+    let me = std::process::id();
     let listeners: Vec<_> = (1..=n)
         .map(|n| {
-            std::os::unix::net::UnixListener::bind(dir.path().join(format!("1.{n}.sock"))).unwrap()
+            std::os::unix::net::UnixListener::bind(dir.path().join(format!("{me}.{n}.sock")))
+                .unwrap()
         })
         .collect();
     let started = std::time::Instant::now();
@@ -1213,7 +1216,10 @@ fn ctl_list_is_bounded_in_all_by_sockets_that_never_answer() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(took < Duration::from_secs(45), "took {took:?}");
     assert_eq!(
-        stdout.lines().filter(|l| l.starts_with("1.")).count(),
+        stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("{me}.")))
+            .count(),
         n,
         "{stdout}\n{stderr}"
     );

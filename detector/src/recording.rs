@@ -220,7 +220,8 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 /// set may hold, would never end (and opening some devices does something), so each is looked
 /// at before it is opened, and again once open. The file named may also be a pipe
 /// (`/dev/stdin`, `<(zcat rec.jsonl.gz)`). A rotated file must belong to the user whose the
-/// named file is: one that another user put beside it (in `/tmp`) is not part of the recording.
+/// named file is, or to root: one that another user put beside it (in `/tmp`) is not part of
+/// the recording.
 /// A rotated file that cannot be read — gone as the recording rotated, another user's, or not
 /// a regular file — is skipped with a warning; `path` itself must be read.
 pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {

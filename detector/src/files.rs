@@ -522,8 +522,12 @@ fn on_procfs(dir: &Path) -> bool {
 /// written to): always, unless the directory is sticky and anyone may write to it, and the
 /// link is neither the process's user's nor the directory owner's.
 pub(crate) fn may_follow(link_uid: u32, dir_uid: u32, dir_mode: u32, me: u32) -> bool {
-    let shared = dir_mode & (libc::S_ISVTX | libc::S_IWOTH) == libc::S_ISVTX | libc::S_IWOTH;
-    !shared || link_uid == me || link_uid == dir_uid
+    !is_shared(dir_mode) || link_uid == me || link_uid == dir_uid
+}
+
+/// Whether a directory of mode `dir_mode` is one anyone may write to, sticky (as `/tmp`).
+pub(crate) fn is_shared(dir_mode: u32) -> bool {
+    dir_mode & (libc::S_ISVTX | libc::S_IWOTH) == libc::S_ISVTX | libc::S_IWOTH
 }
 
 #[cfg(test)]

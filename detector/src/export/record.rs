@@ -533,7 +533,7 @@ fn others_file_in_shared_dir(
 ) -> std::io::Result<()> {
     // SAFETY: geteuid cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
-    let shared = dir_meta.mode() & (libc::S_ISVTX | libc::S_IWOTH) == libc::S_ISVTX | libc::S_IWOTH;
+    let shared = crate::files::is_shared(dir_meta.mode());
     let why = if !may_follow(meta.uid(), dir_meta.uid(), dir_meta.mode(), me) {
         format!(
             "a file that user {} made in {}, a directory anyone may write to: they can read \

@@ -351,11 +351,12 @@ fn serves_as(peer: &libc::ucred, named: u32, own: bool) -> Result<(), String> {
     let Ok(pid) = u32::try_from(peer.pid) else {
         return posing(String::new());
     };
-    if !own && runs_as(pid) != Some(peer.uid) {
+    let now = runs_as(pid);
+    if !own && now != Some(peer.uid) {
         return posing(format!(
             " of uid {}, which has exited (the pid is now {})",
             peer.uid,
-            runs_as(pid).map_or("free".to_owned(), |uid| format!("uid {uid}'s"))
+            now.map_or("free".to_owned(), |uid| format!("uid {uid}'s"))
         ));
     }
     if pid == named {

@@ -711,6 +711,10 @@ fn only_the_owner_or_root_gets_in_and_bad_requests_do_no_harm() {
         (b"garbage\n".to_vec(), "malformed request"),
         (b"{\"cmd\":\"status\"".to_vec(), "malformed request"),
         (b"{\"cmd\":\"launch\"}\n".to_vec(), "malformed request"),
+        (
+            b"{\"cmd\":\"pause\",\"for\":\"10s\"}\n".to_vec(),
+            "unknown field `for`: `pause` takes none",
+        ),
         (b"\n".to_vec(), "empty request"),
         (vec![b'x'; 200_000], "longer than 65536 bytes"),
         (

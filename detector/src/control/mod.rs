@@ -561,7 +561,7 @@ fn read_request(mut stream: &UnixStream, deadline: Instant) -> Result<Request, R
     if text.trim().is_empty() {
         return Err(Reply::error("empty request; send one JSON line"));
     }
-    serde_json::from_str(text.trim()).map_err(|e| {
+    Request::from_line(text.trim()).map_err(|e| {
         Reply::error(format!(
             "malformed request ({e}); send one JSON line like {{\"cmd\":\"status\"}} — \
              `pinwatch ctl` does"
@@ -1113,6 +1113,29 @@ mod tests {
             }
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"record_stop","who":2}"#).is_err());
+        // As the service reads a line: the same, and a request of no fields refuses one.
+        assert_eq!(
+            Request::from_line(r#"{"cmd":"record_stop","id":2}"#).unwrap(),
+            by_id
+        );
+        assert!(Request::from_line(r#"{"cmd":"record_stop","who":2}"#).is_err());
+        assert_eq!(
+            Request::from_line(r#"{"cmd":"pause"}"#).unwrap(),
+            Request::Pause
+        );
+        for (line, field) in [
+            (r#"{"cmd":"status","x":1}"#, "`x`: `status`"),
+            (r#"{"cmd":"pause","for":"10s"}"#, "`for`: `pause`"),
+            (r#"{"x":1,"cmd":"dump"}"#, "`x`: `dump`"),
+            (r#"{"cmd":"record_list","id":0}"#, "`id`: `record_list`"),
+            (r#"{"cmd":"resume","cmd2":null}"#, "`cmd2`: `resume`"),
+        ] {
+            let e = Request::from_line(line).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("unknown field {field} takes none")),
+                "{line}: {e}"
+            );
+        }
         let reply: Reply = serde_json::from_str(r#"{"ok":true,"message":"x"}"#).unwrap();
         assert!(reply.recordings.is_none());
         let rec: RecordStatus = serde_json::from_value(serde_json::json!({

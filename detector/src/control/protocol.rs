@@ -62,6 +62,35 @@ pub enum Request {
     Resume,
 }
 
+impl Request {
+    /// Reads a request line as its `Deserialize` does, except that a request that takes no
+    /// fields (`status`, `record_list`, `dump`, `pause`, `resume`) is refused with one, as the
+    /// others are with a field they do not know: serde's `deny_unknown_fields` does not reach
+    /// a unit variant of an internally tagged enum, and `{"cmd":"pause","for":"10s"}` would
+    /// otherwise pause for good, saying nothing of the `for`.
+    pub fn from_line(line: &str) -> Result<Request, serde_json::Error> {
+        let value: serde_json::Value = serde_json::from_str(line)?;
+        let fields = value.as_object().map(|o| {
+            let cmd = o.get("cmd").and_then(|c| c.as_str()).unwrap_or_default();
+            (cmd.to_owned(), o.keys().find(|k| *k != "cmd").cloned())
+        });
+        let request: Request = serde_json::from_value(value)?;
+        match (fields, &request) {
+            (
+                Some((cmd, Some(field))),
+                Request::Status
+                | Request::RecordList
+                | Request::Dump
+                | Request::Pause
+                | Request::Resume,
+            ) => Err(serde::de::Error::custom(format!(
+                "unknown field `{field}`: `{cmd}` takes none"
+            ))),
+            _ => Ok(request),
+        }
+    }
+}
+
 /// A reply: `ok`, a sentence for people, and for `status` the status.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[non_exhaustive]

@@ -12,6 +12,7 @@ use crate::config::Stacks;
 use crate::event::{
     Frame, HeldLock, LockHolder, PinnedEvent, ProfileEntry, Reason, SourceLocation, State, Worker,
 };
+use crate::watch::probe::Between;
 use crate::watch::{RawReport, StatsCounters};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -229,26 +230,34 @@ impl Analyzer {
         let mut sampled: Vec<(usize, Rc<Stack>)> = Vec::new();
         for (i, probe) in probes.iter().enumerate() {
             let stack = probe.stack.as_deref().map(|ips| self.stack(ips));
+            let facts = stack.as_ref().map_or_else(Default::default, |s| s.facts);
             verdicts.extend(
                 reason::classify_stack(
                     probe.proc.as_ref(),
-                    &stack.as_ref().map_or_else(Default::default, |s| s.facts),
+                    &facts,
                     !probe.held.is_empty(),
                     probe.waiting_for.is_some(),
                 )
-                .map(|v| (v, probe.ran)),
+                .map(|v| {
+                    let woke = (v.reason == Reason::Cpu && probe.between == Between::Blocked)
+                        .then(|| reason::woken(&facts));
+                    (v, probe.ran, woke)
+                }),
             );
             if let Some(stack) = stack {
                 sampled.push((i, stack));
             }
         }
+        let verdicts = name_unseen_blocks(verdicts);
         self.last_sample_in_block_in_place =
             sampled.last().is_some_and(|(_, s)| s.in_block_in_place);
         let sampled_frames: Vec<(&[Frame], Option<usize>)> = sampled
             .iter()
             .map(|(_, s)| (s.frames.as_slice(), s.top))
             .collect();
-        if let Some((best, others, op)) = dominant(&verdicts) {
+        if let Some((best, others, op)) =
+            dominant(&verdicts, crate::watch::probe::mostly_off_cpu(&probes))
+        {
             event.reason = Some(best);
             event.other_reasons = others;
             event.blocking_operation = Some(op);
@@ -351,6 +360,28 @@ fn held_lock(h: &crate::poll::locks::HeldEntry) -> HeldLock {
     }
 }
 
+/// Each probe's verdict and whether it ran throughout ([`dominant`]'s input), from the same with
+/// what a probe that found the thread running just after a block names ([`reason::woken`]).
+/// Where no probe saw a block, yet the accounting says the thread blocked between probes and was
+/// off a CPU most of that time — a sleep of 1 ms at a time, each probe landing in a moment
+/// between two, or in the wait for a CPU after one on a loaded machine — those probes name the
+/// block instead of `cpu`: it is no loop. Where a probe saw the block, it names it, and those
+/// probes stay `cpu` that do not count against it ([`Probe::ran`] is false for them).
+///
+/// [`Probe::ran`]: crate::watch::probe::Probe::ran
+fn name_unseen_blocks(
+    verdicts: Vec<(reason::Verdict, bool, Option<reason::Verdict>)>,
+) -> Vec<(reason::Verdict, bool)> {
+    let seen = verdicts.iter().any(|(v, _, _)| v.reason != Reason::Cpu);
+    verdicts
+        .into_iter()
+        .map(|(v, ran, woke)| match woke {
+            Some(w) if !seen => (w, false),
+            _ => (v, ran),
+        })
+        .collect()
+}
+
 /// The dominant reason (most probes; on a tie the latest), the others seen, and the blocking
 /// operation of the latest probe with the dominant reason. Each verdict comes with whether its
 /// thread ran throughout since the previous probe ([`Probe::ran`]).
@@ -361,15 +392,21 @@ fn held_lock(h: &crate::poll::locks::HeldEntry) -> HeldLock {
 /// reads as running (state `R`, no system call) on a loaded machine, and a handler that sleeps
 /// inside a lock spends its few running moments between the two; neither ran throughout. A
 /// sleep followed by a long loop is `cpu` once the loop's probes outnumber the sleep's. A pin
-/// whose every probe saw it running is `cpu` however its accounting reads; `cpu` stays in the
-/// other reasons when it does not win.
+/// whose every probe saw it running is `cpu` (unless the accounting says it blocked between
+/// them: [`name_unseen_blocks`]); `cpu` stays in the other reasons when it does not win. Where
+/// the thread spent more of the pin off a CPU than on one (`mostly_off_cpu`,
+/// [`mostly_off_cpu`](crate::watch::probe::mostly_off_cpu)), no probe counts toward `cpu`
+/// against a block a probe saw.
 ///
 /// [`Probe::ran`]: crate::watch::probe::Probe::ran
-fn dominant(verdicts: &[(reason::Verdict, bool)]) -> Option<(Reason, Vec<Reason>, String)> {
+fn dominant(
+    verdicts: &[(reason::Verdict, bool)],
+    mostly_off_cpu: bool,
+) -> Option<(Reason, Vec<Reason>, String)> {
     let blocked = verdicts.iter().any(|(v, _)| v.reason != Reason::Cpu);
     let mut counts: Vec<(Reason, usize, usize)> = Vec::new();
     for (i, (v, ran)) in verdicts.iter().enumerate() {
-        let counted = !blocked || v.reason != Reason::Cpu || *ran;
+        let counted = !blocked || v.reason != Reason::Cpu || (*ran && !mostly_off_cpu);
         match counts.iter_mut().find(|(r, _, _)| *r == v.reason) {
             Some((_, n, last)) => {
                 if counted {
@@ -522,7 +559,7 @@ mod tests {
             cpu(false),
             cpu(false),
         ];
-        let (best, others, op) = dominant(&verdicts).unwrap();
+        let (best, others, op) = dominant(&verdicts, false).unwrap();
         assert_eq!((best, op.as_str()), (Reason::Sleep, "clock_nanosleep"));
         assert_eq!(others, vec![Reason::Cpu, Reason::LockWait]);
         // A sleep, then a longer loop whose probes ran throughout: cpu, the sleep seen. The
@@ -536,30 +573,93 @@ mod tests {
             cpu(true),
             cpu(true),
         ];
-        let (best, others, op) = dominant(&sleep_then_spin).unwrap();
+        let (best, others, op) = dominant(&sleep_then_spin, false).unwrap();
         assert_eq!((best, op.as_str()), (Reason::Cpu, "running"));
         assert_eq!(others, vec![Reason::Sleep]);
         // As many probes that ran as probes that slept: the latest wins.
-        assert_eq!(dominant(&sleep_then_spin[1..]).unwrap().0, Reason::Cpu);
+        assert_eq!(
+            dominant(&sleep_then_spin[1..], false).unwrap().0,
+            Reason::Cpu
+        );
         let spin_then_sleep = [cpu(true), cpu(true), sleep.clone(), sleep.clone()];
-        assert_eq!(dominant(&spin_then_sleep).unwrap().0, Reason::Sleep);
+        assert_eq!(dominant(&spin_then_sleep, false).unwrap().0, Reason::Sleep);
         // Probes that did not run throughout do not count toward cpu however many they are.
         let starved = [cpu(true), sleep.clone(), cpu(false), cpu(false), cpu(false)];
-        assert_eq!(dominant(&starved).unwrap().0, Reason::Sleep);
+        assert_eq!(dominant(&starved, false).unwrap().0, Reason::Sleep);
+        // A 40 ms sleep, then a thread kept from a CPU (nice 19 under a busy machine) through
+        // probes that found it running, and running between them the little left: they ran
+        // throughout, but the pin was mostly off a CPU — the sleep wins (helper-61: 16 of 29 such
+        // pins were `cpu`). On a CPU most of the pin, the loop wins as above.
+        let woke_late = [sleep.clone(), cpu(false), cpu(true), cpu(true)];
+        assert_eq!(dominant(&woke_late, true).unwrap().0, Reason::Sleep);
+        assert_eq!(dominant(&woke_late, true).unwrap().1, vec![Reason::Cpu]);
+        assert_eq!(dominant(&woke_late, false).unwrap().0, Reason::Cpu);
+        // With no block seen, `cpu` stands whatever the accounting said.
+        assert_eq!(
+            dominant(&[cpu(true), cpu(false)], true).unwrap().0,
+            Reason::Cpu
+        );
         // A pin whose every probe saw it running is cpu, whatever its accounting said.
         let all_cpu = [cpu(false), cpu(true)];
-        let (best, others, op) = dominant(&all_cpu).unwrap();
+        let (best, others, op) = dominant(&all_cpu, false).unwrap();
         assert_eq!((best, op.as_str()), (Reason::Cpu, "running"));
         assert!(others.is_empty());
+        // ... unless the accounting says it blocked between them (1 ms sleeps, each probe in
+        // the moment between two, or woken and waiting for a CPU): helper-61 saw 7 of 40 such
+        // pins called `cpu` with ten busy processes on two cores.
+        let sleep_stack = reason::woken(&reason::StackFacts::of(&[
+            Frame::named("__GI___clock_nanosleep"),
+            Frame::named("std::thread::sleep"),
+            at("app::work", Some(3)),
+        ]));
+        let other_stack = reason::woken(&reason::StackFacts::of(&[at("app::work", Some(3))]));
+        assert_eq!(
+            (sleep_stack.reason, sleep_stack.operation.as_str()),
+            (Reason::Sleep, "clock_nanosleep")
+        );
+        assert_eq!(other_stack.reason, Reason::Other);
+        let probe = |ran, woke: Option<&reason::Verdict>| {
+            (verdict(Reason::Cpu, "running"), ran, woke.cloned())
+        };
+        let named = name_unseen_blocks(vec![probe(false, Some(&sleep_stack))]);
+        assert_eq!(dominant(&named, false).unwrap().0, Reason::Sleep);
+        let named = name_unseen_blocks(vec![
+            probe(false, None),
+            probe(false, Some(&other_stack)),
+            probe(false, None),
+        ]);
+        let (best, others, op) = dominant(&named, false).unwrap();
+        assert_eq!(
+            (best, op.as_str()),
+            (Reason::Other, "blocked_between_probes")
+        );
+        assert_eq!(others, vec![Reason::Cpu]);
+        // A loop whose probes ran (two of three) still wins against one such probe.
+        let named = name_unseen_blocks(vec![
+            probe(true, None),
+            probe(false, Some(&sleep_stack)),
+            probe(true, None),
+        ]);
+        assert_eq!(dominant(&named, false).unwrap().0, Reason::Cpu);
+        // Where a probe saw the block, it names it; a woken probe is a `cpu` that does not count.
+        let named = name_unseen_blocks(vec![
+            (verdict(Reason::Io, "read"), false, None),
+            probe(false, Some(&sleep_stack)),
+        ]);
+        assert_eq!(named[1].0.reason, Reason::Cpu);
+        assert_eq!(dominant(&named, false).unwrap().0, Reason::Io);
+        // No woken probe: as before.
+        let named = name_unseen_blocks(vec![probe(false, None), probe(true, None)]);
+        assert_eq!(dominant(&named, false).unwrap().0, Reason::Cpu);
         // Among blocked reasons the most seen (then the latest) still wins.
         let mixed = [
             v(Reason::LockWait, "futex", false),
             sleep.clone(),
             v(Reason::Sleep, "nanosleep", true),
         ];
-        let (best, _, op) = dominant(&mixed).unwrap();
+        let (best, _, op) = dominant(&mixed, false).unwrap();
         assert_eq!((best, op.as_str()), (Reason::Sleep, "nanosleep"));
-        assert!(dominant(&[]).is_none());
+        assert!(dominant(&[], false).is_none());
     }
 
     #[test]

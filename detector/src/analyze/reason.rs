@@ -35,6 +35,8 @@ pub(crate) struct StackFacts {
     lock_frame: bool,
     /// Resolving a host name.
     dns: bool,
+    /// Inside a sleep (`std::thread::sleep`, `nanosleep`, …), above the first application frame.
+    sleep: bool,
 }
 
 impl StackFacts {
@@ -43,7 +45,28 @@ impl StackFacts {
             once: once_reason(frames),
             lock_frame: in_lock_frame(frames),
             dns: frames.iter().any(is_dns_frame),
+            sleep: frames
+                .iter()
+                .take_while(|f| !is_application(f))
+                .any(is_sleep_frame),
         }
+    }
+}
+
+/// The verdict on a probe that found its thread running as it woke from a block made since the
+/// probe before ([`Between::Blocked`]), where no probe of the pin saw a block: the sleep its stack
+/// is still in, else `other` (the call was not seen).
+///
+/// [`Between::Blocked`]: crate::watch::probe::Between::Blocked
+pub(crate) fn woken(stack: &StackFacts) -> Verdict {
+    let (reason, operation) = if stack.sleep {
+        (Reason::Sleep, "clock_nanosleep")
+    } else {
+        (Reason::Other, "blocked_between_probes")
+    };
+    Verdict {
+        reason,
+        operation: operation.to_owned(),
     }
 }
 
@@ -167,16 +190,8 @@ fn is_dns_frame(f: &Frame) -> bool {
         return false;
     };
     let base = base_name(name);
-    if !base.contains("::") {
-        let c = base.trim_start_matches('_');
-        let c = c
-            .strip_prefix("GI_")
-            .or_else(|| c.strip_prefix("libc_"))
-            .unwrap_or(c)
-            .trim_start_matches('_');
-        if DNS_C_FUNCTIONS.iter().any(|p| c.starts_with(p)) {
-            return true;
-        }
+    if c_name(&base).is_some_and(|c| DNS_C_FUNCTIONS.iter().any(|p| c.starts_with(p))) {
+        return true;
     }
     let last = base.rsplit("::").next().unwrap_or(&base);
     let in_std = base.trim_start_matches('<').starts_with("std::")
@@ -186,6 +201,38 @@ fn is_dns_frame(f: &Frame) -> bool {
     last == "to_socket_addrs"
         || base.contains("ToSocketAddrs>::")
         || (in_std && (last == "lookup_host" || base.contains("LookupHost")))
+}
+
+/// A C function's name without glibc's prefixes (`__GI___clock_nanosleep` →
+/// `clock_nanosleep`); `None` for a Rust path.
+fn c_name(base: &str) -> Option<&str> {
+    if base.contains("::") {
+        return None;
+    }
+    let c = base.trim_start_matches('_');
+    Some(
+        c.strip_prefix("GI_")
+            .or_else(|| c.strip_prefix("libc_"))
+            .unwrap_or(c)
+            .trim_start_matches('_'),
+    )
+}
+
+/// std's sleeps.
+const SLEEP_FRAMES: &[&str] = &[
+    "std::thread::sleep",
+    "std::thread::functions::sleep",
+    "std::sys::pal::unix::thread::Thread::sleep",
+    "std::sys::thread::unix::sleep",
+];
+
+/// Whether `f` is a sleep: std's, or the C library's.
+fn is_sleep_frame(f: &Frame) -> bool {
+    function_matches(f, SLEEP_FRAMES)
+        || f.function.as_deref().is_some_and(|name| {
+            let base = base_name(name);
+            c_name(&base).is_some_and(|c| ["nanosleep", "clock_nanosleep", "usleep"].contains(&c))
+        })
 }
 
 /// Functions that take a lock and wait for it when it is contended.
@@ -617,6 +664,46 @@ mod tests {
 
     fn f(name: &str) -> Frame {
         Frame::named(name)
+    }
+
+    /// What a probe that found its thread running just after a block names: the sleep its
+    /// stack is still in (std's or the C library's, above the application's frame), else `other`.
+    #[test]
+    fn a_woken_thread_names_the_sleep_its_stack_is_in() {
+        let woken = |frames: &[Frame]| woken(&StackFacts::of(frames)).reason;
+        for sleep in [
+            "__GI___clock_nanosleep",
+            "__nanosleep",
+            "nanosleep",
+            "usleep",
+            "std::thread::sleep",
+            "std::thread::functions::sleep",
+            "std::sys::pal::unix::thread::Thread::sleep",
+            "std::sys::thread::unix::sleep",
+        ] {
+            let app = Frame {
+                file: Some("src/main.rs".into()),
+                ..f("app::handler")
+            };
+            assert_eq!(woken(&[f(sleep), app]), Reason::Sleep, "{sleep}");
+        }
+        // Not a sleep: the application's own `sleep`, a sleep below the application's frame
+        // (the thread is in the application's code, called from it), a name that only looks
+        // alike, nothing sampled.
+        let app = |name: &str| Frame {
+            file: Some("src/main.rs".into()),
+            ..f(name)
+        };
+        assert_eq!(woken(&[app("app::sleep")]), Reason::Other);
+        assert_eq!(
+            woken(&[app("app::work"), f("std::thread::sleep")]),
+            Reason::Other
+        );
+        assert_eq!(
+            woken(&[f("clock_nanosleep_time64x"), app("app::work")]),
+            Reason::Other
+        );
+        assert_eq!(woken(&[]), Reason::Other);
     }
 
     fn proc(syscall: Option<&'static str>) -> ProcState {

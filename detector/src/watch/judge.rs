@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::probe::{Probe, SchedStat};
+use super::probe::{Probe, Reading, SchedStat};
 use crate::event::PinnedEvent;
 use crate::poll::protocol::Snapshot;
 use crate::poll::slot::NameBuf;
@@ -186,6 +186,7 @@ impl Tracked {
             at,
             age: self.age(at, interval).min(threshold / 4 + interval),
             stat,
+            switches: None,
         }
     }
 
@@ -217,6 +218,7 @@ impl Tracked {
             at: before.at,
             age: Duration::ZERO,
             stat: before.stat,
+            switches: None,
         };
         let (counted, waited) = since.pinned_time(at, Some(stat), state);
         // More accounted than the time since the reading: the excess lay before it — in the
@@ -234,6 +236,7 @@ impl Tracked {
                 .min(age)
                 .max(age.min(cap)),
             stat,
+            switches: None,
         }
     }
 
@@ -356,9 +359,21 @@ pub(super) struct Baseline {
     /// scan interval).
     pub age: Duration,
     pub stat: SchedStat,
+    /// The thread's voluntary context switches then (set where it is taken), for the first
+    /// probe's [`between`].
+    pub switches: Option<u64>,
 }
 
 impl Baseline {
+    /// The baseline as a [`Reading`]: what the first probe is read against.
+    pub fn reading(&self) -> Reading {
+        Reading {
+            at: self.at,
+            stat: self.stat,
+            switches: self.switches,
+        }
+    }
+
     /// Time spent waiting for a CPU since the baseline, by the accounting `now` (zero when the
     /// thread is gone or the kernel keeps none).
     pub fn waited(&self, now: Option<SchedStat>) -> Duration {

@@ -76,9 +76,16 @@ pub(crate) struct Probe {
     /// before this probe's look: each time it blocked (a sleep, a lock's wait, a read that
     /// waited), never a preemption.
     pub switches: Option<u64>,
-    /// The thread ran from the previous probe to this one — on a CPU or waiting for one, never
-    /// blocked ([`super::judge::ran_throughout`]).
+    /// The thread ran from the previous probe to this one — never blocked
+    /// ([`super::judge::ran_throughout`]), and on a CPU more than off one ([`Between::Computed`]).
     pub ran: bool,
+    /// The thread's accounting at this probe, read just before its look.
+    pub reading: Option<Reading>,
+    /// The reading `between` compared this one's with: the previous probe's (the first
+    /// probe's: its pin's baseline).
+    pub since: Option<Reading>,
+    /// What the thread did since then.
+    pub between: Between,
 }
 
 /// Takes one probe of `slot`'s thread, running poll `seq`. A thread still blocked in the same
@@ -484,6 +491,78 @@ impl SchedStat {
     pub fn since(&self, then: SchedStat) -> (std::time::Duration, std::time::Duration) {
         let d = |now: u64, then: u64| std::time::Duration::from_nanos(now.saturating_sub(then));
         (d(self.on_cpu, then.on_cpu), d(self.waiting, then.waiting))
+    }
+}
+
+/// A thread's accounting at a probe (or at its pin's baseline): what it did between two
+/// probes is read from two of these ([`between`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reading {
+    pub at: std::time::Instant,
+    pub stat: SchedStat,
+    /// Its voluntary context switches then, when read.
+    pub switches: Option<u64>,
+}
+
+/// What a thread did between two readings, for a probe that found it running: on a loaded
+/// machine a thread woken from a block waits for a CPU and reads as running (`R`, no system
+/// call) — a sleep of 1 ms at a time, probed in the moment between two, is no loop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Between {
+    /// On a CPU at least as long as it was off one and not waiting for one.
+    Computed,
+    /// It blocked (a voluntary switch), and was off a CPU, not waiting for one, longer than on
+    /// one: found running as it woke.
+    Blocked,
+    /// Not told: no readings, or mostly off a CPU without a block counted (a wait for a CPU
+    /// still going on, which no account shows yet).
+    #[default]
+    Unknown,
+}
+
+/// What a thread did from reading `from` to reading `to` ([`Between`]).
+pub(crate) fn between(from: Option<Reading>, to: Option<Reading>) -> Between {
+    let (Some(from), Some(to)) = (from, to) else {
+        return Between::Unknown;
+    };
+    let (on_cpu, off) = on_and_off(from, to);
+    let blocked = matches!((from.switches, to.switches), (Some(a), Some(b)) if b > a);
+    if !on_cpu.is_zero() && on_cpu >= off {
+        Between::Computed
+    } else if blocked && off > on_cpu {
+        Between::Blocked
+    } else {
+        Between::Unknown
+    }
+}
+
+/// The time a thread spent on a CPU from reading `from` to reading `to`, and the time it spent
+/// neither on one nor waiting for one (blocked; or a wait for a CPU going on at `to`, which no
+/// account shows yet).
+fn on_and_off(from: Reading, to: Reading) -> (std::time::Duration, std::time::Duration) {
+    let (on_cpu, waited) = to.stat.since(from.stat);
+    let off = to
+        .at
+        .saturating_duration_since(from.at)
+        .saturating_sub(on_cpu + waited);
+    (on_cpu, off)
+}
+
+/// Whether a pin's thread, from its first probe's reading before (its baseline) to its last
+/// probe, was off a CPU and not waiting for one longer than it was on one: `cpu` then does not
+/// win against a block a probe saw, however many probes caught the thread running (on a loaded
+/// machine a thread woken from a 40 ms sleep can wait for a CPU through several probes, and run
+/// between them the little it has left).
+pub(crate) fn mostly_off_cpu(probes: &[Probe]) -> bool {
+    match (
+        probes.first().and_then(|p| p.since),
+        probes.last().and_then(|p| p.reading),
+    ) {
+        (Some(from), Some(to)) => {
+            let (on_cpu, off) = on_and_off(from, to);
+            off > on_cpu
+        }
+        _ => false,
     }
 }
 
@@ -1227,6 +1306,119 @@ mod tests {
             assert!(st.is_some_and(|s| s.blocked && s.pending), "{room}: {st:?}");
         }
         done_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+
+    /// `between` as a function of the readings it is given.
+    #[test]
+    fn between_tells_a_block_from_a_loop_and_from_a_wait_for_a_cpu() {
+        let t0 = std::time::Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let r = |at: u64, on_cpu: u64, waiting: u64, switches: Option<u64>| Reading {
+            at: t0 + ms(at),
+            stat: SchedStat {
+                on_cpu: on_cpu * 1_000_000,
+                waiting: waiting * 1_000_000,
+            },
+            switches,
+        };
+        let start = Some(r(0, 100, 50, Some(7)));
+        // On a CPU for most of the time not spent waiting for one: computed.
+        assert_eq!(
+            between(start, Some(r(100, 160, 90, Some(7)))),
+            Between::Computed
+        );
+        assert_eq!(
+            between(start, Some(r(100, 150, 50, Some(9)))),
+            Between::Computed
+        );
+        // Blocked, and off a CPU (not waiting for one) longer than on one: woken.
+        assert_eq!(
+            between(start, Some(r(40, 101, 52, Some(42)))),
+            Between::Blocked
+        );
+        // Off a CPU with no block counted: a wait for a CPU not yet accounted — not told.
+        assert_eq!(
+            between(start, Some(r(100, 100, 50, Some(7)))),
+            Between::Unknown
+        );
+        // No switch counts, or no reading: not told.
+        assert_eq!(between(start, Some(r(40, 101, 52, None))), Between::Unknown);
+        assert_eq!(
+            between(None, Some(r(40, 101, 52, Some(42)))),
+            Between::Unknown
+        );
+        assert_eq!(between(start, None), Between::Unknown);
+        // A pin, from its first probe's baseline to its last probe: mostly off a CPU, or not.
+        let probe = |since: Option<Reading>, reading: Option<Reading>| Probe {
+            since,
+            reading,
+            ..Probe::default()
+        };
+        let slept = [
+            probe(start, Some(r(40, 101, 60, Some(8)))),
+            probe(
+                Some(r(40, 101, 60, Some(8))),
+                Some(r(300, 103, 310, Some(8))),
+            ),
+        ];
+        assert!(mostly_off_cpu(&slept));
+        let looped = [
+            probe(start, Some(r(40, 101, 60, Some(8)))),
+            probe(
+                Some(r(40, 101, 60, Some(8))),
+                Some(r(300, 290, 110, Some(8))),
+            ),
+        ];
+        assert!(!mostly_off_cpu(&looped));
+        assert!(!mostly_off_cpu(&[probe(
+            None,
+            Some(r(300, 103, 310, None))
+        )]));
+        assert!(!mostly_off_cpu(&[]));
+    }
+
+    /// `between` on real threads: one that sleeps 1 ms at a time blocked; one that spins
+    /// computed — however busy the machine (a wait for a CPU is accounted once it ends, and
+    /// each is read after it has ended).
+    #[test]
+    fn between_reads_real_threads() {
+        let read = |tid: i32| Reading {
+            at: std::time::Instant::now(),
+            stat: read_schedstat(tid).unwrap(),
+            switches: voluntary_switches(tid),
+        };
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let me = crate::poll::slot::current_tid();
+            tid_tx.send(me).unwrap();
+            while let Ok(spin) = go_rx.recv() {
+                if spin {
+                    // 30 ms on a CPU, by its own accounting.
+                    let start = read_schedstat(me).unwrap().on_cpu;
+                    while read_schedstat(me).unwrap().on_cpu < start + 30_000_000 {
+                        for _ in 0..10_000 {
+                            std::hint::spin_loop();
+                        }
+                    }
+                } else {
+                    for _ in 0..30 {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                }
+                done_tx.send(read(me)).unwrap();
+            }
+        });
+        let tid = tid_rx.recv().unwrap();
+        for (spin, expected) in [(false, Between::Blocked), (true, Between::Computed)] {
+            let from = read(tid);
+            go_tx.send(spin).unwrap();
+            let to = done_rx.recv().unwrap();
+            assert_eq!(between(Some(from), Some(to)), expected, "{from:?} {to:?}");
+        }
+        drop(go_tx);
         t.join().unwrap();
     }
 

@@ -543,6 +543,10 @@ impl<'a> Scan<'a> {
                     .schedstat(self.cur, tid)
                     .map(|stat| t.baseline(Instant::now(), stat, threshold, interval)),
             };
+            if let Some(b) = t.baseline.as_mut() {
+                // For the first probe's `between`, if the poll is pinned (rare: the read is too).
+                b.switches = probe::voluntary_switches(tid);
+            }
             if t.exact {
                 self.shared
                     .stats
@@ -1682,6 +1686,11 @@ impl<'a> Scan<'a> {
         // (tens of µs, milliseconds on a loaded machine), and a thread that blocked the signal
         // meanwhile (as `posix_spawn` does) would be signalled and waited for in vain.
         let switches = probe::voluntary_switches(p.tid);
+        let reading = self.schedstat(p.slot, p.tid).map(|stat| probe::Reading {
+            at: Instant::now(),
+            stat,
+            switches,
+        });
         let Some(mut probe) = probe::take(
             self.shared,
             slot,
@@ -1695,8 +1704,15 @@ impl<'a> Scan<'a> {
             let running = last.proc.as_ref().is_some_and(|s| s.syscall.is_none());
             (running, last.switches)
         });
+        let since = match p.probes.last() {
+            Some(last) => last.reading,
+            None => p.baseline.map(|b| b.reading()),
+        };
         probe.switches = switches;
-        probe.ran = ran_throughout(previous, switches);
+        probe.reading = reading;
+        probe.since = since;
+        probe.between = probe::between(since, reading);
+        probe.ran = ran_throughout(previous, switches) && probe.between == probe::Between::Computed;
         p.probes.push(probe);
         p.probes_taken += 1;
         p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;

@@ -46,14 +46,28 @@ async fn main() {
         std::process::exit(2);
     }
     let stuck = args.stuck;
+    if let (true, Some(d)) = (stuck > 0, args.run_for) {
+        // With every worker stuck no timer of the runtime fires, and `serve` never looks at
+        // the clock again: a thread of its own ends the process on time.
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            stopped(stuck);
+        });
+    }
     // The work runs as a task, as in a service.
     tokio::spawn(serve(args)).await.expect("service");
     if stuck > 0 {
         // A runtime waits for its workers when it is dropped, and these never return (that is
         // what they are for): end the process here, or `--for` would never end it.
-        println!("pin_service: stopped ({stuck} workers still stuck)");
-        std::process::exit(0);
+        stopped(stuck);
     }
+}
+
+/// Ends the process with its stuck workers, once, whoever sees the time is up first.
+fn stopped(stuck: usize) -> ! {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| println!("pin_service: stopped ({stuck} workers still stuck)"));
+    std::process::exit(0);
 }
 
 async fn serve(args: Args) {

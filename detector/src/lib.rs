@@ -104,7 +104,9 @@ compile_error!(
 #[cfg(not(tokio_unstable))]
 compile_error!(
     "pinwatch needs `--cfg tokio_unstable` for tokio's task poll hooks: add \
-     `rustflags = [\"--cfg\", \"tokio_unstable\"]` under `[build]` in .cargo/config.toml"
+     `rustflags = [\"--cfg\", \"tokio_unstable\"]` under `[build]` in .cargo/config.toml; \
+     where the RUSTFLAGS variable is set (CI often sets it), cargo takes it instead of that \
+     file: add `--cfg tokio_unstable` to RUSTFLAGS too"
 );
 
 // The pipeline's stages (their order: the crate docs, CONTRIBUTING.md).

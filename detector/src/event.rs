@@ -101,6 +101,11 @@ impl Reason {
     }
 }
 
+/// The runtime-level advice for a pin on a current-thread runtime (`runtime_advice`).
+pub(crate) const CURRENT_THREAD_ADVICE: &str = "a current-thread runtime stops its timers and I/O \
+    for as long as any poll runs: the multi-thread runtime (flavor = \"multi_thread\") keeps \
+    them running on another worker while one is pinned";
+
 impl Reason {
     /// What usually fixes a pin of this reason, in one short line; `operation` is the event's
     /// `blocking_operation` (it tells a file from a socket for `io`).
@@ -1262,13 +1267,13 @@ impl PinnedEvent {
         if let Some(v) = self.victims.as_ref().and_then(Victims::describe) {
             s.push_str(&format!("; {v}"));
         }
-        if self.runtime_stalled && self.victims.as_ref().is_some_and(|v| v.measured) {
-            // tokio measures a wait from the wake-up: a task whose timer or socket the stall
+        if self.held_drivers() && self.victims.as_ref().is_some_and(|v| v.measured) {
+            // tokio measures a wait from the wake-up: a task whose timer or socket the pin
             // kept from firing was never woken, and waited uncounted.
             s.push_str(if self.victims.as_ref().is_some_and(|v| v.tasks > 0) {
-                " (not counting tasks whose timers or I/O the stall held back)"
+                " (not counting tasks whose timers or I/O the pin held back)"
             } else {
-                "; no woken task counted as its victim (tasks whose timers or I/O the stall held \
+                "; no woken task counted as its victim (tasks whose timers or I/O the pin held \
                  back are not counted)"
             });
         }
@@ -1277,6 +1282,14 @@ impl PinnedEvent {
             s.push_str(&stall);
         }
         s
+    }
+
+    /// Whether this pin held the runtime's timers and I/O: it stalled the runtime, or it ran on
+    /// a current-thread runtime, which stops them during every poll (a short pin there is no
+    /// reported stall, docs/blast-radius.md). The tasks waiting on them were never woken, and
+    /// their wait is in no measure of the victims'.
+    pub fn held_drivers(&self) -> bool {
+        self.runtime_stalled || self.runtime_advice.as_deref() == Some(CURRENT_THREAD_ADVICE)
     }
 
     /// The service's own frame when it is not the top frame itself: the line of yours that
@@ -2152,7 +2165,7 @@ mod tests {
         e.runtime_stalled = true;
         assert!(
             e.headline().contains(
-                "; no woken task counted as its victim (tasks whose timers or I/O the stall held \
+                "; no woken task counted as its victim (tasks whose timers or I/O the pin held \
                  back are not counted)"
             ),
             "{}",
@@ -2162,11 +2175,26 @@ mod tests {
         assert!(
             e.headline().contains(
                 "delayed 1 task, the longest 300.0 ms: task 3 (not counting tasks whose timers \
-                 or I/O the stall held back)"
+                 or I/O the pin held back)"
             ),
             "{}",
             e.headline()
         );
+        // On a current-thread runtime every pin holds them, stalled or not (helper-60: a ticker
+        // frozen 80 ms behind a pin said to have no victims).
+        e.runtime_stalled = false;
+        e.victims = Some(measured(0));
+        e.runtime_advice = Some(CURRENT_THREAD_ADVICE.to_owned());
+        assert!(e.held_drivers());
+        assert!(
+            e.headline()
+                .contains("; no woken task counted as its victim"),
+            "{}",
+            e.headline()
+        );
+        e.runtime_advice = Some("something else".to_owned());
+        assert!(!e.held_drivers());
+        e.victims = Some(measured(1));
         // Not measured: nothing is claimed either way.
         e.victims.as_mut().unwrap().measured = false;
         assert!(!e.headline().contains("held back"), "{}", e.headline());

@@ -500,7 +500,7 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
             let _ = writeln!(out, "  tasksQueuedBehind = {n}");
         }
         if let Some(v) = &e.victims {
-            print_victims(&mut out, v);
+            print_victims(&mut out, v, e.held_drivers());
         }
         // Which request: the span chain, outermost first, and its trace.
         if !e.spans.is_empty() {
@@ -586,19 +586,29 @@ pub fn render_print(events: &[PinnedEvent]) -> String {
 /// `print`'s lines for the tasks that waited behind a pin ([`PinnedEvent::victims`]): measured,
 /// how many, their waits, and each one named (wait, spawn place, worker, LIFO slot, spans); not
 /// measured, the tasks the worker ran right after, saying that no wait was measured.
-fn print_victims(out: &mut String, v: &Victims) {
+fn print_victims(out: &mut String, v: &Victims, held_drivers: bool) {
     let plural = |n: usize| if n == 1 { "" } else { "s" };
     if v.measured {
         if v.tasks == 0 && v.worst.is_empty() {
             let _ = writeln!(
                 out,
-                "  victims = none (measured: no task waited the threshold behind it)"
+                "  victims = none (measured: no task waited the threshold behind it{})",
+                if held_drivers {
+                    " once woken; tasks whose timers or I/O the pin held back are not counted"
+                } else {
+                    ""
+                }
             );
         } else {
             let mut head = format!(
-                "  victims = {} task{} waited behind it (measured)",
+                "  victims = {} task{} waited behind it (measured{})",
                 v.tasks,
-                plural(v.tasks)
+                plural(v.tasks),
+                if held_drivers {
+                    "; not counting tasks whose timers or I/O the pin held back"
+                } else {
+                    ""
+                }
             );
             let mut waits = Vec::new();
             if let Some(t) = v.total_wait {
@@ -1552,12 +1562,37 @@ mod tests {
         assert!(!blocks[1].contains("waited "), "{}", blocks[1]);
         assert!(!blocks[1].contains("queueDepthMax"), "{}", blocks[1]);
         assert!(
-            blocks[2].contains("  victims = none (measured: no task waited the threshold"),
+            blocks[2]
+                .contains("  victims = none (measured: no task waited the threshold behind it)"),
             "{}",
             blocks[2]
         );
         // A recording from before victims: nothing said of them.
         assert!(!blocks[3].contains("victims"), "{}", blocks[3]);
+        // A pin that held the timers and I/O (here: on a current-thread runtime) says whom
+        // the measure leaves out, with victims or none (helper-60).
+        let mut held = events.clone();
+        for e in &mut held {
+            e.runtime_advice = Some(crate::event::CURRENT_THREAD_ADVICE.to_owned());
+        }
+        let print = render_print(&held);
+        let blocks: Vec<&str> = print.split("pinwatch.Pinned {").skip(1).collect();
+        assert!(
+            blocks[0].contains(
+                "  victims = 11 tasks waited behind it (measured; not counting tasks whose \
+                 timers or I/O the pin held back): 1.52 s in all"
+            ),
+            "{}",
+            blocks[0]
+        );
+        assert!(
+            blocks[2].contains(
+                "  victims = none (measured: no task waited the threshold behind it once woken; \
+                 tasks whose timers or I/O the pin held back are not counted)"
+            ),
+            "{}",
+            blocks[2]
+        );
     }
 
     /// The "who waited" table: the named victims of completed pins only, by spawn place and

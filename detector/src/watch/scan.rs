@@ -47,11 +47,6 @@ const HEARTBEAT_ADVICE: &str = "the runtime's timers fired late while it ran (pi
     heartbeat): it held the worker driving them while the others slept, or the others were all \
     busy; run it in tokio::task::spawn_blocking";
 
-/// The runtime-level advice for a pin on a current-thread runtime.
-const CURRENT_THREAD_ADVICE: &str = "a current-thread runtime stops its timers and I/O for as \
-    long as any poll runs: the multi-thread runtime (flavor = \"multi_thread\") keeps them \
-    running on another worker while one is pinned";
-
 /// The runtime-level advice for a pin during which every worker was pinned.
 const ALL_PINNED_ADVICE: &str = "every worker was pinned at once, so nothing drove the \
     runtime's timers and I/O: move the blocking work to tokio::task::spawn_blocking (more \
@@ -856,7 +851,7 @@ impl<'a> Scan<'a> {
     /// (`stalled`) or not.
     fn runtime_advice(&self, stalled: bool) -> Option<String> {
         if self.handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-            Some(CURRENT_THREAD_ADVICE.to_owned())
+            Some(crate::event::CURRENT_THREAD_ADVICE.to_owned())
         } else {
             stalled.then(|| HEARTBEAT_ADVICE.to_owned())
         }

@@ -353,6 +353,43 @@ pub(crate) const TEST_ENV_VARS: &[&str] = &[
     "PINWATCH_TRACING",
 ];
 
+/// The prefix of the variables pinwatch's own tests give their child processes: not settings.
+/// (Spelled in two parts, so that the check of docs/configuration.md against the names in the
+/// code does not take it for one.)
+const TEST_PREFIX: &str = concat!("PINWATCH", "_TEST_");
+
+/// A warning for each variable among `names` (the environment's) that looks like pinwatch's
+/// and is not one of [`ENV_VARS`]: the threshold's name misspelled would otherwise leave the
+/// default in force without a word. The closest known name is suggested where one is close.
+pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<String> {
+    let mut unknown: Vec<String> = names
+        .into_iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("PINWATCH") && !n.starts_with(TEST_PREFIX))
+        .filter(|n| !ENV_VARS.iter().any(|v| v.name == n))
+        .collect();
+    unknown.sort();
+    unknown
+        .into_iter()
+        .map(|name| {
+            let closest = ENV_VARS
+                .iter()
+                .map(|v| (strsim::levenshtein(&name, v.name), v.name))
+                .min()
+                .filter(|(d, _)| *d <= 3);
+            let hint = match closest {
+                Some((_, known)) => format!("did you mean {known}? "),
+                None => String::new(),
+            };
+            format!(
+                "{} is not a pinwatch variable and is ignored; {hint}docs/configuration.md lists \
+                 them",
+                crate::text::bounded(&name, 80)
+            )
+        })
+        .collect()
+}
+
 /// The detector's settings. Build one with [`Builder`](crate::Builder) setters or
 /// [`Config::from_env`].
 #[derive(Clone, Debug)]
@@ -422,6 +459,9 @@ pub struct Config {
     /// no `tracing` subscriber is set. Off for a test's detector, whose failure message shows
     /// its pins.
     pub(crate) announce: bool,
+    /// The settings were read from the environment ([`Config::apply_env`]): a `PINWATCH_*`
+    /// variable pinwatch does not know is then worth a warning ([`unknown_env_vars`]).
+    pub(crate) from_env: bool,
 }
 
 impl Default for Config {
@@ -455,6 +495,7 @@ impl Default for Config {
             late_start: None,
             stamps: true,
             announce: true,
+            from_env: false,
         }
     }
 }
@@ -486,6 +527,7 @@ impl Config {
                 },
             }
         };
+        self.from_env = true;
         if let Some(v) = read("PINWATCH")? {
             self.enabled = parse_switch("PINWATCH", &v)?;
         }
@@ -1119,6 +1161,44 @@ mod tests {
         );
         assert_eq!(c.stacks, Stacks::Full);
         assert!(!c.enabled);
+    }
+
+    /// A variable that looks like pinwatch's and is not one is named, with the closest known
+    /// name where one is close (helper-60: `PINWATCH_TRESHOLD=5ms` started with 20 ms, silently);
+    /// known ones, other programs' and the test suite's own are not.
+    #[test]
+    fn unknown_variables_are_named_with_the_closest_known_one() {
+        let names = [
+            "PINWATCH_TRESHOLD",
+            "PATH",
+            "PINWATCH_THRESHOLD",
+            "PINWATCH",
+            "PINWATCH_TEST_UNWIND_CHILD",
+            "PINWATCH_THRESHOLDS",
+            "PINWATCHER_MODE",
+            "PINWATCH_\u{1b}[2J",
+        ]
+        .map(std::ffi::OsString::from);
+        let said = unknown_env_vars(names);
+        assert_eq!(said.len(), 4, "{said:#?}");
+        let of = |name: &str| {
+            said.iter()
+                .find(|w| {
+                    w.starts_with(&format!(
+                        "{name} is not a pinwatch variable and is ignored; "
+                    ))
+                })
+                .unwrap_or_else(|| panic!("{name}: {said:#?}"))
+        };
+        assert!(of("PINWATCHER_MODE").ends_with("ignored; docs/configuration.md lists them"));
+        assert!(of("PINWATCH_THRESHOLDS").contains("; did you mean PINWATCH_THRESHOLD? "));
+        assert!(of("PINWATCH_TRESHOLD").contains("; did you mean PINWATCH_THRESHOLD? "));
+        // Escaped: a name is the environment's to choose.
+        assert!(of("PINWATCH_\\u{1b}[2J").contains("docs/configuration.md"));
+        assert!(said.iter().all(|w| !w.contains('\u{1b}')), "{said:#?}");
+        // Every variable of the table is known.
+        let known = ENV_VARS.iter().map(|v| std::ffi::OsString::from(v.name));
+        assert!(unknown_env_vars(known).is_empty());
     }
 
     #[test]

@@ -201,6 +201,16 @@ impl Prepared {
             }
             line
         });
+        if watched.config.from_env {
+            // Once a process: every detector of it reads the same environment.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                let vars = std::env::vars_os().map(|(name, _)| name);
+                for warning in crate::config::unknown_env_vars(vars) {
+                    announce(&watched.config, true, || warning);
+                }
+            }
+        }
         // Threads past `max_threads` poll unwatched: say so before any is lost, not after.
         let polling = match handle.runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => workers + 1,

@@ -91,8 +91,14 @@ fn grpc_receiver() -> (u16, Shared, tokio::runtime::Runtime) {
 }
 
 fn pin_service(env: &[(&str, String)], args: &[&str]) -> Proc {
+    pin_service_logging_to(env, args, Stdio::inherit())
+}
+
+/// [`pin_service`] with its stderr (pinwatch's warnings) sent to `stderr`.
+fn pin_service_logging_to(env: &[(&str, String)], args: &[&str], stderr: Stdio) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_pin_service"))
         .args(args)
+        .stderr(stderr)
         .env("PINWATCH_OTLP", "on")
         .env("PINWATCH_TRACING", "off")
         .env("OTEL_SERVICE_NAME", "pin-test")
@@ -505,7 +511,8 @@ fn survives(fault: Fault) -> f64 {
     let prom_port = support::free_port();
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("rec.jsonl");
-    let svc = pin_service(
+    let log = dir.path().join("stderr");
+    let svc = pin_service_logging_to(
         &[
             (
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -517,6 +524,7 @@ fn survives(fault: Fault) -> f64 {
             ("PINWATCH_RECORD", rec.display().to_string()),
         ],
         &[],
+        std::fs::File::create(&log).unwrap().into(),
     );
     let metrics = format!("http://127.0.0.1:{prom_port}/metrics");
     let rss = |pid: u32| -> u64 {
@@ -570,6 +578,18 @@ fn survives(fault: Fault) -> f64 {
     assert!(
         recorded as f64 >= pins_now,
         "{recorded} recorded lines, {pins_now} pins"
+    );
+    // And the service said so (helper-60: an absent collector said nothing at all; at most
+    // once a minute: the unit test's). The warning goes out through pinwatch's log thread as
+    // the first export fails.
+    wait_for(
+        "the failed exports' warning",
+        Duration::from_secs(60),
+        || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            text.contains("WARN pinwatch: the OTLP collector did not take pin reports (")
+                .then_some(())
+        },
     );
     (pins_now - pins_start) / t_start.elapsed().as_secs_f64()
 }

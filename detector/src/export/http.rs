@@ -475,7 +475,7 @@ fn run(
                             conns.remove(v);
                         }
                         let evicted = counters.evicted.fetch_add(1, Ordering::Relaxed) + 1;
-                        if last_warning.is_none_or(|t| now.duration_since(t) >= WARN_EVERY) {
+                        if last_warning.is_none_or(|t| now.duration_since(t) >= super::WARN_EVERY) {
                             last_warning = Some(now);
                             // Through the log thread: a blocked log must not stop the
                             // endpoint.
@@ -617,9 +617,6 @@ fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
 /// How long a connection may go without its request before, where every peer holds one
 /// connection, it makes room for a new one.
 const SLOW_HEAD: Duration = Duration::from_secs(1);
-
-/// At most one warning about evictions this often.
-const WARN_EVERY: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {

@@ -47,6 +47,11 @@ pub(crate) use tracing::render as render_text;
 pub use tracing::TracingSink;
 pub(crate) use tracing::{flush_stderr, log_dropped, no_subscriber, say, to_stderr};
 
+/// At most one warning of a kind a sink repeats (a peer that holds connections, a collector
+/// that takes nothing) this often.
+#[cfg(any(feature = "prometheus", feature = "otlp"))]
+pub(crate) const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A running exporter. Dropping it stops it, after it has sent what it was handed.
 pub(crate) trait Exporter: Send + Sync {
     /// Its part of the start-up line (`Prometheus http://127.0.0.1:9464/metrics`).

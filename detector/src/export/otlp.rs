@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
 use opentelemetry::metrics::MeterProvider;
@@ -236,10 +236,7 @@ impl Otlp {
         let dropped = Arc::new(AtomicU64::new(0));
         let logs = SdkLoggerProvider::builder()
             .with_resource(resource.clone())
-            .with_simple_exporter(Counting {
-                inner: log_exporter,
-                failed: Arc::clone(&dropped),
-            })
+            .with_simple_exporter(Counting::new(log_exporter, Arc::clone(&dropped)))
             .build();
         let meters = SdkMeterProvider::builder()
             .with_resource(resource)
@@ -335,6 +332,39 @@ pub fn send_for_test(endpoint: &str, events: Vec<PinnedEvent>) -> Result<(), Err
 struct Counting {
     inner: LogExporter,
     failed: Arc<AtomicU64>,
+    /// When the last warning of a failed export went out.
+    warned: Mutex<Option<Instant>>,
+}
+
+impl Counting {
+    fn new(inner: LogExporter, failed: Arc<AtomicU64>) -> Counting {
+        Counting {
+            inner,
+            failed,
+            warned: Mutex::new(None),
+        }
+    }
+}
+
+/// The warning for an export the collector did not take, at `now` with `dropped` reports
+/// dropped so far: at the first, then at most every [`WARN_EVERY`](super::WARN_EVERY) (`last`:
+/// when one last went out). Without it a collector that is down or refuses pinwatch's records
+/// shows only in a counter. The error is the collector's to word: escaped and bounded.
+fn failed_export_warning(
+    last: &mut Option<Instant>,
+    now: Instant,
+    dropped: u64,
+    error: &str,
+) -> Option<String> {
+    if last.is_some_and(|t| now.saturating_duration_since(t) < super::WARN_EVERY) {
+        return None;
+    }
+    *last = Some(now);
+    Some(format!(
+        "the OTLP collector did not take pin reports ({}); {dropped} dropped so far, counted in \
+         pinwatch_events_dropped_total{{sink=\"otlp\"}} (at most one such warning a minute)",
+        crate::text::bounded(error, 300)
+    ))
 }
 
 impl opentelemetry_sdk::logs::LogExporter for Counting {
@@ -344,8 +374,15 @@ impl opentelemetry_sdk::logs::LogExporter for Counting {
     ) -> opentelemetry_sdk::error::OTelSdkResult {
         let n = batch.iter().count() as u64;
         let result = self.inner.export(batch).await;
-        if result.is_err() {
-            self.failed.fetch_add(n, Ordering::Relaxed);
+        if let Err(e) = &result {
+            let dropped = self.failed.fetch_add(n, Ordering::Relaxed) + n;
+            let warning = self.warned.lock().ok().and_then(|mut last| {
+                failed_export_warning(&mut last, Instant::now(), dropped, &e.to_string())
+            });
+            if let Some(line) = warning {
+                // Through the log thread, as every sink's warning: never blocks this one.
+                super::say(tracing::Level::WARN, line);
+            }
         }
         result
     }
@@ -757,6 +794,37 @@ impl Instruments {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A collector that takes nothing is said at the first failed export, then at most once a
+    /// minute, its error escaped and bounded (helper-60: an absent collector said nothing).
+    #[test]
+    fn a_failed_export_is_said_at_once_then_once_a_minute() {
+        let t0 = Instant::now();
+        let mut last = None;
+        let first = failed_export_warning(&mut last, t0, 1, "connection refused").unwrap();
+        assert!(
+            first.starts_with(
+                "the OTLP collector did not take pin reports (connection refused); 1 dropped so \
+                 far, counted in pinwatch_events_dropped_total{sink=\"otlp\"}"
+            ),
+            "{first}"
+        );
+        let later = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(failed_export_warning(&mut last, later(59), 40, "x"), None);
+        let again = failed_export_warning(&mut last, later(60), 41, "503\u{1b}[2J").unwrap();
+        assert!(
+            again.contains("; 41 dropped so far") && !again.contains('\u{1b}'),
+            "{again}"
+        );
+        assert_eq!(failed_export_warning(&mut last, later(100), 50, "x"), None);
+        let long = "e".repeat(100_000);
+        assert!(
+            failed_export_warning(&mut last, later(200), 60, &long)
+                .unwrap()
+                .len()
+                < 600
+        );
+    }
 
     /// An OTLP client to `at` (`env`: the protocols) in a fan-out of its own, with eight
     /// reports handed to it (its queue's capacity).

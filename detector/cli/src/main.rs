@@ -380,7 +380,7 @@ pub(crate) fn write_file(
             // Opened where the walk above looked: a link that appears after it is not followed.
             let mut f = pinwatch::files::open_unplanted(path, libc::O_WRONLY, 0)?.file;
             check_opened(&f, false)?;
-            return fill(&mut f);
+            return fill_stream(&mut f, fill);
         }
     }
     if let Some(fd) = own {
@@ -393,9 +393,38 @@ pub(crate) fn write_file(
         // SAFETY: `dup` was just made by fcntl above and nothing else owns or closes it.
         let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) };
         check_opened(&f, true)?;
-        return fill(&mut f);
+        return fill_stream(&mut f, fill);
     }
     pinwatch::files::write_whole_file(path, replace, fill)
+}
+
+/// `fill` on a stream `f` (a pipe, `/dev/stdout`): where it fails because the reader closed its
+/// end (`pinwatch report rec -o /dev/stdout | head`), the reader has what it wanted and the
+/// command ends quietly, status 0, as `print` does — whatever error `fill` made of it (a dump's
+/// is the service client's sentence).
+fn fill_stream(
+    f: &mut std::fs::File,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let filled = fill(f);
+    if filled.is_err() && reader_left(f) {
+        std::process::exit(0);
+    }
+    filled
+}
+
+/// Whether the pipe `f` writes into has lost its reader: a pipe's write end polls as an error
+/// once no read end is open.
+fn reader_left(f: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd as _;
+    let mut p = libc::pollfd {
+        fd: f.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, which lives through the call; a timeout of 0 never waits.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLERR != 0
 }
 
 /// Whether [`write_file`] writes to `path` as it is, with nothing to replace (no `--force`

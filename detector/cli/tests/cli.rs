@@ -459,6 +459,38 @@ fn a_closed_pipe_ends_the_output_quietly() {
     }
 }
 
+/// `pinwatch report rec -o /dev/stdout | head -c 10` with a page larger than the pipe holds:
+/// the reader is gone before the page is written, and pinwatch ends quietly, status 0, as
+/// `print` does (helper-60: `cannot write /dev/stdout: Broken pipe`, status 1). The pipe's read
+/// end is closed before pinwatch starts, so every write of it fails.
+#[test]
+fn a_closed_pipe_ends_a_page_or_profile_written_to_stdout_quietly() {
+    for args in [&["report"][..], &["profile"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let done = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+            .args(args)
+            .arg(data("recording.jsonl"))
+            .args(["-o", "/dev/stdout"])
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert!(err.is_empty(), "{args:?}: stderr: {err}");
+        assert_eq!(done.status.code(), Some(0), "{args:?}: {:?}", done.status);
+    }
+    // A file that cannot be written still fails, saying so.
+    let (code, _, err) = pinwatch(&[
+        "report",
+        data("recording.jsonl").to_str().unwrap(),
+        "-o",
+        "/proc/version",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot write /proc/version"), "{err}");
+}
+
 /// The recording's first pin, in a request (spans as the tracing layer writes them), as pin
 /// `id` of `ms` on `route`.
 fn in_request(id: u64, ms: f64, route: &str) -> String {

@@ -935,7 +935,8 @@ fn article(name: &str) -> &'static str {
         "blocking_wait" => "article: a blocking wait inside a virtual thread pins its carrier",
         "stalled_runtime" => {
             "measured (tokio 1.54, 2 workers): one pinned worker froze all 4 tickers though the \
-             other worker was free; in Java a pinned carrier costs one carrier"
+             other worker was free, in about half the runs (those where the other worker slept \
+             on its condvar as the timer fired); in Java a pinned carrier costs one carrier"
         }
         "traced_service" => {
             "every request of an axum service is spawned at the same line of axum; the request \

@@ -328,7 +328,7 @@ fn clear_errors_and_the_recording_is_never_overwritten() {
     std::fs::write(&written, "old").unwrap();
     let said = profile(&[rec.as_os_str()]);
     assert!(
-        said.contains("rec.pb.gz (2 pins, 40.5 ms pinned, 1 samples)"),
+        said.contains("rec.pb.gz (2 pins, 40.5 ms pinned, 1 profile sample)"),
         "{said}"
     );
     let p = pinwatch::profile::decode(&std::fs::read(&written).unwrap()).unwrap();
@@ -336,7 +336,7 @@ fn clear_errors_and_the_recording_is_never_overwritten() {
 
     let said = profile(&[rec.as_os_str(), "--seconds".as_ref(), "5".as_ref()]);
     assert!(
-        said.contains("(1 pins, 10.0 ms pinned, 1 samples)"),
+        said.contains("(1 pin, 10.0 ms pinned, 1 profile sample)"),
         "{said}"
     );
     let p = pinwatch::profile::decode(&std::fs::read(&written).unwrap()).unwrap();

@@ -1337,23 +1337,29 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
         "Reasons",
     ];
     let cell = |r: &SummaryRow, name: String| {
-        let mut reasons: Vec<String> = r
+        let reasons: Vec<String> = r
             .reasons
             .iter()
             .map(|(name, n)| format!("{name} {n}"))
             .collect();
+        // The notes in one parenthesis after the reasons: `sleep 4 (1 still in progress)`.
+        let mut notes = Vec::new();
         if r.in_progress > 0 {
-            reasons.push(format!("({} still in progress)", r.in_progress));
+            notes.push(format!("{} still in progress", r.in_progress));
         }
         if r.stalled > 0 {
-            reasons.push(format!("({} stalled the whole runtime)", r.stalled));
+            notes.push(format!("{} stalled the whole runtime", r.stalled));
+        }
+        let mut reasons = reasons.join(", ");
+        if !notes.is_empty() {
+            reasons.push_str(&format!(" ({})", notes.join("; ")));
         }
         [
             name,
             r.count.to_string(),
             human_ms(r.longest_ms),
             human_ms(r.total_ms),
-            reasons.join(", "),
+            reasons,
         ]
     };
     // Per function: its row, then its lines (indented), then its advice.
@@ -1830,6 +1836,14 @@ mod tests {
             .map(|e| (e.id, e.duration.as_secs_f64() * 1000.0))
             .collect();
         assert_eq!(latest, [(1, 320.0), (2, 60.0), (3, 25.0)]);
+        // The summary's reasons, with what is still in progress after them in one parenthesis
+        // (helper-60 read `sleep 4, (1 still in progress)`).
+        let summary = render_summary(&summarize(&rec.events));
+        assert!(
+            summary.contains("sleep 2 (1 still in progress)"),
+            "{summary}"
+        );
+        assert!(!summary.contains(", ("), "{summary}");
     }
 
     /// A crafted name of a megabyte is written once, whole; the other rows are not padded to

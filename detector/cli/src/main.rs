@@ -577,9 +577,11 @@ pub(crate) fn say_profile_written(
     say_wrote(
         output,
         &format!(
-            "wrote {} ({pins} pins, {} pinned, {samples} samples){read}\n",
+            "wrote {} ({pins} pin{}, {} pinned, {samples} profile sample{}){read}\n",
             Escaped(output.display()),
+            if pins == 1 { "" } else { "s" },
             pinwatch::recording::human_ms(nanos as f64 / 1e6),
+            if samples == 1 { "" } else { "s" },
         ),
     )
 }

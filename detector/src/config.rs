@@ -125,7 +125,7 @@ impl Stacks {
     }
 
     fn spelled(v: &str) -> Result<Stacks, String> {
-        match v.trim() {
+        match v.trim().to_ascii_lowercase().as_str() {
             "off" => Ok(Stacks::Off),
             "short" => Ok(Stacks::Short),
             "full" => Ok(Stacks::Full),
@@ -624,7 +624,10 @@ impl Config {
                 Error::invalid_env(
                     "PINWATCH_PROMETHEUS_ADDR",
                     v.clone(),
-                    format!("is not an address ({e}); write it like `127.0.0.1:9464`"),
+                    format!(
+                        "is not an IP address and port ({e}); write it like `127.0.0.1:9464` or \
+                         `[::1]:9464` (a host name is not looked up)"
+                    ),
                 )
             })?);
         }
@@ -766,17 +769,36 @@ fn switch(v: &str) -> Option<bool> {
 }
 
 fn parse_switch(var: &'static str, v: &str) -> Result<bool, Error> {
-    switch(v).ok_or_else(|| Error::invalid_env(var, v.to_owned(), "must be `on` or `off`"))
+    switch(v).ok_or_else(|| {
+        Error::invalid_env(
+            var,
+            v.to_owned(),
+            "must be `on` or `off` (also `1`/`0`, `true`/`false`, `yes`/`no`)",
+        )
+    })
 }
 
-/// Reads variable `var`'s value `v` with `parse`, whose error says what is wrong with it.
+/// Reads variable `var`'s value `v` with `parse`, whose error says what is wrong with it; a
+/// count's example (`write it like …`) is the variable's default.
 fn env<T>(
     var: &'static str,
     v: &str,
     parse: impl Fn(&str) -> Result<T, String>,
 ) -> Result<T, Error> {
-    parse(v).map_err(|reason| Error::invalid_env(var, v.to_owned(), reason))
+    parse(v).map_err(|reason| {
+        let default = ENV_VARS.iter().find(|e| e.name == var).map(|e| e.default);
+        let reason = match default {
+            Some(d) if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) => {
+                reason.replace(COUNT_EXAMPLE, &format!("`{d}`"))
+            }
+            _ => reason,
+        };
+        Error::invalid_env(var, v.to_owned(), reason)
+    })
 }
+
+/// The example of a whole number in [`count`]'s error; [`env`] puts the variable's default in.
+const COUNT_EXAMPLE: &str = "`1024`";
 
 fn parse_count(var: &'static str, v: &str) -> Result<usize, Error> {
     env(var, v, count)
@@ -791,7 +813,9 @@ fn count(v: &str) -> Result<usize, String> {
     match v.trim().parse::<usize>() {
         Ok(0) => Err("must be at least 1".to_owned()),
         Ok(n) => Ok(n),
-        Err(_) => Err("is not a whole number; write it like `1024`".to_owned()),
+        Err(_) => Err(format!(
+            "is not a whole number; write it like {COUNT_EXAMPLE}"
+        )),
     }
 }
 
@@ -844,9 +868,12 @@ const HEARTBEAT: Floor = Floor {
     floods: "timer wake-ups on the watched runtime",
 };
 
-/// A duration (humantime) of at least `floor.min`; the error names the floor.
+/// A duration (humantime) of at least `floor.min`; the error names the floor (a zero's too).
 fn duration_at_least(v: &str, floor: Floor) -> Result<Duration, String> {
-    let d = duration(v)?;
+    let d = duration(v).map_err(|e| match humantime::parse_duration(v.trim()) {
+        Ok(_) => format!("{e}: at least {}", humantime::format_duration(floor.min)),
+        Err(_) => e,
+    })?;
     if d < floor.min {
         let min = humantime::format_duration(floor.min);
         return Err(format!(
@@ -1246,6 +1273,20 @@ mod tests {
             assert!(err.contains(var), "{err}");
             assert!(err.contains(&format!("{val:?}")), "{err}");
         }
+        // What to write instead (helper-60): a count's own default as the example, the floor of
+        // a duration that is zero, every spelling a switch takes, an address that is no IP.
+        let says = |var: &str, val: &str, what: &str| {
+            let err = with(&[(var, val)]).unwrap_err().to_string();
+            assert!(err.contains(what), "{var}={val}: {err}");
+        };
+        says("PINWATCH_RECORD_KEEP", "-1", "write it like `5`");
+        says("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "abc", "write it like `50`");
+        says("PINWATCH_QUEUE_CAPACITY", "lots", "write it like `1024`");
+        says("PINWATCH_THRESHOLD", "0ms", "must be greater than zero: at least 1ms");
+        says("PINWATCH", "maybe", "`yes`/`no`");
+        says("PINWATCH_PROMETHEUS_ADDR", "localhost:9464", "a host name is not looked up");
+        // As a switch, a stacks setting in capitals.
+        assert_eq!(with(&[("PINWATCH_STACKS", "FULL")]).unwrap().stacks, Stacks::Full);
     }
 
     #[test]

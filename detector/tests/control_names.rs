@@ -92,3 +92,28 @@ fn a_detector_takes_the_lowest_free_socket_name() {
         "a detector started again"
     );
 }
+
+/// A directory asked for is made in a directory that is there; a typo's parents are not made
+/// (helper-60: `PINWATCH_CONTROL=/nonexistent/ctl` made `/nonexistent` at the root), and the
+/// error names the missing one.
+#[test]
+fn a_control_directory_is_made_only_where_its_parent_is() {
+    let top = tempfile::tempdir().unwrap();
+    let (_made, _) = started(Control::Dir(top.path().join("ctl")));
+    assert!(top.path().join("ctl").is_dir());
+    let typo = top.path().join("typo").join("ctl");
+    let err = pinwatch::Builder::new()
+        .heartbeat(None)
+        .control(Control::Dir(typo.clone()))
+        .build(&mut tokio::runtime::Builder::new_current_thread())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "{} does not exist",
+            top.path().join("typo").display()
+        )),
+        "{err}"
+    );
+    assert!(!top.path().join("typo").exists());
+}

@@ -243,20 +243,22 @@ impl Drop for Server {
     }
 }
 
-/// Makes `dir` (mode 0700, its parents as needed) and opens it without following a symlink;
-/// the opened directory must be this user's, and nobody else's to enter: a looser mode of our
-/// own is tightened, anything else refused. Checked on the descriptor, so a directory or
-/// symlink that appears between the `mkdir` and the check is caught too.
+/// Makes `dir` (mode 0700) in a directory that is there — a typo's parents are not made (a
+/// recording's and an exit dump's directory must be there too) — and opens it without
+/// following a symlink; the opened directory must be this user's, and nobody else's to enter: a
+/// looser mode of our own is tightened, anything else refused. Checked on the descriptor, so a
+/// directory or symlink that appears between the `mkdir` and the check is caught too.
 fn prepare_dir(dir: &Path) -> Result<ControlDir, String> {
     // SAFETY: geteuid cannot fail and touches no memory.
     let uid = unsafe { libc::geteuid() };
     if let Some(parent) = dir.parent() {
         if !parent.as_os_str().is_empty() && !parent.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(parent)
-                .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+            return Err(format!(
+                "cannot make {}: {} does not exist (make it first, or name a directory in one \
+                 that does)",
+                crate::text::Escaped(dir.display()),
+                crate::text::Escaped(parent.display())
+            ));
         }
     }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {

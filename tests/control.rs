@@ -277,6 +277,14 @@ fn rotation_keeps_the_recording_bounded_under_an_event_storm() {
     let rec = dir.path().join("storm.jsonl");
     ctl(&[&pid, "set", "threshold=5ms"]);
     let rec_s = rec.display().to_string();
+    // A bound that would make a file of every report is refused (helper-60), and nothing starts.
+    let small = ctl_in(None, &[&pid, "record", "start", &rec_s, "--max-size", "10"]);
+    let err = String::from_utf8_lossy(&small.stderr);
+    assert!(
+        !small.status.success() && err.contains("below the floor of 64KB"),
+        "{err}"
+    );
+    assert!(!rec.exists());
     let said = ctl(&[
         &pid,
         "record",

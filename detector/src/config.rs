@@ -211,8 +211,8 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_RECORD_MAX_SIZE",
         default: "100MB",
-        doc: "the recording rotates when a line would take it past this size (`64KB`, `1GiB`); \
-              `off`: never",
+        doc: "the recording rotates when a line would take it past this size (`64KB`, `1GiB`; \
+              at least `64KB`); `off`: never",
     },
     EnvVar {
         name: "PINWATCH_RECORD_MAX_AGE",
@@ -548,7 +548,7 @@ impl Config {
             self.record = Some(PathBuf::from(v));
         }
         if let Some(v) = read("PINWATCH_RECORD_MAX_SIZE")? {
-            self.record_max_size = env("PINWATCH_RECORD_MAX_SIZE", &v, parse_size)?;
+            self.record_max_size = env("PINWATCH_RECORD_MAX_SIZE", &v, parse_record_size)?;
         }
         if let Some(v) = read("PINWATCH_RECORD_MAX_AGE")? {
             self.record_max_age = env("PINWATCH_RECORD_MAX_AGE", &v, parse_age)?;
@@ -911,6 +911,23 @@ pub(crate) fn parse_size(v: &str) -> Result<Option<u64>, String> {
         Err(_) => {
             Err("is not a size; write it like `64KB`, `100MB` or `1GiB`, or `off`".to_owned())
         }
+    }
+}
+
+/// The smallest size a recording file may rotate at, from outside the program (the
+/// environment, `ctl record start --max-size`): a pin's report is up to ~12 KB with full stacks,
+/// and a smaller bound makes a file of every report, the kept ones a handful of reports.
+pub const MIN_RECORD_MAX_SIZE: u64 = 64_000;
+
+/// A recording's rotation size: at least [`MIN_RECORD_MAX_SIZE`], or `off`.
+pub(crate) fn parse_record_size(v: &str) -> Result<Option<u64>, String> {
+    match parse_size(v)? {
+        Some(b) if b < MIN_RECORD_MAX_SIZE => Err(
+            "is below the floor of 64KB: a smaller file would rotate at every pin's report \
+             and keep only a handful; write `64KB` or more, or `off`"
+                .to_owned(),
+        ),
+        b => Ok(b),
     }
 }
 
@@ -1280,13 +1297,40 @@ mod tests {
             assert!(err.contains(what), "{var}={val}: {err}");
         };
         says("PINWATCH_RECORD_KEEP", "-1", "write it like `5`");
-        says("PINWATCH_PROMETHEUS_MAX_LOCATIONS", "abc", "write it like `50`");
+        says(
+            "PINWATCH_PROMETHEUS_MAX_LOCATIONS",
+            "abc",
+            "write it like `50`",
+        );
         says("PINWATCH_QUEUE_CAPACITY", "lots", "write it like `1024`");
-        says("PINWATCH_THRESHOLD", "0ms", "must be greater than zero: at least 1ms");
+        says(
+            "PINWATCH_THRESHOLD",
+            "0ms",
+            "must be greater than zero: at least 1ms",
+        );
         says("PINWATCH", "maybe", "`yes`/`no`");
-        says("PINWATCH_PROMETHEUS_ADDR", "localhost:9464", "a host name is not looked up");
+        says(
+            "PINWATCH_PROMETHEUS_ADDR",
+            "localhost:9464",
+            "a host name is not looked up",
+        );
+        says("PINWATCH_RECORD_MAX_SIZE", "10", "below the floor of 64KB");
+        says(
+            "PINWATCH_RECORD_MAX_SIZE",
+            "63999",
+            "below the floor of 64KB",
+        );
+        assert_eq!(
+            with(&[("PINWATCH_RECORD_MAX_SIZE", "64KB")])
+                .unwrap()
+                .record_max_size,
+            Some(64_000)
+        );
         // As a switch, a stacks setting in capitals.
-        assert_eq!(with(&[("PINWATCH_STACKS", "FULL")]).unwrap().stacks, Stacks::Full);
+        assert_eq!(
+            with(&[("PINWATCH_STACKS", "FULL")]).unwrap().stacks,
+            Stacks::Full
+        );
     }
 
     #[test]

@@ -685,7 +685,8 @@ fn rotation(
     let c = &w.config;
     let mut r = Rotation::from_config(c);
     if let Some(v) = max_size {
-        r.max_size = crate::config::parse_size(&v).map_err(|e| format!("max size {v:?} {e}"))?;
+        r.max_size =
+            crate::config::parse_record_size(&v).map_err(|e| format!("max size {v:?} {e}"))?;
     }
     if let Some(v) = max_age {
         r.max_age = crate::config::parse_age(&v).map_err(|e| format!("max age {v:?} {e}"))?;

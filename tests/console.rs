@@ -160,6 +160,8 @@ async fn until(
 #[test]
 fn stuck_workers_show_pinned_in_the_console_and_idle_after() {
     let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
     let mut child = Command::new(env!("CARGO_BIN_EXE_deadlock"))
         .args(["--stuck", "2", "--release-on-stdin"])
         .env("PINWATCH_CONSOLE", "on")
@@ -170,7 +172,7 @@ fn stuck_workers_show_pinned_in_the_console_and_idle_after() {
         .env_remove("RUST_LOG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
@@ -191,6 +193,14 @@ fn stuck_workers_show_pinned_in_the_console_and_idle_after() {
         .map(|s| s.parse().unwrap())
         .collect();
     assert_eq!(stuck_ids.len(), 2, "{line}");
+    // Without RUST_LOG, the console's fmt layer still prints pinwatch's start-up line (written
+    // as the runtime was built, before the service's first line): it says where the console
+    // listens (helper-60: the default `warn` hid it).
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("pinwatch: watching") && said.contains(&format!("127.0.0.1:{port}")),
+        "{said}"
+    );
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -458,7 +458,9 @@ fn install_server() -> Result<(), Error> {
                 "RUST_LOG={v:?} is not a filter ({e}); write it like `warn` or `info,my_app=debug`"
             ))
         })?,
-        Err(_) => tracing_subscriber::EnvFilter::new("warn"),
+        // Without RUST_LOG: warnings, and pinwatch's own start-up line (where its control
+        // socket and the console listen) and notes.
+        Err(_) => tracing_subscriber::EnvFilter::new("warn,pinwatch=info"),
     };
     if tracing::dispatcher::has_been_set() {
         return Err(Error::Console(format!("{ALREADY_SET}{WRITE_INSTEAD}")));
@@ -481,6 +483,8 @@ fn install_server() -> Result<(), Error> {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                // Colours for a terminal only: a log file or a collector gets plain text.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_filter(filter),
         )
         // Last: the span chain on every pinned event.

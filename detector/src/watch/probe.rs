@@ -548,22 +548,30 @@ fn on_and_off(from: Reading, to: Reading) -> (std::time::Duration, std::time::Du
     (on_cpu, off)
 }
 
-/// Whether a pin's thread, from its first probe's reading before (its baseline) to its last
-/// probe, was off a CPU and not waiting for one longer than it was on one: `cpu` then does not
-/// win against a block a probe saw, however many probes caught the thread running (on a loaded
-/// machine a thread woken from a 40 ms sleep can wait for a CPU through several probes, and run
-/// between them the little it has left).
+/// Whether a pin's thread, over its probes' intervals (each from the reading before it: the
+/// first's, its baseline), was off a CPU and not waiting for one longer than it was on one:
+/// `cpu` then does not win against a block a probe saw, however many probes caught the thread
+/// running (on a loaded machine a thread woken from a 40 ms sleep can wait for a CPU through
+/// several probes, and run between them the little it has left). An interval that ends at a
+/// probe which found the thread runnable counts its unaccounted time only up to a tick, as the
+/// threshold's judgement does: it may be a wait for a CPU that has not ended, which no account
+/// shows yet (a starved loop is no block).
 pub(crate) fn mostly_off_cpu(probes: &[Probe]) -> bool {
-    match (
-        probes.first().and_then(|p| p.since),
-        probes.last().and_then(|p| p.reading),
-    ) {
-        (Some(from), Some(to)) => {
-            let (on_cpu, off) = on_and_off(from, to);
-            off > on_cpu
-        }
-        _ => false,
+    let (mut on, mut off) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+    for p in probes {
+        let (Some(from), Some(to)) = (p.since, p.reading) else {
+            continue;
+        };
+        let (on_cpu, unaccounted) = on_and_off(from, to);
+        let runnable = p.proc.as_ref().is_some_and(|s| s.state == 'R');
+        on += on_cpu;
+        off += if runnable {
+            unaccounted.min(super::judge::TICK)
+        } else {
+            unaccounted
+        };
     }
+    off > on
 }
 
 /// Room for `schedstat`: three decimal numbers of at most 20 digits each, and their separators.
@@ -1355,22 +1363,35 @@ mod tests {
             reading,
             ..Probe::default()
         };
+        let state = |p: Probe, state: char| Probe {
+            proc: Some(ProcState {
+                state,
+                ..ProcState::default()
+            }),
+            ..p
+        };
+        let (b, at40) = (start, Some(r(40, 101, 60, Some(8))));
+        // A 40 ms sleep seen by the first probe (30 ms of its 40 since the baseline off a
+        // CPU), then a thread runnable, waiting for a CPU, running 2 ms in 260: mostly off.
         let slept = [
-            probe(start, Some(r(40, 101, 60, Some(8)))),
-            probe(
-                Some(r(40, 101, 60, Some(8))),
-                Some(r(300, 103, 310, Some(8))),
-            ),
+            state(probe(b, at40), 'S'),
+            state(probe(at40, Some(r(300, 103, 310, Some(8)))), 'R'),
         ];
         assert!(mostly_off_cpu(&slept));
+        // A loop: on a CPU most of the time.
         let looped = [
-            probe(start, Some(r(40, 101, 60, Some(8)))),
-            probe(
-                Some(r(40, 101, 60, Some(8))),
-                Some(r(300, 290, 110, Some(8))),
-            ),
+            state(probe(b, at40), 'S'),
+            state(probe(at40, Some(r(300, 290, 110, Some(8)))), 'R'),
         ];
         assert!(!mostly_off_cpu(&looped));
+        // A starved loop whose last probe came in a wait for a CPU not yet accounted (40 ms on
+        // a CPU, 210 ms unaccounted): that wait is no block.
+        let at40 = Some(r(40, 130, 60, Some(7)));
+        let starved = [
+            state(probe(b, at40), 'R'),
+            state(probe(at40, Some(r(300, 140, 70, Some(7)))), 'R'),
+        ];
+        assert!(!mostly_off_cpu(&starved));
         assert!(!mostly_off_cpu(&[probe(
             None,
             Some(r(300, 103, 310, None))

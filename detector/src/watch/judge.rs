@@ -31,9 +31,7 @@ use crate::poll::slot::NameBuf;
 /// are one interval and its wake-up apart).
 const GAP_CREDIT: (u32, u32) = (3, 2);
 
-/// A stint on a CPU is accounted only when it ends (at the latest at the next tick): this much
-/// unaccounted time is allowed to a runnable thread.
-pub(super) const TICK: Duration = Duration::from_millis(4);
+pub(super) use super::probe::TICK;
 
 /// The heartbeat must be later than this (and than the threshold) for the runtime to count as
 /// stalled: on a machine whose CPUs are all busy a worker can wait this long for one, and its

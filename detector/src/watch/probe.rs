@@ -536,6 +536,10 @@ pub(crate) fn between(from: Option<Reading>, to: Option<Reading>) -> Between {
     }
 }
 
+/// A stint on a CPU is accounted only when it ends (at the latest at the next tick): this much
+/// unaccounted time is allowed to a runnable thread.
+pub(crate) const TICK: std::time::Duration = std::time::Duration::from_millis(4);
+
 /// The time a thread spent on a CPU from reading `from` to reading `to`, and the time it spent
 /// neither on one nor waiting for one (blocked; or a wait for a CPU going on at `to`, which no
 /// account shows yet).
@@ -566,7 +570,7 @@ pub(crate) fn mostly_off_cpu(probes: &[Probe]) -> bool {
         let runnable = p.proc.as_ref().is_some_and(|s| s.state == 'R');
         on += on_cpu;
         off += if runnable {
-            unaccounted.min(super::judge::TICK)
+            unaccounted.min(TICK)
         } else {
             unaccounted
         };

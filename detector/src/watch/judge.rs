@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::probe::{Probe, Reading, SchedStat};
+use super::probe::{Between, Probe, Reading, SchedStat};
 use crate::event::PinnedEvent;
 use crate::poll::protocol::Snapshot;
 use crate::poll::slot::NameBuf;
@@ -67,6 +67,10 @@ pub(super) struct Tracked {
     pub early: bool,
     /// The thread's scheduler accounting at the second look at the poll.
     pub baseline: Option<Baseline>,
+    /// The thread's accounting and voluntary switches at the first look at half the threshold
+    /// or more: what the first probe, if the poll is pinned, is read against
+    /// ([`between`](super::probe::between)). Once a poll, and only for polls that long.
+    pub near: Option<Reading>,
     /// The most pinned time found for the poll so far: time only adds up, and a look that
     /// finds the thread runnable (its sleep just ended, it waits for a CPU) can count less of
     /// it than an earlier look that found it blocked.
@@ -111,6 +115,7 @@ impl Tracked {
             before: None,
             early: false,
             baseline: None,
+            near: None,
             counted: Duration::ZERO,
             armed: None,
             tried_arm: false,
@@ -184,7 +189,6 @@ impl Tracked {
             at,
             age: self.age(at, interval).min(threshold / 4 + interval),
             stat,
-            switches: None,
         }
     }
 
@@ -216,7 +220,6 @@ impl Tracked {
             at: before.at,
             age: Duration::ZERO,
             stat: before.stat,
-            switches: None,
         };
         let (counted, waited) = since.pinned_time(at, Some(stat), state);
         // More accounted than the time since the reading: the excess lay before it — in the
@@ -234,7 +237,6 @@ impl Tracked {
                 .min(age)
                 .max(age.min(cap)),
             stat,
-            switches: None,
         }
     }
 
@@ -304,6 +306,26 @@ pub(super) fn ran_throughout(previous: Option<(bool, Option<u64>)>, now: Option<
     matches!((previous, now), (Some((true, Some(then))), Some(now)) if now == then)
 }
 
+/// Whether a thread found running at a probe ran since the probe before ([`Probe::ran`]): on
+/// a CPU most of the time, whatever short blocks it made among the work, it did; mostly off
+/// one after a block, it did not; where its accounting does not tell (none read, or a wait for
+/// a CPU not yet accounted), as before the accounting was read: no block since a probe that
+/// found it running ([`ran_throughout`]). A loop with 1 µs sleeps after an 18 ms sleep was
+/// `sleep` while its probes had to have made no switch at all (helper-62).
+///
+/// [`Probe::ran`]: super::probe::Probe::ran
+pub(super) fn ran_since(
+    between: Between,
+    previous: Option<(bool, Option<u64>)>,
+    switches: Option<u64>,
+) -> bool {
+    match between {
+        Between::Computed => true,
+        Between::Blocked => false,
+        Between::Unknown => ran_throughout(previous, switches),
+    }
+}
+
 /// A thread's scheduler accounting `stat`, read at `at`, before a poll of its began: a look
 /// read it and then loaded the slot's counter, which showed an earlier poll.
 #[derive(Clone, Copy, Debug)]
@@ -357,18 +379,16 @@ pub(super) struct Baseline {
     /// scan interval).
     pub age: Duration,
     pub stat: SchedStat,
-    /// The thread's voluntary context switches then (set where it is taken), for the first
-    /// probe's [`between`].
-    pub switches: Option<u64>,
 }
 
 impl Baseline {
-    /// The baseline as a [`Reading`]: what the first probe is read against.
+    /// The baseline as a [`Reading`] (no switches read): what the first probe is read against
+    /// when the poll had no look at half the threshold ([`Tracked::near`]).
     pub fn reading(&self) -> Reading {
         Reading {
             at: self.at,
             stat: self.stat,
-            switches: self.switches,
+            switches: None,
         }
     }
 
@@ -422,6 +442,8 @@ pub(super) struct Pinned {
     pub tid: i32,
     pub thread: u64,
     pub baseline: Option<Baseline>,
+    /// See [`Tracked::near`].
+    pub near: Option<Reading>,
     pub event: PinnedEvent,
     /// When it started, moved later by the time of its panic hooks (not timed): its duration is
     /// up to now from here, and `event.start` moves with it (start + duration is the end).
@@ -474,6 +496,7 @@ impl Pinned {
             tid,
             thread,
             baseline: tracked.baseline,
+            near: tracked.near,
             start: tracked.after,
             began: tracked.began,
             hooks_left_out: tracked.hooks_left_out,
@@ -1645,6 +1668,20 @@ mod tests {
         assert!(!idle.scanned(false, 1));
         assert!(!idle.scanned(true, 1));
         assert!(idle.scanned(true, 1));
+    }
+
+    #[test]
+    fn a_probe_ran_by_its_accounting_or_else_by_its_switches() {
+        let running = Some((true, Some(40)));
+        // Computed: ran, though it made switches (short sleeps among the work).
+        assert!(ran_since(Between::Computed, running, Some(90)));
+        assert!(ran_since(Between::Computed, None, None));
+        // Blocked: did not, whatever the switches say.
+        assert!(!ran_since(Between::Blocked, running, Some(40)));
+        // Not told (no schedstat): the switches decide, as before.
+        assert!(ran_since(Between::Unknown, running, Some(40)));
+        assert!(!ran_since(Between::Unknown, running, Some(41)));
+        assert!(!ran_since(Between::Unknown, None, Some(40)));
     }
 
     #[test]

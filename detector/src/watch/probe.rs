@@ -76,8 +76,9 @@ pub(crate) struct Probe {
     /// before this probe's look: each time it blocked (a sleep, a lock's wait, a read that
     /// waited), never a preemption.
     pub switches: Option<u64>,
-    /// The thread ran from the previous probe to this one — never blocked
-    /// ([`super::judge::ran_throughout`]), and on a CPU more than off one ([`Between::Computed`]).
+    /// The thread ran from the previous probe to this one: on a CPU more than off one
+    /// ([`Between::Computed`]), or, where the accounting does not tell, never blocked since a
+    /// probe that found it running ([`super::judge::ran_throughout`]).
     pub ran: bool,
     /// The thread's accounting at this probe, read just before its look.
     pub reading: Option<Reading>,

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 
 use super::judge::{
-    ran_throughout, worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle, Pinned,
-    Stall, Tracked, WorkerState, FOLLOW_EVERY, TICK,
+    ran_since, worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle, Pinned, Stall,
+    Tracked, WorkerState, FOLLOW_EVERY, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -538,10 +538,6 @@ impl<'a> Scan<'a> {
                     .schedstat(self.cur, tid)
                     .map(|stat| t.baseline(Instant::now(), stat, threshold, interval)),
             };
-            if let Some(b) = t.baseline.as_mut() {
-                // For the first probe's `between`, if the poll is pinned (rare: the read is too).
-                b.switches = probe::voluntary_switches(tid);
-            }
             if t.exact {
                 self.shared
                     .stats
@@ -555,14 +551,20 @@ impl<'a> Scan<'a> {
         }
         let age = t.age(before, interval);
         if Tracked::worth_counting(age, threshold) {
+            let (at, stat) = (Instant::now(), self.schedstat(self.cur, tid));
+            if t.near.is_none() {
+                // What the first probe is read against, should the poll be pinned: once a
+                // poll, at half the threshold (polls that long are rare; the read is too).
+                t.near = stat.map(|stat| probe::Reading {
+                    at,
+                    stat,
+                    switches: probe::voluntary_switches(tid),
+                });
+            }
             // A worker the kernel preempted (an overloaded machine, a CPU quota) is late, but
             // not pinned by its task: only time on a CPU or blocked counts.
             let (pinned_for, waited) = match t.baseline {
-                Some(b) => b.pinned_time(
-                    Instant::now(),
-                    self.schedstat(self.cur, tid),
-                    self.state(self.cur, tid),
-                ),
+                Some(b) => b.pinned_time(at, stat, self.state(self.cur, tid)),
                 None => (age, Duration::ZERO),
             };
             if t.count(age, pinned_for, threshold) {
@@ -1701,13 +1703,13 @@ impl<'a> Scan<'a> {
         });
         let since = match p.probes.last() {
             Some(last) => last.reading,
-            None => p.baseline.map(|b| b.reading()),
+            None => p.near.or(p.baseline.map(|b| b.reading())),
         };
         probe.switches = switches;
         probe.reading = reading;
         probe.since = since;
         probe.between = probe::between(since, reading);
-        probe.ran = ran_throughout(previous, switches) && probe.between == probe::Between::Computed;
+        probe.ran = ran_since(probe.between, previous, switches);
         p.probes.push(probe);
         p.probes_taken += 1;
         p.event.samples = p.probes.iter().filter(|x| x.stack.is_some()).count() as u32;

@@ -729,3 +729,39 @@ fn one_sigterm_writes_the_dump_of_every_runtime() {
         has_plain_serve_pin(path);
     }
 }
+
+/// `pinwatch ctl PID dump /dev/stdout | head`: the pipe's reader gone ends the dump quietly,
+/// status 0, as `print` ends; but a service that refuses (its flight recording off) is said
+/// and fails, reader or not (helper-62: both were quiet). The pipe's read end is closed before
+/// the client starts, so its every write fails.
+#[test]
+fn a_dump_into_a_closed_pipe_is_quiet_and_a_refusal_is_not() {
+    let dump = |pid: u32| {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        Command::new(pinwatch_cli())
+            .args(["ctl", &pid.to_string(), "dump", "/dev/stdout"])
+            .env_remove("PINWATCH_CONTROL")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    let mut svc = Service::start(&[]);
+    svc.pin("pin 60ms", "pin_service: pin of 60ms done");
+    let out = dump(svc.pid);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.is_empty(),
+        "{:?}: {err}",
+        out.status
+    );
+    svc.finish();
+
+    let mut off = Service::start(&[("PINWATCH_FLIGHT_SIZE", "off")]);
+    let out = dump(off.pid);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("flight recording is off"), "{err}");
+    off.finish();
+}

@@ -370,7 +370,19 @@ const DUMP_TIMEOUT: Duration = pinwatch::control::DUMP_DEADLINE;
 fn dump(socket: &client::Endpoint, file: &Path, force: bool) -> Result<ExitCode, String> {
     let mut said = None;
     crate::write_file(file, force, |f| {
-        let reply = client::dump(socket, DUMP_TIMEOUT, f).map_err(std::io::Error::other)?;
+        // The client makes a sentence of every failure; whether a write into `f` found its
+        // reader gone is kept apart (a closed pipe ends the command quietly).
+        let mut out = NotingClosed {
+            inner: f,
+            closed: false,
+        };
+        let reply = client::dump(socket, DUMP_TIMEOUT, &mut out).map_err(|e| {
+            if out.closed {
+                std::io::Error::from(std::io::ErrorKind::BrokenPipe)
+            } else {
+                std::io::Error::other(e)
+            }
+        })?;
         if !reply.ok {
             return Err(std::io::Error::other(reply.message));
         }
@@ -391,6 +403,26 @@ fn dump(socket: &client::Endpoint, file: &Path, force: bool) -> Result<ExitCode,
             untrusted(&said.unwrap_or_default())
         ),
     ))
+}
+
+/// A writer that notes whether a write found the reader of its pipe gone (`EPIPE`).
+struct NotingClosed<'a> {
+    inner: &'a mut std::fs::File,
+    closed: bool,
+}
+
+impl std::io::Write for NotingClosed<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(buf);
+        self.closed |= written
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
+        written
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// What `ctl report -o` and `ctl profile -o` start with: refuse an existing `output` unless

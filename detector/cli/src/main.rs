@@ -398,33 +398,23 @@ pub(crate) fn write_file(
     pinwatch::files::write_whole_file(path, replace, fill)
 }
 
-/// `fill` on a stream `f` (a pipe, `/dev/stdout`): where it fails because the reader closed its
-/// end (`pinwatch report rec -o /dev/stdout | head`), the reader has what it wanted and the
-/// command ends quietly, status 0, as `print` does — whatever error `fill` made of it (a dump's
-/// is the service client's sentence).
+/// `fill` on a stream `f` (a pipe, `/dev/stdout`): where a write into it failed because the
+/// reader closed its end (`EPIPE`: `pinwatch report rec -o /dev/stdout | head`), the reader has
+/// what it wanted and the command ends quietly, status 0, as `print` does. Any other failure —
+/// the service's refusal or death during a dump, a full disk — is the command's to report,
+/// whether or not the reader is still there.
 fn fill_stream(
     f: &mut std::fs::File,
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let filled = fill(f);
-    if filled.is_err() && reader_left(f) {
+    if filled
+        .as_ref()
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    {
         std::process::exit(0);
     }
     filled
-}
-
-/// Whether the pipe `f` writes into has lost its reader: a pipe's write end polls as an error
-/// once no read end is open.
-fn reader_left(f: &std::fs::File) -> bool {
-    use std::os::fd::AsRawFd as _;
-    let mut p = libc::pollfd {
-        fd: f.as_raw_fd(),
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one pollfd, which lives through the call; a timeout of 0 never waits.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n == 1 && p.revents & libc::POLLERR != 0
 }
 
 /// Whether [`write_file`] writes to `path` as it is, with nothing to replace (no `--force`

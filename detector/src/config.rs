@@ -372,8 +372,11 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
     unknown
         .into_iter()
         .map(|name| {
+            // Names of about the same length only: a distance is quadratic in them, and the
+            // environment's names may be long.
             let closest = ENV_VARS
                 .iter()
+                .filter(|v| name.len().abs_diff(v.name.len()) <= 3)
                 .map(|v| (strsim::levenshtein(&name, v.name), v.name))
                 .min()
                 .filter(|(d, _)| *d <= 3);

@@ -1295,34 +1295,35 @@ mod tests {
         }
         // What to write instead (helper-60): a count's own default as the example, the floor of
         // a duration that is zero, every spelling a switch takes, an address that is no IP.
-        let says = |var: &str, val: &str, what: &str| {
+        for (var, val, what) in [
+            ("PINWATCH_RECORD_KEEP", "-1", "write it like `5`"),
+            (
+                "PINWATCH_PROMETHEUS_MAX_LOCATIONS",
+                "abc",
+                "write it like `50`",
+            ),
+            ("PINWATCH_QUEUE_CAPACITY", "lots", "write it like `1024`"),
+            (
+                "PINWATCH_THRESHOLD",
+                "0ms",
+                "must be greater than zero: at least 1ms",
+            ),
+            ("PINWATCH", "maybe", "`yes`/`no`"),
+            (
+                "PINWATCH_PROMETHEUS_ADDR",
+                "localhost:9464",
+                "a host name is not looked up",
+            ),
+            ("PINWATCH_RECORD_MAX_SIZE", "10", "below the floor of 64KB"),
+            (
+                "PINWATCH_RECORD_MAX_SIZE",
+                "63999",
+                "below the floor of 64KB",
+            ),
+        ] {
             let err = with(&[(var, val)]).unwrap_err().to_string();
             assert!(err.contains(what), "{var}={val}: {err}");
-        };
-        says("PINWATCH_RECORD_KEEP", "-1", "write it like `5`");
-        says(
-            "PINWATCH_PROMETHEUS_MAX_LOCATIONS",
-            "abc",
-            "write it like `50`",
-        );
-        says("PINWATCH_QUEUE_CAPACITY", "lots", "write it like `1024`");
-        says(
-            "PINWATCH_THRESHOLD",
-            "0ms",
-            "must be greater than zero: at least 1ms",
-        );
-        says("PINWATCH", "maybe", "`yes`/`no`");
-        says(
-            "PINWATCH_PROMETHEUS_ADDR",
-            "localhost:9464",
-            "a host name is not looked up",
-        );
-        says("PINWATCH_RECORD_MAX_SIZE", "10", "below the floor of 64KB");
-        says(
-            "PINWATCH_RECORD_MAX_SIZE",
-            "63999",
-            "below the floor of 64KB",
-        );
+        }
         assert_eq!(
             with(&[("PINWATCH_RECORD_MAX_SIZE", "64KB")])
                 .unwrap()

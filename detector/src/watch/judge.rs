@@ -161,6 +161,9 @@ impl Tracked {
         if let Some(b) = self.baseline.as_mut() {
             b.at += new;
         }
+        // The hooks' own work (a backtrace, a write) would count as the poll's in the first
+        // probe's reading against it: taken again at the next look.
+        self.near = None;
     }
 
     /// The poll's age at `t` as the threshold sees it: the time since the first look that saw
@@ -304,6 +307,19 @@ pub(super) fn worth_arming(state: Option<char>) -> bool {
 /// by this.
 pub(super) fn ran_throughout(previous: Option<(bool, Option<u64>)>, now: Option<u64>) -> bool {
     matches!((previous, now), (Some((true, Some(then))), Some(now)) if now == then)
+}
+
+/// What a pin's first probe (its accounting `reading`) is read against: the reading at the
+/// poll's first look at half the threshold ([`Tracked::near`]), unless that look was the one
+/// that flagged it (a late watchdog's) and is a few µs old, too close for the kernel's
+/// accounting (updated at a tick) to say anything; then the baseline, older, without switches.
+pub(super) fn first_since(
+    near: Option<Reading>,
+    baseline: Option<Baseline>,
+    reading: Option<Reading>,
+) -> Option<Reading> {
+    near.filter(|n| reading.is_some_and(|r| r.at.saturating_duration_since(n.at) >= TICK))
+        .or(baseline.map(|b| b.reading()))
 }
 
 /// Whether a thread found running at a probe ran since the probe before ([`Probe::ran`]): on
@@ -1668,6 +1684,35 @@ mod tests {
         assert!(!idle.scanned(false, 1));
         assert!(!idle.scanned(true, 1));
         assert!(idle.scanned(true, 1));
+    }
+
+    #[test]
+    fn the_first_probe_is_read_against_the_near_reading_unless_it_is_too_close() {
+        let t0 = Instant::now();
+        let stat = |on_cpu| SchedStat { on_cpu, waiting: 0 };
+        let at = |ms| Reading {
+            at: t0 + MS(ms),
+            stat: stat(ms * 1_000_000),
+            switches: Some(ms),
+        };
+        let baseline = Baseline {
+            at: t0,
+            age: MS(5),
+            stat: stat(0),
+        };
+        // Taken at an earlier look: the near reading, switches and all.
+        let since = first_since(Some(at(10)), Some(baseline), Some(at(20))).unwrap();
+        assert_eq!((since.at, since.switches), (t0 + MS(10), Some(10)));
+        // Taken by the look that flagged the poll, µs before the probe: the baseline.
+        let since = first_since(Some(at(20)), Some(baseline), Some(at(20))).unwrap();
+        assert_eq!((since.at, since.switches), (t0, None));
+        // None taken (no schedstat): the baseline, or nothing.
+        assert_eq!(
+            first_since(None, Some(baseline), Some(at(20))).unwrap().at,
+            t0
+        );
+        assert!(first_since(None, None, Some(at(20))).is_none());
+        assert!(first_since(Some(at(10)), None, None).is_none());
     }
 
     #[test]

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 
 use super::judge::{
-    ran_since, worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle, Pinned, Stall,
-    Tracked, WorkerState, FOLLOW_EVERY, TICK,
+    first_since, ran_since, worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle,
+    Pinned, Stall, Tracked, WorkerState, FOLLOW_EVERY, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -555,8 +555,10 @@ impl<'a> Scan<'a> {
             if t.near.is_none() {
                 // What the first probe is read against, should the poll be pinned: once a
                 // poll, at half the threshold (polls that long are rare; the read is too).
+                // Timed after the read, as a probe's reading is: a watchdog preempted between
+                // the two must not lend the worker its delay.
                 t.near = stat.map(|stat| probe::Reading {
-                    at,
+                    at: Instant::now(),
                     stat,
                     switches: probe::voluntary_switches(tid),
                 });
@@ -1703,7 +1705,7 @@ impl<'a> Scan<'a> {
         });
         let since = match p.probes.last() {
             Some(last) => last.reading,
-            None => p.near.or(p.baseline.map(|b| b.reading())),
+            None => first_since(p.near, p.baseline, reading),
         };
         probe.switches = switches;
         probe.reading = reading;

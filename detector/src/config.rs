@@ -372,11 +372,12 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
     unknown
         .into_iter()
         .map(|name| {
-            // Names of about the same length only: a distance is quadratic in them, and the
-            // environment's names may be long.
+            // Names of about the same length (in characters, as the distance counts) only: a
+            // distance is quadratic in them, and the environment's names may be long.
+            let chars = name.chars().count();
             let closest = ENV_VARS
                 .iter()
-                .filter(|v| name.len().abs_diff(v.name.len()) <= 3)
+                .filter(|v| chars.abs_diff(v.name.len()) <= 3)
                 .map(|v| (strsim::levenshtein(&name, v.name), v.name))
                 .min()
                 .filter(|(d, _)| *d <= 3);
@@ -1222,12 +1223,13 @@ mod tests {
             "PINWATCH",
             "PINWATCH_TEST_UNWIND_CHILD",
             "PINWATCH_THRESHOLDS",
+            "PINWATCH_THRESH😀😀D",
             "PINWATCHER_MODE",
             "PINWATCH_\u{1b}[2J",
         ]
         .map(std::ffi::OsString::from);
         let said = unknown_env_vars(names);
-        assert_eq!(said.len(), 4, "{said:#?}");
+        assert_eq!(said.len(), 5, "{said:#?}");
         let of = |name: &str| {
             said.iter()
                 .find(|w| {
@@ -1240,6 +1242,8 @@ mod tests {
         assert!(of("PINWATCHER_MODE").ends_with("ignored; docs/configuration.md lists them"));
         assert!(of("PINWATCH_THRESHOLDS").contains("; did you mean PINWATCH_THRESHOLD? "));
         assert!(of("PINWATCH_TRESHOLD").contains("; did you mean PINWATCH_THRESHOLD? "));
+        // Two characters off, however many bytes they take.
+        assert!(of("PINWATCH_THRESH😀😀D").contains("; did you mean PINWATCH_THRESHOLD? "));
         // Escaped: a name is the environment's to choose.
         assert!(of("PINWATCH_\\u{1b}[2J").contains("docs/configuration.md"));
         assert!(said.iter().all(|w| !w.contains('\u{1b}')), "{said:#?}");

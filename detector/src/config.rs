@@ -558,7 +558,7 @@ impl Config {
             self.record_max_age = env("PINWATCH_RECORD_MAX_AGE", &v, parse_age)?;
         }
         if let Some(v) = read("PINWATCH_RECORD_KEEP")? {
-            self.record_keep = parse_count("PINWATCH_RECORD_KEEP", &v)?;
+            self.record_keep = parse_count("PINWATCH_RECORD_KEEP", &v, usize::MAX)?;
         }
         if let Some(v) = read("PINWATCH_FLIGHT_SIZE")? {
             self.flight_size = env("PINWATCH_FLIGHT_SIZE", &v, parse_flight_size)?;
@@ -611,14 +611,10 @@ impl Config {
             self.scan_interval = parse_duration("PINWATCH_SCAN_INTERVAL", &v, SCAN)?;
         }
         if let Some(v) = read("PINWATCH_QUEUE_CAPACITY")? {
-            self.queue_capacity = env("PINWATCH_QUEUE_CAPACITY", &v, |v| {
-                count_at_most(v, MAX_QUEUE_CAPACITY)
-            })?;
+            self.queue_capacity = parse_count("PINWATCH_QUEUE_CAPACITY", &v, MAX_QUEUE_CAPACITY)?;
         }
         if let Some(v) = read("PINWATCH_MAX_THREADS")? {
-            self.max_threads = env("PINWATCH_MAX_THREADS", &v, |v| {
-                count_at_most(v, MAX_THREADS)
-            })?;
+            self.max_threads = parse_count("PINWATCH_MAX_THREADS", &v, MAX_THREADS)?;
         }
         if let Some(v) = read("PINWATCH_TRACING")? {
             self.tracing = parse_switch("PINWATCH_TRACING", &v)?;
@@ -653,7 +649,8 @@ impl Config {
             };
         }
         if let Some(v) = read("PINWATCH_PROMETHEUS_MAX_LOCATIONS")? {
-            self.prometheus_max_locations = parse_count("PINWATCH_PROMETHEUS_MAX_LOCATIONS", &v)?;
+            self.prometheus_max_locations =
+                parse_count("PINWATCH_PROMETHEUS_MAX_LOCATIONS", &v, usize::MAX)?;
         }
         Ok(())
     }
@@ -782,52 +779,37 @@ fn parse_switch(var: &'static str, v: &str) -> Result<bool, Error> {
     })
 }
 
-/// Reads variable `var`'s value `v` with `parse`, whose error says what is wrong with it; a
-/// count's example (`write it like …`) is the variable's default.
+/// Reads variable `var`'s value `v` with `parse`, whose error says what is wrong with it.
 fn env<T>(
     var: &'static str,
     v: &str,
     parse: impl Fn(&str) -> Result<T, String>,
 ) -> Result<T, Error> {
-    parse(v).map_err(|reason| {
-        let default = ENV_VARS.iter().find(|e| e.name == var).map(|e| e.default);
-        let reason = match default {
-            Some(d) if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) => {
-                reason.replace(COUNT_EXAMPLE, &format!("`{d}`"))
-            }
-            _ => reason,
-        };
-        Error::invalid_env(var, v.to_owned(), reason)
-    })
+    parse(v).map_err(|reason| Error::invalid_env(var, v.to_owned(), reason))
 }
 
-/// The example of a whole number in [`count`]'s error; [`env`] puts the variable's default in.
-const COUNT_EXAMPLE: &str = "`1024`";
-
-fn parse_count(var: &'static str, v: &str) -> Result<usize, Error> {
-    env(var, v, count)
+/// Count variable `var`'s value `v`, from 1 to `max`; its error's example is the variable's
+/// default (`write it like `5`` for `PINWATCH_RECORD_KEEP`).
+fn parse_count(var: &'static str, v: &str, max: usize) -> Result<usize, Error> {
+    let example = ENV_VARS
+        .iter()
+        .find(|e| e.name == var)
+        .map_or("1024", |e| e.default);
+    env(var, v, |v| count_at_most(v, max, example))
 }
 
 fn parse_duration(var: &'static str, v: &str, floor: Floor) -> Result<Duration, Error> {
     env(var, v, |v| duration_at_least(v, floor))
 }
 
-/// A whole number of at least 1.
-fn count(v: &str) -> Result<usize, String> {
+/// A whole number from 1 to `max`; the error of one that is none says to write it like
+/// `example`.
+fn count_at_most(v: &str, max: usize, example: &str) -> Result<usize, String> {
     match v.trim().parse::<usize>() {
         Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) if n > max => Err(format!("must be at most {max}")),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!(
-            "is not a whole number; write it like {COUNT_EXAMPLE}"
-        )),
-    }
-}
-
-/// A whole number from 1 to `max`.
-fn count_at_most(v: &str, max: usize) -> Result<usize, String> {
-    match count(v)? {
-        n if n > max => Err(format!("must be at most {max}")),
-        n => Ok(n),
+        Err(_) => Err(format!("is not a whole number; write it like `{example}`")),
     }
 }
 

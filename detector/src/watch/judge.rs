@@ -431,10 +431,7 @@ impl Baseline {
         };
         let (on_cpu, waited) = stat.since(self.stat);
         let rest = since.saturating_sub(on_cpu + waited);
-        let counted = match state {
-            Some('S' | 'D') => on_cpu + rest,
-            _ => on_cpu + rest.min(TICK),
-        };
+        let counted = on_cpu + super::probe::blocked_part(rest, state);
         (self.age + counted, waited)
     }
 }

@@ -541,6 +541,23 @@ pub(crate) fn between(from: Option<Reading>, to: Option<Reading>) -> Between {
 /// unaccounted time is allowed to a runnable thread.
 pub(crate) const TICK: std::time::Duration = std::time::Duration::from_millis(4);
 
+/// How much of a thread's time off a CPU that no account shows yet (`unaccounted`) counts as
+/// blocked, by its state then: all of it for a thread asleep or in a blocking call (`S`, `D`);
+/// otherwise at most a [`TICK`], since for a runnable thread it may be a wait for a CPU still
+/// going on. The threshold's judgement ([`Baseline::pinned_time`]) and the reason's
+/// ([`mostly_off_cpu`]) count it alike.
+///
+/// [`Baseline::pinned_time`]: super::judge::Baseline::pinned_time
+pub(crate) fn blocked_part(
+    unaccounted: std::time::Duration,
+    state: Option<char>,
+) -> std::time::Duration {
+    match state {
+        Some('S' | 'D') => unaccounted,
+        _ => unaccounted.min(TICK),
+    }
+}
+
 /// The time a thread spent on a CPU from reading `from` to reading `to`, and the time it spent
 /// neither on one nor waiting for one (blocked; or a wait for a CPU going on at `to`, which no
 /// account shows yet).
@@ -557,10 +574,9 @@ fn on_and_off(from: Reading, to: Reading) -> (std::time::Duration, std::time::Du
 /// first's, its baseline), was off a CPU and not waiting for one longer than it was on one:
 /// `cpu` then does not win against a block a probe saw, however many probes caught the thread
 /// running (on a loaded machine a thread woken from a 40 ms sleep can wait for a CPU through
-/// several probes, and run between them the little it has left). An interval that ends at a
-/// probe which found the thread runnable counts its unaccounted time only up to a tick, as the
-/// threshold's judgement does: it may be a wait for a CPU that has not ended, which no account
-/// shows yet (a starved loop is no block).
+/// several probes, and run between them the little it has left). An interval's unaccounted
+/// time counts by the state the probe found ([`blocked_part`]): for a runnable thread only up
+/// to a tick, since it may be a wait for a CPU that has not ended (a starved loop is no block).
 pub(crate) fn mostly_off_cpu(probes: &[Probe]) -> bool {
     let (mut on, mut off) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
     for p in probes {
@@ -568,13 +584,8 @@ pub(crate) fn mostly_off_cpu(probes: &[Probe]) -> bool {
             continue;
         };
         let (on_cpu, unaccounted) = on_and_off(from, to);
-        let runnable = p.proc.as_ref().is_some_and(|s| s.state == 'R');
         on += on_cpu;
-        off += if runnable {
-            unaccounted.min(TICK)
-        } else {
-            unaccounted
-        };
+        off += blocked_part(unaccounted, p.proc.as_ref().map(|s| s.state));
     }
     off > on
 }

@@ -226,6 +226,7 @@ impl PinnedEvent {
             threshold: Duration::from_millis(20),
             task_id: Some(id),
             block_on: false,
+            current_thread: false,
             spawned_at: None,
             worker: Worker {
                 index: Some(0),
@@ -546,6 +547,13 @@ pub struct PinnedEvent {
     /// is none (on a multi-thread runtime the body's thread is not one of the workers).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub block_on: bool,
+    /// The pin ran on a current-thread runtime, which stops its timers and I/O for as long as
+    /// any poll runs: every pin there holds them, stalled or not (see [`held_drivers`]).
+    /// Recordings made before the field existed get it from their `runtime_advice` when read.
+    ///
+    /// [`held_drivers`]: PinnedEvent::held_drivers
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub current_thread: bool,
     /// Where the task was spawned.
     pub spawned_at: Option<SourceLocation>,
     /// The pinned worker.
@@ -1128,6 +1136,14 @@ impl PinnedEvent {
         if let Some(v) = &mut e.victims {
             v.as_written();
         }
+        if !e.current_thread
+            && e.runtime_advice
+                .as_deref()
+                .is_some_and(|a| a.starts_with(CURRENT_THREAD_ADVICE))
+        {
+            // Written before events said their runtime's flavor: the advice was the only sign.
+            e.current_thread = true;
+        }
         if e.advice.is_none() {
             // Written before events carried advice.
             e.advice = e
@@ -1289,7 +1305,7 @@ impl PinnedEvent {
     /// reported stall, docs/blast-radius.md). The tasks waiting on them were never woken, and
     /// their wait is in no measure of the victims'.
     pub fn held_drivers(&self) -> bool {
-        self.runtime_stalled || self.runtime_advice.as_deref() == Some(CURRENT_THREAD_ADVICE)
+        self.runtime_stalled || self.current_thread
     }
 
     /// The service's own frame when it is not the top frame itself: the line of yours that
@@ -1613,6 +1629,7 @@ mod tests {
             threshold: Duration::from_millis(20),
             task_id: Some(12),
             block_on: false,
+            current_thread: false,
             spawned_at: Some(SourceLocation {
                 file: "src/main.rs".into(),
                 line: 10,
@@ -2184,7 +2201,7 @@ mod tests {
         // frozen 80 ms behind a pin said to have no victims).
         e.runtime_stalled = false;
         e.victims = Some(measured(0));
-        e.runtime_advice = Some(CURRENT_THREAD_ADVICE.to_owned());
+        e.current_thread = true;
         assert!(e.held_drivers());
         assert!(
             e.headline()
@@ -2192,7 +2209,10 @@ mod tests {
             "{}",
             e.headline()
         );
-        e.runtime_advice = Some("something else".to_owned());
+        // The flavor is the event's, whatever its advice says.
+        e.runtime_advice = Some("worded by another version".to_owned());
+        assert!(e.held_drivers());
+        e.current_thread = false;
         assert!(!e.held_drivers());
         e.victims = Some(measured(1));
         // Not measured: nothing is claimed either way.
@@ -2218,5 +2238,31 @@ mod tests {
             e.advice.as_deref(),
             Some(Reason::LockHeld.advice(Some("clock_nanosleep")))
         );
+    }
+
+    #[test]
+    fn lines_written_before_the_runtime_flavor_get_it_from_their_advice() {
+        let mut e = sample();
+        e.current_thread = true;
+        let line = e.to_json_line();
+        assert!(line.contains("\"current_thread\":true"), "{line}");
+        assert!(PinnedEvent::from_json_line(&line).unwrap().current_thread);
+        e.current_thread = false;
+        assert!(!e.to_json_line().contains("current_thread"));
+        // A line from before the field: its advice says a current-thread runtime, alone or
+        // with more advice after it.
+        for advice in [
+            CURRENT_THREAD_ADVICE.to_owned(),
+            format!("{CURRENT_THREAD_ADVICE}; and more"),
+        ] {
+            e.runtime_advice = Some(advice);
+            let read = PinnedEvent::from_json_line(&e.to_json_line()).unwrap();
+            assert!(read.current_thread && read.held_drivers());
+        }
+        for advice in [None, Some("move the code to spawn_blocking".to_owned())] {
+            e.runtime_advice = advice;
+            let read = PinnedEvent::from_json_line(&e.to_json_line()).unwrap();
+            assert!(!read.current_thread && !read.held_drivers());
+        }
     }
 }

@@ -1579,7 +1579,7 @@ mod tests {
         // the measure leaves out, with victims or none (helper-60).
         let mut held = events.clone();
         for e in &mut held {
-            e.runtime_advice = Some(crate::event::CURRENT_THREAD_ADVICE.to_owned());
+            e.current_thread = true;
         }
         let print = render_print(&held);
         let blocks: Vec<&str> = print.split("pinwatch.Pinned {").skip(1).collect();

@@ -301,6 +301,7 @@ fn a_timer_woken_pin_stalls_plain_tokio_and_pinwatch_hands_the_drivers_over() {
         .find(|e| e.id == first.id && e.state == State::Completed)
         .expect("the pin's completion");
     assert!(done.runtime_stalled && done.duration >= Duration::from_secs(2));
+    assert!(!done.current_thread, "{done:?}");
     let d = done.drivers.as_ref().expect("drivers on the completion");
     let after = d.taken_over_after.expect("taken over");
     assert!(after < Duration::from_millis(500), "{d:?}");
@@ -490,6 +491,7 @@ fn a_long_pin_on_a_current_thread_runtime_is_a_stall() {
     });
     assert!(done.runtime_stalled, "{done:?}");
     assert_eq!(done.worker.index, Some(0));
+    assert!(done.current_thread && done.held_drivers(), "{done:?}");
 }
 
 /// On a current-thread runtime a task queued behind a long pin runs while the heartbeat is still

@@ -185,6 +185,11 @@ pub struct VictimsView {
     pub worst: Vec<VictimView>,
     /// Tasks counted but not named.
     pub unnamed: usize,
+    /// Measured, but the pin held the runtime's timers and I/O
+    /// ([`PinnedEvent::held_drivers`]): the tasks waiting on them were never woken, and are not
+    /// counted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub held_back: bool,
 }
 
 /// One task that waited behind a pin.
@@ -208,7 +213,7 @@ pub struct VictimView {
     pub spans: Vec<String>,
 }
 
-fn victims_view(v: &pinwatch::Victims) -> VictimsView {
+fn victims_view(v: &pinwatch::Victims, held_drivers: bool) -> VictimsView {
     let human_d = |d: Duration| human(d.as_secs_f64() * 1e3);
     VictimsView {
         measured: v.measured,
@@ -233,6 +238,7 @@ fn victims_view(v: &pinwatch::Victims) -> VictimsView {
         } else {
             0
         },
+        held_back: v.measured && held_drivers,
     }
 }
 
@@ -488,7 +494,10 @@ fn view(e: &PinnedEvent) -> PinView {
         tasks_queued_behind: e.tasks_queued_behind,
         spans: e.spans.iter().map(|s| s.display()).collect(),
         trace_id: e.trace_id.clone(),
-        victims: e.victims.as_ref().map(victims_view),
+        victims: e
+            .victims
+            .as_ref()
+            .map(|v| victims_view(v, e.held_drivers())),
         held_locks: e
             .held_locks
             .iter()
@@ -1058,7 +1067,7 @@ function show(bar){
   if(v){
     var head;
     if(v.measured){
-      head=v.tasks+' task'+(v.tasks===1?'':'s')+' waited behind it (measured)';
+      head=v.tasks+' task'+(v.tasks===1?'':'s')+' waited behind it (measured'+(v.held_back?'; not counting tasks whose timers or I/O the pin held back':'')+')';
       var waits=[];
       if(v.total_wait){waits.push(v.total_wait+' in all');}
       if(v.max_wait){waits.push('the longest '+v.max_wait);}
@@ -1260,6 +1269,16 @@ mod tests {
         assert!(!not.measured && not.total_wait.is_none() && not.max_wait.is_none());
         assert!(not.worst.iter().all(|w| w.wait.is_none()));
         assert!(pin(4).victims.is_none());
+        assert!(!v.held_back);
+        // A pin that held the timers and I/O (here: on a current-thread runtime) says the
+        // measure leaves out the tasks waiting on them, as `print` does (helper-60).
+        let mut held = victim_events();
+        held.iter_mut().for_each(|e| e.current_thread = true);
+        let held = data(&held, "x", &[]);
+        let held_pin = |id: u64| held.pins.iter().find(|p| p.id == id).unwrap();
+        assert!(held_pin(1).victims.as_ref().unwrap().held_back);
+        // Not measured: nothing is claimed either way.
+        assert!(!held_pin(3).victims.as_ref().unwrap().held_back);
         // The most delayed: the summary's "who waited".
         assert_eq!(
             d.most_delayed,

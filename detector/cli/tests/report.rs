@@ -575,6 +575,37 @@ fn a_pins_victims_and_the_most_delayed_table_show_in_a_real_browser() {
     );
     assert!(detail.contains("  … and 6 more, not named\n"), "{detail}");
 
+    // The same pins on a current-thread runtime, which holds its timers and I/O during every
+    // poll: the measure leaves out the tasks waiting on them, and says so (helper-60).
+    let held_dir = tempfile::tempdir().unwrap();
+    let held = held_dir.path().join("held.jsonl");
+    let text_of = std::fs::read_to_string(data("victims.jsonl")).unwrap();
+    let lines: Vec<String> = text_of
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["event"] == "pinned" {
+                v["current_thread"] = true.into();
+            }
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&held, lines.join("\n") + "\n").unwrap();
+    let held_page = report(&held, held_dir.path());
+    let dom = Html::parse_document(&browse(
+        held_dir.path(),
+        "--dump-dom",
+        &format!("file://{}#pin=1", held_page.display()),
+    ));
+    let detail = text(&select(&dom, "#detail")[0]);
+    assert!(
+        detail.contains(
+            "victims:   11 tasks waited behind it (measured; not counting tasks whose timers \
+             or I/O the pin held back): 1.52 s in all"
+        ),
+        "{detail}"
+    );
+
     let dom = Html::parse_document(&browse(dir.path(), "--dump-dom", &format!("{url}#pin=3")));
     let detail = text(&select(&dom, "#detail")[0]);
     assert!(

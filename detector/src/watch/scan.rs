@@ -787,6 +787,7 @@ impl<'a> Scan<'a> {
             threshold: self.settings.threshold,
             task_id: (!body).then_some(snap.task_id),
             block_on: body,
+            current_thread: !self.multi_thread,
             spawned_at,
             worker,
             reason: None,
@@ -854,7 +855,7 @@ impl<'a> Scan<'a> {
     /// The runtime-level advice for a pin of this runtime that its heartbeat says stalls it
     /// (`stalled`) or not.
     fn runtime_advice(&self, stalled: bool) -> Option<String> {
-        if self.handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        if !self.multi_thread {
             Some(crate::event::CURRENT_THREAD_ADVICE.to_owned())
         } else {
             stalled.then(|| HEARTBEAT_ADVICE.to_owned())

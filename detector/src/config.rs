@@ -463,8 +463,10 @@ pub struct Config {
     /// no `tracing` subscriber is set. Off for a test's detector, whose failure message shows
     /// its pins.
     pub(crate) announce: bool,
-    /// The settings were read from the environment ([`Config::apply_env`]): a `PINWATCH_*`
-    /// variable pinwatch does not know is then worth a warning ([`unknown_env_vars`]).
+    /// The settings were read from the process's environment ([`Config::from_env`],
+    /// [`Builder::with_env`](crate::Builder::with_env)), not from a getter of the caller's: a
+    /// `PINWATCH_*` variable pinwatch does not know is then worth a warning
+    /// ([`unknown_env_vars`]).
     pub(crate) from_env: bool,
 }
 
@@ -509,6 +511,7 @@ impl Config {
     pub fn from_env() -> Result<Config, Error> {
         let mut config = Config::default();
         config.apply_env(|name| std::env::var_os(name))?;
+        config.from_env = true;
         Ok(config)
     }
 
@@ -531,7 +534,6 @@ impl Config {
                 },
             }
         };
-        self.from_env = true;
         if let Some(v) = read("PINWATCH")? {
             self.enabled = parse_switch("PINWATCH", &v)?;
         }

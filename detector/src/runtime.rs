@@ -201,8 +201,9 @@ impl Prepared {
             }
             line
         });
-        if watched.config.from_env {
-            // Once a process: every detector of it reads the same environment.
+        if watched.config.from_env && says(&watched.config) {
+            // Once a process: every detector of it reads the same environment. One that says
+            // nothing (a test's) leaves the warning to the next that does.
             static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
             if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 let vars = std::env::vars_os().map(|(name, _)| name);
@@ -295,7 +296,7 @@ fn start_control(ctx: control::Context) -> Result<Option<control::Server>, Error
 /// `pinwatch`, or on stderr while the process has no `tracing` subscriber; nothing with
 /// `PINWATCH_TRACING=off` or in a test's detector.
 fn announce(config: &Config, warn: bool, line: impl FnOnce() -> String) {
-    if !config.tracing || !config.announce {
+    if !says(config) {
         return;
     }
     let line = line();
@@ -305,6 +306,11 @@ fn announce(config: &Config, warn: bool, line: impl FnOnce() -> String) {
         (false, true) => tracing::warn!(target: "pinwatch", "{line}"),
         (false, false) => tracing::info!(target: "pinwatch", "{line}"),
     }
+}
+
+/// Whether a detector with this configuration says anything ([`announce`]).
+fn says(config: &Config) -> bool {
+    config.tracing && config.announce
 }
 
 /// What a detector watches and where its outputs are, in one line: the threshold, the

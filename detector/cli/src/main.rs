@@ -245,10 +245,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// Writes `text` to stdout, for every command's output (`print!` would panic on a reader that
-/// went away). A reader that closed the pipe (`pinwatch print rec | head`, `less` quit early)
-/// has what it wanted: that is no error, and the command stops quietly with status 0
-/// (`Err(ExitCode::SUCCESS)`). Another write error is reported; status 1.
 /// `--seconds N`: a whole number of seconds, at least 1.
 pub(crate) fn seconds(v: &str) -> Result<u64, String> {
     match v.trim().parse::<u64>() {
@@ -258,6 +254,10 @@ pub(crate) fn seconds(v: &str) -> Result<u64, String> {
     }
 }
 
+/// Writes `text` to stdout, for every command's output (`print!` would panic on a reader that
+/// went away). A reader that closed the pipe (`pinwatch print rec | head`, `less` quit early)
+/// has what it wanted: that is no error, and the command stops quietly with status 0
+/// (`Err(ExitCode::SUCCESS)`). Another write error is reported; status 1.
 pub(crate) fn write_out(text: &str) -> Result<(), ExitCode> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

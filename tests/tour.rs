@@ -50,6 +50,9 @@ fn tour_detects_every_bad_case_and_no_fixed_one() {
             row.contains(reason) && row.trim_end().ends_with("ok"),
             "{row}"
         );
+        // A dependency's file (library_cpu's top frame is in flate2 or miniz_oxide) from its
+        // package on, not from cargo's home.
+        assert!(!row.contains("/registry/src/"), "{row}");
     }
     assert!(stdout.contains("pinwatch.Pinned {"), "{stdout}");
     // Each stalled_runtime row's verdict says pinwatch's `runtime_stalled` matched whether the

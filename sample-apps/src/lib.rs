@@ -178,7 +178,8 @@ impl Outcome {
             .find(|e| e.reason == Some(reason))
             .and_then(|e| e.top_frame.as_ref())
             .map(|f| {
-                let file = f.file.as_deref().unwrap_or("?");
+                // A dependency's file from its package on, as `print` shows it.
+                let file = pinwatch::event::short_path(f.file.as_deref().unwrap_or("?"));
                 let file = file.rsplit_once("sample-apps/").map_or(file, |(_, f)| f);
                 format!(
                     "{} ({}:{})",

@@ -1308,6 +1308,12 @@ impl PinnedEvent {
         self.runtime_stalled || self.current_thread
     }
 
+    /// Whether the pinned poll held one of the runtime's workers: all do but a multi-thread
+    /// runtime's `block_on` body, which runs on a thread of its own.
+    pub fn holds_worker(&self) -> bool {
+        !self.block_on || self.worker.index.is_some()
+    }
+
     /// The service's own frame when it is not the top frame itself: the line of yours that
     /// called the library where the time went.
     pub fn caller_frame(&self) -> Option<&Frame> {

@@ -160,13 +160,19 @@ impl PinTime {
 
     /// Accounts the report `e`: calls `add(reason, increment)` for the time it has beyond what
     /// its pin has accounted (a pin never seen before: all of it). A completed or retracted pin
-    /// is closed.
+    /// is closed. A pin that holds no worker (a multi-thread runtime's `block_on` body) costs
+    /// no worker time and is never accounted, nor advanced while it runs: a `main` blocked for
+    /// an hour lost the service none of its workers (helper-64: it read as half the worker time
+    /// of two workers, and paged).
     pub(crate) fn report(
         &mut self,
         e: &PinnedEvent,
         mut add: impl FnMut(crate::event::Reason, std::time::Duration),
     ) {
         use crate::event::{Reason, State};
+        if !e.holds_worker() {
+            return;
+        }
         let reason = e.reason.unwrap_or(Reason::Other);
         let accounted = self
             .open
@@ -289,6 +295,28 @@ mod tests {
             ..Default::default()
         });
         e
+    }
+
+    /// A multi-thread runtime's `block_on` body holds no worker: its time is no worker time,
+    /// reported or running. A current-thread runtime's body is its worker: counted.
+    #[test]
+    fn a_body_that_holds_no_worker_costs_no_worker_time() {
+        let mut time = PinTime::new();
+        let mut total = Duration::ZERO;
+        let mut body = PinnedEvent::for_test(1, State::InProgress, Reason::Sleep, 500, 1);
+        body.block_on = true;
+        body.worker.index = None;
+        time.report(&body, |_, d| total += d);
+        time.advance(&[(1, MS(3_000))], |_, d| total += d);
+        body.state = State::Completed;
+        body.duration = MS(3_600);
+        time.report(&body, |_, d| total += d);
+        assert_eq!((total, time.open()), (Duration::ZERO, 0));
+        body.worker.index = Some(0);
+        body.state = State::InProgress;
+        time.report(&body, |_, d| total += d);
+        time.advance(&[(1, MS(4_000))], |_, d| total += d);
+        assert_eq!(total, MS(4_000));
     }
 
     /// A pin's victims count once, from its completed report, and only when measured.

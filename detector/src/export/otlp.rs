@@ -571,7 +571,10 @@ fn register_metrics(meters: &SdkMeterProvider, live: LiveFn, state: Arc<Mutex<Me
         let _ = meter
             .f64_observable_counter("pinwatch.pinned")
             .with_unit("s")
-            .with_description("Worker-seconds lost to pins, advanced live while a pin runs.")
+            .with_description(
+                "Worker-seconds lost to pins, advanced live while a pin runs (a multi-thread \
+                 runtime's block_on body holds no worker and is not counted).",
+            )
             .with_callback(move |obs| {
                 let running = (live)().pinned;
                 let Ok(mut s) = state.lock() else { return };

@@ -180,7 +180,7 @@ pub const METRICS: &[MetricDoc] = &[
         name: "pinwatch_pinned_seconds_total",
         kind: "counter",
         labels: &["reason"],
-        help: "Worker-seconds lost to pins, advanced live while a pin runs.",
+        help: "Worker-seconds lost to pins, advanced live while a pin runs (a multi-thread runtime's block_on body holds no worker and is not counted).",
     },
     MetricDoc {
         name: "pinwatch_workers_pinned",

@@ -54,6 +54,9 @@ pub(crate) struct Response {
     status: u16,
     content_type: &'static str,
     allow: Option<&'static str>,
+    /// The answer to a `HEAD`: the head of the `GET`'s answer, its `Content-Length` included,
+    /// without the body.
+    head_only: bool,
     /// `Retry-After`, in seconds.
     retry_after: Option<u64>,
     body: Vec<u8>,
@@ -66,6 +69,7 @@ impl Response {
             status: 200,
             content_type,
             allow: None,
+            head_only: false,
             retry_after: None,
             body,
         }
@@ -77,6 +81,7 @@ impl Response {
             status,
             content_type: "text/plain; charset=utf-8",
             allow: None,
+            head_only: false,
             retry_after: None,
             body: format!("{text}\n").into_bytes(),
         }
@@ -125,7 +130,9 @@ impl Response {
         }
         out.push_str("\r\n");
         let mut out = out.into_bytes();
-        out.extend_from_slice(&self.body);
+        if !self.head_only {
+            out.extend_from_slice(&self.body);
+        }
         out
     }
 }
@@ -379,13 +386,18 @@ fn respond(head: &[u8], handle: &mut dyn FnMut(&Request<'_>) -> Response) -> Res
         return Response::error(505, "pinwatch: HTTP/1.0 and HTTP/1.1 only");
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    // A `HEAD` is answered as its `GET` is, without the body (RFC 9110, 9.3.2): what a load
+    // balancer's or a blackbox prober's check sends.
+    let head_only = method == "HEAD";
     let request = Request {
-        method,
+        method: if head_only { "GET" } else { method },
         path,
         query,
     };
-    std::panic::catch_unwind(AssertUnwindSafe(|| handle(&request)))
-        .unwrap_or_else(|_| Response::error(500, "pinwatch: the handler failed (this is a bug)"))
+    let mut response = std::panic::catch_unwind(AssertUnwindSafe(|| handle(&request)))
+        .unwrap_or_else(|_| Response::error(500, "pinwatch: the handler failed (this is a bug)"));
+    response.head_only = head_only;
+    response
 }
 
 fn pollfd(fd: libc::c_int, events: libc::c_short) -> libc::pollfd {
@@ -641,7 +653,20 @@ mod tests {
             let r = respond(head, &mut handle);
             assert_eq!(r.status, status, "{:?}", String::from_utf8_lossy(head));
         }
-        assert_eq!(seen, ["GET /metrics ", "GET /debug/pprof/pinned seconds=5"]);
+        // A HEAD is the GET's answer without its body: the length it would have, no bytes.
+        let r = respond(b"HEAD /metrics HTTP/1.1\r\n\r\n", &mut handle);
+        assert_eq!(
+            seen,
+            [
+                "GET /metrics ",
+                "GET /debug/pprof/pinned seconds=5",
+                "GET /metrics "
+            ]
+        );
+        let bytes = String::from_utf8(r.into_bytes()).unwrap();
+        assert!(bytes.starts_with("HTTP/1.1 200 OK\r\n"), "{bytes}");
+        assert!(bytes.contains("Content-Length: 2\r\n"), "{bytes}");
+        assert!(bytes.ends_with("\r\n\r\n"), "{bytes}");
         assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nrest"), Some(18));
         assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
     }

@@ -633,7 +633,7 @@ fn route(
             }
             Response::ok("text/plain; version=0.0.4; charset=utf-8", body)
         }
-        "/metrics" => Response::method_not_allowed("GET"),
+        "/metrics" => Response::method_not_allowed("GET, HEAD"),
         PPROF_PATH if req.method == "GET" => {
             let Some(flight) = flight else {
                 return Response::error(
@@ -664,7 +664,7 @@ fn route(
                 Err(e) => Response::error(400, &e),
             }
         }
-        PPROF_PATH => Response::method_not_allowed("GET"),
+        PPROF_PATH => Response::method_not_allowed("GET, HEAD"),
         _ => Response::error(404, "pinwatch: try /metrics or /debug/pprof/pinned"),
     }
 }

@@ -361,7 +361,7 @@ fn rules_and_configs_pass_promtool_and_amtool() {
         "prometheus",
         &["check", "rules", "pinwatch-rules.yml"],
     );
-    assert!(out.contains("SUCCESS: 14 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 15 rules found"), "{out}");
     let out = run_tool(
         &prom,
         "promtool",
@@ -376,7 +376,7 @@ fn rules_and_configs_pass_promtool_and_amtool() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert: "))
         .collect();
-    assert_eq!(alerts.len(), 9, "{alerts:?}");
+    assert_eq!(alerts.len(), 10, "{alerts:?}");
     for a in &alerts {
         assert!(
             tests.contains(&format!("alertname: {a}\n")),
@@ -394,6 +394,57 @@ fn rules_and_configs_pass_promtool_and_amtool() {
         let heading = format!("## {a}\n");
         assert!(guide.contains(&heading), "no runbook section for {a}");
     }
+    // The header's recipe points every runbook link of both rule files at a copy of the docs
+    // (helper-64: it missed the PrometheusRule's unquoted links, and rewrote its own comment).
+    let recipe: String = rules
+        .lines()
+        .skip_while(|l| !l.starts_with("#   sed "))
+        .take_while(|l| l.starts_with("#   "))
+        .map(|l| l.trim_start_matches('#').trim())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        recipe.ends_with("../kubernetes/prometheusrule.yaml"),
+        "{recipe}"
+    );
+    let copy = tempfile::tempdir().unwrap();
+    for dir in ["prometheus", "kubernetes"] {
+        std::fs::create_dir(copy.path().join(dir)).unwrap();
+    }
+    let rules_copy = copy.path().join("prometheus/pinwatch-rules.yml");
+    let operator_copy = copy.path().join("kubernetes/prometheusrule.yaml");
+    std::fs::copy(prom.join("pinwatch-rules.yml"), &rules_copy).unwrap();
+    std::fs::copy(
+        deploy.join("kubernetes/prometheusrule.yaml"),
+        &operator_copy,
+    )
+    .unwrap();
+    let ran = Command::new("bash")
+        .args(["-c", &recipe])
+        .current_dir(copy.path().join("prometheus"))
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{recipe}: {ran:?}");
+    for file in [&rules_copy, &operator_copy] {
+        let text = std::fs::read_to_string(file).unwrap();
+        let links: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+            .collect();
+        assert_eq!(links.len(), alerts.len(), "{}", file.display());
+        assert!(
+            links.iter().all(|l| l
+                .trim_matches('"')
+                .starts_with("https://git.example.com/you/pinwatch/blob/main/docs/runbooks.md#")),
+            "{links:?}"
+        );
+    }
+    // The comment itself is left as it was.
+    let rewritten = std::fs::read_to_string(&rules_copy).unwrap();
+    assert!(
+        rewritten.contains(&recipe.replace('\n', "\n#     ")),
+        "{rewritten}"
+    );
     run_tool(
         &prom,
         "promtool",
@@ -570,6 +621,115 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
     );
 }
 
+/// The shipped Alertmanager config, in a real Alertmanager: one page for a service whose every
+/// worker is pinned (its worker-stuck and runtime-stalled alerts are muted by the all-pinned
+/// one), and the pages a target's last scrapes raised muted by its target-down alert; another
+/// instance's alerts are left alone (helper-64: one stuck service paged twice).
+#[test]
+fn the_shipped_alertmanager_config_pages_once_for_a_service_all_pinned() {
+    let am_bin = support::system_binary("prometheus-alertmanager", "prometheus-alertmanager");
+    let am_dir = tempfile::tempdir().unwrap();
+    // Its receivers' gateways are made up: point them at a closed port of this machine.
+    let closed = support::free_port();
+    let config =
+        std::fs::read_to_string(support::repo().join("deploy/alertmanager/alertmanager.yml"))
+            .unwrap()
+            .replace(
+                "pager-gateway.example.invalid",
+                &format!("127.0.0.1:{closed}"),
+            )
+            .replace(
+                "chat-gateway.example.invalid",
+                &format!("127.0.0.1:{closed}"),
+            );
+    std::fs::write(am_dir.path().join("alertmanager.yml"), config).unwrap();
+    let am_port = support::free_port();
+    let _am = support::start_server(
+        "alertmanager",
+        &am_bin,
+        &[
+            format!(
+                "--config.file={}",
+                am_dir.path().join("alertmanager.yml").display()
+            ),
+            format!("--storage.path={}", am_dir.path().join("data").display()),
+            format!("--web.listen-address=127.0.0.1:{am_port}"),
+            "--cluster.listen-address=".into(),
+        ],
+        &am_dir.path().join("am.log"),
+        am_port,
+    );
+    let alert = |name: &str, instance: &str, severity: &str| {
+        serde_json::json!({
+            "labels": {"alertname": name, "job": "api", "instance": instance, "severity": severity},
+            "annotations": {"summary": name},
+        })
+    };
+    let alerts = serde_json::json!([
+        alert("PinwatchAllWorkersPinned", "a:9464", "critical"),
+        alert("PinwatchWorkerStuck", "a:9464", "critical"),
+        alert("PinwatchRuntimeStalled", "a:9464", "critical"),
+        alert("PinwatchRuntimeStalled", "b:9464", "critical"),
+        alert("PinwatchTargetDown", "c:9464", "critical"),
+        alert("PinwatchWorkerStuck", "c:9464", "critical"),
+        alert("PinwatchPinnedTimeHigh", "c:9464", "warning"),
+    ]);
+    let url = format!("http://127.0.0.1:{am_port}/api/v2/alerts");
+    let posted = support::agent(Duration::from_secs(30))
+        .post(&url)
+        .header("Content-Type", "application/json")
+        .send(alerts.to_string())
+        .unwrap();
+    assert_eq!(posted.status().as_u16(), 200);
+    let expected: std::collections::BTreeMap<(String, String), &str> = [
+        ("PinwatchAllWorkersPinned", "a:9464", "active"),
+        ("PinwatchWorkerStuck", "a:9464", "suppressed"),
+        ("PinwatchRuntimeStalled", "a:9464", "suppressed"),
+        ("PinwatchRuntimeStalled", "b:9464", "active"),
+        ("PinwatchTargetDown", "c:9464", "active"),
+        ("PinwatchWorkerStuck", "c:9464", "suppressed"),
+        ("PinwatchPinnedTimeHigh", "c:9464", "active"),
+    ]
+    .into_iter()
+    .map(|(n, i, s)| ((n.to_owned(), i.to_owned()), s))
+    .collect();
+    // Alertmanager's inhibitor takes the posted alerts in on a goroutine of its own: read the
+    // states until every alert is listed and three are muted (bounded), then compare them all.
+    let read_states = || -> std::collections::BTreeMap<(String, String), String> {
+        let (status, body) = get(&url, Duration::from_secs(10)).unwrap();
+        assert_eq!(status, 200, "{body}");
+        let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    (
+                        a["labels"]["alertname"].as_str().unwrap_or("").to_owned(),
+                        a["labels"]["instance"].as_str().unwrap_or("").to_owned(),
+                    ),
+                    a["status"]["state"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let states = loop {
+        let states = read_states();
+        let muted = states.values().filter(|s| *s == "suppressed").count();
+        if (states.len() == expected.len() && muted >= 3) || Instant::now() > deadline {
+            break states;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let states: std::collections::BTreeMap<_, &str> = states
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str()))
+        .collect();
+    assert_eq!(states, expected);
+}
+
 #[test]
 fn kubernetes_manifests_validate_and_the_prometheusrule_is_the_rules_file() {
     let k8s = support::repo().join("deploy/kubernetes");
@@ -608,7 +768,7 @@ fn kubernetes_manifests_validate_and_the_prometheusrule_is_the_rules_file() {
         "prometheus",
         &["check", "rules", "spec.yml"],
     );
-    assert!(out.contains("SUCCESS: 14 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 15 rules found"), "{out}");
 }
 
 /// A program on the PATH.

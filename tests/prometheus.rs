@@ -492,22 +492,14 @@ fn webhook() -> (u16, std::sync::mpsc::Receiver<serde_json::Value>) {
     (port, rx)
 }
 
-#[test]
-fn a_stuck_service_pages_through_a_real_alertmanager() {
-    let (hook_port, notifications) = webhook();
-    // Alertmanager, clustering off (it would listen beyond loopback), routing to the webhook.
+/// A real Alertmanager with `config`, clustering off (it would listen beyond loopback), on a
+/// free port of 127.0.0.1: the server (stopped when dropped, its directory with it) and its port.
+fn alertmanager(config: &str) -> ((support::Proc, tempfile::TempDir), u16) {
     let am_bin = support::system_binary("prometheus-alertmanager", "prometheus-alertmanager");
     let am_dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        am_dir.path().join("alertmanager.yml"),
-        format!(
-            "route:\n  receiver: hook\n  group_by: [alertname, instance]\n  group_wait: 1s\n  group_interval: 1s\n\
-             receivers:\n  - name: hook\n    webhook_configs:\n      - url: http://127.0.0.1:{hook_port}/alert\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(am_dir.path().join("alertmanager.yml"), config).unwrap();
     let am_port = support::free_port();
-    let _am = support::start_server(
+    let am = support::start_server(
         "alertmanager",
         &am_bin,
         &[
@@ -522,6 +514,17 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
         &am_dir.path().join("am.log"),
         am_port,
     );
+    ((am, am_dir), am_port)
+}
+
+#[test]
+fn a_stuck_service_pages_through_a_real_alertmanager() {
+    let (hook_port, notifications) = webhook();
+    // Alertmanager, routing to the webhook.
+    let (_am, am_port) = alertmanager(&format!(
+        "route:\n  receiver: hook\n  group_by: [alertname, instance]\n  group_wait: 1s\n  group_interval: 1s\n\
+         receivers:\n  - name: hook\n    webhook_configs:\n      - url: http://127.0.0.1:{hook_port}/alert\n"
+    ));
 
     // The service: every worker stuck for good.
     let (_svc, port) = pin_service(&["--stuck", "3", "--quiet"]);
@@ -627,8 +630,6 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
 /// instance's alerts are left alone (helper-64: one stuck service paged twice).
 #[test]
 fn the_shipped_alertmanager_config_pages_once_for_a_service_all_pinned() {
-    let am_bin = support::system_binary("prometheus-alertmanager", "prometheus-alertmanager");
-    let am_dir = tempfile::tempdir().unwrap();
     // Its receivers' gateways are made up: point them at a closed port of this machine.
     let closed = support::free_port();
     let config =
@@ -642,23 +643,7 @@ fn the_shipped_alertmanager_config_pages_once_for_a_service_all_pinned() {
                 "chat-gateway.example.invalid",
                 &format!("127.0.0.1:{closed}"),
             );
-    std::fs::write(am_dir.path().join("alertmanager.yml"), config).unwrap();
-    let am_port = support::free_port();
-    let _am = support::start_server(
-        "alertmanager",
-        &am_bin,
-        &[
-            format!(
-                "--config.file={}",
-                am_dir.path().join("alertmanager.yml").display()
-            ),
-            format!("--storage.path={}", am_dir.path().join("data").display()),
-            format!("--web.listen-address=127.0.0.1:{am_port}"),
-            "--cluster.listen-address=".into(),
-        ],
-        &am_dir.path().join("am.log"),
-        am_port,
-    );
+    let (_am, am_port) = alertmanager(&config);
     let alert = |name: &str, instance: &str, severity: &str| {
         serde_json::json!({
             "labels": {"alertname": name, "job": "api", "instance": instance, "severity": severity},

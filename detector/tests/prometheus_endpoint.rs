@@ -165,9 +165,25 @@ fn hostile_peers_cost_no_thread_and_a_bounded_number_of_descriptors() {
     assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
     let answer = exchange(addr, b"POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
     assert!(
+        answer.starts_with("HTTP/1.1 405 ") && answer.contains("\r\nAllow: GET, HEAD\r\n"),
+        "{answer}"
+    );
+    // A HEAD (a load balancer's check) gets the GET's head, no body; the profile is not made
+    // for one.
+    let answer = exchange(addr, b"HEAD /metrics HTTP/1.0\r\n\r\n");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.starts_with("HTTP/1.1 200 ")
+            && head.contains("\r\nContent-Length: ")
+            && body.is_empty(),
+        "{answer}"
+    );
+    let answer = exchange(addr, b"HEAD /debug/pprof/pinned HTTP/1.0\r\n\r\n");
+    assert!(
         answer.starts_with("HTTP/1.1 405 ") && answer.contains("\r\nAllow: GET\r\n"),
         "{answer}"
     );
+    assert!(answer.ends_with("\r\n\r\n"), "{answer}");
     let answer = exchange(addr, b"GET /metrics?x=1 HTTP/1.0\r\n\r\n");
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
 

@@ -383,20 +383,21 @@ fn respond(head: &[u8], handle: &mut dyn FnMut(&Request<'_>) -> Response) -> Res
         return bad();
     }
     if version != "HTTP/1.0" && version != "HTTP/1.1" {
-        return Response::error(505, "pinwatch: HTTP/1.0 and HTTP/1.1 only");
+        return Response {
+            head_only: method == "HEAD",
+            ..Response::error(505, "pinwatch: HTTP/1.0 and HTTP/1.1 only")
+        };
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    // A `HEAD` is answered as its `GET` is, without the body (RFC 9110, 9.3.2): what a load
-    // balancer's or a blackbox prober's check sends.
-    let head_only = method == "HEAD";
     let request = Request {
-        method: if head_only { "GET" } else { method },
+        method,
         path,
         query,
     };
     let mut response = std::panic::catch_unwind(AssertUnwindSafe(|| handle(&request)))
         .unwrap_or_else(|_| Response::error(500, "pinwatch: the handler failed (this is a bug)"));
-    response.head_only = head_only;
+    // The answer to a `HEAD` has no body (RFC 9110, 9.3.2), whichever the handler gave.
+    response.head_only = method == "HEAD";
     response
 }
 
@@ -653,14 +654,14 @@ mod tests {
             let r = respond(head, &mut handle);
             assert_eq!(r.status, status, "{:?}", String::from_utf8_lossy(head));
         }
-        // A HEAD is the GET's answer without its body: the length it would have, no bytes.
+        // A HEAD's answer is the handler's without its body: the length it would have, no bytes.
         let r = respond(b"HEAD /metrics HTTP/1.1\r\n\r\n", &mut handle);
         assert_eq!(
             seen,
             [
                 "GET /metrics ",
                 "GET /debug/pprof/pinned seconds=5",
-                "GET /metrics "
+                "HEAD /metrics "
             ]
         );
         let bytes = String::from_utf8(r.into_bytes()).unwrap();

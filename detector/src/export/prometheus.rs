@@ -626,7 +626,9 @@ fn route(
 ) -> super::http::Response {
     use super::http::Response;
     match req.path {
-        "/metrics" if req.method == "GET" => {
+        // A HEAD (a load balancer's or a prober's check) is answered as a GET, without the
+        // body (the server drops it).
+        "/metrics" if matches!(req.method, "GET" | "HEAD") => {
             let mut body = Vec::new();
             if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut body) {
                 return Response::error(500, &format!("pinwatch: cannot encode the metrics: {e}"));
@@ -664,7 +666,9 @@ fn route(
                 Err(e) => Response::error(400, &e),
             }
         }
-        PPROF_PATH => Response::method_not_allowed("GET, HEAD"),
+        // A profile costs up to hundreds of ms of this thread and closes the endpoint to the
+        // next for as long: not for a HEAD, which would throw it away.
+        PPROF_PATH => Response::method_not_allowed("GET"),
         _ => Response::error(404, "pinwatch: try /metrics or /debug/pprof/pinned"),
     }
 }

@@ -625,11 +625,12 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
 }
 
 /// The shipped Alertmanager config, in a real Alertmanager: one page for a service whose every
-/// worker is pinned (its worker-stuck and runtime-stalled alerts are muted by the all-pinned
-/// one), and the pages a target's last scrapes raised muted by its target-down alert; another
-/// instance's alerts are left alone (helper-64: one stuck service paged twice).
+/// worker is pinned — its critical alerts in one group, to the pager (helper-64: one stuck
+/// service paged twice) — and no alert muted: Alertmanager never sends the resolve of an alert
+/// muted after it paged (helper-65), so the config groups and does not inhibit. Another
+/// instance's alerts are a page of their own; a warning goes to chat, in a group of its own.
 #[test]
-fn the_shipped_alertmanager_config_pages_once_for_a_service_all_pinned() {
+fn the_shipped_alertmanager_config_pages_once_per_stuck_instance() {
     // Its receivers' gateways are made up: point them at a closed port of this machine.
     let closed = support::free_port();
     let config =
@@ -666,53 +667,99 @@ fn the_shipped_alertmanager_config_pages_once_for_a_service_all_pinned() {
         .send(alerts.to_string())
         .unwrap();
     assert_eq!(posted.status().as_u16(), 200);
-    let expected: std::collections::BTreeMap<(String, String), &str> = [
-        ("PinwatchAllWorkersPinned", "a:9464", "active"),
-        ("PinwatchWorkerStuck", "a:9464", "suppressed"),
-        ("PinwatchRuntimeStalled", "a:9464", "suppressed"),
-        ("PinwatchRuntimeStalled", "b:9464", "active"),
-        ("PinwatchTargetDown", "c:9464", "active"),
-        ("PinwatchWorkerStuck", "c:9464", "suppressed"),
-        ("PinwatchPinnedTimeHigh", "c:9464", "active"),
+    // (receiver, the group's labels, its alerts' names): sorted.
+    type Groups = std::collections::BTreeSet<(String, Vec<(String, String)>, Vec<String>)>;
+    let expected: Groups = [
+        (
+            "pager",
+            &[("instance", "a:9464"), ("job", "api")][..],
+            &[
+                "PinwatchAllWorkersPinned",
+                "PinwatchRuntimeStalled",
+                "PinwatchWorkerStuck",
+            ][..],
+        ),
+        (
+            "pager",
+            &[("instance", "b:9464"), ("job", "api")],
+            &["PinwatchRuntimeStalled"],
+        ),
+        (
+            "pager",
+            &[("instance", "c:9464"), ("job", "api")],
+            &["PinwatchTargetDown", "PinwatchWorkerStuck"],
+        ),
+        (
+            "chat",
+            &[
+                ("alertname", "PinwatchPinnedTimeHigh"),
+                ("instance", "c:9464"),
+                ("job", "api"),
+            ],
+            &["PinwatchPinnedTimeHigh"],
+        ),
     ]
     .into_iter()
-    .map(|(n, i, s)| ((n.to_owned(), i.to_owned()), s))
+    .map(|(r, labels, names)| {
+        (
+            r.to_owned(),
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            names.iter().map(|n| n.to_string()).collect(),
+        )
+    })
     .collect();
-    // Alertmanager's inhibitor takes the posted alerts in on a goroutine of its own: read the
-    // states until every alert is listed and three are muted (bounded), then compare them all.
-    let read_states = || -> std::collections::BTreeMap<(String, String), String> {
-        let (status, body) = get(&url, Duration::from_secs(10)).unwrap();
+    // Alertmanager's dispatcher groups the posted alerts on a goroutine of its own: read the
+    // groups until they hold every alert (bounded), then compare them, and every alert's state.
+    let read_groups = || -> (Groups, Vec<String>) {
+        let (status, body) = get(&format!("{url}/groups"), Duration::from_secs(10)).unwrap();
         assert_eq!(status, 200, "{body}");
         let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
-        listed
+        let mut states = Vec::new();
+        let groups = listed
             .as_array()
             .unwrap()
             .iter()
-            .map(|a| {
+            .map(|g| {
+                let labels = g["labels"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+                    .into_iter()
+                    .collect();
+                let mut names: Vec<String> = g["alerts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| {
+                        states.push(a["status"]["state"].as_str().unwrap_or("").to_owned());
+                        a["labels"]["alertname"].as_str().unwrap_or("").to_owned()
+                    })
+                    .collect();
+                names.sort();
                 (
-                    (
-                        a["labels"]["alertname"].as_str().unwrap_or("").to_owned(),
-                        a["labels"]["instance"].as_str().unwrap_or("").to_owned(),
-                    ),
-                    a["status"]["state"].as_str().unwrap_or("").to_owned(),
+                    g["receiver"]["name"].as_str().unwrap_or("").to_owned(),
+                    labels,
+                    names,
                 )
             })
-            .collect()
+            .collect();
+        (groups, states)
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    let states = loop {
-        let states = read_states();
-        let muted = states.values().filter(|s| *s == "suppressed").count();
-        if (states.len() == expected.len() && muted >= 3) || Instant::now() > deadline {
-            break states;
+    let (groups, states) = loop {
+        let (groups, states) = read_groups();
+        if states.len() >= 7 || Instant::now() > deadline {
+            break (groups, states);
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let states: std::collections::BTreeMap<_, &str> = states
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str()))
-        .collect();
-    assert_eq!(states, expected);
+    assert_eq!(groups, expected);
+    assert!(states.iter().all(|s| s == "active"), "{states:?}");
 }
 
 #[test]

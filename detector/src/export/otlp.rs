@@ -717,13 +717,15 @@ impl Instruments {
             .u64_counter("pinwatch.pins")
             .with_unit("{pin}")
             .with_description(
-                "Polls that pinned a worker past the threshold, counted when first reported.",
+                "Polls that pinned a worker past the threshold, counted when first reported (a \
+                 multi-thread runtime's block_on body holds no worker and is counted only by \
+                 location and request).",
             )
             .build();
         let durations = meter
             .f64_histogram("pinwatch.pin.duration")
             .with_unit("s")
-            .with_description("Duration of completed pins.")
+            .with_description("Duration of completed pins of workers.")
             .with_boundaries(super::DURATION_BUCKETS.to_vec())
             .build();
         let by_location = meter
@@ -774,14 +776,19 @@ impl Instruments {
 
     fn record(&mut self, e: &PinnedEvent) {
         let reason = &self.reasons[reason_index(e.reason)];
+        // A pin that holds no worker (a multi-thread runtime's `block_on` body) is a pin of
+        // its location and request, not of the workers' counts, time or durations.
+        let worker = e.holds_worker();
         if let Some(labels) = self.pins_seen.first_report(e) {
-            self.pins.add(1, std::slice::from_ref(reason));
+            if worker {
+                self.pins.add(1, std::slice::from_ref(reason));
+            }
             self.by_location
                 .add(1, &[KeyValue::new("location", labels.location)]);
             self.by_request
                 .add(1, &[KeyValue::new("request", labels.request)]);
         }
-        if e.state == State::Completed {
+        if e.state == State::Completed && worker {
             self.durations
                 .record(e.duration.as_secs_f64(), std::slice::from_ref(reason));
         }

@@ -168,13 +168,13 @@ pub const METRICS: &[MetricDoc] = &[
         name: "pinwatch_pins_total",
         kind: "counter",
         labels: &["reason"],
-        help: "Polls that pinned a worker past the threshold, counted when first reported (a pin that never ends counts too).",
+        help: "Polls that pinned a worker past the threshold, counted when first reported (a pin that never ends counts too; a multi-thread runtime's block_on body holds no worker and is counted only by location and request).",
     },
     MetricDoc {
         name: "pinwatch_pin_duration_seconds",
         kind: "histogram",
         labels: &["reason"],
-        help: "Duration of completed pins.",
+        help: "Duration of completed pins of workers.",
     },
     MetricDoc {
         name: "pinwatch_pinned_seconds_total",
@@ -542,8 +542,13 @@ impl Sink for PrometheusSink {
         let Ok(mut state) = inner.state.lock() else {
             return;
         };
+        // A pin that holds no worker (a multi-thread runtime's `block_on` body) is a pin of
+        // its location and request, not of the workers' counts, time or durations.
+        let worker = e.holds_worker();
         if let Some(labels) = state.pins_seen.first_report(e) {
-            m.pins.with_label_values(&[reason]).inc();
+            if worker {
+                m.pins.with_label_values(&[reason]).inc();
+            }
             m.by_location.with_label_values(&[&labels.location]).inc();
             m.by_request.with_label_values(&[&labels.request]).inc();
         }
@@ -553,7 +558,7 @@ impl Sink for PrometheusSink {
                 .with_label_values(&[reason.as_str()])
                 .inc_by(more.as_secs_f64())
         });
-        if e.state == State::Completed {
+        if e.state == State::Completed && worker {
             m.durations
                 .with_label_values(&[reason])
                 .observe(e.duration.as_secs_f64());
@@ -786,6 +791,40 @@ mod tests {
             3.0
         );
         assert_eq!(value(&t, "pinwatch_workers"), 2.0);
+    }
+
+    /// A multi-thread runtime's blocked `block_on` body holds no worker: it counts by location
+    /// and request, and in none of the workers' series (helper-64, helper-65: it paged as lost
+    /// worker time, and made the per-pin average of the workers' pins look short).
+    #[test]
+    fn a_body_that_holds_no_worker_counts_only_where_it_is() {
+        let c = collector(Arc::new(Mutex::new(vec![])), 50);
+        let mut sink = c.sink();
+        let mut body = event(1, State::InProgress, Reason::Sleep, 500, 3);
+        body.block_on = true;
+        body.worker.index = None;
+        sink.event(&body);
+        body.state = State::Completed;
+        body.duration = Duration::from_secs(3);
+        sink.event(&body);
+        let t = c.render();
+        assert_eq!(value(&t, "pinwatch_pins_total{reason=\"sleep\"}"), 0.0);
+        assert_eq!(
+            value(&t, "pinwatch_pinned_seconds_total{reason=\"sleep\"}"),
+            0.0
+        );
+        assert_eq!(
+            value(&t, "pinwatch_pin_duration_seconds_count{reason=\"sleep\"}"),
+            0.0
+        );
+        let located: f64 = t
+            .lines()
+            .filter(|l| {
+                l.starts_with("pinwatch_pins_by_location_total{") && !l.contains("\"other\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!(located, 1.0, "{t}");
     }
 
     fn with_victims(mut e: PinnedEvent, measured: bool, tasks: usize, wait_ms: u64) -> PinnedEvent {

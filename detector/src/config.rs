@@ -516,7 +516,9 @@ impl Config {
     }
 
     /// Overlays the variables that `get` returns on `self`. `get` stands for
-    /// `std::env::var_os`, so that tests need not touch the process environment.
+    /// `std::env::var_os`, so that tests need not touch the process environment. Unlike
+    /// [`Config::from_env`], it does not make the detector warn at start-up about `PINWATCH…`
+    /// variables it does not know: `get` may read anything but the process's environment.
     pub fn apply_env(
         &mut self,
         get: impl Fn(&str) -> Option<std::ffi::OsString>,

@@ -394,6 +394,22 @@ fn rules_and_configs_pass_promtool_and_amtool() {
         let heading = format!("## {a}\n");
         assert!(guide.contains(&heading), "no runbook section for {a}");
     }
+    // The promtool test of the dashboard's "Top locations" count runs the panel's own query.
+    let panel = dashboard()["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["title"] == "Top locations")
+        .expect("a Top locations panel")["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .replace("$__range", "1h")
+        .replace("$job", "api")
+        .replace("$instance", ".*");
+    assert!(
+        tests.contains(&format!("          {panel}\n")),
+        "pinwatch-rules.test.yml does not test the panel's query {panel}"
+    );
     // The header's recipe points every runbook link of both rule files at a copy of the docs
     // (helper-64: it missed the PrometheusRule's unquoted links, and rewrote its own comment).
     let recipe: String = rules

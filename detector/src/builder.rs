@@ -65,8 +65,7 @@ impl Builder {
 
     /// Overlays the environment on the settings made so far: a variable that is set wins.
     pub fn with_env(mut self) -> Result<Builder, Error> {
-        self.config.apply_env(|n| std::env::var_os(n))?;
-        self.config.from_env = true;
+        self.config.apply_process_env()?;
         Ok(self)
     }
 

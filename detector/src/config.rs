@@ -510,9 +510,17 @@ impl Config {
     /// Defaults overlaid with the environment ([`ENV_VARS`]).
     pub fn from_env() -> Result<Config, Error> {
         let mut config = Config::default();
-        config.apply_env(|name| std::env::var_os(name))?;
-        config.from_env = true;
+        config.apply_process_env()?;
         Ok(config)
+    }
+
+    /// [`apply_env`](Self::apply_env) from the process's own environment, which then warns
+    /// about `PINWATCH…` variables it does not know ([`from_env`](Self::from_env) and
+    /// [`Builder::with_env`](crate::Builder::with_env)).
+    pub(crate) fn apply_process_env(&mut self) -> Result<(), Error> {
+        self.apply_env(|name| std::env::var_os(name))?;
+        self.from_env = true;
+        Ok(())
     }
 
     /// Overlays the variables that `get` returns on `self`. `get` stands for

@@ -382,21 +382,20 @@ fn respond(head: &[u8], handle: &mut dyn FnMut(&Request<'_>) -> Response) -> Res
     if !version.starts_with("HTTP/") || method.is_empty() || !target.starts_with('/') {
         return bad();
     }
-    if version != "HTTP/1.0" && version != "HTTP/1.1" {
-        return Response {
-            head_only: method == "HEAD",
-            ..Response::error(505, "pinwatch: HTTP/1.0 and HTTP/1.1 only")
+    let mut response = if version != "HTTP/1.0" && version != "HTTP/1.1" {
+        Response::error(505, "pinwatch: HTTP/1.0 and HTTP/1.1 only")
+    } else {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let request = Request {
+            method,
+            path,
+            query,
         };
-    }
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let request = Request {
-        method,
-        path,
-        query,
+        std::panic::catch_unwind(AssertUnwindSafe(|| handle(&request))).unwrap_or_else(|_| {
+            Response::error(500, "pinwatch: the handler failed (this is a bug)")
+        })
     };
-    let mut response = std::panic::catch_unwind(AssertUnwindSafe(|| handle(&request)))
-        .unwrap_or_else(|_| Response::error(500, "pinwatch: the handler failed (this is a bug)"));
-    // The answer to a `HEAD` has no body (RFC 9110, 9.3.2), whichever the handler gave.
+    // The answer to a `HEAD` has no body (RFC 9110, 9.3.2), whichever it is.
     response.head_only = method == "HEAD";
     response
 }

@@ -2,7 +2,8 @@
 //! debug info. Run in a child process (this test binary, re-executed) so that its pin is the
 //! very first of the process, with nothing symbolized before.
 
-use std::process::Command;
+mod support;
+
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -49,16 +50,7 @@ fn debug_info_kib() -> u64 {
 
 #[test]
 fn the_first_report_reads_only_the_debug_info_it_shows() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "first_pin_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
+    let out = support::rerun("first_pin_child", CHILD).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -2,7 +2,7 @@
 //! anything — not swallowed by a test's detector that ran before it. Run in a child process
 //! (this test binary, re-executed) whose environment has the misspelling.
 
-use std::process::Command;
+mod support;
 
 const CHILD: &str = "PINWATCH_TEST_UNKNOWN_ENV_CHILD";
 const WARNING: &str = "PINWATCH_TRESHOLD is not a pinwatch variable and is ignored; did you \
@@ -11,14 +11,7 @@ const MARK: &str = "child: a test's detector has run";
 
 #[test]
 fn a_misspelled_variable_is_said_once_by_the_first_detector_that_speaks() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "unknown_env_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
+    let out = support::rerun("unknown_env_child", CHILD)
         .env("PINWATCH_TRESHOLD", "5ms")
         .env("PINWATCH_CONTROL", "off")
         .env_remove("PINWATCH")

@@ -4,7 +4,9 @@
 //! process (this test binary, re-executed with `RUST_BACKTRACE=1`), so that its panic is the
 //! first of the process and its backtrace symbolized from nothing.
 
-use std::process::{Command, Output};
+mod support;
+
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use pinwatch::State;
@@ -16,14 +18,11 @@ const CHILD: &str = "PINWATCH_TEST_UNWIND_CHILD";
 const SLOW_HOOK: Duration = Duration::from_millis(300);
 
 fn child(name: &str, ignored: bool) -> Output {
-    let mut args = vec!["--exact", name, "--nocapture", "--test-threads=1"];
+    let mut cmd = support::rerun(name, CHILD);
     if ignored {
-        args.push("--ignored");
+        cmd.arg("--ignored");
     }
-    Command::new(std::env::current_exe().unwrap())
-        .args(args)
-        .env(CHILD, "1")
-        .env("RUST_BACKTRACE", "1")
+    cmd.env("RUST_BACKTRACE", "1")
         // The detection settings the child's checks take from the environment: the defaults.
         .env_remove("PINWATCH")
         .env_remove("PINWATCH_THRESHOLD")

@@ -163,3 +163,13 @@ pub fn with_startup_line<T>(start: impl FnOnce() -> T) -> (T, String) {
         .to_owned();
     (started, line)
 }
+
+/// This test binary again, running only its test `test` with `child` set, so that the test
+/// knows it is the child's half: how a test gets a process of its own (a first pin, a first
+/// panic, an environment of its own).
+pub fn rerun(test: &str, child: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(child, "1");
+    cmd
+}

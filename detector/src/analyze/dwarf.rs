@@ -27,6 +27,10 @@ pub(crate) struct RawFrame {
     pub name: Option<R>,
     pub file: Option<String>,
     pub line: Option<u32>,
+    /// The function the probe is in, not one inlined into it, and its entry has no linkage
+    /// name: `name` is at best its plain name (`run_task`, `poll<…>`, with line tables only),
+    /// and the symbol table's, which is the same function's, says more.
+    pub plain_outer: bool,
 }
 
 /// The DWARF of one file.
@@ -408,6 +412,7 @@ fn unit_frames(units: &Lazy<'_>, parsed: &Parsed, probe: u64) -> Vec<RawFrame> {
                 name: None,
                 file,
                 line,
+                plain_outer: true,
             }],
             None => Vec::new(),
         };
@@ -466,6 +471,7 @@ fn unit_frames(units: &Lazy<'_>, parsed: &Parsed, probe: u64) -> Vec<RawFrame> {
             name: name(units, unit, inlined, 16),
             file,
             line,
+            plain_outer: false,
         });
         file = inlined.call_file.and_then(|f| file_name(parsed, unit, f));
         line = (inlined.call_line != 0).then_some(inlined.call_line);
@@ -474,6 +480,7 @@ fn unit_frames(units: &Lazy<'_>, parsed: &Parsed, probe: u64) -> Vec<RawFrame> {
         name: name(units, unit, &outer, 16),
         file,
         line,
+        plain_outer: outer.linkage.is_none(),
     });
     frames
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::path::PathBuf;
 
-use super::dwarf::{Dwarf, RawFrame};
+use super::dwarf::Dwarf;
 use super::elf::{debug_file_by_build_id, Elf, Mmap};
 use super::reason::module_path;
 use crate::event::Frame;
@@ -205,16 +205,49 @@ impl Image {
                 .unwrap_or_default();
         }
         raw.into_iter()
-            .map(|RawFrame { name, file, line }| Frame {
-                function: name
-                    .map(|n| demangle(n.slice()))
-                    .or_else(|| symbol_name(opened)),
-                file,
-                line,
-                locks: 0,
+            .map(|f| {
+                let from_dwarf = f.name.map(|n| demangle(n.slice()));
+                // Line tables only (the `line-tables-only` debug level) name most functions by
+                // their plain name (`run_task`, `poll<…>`): the symbol table names the function
+                // the probe is in with its path (`tokio::…::Context::run_task`), as full debug
+                // info does. A closure's DWARF name has its path, and says which block it is;
+                // another language's function keeps its debug-info name.
+                let function = match from_dwarf {
+                    Some(n) if f.plain_outer && !has_path(&n) => {
+                        opened.symbol(probe).and_then(rust_name).or(Some(n))
+                    }
+                    Some(n) => Some(n),
+                    None => symbol_name(opened),
+                };
+                Frame {
+                    function,
+                    file: f.file,
+                    line: f.line,
+                    locks: 0,
+                }
             })
             .collect()
     }
+}
+
+/// A Rust symbol's name, demangled without its hash; `None` for another language's, whose debug
+/// info names it better (a C function's symbol can be `scale.constprop.0`, helper-68).
+fn rust_name(raw: &[u8]) -> Option<String> {
+    let s = std::str::from_utf8(raw).ok()?;
+    rustc_demangle::try_demangle(s)
+        .ok()
+        .map(|d| format!("{d:#}"))
+}
+
+/// Whether a function's name has a path (`a::b`, `<T as a::Tr>::f`), not counting what its
+/// generic arguments say (`poll<a::B>` has none).
+fn has_path(name: &str) -> bool {
+    let before_generics = match name.find('<') {
+        Some(0) => return name.contains(">::"),
+        Some(i) => &name[..i],
+        None => name,
+    };
+    before_generics.contains("::")
 }
 
 /// Maps the file at `path` and reads its DWARF index: the program's DWARF (its own, or its
@@ -536,14 +569,13 @@ mod tests {
             "{named} named, {lines} with a line"
         );
         // This very function, after all that: the outermost of the address's frames (in a
-        // release build its first instructions are code inlined into it).
+        // release build its first instructions are code inlined into it), with its path —
+        // which, built with line tables only as the workspace is, its DWARF entry lacks.
         let frames = r.resolve(&[here + 1]);
         let outermost = frames.last().expect("a frame");
-        assert!(
-            outermost
-                .function
-                .as_deref()
-                .is_some_and(|f| f.ends_with("the_caches_stay_bounded")),
+        assert_eq!(
+            outermost.function.as_deref(),
+            Some("pinwatch::analyze::symbols::tests::the_caches_stay_bounded"),
             "{frames:?}"
         );
         assert!(outermost
@@ -554,6 +586,36 @@ mod tests {
 
     fn named(n: &str) -> Frame {
         Frame::named(n)
+    }
+
+    #[test]
+    fn a_name_has_a_path_outside_its_generic_arguments() {
+        for (name, path) in [
+            ("run_task", false),
+            ("poll<sample_apps::io::{async_block_env#2}>", false),
+            ("{async_fn#0}<alloc::string::String>", false),
+            (
+                "sample_apps::io::{async_fn#0}::{closure#0}::{async_block#2}",
+                true,
+            ),
+            ("tokio::runtime::task::core::Core<T, S>::poll", true),
+            ("<std::fs::File as std::io::Read>::read", true),
+            ("<T as core::any::Any>", false),
+        ] {
+            assert_eq!(has_path(name), path, "{name}");
+        }
+    }
+
+    /// Only a Rust symbol's name replaces a plain debug-info name: a C function's symbol
+    /// carries the compiler's suffixes (helper-68).
+    #[test]
+    fn only_a_rust_symbol_names_a_function() {
+        assert_eq!(
+            rust_name(b"_ZN5tokio7runtime8run_task17h0123456789abcdefE").as_deref(),
+            Some("tokio::runtime::run_task")
+        );
+        assert_eq!(rust_name(b"scale.constprop.0"), None);
+        assert_eq!(rust_name(b"memcpy"), None);
     }
 
     #[test]

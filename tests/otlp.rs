@@ -205,6 +205,11 @@ const OTEL_METRICS: &[(&str, &str, &str)] = &[
         "pinwatch_driver_handovers_total",
     ),
     (
+        "pinwatch.driver.rescued_pins",
+        "{pin}",
+        "pinwatch_driver_rescued_pins_total",
+    ),
+    (
         "pinwatch.victim_tasks",
         "{task}",
         "pinwatch_victim_tasks_total",

@@ -68,11 +68,15 @@ fn gauge(registry: &prometheus::Registry, name: &str) -> f64 {
         &mut text,
     )
     .unwrap();
-    String::from_utf8(text)
-        .unwrap()
+    value(&String::from_utf8(text).unwrap(), name)
+}
+
+/// The value of the unlabelled series `name` in the Prometheus text `metrics`.
+fn value(metrics: &str, name: &str) -> f64 {
+    metrics
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}"))
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
 }
 
 /// The next event `f` accepts, within `LONG`.
@@ -199,6 +203,9 @@ struct TimerWokenPin {
     observer_late: Duration,
     events: Vec<PinnedEvent>,
     stats: pinwatch::Stats,
+    /// pinwatch's metrics once every event was exported, in Prometheus' text format (when the
+    /// builder asked for a registry; else empty).
+    metrics: String,
 }
 
 /// Two idle workers, one on the drivers and one asleep on its condvar. A task whose timer fires
@@ -257,11 +264,14 @@ fn pin_timer_woken(
     blocked_rx.recv_timeout(LONG).unwrap();
     let fired = fired_rx.recv_timeout(LONG).unwrap();
     drop(rt);
+    // The shutdown exports what is queued, then takes the collector out of any registry.
+    let collector = detector.prometheus().cloned();
     let stats = detector.shutdown();
     TimerWokenPin {
         observer_late: fired.saturating_duration_since(start + Duration::from_millis(1500)),
         events: events.try_iter().collect(),
         stats,
+        metrics: collector.map(|c| c.render()).unwrap_or_default(),
     }
 }
 
@@ -272,7 +282,11 @@ fn pin_timer_woken(
 #[test]
 fn a_timer_woken_pin_stalls_plain_tokio_and_pinwatch_hands_the_drivers_over() {
     let plain = timer_woken_pin("pw-tw-plain", None);
-    let rescued = timer_woken_pin("pw-tw-rescue", Some(pinwatch::Builder::new()));
+    let metrics = prometheus::Registry::new();
+    let rescued = timer_woken_pin(
+        "pw-tw-rescue",
+        Some(pinwatch::Builder::new().prometheus_registry(&metrics)),
+    );
     println!(
         "the observer's timer was late by {:?} with plain tokio, {:?} with pinwatch",
         plain.observer_late, rescued.observer_late
@@ -320,6 +334,13 @@ fn a_timer_woken_pin_stalls_plain_tokio_and_pinwatch_hands_the_drivers_over() {
         done.headline()
     );
     assert!(rescued.stats.driver_rescues >= 1 && rescued.stats.driver_handovers >= 1);
+    // The pin ran on 2 s after the hand-over: rescued, once.
+    assert_eq!(
+        value(&rescued.metrics, "pinwatch_driver_rescued_pins_total"),
+        1.0,
+        "{}",
+        rescued.metrics
+    );
     // The stall's time, counted from the pin's start (not from the look that found it).
     let stalled = rescued.stats.runtime_stalled_time;
     assert!(
@@ -332,9 +353,14 @@ fn a_timer_woken_pin_stalls_plain_tokio_and_pinwatch_hands_the_drivers_over() {
 /// the first report, growing with each one; nobody takes the drivers over.
 #[test]
 fn with_the_rescue_off_the_stall_lasts_the_pin_and_is_reported_as_it_lasts() {
+    let metrics = prometheus::Registry::new();
     let observed = timer_woken_pin(
         "pw-tw-norescue",
-        Some(pinwatch::Builder::new().rescue(false)),
+        Some(
+            pinwatch::Builder::new()
+                .rescue(false)
+                .prometheus_registry(&metrics),
+        ),
     );
     assert!(
         observed.observer_late >= Duration::from_secs(1),
@@ -362,6 +388,10 @@ fn with_the_rescue_off_the_stall_lasts_the_pin_and_is_reported_as_it_lasts() {
         (None, None, false)
     );
     assert_eq!(observed.stats.driver_rescues, 0);
+    assert_eq!(
+        value(&observed.metrics, "pinwatch_driver_rescued_pins_total"),
+        0.0
+    );
     assert!(observed.stats.runtime_stalled_time >= Duration::from_millis(1500));
 }
 

@@ -2,6 +2,7 @@
 //! once under bounded labels, and the worker-seconds of pins as a counter that never goes back.
 
 use crate::event::PinnedEvent;
+use std::time::Duration;
 
 /// Pin-duration histogram buckets, in seconds: from 25 ms (just past the default threshold) to a
 /// minute. Prometheus and OTLP use the same.
@@ -112,7 +113,7 @@ pub(crate) struct VictimCount {
     /// Tasks polled after waiting at least the threshold while the pin ran.
     pub tasks: u64,
     /// Their waits, added up.
-    pub wait: std::time::Duration,
+    pub wait: Duration,
 }
 
 /// What `e` adds to the victim counters, counting each pin once: only its completed report
@@ -132,6 +133,30 @@ pub(crate) fn victim_count(e: &PinnedEvent) -> Option<VictimCount> {
     })
 }
 
+/// How long a pin runs on after its hand-over, at least, for the rescue to count it
+/// (`pinwatch_driver_rescued_pins_total`): without the rescue the whole runtime would have stood
+/// still that long. A hand-over for a pin of tens of milliseconds is the rescue at work; many of
+/// them add up to no second of anyone's stall (helper-64, helper-68).
+pub(crate) const LONG_RESCUE: Duration = Duration::from_secs(1);
+
+/// How long pin `e` has run since pinwatch handed the runtime's timers and I/O, which it left
+/// undriven, to a worker that pinwatch woke (`PINWATCH_RESCUE`; [`Drivers`]): the stall the
+/// rescue spared the service, for without it nobody would have driven them until the pin
+/// ended. Zero for a pin whose drivers were never undriven, or taken over with no wake-up of
+/// pinwatch's during the pin, or undriven again (until the next hand-over; a pin handed over
+/// twice counts from the latest), or retracted (its worker was not held).
+///
+/// [`Drivers`]: crate::event::Drivers
+pub(crate) fn rescued(e: &PinnedEvent) -> Duration {
+    let Some(d) = e.drivers.as_ref().filter(|d| d.woke_worker) else {
+        return Duration::ZERO;
+    };
+    match (e.state, d.taken_over_after) {
+        (crate::event::State::Retracted, _) | (_, None) => Duration::ZERO,
+        (_, Some(after)) => e.duration.saturating_sub(after),
+    }
+}
+
 /// Pins still open in [`PinTime`] at most; past it, the oldest that are not running any more
 /// (their completion was dropped) are forgotten.
 pub(crate) const MAX_OPEN_PINS: usize = 4096;
@@ -143,9 +168,12 @@ pub(crate) const MAX_OPEN_PINS: usize = 4096;
 /// the reason changes between reports, not when a pin has ended but its completion is still on
 /// its way (the live age is gone, the accounted time stays), not when the completion is dropped.
 /// A metrics exporter serves one detector, so a pin is named by its event id alone.
+///
+/// It also tells, once a pin, when a report first shows it [`rescued`] for [`LONG_RESCUE`].
 pub(crate) struct PinTime {
-    /// By event id: the reason the pin's latest time went to, and the time accounted.
-    open: std::collections::BTreeMap<u64, (crate::event::Reason, std::time::Duration)>,
+    /// By event id: the reason the pin's latest time went to, the time accounted, and whether
+    /// its long rescue was told.
+    open: std::collections::BTreeMap<u64, (crate::event::Reason, Duration, bool)>,
     /// The pins running at the last [`advance`](Self::advance): never forgotten.
     running: Vec<u64>,
 }
@@ -159,37 +187,42 @@ impl PinTime {
     }
 
     /// Accounts the report `e`: calls `add(reason, increment)` for the time it has beyond what
-    /// its pin has accounted (a pin never seen before: all of it). A completed or retracted pin
-    /// is closed. A pin that holds no worker (a multi-thread runtime's `block_on` body) costs
-    /// no worker time and is never accounted, nor advanced while it runs: a `main` blocked for
-    /// an hour lost the service none of its workers (helper-64: it read as half the worker time
-    /// of two workers, and paged).
+    /// its pin has accounted (a pin never seen before: all of it), and returns true when it is
+    /// the first report of its pin to show it [`rescued`] for [`LONG_RESCUE`] or more (one pin,
+    /// however many pins the same hand-over freed, or reports it has). A completed or retracted
+    /// pin is closed. A pin that holds no worker (a
+    /// multi-thread runtime's `block_on` body) costs no worker time and is never accounted, nor
+    /// advanced while it runs: a `main` blocked for an hour lost the service none of its
+    /// workers (helper-64: it read as half the worker time of two workers, and paged).
     pub(crate) fn report(
         &mut self,
         e: &PinnedEvent,
-        mut add: impl FnMut(crate::event::Reason, std::time::Duration),
-    ) {
+        mut add: impl FnMut(crate::event::Reason, Duration),
+    ) -> bool {
         use crate::event::{Reason, State};
         if !e.holds_worker() {
-            return;
+            return false;
         }
         let reason = e.reason.unwrap_or(Reason::Other);
-        let accounted = self
+        let (accounted, told) = self
             .open
             .get(&e.id)
-            .map_or(std::time::Duration::ZERO, |o| o.1);
+            .map_or((Duration::ZERO, false), |o| (o.1, o.2));
         if e.duration > accounted {
             add(reason, e.duration - accounted);
         }
+        let long = rescued(e) >= LONG_RESCUE;
         match e.state {
             State::InProgress => {
-                self.open.insert(e.id, (reason, e.duration.max(accounted)));
+                self.open
+                    .insert(e.id, (reason, e.duration.max(accounted), told || long));
                 self.bound();
             }
             State::Completed | State::Retracted => {
                 self.open.remove(&e.id);
             }
         }
+        long && !told
     }
 
     /// Advances each open pin that is running (`pinned`: event id and age, as [`Live`] has
@@ -197,11 +230,11 @@ impl PinTime {
     /// running pin not yet reported is left for its report, which carries its reason.
     pub(crate) fn advance(
         &mut self,
-        pinned: &[(u64, std::time::Duration)],
-        mut add: impl FnMut(crate::event::Reason, std::time::Duration),
+        pinned: &[(u64, Duration)],
+        mut add: impl FnMut(crate::event::Reason, Duration),
     ) {
         for (id, age) in pinned {
-            if let Some((reason, accounted)) = self.open.get_mut(id) {
+            if let Some((reason, accounted, _)) = self.open.get_mut(id) {
                 if *age > *accounted {
                     add(*reason, *age - *accounted);
                     *accounted = *age;
@@ -295,6 +328,58 @@ mod tests {
             ..Default::default()
         });
         e
+    }
+
+    /// A pin counts as rescued once, at the first report that shows it ran on a second or more
+    /// after a hand-over that pinwatch woke a worker for: not before, not again at its later
+    /// reports or its completion, and not when the drivers are undriven again. Two pins freed
+    /// by the same hand-over are two pins. A hand-over pinwatch did not cause, a pin that ran
+    /// on less than a second, a retracted pin and a body that holds no worker count nothing.
+    #[test]
+    fn a_pin_counts_as_rescued_once_when_it_ran_on_a_second_after_its_hand_over() {
+        use crate::event::Drivers;
+        let pin = |id, state, ms, after: Option<u64>, woke_worker| {
+            let mut e = PinnedEvent::for_test(id, state, Reason::Sleep, ms, 1);
+            e.runtime_stalled = true;
+            e.drivers = Some(Drivers {
+                undriven: MS(20),
+                taken_over_after: after.map(MS),
+                woke_worker,
+                ..Default::default()
+            });
+            e
+        };
+        let mut body = pin(6, State::Completed, 4_000, Some(30), true);
+        body.block_on = true;
+        body.worker.index = None;
+        let steps = [
+            // Undriven, not taken over yet.
+            (pin(1, State::InProgress, 25, None, true), 0),
+            // Taken over 30 ms in; 970 ms since at the 1 s report: not yet.
+            (pin(1, State::InProgress, 1_000, Some(30), true), 0),
+            (pin(1, State::InProgress, 2_000, Some(30), true), 1),
+            // Undriven again, then handed over again: already counted.
+            (pin(1, State::InProgress, 2_500, None, true), 1),
+            (pin(1, State::InProgress, 4_000, Some(2_600), true), 1),
+            (pin(1, State::Completed, 5_000, Some(2_600), true), 1),
+            // Freed by the same hand-over as pin 1: a pin of its own; its completion is the
+            // first report it has past the second.
+            (pin(2, State::Completed, 3_000, Some(30), true), 2),
+            // A worker took the drivers over with no wake-up of pinwatch's.
+            (pin(3, State::Completed, 3_000, Some(30), false), 2),
+            // 36 short pins a minute, each handed over (helper-64's): nothing.
+            (pin(4, State::Completed, 45, Some(23), true), 2),
+            (pin(5, State::InProgress, 2_000, Some(30), true), 3),
+            (pin(5, State::Retracted, 2_100, Some(30), true), 3),
+            (body, 3),
+        ];
+        let mut time = PinTime::new();
+        let mut rescued = 0;
+        for (i, (e, want)) in steps.iter().enumerate() {
+            rescued += usize::from(time.report(e, |_, _| {}));
+            assert_eq!(rescued, *want, "after step {i}: {e:?}");
+        }
+        assert_eq!(time.open(), 0);
     }
 
     /// A multi-thread runtime's `block_on` body holds no worker: its time is no worker time,

@@ -61,11 +61,14 @@ pub(crate) fn protocol(
     }
 }
 
-/// What `pinwatch.pinned` reports: the worker-time of pins, by reason, only ever added to (a
-/// cumulative OTLP sum that goes down reads as a counter reset to the backend).
+/// What `pinwatch.pinned` and `pinwatch.driver.rescued_pins` report: the worker-time of pins,
+/// by reason, and the pins rescued, only ever added to (a cumulative OTLP sum that goes down
+/// reads as a counter reset to the backend).
 struct MetricState {
     /// Worker-time accounted so far, by reason (as in [`Reason::ALL`]).
     totals: [Duration; Reason::ALL.len()],
+    /// Pins rescued for a second or more so far ([`super::PinTime::report`]).
+    rescued: u64,
     /// How much of each open pin `totals` holds.
     time: super::PinTime,
 }
@@ -74,6 +77,7 @@ impl MetricState {
     fn new() -> MetricState {
         MetricState {
             totals: [Duration::ZERO; Reason::ALL.len()],
+            rescued: 0,
             time: super::PinTime::new(),
         }
     }
@@ -81,8 +85,10 @@ impl MetricState {
     /// Accounts a report, on the OTLP thread.
     fn report(&mut self, e: &PinnedEvent) {
         let totals = &mut self.totals;
-        self.time
+        let rescued = self
+            .time
             .report(e, |r, more| totals[reason_index(Some(r))] += more);
+        self.rescued += u64::from(rescued);
     }
 
     /// The values of `pinwatch.pinned` by reason (as in [`Reason::ALL`]), the running pins
@@ -665,6 +671,23 @@ fn register_metrics(meters: &SdkMeterProvider, live: LiveFn, state: Arc<Mutex<Me
                 "Times a pin left the runtime's timers and I/O undriven and a worker pinwatch woke took them over.",
             )
             .with_callback(move |obs| obs.observe((live)().handovers, &[]))
+            .build();
+    }
+    {
+        let state = Arc::clone(&state);
+        let _ = meter
+            .u64_observable_counter("pinwatch.driver.rescued_pins")
+            .with_unit("{pin}")
+            .with_description(
+                "Pins that ran on a second or more after their hand-over: without \
+                 PINWATCH_RESCUE each would have stalled the whole runtime that long.",
+            )
+            .with_callback(move |obs| {
+                let Ok(s) = state.lock() else { return };
+                let rescued = s.rescued;
+                drop(s);
+                obs.observe(rescued, &[]);
+            })
             .build();
     }
     {

@@ -243,6 +243,12 @@ pub const METRICS: &[MetricDoc] = &[
         help: "Times a pin left the runtime's timers and I/O undriven and a worker pinwatch woke took them over (PINWATCH_RESCUE).",
     },
     MetricDoc {
+        name: "pinwatch_driver_rescued_pins_total",
+        kind: "counter",
+        labels: &[],
+        help: "Pins that ran on a second or more after their hand-over (pinwatch_driver_handovers_total): without PINWATCH_RESCUE each would have stalled the whole runtime that long; counted once a pin, at the first report that shows it (a pin still running too).",
+    },
+    MetricDoc {
         name: "pinwatch_victim_tasks_total",
         kind: "counter",
         labels: &["reason"],
@@ -297,6 +303,7 @@ struct Metrics {
     stalled: IntGauge,
     stalled_seconds: Counter,
     handovers: IntCounter,
+    rescued_pins: IntCounter,
     victim_tasks: IntCounterVec,
     victim_wait: CounterVec,
     busy_waits: IntCounter,
@@ -366,6 +373,7 @@ impl PinwatchCollector {
             stalled: IntGauge::with_opts(opts("pinwatch_runtime_stalled"))?,
             stalled_seconds: Counter::with_opts(opts("pinwatch_runtime_stall_seconds_total"))?,
             handovers: IntCounter::with_opts(opts("pinwatch_driver_handovers_total"))?,
+            rescued_pins: IntCounter::with_opts(opts("pinwatch_driver_rescued_pins_total"))?,
             victim_tasks: IntCounterVec::new(opts("pinwatch_victim_tasks_total"), &["reason"])?,
             victim_wait: CounterVec::new(opts("pinwatch_victim_wait_seconds_total"), &["reason"])?,
             busy_waits: IntCounter::with_opts(opts("pinwatch_busy_waits_total"))?,
@@ -388,7 +396,7 @@ impl PinwatchCollector {
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let collectors: [&dyn Collector; 18] = [
+        let collectors: [&dyn Collector; 19] = [
             &metrics.pins,
             &metrics.durations,
             &metrics.pinned_seconds,
@@ -402,6 +410,7 @@ impl PinwatchCollector {
             &metrics.stalled,
             &metrics.stalled_seconds,
             &metrics.handovers,
+            &metrics.rescued_pins,
             &metrics.victim_tasks,
             &metrics.victim_wait,
             &metrics.busy_waits,
@@ -505,7 +514,7 @@ impl Collector for PinwatchCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         self.refresh();
         let m = &self.inner.metrics;
-        let collectors: [&dyn Collector; 18] = [
+        let collectors: [&dyn Collector; 19] = [
             &m.pins,
             &m.durations,
             &m.pinned_seconds,
@@ -519,6 +528,7 @@ impl Collector for PinwatchCollector {
             &m.stalled,
             &m.stalled_seconds,
             &m.handovers,
+            &m.rescued_pins,
             &m.victim_tasks,
             &m.victim_wait,
             &m.busy_waits,
@@ -553,11 +563,14 @@ impl Sink for PrometheusSink {
             m.by_request.with_label_values(&[&labels.request]).inc();
         }
         // The reason can sharpen with more samples: later time goes to the latest.
-        state.time.report(e, |reason, more| {
+        let rescued = state.time.report(e, |reason, more| {
             m.pinned_seconds
                 .with_label_values(&[reason.as_str()])
                 .inc_by(more.as_secs_f64())
         });
+        if rescued {
+            m.rescued_pins.inc();
+        }
         if e.state == State::Completed && worker {
             m.durations
                 .with_label_values(&[reason])

@@ -144,7 +144,8 @@ pub(crate) const LONG_RESCUE: Duration = Duration::from_secs(1);
 /// rescue spared the service, for without it nobody would have driven them until the pin
 /// ended. Zero for a pin whose drivers were never undriven, or taken over with no wake-up of
 /// pinwatch's during the pin, or undriven again (until the next hand-over; a pin handed over
-/// twice counts from the latest), or retracted (its worker was not held).
+/// twice counts from the latest), or retracted (its worker was not held; a report before the
+/// retraction may have counted it already, and a counter does not go back).
 ///
 /// [`Drivers`]: crate::event::Drivers
 pub(crate) fn rescued(e: &PinnedEvent) -> Duration {
@@ -249,7 +250,7 @@ impl PinTime {
     /// Keeps at most [`MAX_OPEN_PINS`]: forgets the oldest (lowest ids: they are handed out in
     /// order) that were not running at the last `advance`. Such a pin's completion was dropped
     /// or is very late; if it arrives after all, its time is counted again from zero (more,
-    /// never less).
+    /// never less), and its rescue again if it was counted (helper-69).
     fn bound(&mut self) {
         while self.open.len() > MAX_OPEN_PINS {
             let running = &self.running;
@@ -334,7 +335,8 @@ mod tests {
     /// after a hand-over that pinwatch woke a worker for: not before, not again at its later
     /// reports or its completion, and not when the drivers are undriven again. Two pins freed
     /// by the same hand-over are two pins. A hand-over pinwatch did not cause, a pin that ran
-    /// on less than a second, a retracted pin and a body that holds no worker count nothing.
+    /// on less than a second and a body that holds no worker count nothing; a retracted pin
+    /// stays counted if a report before counted it (a counter does not go back).
     #[test]
     fn a_pin_counts_as_rescued_once_when_it_ran_on_a_second_after_its_hand_over() {
         use crate::event::Drivers;

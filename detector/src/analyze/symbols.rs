@@ -188,14 +188,14 @@ impl Image {
             .as_mut()
             .map(|d| d.frames(probe))
             .unwrap_or_default();
+        // The symbol holding the probe: a scan of the symbol table, done once, and only when a
+        // frame needs it.
+        let opened: &Opened = opened;
         let mut symbol = None;
-        let mut symbol_name = |opened: &Opened| {
-            symbol
-                .get_or_insert_with(|| opened.symbol(probe).map(demangle))
-                .clone()
-        };
+        let mut symbol = || *symbol.get_or_insert_with(|| opened.symbol(probe));
         if raw.is_empty() {
-            return symbol_name(opened)
+            return symbol()
+                .map(demangle)
                 .map(|name| {
                     vec![Frame {
                         function: Some(name),
@@ -214,10 +214,10 @@ impl Image {
                 // another language's function keeps its debug-info name.
                 let function = match from_dwarf {
                     Some(n) if f.plain_outer && !has_path(&n) => {
-                        opened.symbol(probe).and_then(rust_name).or(Some(n))
+                        symbol().and_then(rust_name).or(Some(n))
                     }
                     Some(n) => Some(n),
-                    None => symbol_name(opened),
+                    None => symbol().map(demangle),
                 };
                 Frame {
                     function,
@@ -233,10 +233,11 @@ impl Image {
 /// A Rust symbol's name, demangled without its hash; `None` for another language's, whose debug
 /// info names it better (a C function's symbol can be `scale.constprop.0`, helper-68).
 fn rust_name(raw: &[u8]) -> Option<String> {
-    let s = std::str::from_utf8(raw).ok()?;
-    rustc_demangle::try_demangle(s)
+    let s = String::from_utf8_lossy(raw);
+    let name = rustc_demangle::try_demangle(&s)
         .ok()
-        .map(|d| format!("{d:#}"))
+        .map(|d| format!("{d:#}"));
+    name
 }
 
 /// Whether a function's name has a path (`a::b`, `<T as a::Tr>::f`), not counting what its
@@ -306,11 +307,7 @@ impl Opened {
 /// A symbol's name as `backtrace` printed it with `{:#}`: Rust names demangled without their
 /// hash, others as they are.
 fn demangle(raw: &[u8]) -> String {
-    let s = String::from_utf8_lossy(raw);
-    match rustc_demangle::try_demangle(&s) {
-        Ok(d) => format!("{d:#}"),
-        Err(_) => s.into_owned(),
-    }
+    rust_name(raw).unwrap_or_else(|| String::from_utf8_lossy(raw).into_owned())
 }
 
 /// The loaded objects (none where stacks are never sampled: 32-bit targets).

@@ -191,7 +191,7 @@ impl PinTime {
     /// its pin has accounted (a pin never seen before: all of it), and returns true when it is
     /// the first report of its pin to show it [`rescued`] for [`LONG_RESCUE`] or more (one pin,
     /// however many pins the same hand-over freed, or reports it has). A completed or retracted
-    /// pin is closed. A pin that holds no worker (a
+    /// pin is closed; a retraction adds no time. A pin that holds no worker (a
     /// multi-thread runtime's `block_on` body) costs no worker time and is never accounted, nor
     /// advanced while it runs: a `main` blocked for an hour lost the service none of its
     /// workers (helper-64: it read as half the worker time of two workers, and paged).
@@ -209,7 +209,9 @@ impl PinTime {
             .open
             .get(&e.id)
             .map_or((Duration::ZERO, false), |o| (o.1, o.2));
-        if e.duration > accounted {
+        // A retraction voids the pin (its poll held no worker): no more time, though what its
+        // earlier reports and live age accounted stays, as a counter does not go back.
+        if e.duration > accounted && e.state != State::Retracted {
             add(reason, e.duration - accounted);
         }
         let long = rescued(e) >= LONG_RESCUE;
@@ -466,6 +468,20 @@ mod tests {
         // The 400 ms seen under cpu stay there; only the rest goes to sleep.
         assert_eq!(last[0], MS(400));
         assert_eq!(last[1], MS(100));
+    }
+
+    /// A retracted poll held no worker: its retraction adds no time, whether its earlier
+    /// reports were seen (what they and its live age accounted stays) or dropped.
+    #[test]
+    fn a_retraction_adds_no_worker_time() {
+        let s = series(&[
+            Report(1, State::InProgress, Reason::Cpu, 25),
+            Live(&[(1, 60)]),
+            Report(1, State::Retracted, Reason::Cpu, 200),
+            Report(2, State::Retracted, Reason::Cpu, 300),
+        ]);
+        assert_never_back(&s);
+        assert_eq!(s.last().unwrap()[0], MS(60));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub(crate) struct PinCounter {
 }
 
 /// The labels a pin is counted under, once, at its first report.
+#[derive(Debug, PartialEq)]
 pub(crate) struct PinLabels {
     /// Its function ([`location_label`]), bounded.
     pub location: String,
@@ -172,11 +173,20 @@ pub(crate) const MAX_OPEN_PINS: usize = 4096;
 ///
 /// It also tells, once a pin, when a report first shows it [`rescued`] for [`LONG_RESCUE`].
 pub(crate) struct PinTime {
-    /// By event id: the reason the pin's latest time went to, the time accounted, and whether
-    /// its long rescue was told.
-    open: std::collections::BTreeMap<u64, (crate::event::Reason, Duration, bool)>,
+    /// By event id.
+    open: std::collections::BTreeMap<u64, OpenPin>,
     /// The pins running at the last [`advance`](Self::advance): never forgotten.
     running: Vec<u64>,
+}
+
+/// What [`PinTime`] keeps of a pin seen and not yet completed.
+struct OpenPin {
+    /// The reason the pin's latest time went to.
+    reason: crate::event::Reason,
+    /// The time accounted.
+    accounted: Duration,
+    /// Whether a report has shown it [`rescued`] for [`LONG_RESCUE`].
+    rescue_told: bool,
 }
 
 impl PinTime {
@@ -208,7 +218,7 @@ impl PinTime {
         let (accounted, told) = self
             .open
             .get(&e.id)
-            .map_or((Duration::ZERO, false), |o| (o.1, o.2));
+            .map_or((Duration::ZERO, false), |o| (o.accounted, o.rescue_told));
         // A retraction voids the pin (its poll held no worker): no more time, though what its
         // earlier reports and live age accounted stays, as a counter does not go back.
         if e.duration > accounted && e.state != State::Retracted {
@@ -217,8 +227,12 @@ impl PinTime {
         let long = rescued(e) >= LONG_RESCUE;
         match e.state {
             State::InProgress => {
-                self.open
-                    .insert(e.id, (reason, e.duration.max(accounted), told || long));
+                let open = OpenPin {
+                    reason,
+                    accounted: e.duration.max(accounted),
+                    rescue_told: told || long,
+                };
+                self.open.insert(e.id, open);
                 self.bound();
             }
             State::Completed | State::Retracted => {
@@ -237,10 +251,10 @@ impl PinTime {
         mut add: impl FnMut(crate::event::Reason, Duration),
     ) {
         for (id, age) in pinned {
-            if let Some((reason, accounted, _)) = self.open.get_mut(id) {
-                if *age > *accounted {
-                    add(*reason, *age - *accounted);
-                    *accounted = *age;
+            if let Some(open) = self.open.get_mut(id) {
+                if *age > open.accounted {
+                    add(open.reason, *age - open.accounted);
+                    open.accounted = *age;
                 }
             }
         }
@@ -267,6 +281,75 @@ impl PinTime {
     #[cfg(test)]
     pub(crate) fn open(&self) -> usize {
         self.open.len()
+    }
+}
+
+/// The one step both metrics exporters take for each report and each scrape: what a report adds
+/// to the pin metrics ([`PinTally::report`]) and what running pins add to the worker time
+/// ([`PinTally::advance`]). An exporter only applies the [`Added`] to its own instruments, so
+/// Prometheus and OTLP count the same pins under the same gates.
+pub(crate) struct PinTally {
+    seen: PinCounter,
+    time: PinTime,
+}
+
+/// What one report adds to the pin metrics.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Added {
+    /// The labels of a pin's first countable report (`pinwatch_pins_by_location_total`,
+    /// `pinwatch_pins_by_request_total`): every pin, a `block_on` body's too.
+    pub labels: Option<PinLabels>,
+    /// The reason to count a pin of a worker under (`pinwatch_pins_total`), at its first
+    /// countable report: `other` when it has none.
+    pub pin: Option<crate::event::Reason>,
+    /// Worker time past what the pin had accounted, and the reason it goes to
+    /// (`pinwatch_pinned_seconds_total`).
+    pub time: Option<(crate::event::Reason, Duration)>,
+    /// The first report to show the pin [`rescued`] for [`LONG_RESCUE`]
+    /// (`pinwatch_driver_rescued_pins_total`).
+    pub rescued: bool,
+    /// A completed worker pin's duration and reason (`pinwatch_pin_duration_seconds`).
+    pub duration: Option<(crate::event::Reason, Duration)>,
+    /// Its victims ([`victim_count`]).
+    pub victims: Option<VictimCount>,
+}
+
+impl PinTally {
+    /// Counts at most `max_labels` values of each label, `other` among them ([`PinCounter`]).
+    pub(crate) fn new(max_labels: usize) -> PinTally {
+        PinTally {
+            seen: PinCounter::new(max_labels),
+            time: PinTime::new(),
+        }
+    }
+
+    /// What the report `e` adds. A pin that holds no worker (a multi-thread runtime's
+    /// `block_on` body) is a pin of its location and request, not of the workers' counts, time
+    /// or durations. The reason can sharpen with more samples: later time goes to the latest.
+    pub(crate) fn report(&mut self, e: &PinnedEvent) -> Added {
+        let reason = e.reason.unwrap_or(crate::event::Reason::Other);
+        let worker = e.holds_worker();
+        let labels = self.seen.first_report(e);
+        let mut time = None;
+        let rescued = self.time.report(e, |r, more| time = Some((r, more)));
+        Added {
+            pin: (worker && labels.is_some()).then_some(reason),
+            labels,
+            time,
+            rescued,
+            duration: (worker && e.state == crate::event::State::Completed)
+                .then_some((reason, e.duration)),
+            victims: victim_count(e),
+        }
+    }
+
+    /// Advances the running pins to their ages ([`PinTime::advance`]).
+    pub(crate) fn advance(
+        &mut self,
+        pinned: &[(u64, Duration)],
+        add: impl FnMut(crate::event::Reason, Duration),
+    ) {
+        self.time.advance(pinned, add);
     }
 }
 
@@ -384,6 +467,100 @@ mod tests {
             assert_eq!(rescued, *want, "after step {i}: {e:?}");
         }
         assert_eq!(time.open(), 0);
+    }
+
+    /// What each report of a pin adds, as both exporters apply it: the labels and the pin at
+    /// its first report only, the time past what was accounted at each, the duration and the
+    /// victims at its completion; a body that holds no worker only its labels; a retraction
+    /// nothing.
+    #[test]
+    fn a_tally_adds_each_part_of_a_pin_once_and_a_body_only_its_labels() {
+        let mut tally = PinTally::new(8);
+        let labels = |location: &str| {
+            Some(PinLabels {
+                location: location.to_owned(),
+                request: crate::event::NO_SPAN.to_owned(),
+            })
+        };
+        let first = tally.report(&PinnedEvent::for_test(
+            1,
+            State::InProgress,
+            Reason::Cpu,
+            25,
+            3,
+        ));
+        let location = first.labels.as_ref().map(|l| l.location.clone()).unwrap();
+        assert_eq!(
+            first,
+            Added {
+                labels: labels(&location),
+                pin: Some(Reason::Cpu),
+                time: Some((Reason::Cpu, MS(25))),
+                ..Added::default()
+            }
+        );
+        assert_eq!(
+            tally.report(&PinnedEvent::for_test(
+                1,
+                State::InProgress,
+                Reason::Sleep,
+                300,
+                3
+            )),
+            Added {
+                time: Some((Reason::Sleep, MS(275))),
+                ..Added::default()
+            }
+        );
+        let done = with_victims(
+            PinnedEvent::for_test(1, State::Completed, Reason::Sleep, 320, 3),
+            true,
+            2,
+            80,
+        );
+        assert_eq!(
+            tally.report(&done),
+            Added {
+                time: Some((Reason::Sleep, MS(20))),
+                duration: Some((Reason::Sleep, MS(320))),
+                victims: Some(VictimCount {
+                    reason: Reason::Sleep,
+                    tasks: 2,
+                    wait: MS(80),
+                }),
+                ..Added::default()
+            }
+        );
+        let mut body = PinnedEvent::for_test(2, State::Completed, Reason::Io, 900, 3);
+        body.block_on = true;
+        body.worker.index = None;
+        assert_eq!(
+            tally.report(&body),
+            Added {
+                labels: labels(&location),
+                ..Added::default()
+            }
+        );
+        // A retraction voids its poll's time past what earlier reports accounted.
+        tally.report(&PinnedEvent::for_test(
+            4,
+            State::InProgress,
+            Reason::Cpu,
+            25,
+            3,
+        ));
+        let retracted = PinnedEvent::for_test(4, State::Retracted, Reason::Cpu, 200, 3);
+        assert_eq!(tally.report(&retracted), Added::default());
+        let mut e = PinnedEvent::for_test(3, State::Retracted, Reason::Cpu, 30, 3);
+        e.reason = None;
+        assert_eq!(tally.report(&e), Added::default());
+        // No reason: counted under `other`.
+        e.state = State::Completed;
+        let added = tally.report(&e);
+        assert_eq!(
+            (added.pin, added.duration),
+            (Some(Reason::Other), Some((Reason::Other, MS(30))))
+        );
     }
 
     /// A multi-thread runtime's `block_on` body holds no worker: its time is no worker time,

@@ -38,7 +38,7 @@ pub(crate) use live::LiveFn;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub use metrics::DURATION_BUCKETS;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
-pub(crate) use metrics::{victim_count, PinCounter, PinTime};
+pub(crate) use metrics::{Added, PinTally};
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
 pub(crate) use record::{Recorder, RecordingRef};
 pub(crate) use running::{Drops, Parts, Running};

@@ -25,7 +25,7 @@ use opentelemetry_sdk::Resource;
 
 use super::LiveFn;
 use super::{Exporter, Outlet, Parts, Started};
-use crate::event::{PinnedEvent, Reason, State};
+use crate::event::{PinnedEvent, Reason};
 use crate::Error;
 
 /// The OTLP log record's event name.
@@ -61,41 +61,43 @@ pub(crate) fn protocol(
     }
 }
 
-/// What `pinwatch.pinned` and `pinwatch.driver.rescued_pins` report: the worker-time of pins,
-/// by reason, and the pins rescued, only ever added to (a cumulative OTLP sum that goes down
-/// reads as a counter reset to the backend).
+/// What the metrics hold of each pin ([`super::PinTally`]), and what `pinwatch.pinned` and
+/// `pinwatch.driver.rescued_pins` report: the worker-time of pins, by reason, and the pins
+/// rescued, only ever added to (a cumulative OTLP sum that goes down reads as a counter reset to
+/// the backend). The reader thread's callbacks read it; the client's thread reports to it.
 struct MetricState {
     /// Worker-time accounted so far, by reason (as in [`Reason::ALL`]).
     totals: [Duration; Reason::ALL.len()],
-    /// Pins rescued for a second or more so far ([`super::PinTime::report`]).
+    /// Pins rescued for a second or more so far.
     rescued: u64,
-    /// How much of each open pin `totals` holds.
-    time: super::PinTime,
+    tally: super::PinTally,
 }
 
 impl MetricState {
-    fn new() -> MetricState {
+    fn new(max_locations: usize) -> MetricState {
         MetricState {
             totals: [Duration::ZERO; Reason::ALL.len()],
             rescued: 0,
-            time: super::PinTime::new(),
+            tally: super::PinTally::new(max_locations),
         }
     }
 
-    /// Accounts a report, on the OTLP thread.
-    fn report(&mut self, e: &PinnedEvent) {
-        let totals = &mut self.totals;
-        let rescued = self
-            .time
-            .report(e, |r, more| totals[reason_index(Some(r))] += more);
-        self.rescued += u64::from(rescued);
+    /// Accounts a report, on the OTLP thread: the observed values here, the rest returned for
+    /// the event-driven [`Instruments`].
+    fn report(&mut self, e: &PinnedEvent) -> super::Added {
+        let added = self.tally.report(e);
+        if let Some((r, more)) = added.time {
+            self.totals[reason_index(Some(r))] += more;
+        }
+        self.rescued += u64::from(added.rescued);
+        added
     }
 
     /// The values of `pinwatch.pinned` by reason (as in [`Reason::ALL`]), the running pins
     /// (`running`: id and live age) advanced to now.
     fn pinned(&mut self, running: &[(u64, Duration)]) -> [f64; Reason::ALL.len()] {
         let totals = &mut self.totals;
-        self.time
+        self.tally
             .advance(running, |r, more| totals[reason_index(Some(r))] += more);
         self.totals.map(|d| d.as_secs_f64())
     }
@@ -133,8 +135,11 @@ impl super::threaded::OwnThread for Client {
     fn event(&mut self, e: &PinnedEvent) {
         let _entered = self.runtime.0.as_ref().map(|r| r.enter());
         emit(&self.logger, e);
-        record(&self.state, e);
-        self.instruments.record(e);
+        // The instruments are applied outside the lock that the reader's callbacks take.
+        let Ok(added) = self.state.lock().map(|mut s| s.report(e)) else {
+            return;
+        };
+        self.instruments.record(added);
     }
 
     fn flush(&mut self) {
@@ -248,9 +253,9 @@ impl Otlp {
             .with_resource(resource)
             .with_reader(PeriodicReader::builder(metric_exporter).build())
             .build();
-        let state = Arc::new(Mutex::new(MetricState::new()));
+        let state = Arc::new(Mutex::new(MetricState::new(max_locations)));
         register_metrics(&meters, live, Arc::clone(&state));
-        let instruments = Instruments::new(&meters, max_locations);
+        let instruments = Instruments::new(&meters);
         let client = Client {
             logger: logs.logger("pinwatch"),
             logs,
@@ -400,11 +405,6 @@ impl opentelemetry_sdk::logs::LogExporter for Counting {
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
     }
-}
-
-fn record(state: &Mutex<MetricState>, e: &PinnedEvent) {
-    let Ok(mut s) = state.lock() else { return };
-    s.report(e);
 }
 
 /// One report as a log record: semantic conventions for the code location, `pinwatch.*` for the
@@ -726,11 +726,10 @@ struct Instruments {
     victim_tasks: opentelemetry::metrics::Counter<u64>,
     victim_wait: opentelemetry::metrics::Counter<f64>,
     reasons: Vec<KeyValue>,
-    pins_seen: super::PinCounter,
 }
 
 impl Instruments {
-    fn new(meters: &SdkMeterProvider, max_locations: usize) -> Instruments {
+    fn new(meters: &SdkMeterProvider) -> Instruments {
         let meter = meters.meter("pinwatch");
         let reasons: Vec<KeyValue> = Reason::ALL
             .iter()
@@ -793,33 +792,26 @@ impl Instruments {
             victim_tasks,
             victim_wait,
             reasons,
-            pins_seen: super::PinCounter::new(max_locations),
         }
     }
 
-    fn record(&mut self, e: &PinnedEvent) {
-        let reason = &self.reasons[reason_index(e.reason)];
-        // A pin that holds no worker (a multi-thread runtime's `block_on` body) is a pin of
-        // its location and request, not of the workers' counts, time or durations.
-        let worker = e.holds_worker();
-        if let Some(labels) = self.pins_seen.first_report(e) {
-            if worker {
-                self.pins.add(1, std::slice::from_ref(reason));
-            }
+    fn record(&mut self, added: super::Added) {
+        let reason = |r| std::slice::from_ref(&self.reasons[reason_index(Some(r))]);
+        if let Some(labels) = added.labels {
             self.by_location
                 .add(1, &[KeyValue::new("location", labels.location)]);
             self.by_request
                 .add(1, &[KeyValue::new("request", labels.request)]);
         }
-        if e.state == State::Completed && worker {
-            self.durations
-                .record(e.duration.as_secs_f64(), std::slice::from_ref(reason));
+        if let Some(r) = added.pin {
+            self.pins.add(1, reason(r));
         }
-        // Each pin's victims once, from its completed report; measured ones only.
-        if let Some(v) = super::victim_count(e) {
-            let reason = std::slice::from_ref(&self.reasons[reason_index(Some(v.reason))]);
-            self.victim_tasks.add(v.tasks, reason);
-            self.victim_wait.add(v.wait.as_secs_f64(), reason);
+        if let Some((r, duration)) = added.duration {
+            self.durations.record(duration.as_secs_f64(), reason(r));
+        }
+        if let Some(v) = added.victims {
+            self.victim_tasks.add(v.tasks, reason(v.reason));
+            self.victim_wait.add(v.wait.as_secs_f64(), reason(v.reason));
         }
     }
 }
@@ -827,6 +819,7 @@ impl Instruments {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::State;
 
     /// A collector that takes nothing is said at the first failed export, then at most once a
     /// minute, its error escaped and bounded (helper-60: an absent collector said nothing).
@@ -998,7 +991,7 @@ mod tests {
     #[test]
     fn pinned_seconds_never_go_back() {
         let ms = Duration::from_millis;
-        let mut state = MetricState::new();
+        let mut state = MetricState::new(16);
         let mut exported: Vec<[f64; Reason::ALL.len()]> = Vec::new();
         let ev = |id, st, r, d| PinnedEvent::for_test(id, st, r, d, 1);
         // 1: in_progress cpu, seen live at 400 ms, completed as sleep.

@@ -16,7 +16,7 @@ use prometheus::{
 
 use super::Sink;
 use super::{Exporter, Outlet, Parts, Started};
-use crate::event::{PinnedEvent, Reason, State};
+use crate::event::{PinnedEvent, Reason};
 use crate::Error;
 
 impl crate::Builder {
@@ -311,16 +311,10 @@ struct Metrics {
     build_info: IntGaugeVec,
 }
 
-struct Counted {
-    /// What `pinned_seconds` holds of each open pin.
-    time: super::PinTime,
-    /// Pins already counted, and the bounded location labels.
-    pins_seen: super::PinCounter,
-}
-
 struct Inner {
     metrics: Metrics,
-    state: Mutex<Counted>,
+    /// What the metrics hold of each pin.
+    tally: Mutex<super::PinTally>,
     live: LiveFn,
     descs: Vec<Desc>,
 }
@@ -337,10 +331,6 @@ impl std::fmt::Debug for PinwatchCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PinwatchCollector").finish_non_exhaustive()
     }
-}
-
-fn reason_label(r: Option<Reason>) -> &'static str {
-    r.map_or("other", Reason::as_str)
 }
 
 impl PinwatchCollector {
@@ -425,10 +415,7 @@ impl PinwatchCollector {
         Ok(PinwatchCollector {
             inner: Arc::new(Inner {
                 metrics,
-                state: Mutex::new(Counted {
-                    time: super::PinTime::new(),
-                    pins_seen: super::PinCounter::new(max_locations),
-                }),
+                tally: Mutex::new(super::PinTally::new(max_locations)),
                 live,
                 descs,
             }),
@@ -471,10 +458,10 @@ impl PinwatchCollector {
                 dropped.inc_by(total - seen);
             }
         }
-        let Ok(mut state) = inner.state.lock() else {
+        let Ok(mut tally) = inner.tally.lock() else {
             return;
         };
-        state.time.advance(&live.pinned, |reason, more| {
+        tally.advance(&live.pinned, |reason, more| {
             m.pinned_seconds
                 .with_label_values(&[reason.as_str()])
                 .inc_by(more.as_secs_f64())
@@ -546,38 +533,33 @@ pub(crate) struct PrometheusSink {
 
 impl Sink for PrometheusSink {
     fn event(&mut self, e: &PinnedEvent) {
-        let inner = &self.inner;
-        let m = &inner.metrics;
-        let reason = reason_label(e.reason);
-        let Ok(mut state) = inner.state.lock() else {
+        let m = &self.inner.metrics;
+        // Applied under the lock, as a scrape advances the time under it.
+        let Ok(mut tally) = self.inner.tally.lock() else {
             return;
         };
-        // A pin that holds no worker (a multi-thread runtime's `block_on` body) is a pin of
-        // its location and request, not of the workers' counts, time or durations.
-        let worker = e.holds_worker();
-        if let Some(labels) = state.pins_seen.first_report(e) {
-            if worker {
-                m.pins.with_label_values(&[reason]).inc();
-            }
+        let added = tally.report(e);
+        if let Some(labels) = added.labels {
             m.by_location.with_label_values(&[&labels.location]).inc();
             m.by_request.with_label_values(&[&labels.request]).inc();
         }
-        // The reason can sharpen with more samples: later time goes to the latest.
-        let rescued = state.time.report(e, |reason, more| {
+        if let Some(reason) = added.pin {
+            m.pins.with_label_values(&[reason.as_str()]).inc();
+        }
+        if let Some((reason, more)) = added.time {
             m.pinned_seconds
                 .with_label_values(&[reason.as_str()])
-                .inc_by(more.as_secs_f64())
-        });
-        if rescued {
+                .inc_by(more.as_secs_f64());
+        }
+        if added.rescued {
             m.rescued_pins.inc();
         }
-        if e.state == State::Completed && worker {
+        if let Some((reason, duration)) = added.duration {
             m.durations
-                .with_label_values(&[reason])
-                .observe(e.duration.as_secs_f64());
+                .with_label_values(&[reason.as_str()])
+                .observe(duration.as_secs_f64());
         }
-        // Each pin's victims once, from its completed report; measured ones only.
-        if let Some(v) = super::victim_count(e) {
+        if let Some(v) = added.victims {
             let reason = [v.reason.as_str()];
             m.victim_tasks.with_label_values(&reason).inc_by(v.tasks);
             m.victim_wait
@@ -719,6 +701,7 @@ fn pprof_seconds(query: &str) -> Result<Option<std::time::Duration>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::State;
     use std::time::Duration;
 
     fn event(id: u64, state: State, reason: Reason, ms: u64, line: u32) -> PinnedEvent {

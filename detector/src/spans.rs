@@ -455,7 +455,7 @@ impl std::fmt::Write for Pen<'_> {
     }
 }
 
-/// [`Pen::write_str`] of more than 16 bytes, past the inline room or past the limit.
+/// [`Pen`]'s `write_str` of more than 16 bytes, past the inline room or past the limit.
 #[inline(never)]
 fn write_long(text: &mut Text, limit: usize, s: &str) -> std::fmt::Result {
     if s.len() <= limit.saturating_sub(text.len()) {

@@ -70,7 +70,8 @@ pub(crate) fn woken(stack: &StackFacts) -> Verdict {
     }
 }
 
-/// [`classify`] with the stack's [`StackFacts`] (the default for a probe without a stack).
+/// The tests' `classify` with the stack's [`StackFacts`] (the default for a probe without a
+/// stack).
 pub(crate) fn classify_stack(
     proc: Option<&ProcState>,
     stack: &StackFacts,

@@ -126,7 +126,7 @@ impl Flight {
         self.push_line(e, &e.to_json_line());
     }
 
-    /// [`push`](Self::push) with `e`'s line made already (`e.to_json_line()`), for the sink
+    /// The tests' `push`, with `e`'s line made already (`e.to_json_line()`), for the sink
     /// that also writes it to the recordings: an event is serialised once.
     pub(crate) fn push_line(&self, e: &PinnedEvent, line: &str) {
         let entry = Entry {

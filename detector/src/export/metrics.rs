@@ -245,6 +245,8 @@ impl PinTime {
     /// Advances each open pin that is running (`pinned`: event id and age, as [`Live`] has
     /// them) to its age: `add(reason, increment)` for what goes past its accounted time. A
     /// running pin not yet reported is left for its report, which carries its reason.
+    ///
+    /// [`Live`]: super::live::Live
     pub(crate) fn advance(
         &mut self,
         pinned: &[(u64, Duration)],

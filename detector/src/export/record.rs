@@ -426,6 +426,8 @@ fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
 /// check is refused too (in such a directory nobody else can replace the service's own). Nor
 /// another user's file there ([`others_file_in_shared_dir`]), nor a file of `/proc` or `/sys`
 /// ([`kernel_fs`]).
+///
+/// [`planted_symlinks`]: crate::files::planted_symlinks
 fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     use std::os::unix::fs::FileTypeExt;
     // A new recording is its owner's only (stacks, span fields and thread names say what the
@@ -962,14 +964,14 @@ impl Recorder {
         RecorderSink(self.clone(), None)
     }
 
-    /// [`sink`](Self::sink), also keeping each event in `flight`: its line is made once for
+    /// The tests' `sink`, also keeping each event in `flight`: its line is made once for
     /// the flight recording and every recording running.
     pub(crate) fn sink_with(&self, flight: Option<super::Flight>) -> RecorderSink {
         RecorderSink(self.clone(), flight)
     }
 }
 
-/// See [`Recorder::sink`] and [`Recorder::sink_with`].
+/// See [`Recorder::sink_with`].
 pub(crate) struct RecorderSink(Recorder, Option<super::Flight>);
 
 impl Sink for RecorderSink {

@@ -64,7 +64,7 @@ pub(crate) fn begin_poll(
 /// hook's table was given up for it during the poll, or that table was full), that slot's poll,
 /// if one runs, ends early: its rest goes unwatched, and nothing is reported that did not
 /// happen. Needs nothing from its caller: the after-poll hook is the thread-local load and the
-/// cell's [`end`](PollCell::end).
+/// cell's [`end`](super::protocol::PollCell::end).
 #[inline(always)]
 pub(crate) fn end_poll() {
     // SAFETY: `cell` is `NO_CELL` or the cell of the slot the thread's `Claim` keeps alive

@@ -63,7 +63,8 @@ pub(crate) struct Slot {
     pub sample: SampleArea,
     /// The `tracing` spans the owner has entered ([`crate::spans`]).
     pub spans: SpanStack,
-    /// The running poll is unwinding from a panic, since when ([`poll_panics`]).
+    /// The running poll is unwinding from a panic, since when
+    /// ([`poll_panics`](crate::poll::claim::poll_panics)).
     pub unwinding: Unwinding,
     /// The first tasks polled after a flagged poll ([`super::waits`]).
     pub after_pin: AfterPins,

@@ -5,7 +5,7 @@
 //!   `Current` owner is marked ([`AFTER_PIN`]) so that its next polls miss the per-poll check
 //!   and take the cold path, which records them here; a full record or a park ends it. The
 //!   per-poll path is unchanged.
-//! - [`WaitRing`] (the `schedule-latency` feature): tasks tokio says waited at least the
+//! - `WaitRing` (the `schedule-latency` feature): tasks tokio says waited at least the
 //!   threshold between being woken and being polled, recorded by the after-poll hook of such a
 //!   poll (a clock read and a few stores, only for those), read by the watchdog at its next
 //!   scan.

@@ -11,8 +11,10 @@ use crate::poll::slot::Slot;
 
 /// The signal handler. Async-signal-safe: it reads a const thread-local, does atomic operations
 /// on memory that lives as long as the thread's slot claim, reads the monotonic clock, and runs
-/// the unwinder, which neither allocates nor locks where [`unwinder_is_signal_safe`] holds (the
-/// handler is installed only there). It never blocks.
+/// the unwinder, which neither allocates nor locks where [`unwinder_is_signal_safe_here`] holds
+/// (the handler is installed only there). It never blocks.
+///
+/// [`unwinder_is_signal_safe_here`]: super::unwinder_is_signal_safe_here
 pub(super) extern "C" fn handler(
     _sig: libc::c_int,
     _info: *mut libc::siginfo_t,

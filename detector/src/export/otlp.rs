@@ -12,7 +12,7 @@
 //! (`pinwatch_events_dropped_total{sink="otlp"}`) — it never slows the watchdog or the app.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
@@ -136,9 +136,11 @@ impl super::threaded::OwnThread for Client {
         let _entered = self.runtime.0.as_ref().map(|r| r.enter());
         emit(&self.logger, e);
         // The instruments are applied outside the lock that the reader's callbacks take.
-        let Ok(added) = self.state.lock().map(|mut s| s.report(e)) else {
-            return;
-        };
+        let added = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .report(e);
         self.instruments.record(added);
     }
 
@@ -583,9 +585,10 @@ fn register_metrics(meters: &SdkMeterProvider, live: LiveFn, state: Arc<Mutex<Me
             )
             .with_callback(move |obs| {
                 let running = (live)().pinned;
-                let Ok(mut s) = state.lock() else { return };
-                let total = s.pinned(&running);
-                drop(s);
+                let total = state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pinned(&running);
                 for (kv, v) in reasons.iter().zip(total) {
                     obs.observe(v, std::slice::from_ref(kv));
                 }
@@ -683,9 +686,7 @@ fn register_metrics(meters: &SdkMeterProvider, live: LiveFn, state: Arc<Mutex<Me
                  PINWATCH_RESCUE each would have stalled the whole runtime that long.",
             )
             .with_callback(move |obs| {
-                let Ok(s) = state.lock() else { return };
-                let rescued = s.rescued;
-                drop(s);
+                let rescued = state.lock().unwrap_or_else(PoisonError::into_inner).rescued;
                 obs.observe(rescued, &[]);
             })
             .build();

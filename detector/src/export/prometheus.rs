@@ -5,7 +5,7 @@
 //! [`METRICS`] lists every metric with its type and meaning; docs/prometheus.md's table, the
 //! dashboards and the alert rules are checked against it by tests.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -313,10 +313,62 @@ struct Metrics {
 
 struct Inner {
     metrics: Metrics,
-    /// What the metrics hold of each pin.
-    tally: Mutex<super::PinTally>,
+    counted: Mutex<Counted>,
     live: LiveFn,
     descs: Vec<Desc>,
+}
+
+/// What the counters hold. Changed under one lock by events and scrapes alike: two scrapes at
+/// once (a registry of the service's own, gathered from two threads) add each increment once.
+struct Counted {
+    /// Of each pin.
+    tally: super::PinTally,
+    /// Of the detector's running totals.
+    totals: Totals,
+}
+
+/// The detector's running totals as the counters have them: a scrape adds what its [`Live`]
+/// read has past them, never what another scrape added already, and a read older than one
+/// already added adds nothing.
+///
+/// [`Live`]: super::live::Live
+#[derive(Debug, Default, PartialEq)]
+struct Totals {
+    stall: std::time::Duration,
+    handovers: u64,
+    busy_waits: u64,
+    /// Events dropped, by where.
+    dropped: Vec<(&'static str, u64)>,
+}
+
+impl Totals {
+    /// Catches up to `live`; returns what that added to each.
+    fn catch_up(&mut self, live: &super::live::Live) -> Totals {
+        fn up(have: &mut u64, now: u64) -> u64 {
+            let more = now.saturating_sub(*have);
+            *have += more;
+            more
+        }
+        let stall = live.stall.1.saturating_sub(self.stall);
+        self.stall += stall;
+        let mut dropped = Vec::with_capacity(live.dropped.len());
+        for &(sink, now) in &live.dropped {
+            let i = match self.dropped.iter().position(|(s, _)| *s == sink) {
+                Some(i) => i,
+                None => {
+                    self.dropped.push((sink, 0));
+                    self.dropped.len() - 1
+                }
+            };
+            dropped.push((sink, up(&mut self.dropped[i].1, now)));
+        }
+        Totals {
+            stall,
+            handovers: up(&mut self.handovers, live.handovers),
+            busy_waits: up(&mut self.busy_waits, live.busy_waits),
+            dropped,
+        }
+    }
 }
 
 /// pinwatch's metrics as a `prometheus` collector. Register it into your own registry
@@ -415,7 +467,10 @@ impl PinwatchCollector {
         Ok(PinwatchCollector {
             inner: Arc::new(Inner {
                 metrics,
-                tally: Mutex::new(super::PinTally::new(max_locations)),
+                counted: Mutex::new(Counted {
+                    tally: super::PinTally::new(max_locations),
+                    totals: Totals::default(),
+                }),
                 live,
                 descs,
             }),
@@ -438,30 +493,18 @@ impl PinwatchCollector {
         m.workers.set(live.workers as i64);
         m.threshold.set(live.threshold.as_secs_f64());
         m.stalled.set(i64::from(live.stall.0));
-        let stalled = live.stall.1.as_secs_f64();
-        if stalled > m.stalled_seconds.get() {
-            m.stalled_seconds.inc_by(stalled - m.stalled_seconds.get());
-        }
-        if live.handovers > m.handovers.get() {
-            m.handovers.inc_by(live.handovers - m.handovers.get());
-        }
-        if live.busy_waits > m.busy_waits.get() {
-            m.busy_waits.inc_by(live.busy_waits - m.busy_waits.get());
-        }
         m.workers_pinned.set(live.workers_pinned as i64);
         m.bodies_blocked.set(live.bodies_blocked as i64);
         m.oldest.set(live.oldest_worker_pin.as_secs_f64());
-        for (sink, total) in live.dropped {
-            let dropped = m.dropped.with_label_values(&[sink]);
-            let seen = dropped.get();
-            if total > seen {
-                dropped.inc_by(total - seen);
-            }
+        let mut counted = inner.counted.lock().unwrap_or_else(PoisonError::into_inner);
+        let new = counted.totals.catch_up(&live);
+        m.stalled_seconds.inc_by(new.stall.as_secs_f64());
+        m.handovers.inc_by(new.handovers);
+        m.busy_waits.inc_by(new.busy_waits);
+        for (sink, more) in new.dropped {
+            m.dropped.with_label_values(&[sink]).inc_by(more);
         }
-        let Ok(mut tally) = inner.tally.lock() else {
-            return;
-        };
-        tally.advance(&live.pinned, |reason, more| {
+        counted.tally.advance(&live.pinned, |reason, more| {
             m.pinned_seconds
                 .with_label_values(&[reason.as_str()])
                 .inc_by(more.as_secs_f64())
@@ -534,11 +577,12 @@ pub(crate) struct PrometheusSink {
 impl Sink for PrometheusSink {
     fn event(&mut self, e: &PinnedEvent) {
         let m = &self.inner.metrics;
-        // Applied under the lock, as a scrape advances the time under it.
-        let Ok(mut tally) = self.inner.tally.lock() else {
-            return;
-        };
-        let added = tally.report(e);
+        let mut counted = self
+            .inner
+            .counted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let added = counted.tally.report(e);
         if let Some(labels) = added.labels {
             m.by_location.with_label_values(&[&labels.location]).inc();
             m.by_request.with_label_values(&[&labels.request]).inc();
@@ -911,6 +955,71 @@ mod tests {
         );
         assert!(
             t.contains("# TYPE pinwatch_busy_waits_total counter"),
+            "{t}"
+        );
+    }
+
+    /// A scrape adds to each running total only what its read of the detector has past what
+    /// the counters hold: two scrapes at once, the later one's read taken first, add each
+    /// increment once (they used to compare with the counter and add outside any lock: the
+    /// difference underflowed, or was added twice).
+    #[test]
+    fn a_scrape_adds_what_is_new_and_a_stale_read_nothing() {
+        let live = |stall_ms, handovers, busy_waits, dropped: &[(&'static str, u64)]| {
+            super::super::live::Live {
+                stall: (false, Duration::from_millis(stall_ms)),
+                handovers,
+                busy_waits,
+                dropped: dropped.to_vec(),
+                ..Default::default()
+            }
+        };
+        let added = |stall_ms, handovers, busy_waits, dropped: &[(&'static str, u64)]| Totals {
+            stall: Duration::from_millis(stall_ms),
+            handovers,
+            busy_waits,
+            dropped: dropped.to_vec(),
+        };
+        let mut totals = Totals::default();
+        assert_eq!(
+            totals.catch_up(&live(1_000, 2, 5, &[("queue", 3)])),
+            added(1_000, 2, 5, &[("queue", 3)])
+        );
+        // Read before the one just added: nothing, but for a sink seen for the first time.
+        assert_eq!(
+            totals.catch_up(&live(500, 1, 3, &[("queue", 1), ("otlp", 2)])),
+            added(0, 0, 0, &[("queue", 0), ("otlp", 2)])
+        );
+        assert_eq!(
+            totals.catch_up(&live(1_200, 2, 9, &[("queue", 4), ("otlp", 2)])),
+            added(200, 0, 4, &[("queue", 1), ("otlp", 0)])
+        );
+        assert_eq!(totals, added(1_200, 2, 9, &[("queue", 4), ("otlp", 2)]));
+    }
+
+    /// A panic while the counters' lock was held (in a label's formatting, say) does not stop
+    /// the metrics: later events and scrapes still count.
+    #[test]
+    fn the_metrics_count_on_after_a_panic_under_their_lock() {
+        let c = collector(Arc::default(), 50);
+        let inner = Arc::clone(&c.inner);
+        let panicked = std::thread::spawn(move || {
+            let _held = inner.counted.lock().unwrap();
+            panic!("a panic under the counters' lock (expected by this test)");
+        })
+        .join();
+        assert!(panicked.is_err() && c.inner.counted.is_poisoned());
+        c.sink()
+            .event(&event(1, State::Completed, Reason::Sleep, 40, 3));
+        let t = c.render();
+        assert_eq!(
+            value(&t, "pinwatch_pins_total{reason=\"sleep\"}"),
+            1.0,
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, "pinwatch_events_dropped_total{sink=\"queue\"}"),
+            3.0,
             "{t}"
         );
     }

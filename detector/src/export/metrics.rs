@@ -14,8 +14,8 @@ pub const DURATION_BUCKETS: &[f64] =
 /// ([`location_label`]; past the bound, `other`). A metrics exporter serves one detector, so a pin is named by its
 /// event id alone.
 pub(crate) struct PinCounter {
-    /// Pins already counted and not yet completed.
-    counted: std::collections::HashSet<u64>,
+    /// Pins already counted and not yet completed: at most [`MAX_OPEN_PINS`] ([`Self::bound`]).
+    counted: std::collections::BTreeSet<u64>,
     locations: Bounded,
     requests: Bounded,
 }
@@ -52,7 +52,7 @@ impl PinCounter {
     /// them.
     pub(crate) fn new(max_labels: usize) -> PinCounter {
         PinCounter {
-            counted: std::collections::HashSet::new(),
+            counted: std::collections::BTreeSet::new(),
             locations: Bounded {
                 seen: std::collections::HashSet::new(),
                 max: max_labels,
@@ -78,6 +78,23 @@ impl PinCounter {
                 request: self.requests.label(e.request_label()),
             }
         })
+    }
+
+    /// Keeps at most [`MAX_OPEN_PINS`] counted pins: forgets the oldest (lowest ids) not in
+    /// `running`, as [`PinTime`] does. Such a pin's completion was dropped or is very late; a
+    /// report of it after all counts it again.
+    fn bound(&mut self, running: &[u64]) {
+        while self.counted.len() > MAX_OPEN_PINS {
+            let Some(old) = self
+                .counted
+                .iter()
+                .copied()
+                .find(|id| !running.contains(id))
+            else {
+                return;
+            };
+            self.counted.remove(&old);
+        }
     }
 }
 
@@ -159,8 +176,8 @@ pub(crate) fn rescued(e: &PinnedEvent) -> Duration {
     }
 }
 
-/// Pins still open in [`PinTime`] at most; past it, the oldest that are not running any more
-/// (their completion was dropped) are forgotten.
+/// Pins still open in [`PinTime`] and [`PinCounter`] at most; past it, the oldest that are not
+/// running any more (their completion was dropped) are forgotten.
 pub(crate) const MAX_OPEN_PINS: usize = 4096;
 
 /// The worker-seconds of pins, as a counter by reason must see them: only ever increments. Each
@@ -332,6 +349,7 @@ impl PinTally {
         let reason = e.reason.unwrap_or(crate::event::Reason::Other);
         let worker = e.holds_worker();
         let labels = self.seen.first_report(e);
+        self.seen.bound(&self.time.running);
         let mut time = None;
         let rescued = self.time.report(e, |r, more| time = Some((r, more)));
         Added {
@@ -692,6 +710,25 @@ mod tests {
         let s = series(&steps);
         assert_never_back(&s);
         assert_eq!(s.last().unwrap()[2], MS(960));
+    }
+
+    /// Pins whose completions are dropped are forgotten past the bound, the oldest first, by
+    /// the pin counter as by the time: its memory stays bounded (it kept every id), and a pin
+    /// still running is kept, so that its next report does not count it again.
+    #[test]
+    fn a_tally_forgets_the_oldest_dropped_completions_past_its_bound() {
+        let mut tally = PinTally::new(8);
+        let stuck = PinnedEvent::for_test(1, State::InProgress, Reason::Cpu, 25, 3);
+        assert!(tally.report(&stuck).pin.is_some());
+        for id in 2..(3 * MAX_OPEN_PINS as u64) {
+            tally.advance(&[(1, MS(id))], |_, _| {});
+            let e = PinnedEvent::for_test(id, State::InProgress, Reason::Sleep, 25, 3);
+            assert!(tally.report(&e).pin.is_some(), "pin {id}");
+            assert!(tally.seen.counted.len() <= MAX_OPEN_PINS);
+            assert!(tally.time.open() <= MAX_OPEN_PINS);
+        }
+        let again = PinnedEvent::for_test(1, State::InProgress, Reason::Cpu, 9_000, 3);
+        assert_eq!(tally.report(&again).pin, None);
     }
 
     #[test]

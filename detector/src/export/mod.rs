@@ -36,9 +36,9 @@ pub(crate) use flight::{Dump, Flight, Identity};
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub(crate) use live::LiveFn;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
-pub use metrics::DURATION_BUCKETS;
+pub(crate) use metrics::PinTally;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
-pub(crate) use metrics::{Added, PinTally};
+pub use metrics::DURATION_BUCKETS;
 pub use record::{RecordSink, RecordStatus, Rotation, MAX_RECORDINGS};
 pub(crate) use record::{Recorder, RecordingRef};
 pub(crate) use running::{Drops, Parts, Running};

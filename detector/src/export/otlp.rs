@@ -84,7 +84,7 @@ impl MetricState {
 
     /// Accounts a report, on the OTLP thread: the observed values here, the rest returned for
     /// the event-driven [`Instruments`].
-    fn report(&mut self, e: &PinnedEvent) -> super::Added {
+    fn report(&mut self, e: &PinnedEvent) -> super::metrics::Added {
         let added = self.tally.report(e);
         if let Some((r, more)) = added.time {
             self.totals[reason_index(Some(r))] += more;
@@ -796,7 +796,7 @@ impl Instruments {
         }
     }
 
-    fn record(&mut self, added: super::Added) {
+    fn record(&mut self, added: super::metrics::Added) {
         let reason = |r| std::slice::from_ref(&self.reasons[reason_index(Some(r))]);
         if let Some(labels) = added.labels {
             self.by_location

@@ -186,6 +186,70 @@ fn every_case_binary_has_help() {
     }
 }
 
+/// The binaries that are not pinning cases — tests' fixtures, benchmarks, `tour` — answer
+/// `--help` with their usage and start nothing: `stdout_logger` and `fmt_then_console` used to
+/// ignore it and start their service (the first logs until killed), `first_pin` and
+/// `plain_serve` refused it. Each is waited for on a thread, so that one that serves instead
+/// fails here after a bound instead of hanging the suite.
+#[test]
+fn every_other_binary_answers_help_and_starts_nothing() {
+    for bin in [
+        env!("CARGO_BIN_EXE_first_pin"),
+        env!("CARGO_BIN_EXE_plain_serve"),
+        env!("CARGO_BIN_EXE_stdout_logger"),
+        env!("CARGO_BIN_EXE_fmt_then_console"),
+        env!("CARGO_BIN_EXE_pin_service"),
+        env!("CARGO_BIN_EXE_deadlock"),
+        env!("CARGO_BIN_EXE_traced_service"),
+        env!("CARGO_BIN_EXE_semaphore"),
+        env!("CARGO_BIN_EXE_cpu_bench"),
+        env!("CARGO_BIN_EXE_io_bench"),
+        env!("CARGO_BIN_EXE_tour"),
+    ] {
+        let child = Command::new(bin)
+            .arg("--help")
+            .env("PINWATCH_CONTROL", "off")
+            .env_remove("PINWATCH_RECORD")
+            .env_remove("PINWATCH_DUMP_ON_EXIT")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(child.wait_with_output()));
+        let out = match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(out) => out.unwrap(),
+            Err(_) => {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                panic!("{bin} --help was still running after 120 s");
+            }
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("Usage:"),
+            "{bin} --help: {:?}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A fixture refuses an argument it does not take, naming it, with its usage.
+#[test]
+fn a_fixture_refuses_an_argument_it_does_not_take() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fmt_then_console"))
+        .arg("--verbose")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unknown argument \"--verbose\"") && stderr.contains("Usage:"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn pin_service_with_stuck_workers_ends_at_its_for() {
     // Its stuck workers never return, so its runtime could never be dropped: `--for` must end

@@ -964,6 +964,27 @@ fn article(name: &str) -> &'static str {
     }
 }
 
+/// For a binary that is a test's fixture, not a pinning case: `--help` (or `-h`) prints `usage`
+/// and exits 0. Call it before anything starts.
+pub fn fixture_help(usage: &str) {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!("{usage}");
+        std::process::exit(0);
+    }
+}
+
+/// [`fixture_help`], and an argument not in `takes` is refused, naming it and `usage` (exit
+/// 2). Returns the arguments, all of them in `takes`.
+pub fn fixture_args(name: &str, usage: &str, takes: &[&str]) -> Vec<String> {
+    fixture_help(usage);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(other) = args.iter().find(|a| !takes.contains(&a.as_str())) {
+        eprintln!("{name}: unknown argument {other:?}\n\n{usage}");
+        std::process::exit(2);
+    }
+    args
+}
+
 /// `main` of a sample binary: runs the case's variants at full size and prints a table.
 pub fn cli_main(name: &str) {
     use clap::{Args as _, Command};

@@ -11,11 +11,18 @@
 
 use std::time::Duration;
 
+const USAGE: &str = "\
+first_pin: a task that sleeps 100 ms with std::thread::sleep, under #[pinwatch::main]
+
+Usage: first_pin [--fmt | --console-layer]
+
+  --fmt            the service sets up tracing_subscriber::fmt().init() first
+  --console-layer  a registry with pinwatch::console_layer() and a fmt layer";
+
 #[pinwatch::main]
 async fn main() {
-    let arg = std::env::args().nth(1);
-    match arg.as_deref() {
-        None => {}
+    let args = sample_apps::fixture_args("first_pin", USAGE, &["--fmt", "--console-layer"]);
+    match args.first().map(String::as_str) {
         Some("--fmt") => tracing_subscriber::fmt().init(),
         Some("--console-layer") => {
             use tracing_subscriber::prelude::*;
@@ -24,10 +31,7 @@ async fn main() {
                 .with(tracing_subscriber::fmt::layer())
                 .init();
         }
-        Some(other) => {
-            eprintln!("first_pin: unknown argument {other:?}; it takes --fmt or --console-layer");
-            std::process::exit(2);
-        }
+        _ => {}
     }
     tokio::spawn(async {
         std::thread::sleep(Duration::from_millis(100));

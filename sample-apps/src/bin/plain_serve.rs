@@ -16,8 +16,17 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
+const USAGE: &str = "\
+plain_serve: an axum service with no graceful shutdown; pins a worker once at start
+
+Usage: plain_serve [--graceful | --second-runtime PATH]
+
+  --graceful             shut down on SIGTERM or SIGINT and return from main
+  --second-runtime PATH  a second runtime with a detector of its own, its dump on exit to PATH";
+
 #[pinwatch::main]
 async fn main() {
+    sample_apps::fixture_help(USAGE);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (graceful, second) = match args.as_slice() {
@@ -25,10 +34,7 @@ async fn main() {
         ["--graceful"] => (true, None),
         ["--second-runtime", path] => (false, Some(std::path::PathBuf::from(path))),
         other => {
-            eprintln!(
-                "plain_serve: unknown arguments {other:?}; it takes --graceful or \
-                 --second-runtime PATH"
-            );
+            eprintln!("plain_serve: unknown arguments {other:?}\n\n{USAGE}");
             std::process::exit(2);
         }
     };

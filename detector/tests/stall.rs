@@ -867,6 +867,115 @@ fn where_the_drivers_cannot_be_seen_the_rescue_ends_the_stall_and_says_so() {
     );
 }
 
+/// Pins both workers of `rt`, each in a task that waits on a lock the test holds, until the
+/// senders it returns are sent on.
+fn pin_both_workers(rt: &tokio::runtime::Runtime) -> Vec<mpsc::Sender<()>> {
+    (0..2)
+        .map(|_| {
+            // Each spawned once the one before holds its worker: the other worker takes it.
+            let (lock, release) = held_lock();
+            let (in_tx, in_rx) = mpsc::channel();
+            rt.spawn(async move {
+                in_tx.send(()).unwrap();
+                drop(lock.lock().unwrap());
+            });
+            in_rx.recv_timeout(LONG).unwrap();
+            release
+        })
+        .collect()
+}
+
+/// Every worker pinned at once where the drivers cannot be seen (poll hooks only; a fresh
+/// runtime whose workers went straight into pins is the same until one parks): nobody can drive
+/// them, whoever would have, so the look says the runtime stalled — with `drivers` and the
+/// every-worker advice — without waiting for the heartbeat to run late (before, only the
+/// heartbeat could tell, and only for pins that outlasted its bound: `lock_sleep`'s 100 ms pins
+/// on every worker were rarely called a stall). The rescue is off: the heartbeat's word alone
+/// would leave `drivers` empty.
+#[test]
+fn every_worker_pinned_is_a_stall_even_where_the_drivers_cannot_be_seen() {
+    let (tx, events) = mpsc::channel();
+    let prepared = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .rescue(false)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .prepare()
+        .unwrap();
+    let (before, after) = (prepared.hooks(), prepared.hooks());
+    let mut tokio = tokio::runtime::Builder::new_multi_thread();
+    tokio
+        .worker_threads(2)
+        .thread_name("pw-blind-all")
+        .enable_all()
+        .on_before_task_poll(move |meta| before.before_poll(meta))
+        .on_after_task_poll(move |meta| after.after_poll(meta));
+    let rt = tokio.build().unwrap();
+    let detector = prepared.start(rt.handle()).unwrap();
+    let releases = pin_both_workers(&rt);
+    let stalled = next(
+        &events,
+        "a report saying every worker stalled the runtime",
+        |e| e.runtime_stalled && e.drivers.is_some(),
+    );
+    assert!(
+        stalled
+            .runtime_advice
+            .as_deref()
+            .is_some_and(|r| r.contains("every worker was pinned")),
+        "{stalled:?}"
+    );
+    for release in releases {
+        release.send(()).unwrap();
+    }
+    drop(rt);
+    let stats = detector.stats();
+    assert!(!stats.drivers_seen, "{stats:?}");
+    drop(detector);
+}
+
+/// ... but a runtime with no drivers at all (no `enable_io`, no `enable_time`, no heartbeat
+/// to need one) has no timers or I/O to stall: every worker pinned there is no stall.
+#[test]
+fn every_worker_pinned_on_a_runtime_without_drivers_is_no_stall() {
+    let (tx, events) = mpsc::channel();
+    let (rt, detector) = pinwatch::Builder::new()
+        .tracing(false)
+        .control(Control::Off)
+        .heartbeat(None)
+        .sink(move |e: &PinnedEvent| {
+            let _ = tx.send(e.clone());
+        })
+        .build(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("pw-no-drivers"),
+        )
+        .unwrap();
+    let releases = pin_both_workers(&rt);
+    // Both pinned, and looked at: each pin's first report (a look at the drivers comes first).
+    let first: Vec<PinnedEvent> = (0..2)
+        .map(|_| next(&events, "a pin's first report", |e| e.report == 1))
+        .collect();
+    for release in releases {
+        release.send(()).unwrap();
+    }
+    let done: Vec<PinnedEvent> = (0..2)
+        .map(|_| {
+            next(&events, "a pin's completion", |e| {
+                e.state == State::Completed
+            })
+        })
+        .collect();
+    for e in first.iter().chain(&done) {
+        assert!(!e.runtime_stalled && e.drivers.is_none(), "{e:?}");
+    }
+    drop(rt);
+    drop(detector);
+}
+
 /// A runtime of `workers` workers named `name`, the rescue off, its drivers seen; then pin A,
 /// spawned from outside, holding one worker while another waits on the drivers: its first
 /// report (no stall), and what releases it.

@@ -427,6 +427,64 @@ fn the_guide_gives_every_rule_with_the_rule_files_expression() {
     }
 }
 
+/// The `pinwatch_…` names in `text` that stand alone: not inside a recording rule's name
+/// (`job_instance:pinwatch_pins:rate5m`), a file's (`pinwatch_test.rs`) or a longer word.
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = BTreeSet::new();
+    for (i, _) in text.match_indices("pinwatch_") {
+        let before = text[..i].chars().next_back();
+        if before.is_some_and(|c| word(c) || c == ':') {
+            continue;
+        }
+        let rest = &text[i..];
+        let end = rest.find(|c: char| !word(c)).unwrap_or(rest.len());
+        let after = rest[end..].chars().next();
+        if after.is_some_and(|c| c == ':' || c == '.' && rest[end + 1..].starts_with("rs")) {
+            continue;
+        }
+        out.insert(rest[..end].to_owned());
+    }
+    out
+}
+
+/// Every metric name the README and the guides give is one pinwatch serves (`METRICS`, a
+/// histogram's series included): blast-radius.md named a `pinwatch_driver_rescues_total` that
+/// never existed (helper-71), and an alert or a panel written from it would find nothing.
+#[test]
+fn every_metric_the_docs_name_is_one_pinwatch_serves() {
+    let mut served: BTreeSet<String> = METRICS.iter().map(|m| m.name.to_owned()).collect();
+    for m in METRICS.iter().filter(|m| m.kind == "histogram") {
+        for part in ["_bucket", "_sum", "_count"] {
+            served.insert(format!("{}{part}", m.name));
+        }
+    }
+    // Not metrics: the test macros' argument, the collector's own never-exported description,
+    // and the prefix a `grep` example matches.
+    for other in ["pinwatch_crate", "pinwatch_collector", "pinwatch_"] {
+        served.insert(other.to_owned());
+    }
+    let mut docs = documents();
+    docs.push(("deploy/README.md".to_owned(), read("deploy/README.md")));
+    let mut unknown = Vec::new();
+    for (name, text) in &docs {
+        for metric in metric_names(text) {
+            if !served.contains(&metric) {
+                unknown.push(format!("{name}: {metric}"));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "not metrics pinwatch serves: {unknown:#?}"
+    );
+    assert!(
+        metric_names(
+            "`pinwatch_driver_rescues_total` and job:pinwatch_pins:rate5m, pinwatch_test.rs"
+        ) == BTreeSet::from(["pinwatch_driver_rescues_total".to_owned()])
+    );
+}
+
 /// docs/otlp.md's metric table: the names the OTLP exporter registers (read from its source),
 /// and, translated, `METRICS`.
 #[test]

@@ -63,8 +63,6 @@ pub(super) struct Heartbeat {
     /// The task is gone: the runtime shut down (and dropped it), or has no timers. A runtime
     /// shutting down with a pin still running is not stalled by it.
     gone: AtomicBool,
-    /// The timer was made: the runtime has a time driver.
-    timed: AtomicBool,
     /// What the watchdog has asked of the waker thread and it has not done yet.
     requests: AtomicU8,
     /// The waker thread, once started.
@@ -102,7 +100,6 @@ impl Heartbeat {
             armed: AtomicBool::new(false),
             timer: Mutex::new(None),
             gone: AtomicBool::new(false),
-            timed: AtomicBool::new(false),
             requests: AtomicU8::new(0),
             waker: OnceLock::new(),
             busy: AtomicBool::new(true),
@@ -173,12 +170,6 @@ impl Heartbeat {
         true
     }
 
-    /// Whether the heartbeat made its timer at start: the runtime has a time driver (without a
-    /// heartbeat, not known).
-    pub(super) fn timed(&self) -> bool {
-        self.timed.load(Ordering::SeqCst)
-    }
-
     /// Makes the timer in the runtime's context, and spawns the task that waits on it. A
     /// runtime without a time driver has no heartbeat: tokio panics making the timer, and says
     /// so on stderr.
@@ -191,7 +182,6 @@ impl Heartbeat {
             self.gone.store(true, Ordering::SeqCst);
             return;
         };
-        self.timed.store(true, Ordering::SeqCst);
         if let Ok(mut slot) = self.timer.lock() {
             *slot = Some(timer);
         }

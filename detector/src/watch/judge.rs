@@ -776,9 +776,6 @@ pub(super) struct DriverWatch {
     pub counted_to: Option<Instant>,
     /// The worker last seen waiting on them (read first at the next look).
     pub last_on_drivers: Option<usize>,
-    /// Whether the last look's verdict stands where the drivers cannot be seen: every worker
-    /// was pinned, so nobody could drive them, whoever would have.
-    pub all_pinned: bool,
 }
 
 impl DriverWatch {

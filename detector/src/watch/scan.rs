@@ -1548,26 +1548,20 @@ impl<'a> Scan<'a> {
             .filter_map(|t| t.pinned.as_ref())
             .any(|p| !p.first_sent);
         if let Some(stalled) = self.drivers.skip(now, news) {
-            return (self.view.sees() || self.drivers.all_pinned).then_some(stalled);
+            return self.view.sees().then_some(stalled);
         }
         let states = self.worker_states(&holding);
         self.seen_changed();
         let mut verdict = Drivers::of(&states);
-        // A runtime known to have drivers: an I/O driver seen once, or a time driver the
-        // heartbeat made its timer on.
-        let has_drivers = self.view.fd.is_some() || self.shared.heartbeat.timed();
-        let all_pinned = !states.iter().any(|s| *s != WorkerState::Pinned) && has_drivers;
-        self.drivers.all_pinned = all_pinned;
-        if !self.view.sees() && !all_pinned {
-            // Not seen yet (no worker has parked on them since the runtime started), or not
-            // readable: an undriven verdict would be a guess. With every worker pinned it is
-            // none: nobody can drive them.
+        if !self.view.sees() {
+            // Not seen yet, or not readable: an undriven verdict would be a guess.
             verdict = Drivers::Driven { by: None };
         }
         if let Drivers::Driven { by: Some(i) } = verdict {
             self.drivers.last_on_drivers = Some(i);
         }
         let driven_at = self.drivers.driven_at;
+        let all_pinned = !states.iter().any(|s| *s != WorkerState::Pinned);
         // The pins that left the drivers undriven: the ones that began after a worker was last
         // seen on them (when none did, the look could not tell: all of them). With every
         // worker pinned, each of them keeps the drivers from a free worker: all of them.
@@ -1652,8 +1646,8 @@ impl<'a> Scan<'a> {
                 .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
         }
         self.drivers.last = Some((now, stalled));
-        // Not seen, and a worker not pinned: the heartbeat's word stands.
-        (self.view.sees() || all_pinned).then_some(stalled)
+        // Not seen: the heartbeat's word stands.
+        self.view.sees().then_some(stalled)
     }
 
     /// Sends the next `in_progress` report of a pin still running, brought up to `now`.

@@ -1343,7 +1343,9 @@ impl PinnedEvent {
             }
         };
         let undriven = shown(d.undriven);
-        if self.heartbeat_late.is_some() {
+        // A pin the heartbeat found late and the drivers' look then found undriven (the drivers
+        // seen meanwhile) has both: the look's words, for pinwatch woke nobody.
+        if self.heartbeat_late.is_some() && d.woke_worker {
             // Where the drivers cannot be seen: the heartbeat was late, and pinwatch woke a
             // worker for it; when the heartbeat beat again, a worker had taken them over.
             return Some(match d.taken_over_after {
@@ -2159,6 +2161,33 @@ mod tests {
             ),
             "{}",
             e.headline()
+        );
+    }
+
+    /// The heartbeat's words ("pinwatch woke a worker…") only for a pin pinwatch woke a worker
+    /// for: one the heartbeat found late and the drivers' look found undriven with nobody to
+    /// wake says what the look saw.
+    #[test]
+    fn a_stall_says_pinwatch_woke_a_worker_only_when_it_did() {
+        let mut e = sample();
+        e.state = State::Completed;
+        e.runtime_stalled = true;
+        e.heartbeat_late = Some(Duration::from_millis(180));
+        e.drivers = Some(Drivers {
+            undriven: Duration::from_millis(240),
+            ..Default::default()
+        });
+        let said = e.stall_description().unwrap();
+        assert_eq!(
+            said,
+            "timers and I/O of the whole runtime stalled for 240.0 ms: nobody drove them while \
+             it ran"
+        );
+        e.drivers.as_mut().unwrap().woke_worker = true;
+        assert_eq!(
+            e.stall_description().unwrap(),
+            "timers of the whole runtime stalled (the heartbeat 240.0 ms late): pinwatch woke a \
+             worker to take them over, in vain"
         );
     }
 

@@ -81,7 +81,7 @@ impl PinCounter {
     }
 
     /// Keeps at most [`MAX_OPEN_PINS`] counted pins: forgets the oldest (lowest ids) not in
-    /// `running`, as [`PinTime`] does. Such a pin's completion was dropped or is very late; a
+    /// `running` (sorted), as [`PinTime`] does. Such a pin's completion was dropped or is very late; a
     /// report of it after all counts it again.
     fn bound(&mut self, running: &[u64]) {
         while self.counted.len() > MAX_OPEN_PINS {
@@ -89,7 +89,7 @@ impl PinCounter {
                 .counted
                 .iter()
                 .copied()
-                .find(|id| !running.contains(id))
+                .find(|id| running.binary_search(id).is_err())
             else {
                 return;
             };
@@ -192,7 +192,7 @@ pub(crate) const MAX_OPEN_PINS: usize = 4096;
 pub(crate) struct PinTime {
     /// By event id.
     open: std::collections::BTreeMap<u64, OpenPin>,
-    /// The pins running at the last [`advance`](Self::advance): never forgotten.
+    /// The pins running at the last [`advance`](Self::advance), sorted: never forgotten.
     running: Vec<u64>,
 }
 
@@ -279,6 +279,9 @@ impl PinTime {
         }
         self.running.clear();
         self.running.extend(pinned.iter().map(|(id, _)| *id));
+        // Looked up for each of the oldest open pins at every report past the bound: with
+        // hundreds of pins stuck, a scan of the list each time took milliseconds a report.
+        self.running.sort_unstable();
         self.bound();
     }
 
@@ -289,7 +292,12 @@ impl PinTime {
     fn bound(&mut self) {
         while self.open.len() > MAX_OPEN_PINS {
             let running = &self.running;
-            let Some(old) = self.open.keys().copied().find(|id| !running.contains(id)) else {
+            let Some(old) = self
+                .open
+                .keys()
+                .copied()
+                .find(|id| running.binary_search(id).is_err())
+            else {
                 return;
             };
             self.open.remove(&old);

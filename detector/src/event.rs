@@ -1344,8 +1344,9 @@ impl PinnedEvent {
         };
         let undriven = shown(d.undriven);
         // A pin the heartbeat found late and the drivers' look then found undriven (the drivers
-        // seen meanwhile) has both: the look's words, for pinwatch woke nobody.
-        if self.heartbeat_late.is_some() && d.woke_worker {
+        // seen meanwhile) has both: the look's words where pinwatch woke nobody, or where the
+        // look saw who took them over (the heartbeat never does).
+        if self.heartbeat_late.is_some() && d.woke_worker && d.taken_over_by.is_none() {
             // Where the drivers cannot be seen: the heartbeat was late, and pinwatch woke a
             // worker for it; when the heartbeat beat again, a worker had taken them over.
             return Some(match d.taken_over_after {
@@ -2188,6 +2189,15 @@ mod tests {
             e.stall_description().unwrap(),
             "timers of the whole runtime stalled (the heartbeat 240.0 ms late): pinwatch woke a \
              worker to take them over, in vain"
+        );
+        // Woken by the look, which saw worker 3 take them over.
+        let d = e.drivers.as_mut().unwrap();
+        d.taken_over_by = Some(3);
+        d.taken_over_after = Some(Duration::from_millis(300));
+        assert_eq!(
+            e.stall_description().unwrap(),
+            "timers and I/O of the whole runtime stalled for 240.0 ms: nobody drove them until \
+             worker 3 took them over, 300.0 ms after the pin began (woken by pinwatch)"
         );
     }
 

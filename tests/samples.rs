@@ -187,12 +187,13 @@ fn every_case_binary_has_help() {
 }
 
 /// The binaries that are not pinning cases — tests' fixtures, benchmarks, `tour` — answer
-/// `--help` with their usage and start nothing: `stdout_logger` and `fmt_then_console` used to
-/// ignore it and start their service (the first logs until killed), `first_pin` and
-/// `plain_serve` refused it. Each is waited for on a thread, so that one that serves instead
+/// `--help` with their usage and start no service of theirs (under `#[pinwatch::main]`,
+/// `first_pin`'s and `plain_serve`'s detector has started): `stdout_logger` and
+/// `fmt_then_console` used to ignore it and start their service (the first logs until killed),
+/// `first_pin` and `plain_serve` refused it. Each is waited for on a thread, so that one that serves instead
 /// fails here after a bound instead of hanging the suite.
 #[test]
-fn every_other_binary_answers_help_and_starts_nothing() {
+fn every_other_binary_answers_help_and_starts_no_service() {
     for bin in [
         env!("CARGO_BIN_EXE_first_pin"),
         env!("CARGO_BIN_EXE_plain_serve"),
@@ -235,18 +236,33 @@ fn every_other_binary_answers_help_and_starts_nothing() {
     }
 }
 
-/// A fixture refuses an argument it does not take, naming it, with its usage.
+/// A fixture refuses an argument it does not take, naming it, and two where it takes one, with
+/// its usage.
 #[test]
 fn a_fixture_refuses_an_argument_it_does_not_take() {
-    let out = Command::new(env!("CARGO_BIN_EXE_fmt_then_console"))
-        .arg("--verbose")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("unknown argument \"--verbose\"") && stderr.contains("Usage:"),
-        "{stderr}"
+    let refused = |bin: &str, args: &[&str], says: &str| {
+        let out = Command::new(bin)
+            .args(args)
+            .env("PINWATCH_CONTROL", "off")
+            .env_remove("PINWATCH_RECORD")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains("Usage:"),
+            "{args:?}: {stderr}"
+        );
+    };
+    refused(
+        env!("CARGO_BIN_EXE_fmt_then_console"),
+        &["--verbose"],
+        "unknown argument \"--verbose\"",
+    );
+    refused(
+        env!("CARGO_BIN_EXE_first_pin"),
+        &["--fmt", "--console-layer"],
+        "one argument at most",
     );
 }
 

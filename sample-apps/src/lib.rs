@@ -965,7 +965,8 @@ fn article(name: &str) -> &'static str {
 }
 
 /// For a binary that is a test's fixture, not a pinning case: `--help` (or `-h`) prints `usage`
-/// and exits 0. Call it before anything starts.
+/// and exits 0. Call it before the binary starts anything of its own (under
+/// `#[pinwatch::main]` the runtime and its detector have started already).
 pub fn fixture_help(usage: &str) {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
         println!("{usage}");
@@ -973,16 +974,20 @@ pub fn fixture_help(usage: &str) {
     }
 }
 
-/// [`fixture_help`], and an argument not in `takes` is refused, naming it and `usage` (exit
-/// 2). Returns the arguments, all of them in `takes`.
-pub fn fixture_args(name: &str, usage: &str, takes: &[&str]) -> Vec<String> {
+/// [`fixture_help`], and an argument not in `takes`, or more than one, is refused, naming it
+/// and `usage` (exit 2). Returns the argument, if any.
+pub fn fixture_arg(name: &str, usage: &str, takes: &[&str]) -> Option<String> {
     fixture_help(usage);
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(other) = args.iter().find(|a| !takes.contains(&a.as_str())) {
         eprintln!("{name}: unknown argument {other:?}\n\n{usage}");
         std::process::exit(2);
     }
-    args
+    if args.len() > 1 {
+        eprintln!("{name}: one argument at most, not {args:?}\n\n{usage}");
+        std::process::exit(2);
+    }
+    args.into_iter().next()
 }
 
 /// `main` of a sample binary: runs the case's variants at full size and prints a table.

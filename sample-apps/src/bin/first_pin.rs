@@ -21,8 +21,8 @@ Usage: first_pin [--fmt | --console-layer]
 
 #[pinwatch::main]
 async fn main() {
-    let args = sample_apps::fixture_args("first_pin", USAGE, &["--fmt", "--console-layer"]);
-    match args.first().map(String::as_str) {
+    let arg = sample_apps::fixture_arg("first_pin", USAGE, &["--fmt", "--console-layer"]);
+    match arg.as_deref() {
         Some("--fmt") => tracing_subscriber::fmt().init(),
         Some("--console-layer") => {
             use tracing_subscriber::prelude::*;

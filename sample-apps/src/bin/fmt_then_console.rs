@@ -11,7 +11,7 @@ fmt_then_console: installs its own tracing subscriber, then builds a runtime wit
 Usage: PINWATCH_CONSOLE=on fmt_then_console   (pinwatch says what to write instead)";
 
 fn main() {
-    sample_apps::fixture_args("fmt_then_console", USAGE, &[]);
+    sample_apps::fixture_arg("fmt_then_console", USAGE, &[]);
     tracing_subscriber::fmt().init();
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
     tokio.worker_threads(2).enable_all();

@@ -84,18 +84,19 @@ impl PinCounter {
     /// `running` (sorted), as [`PinTime`] does. Such a pin's completion was dropped or is very late; a
     /// report of it after all counts it again.
     fn bound(&mut self, running: &[u64]) {
-        while self.counted.len() > MAX_OPEN_PINS {
-            let Some(old) = self
-                .counted
-                .iter()
-                .copied()
-                .find(|id| running.binary_search(id).is_err())
-            else {
-                return;
-            };
+        for old in past_bound(self.counted.iter().copied(), self.counted.len(), running) {
             self.counted.remove(&old);
         }
     }
+}
+
+/// Of the `len` open pins `open` (their ids, lowest first: ids are handed out in order), the
+/// oldest to forget to keep [`MAX_OPEN_PINS`]: those not in `running` (sorted), as many as are
+/// past the bound, or all there are. Nothing (and no allocation) within the bound.
+fn past_bound(open: impl Iterator<Item = u64>, len: usize, running: &[u64]) -> Vec<u64> {
+    open.filter(|id| running.binary_search(id).is_err())
+        .take(len.saturating_sub(MAX_OPEN_PINS))
+        .collect()
 }
 
 /// The `location` a pin is counted under: the function of the service's own frame (the one to
@@ -290,16 +291,7 @@ impl PinTime {
     /// or is very late; if it arrives after all, its time is counted again from zero (more,
     /// never less), and its rescue again if it was counted (helper-69).
     fn bound(&mut self) {
-        while self.open.len() > MAX_OPEN_PINS {
-            let running = &self.running;
-            let Some(old) = self
-                .open
-                .keys()
-                .copied()
-                .find(|id| running.binary_search(id).is_err())
-            else {
-                return;
-            };
+        for old in past_bound(self.open.keys().copied(), self.open.len(), &self.running) {
             self.open.remove(&old);
         }
     }

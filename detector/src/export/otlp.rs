@@ -87,7 +87,7 @@ impl MetricState {
     fn report(&mut self, e: &PinnedEvent) -> super::metrics::Added {
         let added = self.tally.report(e);
         if let Some((r, more)) = added.time {
-            self.totals[reason_index(Some(r))] += more;
+            self.totals[reason_index(r)] += more;
         }
         self.rescued += u64::from(added.rescued);
         added
@@ -98,13 +98,13 @@ impl MetricState {
     fn pinned(&mut self, running: &[(u64, Duration)]) -> [f64; Reason::ALL.len()] {
         let totals = &mut self.totals;
         self.tally
-            .advance(running, |r, more| totals[reason_index(Some(r))] += more);
+            .advance(running, |r, more| totals[reason_index(r)] += more);
         self.totals.map(|d| d.as_secs_f64())
     }
 }
 
-fn reason_index(r: Option<Reason>) -> usize {
-    let r = r.unwrap_or(Reason::Other);
+/// `r`'s place in [`Reason::ALL`].
+fn reason_index(r: Reason) -> usize {
     Reason::ALL
         .iter()
         .position(|x| *x == r)
@@ -797,7 +797,7 @@ impl Instruments {
     }
 
     fn record(&mut self, added: super::metrics::Added) {
-        let reason = |r| std::slice::from_ref(&self.reasons[reason_index(Some(r))]);
+        let reason = |r| std::slice::from_ref(&self.reasons[reason_index(r)]);
         if let Some(labels) = added.labels {
             self.by_location
                 .add(1, &[KeyValue::new("location", labels.location)]);
@@ -1025,7 +1025,7 @@ mod tests {
             }
         }
         let last = exported.last().unwrap();
-        let value = |r: Reason| last[reason_index(Some(r))];
+        let value = |r: Reason| last[reason_index(r)];
         assert!((value(Reason::Cpu) - 0.4).abs() < 1e-9, "{last:?}");
         assert!((value(Reason::Sleep) - 0.05).abs() < 1e-9, "{last:?}");
         assert!((value(Reason::Io) - 0.71).abs() < 1e-9, "{last:?}");

@@ -26,6 +26,26 @@ fn run(bin: &str, args: &[&str]) -> String {
     stdout
 }
 
+/// Runs `cmd` (`what` names it) to its end and returns its output, waited for on a thread: one
+/// that still runs after 120 s is killed and fails the test, instead of hanging the suite.
+fn output_within_120_s(what: &str, cmd: &mut Command) -> std::process::Output {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("{what} still ran after 120 s");
+        }
+    }
+}
+
 fn row<'a>(table: &'a str, first: &str) -> Vec<&'a str> {
     table
         .lines()
@@ -207,25 +227,14 @@ fn every_other_binary_answers_help_and_starts_no_service() {
         env!("CARGO_BIN_EXE_io_bench"),
         env!("CARGO_BIN_EXE_tour"),
     ] {
-        let child = Command::new(bin)
-            .arg("--help")
-            .env("PINWATCH_CONTROL", "off")
-            .env_remove("PINWATCH_RECORD")
-            .env_remove("PINWATCH_DUMP_ON_EXIT")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || tx.send(child.wait_with_output()));
-        let out = match rx.recv_timeout(std::time::Duration::from_secs(120)) {
-            Ok(out) => out.unwrap(),
-            Err(_) => {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-                panic!("{bin} --help was still running after 120 s");
-            }
-        };
+        let out = output_within_120_s(
+            &format!("{bin} --help"),
+            Command::new(bin)
+                .arg("--help")
+                .env("PINWATCH_CONTROL", "off")
+                .env_remove("PINWATCH_RECORD")
+                .env_remove("PINWATCH_DUMP_ON_EXIT"),
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && stdout.contains("Usage:"),
@@ -274,29 +283,15 @@ fn pin_service_with_stuck_workers_ends_at_its_for() {
     // thread, so that a run that never ends fails here (after a bound far past the 200 ms asked
     // for) instead of hanging the suite.
     for stuck in ["2", "3"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pin_service"))
-            .args(["--stuck", stuck, "--quiet", "--for", "200ms"])
-            .env("PINWATCH_CONTROL", "off")
-            .env_remove("PINWATCH_RECORD")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        let status = match rx.recv_timeout(std::time::Duration::from_secs(120)) {
-            Ok(status) => status.unwrap(),
-            Err(_) => {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-                panic!("pin_service --stuck {stuck} --for 200ms still ran after 120 s");
-            }
-        };
-        assert!(status.success(), "{status}");
-        let said = std::io::read_to_string(stdout).unwrap();
+        let out = output_within_120_s(
+            &format!("pin_service --stuck {stuck} --for 200ms"),
+            Command::new(env!("CARGO_BIN_EXE_pin_service"))
+                .args(["--stuck", stuck, "--quiet", "--for", "200ms"])
+                .env("PINWATCH_CONTROL", "off")
+                .env_remove("PINWATCH_RECORD"),
+        );
+        assert!(out.status.success(), "{}", out.status);
+        let said = String::from_utf8_lossy(&out.stdout);
         let line = format!("pin_service: stopped ({stuck} workers still stuck)");
         assert_eq!(said.matches(&line).count(), 1, "{said}");
     }

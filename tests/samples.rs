@@ -275,6 +275,47 @@ fn a_fixture_refuses_an_argument_it_does_not_take() {
     );
 }
 
+/// Under `#[pinwatch::main]` the detector has started when the arguments are read: `--help` and
+/// a refused argument return from `main`, so the detector's shutdown runs and writes the dump
+/// that `PINWATCH_DUMP_ON_EXIT` asks for. (`std::process::exit` skipped it: no file at all.)
+#[test]
+fn under_pinwatch_main_help_and_a_refusal_still_dump_on_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[&str], i32); 4] = [
+        (env!("CARGO_BIN_EXE_first_pin"), &["--help"], 0),
+        (env!("CARGO_BIN_EXE_first_pin"), &["--verbose"], 2),
+        (env!("CARGO_BIN_EXE_plain_serve"), &["-h"], 0),
+        (
+            env!("CARGO_BIN_EXE_plain_serve"),
+            &["--graceful", "--verbose"],
+            2,
+        ),
+    ];
+    for (k, (bin, args, code)) in cases.into_iter().enumerate() {
+        let dump = dir.path().join(format!("dump-{k}.jsonl"));
+        let out = output_within_120_s(
+            &format!("{bin} {args:?}"),
+            Command::new(bin)
+                .args(args)
+                .env("PINWATCH_CONTROL", "off")
+                .env("PINWATCH_DUMP_ON_EXIT", &dump)
+                .env_remove("PINWATCH_RECORD"),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{bin} {args:?}: {stderr}");
+        let written = std::fs::read_to_string(&dump).unwrap_or_else(|e| {
+            panic!(
+                "{bin} {args:?}: no dump at {}: {e}\n{stderr}",
+                dump.display()
+            )
+        });
+        assert!(
+            written.starts_with('{') && written.contains("\"event\":\"dump\""),
+            "{bin} {args:?}: {written}"
+        );
+    }
+}
+
 #[test]
 fn pin_service_with_stuck_workers_ends_at_its_for() {
     // Its stuck workers never return, so its runtime could never be dropped: `--for` must end

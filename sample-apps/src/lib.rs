@@ -964,30 +964,41 @@ fn article(name: &str) -> &'static str {
     }
 }
 
-/// For a binary that is a test's fixture, not a pinning case: `--help` (or `-h`) prints `usage`
-/// and exits 0. Call it before the binary starts anything of its own (under
-/// `#[pinwatch::main]` the runtime and its detector have started already).
-pub fn fixture_help(usage: &str) {
-    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+/// For a binary that is a test's fixture, not a pinning case: whether its arguments ask for its
+/// usage (`--help` or `-h`), which is then printed.
+pub fn fixture_help(usage: &str, args: &[String]) -> bool {
+    let asked = args.iter().any(|a| a == "--help" || a == "-h");
+    if asked {
         println!("{usage}");
-        std::process::exit(0);
     }
+    asked
 }
 
-/// [`fixture_help`], and an argument not in `takes`, or more than one, is refused, naming it
-/// and `usage` (exit 2). Returns the argument, if any.
-pub fn fixture_arg(name: &str, usage: &str, takes: &[&str]) -> Option<String> {
-    fixture_help(usage);
+/// A fixture's one argument, if any, of those in `takes`; `Err` with the code to exit with once
+/// its usage is printed (`--help`, 0; [`fixture_help`]) or the arguments refused, naming the
+/// one not in `takes`, or all of them when there are more than one (2).
+///
+/// `main` returns the code rather than exiting here: under `#[pinwatch::main]` the runtime and
+/// its detector have started already, and `std::process::exit` would skip the detector's
+/// shutdown (a recording file asked for by `PINWATCH_RECORD` left empty).
+pub fn fixture_arg(
+    name: &str,
+    usage: &str,
+    takes: &[&str],
+) -> Result<Option<String>, std::process::ExitCode> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if fixture_help(usage, &args) {
+        return Err(std::process::ExitCode::SUCCESS);
+    }
     if let Some(other) = args.iter().find(|a| !takes.contains(&a.as_str())) {
         eprintln!("{name}: unknown argument {other:?}\n\n{usage}");
-        std::process::exit(2);
+        return Err(std::process::ExitCode::from(2));
     }
     if args.len() > 1 {
         eprintln!("{name}: one argument at most, not {args:?}\n\n{usage}");
-        std::process::exit(2);
+        return Err(std::process::ExitCode::from(2));
     }
-    args.into_iter().next()
+    Ok(args.into_iter().next())
 }
 
 /// `main` of a sample binary: runs the case's variants at full size and prints a table.

@@ -20,8 +20,13 @@ Usage: first_pin [--fmt | --console-layer]
   --console-layer  a registry with pinwatch::console_layer() and a fmt layer";
 
 #[pinwatch::main]
-async fn main() {
-    let arg = sample_apps::fixture_arg("first_pin", USAGE, &["--fmt", "--console-layer"]);
+async fn main() -> std::process::ExitCode {
+    // Returned, not exited with: the detector started already, and its shutdown runs as `main`
+    // returns.
+    let arg = match sample_apps::fixture_arg("first_pin", USAGE, &["--fmt", "--console-layer"]) {
+        Ok(arg) => arg,
+        Err(code) => return code,
+    };
     match arg.as_deref() {
         Some("--fmt") => tracing_subscriber::fmt().init(),
         Some("--console-layer") => {
@@ -38,4 +43,5 @@ async fn main() {
     })
     .await
     .expect("the task");
+    std::process::ExitCode::SUCCESS
 }

@@ -10,8 +10,10 @@ fmt_then_console: installs its own tracing subscriber, then builds a runtime wit
 
 Usage: PINWATCH_CONSOLE=on fmt_then_console   (pinwatch says what to write instead)";
 
-fn main() {
-    sample_apps::fixture_arg("fmt_then_console", USAGE, &[]);
+fn main() -> std::process::ExitCode {
+    if let Err(code) = sample_apps::fixture_arg("fmt_then_console", USAGE, &[]) {
+        return code;
+    }
     tracing_subscriber::fmt().init();
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
     tokio.worker_threads(2).enable_all();
@@ -21,10 +23,11 @@ fn main() {
             rt.block_on(async { tokio::task::yield_now().await });
             drop(rt);
             drop(detector);
+            std::process::ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("fmt_then_console: {e}");
-            std::process::exit(1);
+            std::process::ExitCode::FAILURE
         }
     }
 }

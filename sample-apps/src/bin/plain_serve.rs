@@ -25,17 +25,20 @@ Usage: plain_serve [--graceful | --second-runtime PATH]
   --second-runtime PATH  a second runtime with a detector of its own, its dump on exit to PATH";
 
 #[pinwatch::main]
-async fn main() {
-    sample_apps::fixture_help(USAGE);
+async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (graceful, second) = match args.as_slice() {
+    let arg_strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    // `--second-runtime`'s path first: `--second-runtime -h` dumps to a file named `-h`. The
+    // code is returned, not exited with: the detector started already, and its shutdown runs
+    // as `main` returns.
+    let (graceful, second) = match arg_strs.as_slice() {
         [] => (false, None),
         ["--graceful"] => (true, None),
         ["--second-runtime", path] => (false, Some(std::path::PathBuf::from(path))),
+        _ if sample_apps::fixture_help(USAGE, &args) => return std::process::ExitCode::SUCCESS,
         other => {
             eprintln!("plain_serve: unknown arguments {other:?}\n\n{USAGE}");
-            std::process::exit(2);
+            return std::process::ExitCode::from(2);
         }
     };
     // Kept to the end of the process (the service never returns without --graceful).
@@ -84,4 +87,5 @@ async fn main() {
             println!("plain_serve: shut down");
         }
     }
+    std::process::ExitCode::SUCCESS
 }

@@ -12,7 +12,9 @@ stdout_logger: two workers, four tasks each logging a line to stdout every milli
 Usage: stdout_logger | sleep 30   (its log fills the pipe and blocks both workers)";
 
 fn main() -> std::process::ExitCode {
-    sample_apps::fixture_arg("stdout_logger", USAGE, &[]);
+    if let Err(code) = sample_apps::fixture_arg("stdout_logger", USAGE, &[]) {
+        return code;
+    }
     tracing_subscriber::fmt().with_ansi(false).init();
     let mut tokio = tokio::runtime::Builder::new_multi_thread();
     tokio.worker_threads(2).enable_all();

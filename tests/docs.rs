@@ -543,6 +543,46 @@ fn the_otlp_metric_table_is_what_the_exporter_registers() {
 }
 
 /// GitHub's anchor for a heading.
+/// The README's list of the other examples (the quick start's `web_service` aside) names every
+/// example in `detector/examples/`, and only those: it named three of twelve (helper-71).
+#[test]
+fn the_readme_names_every_example() {
+    let readme = read("README.md");
+    let list = readme
+        .split_once("The other examples in `detector/examples/`")
+        .map(|(_, rest)| rest.split("\n\n").next().unwrap_or(""))
+        .expect("the README's list of examples");
+    // Each item of the list (`` `name` `` then `(`, `,` or `and`, not a path) is an example.
+    let pieces: Vec<&str> = list.split('`').collect();
+    let mut listed: Vec<&str> = pieces
+        .iter()
+        .zip(pieces.iter().skip(1))
+        .skip(1)
+        .step_by(2)
+        .filter(|(w, after)| {
+            w.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                && ["(", ",", "and "]
+                    .iter()
+                    .any(|a| after.trim_start().starts_with(a))
+        })
+        .map(|(w, _)| *w)
+        .collect();
+    listed.push("web_service");
+    listed.sort_unstable();
+    let mut examples: Vec<String> = std::fs::read_dir(support::repo().join("detector/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 12, "{examples:?}");
+    assert_eq!(
+        listed, examples,
+        "the README's list, and detector/examples/"
+    );
+}
+
 fn anchor(heading: &str) -> String {
     heading
         .trim()

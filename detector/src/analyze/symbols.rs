@@ -234,10 +234,9 @@ impl Image {
 /// info names it better (a C function's symbol can be `scale.constprop.0`, helper-68).
 fn rust_name(raw: &[u8]) -> Option<String> {
     let s = String::from_utf8_lossy(raw);
-    let name = rustc_demangle::try_demangle(&s)
+    rustc_demangle::try_demangle(&s)
         .ok()
-        .map(|d| format!("{d:#}"));
-    name
+        .map(|d| format!("{d:#}"))
 }
 
 /// Whether a function's name has a path (`a::b`, `<T as a::Tr>::f`), not counting what its

@@ -501,6 +501,107 @@ fn every_metric_the_docs_name_is_one_pinwatch_serves() {
     );
 }
 
+/// The labels the docs give a metric, `name{label}` or `name{label="value"}` (also `=~`, `!=`,
+/// `!~`), as (metric, label, value): a Grafana selector variable (`{$sel}`) gives none.
+fn metric_labels(text: &str) -> Vec<(String, String, Option<String>)> {
+    let text = text.replace("\\_", "_");
+    let mut out = Vec::new();
+    for metric in metric_names(&text) {
+        for (i, _) in text.match_indices(&format!("{metric}{{")) {
+            let inside = &text[i + metric.len() + 1..];
+            // Up to the closing brace outside a quoted value.
+            let mut quoted = false;
+            let end = inside
+                .char_indices()
+                .find(|&(_, c)| {
+                    quoted ^= c == '"';
+                    !quoted && c == '}'
+                })
+                .map_or(inside.len(), |(k, _)| k);
+            let mut rest = &inside[..end];
+            while !rest.is_empty() {
+                let name_end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                let (name, after) = rest.split_at(name_end);
+                if name.is_empty() {
+                    break;
+                }
+                let after = after.trim_start_matches(['=', '!', '~']);
+                let (value, tail) = match after.strip_prefix('"') {
+                    Some(v) => {
+                        let close = v.find('"').unwrap_or(v.len());
+                        (Some(v[..close].to_owned()), &v[(close + 1).min(v.len())..])
+                    }
+                    None => (None, after),
+                };
+                out.push((metric.clone(), name.to_owned(), value));
+                rest = tail.trim_start_matches([',', ' ']);
+            }
+        }
+    }
+    out
+}
+
+/// Every label the docs give a metric is one of its labels (or a label Prometheus adds to
+/// every series, `job` and `instance`; `le` of a histogram's buckets), and every `reason` value
+/// is one pinwatch gives: a query written from the docs would otherwise find nothing.
+#[test]
+fn every_label_the_docs_give_a_metric_is_one_it_has() {
+    let reasons: Vec<&str> = pinwatch::Reason::ALL.iter().map(|r| r.as_str()).collect();
+    let mut docs = documents();
+    docs.push(("deploy/README.md".to_owned(), read("deploy/README.md")));
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for (doc, text) in &docs {
+        for (metric, label, value) in metric_labels(text) {
+            seen += 1;
+            let base = metric.strip_suffix("_bucket").unwrap_or(&metric);
+            let labels = METRICS
+                .iter()
+                .find(|m| m.name == metric || m.name == base)
+                .map_or(&[][..], |m| m.labels);
+            // The collector's own description, never exported, has one constant label.
+            let known = labels.contains(&label.as_str())
+                || ["job", "instance"].contains(&label.as_str())
+                || (metric == "pinwatch_collector" && label == "collector")
+                || (label == "le" && metric.ends_with("_bucket"));
+            if !known {
+                wrong.push(format!("{doc}: {metric}{{{label}}}"));
+            }
+            if let Some(v) = value.filter(|_| label == "reason") {
+                if !reasons.contains(&v.as_str()) {
+                    wrong.push(format!("{doc}: {metric}{{reason=\"{v}\"}}"));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "labels the metrics do not have: {wrong:#?}"
+    );
+    assert!(seen >= 10, "only {seen} labels found in the docs");
+    assert_eq!(
+        metric_labels(
+            "pinwatch_pins_total{reason=\"sleep\", job=~\"a}b\"} pinwatch_x{$sel} \
+             pinwatch_y{location}"
+        ),
+        vec![
+            (
+                "pinwatch_pins_total".into(),
+                "reason".into(),
+                Some("sleep".into())
+            ),
+            (
+                "pinwatch_pins_total".into(),
+                "job".into(),
+                Some("a}b".into())
+            ),
+            ("pinwatch_y".into(), "location".into(), None),
+        ]
+    );
+}
+
 /// docs/otlp.md's metric table: the names the OTLP exporter registers (read from its source),
 /// and, translated, `METRICS`.
 #[test]

@@ -298,6 +298,13 @@ impl Builder {
     /// hooks set on it; see [`prepare`](Self::prepare) to keep yours), builds the runtime, and
     /// starts the detector. With the detector off, builds `tokio` as it is.
     ///
+    /// On a multi-thread runtime the start waits for its workers, which have nothing to run
+    /// yet, to park once, and sees which of them waits on the I/O driver (about a millisecond
+    /// at most on a busy machine here; it gives up after 250 ms): so that a first task that pins
+    /// every worker is told a stall of the whole runtime ([`PinnedEvent::runtime_stalled`]).
+    ///
+    /// [`PinnedEvent::runtime_stalled`]: crate::PinnedEvent::runtime_stalled
+    ///
     /// You keep tokio's own `Runtime`. The [`Detector`] is a guard: drop the runtime first, then
     /// the detector (its drop takes a last scan, so that a poll that was still running is
     /// completed, and flushes the sinks).

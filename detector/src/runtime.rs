@@ -93,7 +93,10 @@ impl Prepared {
     }
 
     /// Starts watching the runtime `handle` belongs to — the one whose builder got
-    /// [`hooks`](Self::hooks): the watchdog thread and the export thread start.
+    /// [`hooks`](Self::hooks): the watchdog thread and the export thread start. Where the hooks
+    /// were installed with [`PollHooks::install`], it waits for a multi-thread runtime's workers
+    /// to park once, as [`Builder::build`](crate::Builder::build) does: call it before the
+    /// runtime runs tasks (a runtime whose workers stay busy holds it up to 250 ms).
     pub fn start(self, handle: &tokio::runtime::Handle) -> Result<Detector, Error> {
         let Some(pending) = self.rest else {
             return Ok(Detector {

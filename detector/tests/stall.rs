@@ -963,6 +963,52 @@ fn with_every_worker_pinned_every_pin_is_blamed_for_the_stall() {
     drop(detector);
 }
 
+/// A runtime whose workers go straight into pins, with no idle moment in between (most of
+/// `tour`'s cases): the detector's start waited for a worker to park on the drivers, so the
+/// drivers are seen from the first pin, and two pins that hold both workers are told as a
+/// stall of the whole runtime, every worker pinned, by the look at the workers. (Before, only
+/// the heartbeat could tell it, once late past its bound: 0–2 of `lock_sleep`'s eight 100 ms
+/// pins.)
+#[test]
+fn a_runtime_whose_workers_go_straight_into_pins_sees_every_worker_pinned() {
+    let (rt, detector, events, _) =
+        two_workers("pw-straight", Some(pinwatch::Builder::new().rescue(false)));
+    assert!(
+        detector.stats().drivers_seen,
+        "the detector's start saw no worker on the drivers: {:?}",
+        detector.stats()
+    );
+    let (lock, release) = held_lock();
+    // Both tasks meet here, each holding its worker: from then on both workers are pinned.
+    let met = Arc::new(std::sync::Barrier::new(2));
+    for _ in 0..2 {
+        let (lock, met) = (Arc::clone(&lock), Arc::clone(&met));
+        rt.spawn(async move {
+            met.wait();
+            drop(lock.lock().unwrap());
+        });
+    }
+    let mut stalled = Vec::new();
+    while stalled.len() < 2 {
+        let e = next(
+            &events,
+            "a report of each pin saying every worker was pinned",
+            |e| {
+                e.runtime_stalled
+                    && e.runtime_advice
+                        .as_deref()
+                        .is_some_and(|r| r.contains("every worker was pinned"))
+                    && !stalled.contains(&e.id)
+            },
+        );
+        assert!(e.drivers.is_some(), "{e:?}");
+        stalled.push(e.id);
+    }
+    release.send(()).unwrap();
+    drop(rt);
+    drop(detector);
+}
+
 /// A multi-thread runtime without an I/O driver (`enable_time` alone): its time driver's
 /// worker waits in a futex like a sleeping one, so the drivers are never seen, and a pin
 /// while the timers keep running is no stall — no event says so, no worker is woken.

@@ -63,6 +63,14 @@ impl Parking {
         self.hooked.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the park hooks are known to be installed (by [`PollHooks::install`], or by a
+    /// first unpark of hooks the service chained itself).
+    ///
+    /// [`PollHooks::install`]: crate::poll::PollHooks::install
+    pub fn is_hooked(&self) -> bool {
+        self.hooked.load(Ordering::Relaxed)
+    }
+
     /// `on_thread_park`: a core parks.
     #[inline]
     pub fn park(&self) {

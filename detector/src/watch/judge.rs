@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::probe::{Between, Probe, Reading, SchedStat};
+use super::probe::{Between, Probe, Reading, SchedStat, Wait};
 use crate::event::PinnedEvent;
 use crate::poll::protocol::Snapshot;
 use crate::poll::slot::NameBuf;
@@ -719,12 +719,58 @@ pub(super) const FOLLOW_EVERY: Duration = DRIVERS_EVERY;
 /// I/O driver this often while the runtime runs (and each time before it sleeps).
 pub(super) const LEARN_EVERY: Duration = Duration::from_secs(1);
 
+/// How long the watchdog's start waits for the first park of a runtime's workers, to see its
+/// drivers from the start ([`first_park`]). A fresh runtime's workers park within a millisecond
+/// or so; this bounds a start where they do not (a start hook of the service's that blocks, a
+/// machine that gives them no CPU).
+pub(super) const FIRST_PARK_WITHIN: Duration = Duration::from_millis(250);
+
+/// How many looks in a row must find every worker asleep on a futex for the start to take the
+/// runtime for one without an I/O driver (a look can catch the drivers' worker in a futex of a
+/// lock it takes on the way to `epoll_wait`).
+pub(super) const ASLEEP_LOOKS: u32 = 3;
+
+/// What one look at a runtime's workers, at the watchdog's start, tells of its drivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FirstPark {
+    /// A parked worker waits in `epoll_wait` on this descriptor: the I/O driver's.
+    OnDrivers(i32),
+    /// Every worker is parked, each in a futex: no worker waits on an I/O driver (it has none,
+    /// or the look caught its worker on the way; see [`ASLEEP_LOOKS`]).
+    Asleep,
+    /// A parked worker's system call cannot be read (or its thread is gone): looking again
+    /// would not tell more.
+    Unreadable,
+    /// A worker has not parked yet, or is between its park hook and its wait: look again.
+    Again,
+}
+
+/// [`FirstPark`] from each worker's state at one look: `None` while it is not parked (or not
+/// started), else what its thread waits in (`None` if that could not be read).
+pub(super) fn first_park(workers: &[Option<Option<Wait>>]) -> FirstPark {
+    let mut all_asleep = !workers.is_empty();
+    for w in workers {
+        match w {
+            Some(Some(Wait::Epoll(fd))) => return FirstPark::OnDrivers(*fd),
+            Some(None) => return FirstPark::Unreadable,
+            Some(Some(Wait::Futex)) => {}
+            Some(Some(Wait::Other)) | None => all_asleep = false,
+        }
+    }
+    if all_asleep {
+        FirstPark::Asleep
+    } else {
+        FirstPark::Again
+    }
+}
+
 /// What the watchdog knows of the runtime's I/O driver: whether it can see who drives. It sees
 /// once it has found one of the runtime's parked workers (in tokio's park, by the park hooks)
-/// waiting in `epoll_wait` — that descriptor is the driver's — and while it can read the
-/// parked workers' system calls. A runtime without `enable_io` (its time driver waits on a
-/// condvar, like a sleeping worker), one whose park hooks pinwatch did not install, or a
-/// `/proc` it cannot read never shows it: the heartbeat stays the evidence there.
+/// waiting in `epoll_wait` — that descriptor is the driver's; its start waits for the first
+/// ([`first_park`]) — and while it can read the parked workers' system calls. A runtime
+/// without `enable_io` (its time driver waits on a condvar, like a sleeping worker), one whose
+/// park hooks pinwatch did not install, or a `/proc` it cannot read never shows it: the
+/// heartbeat stays the evidence there.
 #[derive(Default)]
 pub(super) struct DriverView {
     /// The I/O driver's epoll descriptor, once seen.
@@ -901,6 +947,28 @@ impl Idle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_learns_the_drivers_from_the_first_worker_parked_on_them() {
+        use FirstPark::*;
+        let (epoll, futex, other) = (
+            Some(Some(Wait::Epoll(9))),
+            Some(Some(Wait::Futex)),
+            Some(Some(Wait::Other)),
+        );
+        // One parked on the drivers settles it, whatever the others do.
+        assert_eq!(first_park(&[None, epoll]), OnDrivers(9));
+        assert_eq!(first_park(&[futex, epoll, other]), OnDrivers(9));
+        // Every worker asleep on a futex: no I/O driver (or a look on the way to it).
+        assert_eq!(first_park(&[futex, futex]), Asleep);
+        // One not parked yet, or between its park hook and its wait: look again.
+        assert_eq!(first_park(&[futex, None]), Again);
+        assert_eq!(first_park(&[futex, other]), Again);
+        // Unreadable: no look will tell.
+        assert_eq!(first_park(&[futex, Some(None)]), Unreadable);
+        // No workers (none started): nothing to say yet.
+        assert_eq!(first_park(&[]), Again);
+    }
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
     const THRESHOLD: Duration = Duration::from_millis(20);

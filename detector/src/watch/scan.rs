@@ -15,8 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 
 use super::judge::{
-    first_since, ran_since, worth_arming, Armed, Before, DriverView, DriverWatch, Drivers, Idle,
-    Pinned, Stall, Tracked, WorkerState, FOLLOW_EVERY, TICK,
+    first_park, first_since, ran_since, worth_arming, Armed, Before, DriverView, DriverWatch,
+    Drivers, FirstPark, Idle, Pinned, Stall, Tracked, WorkerState, ASLEEP_LOOKS, FIRST_PARK_WITHIN,
+    FOLLOW_EVERY, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -149,6 +150,7 @@ fn run(
     let _waker = StopWaker(&shared.heartbeat);
     // The stalls where only the heartbeat tells: the due time of the late beat counted so far.
     let mut stall_counted: Option<Instant> = None;
+    scan.learn_at_start(FIRST_PARK_WITHIN);
     // Set up: the runtime may run tasks now.
     let _ = ready.send(());
     loop {
@@ -1435,6 +1437,53 @@ impl<'a> Scan<'a> {
         self.seen_changed();
     }
 
+    /// At the watchdog's start, before the runtime runs a task of the service's (the detector's
+    /// start waits for it): waits, up to `within`, for one of the runtime's workers to park on
+    /// its drivers, and learns their descriptor from it. Without this the drivers were seen
+    /// only once the service first idled, and a service whose workers went straight into
+    /// pins — every worker pinned, nothing driving the runtime — was judged by the heartbeat
+    /// alone, which tells a stall only once it is late past its bound.
+    ///
+    /// Only where pinwatch installed the park hooks (a worker's park is known), on a
+    /// multi-thread runtime. It stops at once where a parked worker's system call cannot be
+    /// read, and where every worker sleeps on a futex for [`ASLEEP_LOOKS`] looks in a row (a
+    /// runtime without I/O driver: nothing to learn, and the heartbeat is the evidence).
+    fn learn_at_start(&mut self, within: Duration) {
+        if !self.multi_thread || !self.shared.table.parking.is_hooked() {
+            return;
+        }
+        let deadline = Instant::now() + within;
+        let n = self.handle.metrics().num_workers();
+        let mut asleep = 0;
+        loop {
+            // Every slot claimed so far (the scans' own count starts with the first scan).
+            let slots = self.shared.table.used_slots();
+            let workers: Vec<Option<Option<probe::Wait>>> = (0..n)
+                .map(|i| self.parked_worker(i, slots).map(probe::read_wait))
+                .collect();
+            match first_park(&workers) {
+                FirstPark::OnDrivers(fd) => {
+                    self.view.epoll(fd);
+                    self.view.blind = false;
+                    break;
+                }
+                FirstPark::Unreadable => break,
+                FirstPark::Asleep => {
+                    asleep += 1;
+                    if asleep >= ASLEEP_LOOKS {
+                        break;
+                    }
+                }
+                FirstPark::Again => asleep = 0,
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.seen_changed();
+    }
+
     fn seen_changed(&self) {
         self.shared
             .stats
@@ -1448,21 +1497,25 @@ impl<'a> Scan<'a> {
         if holding.contains(&Some(i)) {
             return Ok(WorkerState::Pinned);
         }
-        let metrics = self.handle.metrics();
-        let Some(thread) = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t)) else {
-            return Ok(WorkerState::Busy);
-        };
-        let Some(slot) = self
-            .used_slots()
-            .iter()
-            .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
-        else {
-            return Ok(WorkerState::Busy);
-        };
-        if !slot.parked.load(Ordering::Relaxed) {
-            return Ok(WorkerState::Busy);
+        match self.parked_worker(i, self.used_slots()) {
+            Some(tid) => Err(tid),
+            None => Ok(WorkerState::Busy),
         }
-        Err(slot.tid.load(Ordering::Relaxed))
+    }
+
+    /// The thread id of worker `i` of the runtime while it is parked (its slot among `slots`
+    /// says so); `None` while it runs, or has not started.
+    fn parked_worker(&self, i: usize, slots: &[Slot]) -> Option<i32> {
+        let metrics = self.handle.metrics();
+        let thread = metrics
+            .worker_thread_id(i)
+            .map(|t| crate::poll::id_u64(&t))?;
+        let slot = slots
+            .iter()
+            .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)?;
+        slot.parked
+            .load(Ordering::Relaxed)
+            .then(|| slot.tid.load(Ordering::Relaxed))
     }
 
     /// Every worker's state, read only as far as the verdict needs: a busy worker settles it

@@ -299,9 +299,10 @@ impl Builder {
     /// starts the detector. With the detector off, builds `tokio` as it is.
     ///
     /// On a multi-thread runtime the start waits for its workers, which have nothing to run
-    /// yet, to park once, and sees which of them waits on the I/O driver (about a millisecond
-    /// at most on a busy machine here; it gives up after 250 ms): so that a first task that pins
-    /// every worker is told a stall of the whole runtime ([`PinnedEvent::runtime_stalled`]).
+    /// yet, to park once, and sees which of them waits on the I/O driver (1.4 ms at most for two
+    /// workers on a busy machine here; 15–20 ms for 1,024 workers without I/O driver; it gives
+    /// up after 250 ms): so that a first task that pins every worker is told a stall of the
+    /// whole runtime ([`PinnedEvent::runtime_stalled`]).
     ///
     /// [`PinnedEvent::runtime_stalled`]: crate::PinnedEvent::runtime_stalled
     ///

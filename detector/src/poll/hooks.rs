@@ -178,6 +178,7 @@ impl PollHooks {
             .on_thread_park(move || park.park())
             .on_thread_unpark(move || unpark.unpark());
         table.table.parking.hooked();
+        table.table.parking.installed();
     }
 
     /// Call from `on_thread_park`, with [`after_unpark`](Self::after_unpark) from

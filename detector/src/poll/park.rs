@@ -38,6 +38,8 @@ pub(crate) struct Parking {
     /// The park hooks are installed: without them the counts say nothing, and the watchdog
     /// never sleeps.
     hooked: AtomicBool,
+    /// pinwatch installed the park hooks itself ([`installed`](Self::installed)).
+    installed: AtomicBool,
     /// The detector is stopping: the watchdog must not sleep any more.
     stopping: AtomicBool,
 }
@@ -52,6 +54,7 @@ impl Default for Parking {
             sleeping: AtomicBool::new(false),
             watchdog: OnceLock::new(),
             hooked: AtomicBool::new(false),
+            installed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
         }
     }
@@ -63,12 +66,17 @@ impl Parking {
         self.hooked.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the park hooks are known to be installed (by [`PollHooks::install`], or by a
-    /// first unpark of hooks the service chained itself).
+    /// [`PollHooks::install`] installed the park hooks (before the runtime was built): unlike
+    /// [`hooked`](Self::hooked), known from the runtime's start.
     ///
     /// [`PollHooks::install`]: crate::poll::PollHooks::install
-    pub fn is_hooked(&self) -> bool {
-        self.hooked.load(Ordering::Relaxed)
+    pub fn installed(&self) {
+        self.installed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`installed`](Self::installed) was called.
+    pub fn is_installed(&self) -> bool {
+        self.installed.load(Ordering::Relaxed)
     }
 
     /// `on_thread_park`: a core parks.

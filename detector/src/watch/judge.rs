@@ -746,7 +746,8 @@ pub(super) enum FirstPark {
 }
 
 /// [`FirstPark`] from each worker's state at one look: `None` while it is not parked (or not
-/// started), else what its thread waits in (`None` if that could not be read).
+/// started), else what its thread waits in (`None` if that could not be read, or the worker
+/// cannot be watched).
 pub(super) fn first_park(workers: &[Option<Option<Wait>>]) -> FirstPark {
     let mut all_asleep = !workers.is_empty();
     for w in workers {

@@ -1444,23 +1444,52 @@ impl<'a> Scan<'a> {
     /// pins — every worker pinned, nothing driving the runtime — was judged by the heartbeat
     /// alone, which tells a stall only once it is late past its bound.
     ///
-    /// Only where pinwatch installed the park hooks (a worker's park is known), on a
-    /// multi-thread runtime. It stops at once where a parked worker's system call cannot be
-    /// read, and where every worker sleeps on a futex for [`ASLEEP_LOOKS`] looks in a row (a
+    /// Only on a multi-thread runtime whose park hooks pinwatch installed itself
+    /// ([`PollHooks::install`](crate::poll::PollHooks::install)): hooks the service chains are
+    /// known only once a worker has used them. It stops at once where a parked worker's system
+    /// call cannot be read or a started worker has no slot (the table is full: it is never
+    /// seen), and where every worker sleeps on a futex for [`ASLEEP_LOOKS`] looks in a row (a
     /// runtime without I/O driver: nothing to learn, and the heartbeat is the evidence).
     fn learn_at_start(&mut self, within: Duration) {
-        if !self.multi_thread || !self.shared.table.parking.is_hooked() {
+        if !self.multi_thread || !self.shared.table.parking.is_installed() {
             return;
         }
         let deadline = Instant::now() + within;
-        let n = self.handle.metrics().num_workers();
+        let metrics = self.handle.metrics();
+        let n = metrics.num_workers();
         let mut asleep = 0;
         loop {
-            // Every slot claimed so far (the scans' own count starts with the first scan).
+            // Every slot claimed so far (the scans' own count starts with the first scan), by
+            // thread, once a look: a search per worker would cost workers × slots.
             let slots = self.shared.table.used_slots();
-            let workers: Vec<Option<Option<probe::Wait>>> = (0..n)
-                .map(|i| self.parked_worker(i, slots).map(probe::read_wait))
+            let full = slots.len() >= self.shared.table.slots().len();
+            let by_thread: std::collections::HashMap<u64, &Slot> = slots
+                .iter()
+                .filter(|s| s.is_active())
+                .map(|s| (s.thread.load(Ordering::Relaxed), s))
                 .collect();
+            let mut workers: Vec<Option<Option<probe::Wait>>> = Vec::with_capacity(n);
+            for i in 0..n {
+                let thread = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t));
+                let worker = match thread.map(|t| by_thread.get(&t)) {
+                    // Not started yet.
+                    None => None,
+                    Some(Some(slot)) => slot
+                        .parked
+                        .load(Ordering::Relaxed)
+                        .then(|| probe::read_wait(slot.tid.load(Ordering::Relaxed))),
+                    // Started, and no slot is left for it: never seen, as if unreadable.
+                    Some(None) if full => Some(None),
+                    // Started, its slot still to claim (at its first hook).
+                    Some(None) => None,
+                };
+                // Settled by this one: the workers after it need no `/proc` read.
+                let settles = matches!(worker, Some(Some(probe::Wait::Epoll(_)) | None));
+                workers.push(worker);
+                if settles {
+                    break;
+                }
+            }
             match first_park(&workers) {
                 FirstPark::OnDrivers(fd) => {
                     self.view.epoll(fd);
@@ -1497,25 +1526,21 @@ impl<'a> Scan<'a> {
         if holding.contains(&Some(i)) {
             return Ok(WorkerState::Pinned);
         }
-        match self.parked_worker(i, self.used_slots()) {
-            Some(tid) => Err(tid),
-            None => Ok(WorkerState::Busy),
-        }
-    }
-
-    /// The thread id of worker `i` of the runtime while it is parked (its slot among `slots`
-    /// says so); `None` while it runs, or has not started.
-    fn parked_worker(&self, i: usize, slots: &[Slot]) -> Option<i32> {
         let metrics = self.handle.metrics();
-        let thread = metrics
-            .worker_thread_id(i)
-            .map(|t| crate::poll::id_u64(&t))?;
-        let slot = slots
+        let Some(thread) = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t)) else {
+            return Ok(WorkerState::Busy);
+        };
+        let Some(slot) = self
+            .used_slots()
             .iter()
-            .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)?;
-        slot.parked
-            .load(Ordering::Relaxed)
-            .then(|| slot.tid.load(Ordering::Relaxed))
+            .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
+        else {
+            return Ok(WorkerState::Busy);
+        };
+        if !slot.parked.load(Ordering::Relaxed) {
+            return Ok(WorkerState::Busy);
+        }
+        Err(slot.tid.load(Ordering::Relaxed))
     }
 
     /// Every worker's state, read only as far as the verdict needs: a busy worker settles it

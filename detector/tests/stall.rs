@@ -981,13 +981,16 @@ fn a_runtime_whose_workers_go_straight_into_pins_sees_every_worker_pinned() {
     let (lock, release) = held_lock();
     // Both tasks meet here, each holding its worker: from then on both workers are pinned.
     let met = Arc::new(std::sync::Barrier::new(2));
-    for _ in 0..2 {
-        let (lock, met) = (Arc::clone(&lock), Arc::clone(&met));
-        rt.spawn(async move {
-            met.wait();
-            drop(lock.lock().unwrap());
-        });
-    }
+    let began = Instant::now();
+    let tasks: Vec<_> = (0..2)
+        .map(|_| {
+            let (lock, met) = (Arc::clone(&lock), Arc::clone(&met));
+            rt.spawn(async move {
+                met.wait();
+                drop(lock.lock().unwrap());
+            })
+        })
+        .collect();
     let mut stalled = Vec::new();
     while stalled.len() < 2 {
         let e = next(
@@ -1005,8 +1008,22 @@ fn a_runtime_whose_workers_go_straight_into_pins_sees_every_worker_pinned() {
         stalled.push(e.id);
     }
     release.send(()).unwrap();
+    rt.block_on(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
     drop(rt);
-    drop(detector);
+    let stats = detector.shutdown();
+    // Two pins stalling the runtime at once are one stall: its time is counted once, within
+    // the time it can have lasted (a stall counted per pin, or by the look and the heartbeat
+    // both, came to twice that).
+    let wall = began.elapsed();
+    assert!(
+        stats.runtime_stalled_time > Duration::ZERO && stats.runtime_stalled_time <= wall,
+        "stalled {:?} in {wall:?}",
+        stats.runtime_stalled_time
+    );
 }
 
 /// A multi-thread runtime without an I/O driver (`enable_time` alone): its time driver's

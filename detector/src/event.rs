@@ -1301,9 +1301,10 @@ impl PinnedEvent {
     }
 
     /// Whether this pin held the runtime's timers and I/O: it stalled the runtime, or it ran on
-    /// a current-thread runtime, which stops them during every poll (a short pin there is no
-    /// reported stall, docs/blast-radius.md). The tasks waiting on them were never woken, and
-    /// their wait is in no measure of the victims'.
+    /// a current-thread runtime, which stops them during every poll (every such pin is reported
+    /// a stall now; a recording made before said so only past the heartbeat's bound,
+    /// docs/blast-radius.md). The tasks waiting on them were never woken, and their wait is in
+    /// no measure of the victims'.
     pub fn held_drivers(&self) -> bool {
         self.runtime_stalled || self.current_thread
     }

@@ -229,7 +229,7 @@ fn run(
         scan.stalled = shared
             .heartbeat
             .late(scan_start)
-            .filter(|_| !scan.view.sees())
+            .filter(|_| !scan.sees())
             .and_then(|(_, due)| Stall::past_bound(due, scan_start, scan.settings.threshold));
         for (i, ((slot, tracked), look)) in shared
             .table
@@ -301,9 +301,7 @@ fn run(
             .count();
         // The heartbeat is the evidence only where the drivers cannot be seen; once they are,
         // it stops (the pins it beat for may run on).
-        shared
-            .heartbeat
-            .arm(if scan.view.sees() { 0 } else { pins });
+        shared.heartbeat.arm(if scan.sees() { 0 } else { pins });
         // Idle: no poll runs, none is followed, and every core is parked.
         let running = tracked.iter().flatten().any(|t| t.seq & 1 == 1);
         sleep = idle.scanned(
@@ -693,6 +691,21 @@ impl<'a> Scan<'a> {
         let mut pinned = Pinned::new(t, armed.tid, armed.thread, event, now);
         pinned.slot = self.cur;
         pinned.end = Some(end);
+        if !self.multi_thread && pinned.event.worker.index.is_some() {
+            // It held a current-thread runtime's one thread, and with it the timers and I/O,
+            // from its start to its end: a stall no look saw while it ran.
+            pinned.undriven(end, None, false);
+            pinned.undriven_since = None;
+            let undriven = pinned
+                .event
+                .drivers
+                .as_ref()
+                .map_or(Duration::ZERO, |d| d.undriven);
+            self.shared
+                .stats
+                .stalled_ns
+                .fetch_add(undriven.as_nanos() as u64, Ordering::Relaxed);
+        }
         self.found_ended.push(pinned);
     }
 
@@ -1513,6 +1526,14 @@ impl<'a> Scan<'a> {
         self.seen_changed();
     }
 
+    /// Whether the looks at the workers tell who drives the runtime's timers and I/O (and the
+    /// heartbeat is left unarmed): on a multi-thread runtime once the I/O driver is seen; on a
+    /// current-thread runtime always — its one thread drives them between polls, so a pin
+    /// there (which holds it: worker 0) stalls them for as long as it runs.
+    fn sees(&self) -> bool {
+        !self.multi_thread || self.view.sees()
+    }
+
     fn seen_changed(&self) {
         self.shared
             .stats
@@ -1585,7 +1606,7 @@ impl<'a> Scan<'a> {
             last_on_drivers: self.drivers.last_on_drivers,
             ..DriverWatch::default()
         };
-        self.view.sees().then_some(false)
+        self.sees().then_some(false)
     }
 
     /// Who drives the runtime's I/O and timer drivers now, while a pin holds a worker: each
@@ -1594,11 +1615,9 @@ impl<'a> Scan<'a> {
     /// runtime (reported at once), and a parked worker is woken to take them over (with
     /// `PINWATCH_RESCUE`); the look that finds one on them again records the hand-over.
     /// Returns whether the runtime is stalled now, `None` where the drivers cannot be seen
-    /// (the heartbeat tells).
+    /// (the heartbeat tells). A current-thread runtime has one worker, which drives them between
+    /// its polls: a pin there holds it, and stalls them until it ends (nobody to wake).
     fn look_at_drivers(&mut self, tracked: &mut [Option<Tracked>], now: Instant) -> Option<bool> {
-        if !self.multi_thread {
-            return None;
-        }
         if !tracked.iter().flatten().any(|t| t.pinned.is_some()) {
             // Nothing pinned (nearly every scan): nothing to allocate for.
             return self.nothing_held();
@@ -1626,12 +1645,12 @@ impl<'a> Scan<'a> {
             .filter_map(|t| t.pinned.as_ref())
             .any(|p| !p.first_sent);
         if let Some(stalled) = self.drivers.skip(now, news) {
-            return self.view.sees().then_some(stalled);
+            return self.sees().then_some(stalled);
         }
         let states = self.worker_states(&holding);
         self.seen_changed();
         let mut verdict = Drivers::of(&states);
-        if !self.view.sees() {
+        if !self.sees() {
             // Not seen yet, or not readable: an undriven verdict would be a guess.
             verdict = Drivers::Driven { by: None };
         }
@@ -1690,7 +1709,9 @@ impl<'a> Scan<'a> {
                     let newly = p.undriven(now, driven_at, wake);
                     since = Some(since.map_or(p.start, |s| s.min(p.start)));
                     p.event.runtime_advice = Some(
-                        if all_pinned {
+                        if !self.multi_thread {
+                            crate::event::CURRENT_THREAD_ADVICE
+                        } else if all_pinned {
                             ALL_PINNED_ADVICE
                         } else {
                             DRIVER_ADVICE
@@ -1725,7 +1746,7 @@ impl<'a> Scan<'a> {
         }
         self.drivers.last = Some((now, stalled));
         // Not seen: the heartbeat's word stands.
-        self.view.sees().then_some(stalled)
+        self.sees().then_some(stalled)
     }
 
     /// Sends the next `in_progress` report of a pin still running, brought up to `now`.

@@ -181,10 +181,10 @@ impl Builder {
 
     /// pinwatch's heartbeat on the watched runtime (`PINWATCH_HEARTBEAT`, default
     /// [`DEFAULT_HEARTBEAT`](crate::config::DEFAULT_HEARTBEAT); `None`: off), where pinwatch
-    /// cannot see who drives the runtime's timers and I/O (a current-thread runtime, one
-    /// without I/O; see [`rescue`](Self::rescue)): while a pin runs, a timer that fires this
-    /// often, whose lateness tells a pin that stalls the whole runtime's timers and I/O
-    /// (`runtime_stalled`) from one that holds only its worker. A task of pinwatch's waits on
+    /// cannot see who drives the runtime's timers and I/O (a multi-thread runtime without I/O,
+    /// or given the poll hooks alone; see [`rescue`](Self::rescue)): while a pin runs, a timer
+    /// that fires this often, whose lateness tells a pin that stalls the whole runtime's timers
+    /// and I/O (`runtime_stalled`) from one that holds only its worker. A task of pinwatch's waits on
     /// it for the detector's life; pinwatch sets it when a poll is flagged as pinned (which
     /// wakes no parked worker: it observes, it does not end the stall) and the task sets it a
     /// year away once no pin runs: an idle runtime is never woken by it. It needs tokio's

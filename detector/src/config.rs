@@ -255,7 +255,8 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "PINWATCH_HEARTBEAT",
         default: "50ms",
         doc: "where pinwatch cannot see who drives the runtime's timers and I/O (a \
-              current-thread runtime, one without I/O): while a pin runs, a timer of \
+              multi-thread runtime without I/O, or given the poll hooks alone): while a pin \
+              runs, a timer of \
               pinwatch's fires this often on the runtime (set from pinwatch's own thread when \
               a poll is flagged, which wakes no parked worker, and set a year away once none \
               runs); when it is late past the threshold (and 100 ms), the pin stalled the \

@@ -558,6 +558,10 @@ impl Pinned {
         self.hooks_left_out = self.hooks_left_out.max(hooks);
         self.start += new;
         self.event.start += new;
+        // Nor are they the stall's: it is never longer than the pin.
+        if let Some(since) = self.undriven_since.as_mut() {
+            *since += new;
+        }
     }
 
     /// The poll ended at `end`: the completed report. Drivers still undriven were so until then.
@@ -888,6 +892,11 @@ impl Pinned {
         let since = *self
             .undriven_since
             .get_or_insert_with(|| driven_at.map_or(self.start, |d| d.max(self.start)));
+        // The report's time brought up to the look's: the stall is never longer than the pin.
+        self.event.duration = self
+            .event
+            .duration
+            .max(now.saturating_duration_since(self.start));
         let d = self.event.drivers.get_or_insert_with(Default::default);
         d.undriven = self.undriven_before + now.saturating_duration_since(since);
         d.taken_over_by = None;

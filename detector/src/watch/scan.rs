@@ -693,18 +693,17 @@ impl<'a> Scan<'a> {
         pinned.end = Some(end);
         if !self.multi_thread && pinned.event.worker.index.is_some() {
             // It held a current-thread runtime's one thread, and with it the timers and I/O,
-            // from its start to its end: a stall no look saw while it ran.
-            pinned.undriven(end, None, false);
-            pinned.undriven_since = None;
-            let undriven = pinned
-                .event
-                .drivers
-                .as_ref()
-                .map_or(Duration::ZERO, |d| d.undriven);
+            // for its whole time (its panic hooks left out): a stall no look saw while it ran.
+            // Nothing else held them meanwhile, so no look counted any of it.
+            pinned.event.runtime_stalled = true;
+            pinned.event.drivers = Some(crate::event::Drivers {
+                undriven: duration,
+                ..Default::default()
+            });
             self.shared
                 .stats
                 .stalled_ns
-                .fetch_add(undriven.as_nanos() as u64, Ordering::Relaxed);
+                .fetch_add(duration.as_nanos() as u64, Ordering::Relaxed);
         }
         self.found_ended.push(pinned);
     }
@@ -724,7 +723,8 @@ impl<'a> Scan<'a> {
         let index = match workers::owner(self.handle, thread) {
             Owner::Worker(i) => Some(i),
             // A `block_on` body on a multi-thread runtime: its thread owns no worker, and
-            // blocking it stops the body (on a current-thread runtime it is worker 0).
+            // blocking it stops the body (on a current-thread runtime it is worker 0 on the
+            // thread holding the core, and holds nothing on another one waiting for it).
             Owner::HandedOff if body => None,
             Owner::HandedOff => {
                 // The thread gave its worker to another thread in `block_in_place`: a blocking
@@ -1138,8 +1138,11 @@ impl<'a> Scan<'a> {
     /// and with `schedule-latency`, whose rings of measured waits the tasks polled on the other
     /// workers fill (see [`stamped_due`](Self::stamped_due)).
     fn follow_due(&self, p: &Pinned, scan_start: Instant) -> Option<Instant> {
-        let undriven = matches!(self.drivers.last, Some((_, true)));
-        if MEASURED || undriven || p.undriven_since.is_some() || self.drivers.woke_at.is_some() {
+        // A current-thread runtime's stall ends with its pin, whose end the thread stamps
+        // itself (counted then: `follow_pinned`): no look needs to time it.
+        let undriven = self.multi_thread
+            && (matches!(self.drivers.last, Some((_, true))) || p.undriven_since.is_some());
+        if MEASURED || undriven || self.drivers.woke_at.is_some() {
             return None;
         }
         // `DriverWatch::skip` looks at them again this long after its last look.
@@ -1209,7 +1212,19 @@ impl<'a> Scan<'a> {
             let waited = p
                 .baseline
                 .map_or(Duration::ZERO, |b| b.waited(self.schedstat(p.slot, p.tid)));
+            let stalling = p.undriven_since.is_some();
             p.complete(end, waited);
+            if stalling && !self.multi_thread {
+                // A current-thread runtime's stall ends with the poll: counted up to its end,
+                // not only to the last look (the look that finds it ended counts nothing).
+                if let Some(counted) = self.drivers.counted_to.filter(|c| *c < end) {
+                    self.shared
+                        .stats
+                        .stalled_ns
+                        .fetch_add((end - counted).as_nanos() as u64, Ordering::Relaxed);
+                    self.drivers.counted_to = Some(end);
+                }
+            }
             // Sent once the tasks it held up have had time to be polled.
             self.held.push((*p, end + crate::event::VICTIM_WINDOW));
             return None;
@@ -1465,6 +1480,7 @@ impl<'a> Scan<'a> {
     /// runtime without I/O driver: nothing to learn, and the heartbeat is the evidence).
     fn learn_at_start(&mut self, within: Duration) {
         if !self.multi_thread || !self.shared.table.parking.is_installed() {
+            self.seen_changed();
             return;
         }
         let deadline = Instant::now() + within;
@@ -1538,7 +1554,7 @@ impl<'a> Scan<'a> {
         self.shared
             .stats
             .drivers_seen
-            .store(self.view.sees(), Ordering::Relaxed);
+            .store(self.sees(), Ordering::Relaxed);
     }
 
     /// What worker `i` of the runtime does, without reading `/proc`: `None` when it is parked

@@ -63,9 +63,10 @@ pub struct Stats {
     pub driver_rescues: u64,
     /// Times a worker took the drivers over after such a wake-up.
     pub driver_handovers: u64,
-    /// Whether the watchdog sees who drives the runtime's I/O and timer drivers: it has seen
-    /// one of the runtime's parked workers wait on its I/O driver (`epoll_wait`), and can read
-    /// the workers' system calls. Until then — a current-thread runtime, one without
+    /// Whether the watchdog sees who drives the runtime's I/O and timer drivers: on a
+    /// current-thread runtime always (its one thread, between polls); on a multi-thread one once
+    /// it has seen one of the runtime's parked workers wait on its I/O driver (`epoll_wait`),
+    /// while it can read the workers' system calls. Until then — a runtime without
     /// `enable_io`, park hooks not installed, `/proc` unreadable — the heartbeat is the
     /// evidence of a stall (see docs/blast-radius.md).
     pub drivers_seen: bool,

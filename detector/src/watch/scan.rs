@@ -666,7 +666,9 @@ impl<'a> Scan<'a> {
         ) else {
             return;
         };
-        if let Some(i) = armed.index {
+        // (On a current-thread runtime there is no `block_in_place`, and another thread may have
+        // taken the core since the poll ended: not asked.)
+        if let Some(i) = armed.index.filter(|_| self.multi_thread) {
             if workers::owner(self.handle, armed.thread) != Owner::Worker(i) {
                 // tokio no longer has the thread running the worker it ran at the second look:
                 // it handed it over since (`block_in_place`), so what it did after that look
@@ -692,18 +694,8 @@ impl<'a> Scan<'a> {
         pinned.slot = self.cur;
         pinned.end = Some(end);
         if !self.multi_thread && pinned.event.worker.index.is_some() {
-            // It held a current-thread runtime's one thread, and with it the timers and I/O,
-            // for its whole time (its panic hooks left out): a stall no look saw while it ran.
-            // Nothing else held them meanwhile, so no look counted any of it.
-            pinned.event.runtime_stalled = true;
-            pinned.event.drivers = Some(crate::event::Drivers {
-                undriven: duration,
-                ..Default::default()
-            });
-            self.shared
-                .stats
-                .stalled_ns
-                .fetch_add(duration.as_nanos() as u64, Ordering::Relaxed);
+            // A stall no look saw while it ran.
+            self.current_thread_stall(&mut pinned);
         }
         self.found_ended.push(pinned);
     }
@@ -865,6 +857,22 @@ impl<'a> Scan<'a> {
                 p.undriven_by_heartbeat(now, due);
             }
         }
+    }
+
+    /// Pin `p`, ended, held a current-thread runtime's one thread, and with it the timers and
+    /// I/O, for its whole time (its panic hooks left out), and no look counted any of it: a
+    /// stall of that time, counted.
+    fn current_thread_stall(&self, p: &mut Pinned) {
+        let whole = p.event.duration;
+        p.event.runtime_stalled = true;
+        p.event.drivers = Some(crate::event::Drivers {
+            undriven: whole,
+            ..Default::default()
+        });
+        self.shared
+            .stats
+            .stalled_ns
+            .fetch_add(whole.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// The runtime-level advice for a pin of this runtime that its heartbeat says stalls it
@@ -1214,15 +1222,22 @@ impl<'a> Scan<'a> {
                 .map_or(Duration::ZERO, |b| b.waited(self.schedstat(p.slot, p.tid)));
             let stalling = p.undriven_since.is_some();
             p.complete(end, waited);
-            if stalling && !self.multi_thread {
-                // A current-thread runtime's stall ends with the poll: counted up to its end,
-                // not only to the last look (the look that finds it ended counts nothing).
-                if let Some(counted) = self.drivers.counted_to.filter(|c| *c < end) {
-                    self.shared
-                        .stats
-                        .stalled_ns
-                        .fetch_add((end - counted).as_nanos() as u64, Ordering::Relaxed);
-                    self.drivers.counted_to = Some(end);
+            if !self.multi_thread && p.event.worker.index.is_some() {
+                if stalling {
+                    // A current-thread runtime's stall ends with the poll: counted up to its
+                    // end, not only to the last look (the look that finds it ended counts
+                    // nothing).
+                    if let Some(counted) = self.drivers.counted_to.filter(|c| *c < end) {
+                        self.shared
+                            .stats
+                            .stalled_ns
+                            .fetch_add((end - counted).as_nanos() as u64, Ordering::Relaxed);
+                        self.drivers.counted_to = Some(end);
+                    }
+                } else if !p.event.runtime_stalled {
+                    // Flagged, and ended before a look judged it (the flag's stack sample can
+                    // take that long): a stall no look saw, as one found ended.
+                    self.current_thread_stall(&mut p);
                 }
             }
             // Sent once the tasks it held up have had time to be polled.

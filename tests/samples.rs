@@ -210,8 +210,8 @@ fn every_case_binary_has_help() {
 /// `--help` with their usage and start no service of theirs (under `#[pinwatch::main]`,
 /// `first_pin`'s and `plain_serve`'s detector has started): `stdout_logger` and
 /// `fmt_then_console` used to ignore it and start their service (the first logs until killed),
-/// `first_pin` and `plain_serve` refused it. Each is waited for on a thread, so that one that serves instead
-/// fails here after a bound instead of hanging the suite.
+/// `first_pin` and `plain_serve` refused it. Each is waited for on a thread, so that one that
+/// serves instead fails here after a bound instead of hanging the suite.
 #[test]
 fn every_other_binary_answers_help_and_starts_no_service() {
     for bin in [

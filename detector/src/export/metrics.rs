@@ -81,8 +81,8 @@ impl PinCounter {
     }
 
     /// Keeps at most [`MAX_OPEN_PINS`] counted pins: forgets the oldest (lowest ids) not in
-    /// `running` (sorted), as [`PinTime`] does. Such a pin's completion was dropped or is very late; a
-    /// report of it after all counts it again.
+    /// `running` (sorted), as [`PinTime`] does. Such a pin's completion was dropped or is very
+    /// late; a report of it after all counts it again.
     fn bound(&mut self, running: &[u64]) {
         for old in past_bound(self.counted.iter().copied(), self.counted.len(), running) {
             self.counted.remove(&old);

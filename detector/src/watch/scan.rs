@@ -151,6 +151,7 @@ fn run(
     // The stalls where only the heartbeat tells: the due time of the late beat counted so far.
     let mut stall_counted: Option<Instant> = None;
     scan.learn_at_start(FIRST_PARK_WITHIN);
+    scan.seen_changed();
     // Set up: the runtime may run tasks now.
     let _ = ready.send(());
     loop {
@@ -869,10 +870,15 @@ impl<'a> Scan<'a> {
             undriven: whole,
             ..Default::default()
         });
+        self.count_stall(whole);
+    }
+
+    /// `d` more of the runtime stalled, where the looks tell it (`Stats::runtime_stalled_time`).
+    fn count_stall(&self, d: Duration) {
         self.shared
             .stats
             .stalled_ns
-            .fetch_add(whole.as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// The runtime-level advice for a pin of this runtime that its heartbeat says stalls it
@@ -1227,12 +1233,9 @@ impl<'a> Scan<'a> {
                     // A current-thread runtime's stall ends with the poll: counted up to its
                     // end, not only to the last look (the look that finds it ended counts
                     // nothing).
-                    if let Some(counted) = self.drivers.counted_to.filter(|c| *c < end) {
-                        self.shared
-                            .stats
-                            .stalled_ns
-                            .fetch_add((end - counted).as_nanos() as u64, Ordering::Relaxed);
-                        self.drivers.counted_to = Some(end);
+                    if self.drivers.counted_to.is_some_and(|c| c < end) {
+                        let tail = self.drivers.stall_time(end, end);
+                        self.count_stall(tail);
                     }
                 } else if !p.event.runtime_stalled {
                     // Flagged, and ended before a look judged it (the flag's stack sample can
@@ -1495,7 +1498,6 @@ impl<'a> Scan<'a> {
     /// runtime without I/O driver: nothing to learn, and the heartbeat is the evidence).
     fn learn_at_start(&mut self, within: Duration) {
         if !self.multi_thread || !self.shared.table.parking.is_installed() {
-            self.seen_changed();
             return;
         }
         let deadline = Instant::now() + within;
@@ -1554,7 +1556,6 @@ impl<'a> Scan<'a> {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        self.seen_changed();
     }
 
     /// Whether the looks at the workers tell who drives the runtime's timers and I/O (and the
@@ -1770,10 +1771,7 @@ impl<'a> Scan<'a> {
         if let (true, Some(since)) = (stalled, since) {
             let since = driven_at.map_or(since, |d| d.max(since));
             let d = self.drivers.stall_time(now, since);
-            self.shared
-                .stats
-                .stalled_ns
-                .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+            self.count_stall(d);
         }
         self.drivers.last = Some((now, stalled));
         // Not seen: the heartbeat's word stands.

@@ -17,7 +17,14 @@ fn tour_detects_every_bad_case_and_no_fixed_one() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // What failed first: a CI log that keeps only part of a long message keeps this.
+    let failed = stdout
+        .split_once("verdict: FAILED")
+        .map_or("", |(_, rest)| rest);
+    assert!(
+        out.status.success(),
+        "tour failed:{failed}\n\n{stdout}\n{stderr}"
+    );
     assert!(
         stdout.contains("verdict: every bad case detected"),
         "{stdout}"

@@ -51,6 +51,8 @@ fn main() {
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     let mut example = None;
+    // The first event of a fixed case, shown whole with the verdict: what pinned it.
+    let mut unexpected: Option<pinwatch::PinnedEvent> = None;
     let mut recorded: Vec<pinwatch::PinnedEvent> = Vec::new();
     for case in selected {
         if not_runnable.iter().any(|(n, _)| *n == case.name) {
@@ -155,7 +157,8 @@ fn main() {
                     .cloned();
             }
         }
-        if !fixed.events.is_empty() {
+        if let Some(e) = fixed.events.first() {
+            unexpected.get_or_insert_with(|| e.clone());
             let first: Vec<String> = fixed.events.iter().take(2).map(|e| e.headline()).collect();
             failures.push(format!(
                 "{} (fixed): expected no events, got {:?}: {}",
@@ -211,6 +214,10 @@ fn main() {
         println!("\nverdict: FAILED");
         for f in &failures {
             println!("  {f}");
+        }
+        if let Some(e) = unexpected {
+            println!("\nA fixed case's first event:\n");
+            print!("{}", pinwatch::recording::render_print(&[e]));
         }
         std::process::exit(1);
     }

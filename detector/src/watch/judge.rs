@@ -82,6 +82,12 @@ pub(super) struct Tracked {
     pub tried_arm: bool,
     /// The time of the poll's panic hooks (`Panicked::hooks`) left out of its timing so far.
     pub hooks_left_out: u64,
+    /// The process's frozen time ([`Frozen::total`]) seen so far: what of it this poll ran
+    /// across is `frozen`.
+    pub frozen_left_out: u64,
+    /// The time the process stood still while this poll ran: not counted in its age (its start
+    /// and so its reported duration stay the wall time's).
+    pub frozen: Duration,
     /// The poll, reported as pinned and not yet completed. Boxed: a pin is rare, and a
     /// `Tracked` moves whenever its slot's counter does (the watchdog's most common work), which
     /// a kilobyte of event in place made a copy of that size at every look.
@@ -120,6 +126,8 @@ impl Tracked {
             armed: None,
             tried_arm: false,
             hooks_left_out: hooks,
+            frozen_left_out: 0,
+            frozen: Duration::ZERO,
             pinned: None,
         }
     }
@@ -153,27 +161,72 @@ impl Tracked {
     pub fn leave_out(&mut self, hooks: u64, now: Instant) {
         let new = Duration::from_nanos(hooks.saturating_sub(self.hooks_left_out));
         self.hooks_left_out = self.hooks_left_out.max(hooks);
+        // The hooks' own work (a backtrace, a write) would count as the poll's in the first
+        // probe's reading against it: taken again at the next look.
+        self.shift(new, now);
+    }
+
+    /// Leaves the time the whole process stood still (`frozen`, [`Frozen::total`]), new since
+    /// the last look at `now`, out of what the threshold counts of the poll: a poll blocked in
+    /// a short call when the process was stopped returns that much late, and its code did not
+    /// hold the worker for it. Never more than the poll's age: one begun after the freeze (first
+    /// seen just after it) ran across none of it. Its start stays where it was: a pin's duration
+    /// is its wall time, the stop included.
+    pub fn leave_out_frozen(&mut self, frozen: u64, now: Instant, interval: Duration) {
+        let new = Duration::from_nanos(frozen.saturating_sub(self.frozen_left_out));
+        self.frozen_left_out = self.frozen_left_out.max(frozen);
+        let new = new.min(self.age(now, interval));
+        if new.is_zero() {
+            return;
+        }
+        self.frozen += new;
+        if let Some(b) = self.baseline.as_mut() {
+            b.at = (b.at + new).min(now);
+        }
+        // Its reading against the first probe would count the stop as blocked time.
+        self.near = None;
+    }
+
+    /// [`leave_out_frozen`](Self::leave_out_frozen) for a poll that ended at `end`, looked at
+    /// `now`: of the stops found since its last look, only what must have lain before its end —
+    /// their sum less the time from its end to `now` (they may all have come after it).
+    pub fn leave_out_frozen_before(
+        &mut self,
+        frozen: u64,
+        end: Instant,
+        now: Instant,
+        interval: Duration,
+    ) {
+        let new = frozen.saturating_sub(self.frozen_left_out);
+        let after_end = now.saturating_duration_since(end).as_nanos() as u64;
+        let before_end = self.frozen_left_out + new.saturating_sub(after_end);
+        self.leave_out_frozen(before_end, end, interval);
+        self.frozen_left_out = self.frozen_left_out.max(frozen);
+    }
+
+    /// Moves the poll's start bounds and its baseline's instant `new` later, never past `now`.
+    fn shift(&mut self, new: Duration, now: Instant) {
         if new.is_zero() {
             return;
         }
         self.first_seen = (self.first_seen + new).min(now);
         self.after = (self.after + new).min(self.first_seen);
         if let Some(b) = self.baseline.as_mut() {
-            b.at += new;
+            b.at = (b.at + new).min(now);
         }
-        // The hooks' own work (a backtrace, a write) would count as the poll's in the first
-        // probe's reading against it: taken again at the next look.
         self.near = None;
     }
 
     /// The poll's age at `t` as the threshold sees it: the time since the first look that saw
     /// it, plus the gap before that look (the poll started in it), credited up to one and a
-    /// half scan intervals. Never more than the poll's real age plus that, and, while the
-    /// watchdog looks on time, never less than its real age.
+    /// half scan intervals, less the time the process stood still meanwhile (`frozen`). Never
+    /// more than the poll's real age plus that, and, while the watchdog looks on time, never
+    /// less than its real age less that.
     pub fn age(&self, t: Instant, interval: Duration) -> Duration {
         let gap = self.first_seen.saturating_duration_since(self.after);
-        t.saturating_duration_since(self.first_seen)
-            + gap.min(interval * GAP_CREDIT.0 / GAP_CREDIT.1)
+        (t.saturating_duration_since(self.first_seen)
+            + gap.min(interval * GAP_CREDIT.0 / GAP_CREDIT.1))
+        .saturating_sub(self.frozen)
     }
 
     /// The baseline taken at `at` from the kernel's accounting `stat`: what the poll did before
@@ -703,6 +756,78 @@ impl Drivers {
                 .filter(|w| **w == WorkerState::OnCondvar)
                 .count(),
         }
+    }
+}
+
+/// The least lateness of the watchdog's wake that is looked into, and the least frozen time
+/// counted ([`Frozen`]).
+pub(super) const FROZEN_MIN: Duration = Duration::from_millis(2);
+
+/// How old the watchdog's reading of its own accounting may grow before a wake reads it again
+/// ([`Frozen`]): the waits for a CPU since it are taken for the late wake's, so the older it is
+/// the less frozen time a late wake can tell.
+pub(super) const OWN_READ_EVERY: Duration = Duration::from_millis(100);
+
+/// The time the whole process stood still — stopped (`SIGSTOP`, a debugger), frozen (a cgroup
+/// freezer), or its machine paused (a VM's live migration): the watchdog's clock jumps by that
+/// much between two of its reads, past when it meant to wake, while it neither ran nor waited
+/// for a CPU (its own accounting, read only then, and every [`OWN_READ_EVERY`]). Its workers
+/// stood still too, and a poll blocked in a short call then returns late by the same: that
+/// time is left out of the polls' timing ([`Tracked::leave_out_frozen`]). A jump because the
+/// watchdog waited for a CPU (a loaded machine, a CPU quota) is not a freeze: the workers' own
+/// waits are left out by their accounting.
+#[derive(Default)]
+pub(super) struct Frozen {
+    /// The frozen time found so far, in nanoseconds.
+    pub total: u64,
+    /// `total` at the scan's wake: what a poll first seen in the scan is marked with (it may
+    /// have run across any freeze found since).
+    pub at_wake: u64,
+    /// The watchdog's own accounting at its last reading, and when.
+    own: Option<(Instant, SchedStat)>,
+}
+
+impl Frozen {
+    /// A scan begins.
+    pub fn wake(&mut self) {
+        self.at_wake = self.total;
+    }
+
+    /// The watchdog read its clock at `now`, `late` past the later of when it meant to wake and
+    /// its last read; `read` reads its own accounting. `timed`: it woke from a timed wait (on a
+    /// busy runtime, every scan interval), where a stale reading is read again; a wake from
+    /// idle reads nothing unless late (the process was idle: no cost added there).
+    pub fn check(
+        &mut self,
+        now: Instant,
+        late: Duration,
+        timed: bool,
+        read: impl FnOnce() -> Option<SchedStat>,
+    ) {
+        let late = Some(late).filter(|l| *l >= FROZEN_MIN);
+        let stale = timed
+            && self
+                .own
+                .is_none_or(|(at, _)| now.saturating_duration_since(at) >= OWN_READ_EVERY);
+        if late.is_none() && !stale {
+            return;
+        }
+        let Some(stat) = read() else {
+            self.own = None;
+            return;
+        };
+        if let (Some(late), Some((_, before))) = (late, self.own) {
+            // Its every run and wait for a CPU since the last reading is taken for this jump's,
+            // and a tick more: the kernel accounts a stint on a CPU only as it ends, and a
+            // timed wait may end up to its timer slack late. Never more frozen time than there
+            // was (a 50 ms stop is told as 46 ms or less).
+            let (ran, waited) = stat.since(before);
+            let frozen = late.saturating_sub(ran + waited + TICK);
+            if frozen >= FROZEN_MIN {
+                self.total = self.total.saturating_add(frozen.as_nanos() as u64);
+            }
+        }
+        self.own = Some((now, stat));
     }
 }
 
@@ -1357,6 +1482,98 @@ mod tests {
         // Ended at 15 ms: not pinned.
         let short = t.ended_pinned(t0 + MS(15), Duration::ZERO, Duration::ZERO, THRESHOLD, SCAN);
         assert_eq!(short, None);
+    }
+
+    #[test]
+    fn a_poll_is_not_timed_for_the_time_the_process_stood_still() {
+        let t0 = Instant::now();
+        let judged = |t: &Tracked, end: u64| {
+            t.ended_pinned(
+                t0 + MS(end),
+                Duration::ZERO,
+                Duration::ZERO,
+                THRESHOLD,
+                SCAN,
+            )
+        };
+        let mut t = tracked(t0, 0, 2);
+        t.baseline = Some(t.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        // Blocked in a 10 ms call across a 200 ms stop (found at 212 ms): 12 ms, not pinned.
+        t.leave_out_frozen(MS(200).as_nanos() as u64, t0 + MS(212), SCAN);
+        assert_eq!(t.age(t0 + MS(212), SCAN), MS(12));
+        assert_eq!(judged(&t, 211), None);
+        let (pinned, _) =
+            t.baseline
+                .unwrap()
+                .pinned_time(t0 + MS(212), Some(stat(0, 0)), Some('S'));
+        assert_eq!(pinned, MS(12));
+        // The same stop told again leaves out nothing more.
+        t.leave_out_frozen(MS(200).as_nanos() as u64, t0 + MS(212), SCAN);
+        assert_eq!(t.age(t0 + MS(212), SCAN), MS(12));
+        // A poll blocked 30 ms besides the stop is still pinned, for its wall time.
+        let mut long = tracked(t0, 0, 2);
+        long.baseline = Some(long.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        long.leave_out_frozen(MS(200).as_nanos() as u64, t0 + MS(232), SCAN);
+        assert_eq!(judged(&long, 230), Some(MS(230)));
+        // A poll that ended (30 ms, pinned) before a 200 ms stop found after it: judged as
+        // without the stop. One that ended 1 ms after it was found: all of it left out.
+        let mut before = tracked(t0, 0, 2);
+        before.baseline = Some(before.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        before.leave_out_frozen_before(MS(200).as_nanos() as u64, t0 + MS(30), t0 + MS(232), SCAN);
+        assert_eq!(judged(&before, 30), Some(MS(30)));
+        let mut across = tracked(t0, 0, 2);
+        across.baseline = Some(across.baseline(t0 + MS(4), stat(0, 0), THRESHOLD, SCAN));
+        across.leave_out_frozen_before(MS(200).as_nanos() as u64, t0 + MS(211), t0 + MS(212), SCAN);
+        assert_eq!(across.frozen, MS(199));
+        assert_eq!(judged(&across, 211), None);
+        // A poll first seen 1 ms after a 200 ms stop (it may have begun before): it loses at
+        // most its age, and is timed from there as any other.
+        let mut young = tracked(t0 + MS(300), 0, 1);
+        young.leave_out_frozen(MS(400).as_nanos() as u64, t0 + MS(301), SCAN);
+        assert_eq!(young.age(t0 + MS(301), SCAN), Duration::ZERO);
+        assert_eq!(young.age(t0 + MS(331), SCAN), MS(30));
+    }
+
+    #[test]
+    fn a_late_wake_is_a_freeze_only_for_the_time_the_watchdog_did_not_run_or_wait_for_a_cpu() {
+        let t0 = Instant::now();
+        let mut f = Frozen::default();
+        // The first check reads the watchdog's accounting.
+        f.check(t0, Duration::ZERO, true, || Some(stat(1, 10)));
+        // On time, its reading fresh: not read.
+        f.check(t0 + MS(2), MS(1), true, || panic!("read on time"));
+        // 150 ms late, 10 ms of it waiting for a CPU and 1 ms running: 139 ms frozen, less
+        // the tick the kernel may not have accounted yet.
+        f.wake();
+        f.check(t0 + MS(160), MS(150), true, || Some(stat(2, 20)));
+        assert_eq!(f.total, (MS(139) - TICK).as_nanos() as u64);
+        assert_eq!(f.at_wake, 0);
+        let told = f.total;
+        // 5 ms late with nothing accounted (a stint not accounted yet, timer slack): no freeze.
+        f.check(t0 + MS(166), MS(5), true, || Some(stat(2, 20)));
+        assert_eq!(f.total, told);
+        // 50 ms late, all of it waiting for a CPU (a loaded machine): no freeze.
+        f.wake();
+        f.check(t0 + MS(220), MS(50), true, || Some(stat(2, 70)));
+        assert_eq!(f.total, told);
+        assert_eq!(f.at_wake, f.total);
+        // Its accounting unreadable: nothing is told, and the next check reads it again.
+        f.check(t0 + MS(300), MS(60), true, || None);
+        assert_eq!(f.total, told);
+        // Late with no reading to compare: read, nothing told.
+        f.check(t0 + MS(400), MS(60), true, || Some(stat(3, 70)));
+        assert_eq!(f.total, told);
+        // A wake from idle, on time, reads nothing, however stale the reading.
+        f.check(t0 + MS(400) + OWN_READ_EVERY, MS(0), false, || {
+            panic!("read from idle")
+        });
+        // A stale reading is read again on a timely check.
+        let mut read = false;
+        f.check(t0 + MS(400) + OWN_READ_EVERY, MS(0), true, || {
+            read = true;
+            Some(stat(3, 70))
+        });
+        assert!(read);
     }
 
     #[test]

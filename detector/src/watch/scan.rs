@@ -16,8 +16,8 @@ use tokio::runtime::Handle;
 
 use super::judge::{
     first_park, first_since, ran_since, worth_arming, Armed, Before, DriverView, DriverWatch,
-    Drivers, FirstPark, Idle, Pinned, Stall, Tracked, WorkerState, ASLEEP_LOOKS, FIRST_PARK_WITHIN,
-    FOLLOW_EVERY, TICK,
+    Drivers, FirstPark, Frozen, Idle, Pinned, Stall, Tracked, WorkerState, ASLEEP_LOOKS,
+    FIRST_PARK_WITHIN, FOLLOW_EVERY, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -133,6 +133,10 @@ fn run(
         stamps: Vec::new(),
         readers: (0..n).map(|_| SchedStatReader::default()).collect(),
         read: vec![None; n],
+        frozen: Frozen::default(),
+        mark: Instant::now(),
+        own: SchedStatReader::default(),
+        own_tid: crate::poll::slot::current_tid(),
     };
     // When the next scan is due while every poll that may run long is stamped (`None`: one
     // scan interval after the last).
@@ -152,6 +156,7 @@ fn run(
     let mut stall_counted: Option<Instant> = None;
     scan.learn_at_start(FIRST_PARK_WITHIN);
     scan.seen_changed();
+    scan.mark = Instant::now();
     // Set up: the runtime may run tasks now.
     let _ = ready.send(());
     loop {
@@ -174,20 +179,24 @@ fn run(
                     parking.cancel_sleep();
                 }
             }
+            // (Not looked into: the waker's stamp is no deadline, and a stop that lands in
+            // the microseconds before the wake is left to the looks.)
+            scan.frozen.wake();
+            scan.mark = Instant::now();
             parking.stopping()
         } else {
             // One scan interval from the start of the last scan, not from its end: scans keep
             // to the interval on average (a poll's start and the threshold are bounded by the
             // looks, and a period longer than the interval would lose the difference).
-            let wait = match due {
-                Some(due) => due.saturating_duration_since(Instant::now()),
-                None => scan
-                    .settings
-                    .effective_scan_interval()
-                    .saturating_sub(last_scan.elapsed()),
-            };
+            let due = due.unwrap_or_else(|| {
+                stamps::later(last_scan, scan.settings.effective_scan_interval())
+            });
+            // From here the watchdog only waits: late past both, it stood still.
+            scan.mark = Instant::now();
             // Stopping: scan once more, to complete what ended.
-            parking.wait(wait)
+            let stopping = parking.wait(due.saturating_duration_since(scan.mark));
+            scan.woke(due);
+            stopping
         };
         scans += 1;
         shared.stats.scans.fetch_add(1, Ordering::Relaxed);
@@ -205,6 +214,8 @@ fn run(
         if let Some(late) = shared.config.late_scans {
             if scans.is_multiple_of(2) {
                 std::thread::sleep(late);
+                // A watchdog kept away, not a process that stood still.
+                scan.mark = Instant::now();
             }
         }
         // Before every load of this scan: the look time of the slots nobody holds (most of the
@@ -416,6 +427,13 @@ struct Scan<'a> {
     /// Per slot, its thread's accounting as the last look read it, before loading the counter
     /// (while stamping is on): a poll that look did not see began after it ([`Before`]).
     read: Vec<Option<(i32, Before)>>,
+    /// The time the whole process stood still, from the watchdog's late wakes.
+    frozen: Frozen,
+    /// The watchdog's last read of the clock, or the end of its last wait for a thread.
+    mark: Instant,
+    /// The watchdog's own `schedstat`, read for [`Frozen`].
+    own: SchedStatReader,
+    own_tid: i32,
 }
 
 /// How long a pin whose report has gone out is remembered, so that a wait it caused is not
@@ -429,12 +447,26 @@ impl<'a> Scan<'a> {
     /// A look at `slot`, whose poll the watchdog remembers in `tracked`; `last_look` is the
     /// time just before the previous look, and becomes this one's.
     fn slot(&mut self, slot: &Slot, tracked: &mut Option<Tracked>, last_look: &mut Instant) {
+        self.look(slot, tracked, last_look);
+        // What a look does may wait (for a thread's sample, on the queue's lock): the step to
+        // the next look is timed from its end.
+        self.mark = Instant::now();
+    }
+
+    fn look(&mut self, slot: &Slot, tracked: &mut Option<Tracked>, last_look: &mut Instant) {
         // Before the counter's load: a poll that load does not show began after the reading.
         let reading = self.read_thread(slot);
         let before = Instant::now();
         let active = slot.is_active();
         let seq = slot.poll.seq();
         let now = Instant::now();
+        // Stood still since the last look? Not this poll's time.
+        self.clock_at(now, self.mark, false);
+        // (A poll that ended since the last look is judged by its end: see `ended_unseen`.)
+        let interval = self.settings.effective_scan_interval();
+        if let Some(t) = tracked.as_mut().filter(|t| active && t.seq == seq) {
+            t.leave_out_frozen(self.frozen.total, now, interval);
+        }
         // The last look's reading: the one before a poll new at this look.
         let read_before = std::mem::replace(&mut self.read[self.cur], reading);
         let prev_look = std::mem::replace(last_look, before);
@@ -456,9 +488,9 @@ impl<'a> Scan<'a> {
         }
         if !active {
             self.restamp(slot);
-            if let Some(t) = tracked.take_if(|t| t.pinned.is_none()) {
+            if let Some(mut t) = tracked.take_if(|t| t.pinned.is_none()) {
                 // The thread went away: its last poll may have ended unseen past the threshold.
-                self.ended_unseen(slot, &t, now);
+                self.ended_unseen(slot, &mut t, now);
             }
             // The thread went away: its files are closed until another takes the slot.
             self.readers[self.cur] = SchedStatReader::default();
@@ -636,7 +668,7 @@ impl<'a> Scan<'a> {
     /// Poll `t.seq`, armed at its second look and not reported, has ended (the slot's counter
     /// moved, or its thread went away): if it pinned ([`Tracked::ended_pinned`]), reports it,
     /// completed, in one event without a stack.
-    fn ended_unseen(&mut self, slot: &Slot, t: &Tracked, now: Instant) {
+    fn ended_unseen(&mut self, slot: &Slot, t: &mut Tracked, now: Instant) {
         let Some(armed) = t.armed else { return };
         if t.pinned.is_some() || t.handed_off || self.settings.paused {
             return;
@@ -645,6 +677,13 @@ impl<'a> Scan<'a> {
             return;
         };
         let end = self.shared.at(nanos);
+        // Of the process's stops found since the last look, what lay before the poll's end.
+        t.leave_out_frozen_before(
+            self.frozen.total,
+            end,
+            now,
+            self.settings.effective_scan_interval(),
+        );
         // The poll's panic hooks since the last look (it caught the panics, or ended unwinding
         // from one) are the panic machinery's time, not a pin: left out, as a look would.
         let hooks = match slot.unwinding.since(t.seq) {
@@ -906,10 +945,35 @@ impl<'a> Scan<'a> {
         let mark = slot.unwinding.since_running(seq);
         let resumed = mark.and_then(|p| p.resumed).map(|r| self.shared.at(r));
         let hooks = mark.map_or(0, |p| p.hooks);
-        match start {
+        let mut t = match start {
             Some(start) => Tracked::stamped(seq, start, first_seen, hooks, resumed),
             None => Tracked::new(seq, first_seen, after, hooks, resumed),
-        }
+        };
+        // It may have run across a freeze found since the scan's wake.
+        t.frozen_left_out = self.frozen.at_wake;
+        t.leave_out_frozen(
+            self.frozen.total,
+            first_seen,
+            self.settings.effective_scan_interval(),
+        );
+        t
+    }
+
+    /// The watchdog woke from its timed wait, meant to wake at `due`: a scan begins.
+    fn woke(&mut self, due: Instant) {
+        self.frozen.wake();
+        self.clock_at(Instant::now(), due, true);
+    }
+
+    /// The watchdog read its clock at `now`, after `mark` (from where it did nothing that may
+    /// wait: a wait, the step from one look to the next), meant to go on at `due` or then:
+    /// later than that, the process may have stood still ([`Frozen`]).
+    fn clock_at(&mut self, now: Instant, due: Instant, timed: bool) {
+        let late = now.saturating_duration_since(due.max(self.mark));
+        self.mark = now;
+        let tid = self.own_tid;
+        let own = &mut self.own;
+        self.frozen.check(now, late, timed, || own.read(tid));
     }
 
     /// Reads the time-stamp counter with the clock, as one instant ([`stamps::reading`]), after

@@ -184,11 +184,14 @@ impl Builder {
     /// cannot see who drives the runtime's timers and I/O (a multi-thread runtime without I/O,
     /// or given the poll hooks alone; see [`rescue`](Self::rescue)): while a pin runs, a timer
     /// that fires this often, whose lateness tells a pin that stalls the whole runtime's timers
-    /// and I/O (`runtime_stalled`) from one that holds only its worker. A task of pinwatch's
-    /// waits on it for the detector's life; pinwatch sets it when a poll is flagged as pinned
-    /// (which wakes no parked worker: it observes, it does not end the stall) and the task sets
-    /// it a year away once no pin runs: an idle runtime is never woken by it. It needs tokio's
-    /// time driver: [`build`](Self::build) turns it on (`enable_time`); with
+    /// and I/O (`runtime_stalled`) from one that holds only its worker. On a multi-thread
+    /// runtime only: a current-thread runtime gets neither the timer's task nor pinwatch's
+    /// `pinwatch-waker` thread (its one thread drives its timers and I/O between polls, and
+    /// every pin there stalls them). A task of pinwatch's waits on the timer for the detector's
+    /// life; pinwatch sets it when a poll is flagged as pinned (which wakes no parked worker: it
+    /// observes, it does not end the stall) and the task sets it a year away once no pin runs:
+    /// an idle runtime is never woken by it. On a multi-thread runtime it needs tokio's time
+    /// driver: [`build`](Self::build) turns it on (`enable_time`); with
     /// [`prepare`](Self::prepare), build your runtime with `enable_time` or `enable_all`, or
     /// turn the heartbeat off (without a time driver tokio panics as the timer is made, at
     /// start on pinwatch's `pinwatch-waker` thread, and there is no heartbeat).

@@ -306,3 +306,41 @@ fn a_sleeping_watchdog_stops_with_its_detector() {
         drop(rt);
     }
 }
+
+/// The ids of this process's threads whose name starts with `prefix`.
+fn threads(prefix: &str) -> std::collections::HashSet<String> {
+    switches(prefix).into_keys().collect()
+}
+
+/// A current-thread runtime gets no heartbeat: neither pinwatch's task on it nor the
+/// `pinwatch-waker` thread (its one thread drives its timers and I/O between polls: the looks
+/// tell a stall there without one). A multi-thread runtime gets the thread.
+#[test]
+fn a_current_thread_runtime_starts_no_heartbeat_thread() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    for (mut tokio, wakers) in [
+        (tokio::runtime::Builder::new_current_thread(), 0),
+        (tokio::runtime::Builder::new_multi_thread(), 1),
+    ] {
+        let (before, watchdogs) = (threads("pinwatch-waker"), threads("pinwatch-watchd"));
+        // (Its start waits for the heartbeat's start: the thread is made by then.)
+        let (rt, detector, events) = watched(&mut tokio);
+        let new = |now: std::collections::HashSet<String>, before| now.difference(before).count();
+        assert_eq!(new(threads("pinwatch-watchd"), &watchdogs), 1);
+        assert_eq!(new(threads("pinwatch-waker"), &before), wakers);
+        // Nothing is missing: a pin on the current-thread runtime stalls it, as it says; on
+        // the multi-thread one, the other worker drives its timers and I/O.
+        rt.block_on(rt.spawn(async {
+            std::thread::sleep(Duration::from_millis(60));
+        }))
+        .unwrap();
+        drop(rt);
+        detector.shutdown();
+        let completed: Vec<PinnedEvent> = events
+            .try_iter()
+            .filter(|e| e.state == State::Completed)
+            .collect();
+        assert_eq!(completed.len(), 1, "{completed:#?}");
+        assert_eq!(completed[0].runtime_stalled, wakers == 0, "{completed:#?}");
+    }
+}

@@ -149,7 +149,11 @@ fn run(
     let cores = handle.metrics().num_workers();
     let mut idle = Idle::default();
     let mut sleep = false;
-    shared.heartbeat.start(&handle, shared.config.rescue);
+    // A current-thread runtime needs neither: the looks always see who drives its timers and
+    // I/O (its one thread, between polls), and there is no other worker to wake.
+    if scan.multi_thread {
+        shared.heartbeat.start(&handle, shared.config.rescue);
+    }
     // The waker thread ends with the watchdog, however it ends.
     let _waker = StopWaker(&shared.heartbeat);
     // The stalls where only the heartbeat tells: the due time of the late beat counted so far.

@@ -298,11 +298,7 @@ fn run(
                 Some(due) if due == stall.due => last_scan,
                 _ => stall.due,
             };
-            let d = scan_start.saturating_duration_since(from);
-            shared
-                .stats
-                .stalled_ns
-                .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+            scan.count_stall(scan_start.saturating_duration_since(from));
         }
         shared.stalled_now.store(blamed, Ordering::Relaxed);
         last_scan = scan_start;
@@ -548,7 +544,6 @@ impl<'a> Scan<'a> {
             return;
         }
         let threshold = self.settings.threshold;
-        let interval = self.settings.effective_scan_interval();
         let first = if t.looked_at_late() {
             stamps::late_look(threshold, interval)
         } else {
@@ -916,7 +911,7 @@ impl<'a> Scan<'a> {
         self.count_stall(whole);
     }
 
-    /// `d` more of the runtime stalled, where the looks tell it (`Stats::runtime_stalled_time`).
+    /// `d` more of the runtime stalled (`Stats::runtime_stalled_time`).
     fn count_stall(&self, d: Duration) {
         self.shared
             .stats

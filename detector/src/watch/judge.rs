@@ -948,7 +948,8 @@ pub(super) struct DriverWatch {
     pub woke_at: Option<Instant>,
     /// The last look, and whether it found the runtime stalled.
     pub last: Option<(Instant, bool)>,
-    /// Up to when the current stall's time has been counted.
+    /// Up to when stall time has been counted: never again before it. Kept across stalls and
+    /// looks that start the watch over, so a pin's end counts only its uncounted tail.
     pub counted_to: Option<Instant>,
     /// The worker last seen waiting on them (read first at the next look).
     pub last_on_drivers: Option<usize>,
@@ -972,7 +973,6 @@ impl DriverWatch {
         match verdict {
             Drivers::Driven { by } => {
                 self.driven_at = Some(now);
-                self.counted_to = None;
                 if by.is_none() {
                     return (false, false);
                 }
@@ -1001,11 +1001,22 @@ impl DriverWatch {
     }
 
     /// Undriven at `now`, since `since`: the stall time not counted yet (from the stretch's
-    /// start at its first look, from the last look after).
+    /// start at its first look, from the last count after). No instant is counted twice.
     pub fn stall_time(&mut self, now: Instant, since: Instant) -> Duration {
-        let from = self.counted_to.unwrap_or(since);
-        self.counted_to = Some(now);
+        let from = self.counted_to.map_or(since, |c| c.max(since));
+        self.counted_to = Some(self.counted_to.map_or(now, |c| c.max(now)));
         now.saturating_duration_since(from)
+    }
+
+    /// No pin holds a worker now: the watch starts over, but for who was last seen on the
+    /// drivers and how far stall time is counted (a pin whose end is recorded and not yet
+    /// followed still has its tail to count).
+    pub fn start_over(&mut self) {
+        *self = DriverWatch {
+            last_on_drivers: self.last_on_drivers,
+            counted_to: self.counted_to,
+            ..DriverWatch::default()
+        };
     }
 }
 
@@ -1874,6 +1885,32 @@ mod tests {
         // Driven again: the next stall counts from its own start.
         w.looked(Drivers::Driven { by: Some(0) }, t0 + MS(40), false);
         assert_eq!(w.stall_time(t0 + MS(100), t0 + MS(70)), MS(30));
+        // A stall from before the last count (a pin flagged late): only what is new.
+        w.start_over();
+        assert_eq!(w.stall_time(t0 + MS(110), t0 + MS(60)), MS(10));
+        // A count back in time counts nothing, and moves nothing back.
+        assert_eq!(w.stall_time(t0 + MS(105), t0 + MS(60)), MS(0));
+        assert_eq!(w.stall_time(t0 + MS(111), t0 + MS(60)), MS(1));
+    }
+
+    /// A current-thread pin's poll ends between its look and the drivers' look, which then
+    /// finds nothing held and starts over: the look after, which follows the ended pin, counts
+    /// its tail from the last count to its end, as its report does.
+    #[test]
+    fn a_stall_s_tail_is_counted_after_the_watch_starts_over() {
+        let t0 = Instant::now();
+        let mut w = DriverWatch::default();
+        let mut counted = w.stall_time(t0 + MS(22), t0);
+        counted += w.stall_time(t0 + MS(30), t0);
+        w.start_over();
+        counted += w.stall_time(t0 + MS(37), t0);
+        assert_eq!(
+            counted,
+            MS(37),
+            "the pin's undriven time, to its end at 37 ms"
+        );
+        // The next pin's stall, after the first ended: from its own start.
+        assert_eq!(w.stall_time(t0 + MS(60), t0 + MS(45)), MS(15));
     }
 
     #[test]

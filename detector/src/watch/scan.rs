@@ -1289,17 +1289,15 @@ impl<'a> Scan<'a> {
             let waited = p
                 .baseline
                 .map_or(Duration::ZERO, |b| b.waited(self.schedstat(p.slot, p.tid)));
-            let stalling = p.undriven_since.is_some();
+            let stalling = p.undriven_since;
             p.complete(end, waited);
             if !self.multi_thread && p.event.worker.index.is_some() {
-                if stalling {
+                if let Some(since) = stalling {
                     // A current-thread runtime's stall ends with the poll: counted up to its
                     // end, not only to the last look (the look that finds it ended counts
-                    // nothing).
-                    if self.drivers.counted_to.is_some_and(|c| c < end) {
-                        let tail = self.drivers.stall_time(end, end);
-                        self.count_stall(tail);
-                    }
+                    // nothing; one that found it ended first started the watch over).
+                    let tail = self.drivers.stall_time(end, since);
+                    self.count_stall(tail);
                 } else if !p.event.runtime_stalled {
                     // Flagged, and ended before a look judged it (the flag's stack sample can
                     // take that long): a stall no look saw, as one found ended.
@@ -1695,12 +1693,9 @@ impl<'a> Scan<'a> {
     }
 
     /// [`look_at_drivers`](Self::look_at_drivers) when no pin holds a worker: the watch starts
-    /// over (but who was last seen on the drivers), and the runtime is not stalled.
+    /// over (but for what [`DriverWatch::start_over`] keeps), and the runtime is not stalled.
     fn nothing_held(&mut self) -> Option<bool> {
-        self.drivers = DriverWatch {
-            last_on_drivers: self.drivers.last_on_drivers,
-            ..DriverWatch::default()
-        };
+        self.drivers.start_over();
         self.sees().then_some(false)
     }
 

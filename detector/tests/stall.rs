@@ -608,10 +608,11 @@ fn short_pins_on_a_current_thread_runtime_are_stalls_from_their_first_report() {
     let stats = detector.shutdown();
     let wall = began.elapsed();
     let reports: Vec<PinnedEvent> = events.try_iter().collect();
-    let done: Vec<&PinnedEvent> = reports
+    let mut done: Vec<&PinnedEvent> = reports
         .iter()
         .filter(|e| e.state == State::Completed)
         .collect();
+    done.sort_by_key(|e| e.start);
     assert_eq!(done.len(), 5, "{reports:?}");
     for e in &reports {
         assert!(
@@ -628,6 +629,18 @@ fn short_pins_on_a_current_thread_runtime_are_stalls_from_their_first_report() {
         );
         let undriven = e.drivers.as_ref().unwrap().undriven;
         assert!(undriven <= e.duration, "longer than the pin: {e:?}");
+    }
+    // One thread runs them one after another: a pin begins after the one before it ended
+    // (its start is bounded by that end, not by the look before it). Clocks read apart: 1 ms.
+    for w in done.windows(2) {
+        let end = w[0].start + w[0].duration;
+        assert!(
+            w[1].start + Duration::from_millis(1) >= end,
+            "pin {} began before pin {} ended: {:?}",
+            w[1].id,
+            w[0].id,
+            end.duration_since(w[1].start).unwrap_or_default()
+        );
     }
     let mut undriven = Duration::ZERO;
     for e in &done {

@@ -476,7 +476,10 @@ impl<'a> Scan<'a> {
             None
         };
         // The last look followed a pin here: its reading may be a follow's interval old.
-        let followed = tracked.as_ref().is_some_and(|t| t.pinned.is_some());
+        let followed = tracked
+            .as_ref()
+            .and_then(|t| t.pinned.as_ref())
+            .map(|p| p.seq);
         if let Some(t) = tracked.as_mut() {
             if let Some(p) = t.pinned.take() {
                 t.pinned = self.follow_pinned(slot, p, seq, now);
@@ -504,7 +507,13 @@ impl<'a> Scan<'a> {
                 // one before may have ended past the threshold while the watchdog was kept away.
                 self.ended_unseen(slot, t, now);
                 let pinned = t.pinned.take();
-                *t = self.fresh(slot, seq, now, prev_look, start);
+                // It began after the pin followed here ended, when that end is recorded (the
+                // thread runs one poll at a time): two pins in a row do not overlap.
+                let ended = followed
+                    .and_then(|s| slot.poll.ended(s))
+                    .map(|nanos| self.shared.at(nanos));
+                let after = ended.map_or(prev_look, |e| e.max(prev_look));
+                *t = self.fresh(slot, seq, now, after, start);
                 t.pinned = pinned;
             }
             Some(_) => {}
@@ -512,7 +521,7 @@ impl<'a> Scan<'a> {
         let Some(t) = tracked.as_mut() else { return };
         if first_look && t.exact {
             let tid = slot.tid.load(Ordering::Relaxed);
-            t.before = before_of(read_before, tid, followed);
+            t.before = before_of(read_before, tid, followed.is_some());
             self.early_after_a_block(slot, t, now);
         }
         if first_look && !t.exact {

@@ -42,12 +42,41 @@ fn since(before: &HashMap<String, u64>, prefix: &str) -> u64 {
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Waits (bounded) until `f` holds.
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+fn wait_for(what: &str, f: impl FnMut() -> bool) {
+    wait_explained(what, f, String::new);
+}
+
+/// Waits (bounded) until `f` holds; a timeout says what `explain` and the threads' states say.
+fn wait_explained(what: &str, mut f: impl FnMut() -> bool, explain: impl Fn() -> String) {
     let deadline = Instant::now() + LONG;
     while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {}; threads (tid state wchan): {}",
+            explain(),
+            thread_states()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Each pinwatch and tokio thread of this process: its name, state and kernel wait channel.
+fn thread_states() -> String {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let read = |f: &str| std::fs::read_to_string(e.path().join(f)).unwrap_or_default();
+        let comm = read("comm");
+        let comm = comm.trim();
+        if !comm.starts_with("pinwatch") && !comm.starts_with("tokio") {
+            continue;
+        }
+        let stat = read("stat");
+        let state = stat
+            .rsplit_once(") ")
+            .map_or("?", |(_, r)| &r[..1.min(r.len())]);
+        out.push(format!("{comm} {state} {}", read("wchan")));
+    }
+    out.join(", ")
 }
 
 /// A runtime watched by pinwatch (no tracing, no control socket), and its events.
@@ -220,9 +249,11 @@ fn pins_at_every_phase_of_falling_asleep(mut tokio: tokio::runtime::Builder, in_
             // Half the rounds wait until it sleeps; the others start the pin after a spin of
             // 0–6 ms, while it goes idle and decides (the phase, not an ordering).
             if round % 2 == 0 {
-                wait_for("the watchdog to sleep", || {
-                    detector.stats().watchdog_sleeps > slept
-                });
+                wait_explained(
+                    "the watchdog to sleep",
+                    || detector.stats().watchdog_sleeps > slept,
+                    || format!("round {round}, {:?}", detector.stats()),
+                );
             } else {
                 let spin = Duration::from_micros(u64::from(round * 157 % 6000));
                 let t = Instant::now();

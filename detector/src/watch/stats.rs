@@ -46,7 +46,8 @@ pub struct Stats {
     pub sample_round_trip_time: Duration,
     /// Time the whole runtime was stalled by pins: a pin ran while nobody drove the runtime's
     /// drivers, or (where the drivers cannot be seen) while the heartbeat was late past the
-    /// threshold (see docs/blast-radius.md).
+    /// threshold (see docs/blast-radius.md). Wall time: pins that stall it together count
+    /// once.
     pub runtime_stalled_time: Duration,
     /// Scans the watchdog made: a look at every watched thread's slot. While a worker runs, one
     /// every scan interval, or, where polls are rare and their starts stamped, one every

@@ -507,10 +507,13 @@ impl<'a> Scan<'a> {
                 // one before may have ended past the threshold while the watchdog was kept away.
                 self.ended_unseen(slot, t, now);
                 let pinned = t.pinned.take();
-                // It began after the pin followed here ended, when that end is recorded (the
-                // thread runs one poll at a time): two pins in a row do not overlap.
+                // It began after the poll before it here ended, when that end is recorded (a
+                // pin followed here, or a poll armed and found ended): the thread runs one poll
+                // at a time, and two pins in a row do not overlap.
                 let ended = followed
-                    .and_then(|s| slot.poll.ended(s))
+                    .into_iter()
+                    .chain([t.seq])
+                    .find_map(|s| slot.poll.ended(s))
                     .map(|nanos| self.shared.at(nanos));
                 let after = ended.map_or(prev_look, |e| e.max(prev_look));
                 *t = self.fresh(slot, seq, now, after, start);
@@ -910,14 +913,20 @@ impl<'a> Scan<'a> {
     /// Pin `p`, ended, held a current-thread runtime's one thread, and with it the timers and
     /// I/O, for its whole time (its panic hooks left out), and no look counted any of it: a
     /// stall of that time, counted.
-    fn current_thread_stall(&self, p: &mut Pinned) {
+    fn current_thread_stall(&mut self, p: &mut Pinned) {
         let whole = p.event.duration;
         p.event.runtime_stalled = true;
         p.event.drivers = Some(crate::event::Drivers {
             undriven: whole,
             ..Default::default()
         });
-        self.count_stall(whole);
+        if let Some(end) = p.end {
+            // What no count reached yet: the pin before it may have been counted into its time.
+            let d = self
+                .drivers
+                .stall_time(end, end.checked_sub(whole).unwrap_or(end));
+            self.count_stall(d);
+        }
     }
 
     /// `d` more of the runtime stalled (`Stats::runtime_stalled_time`).

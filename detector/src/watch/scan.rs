@@ -156,8 +156,6 @@ fn run(
     }
     // The waker thread ends with the watchdog, however it ends.
     let _waker = StopWaker(&shared.heartbeat);
-    // The stalls where only the heartbeat tells: the due time of the late beat counted so far.
-    let mut stall_counted: Option<Instant> = None;
     scan.learn_at_start(FIRST_PARK_WITHIN);
     scan.seen_changed();
     scan.mark = Instant::now();
@@ -293,12 +291,10 @@ fn run(
             // The looks count their own stall time.
             blamed = stalled;
         } else if let Some(stall) = scan.stalled.filter(|_| blamed) {
-            // From when the late beat was due: the timers have not fired since.
-            let from = match stall_counted.replace(stall.due) {
-                Some(due) if due == stall.due => last_scan,
-                _ => stall.due,
-            };
-            scan.count_stall(scan_start.saturating_duration_since(from));
+            // From when the late beat was due (the timers have not fired since), what no scan
+            // or look counted yet.
+            let d = scan.drivers.stall_time(scan_start, stall.due);
+            scan.count_stall(d);
         }
         shared.stalled_now.store(blamed, Ordering::Relaxed);
         last_scan = scan_start;
@@ -1307,16 +1303,17 @@ impl<'a> Scan<'a> {
             let waited = p
                 .baseline
                 .map_or(Duration::ZERO, |b| b.waited(self.schedstat(p.slot, p.tid)));
-            let stalling = p.undriven_since;
+            // (The heartbeat's stalls are counted by the scans, from its late beat.)
+            let stalling = p.undriven_since.filter(|_| !p.by_heartbeat);
             p.complete(end, waited);
-            if !self.multi_thread && p.event.worker.index.is_some() {
+            if p.event.worker.index.is_some() {
                 if let Some(since) = stalling {
-                    // A current-thread runtime's stall ends with the poll: counted up to its
-                    // end, not only to the last look (the look that finds it ended counts
-                    // nothing; one that found it ended first started the watch over).
+                    // Its report has the drivers undriven until its end: counted up to there,
+                    // not only to the last look (the look that finds it ended counts nothing;
+                    // one that found it ended first started the watch over).
                     let tail = self.drivers.stall_time(end, since);
                     self.count_stall(tail);
-                } else if !p.event.runtime_stalled {
+                } else if !self.multi_thread && !p.event.runtime_stalled {
                     // Flagged, and ended before a look judged it (the flag's stack sample can
                     // take that long): a stall no look saw, as one found ended.
                     self.current_thread_stall(&mut p);
@@ -1808,6 +1805,8 @@ impl<'a> Scan<'a> {
             self.shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
         }
         let mut since: Option<Instant> = None;
+        // Stalls this look ends: their reports run up to it.
+        let mut ended: Option<Instant> = None;
         for (t, blame) in tracked.iter_mut().zip(&blamed) {
             let Some(p) = t.as_mut().and_then(|t| t.pinned.as_mut()) else {
                 continue;
@@ -1836,6 +1835,9 @@ impl<'a> Scan<'a> {
                 Drivers::Driven { .. } if p.by_heartbeat => {}
                 Drivers::Driven { by } => {
                     let was = p.undriven_since.is_some();
+                    if let Some(s) = p.undriven_since {
+                        ended = Some(ended.map_or(s, |e| e.min(s)));
+                    }
                     p.driven(now, by);
                     if was && p.first_sent {
                         self.resend(p, now);
@@ -1846,6 +1848,9 @@ impl<'a> Scan<'a> {
         let stalled = matches!(verdict, Drivers::Undriven { .. });
         if let (true, Some(since)) = (stalled, since) {
             let since = driven_at.map_or(since, |d| d.max(since));
+            let d = self.drivers.stall_time(now, since);
+            self.count_stall(d);
+        } else if let (false, Some(since)) = (stalled, ended) {
             let d = self.drivers.stall_time(now, since);
             self.count_stall(d);
         }

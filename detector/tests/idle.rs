@@ -267,8 +267,10 @@ fn pins_at_every_phase_of_falling_asleep(mut tokio: tokio::runtime::Builder, in_
             let e = loop {
                 let e = events.recv_timeout(LONG).unwrap_or_else(|_| {
                     panic!(
-                        "round {round}: the pin was never reported (reports: {seen:?}; {:?})",
-                        detector.stats()
+                        "round {round}: the pin was never reported (reports: {seen:?}; {:?}; \
+                         threads (tid state wchan): {})",
+                        detector.stats(),
+                        thread_states()
                     )
                 });
                 if e.state == State::Completed {

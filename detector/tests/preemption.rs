@@ -154,6 +154,7 @@ fn a_poll_is_not_pinned_for_the_time_its_process_stood_still() {
     next("blocking 1");
     stop_in_read(Duration::from_millis(1300), Duration::from_secs(1));
     next("returned 1 after");
+    let (stopped, _) = next("stood still");
     let (events, said) = next("events");
     let status = child.wait().unwrap();
     let _ = done.send(());
@@ -170,6 +171,9 @@ fn a_poll_is_not_pinned_for_the_time_its_process_stood_still() {
         .collect();
     assert_eq!(durations.len(), 1, "{said:#?}");
     assert!(durations[0] >= 2_300, "{said:#?}");
+    // Counted: the first stop at least (the second, 1 s, may land in a look's wait).
+    let stopped: u64 = stopped.trim_end_matches(" ms").parse().unwrap();
+    assert!((1_500..5_000).contains(&stopped), "{said:#?}");
 }
 
 /// The child's half (does nothing unless the test above started it): a task reads one byte
@@ -196,7 +200,8 @@ fn stopped_child() {
         }
     }))
     .unwrap();
-    rt.shutdown();
+    let stats = rt.shutdown();
+    println!("stood still {} ms", stats.process_stopped_time.as_millis());
     let durations: Vec<String> = events
         .completed()
         .iter()

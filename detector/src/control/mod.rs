@@ -919,6 +919,10 @@ fn status(s: &Served) -> Status {
                 "runtime_stalled_ms".into(),
                 stats.runtime_stalled_time.as_millis() as u64,
             ),
+            (
+                "process_stopped_ms".into(),
+                stats.process_stopped_time.as_millis() as u64,
+            ),
             ("driver_rescues".into(), stats.driver_rescues),
             ("driver_handovers".into(), stats.driver_handovers),
             // 1: stalls are seen from the workers' states; 0: from the heartbeat.

@@ -986,7 +986,14 @@ impl<'a> Scan<'a> {
         self.mark = now;
         let tid = self.own_tid;
         let own = &mut self.own;
+        let before = self.frozen.total;
         self.frozen.check(now, late, timed, || own.read(tid));
+        if self.frozen.total != before {
+            self.shared
+                .stats
+                .stopped_ns
+                .store(self.frozen.total, Ordering::Relaxed);
+        }
     }
 
     /// Reads the time-stamp counter with the clock, as one instant ([`stamps::reading`]), after

@@ -49,6 +49,10 @@ pub struct Stats {
     /// threshold (see docs/blast-radius.md). Wall time: pins that stall it together count
     /// once.
     pub runtime_stalled_time: Duration,
+    /// Time the watchdog took the whole process to have stood still (a stop, a debugger, a
+    /// paused VM: it neither ran nor waited for a CPU), left out of the polls it watched then
+    /// (see docs/how-it-works.md).
+    pub process_stopped_time: Duration,
     /// Scans the watchdog made: a look at every watched thread's slot. While a worker runs, one
     /// every scan interval, or, where polls are rare and their starts stamped, one every
     /// quarter of the threshold plus a scan interval while nothing runs that long.
@@ -101,6 +105,7 @@ pub(crate) fn snapshot(c: &StatsCounters, table: &SlotTable) -> Stats {
         sample_handler_time: Duration::from_nanos(r(&c.sample_handler_ns)),
         sample_round_trip_time: Duration::from_nanos(r(&c.sample_round_trip_ns)),
         runtime_stalled_time: Duration::from_nanos(r(&c.stalled_ns)),
+        process_stopped_time: Duration::from_nanos(r(&c.stopped_ns)),
         watchdog_scans: r(&c.scans),
         stamped_polls: r(&c.stamped_polls),
         watchdog_sleeps: r(&c.sleeps),
@@ -128,6 +133,8 @@ pub(crate) struct StatsCounters {
     pub sample_round_trip_ns: AtomicU64,
     /// Time the whole runtime was stalled by pins, in ns.
     pub stalled_ns: AtomicU64,
+    /// Time the process stood still, as the watchdog tells it, in ns.
+    pub stopped_ns: AtomicU64,
     pub delivered: AtomicU64,
     /// Times the watchdog slept because every worker was parked.
     pub sleeps: AtomicU64,

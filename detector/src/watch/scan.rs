@@ -293,8 +293,7 @@ fn run(
         } else if let Some(stall) = scan.stalled.filter(|_| blamed) {
             // From when the late beat was due (the timers have not fired since), what no scan
             // or look counted yet.
-            let d = scan.drivers.stall_time(scan_start, stall.due);
-            scan.count_stall(d);
+            scan.count_stall(scan_start, stall.due);
         }
         shared.stalled_now.store(blamed, Ordering::Relaxed);
         last_scan = scan_start;
@@ -918,15 +917,14 @@ impl<'a> Scan<'a> {
         });
         if let Some(end) = p.end {
             // What no count reached yet: the pin before it may have been counted into its time.
-            let d = self
-                .drivers
-                .stall_time(end, end.checked_sub(whole).unwrap_or(end));
-            self.count_stall(d);
+            self.count_stall(end, end.checked_sub(whole).unwrap_or(end));
         }
     }
 
-    /// `d` more of the runtime stalled (`Stats::runtime_stalled_time`).
-    fn count_stall(&self, d: Duration) {
+    /// The runtime was stalled from `since` to `now` (`Stats::runtime_stalled_time`): counts
+    /// what no count reached yet ([`DriverWatch::stall_time`]).
+    fn count_stall(&mut self, now: Instant, since: Instant) {
+        let d = self.drivers.stall_time(now, since);
         self.shared
             .stats
             .stalled_ns
@@ -1318,8 +1316,7 @@ impl<'a> Scan<'a> {
                     // Its report has the drivers undriven until its end: counted up to there,
                     // not only to the last look (the look that finds it ended counts nothing;
                     // one that found it ended first started the watch over).
-                    let tail = self.drivers.stall_time(end, since);
-                    self.count_stall(tail);
+                    self.count_stall(end, since);
                 } else if !self.multi_thread && !p.event.runtime_stalled {
                     // Flagged, and ended before a look judged it (the flag's stack sample can
                     // take that long): a stall no look saw, as one found ended.
@@ -1841,25 +1838,25 @@ impl<'a> Scan<'a> {
                 // The heartbeat tells when the timers of such a pin fire again.
                 Drivers::Driven { .. } if p.by_heartbeat => {}
                 Drivers::Driven { by } => {
-                    let was = p.undriven_since.is_some();
-                    if let Some(s) = p.undriven_since {
+                    let was = p.undriven_since;
+                    if let Some(s) = was {
                         ended = Some(ended.map_or(s, |e| e.min(s)));
                     }
                     p.driven(now, by);
-                    if was && p.first_sent {
+                    if was.is_some() && p.first_sent {
                         self.resend(p, now);
                     }
                 }
             }
         }
         let stalled = matches!(verdict, Drivers::Undriven { .. });
-        if let (true, Some(since)) = (stalled, since) {
-            let since = driven_at.map_or(since, |d| d.max(since));
-            let d = self.drivers.stall_time(now, since);
-            self.count_stall(d);
-        } else if let (false, Some(since)) = (stalled, ended) {
-            let d = self.drivers.stall_time(now, since);
-            self.count_stall(d);
+        let counted_from = if stalled {
+            since.map(|s| driven_at.map_or(s, |d| d.max(s)))
+        } else {
+            ended
+        };
+        if let Some(from) = counted_from {
+            self.count_stall(now, from);
         }
         self.drivers.last = Some((now, stalled));
         // Not seen: the heartbeat's word stands.

@@ -471,10 +471,7 @@ impl<'a> Scan<'a> {
             None
         };
         // The last look followed a pin here: its reading may be a follow's interval old.
-        let followed = tracked
-            .as_ref()
-            .and_then(|t| t.pinned.as_ref())
-            .map(|p| p.seq);
+        let followed = tracked.as_ref().is_some_and(|t| t.pinned.is_some());
         if let Some(t) = tracked.as_mut() {
             if let Some(p) = t.pinned.take() {
                 t.pinned = self.follow_pinned(slot, p, seq, now);
@@ -503,13 +500,10 @@ impl<'a> Scan<'a> {
                 self.ended_unseen(slot, t, now);
                 let pinned = t.pinned.take();
                 // It began after the poll before it here ended, when that end is recorded (a
-                // pin followed here, or a poll armed and found ended): the thread runs one poll
-                // at a time, and two pins in a row do not overlap.
-                let ended = followed
-                    .into_iter()
-                    .chain([t.seq])
-                    .find_map(|s| slot.poll.ended(s))
-                    .map(|nanos| self.shared.at(nanos));
+                // pin followed here, or a poll armed and found ended; a pin is its tracked
+                // poll's): the thread runs one poll at a time, and two pins in a row do not
+                // overlap.
+                let ended = slot.poll.ended(t.seq).map(|nanos| self.shared.at(nanos));
                 let after = ended.map_or(prev_look, |e| e.max(prev_look));
                 *t = self.fresh(slot, seq, now, after, start);
                 t.pinned = pinned;
@@ -519,7 +513,7 @@ impl<'a> Scan<'a> {
         let Some(t) = tracked.as_mut() else { return };
         if first_look && t.exact {
             let tid = slot.tid.load(Ordering::Relaxed);
-            t.before = before_of(read_before, tid, followed.is_some());
+            t.before = before_of(read_before, tid, followed);
             self.early_after_a_block(slot, t, now);
         }
         if first_look && !t.exact {

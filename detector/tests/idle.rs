@@ -10,23 +10,35 @@ use pinwatch::{Control, PinnedEvent, State};
 
 const LONG: Duration = Duration::from_secs(60);
 
+/// Calls `f` with each of this process's threads: its id, its name, and a reader of its files
+/// in `/proc` (empty where unreadable).
+fn each_thread(mut f: impl FnMut(String, &str, &dyn Fn(&str) -> String)) {
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let read = |file: &str| std::fs::read_to_string(e.path().join(file)).unwrap_or_default();
+        let comm = read("comm");
+        f(
+            e.file_name().to_string_lossy().into_owned(),
+            comm.trim(),
+            &read,
+        );
+    }
+}
+
 /// Context switches so far of each of this process's threads whose name starts with `prefix`,
 /// by thread id.
 fn switches(prefix: &str) -> HashMap<String, u64> {
     let mut out = HashMap::new();
-    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+    each_thread(|tid, comm, read| {
         if !comm.starts_with(prefix) {
-            continue;
+            return;
         }
-        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
-        let n = status
+        let n = read("status")
             .lines()
             .filter(|l| l.contains("ctxt_switches"))
             .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             .sum::<u64>();
-        out.insert(e.file_name().to_string_lossy().into_owned(), n);
-    }
+        out.insert(tid, n);
+    });
     out
 }
 
@@ -52,7 +64,7 @@ fn wait_explained(what: &str, mut f: impl FnMut() -> bool, explain: impl Fn() ->
     while !f() {
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for {what}: {}; threads (tid state wchan): {}",
+            "timed out waiting for {what}: {}; threads (tid name state wchan): {}",
             explain(),
             thread_states()
         );
@@ -60,22 +72,19 @@ fn wait_explained(what: &str, mut f: impl FnMut() -> bool, explain: impl Fn() ->
     }
 }
 
-/// Each pinwatch and tokio thread of this process: its name, state and kernel wait channel.
+/// Each pinwatch and tokio thread of this process: its id, name, state and kernel wait channel.
 fn thread_states() -> String {
     let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let read = |f: &str| std::fs::read_to_string(e.path().join(f)).unwrap_or_default();
-        let comm = read("comm");
-        let comm = comm.trim();
+    each_thread(|tid, comm, read| {
         if !comm.starts_with("pinwatch") && !comm.starts_with("tokio") {
-            continue;
+            return;
         }
         let stat = read("stat");
         let state = stat
             .rsplit_once(") ")
             .map_or("?", |(_, r)| &r[..1.min(r.len())]);
-        out.push(format!("{comm} {state} {}", read("wchan")));
-    }
+        out.push(format!("{tid} {comm} {state} {}", read("wchan")));
+    });
     out.join(", ")
 }
 
@@ -268,7 +277,7 @@ fn pins_at_every_phase_of_falling_asleep(mut tokio: tokio::runtime::Builder, in_
                 let e = events.recv_timeout(LONG).unwrap_or_else(|_| {
                     panic!(
                         "round {round}: the pin was never reported (reports: {seen:?}; {:?}; \
-                         threads (tid state wchan): {})",
+                         threads (tid name state wchan): {})",
                         detector.stats(),
                         thread_states()
                     )

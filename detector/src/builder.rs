@@ -277,6 +277,14 @@ impl Builder {
         self
     }
 
+    /// Tests only: the watchdog thread's timer slack is `d` (`PR_SET_TIMERSLACK`): its timed
+    /// waits end up to `d` late, while it neither runs nor waits for a CPU.
+    #[doc(hidden)]
+    pub fn __watchdog_timer_slack(mut self, d: Duration) -> Self {
+        self.config.watchdog_timer_slack = Some(d);
+        self
+    }
+
     /// Tests only: no start stamps; the watchdog looks every scan interval while a worker runs.
     #[doc(hidden)]
     pub fn __no_stamps(mut self) -> Self {

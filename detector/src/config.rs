@@ -457,6 +457,9 @@ pub struct Config {
     /// Tests only: the watchdog thread sleeps this long before it sets itself up, as one the
     /// kernel keeps from running on a loaded machine would.
     pub(crate) late_start: Option<Duration>,
+    /// Tests only: the watchdog thread's timer slack (`PR_SET_TIMERSLACK`): its timed waits
+    /// end up to this late, as one's under systemd's `TimerSlackNSec=` would.
+    pub(crate) watchdog_timer_slack: Option<Duration>,
     /// Where polls are rare, their starts are stamped and the watchdog looks less often
     /// (`watch::stamps`); off for tests that compare with looks every scan interval.
     pub(crate) stamps: bool,
@@ -500,6 +503,7 @@ impl Default for Config {
             prometheus_registry: None,
             late_scans: None,
             late_start: None,
+            watchdog_timer_slack: None,
             stamps: true,
             announce: true,
             from_env: false,

@@ -768,14 +768,23 @@ pub(super) const FROZEN_MIN: Duration = Duration::from_millis(2);
 /// the less frozen time a late wake can tell.
 pub(super) const OWN_READ_EVERY: Duration = Duration::from_millis(100);
 
-/// The time the whole process stood still — stopped (`SIGSTOP`, a debugger), frozen (a cgroup
-/// freezer), or its machine paused (a VM's live migration): the watchdog's clock jumps by that
-/// much between two of its reads, past when it meant to wake, while it neither ran nor waited
-/// for a CPU (its own accounting, read only then, and every [`OWN_READ_EVERY`]). Its workers
-/// stood still too, and a poll blocked in a short call then returns late by the same: that
-/// time is left out of the polls' timing ([`Tracked::leave_out_frozen`]). A jump because the
-/// watchdog waited for a CPU (a loaded machine, a CPU quota) is not a freeze: the workers' own
-/// waits are left out by their accounting.
+/// The time the whole process stood still — stopped (`SIGSTOP`, a debugger) or frozen (a
+/// cgroup freezer): the watchdog's clock jumps by that much between two of its reads, past when
+/// it meant to wake, while it neither ran nor waited for a CPU (its own accounting, read only
+/// then, and every [`OWN_READ_EVERY`]). Its workers stood still too, and a poll blocked in a
+/// short call then returns late by the same: that time is left out of the polls' timing
+/// ([`Tracked::leave_out_frozen`]). A jump because the watchdog waited for a CPU (a loaded
+/// machine, a CPU quota) is not a freeze: the workers' own waits are left out by their
+/// accounting.
+///
+/// A stop (`SIGSTOP`, a debugger, the cgroup v2 freezer) takes every thread off its CPU through
+/// the scheduler: the watchdog, stopped in its timed wait, is switched out once more than the
+/// wait itself switches it out. A late end of that wait without that second voluntary switch
+/// is not a stop — the host took the watchdog's CPU away (a VM's steal), or its timer fired
+/// late (timer slack) — and its workers ran on meanwhile: it is not left out of their polls
+/// ([`waits`](Self::waits)). The cgroup v1 freezer (since Linux 6.1) freezes a thread asleep
+/// in a futex where it sleeps, with no switch: where it may freeze the process
+/// ([`v1_freezable`]), the switches are not read.
 #[derive(Default)]
 pub(super) struct Frozen {
     /// The frozen time found so far, in nanoseconds.
@@ -785,6 +794,8 @@ pub(super) struct Frozen {
     pub at_wake: u64,
     /// The watchdog's own accounting at its last reading, and when.
     own: Option<(Instant, SchedStat)>,
+    /// The watchdog's voluntary context switches as it began its last timed wait, if known.
+    switches_at_wait: Option<u64>,
 }
 
 impl Frozen {
@@ -793,17 +804,26 @@ impl Frozen {
         self.at_wake = self.total;
     }
 
+    /// The watchdog begins a timed wait; `switches`: its voluntary context switches so far
+    /// ([`own_voluntary_switches`](super::probe::own_voluntary_switches)).
+    pub fn waits(&mut self, switches: Option<u64>) {
+        self.switches_at_wait = switches;
+    }
+
     /// The watchdog read its clock at `now`, `late` past the later of when it meant to wake and
     /// its last read; `read` reads its own accounting. `timed`: it woke from a timed wait (on a
-    /// busy runtime, every scan interval), where a stale reading is read again; a wake from
-    /// idle reads nothing unless late (the process was idle: no cost added there).
+    /// busy runtime, every scan interval), where a stale reading is read again, and `switches`
+    /// reads its voluntary context switches if it was late; a look (`timed` false) reads
+    /// nothing unless late.
     pub fn check(
         &mut self,
         now: Instant,
         late: Duration,
         timed: bool,
         read: impl FnOnce() -> Option<SchedStat>,
+        switches: impl FnOnce() -> Option<u64>,
     ) {
+        let at_wait = std::mem::take(&mut self.switches_at_wait).filter(|_| timed);
         let late = Some(late).filter(|l| *l >= FROZEN_MIN);
         let stale = timed
             && self
@@ -823,12 +843,45 @@ impl Frozen {
             // was (a 50 ms stop is told as 46 ms or less).
             let (ran, waited) = stat.since(before);
             let frozen = late.saturating_sub(ran + waited + TICK);
-            if frozen >= FROZEN_MIN {
+            // Switched out no more than by the wait (one switch if it slept): not stopped.
+            // Unknown (unreadable, or late between two looks): taken for a stop.
+            let stopped = || {
+                at_wait.is_none_or(|then| switches().is_none_or(|now| now.saturating_sub(then) > 1))
+            };
+            if frozen >= FROZEN_MIN && stopped() {
                 self.total = self.total.saturating_add(frozen.as_nanos() as u64);
             }
         }
         self.own = Some((now, stat));
     }
+}
+
+/// Whether a cgroup v1 freezer may freeze this process, from its `/proc/self/cgroup`:
+/// it is in a v1 `freezer` hierarchy, at a cgroup other than the root (which cannot be frozen).
+/// `root_state` tells, for one listed at `/` (the root, or the root of a cgroup namespace of its
+/// own), whether that cgroup has a `freezer.state`: only the real root has none; `None` where
+/// it cannot be told, taken as freezable.
+pub(super) fn v1_freezable(cgroup: &str, root_state: impl Fn() -> Option<bool>) -> bool {
+    cgroup.lines().any(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next(), fields.next(), fields.next());
+        controllers.is_some_and(|c| c.split(',').any(|c| c == "freezer"))
+            && (path != Some("/") || root_state() != Some(false))
+    })
+}
+
+/// From `/proc/self/mountinfo`: where this mount namespace mounts a cgroup v1 hierarchy with the
+/// `freezer` controller at its root as this cgroup namespace sees it (root field `/`).
+pub(super) fn freezer_mount(mountinfo: &str) -> Option<&str> {
+    mountinfo.lines().find_map(|line| {
+        let (mount, sb) = line.split_once(" - ")?;
+        let mut mount = mount.split(' ');
+        let (root, point) = (mount.nth(3)?, mount.next()?);
+        let mut sb = sb.split(' ');
+        let (kind, options) = (sb.next()?, sb.nth(1)?);
+        (kind == "cgroup" && root == "/" && options.split(',').any(|o| o == "freezer"))
+            .then_some(point)
+    })
 }
 
 /// A worker woken for the drivers that has not taken them over after this long is woken again
@@ -1550,41 +1603,135 @@ mod tests {
         let t0 = Instant::now();
         let mut f = Frozen::default();
         // The first check reads the watchdog's accounting.
-        f.check(t0, Duration::ZERO, true, || Some(stat(1, 10)));
+        f.check(t0, Duration::ZERO, true, own(1, 10), no_switches);
         // On time, its reading fresh: not read.
-        f.check(t0 + MS(2), MS(1), true, || panic!("read on time"));
+        f.check(
+            t0 + MS(2),
+            MS(1),
+            true,
+            || panic!("read on time"),
+            no_switches,
+        );
         // 150 ms late, 10 ms of it waiting for a CPU and 1 ms running: 139 ms frozen, less
         // the tick the kernel may not have accounted yet.
         f.wake();
-        f.check(t0 + MS(160), MS(150), true, || Some(stat(2, 20)));
+        f.check(t0 + MS(160), MS(150), true, own(2, 20), no_switches);
         assert_eq!(f.total, (MS(139) - TICK).as_nanos() as u64);
         assert_eq!(f.at_wake, 0);
         let told = f.total;
         // 5 ms late with nothing accounted (a stint not accounted yet, timer slack): no freeze.
-        f.check(t0 + MS(166), MS(5), true, || Some(stat(2, 20)));
+        f.check(t0 + MS(166), MS(5), true, own(2, 20), no_switches);
         assert_eq!(f.total, told);
         // 50 ms late, all of it waiting for a CPU (a loaded machine): no freeze.
         f.wake();
-        f.check(t0 + MS(220), MS(50), true, || Some(stat(2, 70)));
+        f.check(t0 + MS(220), MS(50), true, own(2, 70), no_switches);
         assert_eq!(f.total, told);
         assert_eq!(f.at_wake, f.total);
         // Its accounting unreadable: nothing is told, and the next check reads it again.
-        f.check(t0 + MS(300), MS(60), true, || None);
+        f.check(t0 + MS(300), MS(60), true, || None, no_switches);
         assert_eq!(f.total, told);
         // Late with no reading to compare: read, nothing told.
-        f.check(t0 + MS(400), MS(60), true, || Some(stat(3, 70)));
+        f.check(t0 + MS(400), MS(60), true, own(3, 70), no_switches);
         assert_eq!(f.total, told);
         // A wake from idle, on time, reads nothing, however stale the reading.
-        f.check(t0 + MS(400) + OWN_READ_EVERY, MS(0), false, || {
-            panic!("read from idle")
-        });
+        f.check(
+            t0 + MS(400) + OWN_READ_EVERY,
+            MS(0),
+            false,
+            || panic!("read from idle"),
+            no_switches,
+        );
         // A stale reading is read again on a timely check.
         let mut read = false;
-        f.check(t0 + MS(400) + OWN_READ_EVERY, MS(0), true, || {
-            read = true;
-            Some(stat(3, 70))
-        });
+        f.check(
+            t0 + MS(400) + OWN_READ_EVERY,
+            MS(0),
+            true,
+            || {
+                read = true;
+                Some(stat(3, 70))
+            },
+            no_switches,
+        );
         assert!(read);
+    }
+
+    #[test]
+    fn only_a_v1_freezer_cgroup_other_than_the_root_may_freeze_the_process() {
+        let at = |path: &str| format!("6:freezer:{path}\n4:memory:/x\n0::/\n");
+        // cgroup v2 only: its freezer wakes every thread through the signal path.
+        assert!(!v1_freezable("0::/user.slice\n", || panic!("not read")));
+        // A v1 freezer cgroup of its own (`docker pause` on a v1 host).
+        assert!(v1_freezable(&at("/docker/abc"), || panic!("not read")));
+        assert!(v1_freezable("3:cpu,freezer:/lxc/a\n", || panic!(
+            "not read"
+        )));
+        // At `/`: the root (no `freezer.state`), or a namespace's root (one), or unknown.
+        assert!(!v1_freezable(&at("/"), || Some(false)));
+        assert!(v1_freezable(&at("/"), || Some(true)));
+        assert!(v1_freezable(&at("/"), || None));
+        // Another v1 controller at a cgroup of its own says nothing.
+        assert!(!v1_freezable("4:memory:/x\n6:freezer:/\n", || Some(false)));
+    }
+
+    #[test]
+    fn the_freezer_mount_is_the_one_of_this_namespaces_root() {
+        let info = "\
+25 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+31 30 0:27 /.. /sys/fs/cgroup/freezer ro,nosuid - cgroup cgroup rw,freezer
+32 30 0:28 / /sys/fs/cgroup/cpu rw,nosuid shared:9 - cgroup cgroup rw,cpu
+33 30 0:29 / /mnt/fz rw,nosuid shared:10 - cgroup pinwatch rw,cpuacct,freezer
+34 30 0:30 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+";
+        // The host's root bind-mounted in a namespace (`/..`) is not this one's.
+        assert_eq!(freezer_mount(info), Some("/mnt/fz"));
+        assert_eq!(
+            freezer_mount(&info.replace("/mnt/fz", "/x").replace(" / /x", " /.. /x")),
+            None
+        );
+        assert_eq!(freezer_mount("garbage\n"), None);
+    }
+
+    /// The watchdog's accounting, as `Frozen::check` reads it.
+    fn own(on_cpu_ms: u64, waiting_ms: u64) -> impl FnOnce() -> Option<SchedStat> {
+        move || Some(stat(on_cpu_ms, waiting_ms))
+    }
+
+    /// Its voluntary context switches unknown: any late wake is taken for a stop.
+    fn no_switches() -> Option<u64> {
+        None
+    }
+
+    #[test]
+    fn a_late_wake_is_a_freeze_only_if_the_watchdog_was_switched_out_more_than_its_wait() {
+        let t0 = Instant::now();
+        let mut f = Frozen::default();
+        f.check(t0, Duration::ZERO, true, own(1, 10), no_switches);
+        // 100 ms late, switched out once (the wait's sleep): its CPU was taken from it (a
+        // VM's steal), or its timer fired late; the workers ran on. No freeze.
+        f.waits(Some(40));
+        f.check(t0 + MS(102), MS(100), true, own(1, 10), || Some(41));
+        assert_eq!(f.total, 0);
+        // Switched out twice: the sleep, and the stop.
+        f.waits(Some(41));
+        f.check(t0 + MS(204), MS(100), true, own(1, 10), || Some(43));
+        assert_eq!(f.total, (MS(100) - TICK).as_nanos() as u64);
+        let told = f.total;
+        // The switches unreadable then: taken for a stop.
+        f.waits(None);
+        f.check(t0 + MS(306), MS(100), true, own(1, 10), || Some(50));
+        assert_eq!(f.total, told + (MS(100) - TICK).as_nanos() as u64);
+        let told = f.total;
+        // Late between two looks: no wait to compare with, taken for a stop (the switches
+        // read before the last wait are not this stretch's).
+        f.waits(Some(50));
+        f.check(t0 + MS(408), MS(100), false, own(1, 10), || Some(50));
+        assert_eq!(f.total, told + (MS(100) - TICK).as_nanos() as u64);
+        // On time: the switches are not read.
+        f.waits(Some(50));
+        f.check(t0 + MS(410), MS(1), true, own(1, 10), || {
+            panic!("switches read on time")
+        });
     }
 
     #[test]

@@ -329,6 +329,17 @@ pub(crate) fn voluntary_switches(tid: i32) -> Option<u64> {
     voluntary_switches_in(tid, &mut [0u8; 4096])
 }
 
+/// The calling thread's voluntary context switches so far (`getrusage(RUSAGE_THREAD)`: one
+/// system call, no file). `None` if the call fails.
+pub(crate) fn own_voluntary_switches() -> Option<u64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: `usage` is valid for writes of a `rusage`, which the call fills when it returns
+    // 0; it is read only then.
+    let done = unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) } == 0;
+    // SAFETY: filled by the successful call above.
+    done.then(|| unsafe { usage.assume_init() }.ru_nvcsw as u64)
+}
+
 fn voluntary_switches_in(tid: i32, buf: &mut [u8]) -> Option<u64> {
     status_field(&read_status(tid, buf)?, b"voluntary_ctxt_switches:")?
         .parse()

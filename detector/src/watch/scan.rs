@@ -101,6 +101,11 @@ fn run(
     if let Some(d) = shared.config.late_start {
         std::thread::sleep(d);
     }
+    if let Some(slack) = shared.config.watchdog_timer_slack {
+        // SAFETY: `PR_SET_TIMERSLACK` takes one integer argument and sets the calling thread's
+        // timer slack; it touches no memory of ours. Its failure leaves the default slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, slack.as_nanos() as libc::c_ulong) };
+    }
     let mut settings = shared.tunables.reader();
     let n = shared.table.slots().len();
     let mut tracked: Vec<Option<Tracked>> = (0..n).map(|_| None).collect();
@@ -134,6 +139,7 @@ fn run(
         readers: (0..n).map(|_| SchedStatReader::default()).collect(),
         read: vec![None; n],
         frozen: Frozen::default(),
+        switches_tell: !switches_hidden(),
         mark: Instant::now(),
         own: SchedStatReader::default(),
         own_tid: crate::poll::slot::current_tid(),
@@ -193,7 +199,13 @@ fn run(
             let due = due.unwrap_or_else(|| {
                 stamps::later(last_scan, scan.settings.effective_scan_interval())
             });
-            // From here the watchdog only waits: late past both, it stood still.
+            // From here the watchdog only waits: late past both, it stood still (if switched
+            // out for it: see `Frozen`).
+            scan.frozen.waits(
+                scan.switches_tell
+                    .then(probe::own_voluntary_switches)
+                    .flatten(),
+            );
             scan.mark = Instant::now();
             // Stopping: scan once more, to complete what ended.
             let stopping = parking.wait(due.saturating_duration_since(scan.mark));
@@ -367,6 +379,26 @@ impl Drop for StopWaker<'_> {
     }
 }
 
+/// Whether a cgroup v1 freezer may freeze this process, so that its freeze would not switch the
+/// watchdog out ([`v1_freezable`](super::judge::v1_freezable)); read once, at the start.
+fn switches_hidden() -> bool {
+    let Ok(cgroup) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return true;
+    };
+    super::judge::v1_freezable(&cgroup, || {
+        use std::os::unix::fs::MetadataExt;
+        // The initial cgroup namespace's inode: there, `/` is the real root.
+        const INITIAL: u64 = 0xEFFF_FFFB;
+        if std::fs::metadata("/proc/self/ns/cgroup").is_ok_and(|m| m.ino() == INITIAL) {
+            return Some(false);
+        }
+        // A namespace of its own: its root, where this mount namespace mounts it, tells.
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let point = super::judge::freezer_mount(&mounts)?;
+        Some(std::path::Path::new(point).join("freezer.state").exists())
+    })
+}
+
 /// Nothing can poll now: every core is parked and no slot has a poll running.
 fn quiet(table: &SlotTable, cores: usize) -> bool {
     table.parking.all_parked(cores) && table.used_slots().iter().all(|s| s.poll.seq() & 1 == 0)
@@ -424,6 +456,9 @@ struct Scan<'a> {
     read: Vec<Option<(i32, Before)>>,
     /// The time the whole process stood still, from the watchdog's late wakes.
     frozen: Frozen,
+    /// The watchdog's voluntary context switches tell a stop from its CPU taken away
+    /// ([`Frozen`]): not where a cgroup v1 freezer may freeze the process.
+    switches_tell: bool,
     /// The watchdog's last read of the clock, or the end of its last wait for a thread.
     mark: Instant,
     /// The watchdog's own `schedstat`, read for [`Frozen`].
@@ -979,7 +1014,13 @@ impl<'a> Scan<'a> {
         let tid = self.own_tid;
         let own = &mut self.own;
         let before = self.frozen.total;
-        self.frozen.check(now, late, timed, || own.read(tid));
+        self.frozen.check(
+            now,
+            late,
+            timed,
+            || own.read(tid),
+            probe::own_voluntary_switches,
+        );
         if self.frozen.total != before {
             self.shared
                 .stats

@@ -50,8 +50,9 @@ pub struct Stats {
     /// once.
     pub runtime_stalled_time: Duration,
     /// Time the watchdog took the whole process to have stood still (a stop, a debugger, a
-    /// paused VM: it neither ran nor waited for a CPU), left out of the polls it watched then
-    /// (see docs/how-it-works.md).
+    /// cgroup freezer: it neither ran nor waited for a CPU, and, at the end of a timed wait, was
+    /// switched out for it), left out of the polls it watched then (see
+    /// docs/how-it-works.md).
     pub process_stopped_time: Duration,
     /// Scans the watchdog made: a look at every watched thread's slot. While a worker runs, one
     /// every scan interval, or, where polls are rare and their starts stamped, one every

@@ -42,6 +42,24 @@ fn switches(prefix: &str) -> HashMap<String, u64> {
     out
 }
 
+/// Time on a CPU and time waiting for one so far (`schedstat`, ns) of this process's threads
+/// whose name starts with `prefix`, summed.
+fn cpu_times(prefix: &str) -> (u64, u64) {
+    let mut sum = (0, 0);
+    each_thread(|_, comm, read| {
+        if !comm.starts_with(prefix) {
+            return;
+        }
+        let stat = read("schedstat");
+        let mut n = stat
+            .split_whitespace()
+            .map(|v| v.parse::<u64>().unwrap_or(0));
+        sum.0 += n.next().unwrap_or(0);
+        sum.1 += n.next().unwrap_or(0);
+    });
+    sum
+}
+
 /// Context switches since `before` of the threads alive at both reads.
 fn since(before: &HashMap<String, u64>, prefix: &str) -> u64 {
     switches(prefix)
@@ -270,15 +288,22 @@ fn pins_at_every_phase_of_falling_asleep(mut tokio: tokio::runtime::Builder, in_
                     std::hint::spin_loop();
                 }
             }
+            let watchdog = cpu_times("pinwatch-watchd");
             go.send(()).unwrap();
             slept = detector.stats().watchdog_sleeps;
             let mut seen = Vec::new();
             let e = loop {
                 let e = events.recv_timeout(LONG).unwrap_or_else(|_| {
+                    // A watchdog kept off the CPU through the whole pin misses it (see
+                    // docs/how-it-works.md): its waits for a CPU since tell that case apart.
+                    let now = cpu_times("pinwatch-watchd");
                     panic!(
                         "round {round}: the pin was never reported (reports: {seen:?}; {:?}; \
-                         threads (tid name state wchan): {})",
+                         since the pin was let go the watchdog ran {} µs and waited {} µs for a \
+                         CPU; threads (tid name state wchan): {})",
                         detector.stats(),
+                        now.0.saturating_sub(watchdog.0) / 1000,
+                        now.1.saturating_sub(watchdog.1) / 1000,
                         thread_states()
                     )
                 });

@@ -135,6 +135,19 @@ impl Builder {
         self
     }
 
+    /// The watchdog thread's nice value (`PINWATCH_WATCHDOG_NICE`, from `-20` to `19`; `None`,
+    /// the default: the process's own), which the `pinwatch-waker` thread it starts (the
+    /// heartbeat's timer, the rescue's wake-ups) takes too. On a machine whose CPUs are all busy, a watchdog kept
+    /// from running through the whole of a blocked poll cannot tell the block from a wait for
+    /// a CPU and misses it; a nice below the service's threads' lets it run when it wakes. A
+    /// value below the process's own needs `CAP_SYS_NICE` or an `RLIMIT_NICE` of at least 20
+    /// minus it: without, building the runtime fails with
+    /// [`Error::WatchdogNice`].
+    pub fn watchdog_nice(mut self, nice: Option<i8>) -> Self {
+        self.config.watchdog_nice = nice;
+        self
+    }
+
     /// How many threads can be watched at once (`PINWATCH_MAX_THREADS`, default
     /// [`DEFAULT_MAX_THREADS`](crate::config::DEFAULT_MAX_THREADS); 1 to
     /// [`MAX_THREADS`](crate::config::MAX_THREADS)): the workers, `block_on`'s thread and any

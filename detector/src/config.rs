@@ -288,6 +288,16 @@ pub const ENV_VARS: &[EnvVar] = &[
               quarter of the threshold); while every worker is parked it sleeps until one unparks",
     },
     EnvVar {
+        name: "PINWATCH_WATCHDOG_NICE",
+        default: "off",
+        doc: "the nice value of the watchdog thread (and of the `pinwatch-waker` thread it \
+              starts), from `-20` (first to run) to `19`: on a machine whose CPUs are all busy, \
+              a watchdog kept from running through a whole blocked poll misses it, and a nice \
+              below the service's lets it run when it wakes (a value below the process's own \
+              needs `CAP_SYS_NICE` or an `RLIMIT_NICE` of at least 20 minus it; without, the \
+              runtime is not built, and the error says so); `off`: the process's own",
+    },
+    EnvVar {
         name: "PINWATCH_QUEUE_CAPACITY",
         default: "1024",
         doc: "events queued for the sinks before new ones are dropped (and counted)",
@@ -349,6 +359,7 @@ pub(crate) const TEST_ENV_VARS: &[&str] = &[
     "PINWATCH_STACKS",
     "PINWATCH_SAMPLE_INTERVAL",
     "PINWATCH_SCAN_INTERVAL",
+    "PINWATCH_WATCHDOG_NICE",
     "PINWATCH_QUEUE_CAPACITY",
     "PINWATCH_MAX_THREADS",
     "PINWATCH_TRACING",
@@ -433,6 +444,12 @@ pub struct Config {
     pub stacks: Stacks,
     /// See [`DEFAULT_SAMPLE_INTERVAL`].
     pub sample_interval: Duration,
+    /// The watchdog thread's nice value (`PINWATCH_WATCHDOG_NICE`), from `-20` to `19`, which
+    /// the waker thread it starts takes too; `None` (the default): the process's own. Set as
+    /// the thread starts: a value below the
+    /// process's needs `CAP_SYS_NICE` or a high enough `RLIMIT_NICE`, else the detector does not
+    /// start ([`Error::WatchdogNice`]).
+    pub watchdog_nice: Option<i8>,
     /// See [`DEFAULT_QUEUE_CAPACITY`].
     pub queue_capacity: usize,
     /// See [`DEFAULT_MAX_THREADS`].
@@ -492,6 +509,7 @@ impl Default for Config {
             rescue: true,
             stacks: Stacks::default(),
             sample_interval: DEFAULT_SAMPLE_INTERVAL,
+            watchdog_nice: None,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_threads: DEFAULT_MAX_THREADS,
             tracing: true,
@@ -627,6 +645,9 @@ impl Config {
         if let Some(v) = read("PINWATCH_SCAN_INTERVAL")? {
             self.scan_interval = parse_duration("PINWATCH_SCAN_INTERVAL", &v, SCAN)?;
         }
+        if let Some(v) = read("PINWATCH_WATCHDOG_NICE")? {
+            self.watchdog_nice = env("PINWATCH_WATCHDOG_NICE", &v, parse_nice)?;
+        }
         if let Some(v) = read("PINWATCH_QUEUE_CAPACITY")? {
             self.queue_capacity = parse_count("PINWATCH_QUEUE_CAPACITY", &v, MAX_QUEUE_CAPACITY)?;
         }
@@ -705,6 +726,12 @@ impl Config {
         }
         if c.heartbeat.is_some_and(|d| d.is_zero()) {
             return bad("heartbeat", "must be greater than zero (or None: off)");
+        }
+        if c.watchdog_nice.is_some_and(|n| !NICE.contains(&n)) {
+            return bad(
+                "watchdog_nice",
+                "must be from -20 to 19 (or None: the process's own)",
+            );
         }
         if c.record_keep == 0 {
             return bad("record_keep", "must be at least 1");
@@ -813,6 +840,27 @@ fn parse_count(var: &'static str, v: &str, max: usize) -> Result<usize, Error> {
         .find(|e| e.name == var)
         .map_or("1024", |e| e.default);
     env(var, v, |v| count_at_most(v, max, example))
+}
+
+/// The nice values a thread can have.
+const NICE: std::ops::RangeInclusive<i8> = -20..=19;
+
+/// `PINWATCH_WATCHDOG_NICE`: a nice value, or `off` (`None`).
+fn parse_nice(v: &str) -> Result<Option<i8>, String> {
+    if is_off(v) {
+        return Ok(None);
+    }
+    match v.trim().parse::<i64>() {
+        Ok(n) => i8::try_from(n)
+            .ok()
+            .filter(|n| NICE.contains(n))
+            .map(Some)
+            .ok_or_else(|| "must be from -20 (first to run) to 19, or `off`".to_owned()),
+        Err(_) => Err(
+            "is not a nice value; write a whole number from -20 to 19 like `-10`, or `off`"
+                .to_owned(),
+        ),
+    }
 }
 
 fn parse_duration(var: &'static str, v: &str, floor: Floor) -> Result<Duration, Error> {
@@ -1092,6 +1140,10 @@ mod tests {
         assert!(c.dump_on_exit.is_none());
         assert_eq!(table["PINWATCH_CONTROL"], "on");
         assert_eq!(parse_age(table["PINWATCH_HEARTBEAT"]).unwrap(), c.heartbeat);
+        assert_eq!(
+            parse_nice(table["PINWATCH_WATCHDOG_NICE"]).unwrap(),
+            c.watchdog_nice
+        );
         assert_eq!(c.control, Control::On);
         assert!(c.prometheus_addr.is_none());
         assert_eq!(table["PINWATCH_OTLP"], if c.otlp { "on" } else { "off" });
@@ -1169,11 +1221,25 @@ mod tests {
             ("PINWATCH_RECORD_KEEP", "2"),
             ("PINWATCH_CONTROL", "/run/svc/pinwatch"),
             ("PINWATCH_HEARTBEAT", "10ms"),
+            ("PINWATCH_WATCHDOG_NICE", " -20 "),
             ("PINWATCH_FLIGHT_SIZE", "64KiB"),
             ("PINWATCH_DUMP_ON_EXIT", "/var/tmp/flight-%p.jsonl"),
         ])
         .unwrap();
         assert_eq!(c.heartbeat, Some(Duration::from_millis(10)));
+        assert_eq!(c.watchdog_nice, Some(-20));
+        assert_eq!(
+            with(&[("PINWATCH_WATCHDOG_NICE", "19")])
+                .unwrap()
+                .watchdog_nice,
+            Some(19)
+        );
+        assert_eq!(
+            with(&[("PINWATCH_WATCHDOG_NICE", "OFF")])
+                .unwrap()
+                .watchdog_nice,
+            None
+        );
         assert_eq!(c.flight_size, Some(65536));
         assert_eq!(
             c.dump_on_exit.as_deref(),
@@ -1279,6 +1345,12 @@ mod tests {
             ("PINWATCH_CONTROL", "relative/dir"),
             ("PINWATCH_HEARTBEAT", "0ms"),
             ("PINWATCH_HEARTBEAT", "often"),
+            ("PINWATCH_WATCHDOG_NICE", "-21"),
+            ("PINWATCH_WATCHDOG_NICE", "20"),
+            ("PINWATCH_WATCHDOG_NICE", "-300"),
+            ("PINWATCH_WATCHDOG_NICE", "high"),
+            ("PINWATCH_WATCHDOG_NICE", "-5.5"),
+            ("PINWATCH_WATCHDOG_NICE", ""),
             ("PINWATCH_FLIGHT_SIZE", "lots"),
             ("PINWATCH_FLIGHT_SIZE", "0MiB"),
             ("PINWATCH_FLIGHT_SIZE", "2GiB"),
@@ -1445,6 +1517,33 @@ mod tests {
             Config::default().settings().effective_scan_interval(),
             DEFAULT_SCAN_INTERVAL
         );
+    }
+
+    /// A nice value a thread cannot have, given to the builder, is refused before anything
+    /// starts; the two ends of the range are not.
+    #[test]
+    fn a_watchdog_nice_out_of_range_is_refused() {
+        for (nice, ok) in [
+            (-21, false),
+            (20, false),
+            (i8::MIN, false),
+            (-20, true),
+            (19, true),
+        ] {
+            let c = Config {
+                watchdog_nice: Some(nice),
+                ..Config::default()
+            };
+            match c.validate() {
+                Ok(()) => assert!(ok, "{nice} passed"),
+                Err(e) => {
+                    assert!(!ok, "{nice} refused: {e}");
+                    assert!(e
+                        .to_string()
+                        .contains("`watchdog_nice` must be from -20 to 19"));
+                }
+            }
+        }
     }
 
     /// An exporter asked for in a build without its cargo feature fails validation, naming the

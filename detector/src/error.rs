@@ -101,6 +101,22 @@ pub enum Error {
     /// tokio could not build the runtime.
     #[error("building the tokio runtime failed: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The watchdog thread's nice value could not be set (`PINWATCH_WATCHDOG_NICE`).
+    #[error(
+        "cannot set the pinwatch watchdog thread's nice value to {nice} \
+         (PINWATCH_WATCHDOG_NICE, Builder::watchdog_nice): {source}; a nice below the \
+         process's own needs CAP_SYS_NICE or an RLIMIT_NICE of at least {rlimit} \
+         (`ulimit -e`, systemd's LimitNICE=), or leave the setting unset"
+    )]
+    WatchdogNice {
+        /// The nice value asked for.
+        nice: i8,
+        /// The `RLIMIT_NICE` that would allow it (20 minus it).
+        rlimit: i16,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A pinwatch thread could not be started.
     #[error("cannot start the pinwatch {what} thread: {source}")]
     Thread {

@@ -342,6 +342,9 @@ fn startup_line(
         Some(path) => s.push_str(&format!("; recording to {}", path.display())),
         None => s.push_str("; no recording"),
     }
+    if let Some(nice) = config.watchdog_nice {
+        s.push_str(&format!("; watchdog at nice {nice}"));
+    }
     s
 }
 

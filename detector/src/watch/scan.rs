@@ -87,19 +87,47 @@ pub(crate) fn spawn(
             what: "watchdog",
             source,
         })?;
-    // `Err`: the thread ended before it was ready (a panic); the join says so.
-    let _ = is_ready.recv();
-    Ok(thread)
+    match is_ready.recv() {
+        // It could not set itself up as asked, and has ended.
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        // `Err`: the thread ended before it was ready (a panic); the join says so.
+        Ok(Ok(())) | Err(_) => Ok(thread),
+    }
+}
+
+/// Sets the calling thread's nice value: on Linux, `setpriority` of a thread id sets that
+/// thread's alone.
+fn set_own_nice(nice: i8) -> Result<(), crate::Error> {
+    let tid = crate::poll::slot::current_tid();
+    // SAFETY: `setpriority` takes three integers and touches no memory of ours.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice.into()) };
+    if r == 0 {
+        return Ok(());
+    }
+    Err(crate::Error::WatchdogNice {
+        nice,
+        rlimit: 20 - i16::from(nice),
+        source: std::io::Error::last_os_error(),
+    })
 }
 
 fn run(
     shared: Arc<Shared>,
     handle: Handle,
     tx: crate::handoff::Sender<Box<RawReport>>,
-    ready: mpsc::SyncSender<()>,
+    ready: mpsc::SyncSender<Result<(), crate::Error>>,
 ) {
     if let Some(d) = shared.config.late_start {
         std::thread::sleep(d);
+    }
+    if let Some(nice) = shared.config.watchdog_nice {
+        if let Err(e) = set_own_nice(nice) {
+            let _ = ready.send(Err(e));
+            return;
+        }
     }
     if let Some(slack) = shared.config.watchdog_timer_slack {
         // SAFETY: `PR_SET_TIMERSLACK` takes one integer argument and sets the calling thread's
@@ -166,7 +194,7 @@ fn run(
     scan.seen_changed();
     scan.mark = Instant::now();
     // Set up: the runtime may run tasks now.
-    let _ = ready.send(());
+    let _ = ready.send(Ok(()));
     loop {
         let stopping = if std::mem::take(&mut sleep) {
             // Idle for a whole scan interval: sleep until a worker unparks. Say so first, then

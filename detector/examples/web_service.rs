@@ -12,10 +12,6 @@
 //! with `std::thread::sleep`, which pins its worker: pinwatch's WARN event names the line, and
 //! `pinwatch_pins_total{reason="sleep"}` counts it. The fix is `tokio::time::sleep(..).await`.
 //!
-//! Name your crate as you like, but not after one of the runtime's crates with `_` (`axum_…`,
-//! `tokio_…`, `http_…`, `console_…`): pinwatch counts those as plumbing, never as the top
-//! application frame (the list: `INTERNAL_CRATES` in detector/src/analyze/reason.rs).
-//!
 //! `LISTEN` sets the service's address (default `127.0.0.1:3000`; port 0 picks a free one). The
 //! first line on stdout is `listening on http://ADDR`.
 

@@ -354,6 +354,9 @@ pub(crate) fn is_application(f: &Frame) -> bool {
         return false;
     };
     let base = base_name(name);
+    // In a source file of the service's own (its workspace, a path dependency): a crate of its
+    // named like one of the runtime's (`http_gateway`, `tokio_jobs`) is still its own.
+    let mut own_source = false;
     if let Some(file) = f.file.as_deref() {
         if is_std_source(file) || file.contains("/rust/deps/") || is_pinwatch_source(file) {
             return false;
@@ -366,6 +369,7 @@ pub(crate) fn is_application(f: &Frame) -> bool {
             // the application's own sources and not the C library's.
             return !file.starts_with("./") && !file.contains("glibc") && !file.contains("/libc");
         }
+        own_source = !is_vendored(file) && !is_system_path(file);
     }
     // A C symbol (no path) is libc or the unwinder.
     if !base.contains("::") {
@@ -378,6 +382,10 @@ pub(crate) fn is_application(f: &Frame) -> bool {
     // A generic parameter (`<F as core::future::Future>::poll`) belongs to nobody.
     if krate.len() == 1 && krate.chars().all(|c| c.is_ascii_uppercase()) {
         return false;
+    }
+    if own_source {
+        // Only the runtime's crate itself, built from a path of the service's (a `[patch]`).
+        return !INTERNAL_CRATES.contains(&krate);
     }
     !is_internal(krate)
 }
@@ -926,6 +934,35 @@ mod tests {
                 !is_application(&at("{closure#0}", &format!("{REG}/{krate}/src/x.rs"))),
                 "{krate}"
             );
+        }
+        // A crate of the service's own named like one of the runtime's is the service's, in
+        // its workspace or as a path dependency (helper-83: `http_gateway` lost its line); the
+        // runtime's crate itself built from the service's tree (a `[patch]`), a vendored one and
+        // a distribution's are not.
+        for (name, file, own) in [
+            (
+                "http_gateway::main::{async_block#0}",
+                "/srv/gw/src/main.rs",
+                true,
+            ),
+            ("tokio_jobs::run", "/work/app/tokio-jobs/src/lib.rs", true),
+            (
+                "tokio::runtime::park::park",
+                "/work/app/tokio/tokio/src/park.rs",
+                false,
+            ),
+            (
+                "tokio_util::codec::f",
+                "/work/app/vendor/tokio-util/src/codec.rs",
+                false,
+            ),
+            (
+                "tokio_util::codec::f",
+                "/usr/share/cargo/registry/tokio-util-0.7.15/src/codec.rs",
+                false,
+            ),
+        ] {
+            assert_eq!(is_application(&at(name, file)), own, "{name} in {file}");
         }
         // A crate whose name merely starts like an internal one is the application's.
         assert!(is_application(&at(

@@ -197,6 +197,14 @@ pub fn find(target: &str, dirs: &Dirs) -> Result<Endpoint, Error> {
 fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     if target.contains('/') {
         let path = PathBuf::from(target);
+        if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
+            return Err(format!(
+                "{target} is a directory, not a socket: give the process with it, `pinwatch ctl \
+                 --dir {target} PID …` (`pinwatch ctl --dir {target} list` shows them), or the \
+                 socket's own path (`{}/PID.sock`)",
+                target.trim_end_matches('/')
+            ));
+        }
         let (Some(parent), Some(file)) = (path.parent(), path.file_name().and_then(|f| f.to_str()))
         else {
             return Err(format!("{target:?} does not name a socket in a directory"));
@@ -672,6 +680,28 @@ fn connect(path: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A control directory given where a socket's path goes (`PINWATCH_CONTROL=/run/svc` and
+    /// then `pinwatch ctl /run/svc status`) is named as such, with the two ways to say what
+    /// was meant — not taken for a socket in its parent, whose mode is none of the user's
+    /// business (helper-83: "chmod 700" of the parent).
+    #[test]
+    fn a_directory_given_for_a_socket_is_told_how_to_use_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().display().to_string();
+        for given in [target.clone(), format!("{target}/")] {
+            let Err(e) = find_socket(&given, &search_dirs(None)) else {
+                panic!("{given} was taken for a socket");
+            };
+            assert!(
+                e.starts_with(&format!("{given} is a directory, not a socket")),
+                "{e}"
+            );
+            assert!(e.contains(&format!("--dir {given} PID")), "{e}");
+            assert!(e.contains(&format!("{target}/PID.sock")), "{e}");
+            assert!(!e.contains("chmod"), "{e}");
+        }
+    }
 
     /// Root looks in every user's directory, and another user's may hold a socket, or
     /// anything else, named after someone else's process. `ctl PID` takes the socket whose

@@ -392,7 +392,8 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
                 .filter(|v| chars.abs_diff(v.name.len()) <= 3)
                 .map(|v| (strsim::levenshtein(&name, v.name), v.name))
                 .min()
-                .filter(|(d, _)| *d <= 3);
+                .filter(|(d, _)| *d <= 3)
+                .or_else(|| sharing_words(&name).map(|known| (0, known)));
             let hint = match closest {
                 Some((_, known)) => format!("did you mean {known}? "),
                 None => String::new(),
@@ -404,6 +405,34 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
             )
         })
         .collect()
+}
+
+/// The known variable whose name begins with the most of `name`'s words after `PINWATCH`
+/// (the first in [`ENV_VARS`] among equals), where one shares any: the Prometheus address's
+/// name without its last word, or with `PORT` for it, is too far from it for a misspelling,
+/// and is taken for it here.
+fn sharing_words(name: &str) -> Option<&'static str> {
+    let words = |n: &str| n.split('_').skip(1).map(str::to_owned).collect::<Vec<_>>();
+    let theirs = words(name);
+    ENV_VARS
+        .iter()
+        .map(|v| {
+            let shared = words(v.name)
+                .iter()
+                .zip(&theirs)
+                .take_while(|(a, b)| a == b)
+                .count();
+            (shared, v.name)
+        })
+        .filter(|(shared, _)| *shared > 0)
+        .fold(
+            None,
+            |best: Option<(usize, &str)>, (shared, known)| match best {
+                Some((most, _)) if most >= shared => best,
+                _ => Some((shared, known)),
+            },
+        )
+        .map(|(_, known)| known)
 }
 
 /// The detector's settings. Build one with [`Builder`](crate::Builder) setters or
@@ -1291,10 +1320,14 @@ mod tests {
             "PINWATCH_THRESH😀😀D",
             "PINWATCHER_MODE",
             "PINWATCH_\u{1b}[2J",
+            "PINWATCH_PROMETHEUS",
+            "PINWATCH_PROMETHEUS_PORT",
+            "PINWATCH_OTLP_ENDPOINT",
+            "PINWATCH_RECORD_PATH",
         ]
         .map(std::ffi::OsString::from);
         let said = unknown_env_vars(names);
-        assert_eq!(said.len(), 5, "{said:#?}");
+        assert_eq!(said.len(), 9, "{said:#?}");
         let of = |name: &str| {
             said.iter()
                 .find(|w| {
@@ -1305,6 +1338,12 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name}: {said:#?}"))
         };
         assert!(of("PINWATCHER_MODE").ends_with("ignored; docs/configuration.md lists them"));
+        // Too far for a misspelling, but the start of a known name, or past it (helper-83:
+        // `PINWATCH_PROMETHEUS` left the endpoint off without a hint).
+        assert!(of("PINWATCH_PROMETHEUS").contains("; did you mean PINWATCH_PROMETHEUS_ADDR? "));
+        assert!(of("PINWATCH_PROMETHEUS_PORT").contains("did you mean PINWATCH_PROMETHEUS_ADDR?"));
+        assert!(of("PINWATCH_OTLP_ENDPOINT").contains("; did you mean PINWATCH_OTLP? "));
+        assert!(of("PINWATCH_RECORD_PATH").contains("; did you mean PINWATCH_RECORD? "));
         assert!(of("PINWATCH_THRESHOLDS").contains("; did you mean PINWATCH_THRESHOLD? "));
         assert!(of("PINWATCH_TRESHOLD").contains("; did you mean PINWATCH_THRESHOLD? "));
         // Two characters off, however many bytes they take.

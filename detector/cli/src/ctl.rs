@@ -670,43 +670,73 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
 }
 
 /// Asks each of `endpoints` for its status, [`LIST_AT_ONCE`] at a time, each within
-/// [`LIST_TIMEOUT`] and all within [`LIST_TOTAL`]: the answers in order, `None` for those not
-/// asked by then. Sockets that never answer (another user's, or a hung service) cost one
-/// timeout for each [`LIST_AT_ONCE`] of them, not one each.
+/// [`LIST_TIMEOUT`] and all within [`LIST_TOTAL`]: the answers in `endpoints`' order, `None`
+/// for those not asked by then. Sockets that never answer (another user's, or a hung service)
+/// cost one timeout for each [`LIST_AT_ONCE`] of them, not one each; and they are asked in
+/// [`ask_order`], so that one user's many cannot crowd out another's.
 fn ask_all(endpoints: &[client::Endpoint]) -> Vec<Option<Result<Reply, String>>> {
     let deadline = std::time::Instant::now() + LIST_TOTAL;
     let ask = |ep: &client::Endpoint, timeout: Duration| {
         client::request(ep, &Request::Status, timeout).map_err(|e| e.to_string())
     };
-    let mut answers = Vec::with_capacity(endpoints.len());
-    for chunk in endpoints.chunks(LIST_AT_ONCE) {
+    let owners: Vec<u32> = endpoints.iter().map(|ep| ep.owner).collect();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let order = ask_order(&owners, unsafe { libc::geteuid() });
+    let mut answers: Vec<Option<Result<Reply, String>>> = endpoints.iter().map(|_| None).collect();
+    for chunk in order.chunks(LIST_AT_ONCE) {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            answers.extend(chunk.iter().map(|_| None));
-            continue;
+            break;
         }
         let timeout = LIST_TIMEOUT.min(left);
         std::thread::scope(|s| {
             // A thread that cannot be made: that one is asked here, after the others.
             let asked: Vec<_> = chunk
                 .iter()
-                .map(|ep| {
-                    std::thread::Builder::new()
+                .map(|&i| {
+                    let ep = &endpoints[i];
+                    let thread = std::thread::Builder::new()
                         .spawn_scoped(s, move || ask(ep, timeout))
-                        .map_err(|_| ep)
+                        .map_err(|_| ep);
+                    (i, thread)
                 })
                 .collect();
-            for a in asked {
-                answers.push(Some(match a {
+            for (i, a) in asked {
+                answers[i] = Some(match a {
                     Ok(thread) => thread
                         .join()
                         .unwrap_or_else(|_| Err("asking it failed".to_owned())),
                     Err(ep) => ask(ep, timeout),
-                }));
+                });
             }
         });
     }
     answers
+}
+
+/// The order `ctl list` asks its sockets in, as indexes, from the uid that owns each
+/// (`owners`, in pid order): the caller's own (uid `me`) first,
+/// then each other owner's in turn — every owner's first socket, then every owner's second,
+/// and so on, each owner's by pid. Any local user may fill their own directory with sockets
+/// that never answer (helper-84: 200 of them hid a root service behind "not asked"); this
+/// way they use up only their own share of [`LIST_TOTAL`].
+fn ask_order(owners: &[u32], me: u32) -> Vec<usize> {
+    let mut each: Vec<u32> = owners.to_vec();
+    each.sort_by_key(|&o| (o != me, o));
+    each.dedup();
+    let mine: Vec<Vec<usize>> = each
+        .iter()
+        .map(|&o| (0..owners.len()).filter(|&i| owners[i] == o).collect())
+        .collect();
+    let mut order = Vec::with_capacity(owners.len());
+    for turn in 0.. {
+        let before = order.len();
+        order.extend(mine.iter().filter_map(|theirs| theirs.get(turn)));
+        if order.len() == before {
+            break;
+        }
+    }
+    order
 }
 
 /// Left-aligned columns, two spaces apart; the last column is not padded.
@@ -1057,6 +1087,24 @@ fn render(st: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One user's many sockets cannot push another's past `ctl list`'s time: the caller's own
+    /// are asked first, then each owner's in turn (helper-84: 200 sockets of a user's that
+    /// never answer left root's one service "not asked").
+    #[test]
+    fn ctl_list_asks_each_owner_in_turn_its_callers_first() {
+        // By pid: a flood of user 1001's, then root's service, then user 1002's two.
+        let mut owners = vec![1001; 200];
+        owners.extend([0, 1002, 1002]);
+        let order = ask_order(&owners, 0);
+        assert_eq!(order[..4], [200, 0, 201, 1]);
+        assert_eq!(ask_order(&owners, 1002)[..4], [201, 200, 0, 202]);
+        // Each once.
+        let mut all = order.clone();
+        all.sort_unstable();
+        assert_eq!(all, (0..owners.len()).collect::<Vec<_>>());
+        assert!(ask_order(&[], 0).is_empty());
+    }
 
     /// A path the JSON request cannot carry is refused before anything is sent, named (escaped)
     /// and with what to do; serde's own "path contains invalid UTF-8 characters" said neither.

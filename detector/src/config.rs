@@ -903,6 +903,10 @@ fn count_at_most(v: &str, max: usize, example: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".to_owned()),
         Ok(n) if n > max => Err(format!("must be at most {max}")),
         Ok(n) => Ok(n),
+        // Digits only, too many for a number: too large, not "not a number".
+        Err(_) if !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("must be at most {max}"))
+        }
         Err(_) => Err(format!("is not a whole number; write it like `{example}`")),
     }
 }
@@ -1417,6 +1421,17 @@ mod tests {
                 "write it like `50`",
             ),
             ("PINWATCH_QUEUE_CAPACITY", "lots", "write it like `1024`"),
+            // Too many digits for a number is too large (helper-83: "not a whole number").
+            (
+                "PINWATCH_RECORD_KEEP",
+                "99999999999999999999999",
+                "must be at most 18446744073709551615",
+            ),
+            (
+                "PINWATCH_QUEUE_CAPACITY",
+                "99999999999999999999999",
+                "must be at most 65536",
+            ),
             (
                 "PINWATCH_THRESHOLD",
                 "0ms",

@@ -34,8 +34,11 @@ pub fn write_whole_file(
     replace: bool,
     fill: impl FnOnce(&mut File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    if !replace && std::fs::symlink_metadata(path).is_ok() {
-        return Err(exists(path));
+    match std::fs::symlink_metadata(path) {
+        // Not even when asked to replace it: a rename cannot put a file over a directory.
+        Ok(m) if m.is_dir() => return Err(exists(path)),
+        Ok(_) if !replace => return Err(exists(path)),
+        _ => {}
     }
     let (dir, name) = dir_and_name(path)?;
     let (mut file, tmp) = new_temporary(dir, &name.to_string_lossy())?;
@@ -104,12 +107,21 @@ fn new_temporary(dir: &Path, name: &str) -> std::io::Result<(File, PathBuf)> {
 }
 
 fn exists(path: &Path) -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::AlreadyExists,
-        format!(
-            "{} exists; give another file, or ask to replace it (`--force`)",
-            path.display()
-        ),
+    std::io::Error::new(std::io::ErrorKind::AlreadyExists, taken(path))
+}
+
+/// Why `path`, which exists, is not written: a directory cannot be replaced by a file, even
+/// when asked to (helper-83: `--force` was suggested, then failed "Is a directory").
+pub fn taken(path: &Path) -> String {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        return format!(
+            "{} is a directory; give the path of a file in it",
+            crate::text::Escaped(path.display())
+        );
+    }
+    format!(
+        "{} exists; give another file, or ask to replace it (`--force`)",
+        crate::text::Escaped(path.display())
     )
 }
 
@@ -149,7 +161,7 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
             return Err(format!(
-                "its directory {} is not a directory",
+                "its directory {} is not a directory; give a path in a directory that exists",
                 dir.display()
             ))
         }
@@ -633,6 +645,18 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["dump.jsonl"]);
+        // A directory is named as one, with or without `--force` (which cannot help), and
+        // nothing is left behind.
+        for replace in [false, true] {
+            let err = write_whole_file(dir.path(), replace, |f| f.write_all(b"x")).unwrap_err();
+            let said = err.to_string();
+            assert!(
+                said.ends_with("is a directory; give the path of a file in it"),
+                "{said}"
+            );
+            assert!(!said.contains("--force"), "{said}");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     /// Files planted at the temporary names another process could predict (this pid, the

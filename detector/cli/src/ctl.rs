@@ -435,10 +435,7 @@ fn dumped_recording(
     name: &str,
 ) -> Result<pinwatch::recording::Recording, String> {
     if !force && std::fs::symlink_metadata(output).is_ok() && !crate::written_as_is(output) {
-        return Err(format!(
-            "{} exists; give another file, or ask to replace it (`--force`)",
-            pinwatch::text::Escaped(output.display())
-        ));
+        return Err(pinwatch::files::taken(output));
     }
     let mut bytes = Vec::new();
     let reply = client::dump(socket, DUMP_TIMEOUT, &mut bytes).map_err(|e| e.to_string())?;

@@ -591,6 +591,17 @@ fn watch_status(
 }
 
 fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
+    if dirs.looked.len() == 1 && dirs.dirs.is_empty() && !dirs.notes.is_empty() {
+        // The one directory to look in (`--dir`, `PINWATCH_CONTROL`, or the caller's own) could
+        // not be used: that is no answer that nothing runs (helper-83: exit 0 for a `--dir`
+        // that does not exist). Root, looking in every user's, passes over another's.
+        let why: Vec<String> = dirs
+            .notes
+            .iter()
+            .map(|n| untrusted(n.strip_prefix("skipped ").unwrap_or(n)))
+            .collect();
+        return Err(format!("cannot list: {}", why.join("; ")));
+    }
     let mut rows = Vec::new();
     let (endpoints, notes) = dirs.endpoints();
     for note in dirs.notes.iter().chain(&notes) {
@@ -1084,6 +1095,15 @@ fn render(st: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory named with `--dir` that cannot be used is an error, not an empty list.
+    #[test]
+    fn ctl_list_of_a_directory_that_cannot_be_used_fails() {
+        let gone = tempfile::tempdir().unwrap().path().join("gone");
+        let e = list(&client::search_dirs(Some(&gone))).unwrap_err();
+        assert!(e.starts_with("cannot list: cannot open "), "{e}");
+        assert!(e.contains(&gone.display().to_string()), "{e}");
+    }
 
     /// One user's many sockets cannot push another's past `ctl list`'s time: the caller's own
     /// are asked first, then each owner's in turn (helper-84: 200 sockets of a user's that

@@ -84,7 +84,8 @@ pub const DEFAULT_RECORD_KEEP: usize = 5;
 /// JSON lines. Measured on `pin_service`: an event with the default short stacks is about
 /// 0.9 KB and a pin shorter than the report interval has two (`in_progress`, `completed`), so
 /// this holds the last ~2,000 such pins; with `PINWATCH_STACKS=full` an event was about 12 KB
-/// (a debug build's deep stacks), still the last ~170 pins. Enough for the incident just
+/// (a debug build's deep stacks), still the last ~170 pins (16.4 KB, 65 frames, in a release
+/// build of a small service with line tables: ~120). Enough for the incident just
 /// past, little enough to keep in every process.
 pub const DEFAULT_FLIGHT_SIZE: u64 = 4 * 1024 * 1024;
 
@@ -230,7 +231,7 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "the flight recording: the last events (every report of each pin) kept in memory, \
               at most this many bytes of their JSON lines, for `pinwatch ctl <pid> dump`; the \
               oldest are dropped (and counted) to make room. An event is about 0.9 KB with \
-              short stacks (4 MiB: the last ~2,000 pins), up to ~12 KB with full ones (~170 \
+              short stacks (4 MiB: the last ~2,000 pins), 12–17 KB with full ones (~120–170 \
               pins); at most `1GiB`; `off`: none",
     },
     EnvVar {
@@ -999,7 +1000,7 @@ pub(crate) fn parse_size(v: &str) -> Result<Option<u64>, String> {
 }
 
 /// The smallest size a recording file may rotate at, from outside the program (the
-/// environment, `ctl record start --max-size`): a pin's report is up to ~12 KB with full stacks,
+/// environment, `ctl record start --max-size`): a pin's report is 12–17 KB with full stacks,
 /// and a smaller bound makes a file of every report, the kept ones a handful of reports.
 pub const MIN_RECORD_MAX_SIZE: u64 = 64_000;
 

@@ -658,12 +658,13 @@ fn record_stop(recorder: &Recorder, id: Option<u64>, path: Option<&Path>) -> Rep
         Ok(st) => Reply {
             recordings: Some(vec![st.clone()]),
             ..Reply::ok(format!(
-                "stopped recording {} to {}: {} events, {} bytes, {} rotations{}",
+                "stopped recording {} to {}: {} events, {} bytes, {} rotation{}{}",
                 st.id.unwrap_or_default(),
                 st.path.display(),
                 st.events,
                 st.bytes,
                 st.rotations,
+                if st.rotations == 1 { "" } else { "s" },
                 if st.write_errors > 0 {
                     format!(", {} events could not be written", st.write_errors)
                 } else {

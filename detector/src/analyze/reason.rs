@@ -527,6 +527,9 @@ fn crate_dir(file: &str) -> Option<&str> {
 /// whose debug info has no path and no outer frame to borrow one from (a line-tables-only
 /// build keeps no namespaces). `None` when the file says nothing usable.
 pub(crate) fn module_path(file: &str) -> Option<String> {
+    if let Some(path) = target_module_path(file) {
+        return Some(path);
+    }
     let krate = strip_version(crate_dir(file)?).replace('-', "_");
     if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
         return None;
@@ -542,6 +545,32 @@ pub(crate) fn module_path(file: &str) -> Option<String> {
         return Some(join_modules(&bin.replace('-', "_"), &parts));
     }
     if matches!(parts.last(), Some(&"lib" | &"main" | &"mod")) {
+        parts.pop();
+    }
+    Some(join_modules(&krate, &parts))
+}
+
+/// [`module_path()`] for an integration test's, an example's or a bench's file, each a crate of
+/// its own named after its file or directory: `…/app/tests/pins.rs` → `pins`,
+/// `…/examples/load/util.rs` → `load::util` (helper-83: a `#[pinwatch::test]` failure named a
+/// bare `{async_fn#0}`). `None` for a file under none of them, or under a `src/` below one (a
+/// crate of its own there).
+fn target_module_path(file: &str) -> Option<String> {
+    let file = format!("/{}", file.trim_start_matches("./"));
+    let (pos, dir) = ["/tests/", "/examples/", "/benches/"]
+        .iter()
+        .filter_map(|d| file.rfind(d).map(|p| (p, d.len())))
+        .max()?;
+    if file.rfind("/src/").is_some_and(|src| src > pos) {
+        return None;
+    }
+    let rel = file[pos + dir..].strip_suffix(".rs")?;
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    let krate = parts.remove(0).replace('-', "_");
+    if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return None;
+    }
+    if matches!(parts.last(), Some(&"main" | &"mod")) {
         parts.pop();
     }
     Some(join_modules(&krate, &parts))
@@ -1126,6 +1155,19 @@ mod tests {
             Some("core::ops::function")
         );
         assert_eq!(module_path("src/main.rs"), None);
+        // Integration tests, examples and benches: each a crate of its own.
+        for (file, path) in [
+            ("/tmp/app/tests/pins.rs", Some("pins")),
+            ("/tmp/app/tests/slow-io/main.rs", Some("slow_io")),
+            ("/tmp/app/tests/slow-io/db.rs", Some("slow_io::db")),
+            ("detector/examples/web_service.rs", Some("web_service")),
+            ("./benches/storm.rs", Some("storm")),
+            // A crate of its own under a `tests` directory: named as such.
+            ("/work/tests/dep/src/lib.rs", Some("dep")),
+            ("/work/app/tests/fixtures/data.txt", None),
+        ] {
+            assert_eq!(module_path(file).as_deref(), path, "{file}");
+        }
         assert_eq!(module_path("./nptl/pthread_create.c"), None);
         assert_eq!(
             dependency_crate("/h/.cargo/registry/src/i/md-5-0.10.6/src/lib.rs").as_deref(),

@@ -369,7 +369,7 @@ pub(crate) fn is_application(f: &Frame) -> bool {
             // the application's own sources and not the C library's.
             return !file.starts_with("./") && !file.contains("glibc") && !file.contains("/libc");
         }
-        own_source = !is_vendored(file) && !is_system_path(file);
+        own_source = !is_vendored(file) && !is_system_path(file) && !packaged_elsewhere(file);
     }
     // A C symbol (no path) is libc or the unwinder.
     if !base.contains("::") {
@@ -388,6 +388,27 @@ pub(crate) fn is_application(f: &Frame) -> bool {
         return !INTERNAL_CRATES.contains(&krate);
     }
     !is_internal(krate)
+}
+
+/// Whether `file`, in no registry, checkout or `vendor/` directory, still looks like a
+/// dependency's source as other build systems lay them out: its package's directory carries a
+/// version (`tokio-util-0.7.15/src/…`: Nix's vendored crates, Bazel's `crates__…-0.3.19`, a
+/// remapped registry), or it sits under a directory that holds others' code (`third_party/`,
+/// `external/`, `/nix/store/`, `vendored/`, `deps/`), or it is in no `src/` at all. Such a
+/// file's crate is judged by its name, as one without a file is (helper-85).
+fn packaged_elsewhere(file: &str) -> bool {
+    const OTHERS: [&str; 7] = [
+        "/third_party/",
+        "/third-party/",
+        "/external/",
+        "/nix/store/",
+        "/vendored/",
+        "/deps/",
+        "cargo-vendor",
+    ];
+    let rooted = format!("/{file}");
+    crate_dir(&rooted).is_none_or(|dir| crate::event::package_name(dir).is_some())
+        || OTHERS.iter().any(|o| rooted.contains(o))
 }
 
 /// Whether `f` is the service's own code: application code (see [`is_application`]) whose
@@ -993,6 +1014,27 @@ mod tests {
         ] {
             assert_eq!(is_application(&at(name, file)), own, "{name} in {file}");
         }
+        // Dependencies laid out by other build systems keep the rule by name (helper-85).
+        for file in [
+            "/nix/store/abc-vendor-cargo-deps/c19b/tokio-util-0.7.15/src/codec/mod.rs",
+            "/build/cargo-vendor-dir/parking_lot_core-0.9.10/src/parking_lot.rs",
+            "external/crates__tracing-subscriber-0.3.19/src/fmt/mod.rs",
+            "/b/external/rules_rust~~crate~crates__futures-util-0.3.31/src/lib.rs",
+            "/crates/hyper-util-0.1.10/src/client.rs",
+            "third_party/rust/crossbeam-channel/src/flavors/list.rs",
+            "/srv/app/vendored/tokio-util/src/lib.rs",
+            "/opt/deps/tokio-util/src/lib.rs",
+            "tokio-stream-0.1.17/src/lib.rs",
+            "/h/.cargo/git/checkouts/tokio-abc/1234567/tokio-util/build.rs",
+        ] {
+            assert!(!is_application(&at("tokio_util::codec::f", file)), "{file}");
+            assert!(!is_own_code(&at("tokio_util::codec::f", file)), "{file}");
+        }
+        // The service's own package, named after its crate.
+        assert!(is_application(&at(
+            "http_gateway::main::{async_block#0}",
+            "/srv/http-gateway/src/main.rs"
+        )));
         // A crate whose name merely starts like an internal one is the application's.
         assert!(is_application(&at(
             "{closure#0}",

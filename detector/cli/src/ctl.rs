@@ -434,7 +434,8 @@ fn dumped_recording(
     force: bool,
     name: &str,
 ) -> Result<pinwatch::recording::Recording, String> {
-    if !force && std::fs::symlink_metadata(output).is_ok() && !crate::written_as_is(output) {
+    let dir = std::fs::symlink_metadata(output).is_ok_and(|m| m.is_dir());
+    if dir || !force && std::fs::symlink_metadata(output).is_ok() && !crate::written_as_is(output) {
         return Err(pinwatch::files::taken(output));
     }
     let mut bytes = Vec::new();
@@ -723,20 +724,20 @@ fn ask_all(endpoints: &[client::Endpoint]) -> Vec<Option<Result<Reply, String>>>
 }
 
 /// The order `ctl list` asks its sockets in, as indexes, from the uid that owns each
-/// (`owners`, in pid order): the caller's own (uid `me`) first,
-/// then each other owner's in turn — every owner's first socket, then every owner's second,
-/// and so on, each owner's by pid. Any local user may fill their own directory with sockets
+/// (`owners`, in pid order): all of the caller's own (uid `me`) first, then each other
+/// owner's in turn — every owner's first socket, then every owner's second, and so on, each
+/// owner's by pid. Any local user may fill their own directory with sockets
 /// that never answer (helper-84: 200 of them hid a root service behind "not asked"); this
 /// way they use up only their own share of [`LIST_TOTAL`].
 fn ask_order(owners: &[u32], me: u32) -> Vec<usize> {
-    let mut each: Vec<u32> = owners.to_vec();
-    each.sort_by_key(|&o| (o != me, o));
+    let mut order: Vec<usize> = (0..owners.len()).filter(|&i| owners[i] == me).collect();
+    let mut each: Vec<u32> = owners.iter().copied().filter(|&o| o != me).collect();
+    each.sort_unstable();
     each.dedup();
     let mine: Vec<Vec<usize>> = each
         .iter()
         .map(|&o| (0..owners.len()).filter(|&i| owners[i] == o).collect())
         .collect();
-    let mut order = Vec::with_capacity(owners.len());
     for turn in 0.. {
         let before = order.len();
         order.extend(mine.iter().filter_map(|theirs| theirs.get(turn)));
@@ -1115,7 +1116,13 @@ mod tests {
         owners.extend([0, 1002, 1002]);
         let order = ask_order(&owners, 0);
         assert_eq!(order[..4], [200, 0, 201, 1]);
-        assert_eq!(ask_order(&owners, 1002)[..4], [201, 200, 0, 202]);
+        assert_eq!(ask_order(&owners, 1002)[..4], [201, 202, 200, 0]);
+        // All of the caller's first, however many (helper-85: interleaved with another's).
+        assert_eq!(
+            ask_order(&[0, 0, 0, 1001, 1001, 1001], 0),
+            [0, 1, 2, 3, 4, 5]
+        );
+        assert_eq!(ask_order(&[1001, 0, 1001, 0], 0), [1, 3, 0, 2]);
         // Each once.
         let mut all = order.clone();
         all.sort_unstable();

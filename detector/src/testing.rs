@@ -8,8 +8,8 @@
 //!
 //! A test's detector takes the detection settings from the environment (`PINWATCH`,
 //! `PINWATCH_THRESHOLD`, `PINWATCH_REPORT_INTERVAL`, `PINWATCH_STACKS`,
-//! `PINWATCH_SAMPLE_INTERVAL`, `PINWATCH_SCAN_INTERVAL`, `PINWATCH_QUEUE_CAPACITY`,
-//! `PINWATCH_MAX_THREADS`, `PINWATCH_TRACING`), never the exporters (`PINWATCH_PROMETHEUS_ADDR`,
+//! `PINWATCH_SAMPLE_INTERVAL`, `PINWATCH_SCAN_INTERVAL`, `PINWATCH_WATCHDOG_NICE`,
+//! `PINWATCH_QUEUE_CAPACITY`, `PINWATCH_MAX_THREADS`, `PINWATCH_TRACING`), never the exporters (`PINWATCH_PROMETHEUS_ADDR`,
 //! `PINWATCH_OTLP`, `PINWATCH_CONSOLE`), the control socket (`PINWATCH_CONTROL`) or the
 //! recording (`PINWATCH_RECORD*`): those belong to a process, and the tests of a binary run in
 //! parallel in one. It has no control socket and no heartbeat. A harness that wants an exporter

@@ -23,6 +23,44 @@ fn threads() -> Vec<(String, i64)> {
     out
 }
 
+/// The calling thread's nice value: what the threads it starts begin with. The tests ask for
+/// values relative to it, so that they hold in a process started at any nice.
+fn own_nice() -> i8 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let rest = stat.rsplit_once(") ").unwrap().1;
+    rest.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+/// `base + by`, which must be a nice value.
+fn nice_from(base: i8, by: i8) -> i8 {
+    let nice = base + by;
+    assert!(
+        (-20..=19).contains(&nice),
+        "this test needs a nice value {by:+} from the process's {base}: run it at a nice from \
+         -16 to 12"
+    );
+    nice
+}
+
+/// Whether this process may lower a thread's nice value to `nice`: `CAP_SYS_NICE`, or an
+/// `RLIMIT_NICE` of at least 20 minus it.
+fn may_lower_to(nice: i8) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|c| u64::from_str_radix(c.trim(), 16).ok())
+        .unwrap_or(0);
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes the struct it is given, which lives across the call.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NICE, &mut limit) }, 0);
+    const CAP_SYS_NICE: u32 = 23; // linux/capability.h
+    caps & (1 << CAP_SYS_NICE) != 0 || limit.rlim_cur >= (20 - i64::from(nice)) as u64
+}
+
 /// The nice values of this process's watchdog threads.
 fn watchdogs() -> Vec<i64> {
     threads()
@@ -47,40 +85,42 @@ fn build(nice: i8) -> Result<support::Watched, pinwatch::Error> {
 /// (Each test here asks for a value of its own: they run side by side in this process.)
 #[test]
 fn the_watchdog_runs_at_the_nice_value_asked_for_and_no_other_thread_does() {
-    let rt = build(7).unwrap();
+    let up = nice_from(own_nice(), 7);
+    let rt = build(up).unwrap();
     rt.block_on(async {
         tokio::spawn(async { std::thread::sleep(Duration::from_millis(30)) })
             .await
             .unwrap()
     });
-    let at_seven: Vec<String> = threads()
+    let at_up: Vec<String> = threads()
         .into_iter()
-        .filter(|(_, nice)| *nice == 7)
+        .filter(|(_, nice)| *nice == i64::from(up))
         .map(|(name, _)| name)
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
     assert_eq!(
-        at_seven,
+        at_up,
         ["pinwatch-waker", "pinwatch-watchd"],
         "{:?}",
         threads()
     );
     drop(rt);
-    assert!(!watchdogs().contains(&7), "{:?}", threads());
+    assert!(!watchdogs().contains(&i64::from(up)), "{:?}", threads());
 }
 
-/// A lower one needs `CAP_SYS_NICE` (or `RLIMIT_NICE`): as root, it is taken.
+/// A lower one needs `CAP_SYS_NICE` (or `RLIMIT_NICE`): where the process has it, it is taken.
 #[test]
 fn a_privileged_process_runs_its_watchdog_ahead_of_its_workers() {
-    assert_eq!(
-        // SAFETY: geteuid cannot fail.
-        unsafe { libc::geteuid() },
-        0,
-        "this test lowers a thread's nice value: run it as root (CI does)"
+    let down = nice_from(own_nice(), -4);
+    assert!(
+        may_lower_to(down),
+        "this test lowers a thread's nice value: run it with CAP_SYS_NICE (as root, as CI does) \
+         or an RLIMIT_NICE of at least {}",
+        20 - i16::from(down)
     );
-    let rt = build(-4).unwrap();
-    assert!(watchdogs().contains(&-4), "{:?}", threads());
+    let rt = build(down).unwrap();
+    assert!(watchdogs().contains(&i64::from(down)), "{:?}", threads());
     drop(rt);
 }
 
@@ -126,29 +166,32 @@ fn unprivileged_child() {
     };
     // SAFETY: `setrlimit` reads the struct it is given, which lives across the call.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NICE, &limit) }, 0);
-    let Err(e) = build(-3) else {
+    let base = own_nice();
+    let down = nice_from(base, -3);
+    let Err(e) = build(down) else {
         panic!(
-            "a nice of -3 was taken without CAP_SYS_NICE: {:?}",
+            "a nice of {down} was taken without CAP_SYS_NICE: {:?}",
             threads()
         );
     };
     let message = e.to_string();
     assert!(
-        matches!(e, pinwatch::Error::WatchdogNice { nice: -3, .. }),
+        matches!(e, pinwatch::Error::WatchdogNice { nice, .. } if nice == down),
         "{message}"
     );
     for needed in [
-        "nice value to -3",
-        "PINWATCH_WATCHDOG_NICE",
-        "CAP_SYS_NICE",
-        "RLIMIT_NICE of at least 23",
+        format!("nice value to {down}"),
+        "PINWATCH_WATCHDOG_NICE".to_owned(),
+        "CAP_SYS_NICE".to_owned(),
+        format!("RLIMIT_NICE of at least {}", 20 - i16::from(down)),
     ] {
-        assert!(message.contains(needed), "{needed:?} not in {message}");
+        assert!(message.contains(&needed), "{needed:?} not in {message}");
     }
     assert!(watchdogs().is_empty(), "{:?}", threads());
     // A higher value is still anyone's.
-    let rt = build(3).unwrap();
-    assert_eq!(watchdogs(), [3]);
+    let up = nice_from(base, 3);
+    let rt = build(up).unwrap();
+    assert_eq!(watchdogs(), [i64::from(up)]);
     drop(rt);
     println!("child: refused as it should be");
 }

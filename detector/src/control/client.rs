@@ -198,11 +198,14 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     if target.contains('/') {
         let path = PathBuf::from(target);
         if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
+            // A link to the directory is named by where it leads: `--dir` takes no link.
+            let dir = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
             return Err(format!(
                 "{target} is a directory, not a socket: give the process with it, `pinwatch ctl \
-                 --dir {target} PID …` (`pinwatch ctl --dir {target} list` shows them), or the \
-                 socket's own path (`{}/PID.sock`)",
-                target.trim_end_matches('/')
+                 --dir {dir} PID …` (`pinwatch ctl --dir {dir} list` shows them), or the \
+                 socket's own path (`{}`)",
+                dir.join("PID.sock").display(),
+                dir = dir.display(),
             ));
         }
         let (Some(parent), Some(file)) = (path.parent(), path.file_name().and_then(|f| f.to_str()))
@@ -688,8 +691,15 @@ mod tests {
     #[test]
     fn a_directory_given_for_a_socket_is_told_how_to_use_it() {
         let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().display().to_string();
-        for given in [target.clone(), format!("{target}/")] {
+        let target = std::fs::canonicalize(dir.path())
+            .unwrap()
+            .display()
+            .to_string();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let link = link.display().to_string();
+        // A link to it is named by where it leads (helper-85: `--dir` refuses the link).
+        for given in [target.clone(), format!("{target}/"), link] {
             let Err(e) = find_socket(&given, &search_dirs(None)) else {
                 panic!("{given} was taken for a socket");
             };
@@ -697,7 +707,7 @@ mod tests {
                 e.starts_with(&format!("{given} is a directory, not a socket")),
                 "{e}"
             );
-            assert!(e.contains(&format!("--dir {given} PID")), "{e}");
+            assert!(e.contains(&format!("--dir {target} PID")), "{e}");
             assert!(e.contains(&format!("{target}/PID.sock")), "{e}");
             assert!(!e.contains("chmod"), "{e}");
         }

@@ -388,12 +388,16 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
             // Names of about the same length (in characters, as the distance counts) only: a
             // distance is quadratic in them, and the environment's names may be long.
             let chars = name.chars().count();
-            let closest = ENV_VARS
-                .iter()
-                .filter(|v| chars.abs_diff(v.name.len()) <= 3)
-                .map(|v| (strsim::levenshtein(&name, v.name), v.name))
-                .min()
-                .filter(|(d, _)| *d <= 3)
+            let closest = begun(&name)
+                .map(|known| (0, known))
+                .or_else(|| {
+                    ENV_VARS
+                        .iter()
+                        .filter(|v| chars.abs_diff(v.name.len()) <= 3)
+                        .map(|v| (strsim::levenshtein(&name, v.name), v.name))
+                        .min()
+                        .filter(|(d, _)| *d <= 3)
+                })
                 .or_else(|| sharing_words(&name).map(|known| (0, known)));
             let hint = match closest {
                 Some((_, known)) => format!("did you mean {known}? "),
@@ -408,12 +412,33 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
         .collect()
 }
 
+/// `name`'s words after `PINWATCH` (none for a name that does not begin with that word).
+fn words(name: &str) -> Vec<&str> {
+    match name.split('_').collect::<Vec<_>>().split_first() {
+        Some((&"PINWATCH", rest)) => rest.iter().copied().filter(|w| !w.is_empty()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The first known variable whose words begin with all of `name`'s: a name cut short (the
+/// dump's variable without `_ON_EXIT`), even where a misspelling is as close.
+fn begun(name: &str) -> Option<&'static str> {
+    let theirs = words(name);
+    (!theirs.is_empty())
+        .then(|| {
+            ENV_VARS
+                .iter()
+                .find(|v| words(v.name).starts_with(&theirs))
+                .map(|v| v.name)
+        })
+        .flatten()
+}
+
 /// The known variable whose name begins with the most of `name`'s words after `PINWATCH`
-/// (the first in [`ENV_VARS`] among equals), where one shares any: the Prometheus address's
-/// name without its last word, or with `PORT` for it, is too far from it for a misspelling,
-/// and is taken for it here.
+/// (the first in [`ENV_VARS`] among equals), where one shares a word that names a setting
+/// (not only `MAX`): the Prometheus address's name with `PORT` for its last word is too far
+/// from it for a misspelling, and is taken for it here.
 fn sharing_words(name: &str) -> Option<&'static str> {
-    let words = |n: &str| n.split('_').skip(1).map(str::to_owned).collect::<Vec<_>>();
     let theirs = words(name);
     ENV_VARS
         .iter()
@@ -425,7 +450,7 @@ fn sharing_words(name: &str) -> Option<&'static str> {
                 .count();
             (shared, v.name)
         })
-        .filter(|(shared, _)| *shared > 0)
+        .filter(|(shared, _)| *shared > 0 && !(*shared == 1 && theirs[0] == "MAX"))
         .fold(
             None,
             |best: Option<(usize, &str)>, (shared, known)| match best {
@@ -905,7 +930,12 @@ fn count_at_most(v: &str, max: usize, example: &str) -> Result<usize, String> {
         Ok(n) if n > max => Err(format!("must be at most {max}")),
         Ok(n) => Ok(n),
         // Digits only, too many for a number: too large, not "not a number".
-        Err(_) if !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit()) => {
+        Err(_)
+            if {
+                let digits = v.trim().strip_prefix('+').unwrap_or(v.trim());
+                !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+            } =>
+        {
             Err(format!("must be at most {max}"))
         }
         Err(_) => Err(format!("is not a whole number; write it like `{example}`")),
@@ -1329,10 +1359,14 @@ mod tests {
             "PINWATCH_PROMETHEUS_PORT",
             "PINWATCH_OTLP_ENDPOINT",
             "PINWATCH_RECORD_PATH",
+            "PINWATCH_DUMP",
+            "PINWATCHDOG_CONTROL_DIR",
+            "PINWATCH_MAX_WORKERS",
+            "PINWATCH__",
         ]
         .map(std::ffi::OsString::from);
         let said = unknown_env_vars(names);
-        assert_eq!(said.len(), 9, "{said:#?}");
+        assert_eq!(said.len(), 13, "{said:#?}");
         let of = |name: &str| {
             said.iter()
                 .find(|w| {
@@ -1349,6 +1383,15 @@ mod tests {
         assert!(of("PINWATCH_PROMETHEUS_PORT").contains("did you mean PINWATCH_PROMETHEUS_ADDR?"));
         assert!(of("PINWATCH_OTLP_ENDPOINT").contains("; did you mean PINWATCH_OTLP? "));
         assert!(of("PINWATCH_RECORD_PATH").contains("; did you mean PINWATCH_RECORD? "));
+        // A name cut short before a misspelling as close (helper-85: `PINWATCH_OTLP`); nothing
+        // for another tool's variable that merely begins with the same letters, nor for `MAX`
+        // alone.
+        assert!(of("PINWATCH_DUMP").contains("; did you mean PINWATCH_DUMP_ON_EXIT? "));
+        assert!(
+            of("PINWATCHDOG_CONTROL_DIR").ends_with("ignored; docs/configuration.md lists them")
+        );
+        assert!(of("PINWATCH_MAX_WORKERS").ends_with("ignored; docs/configuration.md lists them"));
+        assert!(of("PINWATCH__").contains("did you mean PINWATCH? "));
         assert!(of("PINWATCH_THRESHOLDS").contains("; did you mean PINWATCH_THRESHOLD? "));
         assert!(of("PINWATCH_TRESHOLD").contains("; did you mean PINWATCH_THRESHOLD? "));
         // Two characters off, however many bytes they take.
@@ -1430,7 +1473,7 @@ mod tests {
             ),
             (
                 "PINWATCH_QUEUE_CAPACITY",
-                "99999999999999999999999",
+                "+99999999999999999999999",
                 "must be at most 65536",
             ),
             (

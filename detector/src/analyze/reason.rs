@@ -334,6 +334,62 @@ const INTERNAL_CRATES: &[&str] = &[
     "prometheus",
 ];
 
+/// The crates of [`INTERNAL_CRATES`]' projects named after them with `_` (`tokio_util`,
+/// `parking_lot_core`): what a crate in a file of the service's own is judged against, where
+/// [`is_internal`]'s rule by prefix would take the service's `http_gateway` for plumbing.
+/// Others of the kind, found in no layout of dependencies, are taken for the service's.
+const INTERNAL_FAMILY: &[&str] = &[
+    "axum_core",
+    "axum_extra",
+    "console_api",
+    "console_subscriber",
+    "crossbeam_channel",
+    "crossbeam_deque",
+    "crossbeam_epoch",
+    "crossbeam_queue",
+    "crossbeam_utils",
+    "futures_channel",
+    "futures_core",
+    "futures_executor",
+    "futures_io",
+    "futures_macro",
+    "futures_sink",
+    "futures_task",
+    "futures_util",
+    "http_body",
+    "http_body_util",
+    "hyper_timeout",
+    "hyper_util",
+    "opentelemetry_http",
+    "opentelemetry_otlp",
+    "opentelemetry_proto",
+    "opentelemetry_sdk",
+    "parking_lot_core",
+    "pinwatch_cli",
+    "pinwatch_macros",
+    "prost_derive",
+    "prost_types",
+    "rayon_core",
+    "serde_core",
+    "serde_derive",
+    "serde_json",
+    "tokio_macros",
+    "tokio_metrics",
+    "tokio_stream",
+    "tokio_util",
+    "tonic_prost",
+    "tonic_types",
+    "tower_http",
+    "tower_layer",
+    "tower_service",
+    "tracing_appender",
+    "tracing_attributes",
+    "tracing_core",
+    "tracing_log",
+    "tracing_opentelemetry",
+    "tracing_subscriber",
+];
+
 /// Whether `krate` (with `_`, not `-`) is one of [`INTERNAL_CRATES`] or named after one.
 fn is_internal(krate: &str) -> bool {
     INTERNAL_CRATES.iter().any(|c| {
@@ -384,18 +440,18 @@ pub(crate) fn is_application(f: &Frame) -> bool {
         return false;
     }
     if own_source {
-        // Only the runtime's crate itself, built from a path of the service's (a `[patch]`).
-        return !INTERNAL_CRATES.contains(&krate);
+        // Only the runtime's crates themselves, built from a path of the service's (a
+        // `[patch]`, a fork, a build system's own layout of dependencies).
+        return !INTERNAL_CRATES.contains(&krate) && !INTERNAL_FAMILY.contains(&krate);
     }
     !is_internal(krate)
 }
 
-/// Whether `file`, in no registry, checkout or `vendor/` directory, still looks like a
-/// dependency's source as other build systems lay them out: its package's directory carries a
-/// version (`tokio-util-0.7.15/src/…`: Nix's vendored crates, Bazel's `crates__…-0.3.19`, a
-/// remapped registry), or it sits under a directory that holds others' code (`third_party/`,
-/// `external/`, `/nix/store/`, `vendored/`, `deps/`), or it is in no `src/` at all. Such a
-/// file's crate is judged by its name, as one without a file is (helper-85).
+/// Whether `file`, in no registry, checkout or `vendor/` directory, sits under a directory
+/// that holds others' code as other build systems lay it out (`third_party/`, `external/`,
+/// `/nix/store/`, `vendored/`, `deps/`). Such a file's crate is judged by its name, as one
+/// without a file is (helper-85); elsewhere (a versioned release directory, a relative path,
+/// `tests/`) only the runtime's own crates are plumbing ([`INTERNAL_FAMILY`], helper-86).
 fn packaged_elsewhere(file: &str) -> bool {
     const OTHERS: [&str; 7] = [
         "/third_party/",
@@ -407,8 +463,7 @@ fn packaged_elsewhere(file: &str) -> bool {
         "cargo-vendor",
     ];
     let rooted = format!("/{file}");
-    crate_dir(&rooted).is_none_or(|dir| crate::event::package_name(dir).is_some())
-        || OTHERS.iter().any(|o| rooted.contains(o))
+    OTHERS.iter().any(|o| rooted.contains(o))
 }
 
 /// Whether `f` is the service's own code: application code (see [`is_application`]) whose
@@ -582,7 +637,12 @@ fn target_module_path(file: &str) -> Option<String> {
         .iter()
         .filter_map(|d| file.rfind(d).map(|p| (p, d.len())))
         .max()?;
-    if file.rfind("/src/").is_some_and(|src| src > pos) {
+    // A `src/` below it (a package of its own there), a module directory of a crate's
+    // (`src/tests/`), or a dependency's: the `src/` rule names it.
+    if file.rfind("/src/").is_some_and(|src| src > pos)
+        || file[..pos].ends_with("/src")
+        || dependency_crate(&file).is_some()
+    {
         return None;
     }
     let rel = file[pos + dir..].strip_suffix(".rs")?;
@@ -1030,10 +1090,22 @@ mod tests {
             assert!(!is_application(&at("tokio_util::codec::f", file)), "{file}");
             assert!(!is_own_code(&at("tokio_util::codec::f", file)), "{file}");
         }
-        // The service's own package, named after its crate.
-        assert!(is_application(&at(
-            "http_gateway::main::{async_block#0}",
-            "/srv/http-gateway/src/main.rs"
+        // The service's own package, named after its crate, wherever it is built: a release
+        // directory, a relative path, its tests and examples (helper-86).
+        for file in [
+            "/srv/http-gateway/src/main.rs",
+            "/root/rpmbuild/BUILD/http-gateway-1.2.3/src/main.rs",
+            "src/main.rs",
+            "./src/main.rs",
+            "/srv/gw/tests/http_api.rs",
+            "examples/http_server.rs",
+        ] {
+            assert!(is_application(&at("http_gateway::main::f", file)), "{file}");
+        }
+        // A fork of a runtime crate patched in from the service's tree stays plumbing.
+        assert!(!is_application(&at(
+            "parking_lot_core::parking_lot::park",
+            "/work/forks/parking_lot/core/src/parking_lot.rs"
         )));
         // A crate whose name merely starts like an internal one is the application's.
         assert!(is_application(&at(
@@ -1206,6 +1278,16 @@ mod tests {
             ("./benches/storm.rs", Some("storm")),
             // A crate of its own under a `tests` directory: named as such.
             ("/work/tests/dep/src/lib.rs", Some("dep")),
+            // A module directory of a crate's, or a dependency's (helper-86).
+            (
+                "/work/app/src/tests/helpers.rs",
+                Some("app::tests::helpers"),
+            ),
+            ("/work/app/src/tests/mod.rs", Some("app::tests")),
+            (
+                "/h/.cargo/registry/src/i/tokio-1.40.0/src/runtime/tests/queue.rs",
+                Some("tokio::runtime::tests::queue"),
+            ),
             ("/work/app/tests/fixtures/data.txt", None),
         ] {
             assert_eq!(module_path(file).as_deref(), path, "{file}");

@@ -644,6 +644,17 @@ const SLOW_HEAD: Duration = Duration::from_secs(1);
 mod tests {
     use super::*;
 
+    /// A server on a free loopback port that answers every request with `metrics`.
+    fn metrics_server() -> (Server, SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = Server::start(listener, "test-http", |_: &Request<'_>| {
+            Response::ok("text/plain", b"metrics".to_vec())
+        })
+        .unwrap();
+        (server, addr)
+    }
+
     #[test]
     fn reads_the_request_line() {
         let mut seen = Vec::new();
@@ -687,12 +698,7 @@ mod tests {
     /// sent nothing: the scraper's, and not the flood's.)
     #[test]
     fn a_flood_from_one_peer_does_not_evict_another_peers_scrape() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = Server::start(listener, "test-http", |_: &Request<'_>| {
-            Response::ok("text/plain", b"metrics".to_vec())
-        })
-        .unwrap();
+        let (server, addr) = metrics_server();
         let mut scraper = TcpStream::connect(addr).unwrap();
         const FLOOD: usize = 64;
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -746,12 +752,7 @@ mod tests {
     /// instead let a flood that keeps every place young keep scrapes out).
     #[test]
     fn a_full_endpoint_makes_room_and_holds_no_more_than_its_limit() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = Server::start(listener, "test-http", |_: &Request<'_>| {
-            Response::ok("text/plain", b"metrics".to_vec())
-        })
-        .unwrap();
+        let (server, addr) = metrics_server();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

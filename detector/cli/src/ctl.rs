@@ -731,13 +731,12 @@ fn ask_all(endpoints: &[client::Endpoint]) -> Vec<Option<Result<Reply, String>>>
 /// way they use up only their own share of [`LIST_TOTAL`].
 fn ask_order(owners: &[u32], me: u32) -> Vec<usize> {
     let mut order: Vec<usize> = (0..owners.len()).filter(|&i| owners[i] == me).collect();
-    let mut each: Vec<u32> = owners.iter().copied().filter(|&o| o != me).collect();
-    each.sort_unstable();
-    each.dedup();
-    let mine: Vec<Vec<usize>> = each
-        .iter()
-        .map(|&o| (0..owners.len()).filter(|&i| owners[i] == o).collect())
-        .collect();
+    // Each other owner's, by uid: one pass, however many owners.
+    let mut by_owner: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    for (i, &o) in owners.iter().enumerate().filter(|(_, &o)| o != me) {
+        by_owner.entry(o).or_default().push(i);
+    }
+    let mine: Vec<Vec<usize>> = by_owner.into_values().collect();
     for turn in 0.. {
         let before = order.len();
         order.extend(mine.iter().filter_map(|theirs| theirs.get(turn)));

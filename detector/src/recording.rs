@@ -214,7 +214,9 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 /// crash mid-line leaves it, an event with a field of the wrong type or out of range, a line of
 /// another kind or schema version, as a crafted or foreign file may hold — is skipped and
 /// counted in [`Recording::damaged_lines`], with one warning naming the first few by file and
-/// line and saying what was wrong with the first.
+/// line and saying what was wrong with the first. Each file is read a line at a time, so that
+/// memory is the events kept and one line: a line longer than [`MAX_LINE_BYTES`] is skipped
+/// as damaged, and a pipe that never ends is read until it does.
 ///
 /// Each file must be a regular file: a FIFO or a device among the rotated files, as a crafted
 /// set may hold, would never end (and opening some devices does something), so each is looked
@@ -232,20 +234,39 @@ pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
     let owner = before.as_ref().map(|m| m.uid());
     for file in &files {
         let named = file.as_path() == path;
-        let read = open_to_read(file, named, owner.filter(|_| !named)).and_then(|mut f| {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes)
+        let mut lines = 0;
+        let read = open_to_read(file, named, owner.filter(|_| !named)).and_then(|f| {
+            let name = file.display().to_string();
+            read_lines(
+                std::io::BufReader::with_capacity(READ_BUFFER, f),
+                &name,
+                &mut lines,
+                &mut rec,
+            )
         });
         match read {
-            Ok(bytes) => parse_lines(&bytes, &file.display().to_string(), &mut rec)?,
-            Err(e) if !named => rec.warnings.push(format!(
-                "skipped {}, a rotated file of {}: {e}; the others were read",
-                Escaped(file.display()),
-                Escaped(path.display())
-            )),
+            Ok(()) => {}
+            Err(e) if !named => rec.warnings.push(if lines == 0 {
+                format!(
+                    "skipped {}, a rotated file of {}: {e}; the others were read",
+                    Escaped(file.display()),
+                    Escaped(path.display())
+                )
+            } else {
+                format!(
+                    "stopped reading {}, a rotated file of {}, after line {lines}: {e}; the \
+                     lines before it and the other files were read",
+                    Escaped(file.display()),
+                    Escaped(path.display())
+                )
+            }),
             Err(source) => {
                 return Err(ReadError::Io {
-                    path: Escaped(file.display()).to_string(),
+                    path: if lines == 0 {
+                        Escaped(file.display()).to_string()
+                    } else {
+                        format!("{} after line {lines}", Escaped(file.display()))
+                    },
                     source,
                 })
             }
@@ -305,31 +326,57 @@ fn open_to_read(path: &Path, named: bool, owner: Option<u32>) -> std::io::Result
 /// [`read_recording`] on text; `name` names it in messages.
 pub fn parse_recording(text: &str, name: &str) -> Result<Recording, ReadError> {
     let mut rec = Recording::default();
-    parse_lines(text.as_bytes(), name, &mut rec)?;
+    // Reading from memory cannot fail.
+    let _ = read_lines(text.as_bytes(), name, &mut 0, &mut rec);
     rec.sum_up();
     Ok(rec)
 }
 
-/// Adds the events of one file's bytes to `rec`, skipping (and counting) damaged lines.
-fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), ReadError> {
-    if bytes.is_empty() {
-        return Ok(());
-    }
-    let complete = bytes.ends_with(b"\n");
-    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    let count = body.split(|&b| b == b'\n').count();
-    for (i, raw) in body.split(|&b| b == b'\n').enumerate() {
-        let number = i + 1;
-        let cut_off = number == count && !complete;
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let Ok(line) = std::str::from_utf8(raw) else {
+/// The longest line [`read_recording`] reads: a longer one is skipped as damaged, read through
+/// without being kept, so that a crafted file or an endless pipe with no newline
+/// (`pinwatch summary <(cat /dev/zero)`) is read in bounded memory. 64 MiB: far more than an
+/// event of 128 frames with long names and every span field takes (tens of KB).
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// How much of a file is read at a time.
+const READ_BUFFER: usize = 64 << 10;
+
+/// Adds the events of one file's lines, read from `r`, to `rec`, skipping (and counting)
+/// damaged lines; `lines` counts the lines read, for a message about a read that failed.
+/// Memory is one line at a time (at most [`MAX_LINE_BYTES`]) besides the events.
+fn read_lines(
+    mut r: impl std::io::BufRead,
+    name: &str,
+    lines: &mut usize,
+    rec: &mut Recording,
+) -> std::io::Result<()> {
+    let mut line = Vec::new();
+    while let Some(read) = next_line(&mut r, &mut line, MAX_LINE_BYTES)? {
+        *lines += 1;
+        let number = *lines;
+        // The file's last line, with no newline: the write was cut off there.
+        let cut_off = !read.ended;
+        if read.too_long {
+            rec.skip(
+                name,
+                number,
+                format!(
+                    "longer than {} MiB, more than any line pinwatch writes",
+                    MAX_LINE_BYTES >> 20
+                ),
+                cut_off,
+            );
+            continue;
+        }
+        let raw = line.strip_suffix(b"\r").unwrap_or(&line);
+        let Ok(text) = std::str::from_utf8(raw) else {
             rec.skip(name, number, "not UTF-8".to_owned(), cut_off);
             continue;
         };
-        if line.trim().is_empty() {
+        if text.trim().is_empty() {
             continue;
         }
-        match crate::event::Line::parse(line) {
+        match crate::event::Line::parse(text) {
             Ok(crate::event::Line::Pinned(e)) => rec.events.push(*e),
             Ok(crate::event::Line::Dump(d)) => rec.dumps.push(d),
             Err(crate::event::ParseLineError::Schema(v)) => rec.other_schema(v),
@@ -342,6 +389,59 @@ fn parse_lines(bytes: &[u8], name: &str, rec: &mut Recording) -> Result<(), Read
         }
     }
     Ok(())
+}
+
+/// How [`next_line`] found a line's end.
+struct LineRead {
+    /// At a newline (not at the end of the input).
+    ended: bool,
+    /// Longer than the bound: not kept.
+    too_long: bool,
+}
+
+/// The next line of `r` into `line`, its newline left off; `None` at the end of the input. A
+/// line longer than `max` bytes is read through to its end without being kept (`too_long`,
+/// `line` empty).
+fn next_line(
+    r: &mut impl std::io::BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Option<LineRead>> {
+    line.clear();
+    let mut any = false;
+    let mut too_long = false;
+    loop {
+        let buf = match r.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(any.then_some(LineRead {
+                ended: false,
+                too_long,
+            }));
+        }
+        any = true;
+        let end = memchr::memchr(b'\n', buf);
+        let part = &buf[..end.unwrap_or(buf.len())];
+        if !too_long {
+            if line.len() + part.len() > max {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(part);
+            }
+        }
+        let used = end.map_or(buf.len(), |i| i + 1);
+        r.consume(used);
+        if end.is_some() {
+            return Ok(Some(LineRead {
+                ended: true,
+                too_long,
+            }));
+        }
+    }
 }
 
 /// The last report of each pinned poll (a `completed` or `retracted` one supersedes its
@@ -2090,6 +2190,93 @@ mod tests {
             "{}",
             rec.warnings[0]
         );
+    }
+
+    /// Lines are read one at a time: a line longer than the bound is read through without
+    /// being kept (what is kept never passes it), is counted with its number, and the lines
+    /// after it are read; `\r\n` ends a line as `\n` does, and a last line without a
+    /// newline is cut off.
+    #[test]
+    fn a_line_past_the_bound_is_read_through_and_the_next_ones_kept() {
+        let text = format!(
+            "{}\r\n{}\n\n{}\n{}",
+            good(1),
+            "x".repeat(500),
+            good(3),
+            good(4)
+        );
+        // A reader that hands out 7 bytes at a time, so that lines span many reads.
+        let mut r = std::io::BufReader::with_capacity(7, text.as_bytes());
+        let max = good(1).len().max(good(3).len()) + 1;
+        let mut line = Vec::new();
+        let mut got = Vec::new();
+        while let Some(read) = next_line(&mut r, &mut line, max).unwrap() {
+            assert!(line.len() <= max && line.capacity() <= 2 * max + 7);
+            got.push((
+                String::from_utf8(line.clone()).unwrap(),
+                read.ended,
+                read.too_long,
+            ));
+        }
+        let expect = [
+            (good(1) + "\r", true, false),
+            (String::new(), true, true),
+            (String::new(), true, false),
+            (good(3), true, false),
+            (good(4), false, false),
+        ];
+        assert_eq!(got, expect);
+
+        let mut rec = Recording::default();
+        let mut lines = 0;
+        read_lines(text.as_bytes(), "rec.jsonl", &mut lines, &mut rec).unwrap();
+        // At the real bound the 500 bytes are a line like any other: not JSON.
+        assert_eq!((ids(&rec), lines), (vec![1, 3, 4], 5));
+        assert_eq!((rec.damaged_lines, rec.damaged[0].line), (1, 2));
+    }
+
+    /// A line past [`MAX_LINE_BYTES`] is damaged, named by its number and its length; a read
+    /// that fails part way keeps the lines before it and says how many were read.
+    #[test]
+    fn a_line_past_the_limit_is_damaged_and_a_failed_read_keeps_what_came_before() {
+        use std::io::Read;
+        let long = std::io::repeat(b'x').take(MAX_LINE_BYTES as u64 + 1);
+        let (head, tail) = (format!("{}\n", good(1)), format!("\n{}\n", good(3)));
+        let r = head.as_bytes().chain(long).chain(tail.as_bytes());
+        let rec = {
+            let mut rec = Recording::default();
+            let mut lines = 0;
+            read_lines(std::io::BufReader::new(r), "big", &mut lines, &mut rec).unwrap();
+            assert_eq!(lines, 3);
+            rec.sum_up();
+            rec
+        };
+        assert_eq!(ids(&rec), [1, 3]);
+        assert_eq!((rec.damaged_lines, rec.damaged[0].line), (1, 2));
+        assert!(
+            rec.damaged[0].why.contains("longer than 64 MiB"),
+            "{:?}",
+            rec.damaged
+        );
+
+        struct Fails;
+        impl Read for Fails {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::from_raw_os_error(libc::EIO))
+            }
+        }
+        let r = format!("{}\n{}\n", good(1), good(2)).into_bytes();
+        let mut rec = Recording::default();
+        let mut lines = 0;
+        let e = read_lines(
+            std::io::BufReader::new(r.as_slice().chain(Fails)),
+            "rec",
+            &mut lines,
+            &mut rec,
+        )
+        .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        assert_eq!((ids(&rec), lines), (vec![1, 2], 2));
     }
 
     /// A dump's line in one sentence, and a dump line is no damaged line.

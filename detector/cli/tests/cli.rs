@@ -337,6 +337,58 @@ fn a_truncated_last_line_is_skipped_with_a_warning() {
     assert_eq!(out.lines().count(), 2);
 }
 
+/// A pipe with a line far longer than any pinwatch writes (256 MiB, as `cat /dev/zero` or a
+/// crafted file gives) between two events is read in bounded memory: with the data segment
+/// limited to 192 MiB, `print` names the line as too long and shows both events. Reading the
+/// whole input into memory first (as pinwatch did before) fails to allocate.
+#[test]
+fn a_line_longer_than_memory_allows_is_skipped_from_a_pipe() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let good = first_lines(2);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinwatch"));
+    cmd.args(["print", "--json", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: between fork and exec the closure calls only setrlimit, which is
+    // async-signal-safe, on a value on its own stack.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 192 << 20,
+                rlim_max: 192 << 20,
+            };
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        writeln!(stdin, "{}", good[0])?;
+        let block = vec![b'x'; 1 << 20];
+        for _ in 0..256 {
+            stdin.write_all(&block)?;
+        }
+        writeln!(stdin)?;
+        writeln!(stdin, "{}", good[1])
+    });
+    let out = child.wait_with_output().unwrap();
+    let wrote = writer.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{:?}: {err}", out.status);
+    wrote.unwrap();
+    assert!(
+        err.contains("skipped 1 damaged line (/dev/stdin:2)") && err.contains("longer than 64 MiB"),
+        "{err}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+}
+
 #[test]
 fn a_missing_file_is_an_error_naming_it() {
     let (code, _, err) = pinwatch(&["print", "/nonexistent/recording.jsonl"]);

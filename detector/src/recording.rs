@@ -452,19 +452,27 @@ fn next_line(
 pub fn latest_reports<'a>(
     events: impl IntoIterator<Item = &'a PinnedEvent>,
 ) -> Vec<&'a PinnedEvent> {
+    use std::collections::hash_map::{Entry, HashMap};
     let rank = |e: &PinnedEvent| (e.state != crate::State::InProgress, e.report);
-    let mut order: Vec<(&str, u64)> = Vec::new();
-    let mut latest: BTreeMap<(&str, u64), &PinnedEvent> = BTreeMap::new();
+    let mut latest: Vec<&PinnedEvent> = Vec::new();
+    // Where each poll's report is in `latest`: hashed, since every event of a run shares its
+    // run id, which a tree would compare in full at each of its levels.
+    let mut at: HashMap<(&str, u64), usize> = HashMap::new();
     for e in events {
-        let key = (e.run_id.as_str(), e.id);
-        match latest.get(&key) {
-            None => order.push(key),
-            Some(kept) if rank(kept) > rank(e) => continue,
-            Some(_) => {}
+        match at.entry((e.run_id.as_str(), e.id)) {
+            Entry::Vacant(v) => {
+                v.insert(latest.len());
+                latest.push(e);
+            }
+            Entry::Occupied(o) => {
+                let kept = &mut latest[*o.get()];
+                if rank(kept) <= rank(e) {
+                    *kept = e;
+                }
+            }
         }
-        latest.insert(key, e);
     }
-    order.iter().map(|key| latest[key]).collect()
+    latest
 }
 
 /// `t` in RFC 3339 with milliseconds, for any `t`: humantime's formatter panics on a time before

@@ -540,155 +540,161 @@ pub fn no_stack(e: &PinnedEvent) -> String {
 pub fn render_print(events: &[PinnedEvent]) -> String {
     let mut out = String::new();
     for e in events {
-        let _ = writeln!(out, "pinwatch.Pinned {{");
-        let _ = writeln!(out, "  id = {}", e.id);
-        if !e.run_id.is_empty() {
-            let _ = writeln!(out, "  run = {} (pid {})", Escaped(&e.run_id), e.pid);
-        }
-        let _ = writeln!(
-            out,
-            "  state = \"{}\" (report {})",
-            e.state.as_str(),
-            e.report
-        );
-        let _ = writeln!(out, "  startTime = {}", format_time(e.start));
-        let _ = writeln!(out, "  duration = {}", ms(e.duration));
-        if !e.cpu_wait.is_zero() {
-            let _ = writeln!(
-                out,
-                "  cpuWait = {} (runnable, waiting for a CPU; not counted toward the threshold)",
-                ms(e.cpu_wait)
-            );
-        }
-        let _ = writeln!(out, "  threshold = {}", ms(e.threshold));
-        let task = e.task_id.map_or_else(|| "?".to_owned(), |t| t.to_string());
-        match &e.spawned_at {
-            Some(at) => {
-                let _ = writeln!(out, "  task = {task} spawned at {}", Escaped(at));
-            }
-            None => {
-                let _ = writeln!(out, "  task = {task}");
-            }
-        }
-        let _ = writeln!(
-            out,
-            "  carrierThread = \"{}\" (worker {}, tid {})",
-            Escaped(&e.worker.name),
-            e.worker
-                .index
-                .map_or_else(|| "?".to_owned(), |i| i.to_string()),
-            e.worker.tid
-        );
-        let reason = e.reason.map_or("unknown", Reason::as_str);
-        if e.other_reasons.is_empty() {
-            let _ = writeln!(out, "  pinnedReason = \"{reason}\"");
-        } else {
-            let others: Vec<&str> = e.other_reasons.iter().map(|r| r.as_str()).collect();
-            let _ = writeln!(
-                out,
-                "  pinnedReason = \"{reason}\" (also seen: {})",
-                others.join(", ")
-            );
-        }
-        let _ = writeln!(
-            out,
-            "  blockingOperation = \"{}\"",
-            Escaped(e.blocking_operation.as_deref().unwrap_or("unknown"))
-        );
-        if let Some(advice) = &e.advice {
-            let _ = writeln!(out, "  advice = \"{}\"", Escaped(advice));
-        }
-        if let Some(stall) = e.stall_description() {
-            let _ = writeln!(out, "  runtimeStalled = true ({stall})");
-        }
-        if let Some(advice) = &e.runtime_advice {
-            let _ = writeln!(out, "  runtimeAdvice = \"{}\"", Escaped(advice));
-        }
-        if let Some(n) = e.tasks_queued_behind {
-            let _ = writeln!(out, "  tasksQueuedBehind = {n}");
-        }
-        if let Some(v) = &e.victims {
-            print_victims(&mut out, v, e.held_drivers());
-        }
-        // Which request: the span chain, outermost first, and its trace.
-        if !e.spans.is_empty() {
-            let _ = writeln!(out, "  spans = [");
-            for span in &e.spans {
-                let _ = writeln!(
-                    out,
-                    "    {} ({})",
-                    Escaped(span.display()),
-                    Escaped(&span.target)
-                );
-            }
-            let _ = writeln!(out, "  ]");
-        }
-        if let Some(trace) = &e.trace_id {
-            match &e.span_id {
-                Some(span) => {
-                    let _ = writeln!(
-                        out,
-                        "  traceId = {} (span {})",
-                        Escaped(trace),
-                        Escaped(span)
-                    );
-                }
-                None => {
-                    let _ = writeln!(out, "  traceId = {}", Escaped(trace));
-                }
-            }
-        }
-        match &e.top_frame {
-            Some(f) => {
-                let _ = writeln!(out, "  topApplicationFrame = {}", Escaped(f));
-            }
-            None => {
-                let _ = writeln!(out, "  topApplicationFrame = {}", Escaped(no_top_frame(e)));
-            }
-        }
-        if let Some(app) = e.caller_frame() {
-            let _ = writeln!(out, "  calledFrom = {}", Escaped(app));
-        }
-        if !e.profile.is_empty() {
-            let _ = writeln!(out, "  samples = {} [", e.samples);
-            for p in &e.profile {
-                let _ = writeln!(out, "    {:>4}  {}", p.samples, Escaped(&p.frame));
-            }
-            let _ = writeln!(out, "  ]");
-        }
-        for l in &e.held_locks {
-            let _ = writeln!(
-                out,
-                "  heldLock = {} acquired at {}",
-                Escaped(&l.kind),
-                Escaped(&l.acquired_at)
-            );
-        }
-        if let Some(h) = &e.lock_holder {
-            let _ = writeln!(
-                out,
-                "  lockHolder = \"{}\" (tid {}) acquired at {}",
-                Escaped(&h.worker.name),
-                h.worker.tid,
-                Escaped(&h.acquired_at)
-            );
-        }
-        if e.stack.is_empty() {
-            let _ = writeln!(out, "  stackTrace = {}", Escaped(no_stack(e)));
-        } else {
-            let _ = writeln!(out, "  stackTrace = [");
-            for f in &e.stack {
-                if f.locks > 0 {
-                    let _ = writeln!(out, "    {} <== locks:{}", Escaped(f), f.locks);
-                } else {
-                    let _ = writeln!(out, "    {}", Escaped(f));
-                }
-            }
-            let _ = writeln!(out, "  ]");
-        }
-        let _ = writeln!(out, "}}");
+        print_event(&mut out, e);
     }
     out
+}
+
+/// One event's block of [`render_print`], added to `out`: a long recording is written a few
+/// blocks at a time.
+pub fn print_event(out: &mut String, e: &PinnedEvent) {
+    let _ = writeln!(out, "pinwatch.Pinned {{");
+    let _ = writeln!(out, "  id = {}", e.id);
+    if !e.run_id.is_empty() {
+        let _ = writeln!(out, "  run = {} (pid {})", Escaped(&e.run_id), e.pid);
+    }
+    let _ = writeln!(
+        out,
+        "  state = \"{}\" (report {})",
+        e.state.as_str(),
+        e.report
+    );
+    let _ = writeln!(out, "  startTime = {}", format_time(e.start));
+    let _ = writeln!(out, "  duration = {}", ms(e.duration));
+    if !e.cpu_wait.is_zero() {
+        let _ = writeln!(
+            out,
+            "  cpuWait = {} (runnable, waiting for a CPU; not counted toward the threshold)",
+            ms(e.cpu_wait)
+        );
+    }
+    let _ = writeln!(out, "  threshold = {}", ms(e.threshold));
+    let task = e.task_id.map_or_else(|| "?".to_owned(), |t| t.to_string());
+    match &e.spawned_at {
+        Some(at) => {
+            let _ = writeln!(out, "  task = {task} spawned at {}", Escaped(at));
+        }
+        None => {
+            let _ = writeln!(out, "  task = {task}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  carrierThread = \"{}\" (worker {}, tid {})",
+        Escaped(&e.worker.name),
+        e.worker
+            .index
+            .map_or_else(|| "?".to_owned(), |i| i.to_string()),
+        e.worker.tid
+    );
+    let reason = e.reason.map_or("unknown", Reason::as_str);
+    if e.other_reasons.is_empty() {
+        let _ = writeln!(out, "  pinnedReason = \"{reason}\"");
+    } else {
+        let others: Vec<&str> = e.other_reasons.iter().map(|r| r.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "  pinnedReason = \"{reason}\" (also seen: {})",
+            others.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  blockingOperation = \"{}\"",
+        Escaped(e.blocking_operation.as_deref().unwrap_or("unknown"))
+    );
+    if let Some(advice) = &e.advice {
+        let _ = writeln!(out, "  advice = \"{}\"", Escaped(advice));
+    }
+    if let Some(stall) = e.stall_description() {
+        let _ = writeln!(out, "  runtimeStalled = true ({stall})");
+    }
+    if let Some(advice) = &e.runtime_advice {
+        let _ = writeln!(out, "  runtimeAdvice = \"{}\"", Escaped(advice));
+    }
+    if let Some(n) = e.tasks_queued_behind {
+        let _ = writeln!(out, "  tasksQueuedBehind = {n}");
+    }
+    if let Some(v) = &e.victims {
+        print_victims(out, v, e.held_drivers());
+    }
+    // Which request: the span chain, outermost first, and its trace.
+    if !e.spans.is_empty() {
+        let _ = writeln!(out, "  spans = [");
+        for span in &e.spans {
+            let _ = writeln!(
+                out,
+                "    {} ({})",
+                Escaped(span.display()),
+                Escaped(&span.target)
+            );
+        }
+        let _ = writeln!(out, "  ]");
+    }
+    if let Some(trace) = &e.trace_id {
+        match &e.span_id {
+            Some(span) => {
+                let _ = writeln!(
+                    out,
+                    "  traceId = {} (span {})",
+                    Escaped(trace),
+                    Escaped(span)
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  traceId = {}", Escaped(trace));
+            }
+        }
+    }
+    match &e.top_frame {
+        Some(f) => {
+            let _ = writeln!(out, "  topApplicationFrame = {}", Escaped(f));
+        }
+        None => {
+            let _ = writeln!(out, "  topApplicationFrame = {}", Escaped(no_top_frame(e)));
+        }
+    }
+    if let Some(app) = e.caller_frame() {
+        let _ = writeln!(out, "  calledFrom = {}", Escaped(app));
+    }
+    if !e.profile.is_empty() {
+        let _ = writeln!(out, "  samples = {} [", e.samples);
+        for p in &e.profile {
+            let _ = writeln!(out, "    {:>4}  {}", p.samples, Escaped(&p.frame));
+        }
+        let _ = writeln!(out, "  ]");
+    }
+    for l in &e.held_locks {
+        let _ = writeln!(
+            out,
+            "  heldLock = {} acquired at {}",
+            Escaped(&l.kind),
+            Escaped(&l.acquired_at)
+        );
+    }
+    if let Some(h) = &e.lock_holder {
+        let _ = writeln!(
+            out,
+            "  lockHolder = \"{}\" (tid {}) acquired at {}",
+            Escaped(&h.worker.name),
+            h.worker.tid,
+            Escaped(&h.acquired_at)
+        );
+    }
+    if e.stack.is_empty() {
+        let _ = writeln!(out, "  stackTrace = {}", Escaped(no_stack(e)));
+    } else {
+        let _ = writeln!(out, "  stackTrace = [");
+        for f in &e.stack {
+            if f.locks > 0 {
+                let _ = writeln!(out, "    {} <== locks:{}", Escaped(f), f.locks);
+            } else {
+                let _ = writeln!(out, "    {}", Escaped(f));
+            }
+        }
+        let _ = writeln!(out, "  ]");
+    }
+    let _ = writeln!(out, "}}");
 }
 
 /// `print`'s lines for the tasks that waited behind a pin ([`PinnedEvent::victims`]): measured,

@@ -167,22 +167,28 @@ fn main() -> ExitCode {
     match view {
         View::Profile { output, seconds } => write_profile(&file, &rec.events, &output, seconds),
         View::Print { json, latest } => {
-            let events: Vec<pinwatch::PinnedEvent> = if latest {
+            let events: Vec<&pinwatch::PinnedEvent> = if latest {
                 recording::latest_reports(&rec.events)
-                    .into_iter()
-                    .cloned()
-                    .collect()
             } else {
-                rec.events
+                rec.events.iter().collect()
             };
-            if json {
-                // JSON lets DEL, C1 (`\u{9b}` is CSI) and the bidi overrides through raw: a
-                // crafted recording's strings would reach the terminal as they are.
-                let lines: String = events.iter().map(|e| e.to_json_line()).collect();
-                print_out(&ctl::json_safe(&lines))
-            } else {
-                print_out(&(head + &recording::render_print(&events)))
+            // Written a block at a time: the output of a long recording is not held whole
+            // beside its events.
+            let mut out = if json { String::new() } else { head };
+            for e in events {
+                if json {
+                    out.push_str(&e.to_json_line());
+                } else {
+                    recording::print_event(&mut out, e);
+                }
+                if out.len() >= PRINT_CHUNK {
+                    if let Err(code) = write_print(&out, json) {
+                        return code;
+                    }
+                    out.clear();
+                }
             }
+            write_print(&out, json).err().unwrap_or(ExitCode::SUCCESS)
         }
         View::Report { output } => {
             let mut source = file.display().to_string();
@@ -251,6 +257,20 @@ pub(crate) fn seconds(v: &str) -> Result<u64, String> {
         Ok(0) => Err("must be at least 1 (a whole number of seconds)".to_owned()),
         Ok(n) => Ok(n),
         Err(_) => Err("is not a whole number of seconds; write it like `600`".to_owned()),
+    }
+}
+
+/// How much of `print`'s output is written at a time.
+const PRINT_CHUNK: usize = 64 << 10;
+
+/// A piece of `print`'s output ([`write_out`]), made safe for a terminal when it is JSON: JSON
+/// lets DEL, C1 (`\u{9b}` is CSI) and the bidi overrides through raw, and a crafted
+/// recording's strings would reach the terminal as they are. Pieces are whole lines.
+fn write_print(text: &str, json: bool) -> Result<(), ExitCode> {
+    if json {
+        write_out(&ctl::json_safe(text))
+    } else {
+        write_out(text)
     }
 }
 

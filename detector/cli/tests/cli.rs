@@ -472,15 +472,12 @@ fn no_event_with_stderr_closed_is_status_1() {
 
 /// `pinwatch print rec | head`: the reader closes the pipe after a line; pinwatch stops
 /// quietly (no panic, no message, status 0), for each command that writes much.
-#[test]
-fn a_closed_pipe_ends_the_output_quietly() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-    // Far more output than a pipe holds (64 KiB), so that pinwatch is still writing when the
-    // reader goes away; ids made distinct, so that `--latest` keeps every copy.
+/// The checked-in recording `n` times, ids made distinct (so that `--latest` keeps every
+/// copy).
+fn copies(n: u64) -> String {
     let lines = std::fs::read_to_string(data("recording.jsonl")).unwrap();
     let mut text = String::new();
-    for copy in 0..100u64 {
+    for copy in 0..n {
         for line in lines.lines() {
             let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
             v["id"] = (copy * 1000 + v["id"].as_u64().unwrap()).into();
@@ -488,9 +485,54 @@ fn a_closed_pipe_ends_the_output_quietly() {
             text.push('\n');
         }
     }
+    text
+}
+
+/// `print` writes a long recording a piece at a time: every event once, in order, in text and
+/// in JSON, across many pieces (the output is ~40 times the piece).
+#[test]
+fn a_long_print_is_every_event_once_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big.jsonl");
-    std::fs::write(&big, text).unwrap();
+    let text = copies(100);
+    std::fs::write(&big, &text).unwrap();
+    let path = big.to_str().unwrap();
+    // The ids of a recording's lines, in order.
+    let ids_of = |jsonl: &str| -> Vec<u64> {
+        jsonl
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let ids = ids_of(&text);
+    let (code, out, err) = pinwatch(&["print", "--json", path]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(ids_of(&out), ids);
+    let (code, out, err) = pinwatch(&["print", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.len() > 20 * 64 * 1024, "{}", out.len());
+    let got: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("  id = "))
+        .map(|id| id.parse().unwrap())
+        .collect();
+    assert_eq!(got, ids);
+    assert_eq!(out.matches("pinwatch.Pinned {").count(), ids.len());
+}
+
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    // Far more output than a pipe holds (64 KiB), so that pinwatch is still writing when the
+    // reader goes away.
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.jsonl");
+    std::fs::write(&big, copies(100)).unwrap();
     for args in [&["print"][..], &["print", "--json"], &["print", "--latest"]] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
             .args(args)

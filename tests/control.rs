@@ -944,6 +944,18 @@ fn a_default_directory_of_another_user_gets_no_socket_and_ctl_will_not_talk_into
         if args[0] != "list" {
             assert!(!out.status.success(), "{args:?}: {err}");
         }
+        // Said once, as skipped: `list` notes it on a line of its own, a pid's search after
+        // what it found.
+        let skipped = format!("skipped {} belongs", dir.0.display());
+        let said = if args[0] == "list" {
+            format!("pinwatch ctl: {skipped}")
+        } else {
+            format!("; {skipped}")
+        };
+        if args[0] != fake.display().to_string() {
+            assert!(err.contains(&said), "{args:?}: {err}");
+            assert_eq!(err.matches("skipped").count(), 1, "{args:?}: {err}");
+        }
         match listener.accept() {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             other => panic!("{args:?}: ctl connected to the attacker's socket: {other:?}"),

@@ -592,23 +592,19 @@ fn watch_status(
 }
 
 fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
-    if dirs.looked.len() == 1 && dirs.dirs.is_empty() && !dirs.notes.is_empty() {
+    if dirs.looked.len() == 1 && dirs.dirs.is_empty() && !dirs.skipped.is_empty() {
         // The one directory to look in (`--dir`, `PINWATCH_CONTROL`, or the caller's own) could
         // not be used: that is no answer that nothing runs (helper-83: exit 0 for a `--dir`
         // that does not exist). Root, looking in every user's, passes over another's.
-        let why: Vec<String> = dirs
-            .notes
-            .iter()
-            .map(|n| untrusted(n.strip_prefix("skipped ").unwrap_or(n)))
-            .collect();
+        let why: Vec<String> = dirs.skipped.iter().map(|n| untrusted(n)).collect();
         return Err(format!("cannot list: {}", why.join("; ")));
     }
     let mut rows = Vec::new();
-    let (endpoints, notes) = dirs.endpoints();
-    for note in dirs.notes.iter().chain(&notes) {
+    let (endpoints, skipped) = dirs.endpoints();
+    for note in dirs.skipped.iter().chain(&skipped) {
         let _ = writeln!(
             std::io::stderr().lock(),
-            "pinwatch ctl: {}",
+            "pinwatch ctl: skipped {}",
             untrusted(note)
         );
     }

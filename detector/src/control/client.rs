@@ -44,8 +44,9 @@ pub struct Endpoint {
 pub struct Dirs {
     /// Checked directories.
     pub dirs: Vec<ControlDir>,
-    /// The directories skipped, and why (for people).
-    pub notes: Vec<String>,
+    /// The directories skipped, each as why, naming it (`/tmp/x is not a directory`), for
+    /// people; shown after `skipped `.
+    pub skipped: Vec<String>,
     /// Every directory looked at, checked or not.
     pub looked: Vec<PathBuf>,
 }
@@ -91,15 +92,16 @@ impl Dirs {
         }
         match ControlDir::checked(&path, owner) {
             Ok(d) => self.dirs.push(d),
-            Err(e) => self.notes.push(format!("skipped {e}")),
+            Err(e) => self.skipped.push(e.to_string()),
         }
     }
 
     /// The control sockets in these directories, by pid: entries with a socket's name that are
-    /// sockets of the directory's owner (others are noted and left alone).
+    /// sockets of the directory's owner; and the others with a socket's name, each as its path
+    /// and why it is left alone (`/tmp/x/7.sock: …`), as [`Dirs::skipped`] says them.
     pub fn endpoints(&self) -> (Vec<Endpoint>, Vec<String>) {
         let mut out = Vec::new();
-        let mut notes = Vec::new();
+        let mut skipped = Vec::new();
         for (i, dir) in self.dirs.iter().enumerate() {
             for file in dir.names() {
                 let Some((pid, name)) = parse_socket_name(&file) else {
@@ -113,8 +115,8 @@ impl Dirs {
                         owner: dir.owner(),
                         dir: Some(i),
                     }),
-                    Some(e) => notes.push(format!(
-                        "skipped {}: {}",
+                    Some(e) => skipped.push(format!(
+                        "{}: {}",
                         dir.path().join(&file).display(),
                         not_a_socket_of(&e, dir.owner())
                     )),
@@ -123,7 +125,7 @@ impl Dirs {
             }
         }
         out.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
-        (out, notes)
+        (out, skipped)
     }
 
     /// Removes `ep` if nobody will answer there again (see [`ControlDir`]'s rules: a socket
@@ -258,7 +260,7 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
             // Noted, and the next directory looked in: another user's directory comes before
             // the real one in root's search.
             Some(e) => skipped.push(format!(
-                "skipped {}: {}",
+                "{}: {}",
                 dir.path().join(&file).display(),
                 not_a_socket_of(&e, dir.owner())
             )),
@@ -311,8 +313,8 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     } else {
         format!("no process {pid}")
     };
-    for note in dirs.notes.iter().chain(&posers) {
-        msg.push_str("; ");
+    for note in dirs.skipped.iter().chain(&posers) {
+        msg.push_str("; skipped ");
         msg.push_str(note);
     }
     Err(msg)
@@ -749,7 +751,7 @@ mod tests {
                 checked(&other, 65534),
                 checked(&mine, 0),
             ],
-            notes: Vec::new(),
+            skipped: Vec::new(),
             looked: Vec::new(),
         };
         let found = find_socket(&me.to_string(), &dirs).unwrap();
@@ -759,7 +761,7 @@ mod tests {
         // wrong uid; the same uid as its owner, by the wrong process, below).
         let dirs = Dirs {
             dirs: vec![checked(&theirs, 65534), checked(&other, 65534)],
-            notes: Vec::new(),
+            skipped: Vec::new(),
             looked: Vec::new(),
         };
         let fake = find_socket(&me.to_string(), &dirs).unwrap();
@@ -771,7 +773,7 @@ mod tests {
         let _posing = std::os::unix::net::UnixListener::bind(&one).unwrap();
         let dirs = Dirs {
             dirs: vec![checked(&mine, 0)],
-            notes: Vec::new(),
+            skipped: Vec::new(),
             looked: Vec::new(),
         };
         let ep = find_socket("1", &dirs).unwrap();
@@ -807,7 +809,7 @@ mod tests {
                 .unwrap();
         let dirs = Dirs {
             dirs: vec![ControlDir::checked(dir.path(), Some(euid())).unwrap()],
-            notes: Vec::new(),
+            skipped: Vec::new(),
             looked: vec![dir.path().to_owned()],
         };
         let err = find_socket(&me.to_string(), &dirs).map(|_| ()).unwrap_err();

@@ -98,10 +98,9 @@ pub(crate) fn spawn(
     }
 }
 
-/// Sets the calling thread's nice value: on Linux, `setpriority` of a thread id sets that
-/// thread's alone.
-fn set_own_nice(nice: i8) -> Result<(), crate::Error> {
-    let tid = crate::poll::slot::current_tid();
+/// Sets the nice value of the calling thread, `tid`: on Linux, `setpriority` of a thread id
+/// sets that thread's alone.
+fn set_own_nice(tid: i32, nice: i8) -> Result<(), crate::Error> {
     // SAFETY: `setpriority` takes three integers and touches no memory of ours.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice.into()) };
     if r == 0 {
@@ -123,8 +122,9 @@ fn run(
     if let Some(d) = shared.config.late_start {
         std::thread::sleep(d);
     }
+    let own_tid = crate::poll::slot::current_tid();
     if let Some(nice) = shared.config.watchdog_nice {
-        if let Err(e) = set_own_nice(nice) {
+        if let Err(e) = set_own_nice(own_tid, nice) {
             let _ = ready.send(Err(e));
             return;
         }
@@ -170,7 +170,7 @@ fn run(
         switches_tell: !switches_hidden(),
         mark: Instant::now(),
         own: SchedStatReader::default(),
-        own_tid: crate::poll::slot::current_tid(),
+        own_tid,
     };
     // When the next scan is due while every poll that may run long is stamped (`None`: one
     // scan interval after the last).

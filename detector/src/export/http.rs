@@ -6,11 +6,13 @@
 //! client. A connection carries one request and is closed after its answer
 //! (`Connection: close`). Its request head must arrive within [`HEAD_TIMEOUT`] of the accept
 //! (else `408`) and be at most [`MAX_HEAD`] bytes (else `431`); the whole exchange ends within
-//! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes one of the peer holding
-//! the most connections (an IPv6 peer is its /64), one already answered first, else its oldest;
-//! where no peer holds two, one already answered, else the oldest still without its request
-//! after a second, else the new one (never one being answered; see `pick`), counted and
-//! logged. Routing is the caller's: it gets the method, the path and the query.
+//! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes one of the network
+//! holding the most connections (an IPv4 /24, an IPv6 /48) and, in it, of the peer holding the
+//! most (an IPv6 peer is its /64), one already answered first, else its oldest; where no peer
+//! there holds two, one already answered, else the oldest still without its request after a
+//! second, else the oldest without its request, else the new one (never one being answered;
+//! see `pick`), counted and logged. Routing is the caller's: it gets the method, the path and
+//! the query.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -565,22 +567,26 @@ enum Stage {
 }
 
 /// Which of `conns` (peer and stage, oldest first) to close for a new one; `None`: the new one.
-/// Never one being answered. One of the peer holding the most connections, when it holds two
-/// or more — a flood from one address costs that address, not a scraper elsewhere, whatever
-/// each flood connection has sent — one already answered first, else its oldest (not one that
-/// has sent nothing: a flood that sends a byte on each connection would keep its room and close
-/// every scraper's connection accepted before its request was read). Where no peer holds two
-/// (a flood spread over many addresses), one already answered, else the oldest of those still
-/// without their request after [`SLOW_HEAD`], else the oldest without its request: a scraper's
-/// connection, whose request comes at once, keeps its room until [`MAX_CONNECTIONS`] newer
-/// ones have come (the requests that have arrived are read before each batch of accepts), so
-/// a flood must open that many in the time a scraper's request takes to follow its
-/// connection to keep it out — whether it holds its connections or opens new ones as fast as
-/// it closes them (helper-85: with the new connection closed instead, a flood from 500
-/// addresses, each closed after 0.6 s, kept 18–19 of 20 scrapes out; now none). `None` only while every
-/// place is being answered.
-/// An IPv6 peer is its /64, which one host is given whole; an IPv4 one mapped or translated
-/// into IPv6 (`::ffff:a.b.c.d`, NAT64's `64:ff9b::a.b.c.d`) is its IPv4 address.
+/// Never one being answered. First the network holding the most connections, when it holds two
+/// or more, then in it the peer holding the most, when it holds two or more — a flood from one
+/// address, or spread over a network's addresses, costs that address or network, not a
+/// scraper elsewhere, whatever each flood connection has sent: of that peer, one already
+/// answered first, else its oldest (not one that has sent nothing: a flood that sends a byte
+/// on each connection would keep its room and close every scraper's connection accepted
+/// before its request was read). Where no peer there holds two (a flood spread over many
+/// addresses), one already answered, else the oldest of those still without their request
+/// after [`SLOW_HEAD`], else the oldest without its request: a scraper's connection, whose
+/// request comes at once, keeps its room until [`MAX_CONNECTIONS`] newer ones have come (the
+/// requests that have arrived are read before each batch of accepts), so a flood spread over
+/// as many networks as it opens connections must open that many in the time a scraper's
+/// request takes to follow its connection to keep it out — whether it holds its connections or
+/// opens new ones as fast as it closes them (helper-85: with the new connection closed
+/// instead, a flood from 500 addresses, each closed after 0.6 s, kept 18–19 of 20 scrapes out;
+/// now none; helper-86: one churning from four /24s kept 4–6 of 20 out while only addresses
+/// were counted). `None` only while every place is being answered.
+/// An IPv6 peer is its /64, which one host is given whole, and its network its /48; an IPv4
+/// peer is its address, and its network its /24; one mapped or translated into IPv6
+/// (`::ffff:a.b.c.d`, NAT64's `64:ff9b::a.b.c.d`) is its IPv4 address.
 fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
     // The IPv4 addresses RFC 6052 keeps out of the well-known prefix: the special-purpose
     // blocks (RFC 6890), multicast and the reserved ones.
@@ -618,22 +624,36 @@ fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
         },
         v4 => v4,
     };
-    let held_by = |peer| conns.iter().filter(|c| key(c.0) == key(peer)).count();
-    let may_close = |c: &(std::net::IpAddr, Stage)| c.1 != Stage::Answering;
-    let most = conns
-        .iter()
-        .filter(|c| may_close(c))
-        .map(|c| held_by(c.0))
+    // A peer's network: an IPv4 address's /24, an IPv6 peer's /48 (a site's usual prefix).
+    let network = |peer: std::net::IpAddr| match peer {
+        std::net::IpAddr::V4(v4) => std::net::IpAddr::V4((u32::from(v4) & !0xff).into()),
+        std::net::IpAddr::V6(v6) => std::net::IpAddr::V6((u128::from(v6) & !0u128 << 80).into()),
+    };
+    let peers: Vec<std::net::IpAddr> = conns.iter().map(|c| key(c.0)).collect();
+    let nets: Vec<std::net::IpAddr> = peers.iter().map(|&p| network(p)).collect();
+    let held = |of: &[std::net::IpAddr], i: usize| of.iter().filter(|&&k| k == of[i]).count();
+    let may_close = |i: usize| conns[i].1 != Stage::Answering;
+    let closable = || (0..conns.len()).filter(|&i| may_close(i));
+    // The network holding the most, where one holds two or more; in it, the peer holding the
+    // most, where one holds two or more.
+    let most_net = closable().map(|i| held(&nets, i)).max()?;
+    let in_net = |i: usize| most_net < 2 || held(&nets, i) == most_net;
+    let most = closable()
+        .filter(|&i| in_net(i))
+        .map(|i| held(&peers, i))
         .max()?;
-    let of = |c: &(std::net::IpAddr, Stage)| may_close(c) && (most < 2 || held_by(c.0) == most);
+    let of = |i: usize| may_close(i) && in_net(i) && (most < 2 || held(&peers, i) == most);
     // In accept order: among equals, the first is the oldest.
-    let answered = conns.iter().position(|c| of(c) && c.1 == Stage::Answered);
+    let first = |stage: Option<Stage>| {
+        (0..conns.len()).find(|&i| of(i) && stage.is_none_or(|s| conns[i].1 == s))
+    };
+    let answered = first(Some(Stage::Answered));
     if most < 2 {
         return answered
-            .or_else(|| conns.iter().position(|c| c.1 == Stage::Lingering))
-            .or_else(|| conns.iter().position(|c| c.1 == Stage::Head));
+            .or_else(|| first(Some(Stage::Lingering)))
+            .or_else(|| first(Some(Stage::Head)));
     }
-    answered.or_else(|| conns.iter().position(of))
+    answered.or_else(|| first(None))
 }
 
 /// How long a connection may go without its request before, where every peer holds one
@@ -823,17 +843,55 @@ mod tests {
         assert_eq!(pick(&[&[(a, Head)][..], &lingering].concat()), Some(1));
         // (Each peer holding one, the oldest goes: where two were taken for one peer, the
         // older of those two would, below.)
-        // Unless one is answered already.
+        // Unless one there is answered already.
+        let answered: Vec<_> = spread.iter().map(|(ip, _)| (*ip, Answered)).collect();
+        assert_eq!(
+            pick(&[&[(a, Head)][..], &spread[..3], &answered[3..]].concat()),
+            Some(4)
+        );
+        // The network holding the most goes first: a flood spread over a /24's addresses, or
+        // over several /24s, takes its room from itself, and a scrape answered in another
+        // network keeps its linger (until every network holds one).
         assert_eq!(
             pick(&[&[(a, Head)][..], &spread, &[(b, Answered)]].concat()),
-            Some(5)
+            Some(1)
         );
+        let four_nets: Vec<_> = (3..=6u8)
+            .flat_map(|n| (1..=3u8).map(move |i| (std::net::IpAddr::from([127, 0, n, i]), Head)))
+            .collect();
+        assert_eq!(pick(&[&[(a, Head)][..], &four_nets].concat()), Some(1));
+        assert_eq!(
+            pick(&[&four_nets[..], &[(a, Head), (b, Answered)]].concat()),
+            Some(0)
+        );
+        // In the scraper's own network, the peer holding the most.
+        let c: std::net::IpAddr = "127.0.0.3".parse().unwrap();
+        assert_eq!(
+            pick(&[
+                (a, Head),
+                (b, Head),
+                (c, Head),
+                (c, Head),
+                (spread[0].0, Head)
+            ]),
+            Some(2)
+        );
+        // Each network holding one: as if each held one peer.
+        let one_each: Vec<_> = (1..=4u8)
+            .map(|n| (std::net::IpAddr::from([10, n, 0, 1]), Head))
+            .collect();
+        assert_eq!(pick(&[&[(a, Head)][..], &one_each].concat()), Some(0));
         // An IPv6 host's /64 is one peer; an IPv4-mapped address is its IPv4 one.
         let v6 = |last: u16| std::net::IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
         assert_eq!(pick(&[(a, Head), (v6(1), Head), (v6(2), Head)]), Some(1));
-        // Another /64 is another peer.
+        // Another /64 is another peer, of the same network when in the same /48.
         let other = std::net::IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]);
-        assert_eq!(pick(&[(a, Head), (v6(1), Head), (other, Head)]), Some(0));
+        assert_eq!(pick(&[(a, Head), (v6(1), Head), (other, Head)]), Some(1));
+        let elsewhere = std::net::IpAddr::from([0x2001, 0xdb8, 1, 1, 0, 0, 0, 1]);
+        assert_eq!(
+            pick(&[(a, Head), (v6(1), Head), (elsewhere, Head)]),
+            Some(0)
+        );
         let mapped: std::net::IpAddr = "::ffff:127.0.0.1".parse().unwrap();
         assert_eq!(pick(&[(b, Head), (a, Head), (mapped, Head)]), Some(1));
         // Clients behind NAT64 are their IPv4 addresses, not one /64.

@@ -24,6 +24,17 @@ pub enum ReadError {
         #[source]
         source: std::io::Error,
     },
+    /// The file could be read up to a line, then not.
+    #[error("cannot read {path} after line {line}: {source}")]
+    Stopped {
+        /// The file.
+        path: String,
+        /// The last line read (1-based).
+        line: usize,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A line is not a pinwatch event.
     #[error("{path}:{line}: {message}")]
     Line {
@@ -148,8 +159,8 @@ impl Recording {
         let first: String = self.damaged[0].why.chars().take(160).collect();
         self.warnings.push(format!(
             "skipped {n} damaged line{} ({}): not JSON (as a write cut short by a full disk or a \
-             crash leaves it) or a field no pinwatch writes (the first: {first}); every other \
-             line was read",
+             crash leaves it), a field no pinwatch writes or longer than any line it writes (the \
+             first: {first}); every other line was read",
             if n == 1 { "" } else { "s" },
             at.join(", ")
         ));
@@ -215,8 +226,9 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 /// another kind or schema version, as a crafted or foreign file may hold — is skipped and
 /// counted in [`Recording::damaged_lines`], with one warning naming the first few by file and
 /// line and saying what was wrong with the first. Each file is read a line at a time, so that
-/// memory is the events kept and one line: a line longer than [`MAX_LINE_BYTES`] is skipped
-/// as damaged, and a pipe that never ends is read until it does.
+/// memory is the events and dumps kept and one line: a line longer than [`MAX_LINE_BYTES`]
+/// (without a `\r\n`'s `\r`) is skipped as damaged, unless blank, and a pipe that never ends is
+/// read until it does.
 ///
 /// Each file must be a regular file: a FIFO or a device among the rotated files, as a crafted
 /// set may hold, would never end (and opening some devices does something), so each is looked
@@ -261,14 +273,11 @@ pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
                 )
             }),
             Err(source) => {
-                return Err(ReadError::Io {
-                    path: if lines == 0 {
-                        Escaped(file.display()).to_string()
-                    } else {
-                        format!("{} after line {lines}", Escaped(file.display()))
-                    },
-                    source,
-                })
+                let path = Escaped(file.display()).to_string();
+                return Err(match lines {
+                    0 => ReadError::Io { path, source },
+                    line => ReadError::Stopped { path, line, source },
+                });
             }
         }
     }
@@ -351,24 +360,25 @@ fn read_lines(
     rec: &mut Recording,
 ) -> std::io::Result<()> {
     let mut line = Vec::new();
-    while let Some(read) = next_line(&mut r, &mut line, MAX_LINE_BYTES)? {
+    // Room for the `\r` of a `\r\n`, which is no part of the line.
+    while let Some(read) = next_line(&mut r, &mut line, MAX_LINE_BYTES + 1)? {
         *lines += 1;
         let number = *lines;
         // The file's last line, with no newline: the write was cut off there.
         let cut_off = !read.ended;
-        if read.too_long {
-            rec.skip(
-                name,
-                number,
-                format!(
-                    "longer than {} MiB, more than any line pinwatch writes",
-                    MAX_LINE_BYTES >> 20
-                ),
-                cut_off,
-            );
+        let raw = line.strip_suffix(b"\r").unwrap_or(&line);
+        if read.too_long || raw.len() > MAX_LINE_BYTES {
+            // A blank line is passed over, however long.
+            if !(read.blank && raw.iter().all(u8::is_ascii_whitespace)) {
+                rec.skip(
+                    name,
+                    number,
+                    format!("longer than {} MiB", MAX_LINE_BYTES >> 20),
+                    cut_off,
+                );
+            }
             continue;
         }
-        let raw = line.strip_suffix(b"\r").unwrap_or(&line);
         let Ok(text) = std::str::from_utf8(raw) else {
             rec.skip(name, number, "not UTF-8".to_owned(), cut_off);
             continue;
@@ -397,11 +407,13 @@ struct LineRead {
     ended: bool,
     /// Longer than the bound: not kept.
     too_long: bool,
+    /// When `too_long`: every byte of it was ASCII whitespace.
+    blank: bool,
 }
 
 /// The next line of `r` into `line`, its newline left off; `None` at the end of the input. A
 /// line longer than `max` bytes is read through to its end without being kept (`too_long`,
-/// `line` empty).
+/// `line` empty), noting whether it was `blank`.
 fn next_line(
     r: &mut impl std::io::BufRead,
     line: &mut Vec<u8>,
@@ -410,6 +422,7 @@ fn next_line(
     line.clear();
     let mut any = false;
     let mut too_long = false;
+    let mut blank = true;
     loop {
         let buf = match r.fill_buf() {
             Ok(buf) => buf,
@@ -420,18 +433,20 @@ fn next_line(
             return Ok(any.then_some(LineRead {
                 ended: false,
                 too_long,
+                blank,
             }));
         }
         any = true;
         let end = memchr::memchr(b'\n', buf);
         let part = &buf[..end.unwrap_or(buf.len())];
-        if !too_long {
-            if line.len() + part.len() > max {
-                too_long = true;
-                line.clear();
-            } else {
-                line.extend_from_slice(part);
-            }
+        if too_long {
+            blank = blank && part.iter().all(u8::is_ascii_whitespace);
+        } else if line.len() + part.len() > max {
+            too_long = true;
+            blank = line.iter().chain(part).all(u8::is_ascii_whitespace);
+            line.clear();
+        } else {
+            line.extend_from_slice(part);
         }
         let used = end.map_or(buf.len(), |i| i + 1);
         r.consume(used);
@@ -439,6 +454,7 @@ fn next_line(
             return Ok(Some(LineRead {
                 ended: true,
                 too_long,
+                blank,
             }));
         }
     }
@@ -2272,6 +2288,23 @@ mod tests {
             "{:?}",
             rec.damaged
         );
+
+        // The bound is the line's, without the `\r` of a `\r\n` (helper-87: an event of
+        // exactly 64 MiB was read with `\n` and skipped with `\r\n`); a blank line past it is
+        // passed over like any blank line (helper-87: it was counted as damaged).
+        let mut exact = good(2);
+        exact.push_str(&" ".repeat(MAX_LINE_BYTES - exact.len()));
+        let spaces = std::io::repeat(b' ').take(MAX_LINE_BYTES as u64 + 7);
+        let text = format!("{exact}\r\n{exact}\n");
+        let r = text.as_bytes().chain(spaces).chain(&b"\t \r\n"[..]);
+        let mut rec = Recording::default();
+        let mut lines = 0;
+        read_lines(std::io::BufReader::new(r), "exact", &mut lines, &mut rec).unwrap();
+        assert_eq!((ids(&rec), lines, rec.damaged_lines), (vec![2, 2], 3, 0));
+        // One byte more is past it, with either ending.
+        let over = format!("{exact} \r\n{exact} \n");
+        let rec = parse_recording(&over, "over").unwrap();
+        assert_eq!((rec.events.len(), rec.damaged_lines), (0, 2));
 
         struct Fails;
         impl Read for Fails {

@@ -9,9 +9,8 @@
 //! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes one of the network
 //! holding the most connections (an IPv4 /24, an IPv6 /48) and, in it, of the peer holding the
 //! most (an IPv6 peer is its /64), one already answered first, else its oldest; where no peer
-//! there holds two, one already answered, else the oldest still without its request after a
-//! second, else the oldest without its request, else the new one (never one being answered;
-//! see `pick`), counted and logged. Routing is the caller's: it gets the method, the path and
+//! there holds two, one already answered, else the oldest still without its request, else the
+//! new one (never one being answered; see `pick`), counted and logged. Routing is the caller's: it gets the method, the path and
 //! the query.
 
 use std::io::{self, Read, Write};
@@ -482,7 +481,7 @@ fn run(
                     if conns.len() >= MAX_CONNECTIONS {
                         // None: every connection is being answered: the new one waits its
                         // turn by being closed (the client retries), not an answer cut off.
-                        let victim = victim(&conns, now);
+                        let victim = victim(&conns);
                         if let Some(v) = victim {
                             conns.remove(v);
                         }
@@ -535,14 +534,11 @@ fn run(
 }
 
 /// Which connection to close to make room for a new one, if any may be ([`pick`]).
-fn victim(conns: &[Conn], now: Instant) -> Option<usize> {
+fn victim(conns: &[Conn]) -> Option<usize> {
     let stages: Vec<(std::net::IpAddr, Stage)> = conns
         .iter()
         .map(|c| {
             let stage = match c.phase {
-                Phase::Head if now.saturating_duration_since(c.opened) >= SLOW_HEAD => {
-                    Stage::Lingering
-                }
                 Phase::Head => Stage::Head,
                 Phase::Write { .. } => Stage::Answering,
                 Phase::Drain { .. } => Stage::Answered,
@@ -558,8 +554,6 @@ fn victim(conns: &[Conn], now: Instant) -> Option<usize> {
 enum Stage {
     /// Its request head is being read (or nothing has come yet).
     Head,
-    /// The same, for [`SLOW_HEAD`] or longer: a client that scrapes sends its request at once.
-    Lingering,
     /// Its answer is being written.
     Answering,
     /// Answered; what the client still sends is being read until it closes.
@@ -574,8 +568,8 @@ enum Stage {
 /// answered first, else its oldest (not one that has sent nothing: a flood that sends a byte
 /// on each connection would keep its room and close every scraper's connection accepted
 /// before its request was read). Where no peer there holds two (a flood spread over many
-/// addresses), one already answered, else the oldest of those still without their request
-/// after [`SLOW_HEAD`], else the oldest without its request: a scraper's connection, whose
+/// addresses), one already answered, else the oldest still without its request (connections
+/// are kept in accept order): a scraper's connection, whose
 /// request comes at once, keeps its room until [`MAX_CONNECTIONS`] newer ones have come (the
 /// requests that have arrived are read before each batch of accepts), so a flood spread over
 /// as many networks as it opens connections must open that many in the time a scraper's
@@ -649,16 +643,10 @@ fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
     };
     let answered = first(Some(Stage::Answered));
     if most < 2 {
-        return answered
-            .or_else(|| first(Some(Stage::Lingering)))
-            .or_else(|| first(Some(Stage::Head)));
+        return answered.or_else(|| first(Some(Stage::Head)));
     }
     answered.or_else(|| first(None))
 }
-
-/// How long a connection may go without its request before, where every peer holds one
-/// connection, it makes room for a new one.
-const SLOW_HEAD: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
@@ -834,13 +822,11 @@ mod tests {
         // on each of its connections: the flood's oldest goes, not the scraper's.
         assert_eq!(pick(&[(a, Head), (b, Head), (b, Head), (b, Head)]), Some(1));
         // A flood spread over many addresses, one connection each: the new one takes the place
-        // of the oldest that has lingered, else of the oldest still without its request.
+        // of the oldest still without its request.
         let spread: Vec<_> = (1..=4u8)
             .map(|i| (std::net::IpAddr::from([127, 0, 1, i]), Head))
             .collect();
         assert_eq!(pick(&[&spread[..], &[(a, Head)]].concat()), Some(0));
-        let lingering: Vec<_> = spread.iter().map(|(ip, _)| (*ip, Lingering)).collect();
-        assert_eq!(pick(&[&[(a, Head)][..], &lingering].concat()), Some(1));
         // (Each peer holding one, the oldest goes: where two were taken for one peer, the
         // older of those two would, below.)
         // Unless one there is answered already.

@@ -164,6 +164,24 @@ fn status_pins_settings_and_recording_through_ctl() {
             "{err}"
         );
     }
+    // A key given twice is refused whole (which was meant?): the threshold is still 20 ms.
+    let out = ctl_in(
+        None,
+        &[
+            &pid,
+            "set",
+            "threshold=30ms",
+            "stacks=full",
+            "threshold=40ms",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err
+                .contains(r#"threshold is given twice (threshold="30ms", then threshold="40ms")"#),
+        "{err}"
+    );
     let said = ctl(&[&pid, "set", "threshold=500ms"]);
     assert!(said.contains("threshold: 20ms -> 500ms"), "{said}");
     svc.send("pin 50ms");

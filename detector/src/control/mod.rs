@@ -726,6 +726,14 @@ fn set(w: &Shared, pairs: &[(String, String)]) -> Reply {
             Settings::KEYS.join(", ")
         ));
     }
+    // A key given twice is a mistake in the command (which was meant?): nothing is set.
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if let Some((_, again)) = pairs[i + 1..].iter().find(|(k2, _)| k2 == k) {
+            return Reply::error(format!(
+                "{k} is given twice ({k}={v:?}, then {k}={again:?}); give each key once"
+            ));
+        }
+    }
     // All under the settings' lock, so that two clients' changes never mix.
     let changed = w.tunables.update(|s| {
         for (k, v) in pairs {

@@ -398,6 +398,7 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
                         .min()
                         .filter(|(d, _)| *d <= 3)
                 })
+                .or_else(|| ended(&name).map(|known| (0, known)))
                 .or_else(|| sharing_words(&name).map(|known| (0, known)));
             let hint = match closest {
                 Some((_, known)) => format!("did you mean {known}? "),
@@ -432,6 +433,24 @@ fn begun(name: &str) -> Option<&'static str> {
                 .map(|v| v.name)
         })
         .flatten()
+}
+
+/// The one known variable whose words end with all of `name`'s: a name whose first words are
+/// left out (`MAX_LOCATIONS` after `PINWATCH` for the Prometheus endpoint's); none where
+/// several do (`SIZE`: the flight recording's or the recording's?).
+fn ended(name: &str) -> Option<&'static str> {
+    let theirs = words(name);
+    if theirs.is_empty() {
+        return None;
+    }
+    let mut ending = ENV_VARS
+        .iter()
+        .filter(|v| words(v.name).ends_with(&theirs))
+        .map(|v| v.name);
+    match (ending.next(), ending.next()) {
+        (Some(known), None) => Some(known),
+        _ => None,
+    }
 }
 
 /// The known variable whose name begins with the most of `name`'s words after `PINWATCH`
@@ -1363,10 +1382,12 @@ mod tests {
             "PINWATCHDOG_CONTROL_DIR",
             "PINWATCH_MAX_WORKERS",
             "PINWATCH__",
+            "PINWATCH_MAX_LOCATIONS",
+            "PINWATCH_SIZE",
         ]
         .map(std::ffi::OsString::from);
         let said = unknown_env_vars(names);
-        assert_eq!(said.len(), 13, "{said:#?}");
+        assert_eq!(said.len(), 15, "{said:#?}");
         let of = |name: &str| {
             said.iter()
                 .find(|w| {
@@ -1391,6 +1412,11 @@ mod tests {
             of("PINWATCHDOG_CONTROL_DIR").ends_with("ignored; docs/configuration.md lists them")
         );
         assert!(of("PINWATCH_MAX_WORKERS").ends_with("ignored; docs/configuration.md lists them"));
+        // The end of one known name (helper-86: `PINWATCH_MAX_LOCATIONS` got no hint); the end
+        // of several is no hint.
+        assert!(of("PINWATCH_MAX_LOCATIONS")
+            .contains("; did you mean PINWATCH_PROMETHEUS_MAX_LOCATIONS? "));
+        assert!(of("PINWATCH_SIZE").ends_with("ignored; docs/configuration.md lists them"));
         assert!(of("PINWATCH__").contains("did you mean PINWATCH? "));
         assert!(of("PINWATCH_THRESHOLDS").contains("; did you mean PINWATCH_THRESHOLD? "));
         assert!(of("PINWATCH_TRESHOLD").contains("; did you mean PINWATCH_THRESHOLD? "));

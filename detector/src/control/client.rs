@@ -202,12 +202,17 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
         if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
             // A link to the directory is named by where it leads: `--dir` takes no link.
             let dir = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+            // Quoted for a shell where it needs to be (a space, a quote), to be pasted.
+            let word = |p: &Path| {
+                let p = p.display().to_string();
+                shlex::try_quote(&p).map_or(p.clone(), |q| q.into_owned())
+            };
             return Err(format!(
                 "{target} is a directory, not a socket: give the process with it, `pinwatch ctl \
                  --dir {dir} PID …` (`pinwatch ctl --dir {dir} list` shows them), or the \
                  socket's own path (`{}`)",
-                dir.join("PID.sock").display(),
-                dir = dir.display(),
+                word(&dir.join("PID.sock")),
+                dir = word(&dir),
             ));
         }
         let (Some(parent), Some(file)) = (path.parent(), path.file_name().and_then(|f| f.to_str()))
@@ -697,6 +702,25 @@ mod tests {
             .unwrap()
             .display()
             .to_string();
+        // A name with a space and a quote is quoted for the shell, to be pasted (helper-86).
+        let odd = dir.path().join("my svc's dir");
+        std::fs::create_dir(&odd).unwrap();
+        let e = find_socket(&format!("{target}/my svc's dir"), &search_dirs(None)).unwrap_err();
+        // What is between each pair of backticks, as a shell splits it.
+        let words: Vec<Vec<String>> = e
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|cmd| shlex::split(cmd).unwrap())
+            .collect();
+        let odd = format!("{target}/my svc's dir");
+        assert_eq!(
+            words[0],
+            ["pinwatch", "ctl", "--dir", &odd, "PID", "…"],
+            "{e}"
+        );
+        assert_eq!(words[1], ["pinwatch", "ctl", "--dir", &odd, "list"], "{e}");
+        assert_eq!(words[2], [format!("{odd}/PID.sock")], "{e}");
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         let link = link.display().to_string();

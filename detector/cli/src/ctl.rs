@@ -467,10 +467,11 @@ fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitC
     Ok(crate::say_wrote(
         output,
         &format!(
-            "wrote {} ({} events, {pins} pins; {}); open it in a browser\n",
+            "wrote {} ({} events, {pins} pins; {}){}\n",
             pinwatch::text::Escaped(output.display()),
             rec.events.len(),
-            untrusted(&source)
+            untrusted(&source),
+            crate::open_it(output)
         ),
     ))
 }

@@ -210,9 +210,10 @@ fn main() -> ExitCode {
             say_wrote(
                 &output,
                 &format!(
-                    "wrote {} ({} events, {pins} pins); open it in a browser\n{head}",
+                    "wrote {} ({} events, {pins} pins){}\n{head}",
                     Escaped(output.display()),
-                    rec.events.len()
+                    rec.events.len(),
+                    open_it(&output)
                 ),
             )
         }
@@ -303,6 +304,16 @@ pub(crate) fn say_wrote(output: &Path, text: &str) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     print_out(text)
+}
+
+/// What `report` and `ctl report` say after a page written to `output`: to open it, where it is
+/// a file to open (not for a pipe or `/dev/stdout`: [`written_as_is`]).
+pub(crate) fn open_it(output: &Path) -> &'static str {
+    if written_as_is(output) {
+        ""
+    } else {
+        "; open it in a browser"
+    }
 }
 
 /// `pinwatch: <msg>` on stderr; never panics (`eprintln!` does when stderr is a closed pipe).

@@ -834,6 +834,21 @@ fn report_refuses_its_own_recording_and_writes_to_dev_stdout() {
         "{}",
         &out[..out.len().min(200)]
     );
+    // No file to open in a browser: the page went down a pipe (helper-83).
+    assert!(
+        err.starts_with("wrote /dev/stdout (") && !err.contains("browser"),
+        "{err}"
+    );
+    // A file is one.
+    let page = dir.path().join("page.html");
+    let (code, out, err) = pinwatch(&[
+        "report",
+        rec.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("; open it in a browser"), "{out}");
 }
 
 /// `report -o /proc/self/fd/1` (or `/dev/fd/1`) with stdout redirected to a file (`>> out`):

@@ -7,11 +7,11 @@
 //! (`Connection: close`). Its request head must arrive within [`HEAD_TIMEOUT`] of the accept
 //! (else `408`) and be at most [`MAX_HEAD`] bytes (else `431`); the whole exchange ends within
 //! [`DEADLINE`]. At most [`MAX_CONNECTIONS`] are open: one more closes one of the network
-//! holding the most connections (an IPv4 /24, an IPv6 /48) and, in it, of the peer holding the
-//! most (an IPv6 peer is its /64), one already answered first, else its oldest; where no peer
-//! there holds two, one already answered, else the oldest still without its request, else the
-//! new one (never one being answered; see `pick`), counted and logged. Routing is the caller's: it gets the method, the path and
-//! the query.
+//! holding the most connections (an IPv4 /24, an IPv6 /48) when it holds [`CROWD`] or more and,
+//! in it, of the peer holding the most (an IPv6 peer is its /64), one already answered first,
+//! else its oldest; where no peer there holds two, one already answered, else the oldest still
+//! without its request, else the new one (never one being answered; see `pick`), counted and
+//! logged. Routing is the caller's: it gets the method, the path and the query.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -22,8 +22,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Connections open at once; one more closes the oldest.
+/// Connections open at once; one more closes one of them (`pick`), or itself.
 pub(crate) const MAX_CONNECTIONS: usize = 32;
+/// Connections from one network (an IPv4 /24, an IPv6 /48) from which, when it holds the most,
+/// a full endpoint makes room there first: fewer are not told from a few clients that share a
+/// network (two Prometheus servers, the pods of one node), which a flood spread one connection
+/// to a network would otherwise have closed first (helper-88).
+const CROWD: usize = 4;
 /// Bytes of a request head (request line and headers).
 pub(crate) const MAX_HEAD: usize = 8 * 1024;
 /// From the accept to the end of the request head.
@@ -495,7 +500,8 @@ fn run(
                                 format!(
                                     "the Prometheus endpoint has {MAX_CONNECTIONS} connections \
                                      open, its limit: closed {} ({evicted} so far); something \
-                                     holds connections to it open without scraping",
+                                     opens or holds connections to it faster than it is \
+                                     scraped",
                                     if victim.is_some() {
                                         "one to make room"
                                     } else {
@@ -561,8 +567,8 @@ enum Stage {
 }
 
 /// Which of `conns` (peer and stage, oldest first) to close for a new one; `None`: the new one.
-/// Never one being answered. First the network holding the most connections, when it holds two
-/// or more, then in it the peer holding the most, when it holds two or more — a flood from one
+/// Never one being answered. First the network holding the most connections, when it holds
+/// [`CROWD`] or more, then in it the peer holding the most, when it holds two or more — a flood from one
 /// address, or spread over a network's addresses, costs that address or network, not a
 /// scraper elsewhere, whatever each flood connection has sent: of that peer, one already
 /// answered first, else its oldest (not one that has sent nothing: a flood that sends a byte
@@ -576,8 +582,8 @@ enum Stage {
 /// request takes to follow its connection to keep it out — whether it holds its connections or
 /// opens new ones as fast as it closes them (helper-85: with the new connection closed
 /// instead, a flood from 500 addresses, each closed after 0.6 s, kept 18–19 of 20 scrapes out;
-/// now none; helper-86: one churning from four /24s kept 4–6 of 20 out while only addresses
-/// were counted). `None` only while every place is being answered.
+/// now none; a flood churning from four /24s let 8–13 of 20 scrapes be answered while only
+/// addresses were counted, all 20 now). `None` only while every place is being answered.
 /// An IPv6 peer is its /64, which one host is given whole, and its network its /48; an IPv4
 /// peer is its address, and its network its /24; one mapped or translated into IPv6
 /// (`::ffff:a.b.c.d`, NAT64's `64:ff9b::a.b.c.d`) is its IPv4 address.
@@ -628,10 +634,10 @@ fn pick(conns: &[(std::net::IpAddr, Stage)]) -> Option<usize> {
     let held = |of: &[std::net::IpAddr], i: usize| of.iter().filter(|&&k| k == of[i]).count();
     let may_close = |i: usize| conns[i].1 != Stage::Answering;
     let closable = || (0..conns.len()).filter(|&i| may_close(i));
-    // The network holding the most, where one holds two or more; in it, the peer holding the
-    // most, where one holds two or more.
+    // The network holding the most, where one holds a crowd; in it (or among all), the peer
+    // holding the most, where one holds two or more.
     let most_net = closable().map(|i| held(&nets, i)).max()?;
-    let in_net = |i: usize| most_net < 2 || held(&nets, i) == most_net;
+    let in_net = |i: usize| most_net < CROWD || held(&nets, i) == most_net;
     let most = closable()
         .filter(|&i| in_net(i))
         .map(|i| held(&peers, i))
@@ -843,7 +849,7 @@ mod tests {
             Some(1)
         );
         let four_nets: Vec<_> = (3..=6u8)
-            .flat_map(|n| (1..=3u8).map(move |i| (std::net::IpAddr::from([127, 0, n, i]), Head)))
+            .flat_map(|n| (1..=4u8).map(move |i| (std::net::IpAddr::from([127, 0, n, i]), Head)))
             .collect();
         assert_eq!(pick(&[&[(a, Head)][..], &four_nets].concat()), Some(1));
         assert_eq!(
@@ -862,22 +868,28 @@ mod tests {
             ]),
             Some(2)
         );
-        // Each network holding one: as if each held one peer.
-        let one_each: Vec<_> = (1..=4u8)
+        // Each network holding one: as if each held one peer. Two or three clients sharing a
+        // network are no crowd (helper-88: two scrapers in one /24 were closed first, before
+        // a flood of one connection from each of 30 other /24s).
+        let one_each: Vec<_> = (1..=30u8)
             .map(|n| (std::net::IpAddr::from([10, n, 0, 1]), Head))
             .collect();
         assert_eq!(pick(&[&[(a, Head)][..], &one_each].concat()), Some(0));
+        for scrapers in [&[a, b][..], &[a, b, c]] {
+            let scrapes: Vec<_> = scrapers.iter().map(|&ip| (ip, Head)).collect();
+            assert_eq!(pick(&[&one_each[..], &scrapes].concat()), Some(0));
+        }
         // An IPv6 host's /64 is one peer; an IPv4-mapped address is its IPv4 one.
         let v6 = |last: u16| std::net::IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
         assert_eq!(pick(&[(a, Head), (v6(1), Head), (v6(2), Head)]), Some(1));
         // Another /64 is another peer, of the same network when in the same /48.
-        let other = std::net::IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]);
-        assert_eq!(pick(&[(a, Head), (v6(1), Head), (other, Head)]), Some(1));
-        let elsewhere = std::net::IpAddr::from([0x2001, 0xdb8, 1, 1, 0, 0, 0, 1]);
-        assert_eq!(
-            pick(&[(a, Head), (v6(1), Head), (elsewhere, Head)]),
-            Some(0)
-        );
+        let other = |net: u16| std::net::IpAddr::from([0x2001, 0xdb8, 0, net, 0, 0, 0, 1]);
+        assert_eq!(pick(&[(a, Head), (v6(1), Head), (other(2), Head)]), Some(0));
+        let crowd: Vec<_> = (2..=5).map(|n| (other(n), Head)).collect();
+        assert_eq!(pick(&[&[(a, Head)][..], &crowd].concat()), Some(1));
+        let elsewhere = |n: u16| std::net::IpAddr::from([0x2001, 0xdb8, n, 1, 0, 0, 0, 1]);
+        let spread: Vec<_> = (1..=4).map(|n| (elsewhere(n), Head)).collect();
+        assert_eq!(pick(&[&[(a, Head)][..], &spread].concat()), Some(0));
         let mapped: std::net::IpAddr = "::ffff:127.0.0.1".parse().unwrap();
         assert_eq!(pick(&[(b, Head), (a, Head), (mapped, Head)]), Some(1));
         // Clients behind NAT64 are their IPv4 addresses, not one /64.

@@ -22,6 +22,11 @@ fn pinwatch(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `pinwatch report RECORDING -o OUTPUT`.
+fn report_to(recording: &str, output: &str) -> (i32, String, String) {
+    pinwatch(&["report", recording, "-o", output])
+}
+
 /// Source line numbers replaced by `N`, so that a golden file survives edits of the sources it
 /// names.
 fn normalise(s: &str) -> String {
@@ -575,12 +580,7 @@ fn a_closed_pipe_ends_a_page_or_profile_written_to_stdout_quietly() {
         assert_eq!(done.status.code(), Some(0), "{args:?}: {:?}", done.status);
     }
     // A file that cannot be written still fails, saying so.
-    let (code, _, err) = pinwatch(&[
-        "report",
-        data("recording.jsonl").to_str().unwrap(),
-        "-o",
-        "/proc/version",
-    ]);
+    let (code, _, err) = report_to(data("recording.jsonl").to_str().unwrap(), "/proc/version");
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("cannot write /proc/version"), "{err}");
 }
@@ -740,12 +740,7 @@ fn report_replaces_a_symlink_instead_of_writing_through_it() {
     let page = dir.path().join("page.html");
     std::os::unix::fs::symlink(&victim, &page).unwrap();
     let rec = data("recording.jsonl");
-    let (code, _, err) = pinwatch(&[
-        "report",
-        rec.to_str().unwrap(),
-        "-o",
-        page.to_str().unwrap(),
-    ]);
+    let (code, _, err) = report_to(rec.to_str().unwrap(), page.to_str().unwrap());
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
     let meta = std::fs::symlink_metadata(&page).unwrap();
@@ -778,12 +773,7 @@ fn output_never_follows_another_users_symlink_in_a_shared_directory() {
         let link = tmp.join(name);
         symlink(target, &link).unwrap();
         lchown(&link, Some(65534), None).unwrap();
-        let (code, out, err) = pinwatch(&[
-            "report",
-            rec.to_str().unwrap(),
-            "-o",
-            link.to_str().unwrap(),
-        ]);
+        let (code, out, err) = report_to(rec.to_str().unwrap(), link.to_str().unwrap());
         assert_eq!(code, 1, "{target}: {err}");
         assert!(
             err.contains("is a symlink that user 65534 made"),
@@ -795,12 +785,7 @@ fn output_never_follows_another_users_symlink_in_a_shared_directory() {
         );
         // The same link, the service's user's own: followed.
         lchown(&link, Some(0), None).unwrap();
-        let (code, _, err) = pinwatch(&[
-            "report",
-            rec.to_str().unwrap(),
-            "-o",
-            link.to_str().unwrap(),
-        ]);
+        let (code, _, err) = report_to(rec.to_str().unwrap(), link.to_str().unwrap());
         assert_eq!(code, 0, "{target}: {err}");
     }
 }
@@ -841,12 +826,7 @@ fn report_refuses_its_own_recording_and_writes_to_dev_stdout() {
     );
     // A file is one.
     let page = dir.path().join("page.html");
-    let (code, out, err) = pinwatch(&[
-        "report",
-        rec.to_str().unwrap(),
-        "-o",
-        page.to_str().unwrap(),
-    ]);
+    let (code, out, err) = report_to(rec.to_str().unwrap(), page.to_str().unwrap());
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("; open it in a browser"), "{out}");
 }
@@ -900,12 +880,10 @@ fn report_refuses_a_socket() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    let (code, _, err) = pinwatch(&[
-        "report",
+    let (code, _, err) = report_to(
         data("recording.jsonl").to_str().unwrap(),
-        "-o",
         sock.to_str().unwrap(),
-    ]);
+    );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("it is a socket"), "{err}");
 }

@@ -193,7 +193,7 @@ impl Prepared {
                 // In a directory of its own, `pinwatch ctl` takes the socket's path.
                 let target = match watched.config.control {
                     crate::config::Control::On => c.target(),
-                    _ => c.path().display().to_string(),
+                    _ => crate::text::shell_word(c.path()),
                 };
                 (c.path(), target)
             });

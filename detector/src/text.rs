@@ -49,6 +49,15 @@ impl<W: Write> Write for Escaping<W> {
     }
 }
 
+/// `path` as one word of a shell command, quoted where it needs to be (a space, a quote, `$`):
+/// for advice to paste (`chmod 700 '/run/my svc'`). Shown through [`Escaped`] like any text
+/// from outside, a name with a control character no longer pastes as itself, but it stays one
+/// quoted word.
+pub fn shell_word(path: &std::path::Path) -> String {
+    let p = path.display().to_string();
+    shlex::try_quote(&p).map_or_else(|_| p.clone(), |q| q.into_owned())
+}
+
 /// `s` escaped.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -202,11 +202,7 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
         if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
             // A link to the directory is named by where it leads: `--dir` takes no link.
             let dir = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-            // Quoted for a shell where it needs to be (a space, a quote), to be pasted.
-            let word = |p: &Path| {
-                let p = p.display().to_string();
-                shlex::try_quote(&p).map_or(p.clone(), |q| q.into_owned())
-            };
+            let word = crate::text::shell_word;
             return Err(format!(
                 "{target} is a directory, not a socket: give the process with it, `pinwatch ctl \
                  --dir {dir} PID …` (`pinwatch ctl --dir {dir} list` shows them), or the \

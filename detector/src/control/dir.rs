@@ -72,7 +72,7 @@ impl ControlDir {
                  directory of its own)",
                 path.display(),
                 m.mode() & 0o7777,
-                path.display()
+                crate::text::shell_word(path)
             ));
         }
         Ok(ControlDir {
@@ -257,6 +257,23 @@ pub(crate) fn parse_socket_name(file: &str) -> Option<(u32, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory others may enter is refused with the `chmod` to run, its path one word for
+    /// the shell (helper-89: `chmod 700 /tmp/open dir` changed two other paths).
+    #[test]
+    fn an_open_directory_is_refused_with_a_chmod_to_paste() {
+        use std::os::unix::fs::PermissionsExt;
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("open dir");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let Err(e) = ControlDir::checked(&dir, None) else {
+            panic!("a directory of mode 755 was taken");
+        };
+        let advice = e.split('`').nth(1).unwrap();
+        let words = shlex::split(advice).unwrap();
+        assert_eq!(words, ["chmod", "700", &dir.display().to_string()], "{e}");
+    }
 
     #[test]
     fn socket_names() {

@@ -389,6 +389,7 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
             // distance is quadratic in them, and the environment's names may be long.
             let chars = name.chars().count();
             let closest = begun(&name)
+                .or_else(|| ended(&name))
                 .map(|known| (0, known))
                 .or_else(|| {
                     ENV_VARS
@@ -398,7 +399,6 @@ pub(crate) fn unknown_env_vars(names: impl IntoIterator<Item = std::ffi::OsStrin
                         .min()
                         .filter(|(d, _)| *d <= 3)
                 })
-                .or_else(|| ended(&name).map(|known| (0, known)))
                 .or_else(|| sharing_words(&name).map(|known| (0, known)));
             let hint = match closest {
                 Some((_, known)) => format!("did you mean {known}? "),
@@ -1384,10 +1384,11 @@ mod tests {
             "PINWATCH__",
             "PINWATCH_MAX_LOCATIONS",
             "PINWATCH_SIZE",
+            "PINWATCH_KEEP",
         ]
         .map(std::ffi::OsString::from);
         let said = unknown_env_vars(names);
-        assert_eq!(said.len(), 15, "{said:#?}");
+        assert_eq!(said.len(), 16, "{said:#?}");
         let of = |name: &str| {
             said.iter()
                 .find(|w| {
@@ -1417,6 +1418,8 @@ mod tests {
         assert!(of("PINWATCH_MAX_LOCATIONS")
             .contains("; did you mean PINWATCH_PROMETHEUS_MAX_LOCATIONS? "));
         assert!(of("PINWATCH_SIZE").ends_with("ignored; docs/configuration.md lists them"));
+        // Before a misspelling as close (helper-89: `KEEP` is three edits from `OTLP`).
+        assert!(of("PINWATCH_KEEP").contains("; did you mean PINWATCH_RECORD_KEEP? "));
         assert!(of("PINWATCH__").contains("did you mean PINWATCH? "));
         assert!(of("PINWATCH_THRESHOLDS").contains("; did you mean PINWATCH_THRESHOLD? "));
         assert!(of("PINWATCH_TRESHOLD").contains("; did you mean PINWATCH_THRESHOLD? "));

@@ -178,8 +178,16 @@ fn status_pins_settings_and_recording_through_ctl() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success()
-            && err
-                .contains(r#"threshold is given twice (threshold="30ms", then threshold="40ms")"#),
+            && err.contains(
+                r#"`threshold` is given twice (threshold="30ms", then threshold="40ms")"#
+            ),
+        "{err}"
+    );
+    // An unknown key is refused as that, given twice or not (helper-89).
+    let out = ctl_in(None, &[&pid, "set", "foo=1", "foo=2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown setting") && !err.contains("twice"),
         "{err}"
     );
     let said = ctl(&[&pid, "set", "threshold=500ms"]);

@@ -726,11 +726,13 @@ fn set(w: &Shared, pairs: &[(String, String)]) -> Reply {
             Settings::KEYS.join(", ")
         ));
     }
-    // A key given twice is a mistake in the command (which was meant?): nothing is set.
+    // A key given twice is a mistake in the command (which was meant?): nothing is set. (An
+    // unknown key is refused as that, below.)
     for (i, (k, v)) in pairs.iter().enumerate() {
-        if let Some((_, again)) = pairs[i + 1..].iter().find(|(k2, _)| k2 == k) {
+        let again = pairs[i + 1..].iter().find(|(k2, _)| k2 == k);
+        if let (Some((_, again)), true) = (again, Settings::KEYS.contains(&k.as_str())) {
             return Reply::error(format!(
-                "{k} is given twice ({k}={v:?}, then {k}={again:?}); give each key once"
+                "`{k}` is given twice ({k}={v:?}, then {k}={again:?}); give each key once"
             ));
         }
     }

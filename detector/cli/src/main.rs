@@ -307,12 +307,12 @@ pub(crate) fn say_wrote(output: &Path, text: &str) -> ExitCode {
 }
 
 /// What `report` and `ctl report` say after a page written to `output`: to open it, where it is
-/// a file to open (not for a pipe or `/dev/stdout`: [`written_as_is`]).
+/// a file (also through `/dev/stdout` redirected to one), not a pipe.
 pub(crate) fn open_it(output: &Path) -> &'static str {
-    if written_as_is(output) {
-        ""
-    } else {
+    if std::fs::metadata(output).is_ok_and(|m| m.is_file()) {
         "; open it in a browser"
+    } else {
+        ""
     }
 }
 

@@ -870,6 +870,8 @@ fn report_writes_through_its_own_stdout_when_that_is_a_file() {
             "-o {out}: the 'wrote' line is in the page"
         );
         assert!(err.contains(&format!("wrote {out}")), "-o {out}: {err}");
+        // A file, to open (helper-89: the hint was left out for any descriptor).
+        assert!(err.contains("; open it in a browser"), "-o {out}: {err}");
     }
 }
 

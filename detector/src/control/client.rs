@@ -107,19 +107,15 @@ impl Dirs {
                 let Some((pid, name)) = parse_socket_name(&file) else {
                     continue;
                 };
-                match dir.entry(&file) {
-                    Some(e) if e.is_socket && e.uid == dir.owner() => out.push(Endpoint {
+                match dir.socket(&file) {
+                    Some(Ok(())) => out.push(Endpoint {
                         pid,
                         name,
                         path: dir.path().join(&file),
                         owner: dir.owner(),
                         dir: Some(i),
                     }),
-                    Some(e) => skipped.push(format!(
-                        "{}: {}",
-                        dir.path().join(&file).display(),
-                        not_a_socket_of(&e, dir.owner())
-                    )),
+                    Some(Err(why)) => skipped.push(left_alone(dir, &file, &why)),
                     None => {}
                 }
             }
@@ -142,15 +138,10 @@ impl Dirs {
     }
 }
 
-fn not_a_socket_of(e: &super::dir::Entry, owner: u32) -> String {
-    if !e.is_socket {
-        "not a socket (left alone)".to_owned()
-    } else {
-        format!(
-            "a socket of uid {}, not of the directory's owner uid {owner} (left alone)",
-            e.uid
-        )
-    }
+/// An entry with a socket's name that is not spoken to, as [`Dirs::skipped`] says it:
+/// `/tmp/x/7.sock: not a socket (left alone)`.
+fn left_alone(dir: &ControlDir, file: &str, why: &str) -> String {
+    format!("{}: {why}", dir.path().join(file).display())
 }
 
 /// Where to look for control sockets: `dir` if given, else the directory `PINWATCH_CONTROL`
@@ -222,18 +213,15 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
         };
         let dir = ControlDir::checked(parent, owner_of_named(parent))
             .map_err(|e| format!("refusing to talk to {target}: {e}"))?;
-        return match dir.entry(file) {
-            Some(e) if e.is_socket && e.uid == dir.owner() => Ok(Endpoint {
+        return match dir.socket(file) {
+            Some(Ok(())) => Ok(Endpoint {
                 pid: parse_socket_name(file).map_or(0, |(p, _)| p),
                 name: file.to_owned(),
                 path: path.clone(),
                 owner: dir.owner(),
                 dir: None,
             }),
-            Some(e) => Err(format!(
-                "refusing to talk to {target}: {}",
-                not_a_socket_of(&e, dir.owner())
-            )),
+            Some(Err(why)) => Err(format!("refusing to talk to {target}: {why}")),
             None => Err(format!("{target}: no such socket")),
         };
     }
@@ -247,8 +235,8 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
     for dir in &dirs.dirs {
-        match dir.entry(&file) {
-            Some(e) if e.is_socket && e.uid == dir.owner() => {
+        match dir.socket(&file) {
+            Some(Ok(())) => {
                 let (pid, name) = parse_socket_name(&file).unwrap_or((0, target.to_owned()));
                 found.push(Endpoint {
                     pid,
@@ -260,11 +248,7 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
             }
             // Noted, and the next directory looked in: another user's directory comes before
             // the real one in root's search.
-            Some(e) => skipped.push(format!(
-                "{}: {}",
-                dir.path().join(&file).display(),
-                not_a_socket_of(&e, dir.owner())
-            )),
+            Some(Err(why)) => skipped.push(left_alone(dir, &file, &why)),
             None => {}
         }
     }
@@ -699,9 +683,9 @@ mod tests {
             .display()
             .to_string();
         // A name with a space and a quote is quoted for the shell, to be pasted (helper-86).
-        let odd = dir.path().join("my svc's dir");
+        let odd = format!("{target}/my svc's dir");
         std::fs::create_dir(&odd).unwrap();
-        let e = find_socket(&format!("{target}/my svc's dir"), &search_dirs(None)).unwrap_err();
+        let e = find_socket(&odd, &search_dirs(None)).unwrap_err();
         // What is between each pair of backticks, as a shell splits it.
         let words: Vec<Vec<String>> = e
             .split('`')
@@ -709,7 +693,6 @@ mod tests {
             .step_by(2)
             .map(|cmd| shlex::split(cmd).unwrap())
             .collect();
-        let odd = format!("{target}/my svc's dir");
         assert_eq!(
             words[0],
             ["pinwatch", "ctl", "--dir", &odd, "PID", "…"],

@@ -20,9 +20,9 @@ pub struct ControlDir {
 }
 
 /// What a directory entry is, as `lstat` sees it.
-pub(crate) struct Entry {
-    pub(crate) is_socket: bool,
-    pub(crate) uid: u32,
+struct Entry {
+    is_socket: bool,
+    uid: u32,
 }
 
 impl ControlDir {
@@ -109,8 +109,24 @@ impl ControlDir {
         names
     }
 
+    /// Whether `name` in this directory is a socket of its owner, the only kind spoken to:
+    /// `None` if there is no such entry, else `Ok`, or why it is left alone.
+    pub(crate) fn socket(&self, name: &str) -> Option<Result<(), String>> {
+        let e = self.entry(name)?;
+        Some(if !e.is_socket {
+            Err("not a socket (left alone)".to_owned())
+        } else if e.uid != self.owner {
+            Err(format!(
+                "a socket of uid {}, not of the directory's owner uid {} (left alone)",
+                e.uid, self.owner
+            ))
+        } else {
+            Ok(())
+        })
+    }
+
     /// `lstat` of `name` in this directory (a symlink is not followed).
-    pub(crate) fn entry(&self, name: &str) -> Option<Entry> {
+    fn entry(&self, name: &str) -> Option<Entry> {
         let c = CString::new(name).ok()?;
         // SAFETY: stat is plain data; zeroes are a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -178,10 +194,7 @@ impl ControlDir {
         let Some((pid, _)) = parse_socket_name(name) else {
             return false;
         };
-        let Some(e) = self.entry(name) else {
-            return false;
-        };
-        if !e.is_socket || e.uid != self.owner {
+        if !matches!(self.socket(name), Some(Ok(()))) {
             return false;
         }
         if !ours && Path::new(&format!("/proc/{pid}")).exists() {

@@ -118,8 +118,7 @@ impl Server {
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
         // Bound by path: the path must still be the directory checked (only its owner or root
         // can move it, in a sticky /tmp too), and the new entry our socket.
-        let bound = dir.entry(&name);
-        if !dir.is_at_path() || !bound.is_some_and(|e| e.is_socket && e.uid == dir.owner()) {
+        if !dir.is_at_path() || !matches!(dir.socket(&name), Some(Ok(()))) {
             return Err(format!(
                 "{} changed while the socket was made in it; not serving there",
                 dir.path().display()

@@ -53,9 +53,13 @@ impl<W: Write> Write for Escaping<W> {
 /// for advice to paste (`chmod 700 '/run/my svc'`). Shown through [`Escaped`] like any text
 /// from outside, a name with a control character no longer pastes as itself, but it stays one
 /// quoted word.
-pub fn shell_word(path: &std::path::Path) -> String {
+pub(crate) fn shell_word(path: &std::path::Path) -> String {
     let p = path.display().to_string();
-    shlex::try_quote(&p).map_or_else(|_| p.clone(), |q| q.into_owned())
+    match shlex::try_quote(&p) {
+        Ok(q) => q.into_owned(),
+        // Only a NUL is refused, and no path holds one.
+        Err(_) => p,
+    }
 }
 
 /// `s` escaped.

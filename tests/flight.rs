@@ -219,11 +219,8 @@ fn a_dump_has_the_pins_made_while_nothing_recorded() {
         &["ctl", &pid.to_string(), "report", "-o", "live.html"],
     );
     assert!(!out.status.success(), "a page was replaced unasked");
-    // To a pipe (`/dev/stdout`): the dump alone on stdout, no `--force` asked.
-    let out = cli(
-        dir.path(),
-        &["ctl", &pid.to_string(), "dump", "/dev/stdout"],
-    );
+    // To a pipe (`-`, standard output): the dump alone on stdout, no `--force` asked.
+    let out = cli(dir.path(), &["ctl", &pid.to_string(), "dump", "-"]);
     assert!(out.status.success(), "{out:?}");
     let piped = String::from_utf8_lossy(&out.stdout);
     let first = piped.lines().next().unwrap_or_default();

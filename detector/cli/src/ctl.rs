@@ -75,7 +75,8 @@ enum Action {
     /// first line says which process it is from and what was dropped for space.
     Dump {
         /// The file, written here (by this command, not by the service); it must not exist
-        /// unless `--force`.
+        /// unless `--force`. `-` is standard output.
+        #[arg(value_parser = crate::stdio_path("/dev/stdout"))]
         file: PathBuf,
         /// Replace FILE if it exists (whole, never left half written).
         #[arg(long)]
@@ -84,8 +85,9 @@ enum Action {
     /// Dump the flight recording and write it as an HTML page in one step (like `pinwatch
     /// report` on a dump).
     Report {
-        /// Where to write the page; it must not exist unless `--force`.
-        #[arg(short, long)]
+        /// Where to write the page; it must not exist unless `--force`. `-` is standard
+        /// output.
+        #[arg(short, long, value_parser = crate::stdio_path("/dev/stdout"))]
         output: PathBuf,
         /// Replace the page if it exists.
         #[arg(long)]
@@ -95,8 +97,9 @@ enum Action {
     /// recording, as `pinwatch profile` does for a recording and `/debug/pprof/pinned` serves;
     /// read it with `go tool pprof -symbolize=none -top FILE`.
     Profile {
-        /// Where to write the profile; it must not exist unless `--force`.
-        #[arg(short, long)]
+        /// Where to write the profile; it must not exist unless `--force`. `-` is standard
+        /// output.
+        #[arg(short, long, value_parser = crate::stdio_path("/dev/stdout"))]
         output: PathBuf,
         /// Only the pins that ran in the last N seconds (counted back from now).
         /// At least 1, as `/debug/pprof/pinned?seconds=N` takes it.
@@ -116,7 +119,9 @@ enum Action {
 enum RecordAction {
     /// Record to FILE (appended to; rotated by size and age: `rec.jsonl` to `rec.1.jsonl`, …).
     Start {
-        /// The file, as seen by the service (a relative path is made absolute here).
+        /// The file, as seen by the service (a relative path is made absolute here). Not `-`:
+        /// the service writes to a file of its own (`./-` names a file called `-`).
+        #[arg(value_parser = not_dash())]
         file: PathBuf,
         /// Rotate before the file grows past this (`50MB`, `1GiB`, `off`); default: the
         /// service's PINWATCH_RECORD_MAX_SIZE.
@@ -518,6 +523,22 @@ fn profile(
         nanos,
         built.sample.len(),
     ))
+}
+
+/// A file the service writes: `-` is refused rather than taken for a file named `-` in this
+/// directory, where every other command reads it as a standard stream.
+fn not_dash() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::OsStringValueParser::new().try_map(|s| {
+        if s == "-" {
+            Err(
+                "the service records to a file of its own, not to this command's output; \
+                 name the file (`./-` for one called `-`), and read it with `pinwatch print`",
+            )
+        } else {
+            Ok(PathBuf::from(s))
+        }
+    })
 }
 
 /// `file` made absolute, for the service: a path the control protocol (JSON) can carry.

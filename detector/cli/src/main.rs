@@ -34,6 +34,8 @@ enum Command {
     /// Print every event, one block each, stack included (like `jfr print`).
     Print {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
+        /// `-` reads standard input.
+        #[arg(value_parser = stdio_path("/dev/stdin"))]
         file: PathBuf,
         /// Print the events as JSON lines instead (one per line, in this version's schema: an older
         /// line is written as this version reads it, with durations in ms to the microsecond).
@@ -48,6 +50,8 @@ enum Command {
     /// waited behind the pins (the delayed tasks by where they were spawned).
     Summary {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
+        /// `-` reads standard input.
+        #[arg(value_parser = stdio_path("/dev/stdin"))]
         file: PathBuf,
         /// Print every table as one JSON object: `locations` (the rows), `by_request` (with
         /// spans), `who_waited`, and `dumps` (what a flight recording's dump says of itself).
@@ -59,9 +63,12 @@ enum Command {
     /// browser; needs no network.
     Report {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
+        /// `-` reads standard input.
+        #[arg(value_parser = stdio_path("/dev/stdin"))]
         file: PathBuf,
-        /// Where to write the page (default: the recording's path with `.html`).
-        #[arg(short, long)]
+        /// Where to write the page (default: the recording's path with `.html`); `-` is
+        /// standard output.
+        #[arg(short, long, value_parser = stdio_path("/dev/stdout"))]
         output: Option<PathBuf>,
     },
     /// Write a recording's pins as a pinned-time profile in the pprof format (gzipped
@@ -70,10 +77,12 @@ enum Command {
     /// FILE`). The last report of each pin counts; retracted polls count nothing.
     Profile {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
+        /// `-` reads standard input.
+        #[arg(value_parser = stdio_path("/dev/stdin"))]
         file: PathBuf,
         /// Where to write the profile (default: the recording's path with `.pb.gz`); an
-        /// existing file is replaced.
-        #[arg(short, long)]
+        /// existing file is replaced. `-` is standard output.
+        #[arg(short, long, value_parser = stdio_path("/dev/stdout"))]
         output: Option<PathBuf>,
         /// Only the pins that ran in the recording's last N seconds (counted back from the end
         /// of its last pin).
@@ -95,7 +104,7 @@ fn main() -> ExitCode {
         Command::Print { file, json, latest } => (file, View::Print { json, latest }),
         Command::Summary { file, json } => (file, View::Summary { json }),
         Command::Report { file, output } => {
-            let output = output.unwrap_or_else(|| file.with_extension("html"));
+            let output = output.unwrap_or_else(|| named_after(&file, "html", "report"));
             (file, View::Report { output })
         }
         Command::Profile {
@@ -103,7 +112,7 @@ fn main() -> ExitCode {
             output,
             seconds,
         } => {
-            let output = output.unwrap_or_else(|| file.with_extension("pb.gz"));
+            let output = output.unwrap_or_else(|| named_after(&file, "pb.gz", "profile"));
             (file, View::Profile { output, seconds })
         }
     };
@@ -250,6 +259,48 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A path argument where `-` means a standard stream, as for `cat` and `tar -f -`: `dash`
+/// (`/dev/stdin`, `/dev/stdout`), written as `./-` for a file named `-`. Any other path is
+/// taken as it is, bytes that are not UTF-8 included.
+pub(crate) fn stdio_path(
+    dash: &'static str,
+) -> impl clap::builder::TypedValueParser<Value = PathBuf> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::OsStringValueParser::new().map(move |s| {
+        if s == "-" {
+            PathBuf::from(dash)
+        } else {
+            PathBuf::from(s)
+        }
+    })
+}
+
+/// The default output of `report` and `profile`: the recording's path with `extension`. A
+/// recording read from a stream of this process's (`-`, `/dev/stdin`, `<(zcat rec.gz)`) or a
+/// device has no name to give it (`/dev/stdin.html` would be made in `/dev` for root): the
+/// command stops and asks for `-o`.
+fn named_after(recording: &Path, extension: &str, command: &str) -> PathBuf {
+    use std::os::unix::fs::FileTypeExt as _;
+    let device = std::fs::metadata(recording).is_ok_and(|m| m.file_type().is_char_device());
+    if own_descriptor(recording).is_some() || device {
+        use clap::CommandFactory as _;
+        let mut cli = Cli::command();
+        cli.build();
+        let mut command = cli.find_subcommand(command).cloned().unwrap_or(cli);
+        command
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                format!(
+                    "the recording is read from {}, which names no file to write beside it; \
+                     say where with -o FILE (-o - for standard output)",
+                    Escaped(recording.display())
+                ),
+            )
+            .exit();
+    }
+    recording.with_extension(extension)
 }
 
 /// `--seconds N`: a whole number of seconds, at least 1.

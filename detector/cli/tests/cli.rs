@@ -875,6 +875,68 @@ fn report_writes_through_its_own_stdout_when_that_is_a_file() {
     }
 }
 
+/// `pinwatch ARGS` run in `cwd` with the recording on stdin (`< rec.jsonl`): status, stdout
+/// (bytes), stderr.
+fn pinwatch_reading(cwd: &Path, args: &[&str]) -> (i32, Vec<u8>, String) {
+    let rec = std::fs::File::open(data("recording.jsonl")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(rec)
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    (out.status.code().unwrap_or(-1), out.stdout, err)
+}
+
+/// `-` is the standard stream, as for `cat`: a recording read from stdin, a page or profile
+/// written to stdout. It was a file named `-` in the current directory (written by `-o -`); and
+/// a recording read from a stream had its page named after it (`/dev/stdin.html`, made in `/dev`
+/// for root): now `-o` is asked for.
+#[test]
+fn a_dash_is_the_standard_stream_and_a_stream_names_no_output() {
+    let cwd = tempfile::tempdir().unwrap();
+    let rec = data("recording.jsonl");
+    let rec = rec.to_str().unwrap();
+    let (code, from_stdin, err) = pinwatch_reading(cwd.path(), &["summary", "-"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, from_file, _) = pinwatch(&["summary", rec]);
+    assert_eq!(String::from_utf8(from_stdin).unwrap(), from_file);
+    let (code, page, err) = pinwatch_reading(cwd.path(), &["report", "-", "-o", "-"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(page.starts_with(b"<!DOCTYPE html>"), "{err}");
+    assert!(err.starts_with("wrote /dev/stdout ("), "{err}");
+    let (code, profile, err) = pinwatch_reading(cwd.path(), &["profile", rec, "-o", "-"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(profile.starts_with(&[0x1f, 0x8b]), "not gzip: {err}");
+    for command in ["report", "profile"] {
+        for input in ["-", "/dev/stdin"] {
+            let (code, out, err) = pinwatch_reading(cwd.path(), &[command, input]);
+            assert_eq!(code, 2, "{command} {input}: {err}");
+            assert!(out.is_empty(), "{command} {input}");
+            assert!(
+                err.contains("read from /dev/stdin, which names no file")
+                    && err.contains("-o FILE (-o - for standard output)")
+                    && err.contains(&format!("pinwatch {command} [OPTIONS]")),
+                "{command} {input}: {err}"
+            );
+        }
+    }
+    let (code, _, err) = pinwatch_reading(cwd.path(), &["ctl", "1", "record", "start", "-"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("(`./-` for one called `-`)"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "written in the current directory: {left:?}"
+    );
+    // A file called `-` is `./-`.
+    std::fs::copy(data("recording.jsonl"), cwd.path().join("-")).unwrap();
+    let (code, out, err) = pinwatch_reading(cwd.path(), &["summary", "./-"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(String::from_utf8(out).unwrap(), from_file);
+}
+
 /// `report -o` a Unix socket's path is refused, saying it is a socket: it was taken for a
 /// stream to write to, and open() failed with "No such device or address".
 #[test]

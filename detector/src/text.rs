@@ -50,16 +50,49 @@ impl<W: Write> Write for Escaping<W> {
 }
 
 /// `path` as one word of a shell command, quoted where it needs to be (a space, a quote, `$`):
-/// for advice to paste (`chmod 700 '/run/my svc'`). Shown through [`Escaped`] like any text
-/// from outside, a name with a control character no longer pastes as itself, but it stays one
-/// quoted word.
+/// for advice to paste (`chmod 700 '/run/my svc'`). A path holding a character [`Escaped`]
+/// would escape, or bytes that are not UTF-8, is written in `$'…'` with escapes
+/// (`$'/tmp/a\nb'`, as `ls` quotes it), which bash, zsh and ksh read back as those bytes: the
+/// word holds nothing a terminal acts on, and pastes as the path.
 pub(crate) fn shell_word(path: &std::path::Path) -> String {
-    let p = path.display().to_string();
-    match shlex::try_quote(&p) {
-        Ok(q) => q.into_owned(),
-        // Only a NUL is refused, and no path holds one.
-        Err(_) => p,
+    use std::os::unix::ffi::OsStrExt as _;
+    let bytes = path.as_os_str().as_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(p) if !p.chars().any(is_escaped) => match shlex::try_quote(p) {
+            Ok(q) => q.into_owned(),
+            // Only a NUL is refused, and no path holds one.
+            Err(_) => p.to_owned(),
+        },
+        _ => dollar_quoted(bytes),
     }
+}
+
+/// `bytes` as one `$'…'` word: `\n`, `\t`, `\r`, `\'`, `\\`, and `\xHH` for each byte of
+/// an escaped character or of what is not UTF-8; the other characters as they are.
+fn dollar_quoted(bytes: &[u8]) -> String {
+    let mut out = String::from("$'");
+    let hex = |out: &mut String, bytes: &[u8]| {
+        for b in bytes {
+            // Writing into a String cannot fail.
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    };
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\'' => out.push_str("\\'"),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if is_escaped(c) => hex(&mut out, c.encode_utf8(&mut [0; 4]).as_bytes()),
+                c => out.push(c),
+            }
+        }
+        hex(&mut out, chunk.invalid());
+    }
+    out.push('\'');
+    out
 }
 
 /// `s` escaped.
@@ -201,6 +234,38 @@ mod tests {
 
     /// What a crafted recording or span field holds to take over a terminal or a log.
     const EVIL: &str = "a\u{1b}]0;owned\u{7}\u{1b}[2J\nWARN pinwatch: fake\u{202e}x\u{9b}\u{200f}";
+
+    /// Each path's word, read by bash, is the path's bytes, and holds nothing escaped: a name
+    /// with a newline, an escape sequence, a bidi override or bytes that are not UTF-8 pastes
+    /// as itself (helper-89: it was quoted, then escaped to `\u{a}`, a different path).
+    #[test]
+    fn a_shell_word_pastes_as_its_path_whatever_it_holds() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let paths: [&[u8]; 9] = [
+            b"/run/plain-dir",
+            b"/tmp/my svc's dir",
+            b"/tmp/$HOME `id` \\ *",
+            b"/tmp/a\nb",
+            b"/tmp/tab\there\r",
+            b"/tmp/esc\x1b[31mred\x07",
+            "/tmp/\u{202e}cod.exe \u{9b} \u{e9}t\u{e9}".as_bytes(),
+            b"/tmp/not utf-8 \xff\xfe\xc3",
+            b"/tmp/it's\n'quoted'",
+        ];
+        for bytes in paths {
+            let path = std::path::Path::new(std::ffi::OsStr::from_bytes(bytes));
+            let word = shell_word(path);
+            assert!(!word.chars().any(is_escaped), "{word:?}");
+            let out = std::process::Command::new("bash")
+                .args(["-c", &format!("printf %s {word}")])
+                .output()
+                .expect("bash runs");
+            assert!(out.status.success(), "{word}: {out:?}");
+            assert_eq!(out.stdout, bytes, "{word}");
+        }
+        assert_eq!(shell_word("/run/plain-dir".as_ref()), "/run/plain-dir");
+        assert_eq!(shell_word("/tmp/a\nb".as_ref()), "$'/tmp/a\\nb'");
+    }
 
     #[test]
     fn every_control_and_bidirectional_character_is_escaped_the_one_way() {

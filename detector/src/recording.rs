@@ -272,13 +272,7 @@ pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
                     Escaped(path.display())
                 )
             }),
-            Err(source) => {
-                let path = Escaped(file.display()).to_string();
-                return Err(match lines {
-                    0 => ReadError::Io { path, source },
-                    line => ReadError::Stopped { path, line, source },
-                });
-            }
+            Err(source) => return Err(failed(&file.display().to_string(), lines, source)),
         }
     }
     // The names moved while the files were read (the service rotated its recording): a
@@ -334,11 +328,28 @@ fn open_to_read(path: &Path, named: bool, owner: Option<u32>) -> std::io::Result
 
 /// [`read_recording`] on text; `name` names it in messages.
 pub fn parse_recording(text: &str, name: &str) -> Result<Recording, ReadError> {
+    read_recording_from(text.as_bytes(), name)
+}
+
+/// [`read_recording`] of one stream, read as it is (no rotated files, nothing reopened):
+/// standard input, as `cat -` reads it — a pipe, a socket, a file from its offset on. `name`
+/// names it in messages.
+pub fn read_recording_from(r: impl std::io::Read, name: &str) -> Result<Recording, ReadError> {
     let mut rec = Recording::default();
-    // Reading from memory cannot fail.
-    let _ = read_lines(text.as_bytes(), name, &mut 0, &mut rec);
+    let mut lines = 0;
+    let r = std::io::BufReader::with_capacity(READ_BUFFER, r);
+    read_lines(r, name, &mut lines, &mut rec).map_err(|e| failed(name, lines, e))?;
     rec.sum_up();
     Ok(rec)
+}
+
+/// The error of a read of `name` that failed after `lines` lines.
+fn failed(name: &str, lines: usize, source: std::io::Error) -> ReadError {
+    let path = Escaped(name).to_string();
+    match lines {
+        0 => ReadError::Io { path, source },
+        line => ReadError::Stopped { path, line, source },
+    }
 }
 
 /// The longest line [`read_recording`] reads: a longer one is skipped as damaged, read through

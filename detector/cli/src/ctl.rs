@@ -76,7 +76,7 @@ enum Action {
     Dump {
         /// The file, written here (by this command, not by the service); it must not exist
         /// unless `--force`. `-` is standard output.
-        #[arg(value_parser = crate::stdio_path("/dev/stdout"))]
+        #[arg(value_parser = crate::output_path())]
         file: PathBuf,
         /// Replace FILE if it exists (whole, never left half written).
         #[arg(long)]
@@ -87,7 +87,7 @@ enum Action {
     Report {
         /// Where to write the page; it must not exist unless `--force`. `-` is standard
         /// output.
-        #[arg(short, long, value_parser = crate::stdio_path("/dev/stdout"))]
+        #[arg(short, long, value_parser = crate::output_path())]
         output: PathBuf,
         /// Replace the page if it exists.
         #[arg(long)]
@@ -99,7 +99,7 @@ enum Action {
     Profile {
         /// Where to write the profile; it must not exist unless `--force`. `-` is standard
         /// output.
-        #[arg(short, long, value_parser = crate::stdio_path("/dev/stdout"))]
+        #[arg(short, long, value_parser = crate::output_path())]
         output: PathBuf,
         /// Only the pins that ran in the last N seconds (counted back from now).
         /// At least 1, as `/debug/pprof/pinned?seconds=N` takes it.
@@ -285,6 +285,14 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
 fn which_recording(s: &str) -> Result<Result<u64, PathBuf>, String> {
     if s == "startup" {
         return Ok(Ok(0));
+    }
+    // As `record start -` is refused: `-` is no file a recording writes.
+    if s == "-" {
+        return Err(
+            "`-` is no recording: give its ID (`record list`) or its file (`./-` for one called \
+             `-`)"
+                .to_owned(),
+        );
     }
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s.parse().map(Ok).map_err(|_| {
@@ -1346,5 +1354,10 @@ mod tests {
         assert!(which_recording("99999999999999999999999")
             .unwrap_err()
             .contains("./99999999999999999999999"));
+        // `-` is refused, as by `record start` (helper-90: it stopped `$PWD/-`); `./-` is a file.
+        assert!(which_recording("-")
+            .unwrap_err()
+            .contains("(`./-` for one called `-`)"));
+        assert_eq!(which_recording("./-"), Ok(Err(cwd.join("./-"))));
     }
 }

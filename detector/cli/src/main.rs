@@ -35,7 +35,6 @@ enum Command {
     Print {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         /// `-` reads standard input.
-        #[arg(value_parser = stdio_path("/dev/stdin"))]
         file: PathBuf,
         /// Print the events as JSON lines instead (one per line, in this version's schema: an older
         /// line is written as this version reads it, with durations in ms to the microsecond).
@@ -51,7 +50,6 @@ enum Command {
     Summary {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
         /// `-` reads standard input.
-        #[arg(value_parser = stdio_path("/dev/stdin"))]
         file: PathBuf,
         /// Print every table as one JSON object: `locations` (the rows), `by_request` (with
         /// spans), `who_waited`, and `dumps` (what a flight recording's dump says of itself).
@@ -63,12 +61,12 @@ enum Command {
     /// browser; needs no network.
     Report {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
-        /// `-` reads standard input.
-        #[arg(value_parser = stdio_path("/dev/stdin"))]
+        /// `-` reads standard input (then `-o` is needed: there is no file to name the output
+        /// after).
         file: PathBuf,
         /// Where to write the page (default: the recording's path with `.html`); `-` is
         /// standard output.
-        #[arg(short, long, value_parser = stdio_path("/dev/stdout"))]
+        #[arg(short, long, value_parser = output_path())]
         output: Option<PathBuf>,
     },
     /// Write a recording's pins as a pinned-time profile in the pprof format (gzipped
@@ -77,12 +75,12 @@ enum Command {
     /// FILE`). The last report of each pin counts; retracted polls count nothing.
     Profile {
         /// The recording (JSON lines); its rotated files (`rec.1.jsonl`, …) are read with it.
-        /// `-` reads standard input.
-        #[arg(value_parser = stdio_path("/dev/stdin"))]
+        /// `-` reads standard input (then `-o` is needed: there is no file to name the output
+        /// after).
         file: PathBuf,
         /// Where to write the profile (default: the recording's path with `.pb.gz`); an
         /// existing file is replaced. `-` is standard output.
-        #[arg(short, long, value_parser = stdio_path("/dev/stdout"))]
+        #[arg(short, long, value_parser = output_path())]
         output: Option<PathBuf>,
         /// Only the pins that ran in the recording's last N seconds (counted back from the end
         /// of its last pin).
@@ -116,7 +114,12 @@ fn main() -> ExitCode {
             (file, View::Profile { output, seconds })
         }
     };
-    let rec = match recording::read_recording(&file) {
+    let read = if is_stdin(&file) {
+        read_stdin()
+    } else {
+        recording::read_recording(&file)
+    };
+    let rec = match read {
         Ok(r) => r,
         Err(e) => {
             warn(format_args!("{e}"));
@@ -134,11 +137,11 @@ fn main() -> ExitCode {
             Some(schema) if rec.damaged_lines == 0 => warn(format_args!(
                 "{} holds no pinwatch event this version reads: it was written by another \
                  pinwatch version (recording schema {schema}); read it with that version",
-                Escaped(file.display())
+                shown(&file)
             )),
             _ => warn(format_args!(
                 "{} holds no readable pinwatch event; is it a recording (a PINWATCH_RECORD file)?",
-                Escaped(file.display())
+                shown(&file)
             )),
         }
         return ExitCode::from(1);
@@ -200,7 +203,7 @@ fn main() -> ExitCode {
             write_print(&out, json).err().unwrap_or(ExitCode::SUCCESS)
         }
         View::Report { output } => {
-            let mut source = file.display().to_string();
+            let mut source = shown(&file);
             if let Some(d) = dumps.first() {
                 source = format!("{source} — {d}");
             }
@@ -261,30 +264,60 @@ fn main() -> ExitCode {
     }
 }
 
-/// A path argument where `-` means a standard stream, as for `cat` and `tar -f -`: `dash`
-/// (`/dev/stdin`, `/dev/stdout`), written as `./-` for a file named `-`. Any other path is
-/// taken as it is, bytes that are not UTF-8 included.
-pub(crate) fn stdio_path(
-    dash: &'static str,
-) -> impl clap::builder::TypedValueParser<Value = PathBuf> {
+/// An output path where `-` is standard output, as for `tar -f -`: `/dev/stdout`, written
+/// through the process's own descriptor 1 ([`write_file`]); `./-` is a file named `-`. Any
+/// other path is taken as it is, bytes that are not UTF-8 included.
+pub(crate) fn output_path() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
     use clap::builder::TypedValueParser as _;
-    clap::builder::OsStringValueParser::new().map(move |s| {
+    clap::builder::OsStringValueParser::new().map(|s| {
         if s == "-" {
-            PathBuf::from(dash)
+            PathBuf::from("/dev/stdout")
         } else {
             PathBuf::from(s)
         }
     })
 }
 
+/// Whether the recording given is `-`, standard input (`./-` is a file named `-`).
+fn is_stdin(file: &Path) -> bool {
+    file.as_os_str() == "-"
+}
+
+/// How messages name the recording `file`.
+fn shown(file: &Path) -> String {
+    if is_stdin(file) {
+        "standard input".to_owned()
+    } else {
+        Escaped(file.display()).to_string()
+    }
+}
+
+/// The recording on standard input, read as `cat -` reads it: through descriptor 0, whatever
+/// it is open to (a pipe, a socket, a file from its offset on), not reopened by a path. A
+/// terminal is refused: nothing would end the read but ^D.
+fn read_stdin() -> Result<recording::Recording, recording::ReadError> {
+    use std::io::IsTerminal as _;
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(recording::ReadError::Io {
+            path: shown(Path::new("-")),
+            source: std::io::Error::other(
+                "it is a terminal; send a recording through a pipe (`zcat rec.jsonl.gz | \
+                 pinwatch summary -`) or name its file",
+            ),
+        });
+    }
+    recording::read_recording_from(stdin.lock(), &shown(Path::new("-")))
+}
+
 /// The default output of `report` and `profile`: the recording's path with `extension`. A
-/// recording read from a stream of this process's (`-`, `/dev/stdin`, `<(zcat rec.gz)`) or a
-/// device has no name to give it (`/dev/stdin.html` would be made in `/dev` for root): the
-/// command stops and asks for `-o`.
+/// recording read from standard input (`-`) or another open descriptor of this process's
+/// (`/dev/stdin`, `<(zcat rec.gz)`) has no name to give it (`/dev/stdin.html` would be made in
+/// `/dev` for root): the command stops and asks for `-o`. (A descriptor that is not open, a
+/// device, is left for the read to refuse, saying why.)
 fn named_after(recording: &Path, extension: &str, command: &str) -> PathBuf {
-    use std::os::unix::fs::FileTypeExt as _;
-    let device = std::fs::metadata(recording).is_ok_and(|m| m.file_type().is_char_device());
-    if own_descriptor(recording).is_some() || device {
+    let descriptor = own_descriptor(recording).is_some() && std::fs::metadata(recording).is_ok();
+    if is_stdin(recording) || descriptor {
         use clap::CommandFactory as _;
         let mut cli = Cli::command();
         cli.build();
@@ -295,7 +328,7 @@ fn named_after(recording: &Path, extension: &str, command: &str) -> PathBuf {
                 format!(
                     "the recording is read from {}, which names no file to write beside it; \
                      say where with -o FILE (-o - for standard output)",
-                    Escaped(recording.display())
+                    shown(recording)
                 ),
             )
             .exit();
@@ -410,13 +443,22 @@ enum View {
 fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt as _;
     if let Ok(out) = std::fs::metadata(output) {
-        let files = recording::recording_files(recording).unwrap_or_default();
+        // Standard input's file is what its descriptor is open to (`< rec.jsonl`).
+        let files = if is_stdin(recording) {
+            vec![PathBuf::from("/proc/self/fd/0")]
+        } else {
+            recording::recording_files(recording).unwrap_or_default()
+        };
         for f in &files {
             if std::fs::metadata(f).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino()) {
+                let f = if is_stdin(recording) {
+                    shown(recording)
+                } else {
+                    shown(f)
+                };
                 return Err(format!(
-                    "{} is the recording {}: name another file with -o",
+                    "{} is the recording {f}: name another file with -o",
                     Escaped(output.display()),
-                    Escaped(f.display())
                 ));
             }
         }
@@ -425,16 +467,21 @@ fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), Str
         .map_err(|e| format!("cannot write {}: {e}", Escaped(output.display())))
 }
 
-/// Writes what `fill` writes to `path`. One of this process's descriptors (`/dev/stdout`,
-/// `/dev/fd/N`, `/proc/self/fd/N`: `own_descriptor`) is written through as it is, whatever it
-/// is open to (a file the shell redirected stdout to); so is `/dev/null`, or a pipe or FIFO
-/// of this user's (a terminal is refused: `check_opened`); a regular file (or nothing yet) is made
-/// whole or not at all, replacing one that is there only when `replace` ([`write_whole_file`]:
-/// a temporary file beside it, then linked or renamed into place; a symlink there is replaced,
-/// not written through). A FIFO of another user's is not written into (it could be read by
-/// them): it is replaced like a file, which a sticky `/tmp` refuses. A block device or a
-/// socket is refused. A symlink on the way that another user made in a directory anyone may
-/// write to is never followed ([`planted_symlinks`]).
+/// Writes what `fill` writes to `path`:
+/// - one of this process's descriptors (`/dev/stdout`, `-o -`, `/dev/fd/N`, `/proc/self/fd/N`:
+///   `own_descriptor`) is written through as it is, as `cat` writes to its stdout, whatever it
+///   is open to (a file the shell redirected stdout to, a pipe, a socket) but a terminal
+///   (`check_opened`);
+/// - so is `/dev/null`, or a pipe or FIFO of this user's, named by its path;
+/// - a regular file (or nothing yet) is made whole or not at all, replacing one that is there
+///   only when `replace` ([`write_whole_file`]: a temporary file beside it, then linked or
+///   renamed into place; a symlink there is replaced, not written through). A FIFO of another
+///   user's is not written into (it could be read by them): it is replaced like a file, which a
+///   sticky `/tmp` refuses;
+/// - a block device or a socket named by its path is refused.
+///
+/// A symlink on the way that another user made in a directory anyone may write to is never
+/// followed ([`planted_symlinks`]).
 ///
 /// [`write_whole_file`]: pinwatch::files::write_whole_file
 /// [`planted_symlinks`]: pinwatch::files::planted_symlinks
@@ -447,25 +494,9 @@ pub(crate) fn write_file(
     // Before anything is followed (a device or a descriptor of ours behind another user's link
     // in /tmp would be written through): as the kernel's fs.protected_symlinks.
     pinwatch::files::planted_symlinks(path)?;
-    let own = own_descriptor(path);
-    if let Ok(m) = std::fs::metadata(path) {
-        if m.file_type().is_block_device() {
-            return Err(std::io::Error::other("it is a block device; name a file"));
-        }
-        if m.file_type().is_socket() {
-            // open() of a socket's path fails with ENXIO ("No such device or address").
-            return Err(std::io::Error::other(
-                "it is a socket, which cannot be opened to write to; name a file",
-            ));
-        }
-        if is_stream(&m) && own.is_none() {
-            // Opened where the walk above looked: a link that appears after it is not followed.
-            let mut f = pinwatch::files::open_unplanted(path, libc::O_WRONLY, 0)?.file;
-            check_opened(&f, false)?;
-            return fill_stream(&mut f, fill);
-        }
-    }
-    if let Some(fd) = own {
+    if let Some(fd) = own_descriptor(path) {
+        // Written through as `cat` writes to its stdout, whatever the shell or the parent
+        // opened it to (a file, a pipe, a socket); only a terminal is refused.
         // SAFETY: F_DUPFD_CLOEXEC reads and writes no memory of ours; on a descriptor that is
         // not open it fails (EBADF), which is returned.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
@@ -476,6 +507,23 @@ pub(crate) fn write_file(
         let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) };
         check_opened(&f, true)?;
         return fill_stream(&mut f, fill);
+    }
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.file_type().is_block_device() {
+            return Err(std::io::Error::other("it is a block device; name a file"));
+        }
+        if m.file_type().is_socket() {
+            // open() of a socket's path fails with ENXIO ("No such device or address").
+            return Err(std::io::Error::other(
+                "it is a socket, which cannot be opened to write to; name a file",
+            ));
+        }
+        if is_stream(&m) {
+            // Opened where the walk above looked: a link that appears after it is not followed.
+            let mut f = pinwatch::files::open_unplanted(path, libc::O_WRONLY, 0)?.file;
+            check_opened(&f, false)?;
+            return fill_stream(&mut f, fill);
+        }
     }
     pinwatch::files::write_whole_file(path, replace, fill)
 }
@@ -621,10 +669,7 @@ fn write_profile(
             ),
             None => "holds only retracted polls (block_in_place, which did not pin)".to_owned(),
         };
-        return fail(format_args!(
-            "{} {what}: no profile written",
-            Escaped(file.display())
-        ));
+        return fail(format_args!("{} {what}: no profile written", shown(file)));
     }
     let bytes = profile::encode(&built);
     if let Err(e) = write_output(file, output, &bytes) {

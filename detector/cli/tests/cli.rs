@@ -875,14 +875,18 @@ fn report_writes_through_its_own_stdout_when_that_is_a_file() {
     }
 }
 
-/// `pinwatch ARGS` run in `cwd` with the recording on stdin (`< rec.jsonl`): status, stdout
-/// (bytes), stderr.
-fn pinwatch_reading(cwd: &Path, args: &[&str]) -> (i32, Vec<u8>, String) {
-    let rec = std::fs::File::open(data("recording.jsonl")).unwrap();
+/// `pinwatch ARGS` run in `cwd` with `stdin` (the recording, `< rec.jsonl`, unless given):
+/// status, stdout (bytes), stderr.
+fn pinwatch_reading(
+    cwd: &Path,
+    args: &[&str],
+    stdin: Option<std::process::Stdio>,
+) -> (i32, Vec<u8>, String) {
+    let rec = || std::fs::File::open(data("recording.jsonl")).unwrap().into();
     let out = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
         .args(args)
         .current_dir(cwd)
-        .stdin(rec)
+        .stdin(stdin.unwrap_or_else(rec))
         .output()
         .unwrap();
     let err = String::from_utf8(out.stderr).unwrap();
@@ -898,31 +902,35 @@ fn a_dash_is_the_standard_stream_and_a_stream_names_no_output() {
     let cwd = tempfile::tempdir().unwrap();
     let rec = data("recording.jsonl");
     let rec = rec.to_str().unwrap();
-    let (code, from_stdin, err) = pinwatch_reading(cwd.path(), &["summary", "-"]);
+    let (code, from_stdin, err) = pinwatch_reading(cwd.path(), &["summary", "-"], None);
     assert_eq!(code, 0, "{err}");
     let (_, from_file, _) = pinwatch(&["summary", rec]);
     assert_eq!(String::from_utf8(from_stdin).unwrap(), from_file);
-    let (code, page, err) = pinwatch_reading(cwd.path(), &["report", "-", "-o", "-"]);
+    let (code, page, err) = pinwatch_reading(cwd.path(), &["report", "-", "-o", "-"], None);
     assert_eq!(code, 0, "{err}");
     assert!(page.starts_with(b"<!DOCTYPE html>"), "{err}");
     assert!(err.starts_with("wrote /dev/stdout ("), "{err}");
-    let (code, profile, err) = pinwatch_reading(cwd.path(), &["profile", rec, "-o", "-"]);
+    let (code, profile, err) = pinwatch_reading(cwd.path(), &["profile", rec, "-o", "-"], None);
     assert_eq!(code, 0, "{err}");
     assert!(profile.starts_with(&[0x1f, 0x8b]), "not gzip: {err}");
     for command in ["report", "profile"] {
-        for input in ["-", "/dev/stdin"] {
-            let (code, out, err) = pinwatch_reading(cwd.path(), &[command, input]);
+        for (input, named) in [("-", "standard input"), ("/dev/stdin", "/dev/stdin")] {
+            let (code, out, err) = pinwatch_reading(cwd.path(), &[command, input], None);
             assert_eq!(code, 2, "{command} {input}: {err}");
             assert!(out.is_empty(), "{command} {input}");
             assert!(
-                err.contains("read from /dev/stdin, which names no file")
+                err.contains(&format!("read from {named}, which names no file"))
                     && err.contains("-o FILE (-o - for standard output)")
                     && err.contains(&format!("pinwatch {command} [OPTIONS]")),
                 "{command} {input}: {err}"
             );
         }
     }
-    let (code, _, err) = pinwatch_reading(cwd.path(), &["ctl", "1", "record", "start", "-"]);
+    // What is not a recording is said as such, not taken for a stream to name the page after.
+    let (code, _, err) = pinwatch(&["report", "/dev/null"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot read /dev/null"), "{err}");
+    let (code, _, err) = pinwatch_reading(cwd.path(), &["ctl", "1", "record", "start", "-"], None);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("(`./-` for one called `-`)"), "{err}");
     let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
@@ -932,9 +940,75 @@ fn a_dash_is_the_standard_stream_and_a_stream_names_no_output() {
     );
     // A file called `-` is `./-`.
     std::fs::copy(data("recording.jsonl"), cwd.path().join("-")).unwrap();
-    let (code, out, err) = pinwatch_reading(cwd.path(), &["summary", "./-"]);
+    let (code, out, err) = pinwatch_reading(cwd.path(), &["summary", "./-"], None);
     assert_eq!(code, 0, "{err}");
     assert_eq!(String::from_utf8(out).unwrap(), from_file);
+}
+
+/// `-` is read and written through the descriptors as they are, as `cat -` does (helper-90):
+/// a socket (what Node gives a child for piped stdio) on either side was refused, since
+/// `/dev/stdin` cannot be opened when it is one; and a file given as stdin was read from its
+/// start, not from where the reader before had left it.
+#[test]
+fn a_dash_is_the_descriptor_as_it_is_a_socket_or_a_file_part_read() {
+    use std::io::{BufRead as _, Read as _, Seek as _, Write as _};
+    use std::os::unix::net::UnixStream;
+    let cwd = tempfile::tempdir().unwrap();
+    let (mut ours, theirs) = UnixStream::pair().unwrap();
+    let text = std::fs::read(data("recording.jsonl")).unwrap();
+    let writer = std::thread::spawn(move || {
+        ours.write_all(&text).unwrap();
+        ours.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let stdin = std::process::Stdio::from(std::os::fd::OwnedFd::from(theirs));
+    let (code, out, err) = pinwatch_reading(cwd.path(), &["print", "--json", "-"], Some(stdin));
+    writer.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let (_, all, _) = pinwatch(&["print", "--json", data("recording.jsonl").to_str().unwrap()]);
+    assert_eq!(String::from_utf8(out).unwrap(), all);
+    // Stdin already read past its first 40 lines: the rest, as `cat -` would read it.
+    let mut file = std::fs::File::open(data("recording.jsonl")).unwrap();
+    let mut skipped = 0;
+    {
+        let mut lines = std::io::BufReader::new(&mut file);
+        let mut line = String::new();
+        for _ in 0..40 {
+            line.clear();
+            skipped += lines.read_line(&mut line).unwrap();
+        }
+    }
+    file.seek(std::io::SeekFrom::Start(skipped as u64)).unwrap();
+    let (code, out, err) =
+        pinwatch_reading(cwd.path(), &["print", "--json", "-"], Some(file.into()));
+    assert_eq!(code, 0, "{err}");
+    let rest: Vec<&str> = all.lines().skip(40).collect();
+    assert_eq!(
+        String::from_utf8(out).unwrap().lines().collect::<Vec<_>>(),
+        rest
+    );
+    // Stdout a socket: `-o -` writes into it.
+    let (mut ours, theirs) = UnixStream::pair().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut page = Vec::new();
+        ours.read_to_end(&mut page).unwrap();
+        page
+    });
+    let run = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+        .args([
+            "report",
+            data("recording.jsonl").to_str().unwrap(),
+            "-o",
+            "-",
+        ])
+        .stdout(std::os::fd::OwnedFd::from(theirs))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(
+        reader.join().unwrap().starts_with(b"<!DOCTYPE html>"),
+        "{err}"
+    );
 }
 
 /// `report -o` a Unix socket's path is refused, saying it is a socket: it was taken for a
@@ -973,6 +1047,14 @@ fn report_refuses_a_terminal() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("is a terminal") || err.contains("it is a terminal"),
+        "{err}"
+    );
+    // Nor is `-` read from one: nothing would end the read but ^D.
+    let stdin = std::fs::File::open(&tty).unwrap();
+    let (code, _, err) = pinwatch_reading(Path::new("/"), &["summary", "-"], Some(stdin.into()));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot read standard input: it is a terminal; send a recording through"),
         "{err}"
     );
     // SAFETY: `master` is the descriptor opened above, closed once.

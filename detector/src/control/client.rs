@@ -270,11 +270,17 @@ fn find_socket(target: &str, dirs: &Dirs) -> Result<Endpoint, String> {
         .iter()
         .map(|d| d.display().to_string())
         .collect();
-    // Its other sockets: a detector started while another was stopping keeps `PID.2`.
+    // Its other sockets: a detector started while another was stopping keeps `PID.2`. Only
+    // those that would be spoken to (helper-90: a file named `PID.sock`, passed over, was
+    // offered as one, and the advice was the command that had just failed).
     let served: Vec<String> = dirs
         .dirs
         .iter()
-        .flat_map(|d| d.names())
+        .flat_map(|d| {
+            let mut names = d.names();
+            names.retain(|n| matches!(d.socket(n), Some(Ok(()))));
+            names
+        })
         .filter_map(|n| parse_socket_name(&n))
         .filter(|(p, _)| p.to_string() == pid)
         .map(|(_, name)| name)
@@ -810,6 +816,10 @@ mod tests {
         let _listening =
             std::os::unix::net::UnixListener::bind(dir.path().join(format!("{me}.2.sock")))
                 .unwrap();
+        // Files named like its sockets are passed over, and not offered (helper-90).
+        for file in [format!("{me}.sock"), format!("{me}.3.sock")] {
+            std::fs::write(dir.path().join(file), "").unwrap();
+        }
         let dirs = Dirs {
             dirs: vec![ControlDir::checked(dir.path(), Some(euid())).unwrap()],
             skipped: Vec::new(),
@@ -817,8 +827,9 @@ mod tests {
         };
         let err = find_socket(&me.to_string(), &dirs).map(|_| ()).unwrap_err();
         assert!(
-            err.contains(&format!("but serves {me}.2"))
-                && err.contains(&format!("`pinwatch ctl {me}.2 status`")),
+            err.contains(&format!("but serves {me}.2: give one"))
+                && err.contains(&format!("`pinwatch ctl {me}.2 status`"))
+                && err.contains(&format!("{me}.sock: not a socket (left alone)")),
             "{err}"
         );
         let found = find_socket(&format!("{me}.2"), &dirs).unwrap();

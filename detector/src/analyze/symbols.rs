@@ -24,12 +24,24 @@ const MAX_CACHED: usize = 4096;
 
 /// Turns instruction pointers into frames, remembering each address it has resolved (up to
 /// [`MAX_CACHED`]). Runs on the sink thread.
-#[derive(Default)]
 pub(crate) struct Resolver {
     cache: HashMap<usize, Vec<Frame>>,
+    /// How many addresses `cache` holds at most: [`MAX_CACHED`] (a test's is smaller).
+    max_cached: usize,
     images: Vec<Image>,
     /// Whether a lookup since the last `resolve` read the files.
     read_files: bool,
+}
+
+impl Default for Resolver {
+    fn default() -> Resolver {
+        Resolver {
+            cache: HashMap::new(),
+            max_cached: MAX_CACHED,
+            images: Vec::new(),
+            read_files: false,
+        }
+    }
 }
 
 impl Resolver {
@@ -90,7 +102,7 @@ impl Resolver {
         if frames.is_empty() {
             frames.push(Frame::default());
         }
-        if self.cache.len() >= MAX_CACHED {
+        if self.cache.len() >= self.max_cached {
             self.cache.clear();
         }
         self.cache.insert(addr, frames.clone());
@@ -533,10 +545,16 @@ mod tests {
     use super::*;
 
     /// A service that pins for weeks at ever new addresses: the resolver keeps at most
-    /// `MAX_CACHED` addresses and `MAX_UNITS` parsed units, and still resolves.
+    /// `MAX_CACHED` addresses (here 512, the same code: each new address of this unoptimized
+    /// test build takes a scan of its symbol table) and `MAX_UNITS` parsed units, and still
+    /// resolves.
     #[test]
     fn the_caches_stay_bounded() {
-        let mut r = Resolver::default();
+        let max = 512;
+        let mut r = Resolver {
+            max_cached: max,
+            ..Resolver::default()
+        };
         let here = the_caches_stay_bounded as fn() as usize;
         let (mut named, mut lines) = (0, 0);
         // Addresses all over this test binary's code, a few units' worth and more.
@@ -545,13 +563,13 @@ mod tests {
             .find(|i| i.main)
             .and_then(|i| i.segments.into_iter().find(|&(b, e)| b <= here && here < e))
             .expect("the code segment");
-        let n = MAX_CACHED + MAX_CACHED / 2;
+        let n = max + max / 2;
         let step = ((code.1 - code.0) / n).max(1);
         for k in 0..n {
             let frames = r.resolve(&[code.0 + k * step]);
             named += usize::from(frames[0].function.is_some());
             lines += usize::from(frames[0].line.is_some());
-            assert!(r.cache.len() <= MAX_CACHED, "{} cached", r.cache.len());
+            assert!(r.cache.len() <= max, "{} cached", r.cache.len());
             let units: usize = r
                 .images
                 .iter()
@@ -561,7 +579,7 @@ mod tests {
             assert!(units <= super::super::dwarf::MAX_UNITS, "{units} units");
         }
         assert!(
-            named > MAX_CACHED && lines > MAX_CACHED / 2,
+            named > max && lines > max / 2,
             "{named} named, {lines} with a line"
         );
         // This very function, after all that: the outermost of the address's frames (in a

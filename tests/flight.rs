@@ -226,9 +226,15 @@ fn a_dump_has_the_pins_made_while_nothing_recorded() {
     let first = piped.lines().next().unwrap_or_default();
     assert!(first.contains(r#""event":"dump""#), "{first}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("wrote /dev/stdout"),
+        String::from_utf8_lossy(&out.stderr).contains("wrote standard output: "),
         "{out:?}"
     );
+    // And the page, with a file named `-` in the way (it is `./-`).
+    std::fs::write(dir.path().join("-"), "kept").unwrap();
+    let out = cli(dir.path(), &["ctl", &pid.to_string(), "report", "-o", "-"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.starts_with(b"<!DOCTYPE html>"), "{out:?}");
+    assert_eq!(std::fs::read(dir.path().join("-")).unwrap(), b"kept");
     svc.finish();
 }
 

@@ -76,7 +76,6 @@ enum Action {
     Dump {
         /// The file, written here (by this command, not by the service); it must not exist
         /// unless `--force`. `-` is standard output.
-        #[arg(value_parser = crate::output_path())]
         file: PathBuf,
         /// Replace FILE if it exists (whole, never left half written).
         #[arg(long)]
@@ -87,7 +86,7 @@ enum Action {
     Report {
         /// Where to write the page; it must not exist unless `--force`. `-` is standard
         /// output.
-        #[arg(short, long, value_parser = crate::output_path())]
+        #[arg(short, long)]
         output: PathBuf,
         /// Replace the page if it exists.
         #[arg(long)]
@@ -99,7 +98,7 @@ enum Action {
     Profile {
         /// Where to write the profile; it must not exist unless `--force`. `-` is standard
         /// output.
-        #[arg(short, long, value_parser = crate::output_path())]
+        #[arg(short, long)]
         output: PathBuf,
         /// Only the pins that ran in the last N seconds (counted back from now).
         /// At least 1, as `/debug/pprof/pinned?seconds=N` takes it.
@@ -146,7 +145,8 @@ enum RecordAction {
     /// the only one running (refused when several run: say which). Says what it wrote.
     Stop {
         /// The recording's ID (`record list`), or its file (a relative path is made absolute
-        /// here; write `./3` for a file named like an ID).
+        /// here; write `./3` for a file named like an ID, `./-` for one named `-`).
+        #[arg(value_parser = not_dash_str)]
         which: Option<String>,
     },
 }
@@ -286,14 +286,6 @@ fn which_recording(s: &str) -> Result<Result<u64, PathBuf>, String> {
     if s == "startup" {
         return Ok(Ok(0));
     }
-    // As `record start -` is refused: `-` is no file a recording writes.
-    if s == "-" {
-        return Err(
-            "`-` is no recording: give its ID (`record list`) or its file (`./-` for one called \
-             `-`)"
-                .to_owned(),
-        );
-    }
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s.parse().map(Ok).map_err(|_| {
             format!(
@@ -402,17 +394,12 @@ fn dump(socket: &client::Endpoint, file: &Path, force: bool) -> Result<ExitCode,
         said = Some(reply.message);
         Ok(())
     })
-    .map_err(|e| {
-        format!(
-            "cannot dump to {}: {e}",
-            pinwatch::text::Escaped(file.display())
-        )
-    })?;
+    .map_err(|e| format!("cannot dump to {}: {e}", crate::output_name(file)))?;
     Ok(crate::say_wrote(
         file,
         &format!(
             "wrote {}: {}\n",
-            pinwatch::text::Escaped(file.display()),
+            crate::output_name(file),
             untrusted(&said.unwrap_or_default())
         ),
     ))
@@ -447,8 +434,9 @@ fn dumped_recording(
     force: bool,
     name: &str,
 ) -> Result<pinwatch::recording::Recording, String> {
-    let dir = std::fs::symlink_metadata(output).is_ok_and(|m| m.is_dir());
-    if dir || !force && std::fs::symlink_metadata(output).is_ok() && !crate::written_as_is(output) {
+    let taken = std::fs::symlink_metadata(output);
+    let dir = taken.as_ref().is_ok_and(|m| m.is_dir()) && !crate::is_dash(output);
+    if dir || !force && taken.is_ok() && !crate::written_as_is(output) {
         return Err(pinwatch::files::taken(output));
     }
     let mut bytes = Vec::new();
@@ -470,18 +458,14 @@ fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitC
         .cloned()
         .unwrap_or_else(|| format!("flight recording of {name}"));
     let page = pinwatch_cli::report::render(&rec.events, &source, &rec.warnings)?;
-    crate::write_file(output, force, |f| f.write_all(page.as_bytes())).map_err(|e| {
-        format!(
-            "cannot write {}: {e}",
-            pinwatch::text::Escaped(output.display())
-        )
-    })?;
+    crate::write_file(output, force, |f| f.write_all(page.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", crate::output_name(output)))?;
     let pins = pinwatch::recording::latest_reports(&rec.events).len();
     Ok(crate::say_wrote(
         output,
         &format!(
             "wrote {} ({} events, {pins} pins; {}){}\n",
-            pinwatch::text::Escaped(output.display()),
+            crate::output_name(output),
             rec.events.len(),
             untrusted(&source),
             crate::open_it(output)
@@ -519,12 +503,8 @@ fn profile(
         .iter()
         .fold(0i64, |t, s| t.saturating_add(s.value[1]));
     let body = pinwatch::profile::encode(&built);
-    crate::write_file(output, force, |f| f.write_all(&body)).map_err(|e| {
-        format!(
-            "cannot write {}: {e}",
-            pinwatch::text::Escaped(output.display())
-        )
-    })?;
+    crate::write_file(output, force, |f| f.write_all(&body))
+        .map_err(|e| format!("cannot write {}: {e}", crate::output_name(output)))?;
     Ok(crate::say_profile_written(
         output,
         pins,
@@ -533,20 +513,32 @@ fn profile(
     ))
 }
 
-/// A file the service writes: `-` is refused rather than taken for a file named `-` in this
-/// directory, where every other command reads it as a standard stream.
+/// Why `-` is refused where the service's file is named (`record start`, `record stop`): every
+/// other command takes it for a standard stream, and the service writes to a file of its own.
+const DASH_REFUSED: &str = "the service records to a file of its own, not to this command's \
+                            output; name the file (`./-` for one called `-`), and read it with \
+                            `pinwatch print`";
+
+/// A file the service writes: `-` is refused ([`DASH_REFUSED`]) rather than taken for a file
+/// named `-` in this directory.
 fn not_dash() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
     use clap::builder::TypedValueParser as _;
     clap::builder::OsStringValueParser::new().try_map(|s| {
         if s == "-" {
-            Err(
-                "the service records to a file of its own, not to this command's output; \
-                 name the file (`./-` for one called `-`), and read it with `pinwatch print`",
-            )
+            Err(DASH_REFUSED)
         } else {
             Ok(PathBuf::from(s))
         }
     })
+}
+
+/// `record stop`'s ID or file: `-` is refused, as by `record start`.
+fn not_dash_str(s: &str) -> Result<String, &'static str> {
+    if s == "-" {
+        Err(DASH_REFUSED)
+    } else {
+        Ok(s.to_owned())
+    }
 }
 
 /// `file` made absolute, for the service: a path the control protocol (JSON) can carry.
@@ -1354,10 +1346,6 @@ mod tests {
         assert!(which_recording("99999999999999999999999")
             .unwrap_err()
             .contains("./99999999999999999999999"));
-        // `-` is refused, as by `record start` (helper-90: it stopped `$PWD/-`); `./-` is a file.
-        assert!(which_recording("-")
-            .unwrap_err()
-            .contains("(`./-` for one called `-`)"));
         assert_eq!(which_recording("./-"), Ok(Err(cwd.join("./-"))));
     }
 }

@@ -66,7 +66,7 @@ enum Command {
         file: PathBuf,
         /// Where to write the page (default: the recording's path with `.html`); `-` is
         /// standard output.
-        #[arg(short, long, value_parser = output_path())]
+        #[arg(short, long)]
         output: Option<PathBuf>,
     },
     /// Write a recording's pins as a pinned-time profile in the pprof format (gzipped
@@ -80,7 +80,7 @@ enum Command {
         file: PathBuf,
         /// Where to write the profile (default: the recording's path with `.pb.gz`); an
         /// existing file is replaced. `-` is standard output.
-        #[arg(short, long, value_parser = output_path())]
+        #[arg(short, long)]
         output: Option<PathBuf>,
         /// Only the pins that ran in the recording's last N seconds (counted back from the end
         /// of its last pin).
@@ -114,7 +114,7 @@ fn main() -> ExitCode {
             (file, View::Profile { output, seconds })
         }
     };
-    let read = if is_stdin(&file) {
+    let read = if is_dash(&file) {
         read_stdin()
     } else {
         recording::read_recording(&file)
@@ -223,7 +223,7 @@ fn main() -> ExitCode {
                 &output,
                 &format!(
                     "wrote {} ({} events, {pins} pins){}\n{head}",
-                    Escaped(output.display()),
+                    output_name(&output),
                     rec.events.len(),
                     open_it(&output)
                 ),
@@ -264,32 +264,42 @@ fn main() -> ExitCode {
     }
 }
 
-/// An output path where `-` is standard output, as for `tar -f -`: `/dev/stdout`, written
-/// through the process's own descriptor 1 ([`write_file`]); `./-` is a file named `-`. Any
-/// other path is taken as it is, bytes that are not UTF-8 included.
-pub(crate) fn output_path() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::OsStringValueParser::new().map(|s| {
-        if s == "-" {
-            PathBuf::from("/dev/stdout")
-        } else {
-            PathBuf::from(s)
-        }
-    })
-}
-
-/// Whether the recording given is `-`, standard input (`./-` is a file named `-`).
-fn is_stdin(file: &Path) -> bool {
-    file.as_os_str() == "-"
+/// Whether a path argument is `-`: standard input for the recording read, standard output
+/// for what is written, as for `cat` and `tar -f -` — the descriptor itself, not a path to it
+/// (`/dev` and `/proc` may not be there). `./-` is a file named `-`.
+pub(crate) fn is_dash(path: &Path) -> bool {
+    path.as_os_str() == "-"
 }
 
 /// How messages name the recording `file`.
 fn shown(file: &Path) -> String {
-    if is_stdin(file) {
+    if is_dash(file) {
         "standard input".to_owned()
     } else {
         Escaped(file.display()).to_string()
     }
+}
+
+/// How messages name the output `path`.
+pub(crate) fn output_name(path: &Path) -> String {
+    if is_dash(path) {
+        "standard output".to_owned()
+    } else {
+        Escaped(path.display()).to_string()
+    }
+}
+
+/// What descriptor `fd` is open to, as `fstat` says (no path, no `/proc`).
+fn descriptor_metadata(fd: i32) -> std::io::Result<std::fs::Metadata> {
+    // SAFETY: F_DUPFD_CLOEXEC reads and writes no memory of ours; on a descriptor that is not
+    // open it fails (EBADF), which is returned.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `dup` was just made by fcntl above and nothing else owns or closes it.
+    let f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+    f.metadata()
 }
 
 /// The recording on standard input, read as `cat -` reads it: through descriptor 0, whatever
@@ -317,7 +327,7 @@ fn read_stdin() -> Result<recording::Recording, recording::ReadError> {
 /// device, is left for the read to refuse, saying why.)
 fn named_after(recording: &Path, extension: &str, command: &str) -> PathBuf {
     let descriptor = own_descriptor(recording).is_some() && std::fs::metadata(recording).is_ok();
-    if is_stdin(recording) || descriptor {
+    if is_dash(recording) || descriptor {
         use clap::CommandFactory as _;
         let mut cli = Cli::command();
         cli.build();
@@ -393,7 +403,13 @@ pub(crate) fn say_wrote(output: &Path, text: &str) -> ExitCode {
 /// What `report` and `ctl report` say after a page written to `output`: to open it, where it is
 /// a file (also through `/dev/stdout` redirected to one), not a pipe.
 pub(crate) fn open_it(output: &Path) -> &'static str {
-    if std::fs::metadata(output).is_ok_and(|m| m.is_file()) {
+    if is_dash(output) {
+        if descriptor_metadata(1).is_ok_and(|m| m.is_file()) {
+            "; open the file it went to in a browser"
+        } else {
+            ""
+        }
+    } else if std::fs::metadata(output).is_ok_and(|m| m.is_file()) {
         "; open it in a browser"
     } else {
         ""
@@ -442,29 +458,40 @@ enum View {
 /// over the recording or one of its rotated files; otherwise as [`write_file`] does.
 fn write_output(recording: &Path, output: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt as _;
-    if let Ok(out) = std::fs::metadata(output) {
-        // Standard input's file is what its descriptor is open to (`< rec.jsonl`).
-        let files = if is_stdin(recording) {
-            vec![PathBuf::from("/proc/self/fd/0")]
-        } else {
-            recording::recording_files(recording).unwrap_or_default()
+    let out = if is_dash(output) {
+        descriptor_metadata(1)
+    } else {
+        std::fs::metadata(output)
+    };
+    // Only a file can be written over (one socket as stdin and stdout, as inetd gives, is
+    // read whole before anything is written).
+    if let Some(out) = out.ok().filter(std::fs::Metadata::is_file) {
+        let same = |m: std::io::Result<std::fs::Metadata>| {
+            m.is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino())
         };
-        for f in &files {
-            if std::fs::metadata(f).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino()) {
-                let f = if is_stdin(recording) {
-                    shown(recording)
-                } else {
-                    shown(f)
-                };
-                return Err(format!(
-                    "{} is the recording {f}: name another file with -o",
-                    Escaped(output.display()),
-                ));
-            }
+        // Standard input's file is what its descriptor is open to (`< rec.jsonl`).
+        let files = if is_dash(recording) {
+            same(descriptor_metadata(0))
+                .then(|| shown(recording))
+                .into_iter()
+                .collect()
+        } else {
+            let files = recording::recording_files(recording).unwrap_or_default();
+            files
+                .iter()
+                .filter(|f| same(std::fs::metadata(f)))
+                .map(|f| shown(f))
+                .collect::<Vec<_>>()
+        };
+        if let Some(f) = files.first() {
+            return Err(format!(
+                "{} is the recording {f}: name another file with -o",
+                output_name(output),
+            ));
         }
     }
     write_file(output, true, |f| f.write_all(bytes))
-        .map_err(|e| format!("cannot write {}: {e}", Escaped(output.display())))
+        .map_err(|e| format!("cannot write {}: {e}", output_name(output)))
 }
 
 /// Writes what `fill` writes to `path`:
@@ -491,17 +518,28 @@ pub(crate) fn write_file(
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::FileTypeExt as _;
-    // Before anything is followed (a device or a descriptor of ours behind another user's link
-    // in /tmp would be written through): as the kernel's fs.protected_symlinks.
-    pinwatch::files::planted_symlinks(path)?;
-    if let Some(fd) = own_descriptor(path) {
+    let own = if is_dash(path) {
+        Some(1)
+    } else {
+        // Before anything is followed (a device or a descriptor of ours behind another user's
+        // link in /tmp would be written through): as the kernel's fs.protected_symlinks.
+        pinwatch::files::planted_symlinks(path)?;
+        own_descriptor(path)
+    };
+    if let Some(fd) = own {
         // Written through as `cat` writes to its stdout, whatever the shell or the parent
         // opened it to (a file, a pipe, a socket); only a terminal is refused.
         // SAFETY: F_DUPFD_CLOEXEC reads and writes no memory of ours; on a descriptor that is
-        // not open it fails (EBADF), which is returned.
+        // not open it fails (EBADF), which is said.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
         if dup < 0 {
-            return Err(std::io::Error::last_os_error());
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EBADF) {
+                return Err(std::io::Error::other(format!(
+                    "descriptor {fd} is not open (give it from the shell: `{fd}> FILE`)"
+                )));
+            }
+            return Err(e);
         }
         // SAFETY: `dup` was just made by fcntl above and nothing else owns or closes it.
         let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) };
@@ -551,7 +589,9 @@ fn fill_stream(
 /// needed, and the 'wrote' line goes to stderr): one of this process's descriptors
 /// (`own_descriptor`: `/dev/stdout`, whatever it is open to), or a stream ([`is_stream`]).
 pub(crate) fn written_as_is(path: &Path) -> bool {
-    own_descriptor(path).is_some() || std::fs::metadata(path).is_ok_and(|m| is_stream(&m))
+    is_dash(path)
+        || own_descriptor(path).is_some()
+        || std::fs::metadata(path).is_ok_and(|m| is_stream(&m))
 }
 
 /// Symlinks followed at most by [`own_descriptor`] (the kernel's own limit is 40).
@@ -695,7 +735,7 @@ pub(crate) fn say_profile_written(
         output,
         &format!(
             "wrote {} ({pins} pin{}, {} pinned, {samples} profile sample{}){read}\n",
-            Escaped(output.display()),
+            output_name(output),
             if pins == 1 { "" } else { "s" },
             pinwatch::recording::human_ms(nanos as f64 / 1e6),
             if samples == 1 { "" } else { "s" },

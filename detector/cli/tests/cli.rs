@@ -909,7 +909,7 @@ fn a_dash_is_the_standard_stream_and_a_stream_names_no_output() {
     let (code, page, err) = pinwatch_reading(cwd.path(), &["report", "-", "-o", "-"], None);
     assert_eq!(code, 0, "{err}");
     assert!(page.starts_with(b"<!DOCTYPE html>"), "{err}");
-    assert!(err.starts_with("wrote /dev/stdout ("), "{err}");
+    assert!(err.starts_with("wrote standard output ("), "{err}");
     let (code, profile, err) = pinwatch_reading(cwd.path(), &["profile", rec, "-o", "-"], None);
     assert_eq!(code, 0, "{err}");
     assert!(profile.starts_with(&[0x1f, 0x8b]), "not gzip: {err}");
@@ -930,9 +930,16 @@ fn a_dash_is_the_standard_stream_and_a_stream_names_no_output() {
     let (code, _, err) = pinwatch(&["report", "/dev/null"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("cannot read /dev/null"), "{err}");
-    let (code, _, err) = pinwatch_reading(cwd.path(), &["ctl", "1", "record", "start", "-"], None);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("(`./-` for one called `-`)"), "{err}");
+    for action in ["start", "stop"] {
+        let (code, _, err) =
+            pinwatch_reading(cwd.path(), &["ctl", "1", "record", action, "-"], None);
+        assert_eq!(code, 2, "record {action} -: {err}");
+        assert!(err.contains("(`./-` for one called `-`)"), "{err}");
+    }
+    // A descriptor not given is said to be so.
+    let (code, _, err) = pinwatch_reading(cwd.path(), &["report", rec, "-o", "/dev/fd/9"], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("descriptor 9 is not open"), "{err}");
     let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
     assert!(
         left.is_empty(),
@@ -1008,6 +1015,96 @@ fn a_dash_is_the_descriptor_as_it_is_a_socket_or_a_file_part_read() {
     assert!(
         reader.join().unwrap().starts_with(b"<!DOCTYPE html>"),
         "{err}"
+    );
+    // One socket as both (inetd, systemd's `Accept=yes`, socat's `EXEC:`): the recording is
+    // read whole before the page is written, and a socket is nothing to write over (helper-91:
+    // "/dev/stdout is the recording").
+    let (mut ours, theirs) = UnixStream::pair().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_pinwatch"))
+        .args(["report", "-", "-o", "-"])
+        .stdin(std::os::fd::OwnedFd::from(theirs.try_clone().unwrap()))
+        .stdout(std::os::fd::OwnedFd::from(theirs))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    ours.write_all(&std::fs::read(data("recording.jsonl")).unwrap())
+        .unwrap();
+    ours.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut page = Vec::new();
+    ours.read_to_end(&mut page).unwrap();
+    let run = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(page.starts_with(b"<!DOCTYPE html>"), "{err}");
+}
+
+/// `-` is the descriptor, not a path to it: with neither `/dev` nor `/proc` (a chroot, a
+/// container's bare `/dev`) the page still goes to stdout, and the recording on stdin is still
+/// not written over. It was `/dev/stdout`: made as a file in a `/dev` without it, the page lost
+/// (helper-91), and the check for the recording read `/proc/self/fd/0`, and was skipped.
+#[test]
+fn a_dash_needs_neither_dev_nor_proc() {
+    use std::os::unix::process::CommandExt as _;
+    let cwd = tempfile::tempdir().unwrap();
+    let rec = cwd.path().join("rec.jsonl");
+    std::fs::copy(data("recording.jsonl"), &rec).unwrap();
+    let before = std::fs::read(&rec).unwrap();
+    let bare = |args: &[&str], stdout: std::process::Stdio| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinwatch"));
+        cmd.args(args)
+            .current_dir(cwd.path())
+            .stdin(std::fs::File::open(&rec).unwrap())
+            .stdout(stdout);
+        let (tmpfs, dev, proc, root) = (c"tmpfs", c"/dev", c"/proc", c"/");
+        // SAFETY: between fork and exec the closure makes only system calls (unshare, mount),
+        // which are async-signal-safe, on strings made before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                let ok = |rc: libc::c_int| {
+                    if rc == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                };
+                ok(libc::unshare(libc::CLONE_NEWNS))?;
+                let private = libc::MS_REC | libc::MS_PRIVATE;
+                let none = std::ptr::null();
+                ok(libc::mount(
+                    none,
+                    root.as_ptr(),
+                    none,
+                    private,
+                    std::ptr::null(),
+                ))?;
+                for dir in [dev, proc] {
+                    let (fs, at) = (tmpfs.as_ptr(), dir.as_ptr());
+                    ok(libc::mount(fs, at, fs, 0, std::ptr::null()))?;
+                }
+                Ok(())
+            });
+        }
+        let out = cmd
+            .output()
+            .expect("a mount namespace (root, as .ci/run runs)");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), out.stdout, err)
+    };
+    let piped = std::process::Stdio::piped;
+    let (code, page, err) = bare(&["report", "rec.jsonl", "-o", "-"], piped());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(page.starts_with(b"<!DOCTYPE html>"), "{err}");
+    assert!(err.starts_with("wrote standard output ("), "{err}");
+    let (code, _, err) = bare(&["report", "-", "-o", "rec.jsonl"], piped());
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("rec.jsonl is the recording standard input"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&rec).unwrap(),
+        before,
+        "the recording changed"
     );
 }
 

@@ -304,7 +304,9 @@ fn announce(config: &Config, warn: bool, line: impl FnOnce() -> String) {
     if !says(config) {
         return;
     }
-    let line = line();
+    // One line, whatever the paths in it hold (a control directory named with an escape
+    // sequence or a newline: helper-91).
+    let line = crate::text::escape(&line());
     match (export::no_subscriber(), warn) {
         (true, true) => export::to_stderr("WARN", &line),
         (true, false) => export::to_stderr("INFO", &line),

@@ -93,6 +93,28 @@ fn a_detector_takes_the_lowest_free_socket_name() {
     );
 }
 
+/// A control directory whose name holds an escape sequence and a newline is named on one
+/// start-up line, escaped, with the `ctl` command as a word bash reads back as the path
+/// (helper-91: the line was broken in two, the terminal's bold turned on).
+#[test]
+fn an_odd_control_directory_is_named_on_one_escaped_line() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("ctl \u{1b}[1m\nq");
+    let ((rt, d), line) = started(Control::Dir(dir.clone()));
+    assert!(!line.contains('\u{1b}'), "{line:?}");
+    assert!(
+        line.contains("ctl \\u{1b}[1m\\u{a}q/")
+            && line.contains(&format!(
+                "(`pinwatch ctl $'{}/ctl \\x1b[1m\\nq/{}.sock' status`)",
+                parent.path().display(),
+                std::process::id()
+            )),
+        "{line:?}"
+    );
+    drop(rt);
+    d.shutdown();
+}
+
 /// A directory asked for is made in a directory that is there; a typo's parents are not made
 /// (helper-60: `PINWATCH_CONTROL=/nonexistent/ctl` made `/nonexistent` at the root), and the
 /// error names the missing one.

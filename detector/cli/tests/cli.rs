@@ -790,15 +790,22 @@ fn output_never_follows_another_users_symlink_in_a_shared_directory() {
     }
 }
 
+/// A directory holding `rec.jsonl`, a copy of the checked-in recording, and its bytes: to
+/// check that the copy is never written over.
+fn a_copy_of_the_recording() -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec.jsonl");
+    std::fs::copy(data("recording.jsonl"), &rec).unwrap();
+    let bytes = std::fs::read(&rec).unwrap();
+    (dir, rec, bytes)
+}
+
 /// `report -o` never writes over the recording it reads (named directly or through a
 /// symlink), and writes to `/dev/stdout` (a pipe here) as it is, instead of trying to replace
 /// it with a file.
 #[test]
 fn report_refuses_its_own_recording_and_writes_to_dev_stdout() {
-    let dir = tempfile::tempdir().unwrap();
-    let rec = dir.path().join("rec.jsonl");
-    std::fs::copy(data("recording.jsonl"), &rec).unwrap();
-    let before = std::fs::read(&rec).unwrap();
+    let (dir, rec, before) = a_copy_of_the_recording();
     let link = dir.path().join("link.html");
     std::os::unix::fs::symlink(&rec, &link).unwrap();
     for out in [&rec, &link] {
@@ -1045,10 +1052,7 @@ fn a_dash_is_the_descriptor_as_it_is_a_socket_or_a_file_part_read() {
 #[test]
 fn a_dash_needs_neither_dev_nor_proc() {
     use std::os::unix::process::CommandExt as _;
-    let cwd = tempfile::tempdir().unwrap();
-    let rec = cwd.path().join("rec.jsonl");
-    std::fs::copy(data("recording.jsonl"), &rec).unwrap();
-    let before = std::fs::read(&rec).unwrap();
+    let (cwd, rec, before) = a_copy_of_the_recording();
     let bare = |args: &[&str], stdout: std::process::Stdio| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinwatch"));
         cmd.args(args)

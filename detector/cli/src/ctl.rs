@@ -434,10 +434,21 @@ fn dumped_recording(
     force: bool,
     name: &str,
 ) -> Result<pinwatch::recording::Recording, String> {
-    let taken = std::fs::symlink_metadata(output);
-    let dir = taken.as_ref().is_ok_and(|m| m.is_dir()) && !crate::is_dash(output);
-    if dir || !force && taken.is_ok() && !crate::written_as_is(output) {
-        return Err(pinwatch::files::taken(output));
+    if crate::is_dash(output) {
+        // Refused before the service is asked for its dump, as `write_file` would refuse it.
+        use std::io::IsTerminal as _;
+        if std::io::stdout().is_terminal() {
+            return Err(format!(
+                "cannot write standard output: {}",
+                crate::TERMINAL_REFUSED
+            ));
+        }
+    } else {
+        let taken = std::fs::symlink_metadata(output);
+        let dir = taken.as_ref().is_ok_and(|m| m.is_dir());
+        if dir || !force && taken.is_ok() && !crate::written_as_is(output) {
+            return Err(pinwatch::files::taken(output));
+        }
     }
     let mut bytes = Vec::new();
     let reply = client::dump(socket, DUMP_TIMEOUT, &mut bytes).map_err(|e| e.to_string())?;

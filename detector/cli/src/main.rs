@@ -326,8 +326,8 @@ fn read_stdin() -> Result<recording::Recording, recording::ReadError> {
 /// `/dev` for root): the command stops and asks for `-o`. (A descriptor that is not open, a
 /// device, is left for the read to refuse, saying why.)
 fn named_after(recording: &Path, extension: &str, command: &str) -> PathBuf {
-    let descriptor = own_descriptor(recording).is_some() && std::fs::metadata(recording).is_ok();
-    if is_dash(recording) || descriptor {
+    let descriptor = || own_descriptor(recording).is_some() && std::fs::metadata(recording).is_ok();
+    if is_dash(recording) || descriptor() {
         use clap::CommandFactory as _;
         let mut cli = Cli::command();
         cli.build();
@@ -643,6 +643,10 @@ pub(crate) fn is_stream(m: &std::fs::Metadata) -> bool {
     t.is_char_device() || (t.is_fifo() && ours)
 }
 
+/// Why a terminal is not written to.
+pub(crate) const TERMINAL_REFUSED: &str =
+    "it is a terminal; send it through a pipe (| less) or name a file";
+
 /// Refuses a terminal (`fill` writes a page, a profile or a service's dump, never for a
 /// terminal: the dump's bytes come from the service as they are) and, once opened, anything
 /// that is no longer a stream of this user's (a FIFO swapped in after it was looked at).
@@ -650,9 +654,7 @@ fn check_opened(f: &std::fs::File, own: bool) -> std::io::Result<()> {
     use std::os::fd::AsRawFd as _;
     // SAFETY: isatty only reads the descriptor number, which `f` keeps open.
     if unsafe { libc::isatty(f.as_raw_fd()) } == 1 {
-        return Err(std::io::Error::other(
-            "it is a terminal; send it through a pipe (| less) or name a file",
-        ));
+        return Err(std::io::Error::other(TERMINAL_REFUSED));
     }
     if !own && !is_stream(&f.metadata()?) {
         return Err(std::io::Error::other(

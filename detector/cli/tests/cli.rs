@@ -1088,9 +1088,10 @@ fn a_dash_needs_neither_dev_nor_proc() {
                 Ok(())
             });
         }
-        let out = cmd
-            .output()
-            .expect("a mount namespace (root, as .ci/run runs)");
+        let out = cmd.output().expect(
+            "a mount namespace: unshare needs CAP_SYS_ADMIN (root, as .ci/run runs; not \
+                     in a container whose seccomp profile forbids it)",
+        );
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         (out.status.code(), out.stdout, err)
     };

@@ -291,15 +291,26 @@ pub(crate) fn output_name(path: &Path) -> String {
 
 /// What descriptor `fd` is open to, as `fstat` says (no path, no `/proc`).
 fn descriptor_metadata(fd: i32) -> std::io::Result<std::fs::Metadata> {
+    dup_descriptor(fd)?.metadata()
+}
+
+/// A duplicate of this process's descriptor `fd` (close-on-exec), to write through or `fstat`
+/// and close without closing `fd`; one that is not open is said to be so.
+fn dup_descriptor(fd: i32) -> std::io::Result<std::fs::File> {
     // SAFETY: F_DUPFD_CLOEXEC reads and writes no memory of ours; on a descriptor that is not
-    // open it fails (EBADF), which is returned.
+    // open it fails (EBADF), which is said.
     let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
     if dup < 0 {
-        return Err(std::io::Error::last_os_error());
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EBADF) {
+            return Err(std::io::Error::other(format!(
+                "descriptor {fd} is not open (give it from the shell: `{fd}> FILE`)"
+            )));
+        }
+        return Err(e);
     }
     // SAFETY: `dup` was just made by fcntl above and nothing else owns or closes it.
-    let f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) };
-    f.metadata()
+    Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) })
 }
 
 /// The recording on standard input, read as `cat -` reads it: through descriptor 0, whatever
@@ -529,20 +540,7 @@ pub(crate) fn write_file(
     if let Some(fd) = own {
         // Written through as `cat` writes to its stdout, whatever the shell or the parent
         // opened it to (a file, a pipe, a socket); only a terminal is refused.
-        // SAFETY: F_DUPFD_CLOEXEC reads and writes no memory of ours; on a descriptor that is
-        // not open it fails (EBADF), which is said.
-        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EBADF) {
-                return Err(std::io::Error::other(format!(
-                    "descriptor {fd} is not open (give it from the shell: `{fd}> FILE`)"
-                )));
-            }
-            return Err(e);
-        }
-        // SAFETY: `dup` was just made by fcntl above and nothing else owns or closes it.
-        let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+        let mut f = dup_descriptor(fd)?;
         check_opened(&f, true)?;
         return fill_stream(&mut f, fill);
     }

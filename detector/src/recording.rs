@@ -297,11 +297,15 @@ fn open_to_read(path: &Path, named: bool, owner: Option<u32>) -> std::io::Result
     use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
     let check = |m: &std::fs::Metadata| {
         if !(m.is_file() || named && m.file_type().is_fifo()) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
+            // The recording named may be a pipe (helper-93: the message said a FIFO was not).
+            let what = if named {
+                "not a regular file or a pipe (a directory or a device): a recording is the file \
+                 pinwatch wrote, or a pipe of one (`-` reads standard input)"
+            } else {
                 "not a regular file (a directory, a FIFO or a device): a recording is the file \
-                 pinwatch wrote",
-            ));
+                 pinwatch wrote"
+            };
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, what));
         }
         match owner {
             // Root's may be the service's too (a file made for it, then rotated).
@@ -378,6 +382,19 @@ fn read_lines(
         // The file's last line, with no newline: the write was cut off there.
         let cut_off = !read.ended;
         let raw = line.strip_suffix(b"\r").unwrap_or(&line);
+        // A compressed recording (`rec.jsonl.gz`) given as it is: said so, with how to read
+        // it, instead of "cut off" and "not UTF-8" (helper-93). Only its first line is looked
+        // at: the rest of it is damage like any.
+        if number == 1 && raw.starts_with(&[0x1f, 0x8b]) {
+            rec.skip(
+                name,
+                number,
+                "compressed with gzip: read it through zcat (`zcat FILE | pinwatch summary -`)"
+                    .to_owned(),
+                false,
+            );
+            continue;
+        }
         if read.too_long || raw.len() > MAX_LINE_BYTES {
             // A blank line is passed over, however long.
             if !(read.blank && raw.iter().all(u8::is_ascii_whitespace)) {
@@ -2445,6 +2462,22 @@ mod tests {
                 .map(|d| (d.file.clone(), d.line))
                 .collect::<Vec<_>>(),
             [(rotated.clone(), 2), (rotated, 3), (current, 2)]
+        );
+    }
+
+    /// A gzipped recording given as it is says so and how to read it, not that it was cut off
+    /// (helper-93: "last line is incomplete: the recording was cut off … not UTF-8").
+    #[test]
+    fn a_gzipped_recording_is_said_to_be_one() {
+        let mut gz = vec![0x1f, 0x8b, 0x08, 0x00, 0xff, 0x10, b'\n', 0x9c];
+        gz.extend_from_slice(&[0xfe; 40]);
+        let rec = read_recording_from(&gz[..], "rec.jsonl.gz").unwrap();
+        assert!(rec.events.is_empty());
+        let warning = rec.warnings.join("\n");
+        assert!(
+            warning.contains("rec.jsonl.gz:1, rec.jsonl.gz:2 (last line is incomplete")
+                && warning.contains("(the first: compressed with gzip: read it through zcat"),
+            "{warning}"
         );
     }
 

@@ -475,9 +475,9 @@ fn report(socket: &client::Endpoint, output: &Path, force: bool) -> Result<ExitC
     Ok(crate::say_wrote(
         output,
         &format!(
-            "wrote {} ({} events, {pins} pins; {}){}\n",
+            "wrote {} ({}; {}){}\n",
             crate::output_name(output),
-            rec.events.len(),
+            crate::events_and_pins(rec.events.len(), pins),
             untrusted(&source),
             crate::open_it(output)
         ),

@@ -222,9 +222,9 @@ fn main() -> ExitCode {
             say_wrote(
                 &output,
                 &format!(
-                    "wrote {} ({} events, {pins} pins){}\n{head}",
+                    "wrote {} ({}){}\n{head}",
                     output_name(&output),
-                    rec.events.len(),
+                    events_and_pins(rec.events.len(), pins),
                     open_it(&output)
                 ),
             )
@@ -355,6 +355,12 @@ fn named_after(recording: &Path, extension: &str, command: &str) -> PathBuf {
             .exit();
     }
     recording.with_extension(extension)
+}
+
+/// What a page holds, as `report` and `ctl report` say it: `2 events, 1 pin`.
+pub(crate) fn events_and_pins(events: usize, pins: usize) -> String {
+    let s = |n: usize| if n == 1 { "" } else { "s" };
+    format!("{events} event{}, {pins} pin{}", s(events), s(pins))
 }
 
 /// `--seconds N`: a whole number of seconds, at least 1.
@@ -641,9 +647,8 @@ pub(crate) fn is_stream(m: &std::fs::Metadata) -> bool {
     t.is_char_device() || (t.is_fifo() && ours)
 }
 
-/// Why a terminal is not written to.
-pub(crate) const TERMINAL_REFUSED: &str =
-    "it is a terminal; send it through a pipe (| less) or name a file";
+/// Why a terminal is not written to (no `| less` in it: a profile is gzip, helper-93).
+pub(crate) const TERMINAL_REFUSED: &str = "it is a terminal; send it through a pipe or name a file";
 
 /// Refuses a terminal (`fill` writes a page, a profile or a service's dump, never for a
 /// terminal: the dump's bytes come from the service as they are) and, once opened, anything

@@ -194,6 +194,18 @@ fn first_lines(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// `report` counts in words that agree: `1 event, 1 pin` (helper-93: `1 pins`).
+#[test]
+fn report_says_one_pin_in_the_singular() {
+    let good = first_lines(1);
+    let f = with_lines(&[&good[0]], true);
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("one.html");
+    let (code, out, err) = report_to(f.path().to_str().unwrap(), page.to_str().unwrap());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" (1 event, 1 pin)"), "{out}");
+}
+
 #[test]
 fn a_line_that_is_not_json_is_skipped_with_its_number() {
     let good = first_lines(2);

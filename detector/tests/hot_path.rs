@@ -68,7 +68,13 @@ fn workload(rt: &tokio::runtime::Runtime) {
 #[test]
 fn hooks_allocate_nothing_on_a_real_runtime() {
     let events = support::Collected::default();
-    let prepared = support::builder(&events).prepare().unwrap();
+    // No yield poll is reported, on any machine: at the default 20 ms, one stretched by a
+    // loaded machine (two CPU hogs beside the suite) was, once, in a stressed CI run. The
+    // hooks' path is the same at any threshold.
+    let prepared = support::builder(&events)
+        .threshold(std::time::Duration::from_secs(10))
+        .prepare()
+        .unwrap();
     let (before, after) = (prepared.hooks(), prepared.hooks());
     let polls = std::sync::Arc::new(AtomicU64::new(0));
     let counted = std::sync::Arc::clone(&polls);
@@ -101,7 +107,8 @@ fn hooks_allocate_nothing_on_a_real_runtime() {
     // Every task polled 100 times (the very last after-poll hooks may still be running).
     assert!(polled >= (TASKS * (POLLS - 1)) as u64, "{polled}");
     assert_eq!(allocs, 0);
-    assert!(events.all().is_empty());
+    let reported = events.all();
+    assert!(reported.is_empty(), "{reported:#?}");
     assert_eq!(stats.pinned_polls, 0);
 }
 

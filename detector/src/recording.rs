@@ -53,7 +53,8 @@ pub enum ReadError {
 pub struct Recording {
     /// Every event, in file order.
     pub events: Vec<PinnedEvent>,
-    /// Warnings, for a person: one line that sums up the damaged lines skipped, if any.
+    /// Warnings, for a person: one line that sums up the damaged lines skipped, if any (when no
+    /// line is an event, one that says so rather than blaming a write cut short).
     pub warnings: Vec<String>,
     /// Lines skipped because they are damaged (not UTF-8, or not JSON at all: a write cut short
     /// by a full disk, a crash mid-line), across all the files read.
@@ -157,6 +158,16 @@ impl Recording {
         }
         // What is wrong with the first one, bounded (it may quote a crafted line).
         let first: String = self.damaged[0].why.chars().take(160).collect();
+        if self.events.is_empty() {
+            // Not a recording that lost lines (nothing else was read): name the lines, without
+            // blaming a disk; the reader's verdict says they are no recording.
+            self.warnings.push(format!(
+                "skipped {n} line{} ({}); the first: {first}",
+                if n == 1 { "" } else { "s" },
+                at.join(", ")
+            ));
+            return;
+        }
         self.warnings.push(format!(
             "skipped {n} damaged line{} ({}): not JSON (as a write cut short by a full disk or a \
              crash leaves it), a field no pinwatch writes or longer than any line it writes (the \
@@ -2620,6 +2631,29 @@ mod tests {
             "{:?}",
             rec.damaged
         );
+    }
+
+    /// A file where no line is an event (a service's stderr) is not said to have lost lines to
+    /// a full disk, nor that "every other line was read": its lines are not events.
+    #[test]
+    fn a_file_of_no_event_is_not_blamed_on_a_disk() {
+        let rec = parse_recording("starting up\nlistening on :8080\n", "log").unwrap();
+        assert!(rec.events.is_empty());
+        assert_eq!(rec.damaged_lines, 2);
+        assert_eq!(rec.warnings.len(), 1, "{:?}", rec.warnings);
+        let w = &rec.warnings[0];
+        assert!(
+            w.starts_with("skipped 2 lines (log:1, log:2); the first: not a pinwatch event: "),
+            "{w}"
+        );
+        assert!(
+            !w.contains("disk") && !w.contains("every other line"),
+            "{w}"
+        );
+        // One event among them: the lines are damage in a recording, as before.
+        let rec = parse_recording(&format!("starting up\n{}\n", good(1)), "r").unwrap();
+        assert!(rec.warnings[0].starts_with("skipped 1 damaged line (r:1)"));
+        assert!(rec.warnings[0].contains("full disk"));
     }
 
     /// An event of this schema whose fields are not what pinwatch writes (a crafted file) is

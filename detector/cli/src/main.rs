@@ -130,9 +130,7 @@ fn main() -> ExitCode {
     // command succeeds on the events that remain; a file where no line is an event is no
     // recording at all.
     if rec.events.is_empty() && rec.damaged_lines + rec.other_schema_lines > 0 {
-        for w in &rec.warnings {
-            warn(format_args!("{w}"));
-        }
+        // The verdict first, then what the lines were.
         match rec.other_schema {
             Some(schema) if rec.damaged_lines == 0 => warn(format_args!(
                 "{} holds no pinwatch event this version reads: it was written by another \
@@ -143,6 +141,9 @@ fn main() -> ExitCode {
                 "{} holds no readable pinwatch event; is it a recording (a PINWATCH_RECORD file)?",
                 shown(&file)
             )),
+        }
+        for w in &rec.warnings {
+            warn(format_args!("{w}"));
         }
         return ExitCode::from(1);
     }

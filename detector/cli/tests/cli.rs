@@ -275,14 +275,23 @@ fn a_torn_middle_line_is_skipped_by_every_command() {
     );
 }
 
-/// A file with no event at all, only damage, is not a recording: an error.
+/// A file with no event at all, only damage, is not a recording: an error that says so first.
 #[test]
 fn a_file_of_garbage_is_an_error() {
     let f = with_lines(&["\u{1}\u{2}garbage", "{\"schema\":2,\"ev"], true);
     let (code, out, err) = pinwatch(&["summary", f.path().to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
+    // The verdict first, then what the lines were, with no full disk blamed: nothing else was
+    // read.
+    let verdict = err.find("no readable pinwatch event; is it a recording");
+    let lines = err.find("skipped 2 lines (");
     assert!(
-        err.contains("skipped 2 damaged lines") && err.contains("no readable pinwatch event"),
+        matches!((verdict, lines), (Some(v), Some(l)) if v < l),
+        "{err}"
+    );
+    assert!(err.contains("; the first: not a pinwatch event"), "{err}");
+    assert!(
+        !err.contains("disk") && !err.contains("every other line"),
         "{err}"
     );
 }

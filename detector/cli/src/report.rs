@@ -715,7 +715,8 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
             ),
         );
     }
-    item(&mut h, "workers", d.lanes.len().to_string());
+    // The lanes: the threads that pinned, each run's apart (not the runtime's worker count).
+    item(&mut h, "threads with pins", d.lanes.len().to_string());
     item(
         &mut h,
         "pins",
@@ -1230,6 +1231,13 @@ mod tests {
         assert_eq!(no_stack.stack, ["[no stack: stacks_off]"]);
         let locked = d.pins.iter().find(|p| p.reason == "lock_held").unwrap();
         assert_eq!(locked.held_locks, ["mutex acquired at src/update.rs:29:21"]);
+        // The header counts the lanes as what they are.
+        let page = render(&events(), "x", &[]).unwrap();
+        assert!(
+            page.contains("<dt>threads with pins</dt><dd>3</dd>"),
+            "{}",
+            &page[..page.find("</header>").unwrap()]
+        );
     }
 
     fn victim_events() -> Vec<PinnedEvent> {

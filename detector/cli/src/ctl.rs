@@ -151,6 +151,38 @@ enum RecordAction {
     },
 }
 
+/// The parser's error for `ctl` without its target, which it gives when the action comes first
+/// (`ctl status`: the action is taken as such and the target is missing), said in words: the
+/// target goes first, and `ctl list` lists them. Any other error is left as it is.
+pub fn without_target(e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let target_missing = e.kind() == ErrorKind::MissingRequiredArgument
+        && matches!(e.get(ContextKind::InvalidArg),
+            Some(ContextValue::Strings(s)) if s.iter().any(|a| a == "<TARGET>"));
+    if !target_missing {
+        return e;
+    }
+    let actions = Action::augment_subcommands(clap::Command::new("ctl"));
+    let action = std::env::args_os()
+        .filter_map(|a| a.into_string().ok())
+        .skip_while(|a| a != "ctl")
+        .find(|a| actions.find_subcommand(a).is_some());
+    let said = match action {
+        Some(action) => format!(
+            "which service should `{action}` go to? give its pid first, as in `pinwatch ctl 4242 \
+             {action}` (`pinwatch ctl list` lists the processes with pinwatch)"
+        ),
+        None => "give the service's pid, as in `pinwatch ctl 4242 status`; `pinwatch ctl list` \
+                 lists the processes with pinwatch"
+            .to_owned(),
+    };
+    use clap::CommandFactory as _;
+    let mut cli = crate::Cli::command();
+    cli.build();
+    let mut ctl = cli.find_subcommand("ctl").cloned().unwrap_or(cli);
+    ctl.error(ErrorKind::MissingRequiredArgument, said)
+}
+
 pub fn run(args: &CtlArgs) -> ExitCode {
     match run_request(args) {
         Ok(code) => code,

@@ -96,7 +96,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| ctl::without_target(e).exit());
     let (file, view) = match cli.command {
         Command::Ctl(args) => return ctl::run(&args),
         Command::Print { file, json, latest } => (file, View::Print { json, latest }),

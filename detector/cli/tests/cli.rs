@@ -1299,6 +1299,21 @@ fn arguments_that_cannot_work_are_refused_in_words() {
         ),
         (&["ctl", "1", "status", "--count", "2"], "--watch"),
         (&["ctl", "list", "status"], "`list` takes no action"),
+        // The action without the service before it: where it goes, not the parser's "required
+        // arguments were not provided".
+        (
+            &["ctl", "status", "--json"],
+            "which service should `status` go to? give its pid first, as in `pinwatch ctl 4242 \
+             status`",
+        ),
+        (
+            &["ctl", "--dir", "/nonexistent", "pause"],
+            "which service should `pause` go to?",
+        ),
+        (
+            &["ctl"],
+            "give the service's pid, as in `pinwatch ctl 4242 status`",
+        ),
         (
             &["profile", "rec.jsonl", "--seconds", "0"],
             "must be at least 1 (a whole number of seconds)",
@@ -1312,4 +1327,13 @@ fn arguments_that_cannot_work_are_refused_in_words() {
         assert_ne!(code, 0, "{args:?}");
         assert!(err.contains(said), "{args:?}: {err}");
     }
+    // Any other missing argument keeps the parser's words, and its status.
+    let (code, _, err) = pinwatch(&["print"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("required arguments were not provided"),
+        "{err}"
+    );
+    let (code, _, err) = pinwatch(&["ctl", "status"]);
+    assert_eq!(code, 2, "{err}");
 }

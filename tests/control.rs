@@ -92,6 +92,18 @@ fn status_pins_settings_and_recording_through_ctl() {
             .any(|l| l.starts_with(&format!("{pid} ")) && l.contains("pin_service")),
         "{list}"
     );
+    // And as JSON: what `ctl` takes, the socket, and the status `status --json` gives.
+    let listed: Value = serde_json::from_str(&ctl(&["list", "--json"])).unwrap();
+    let me = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["target"] == pid.as_str())
+        .unwrap_or_else(|| panic!("{pid} not in {listed:#}"));
+    assert_eq!(me["socket"], st["socket"], "{me:#}");
+    assert_eq!(me["status"]["pid"], svc.pid, "{me:#}");
+    assert_eq!(me["status"]["workers"], 3, "{me:#}");
+    assert!(me["error"].is_null(), "{me:#}");
 
     // A pin, shown while it lasts.
     svc.send("hold");
@@ -1077,6 +1089,45 @@ fn ctl_with_rss(args: &[&str]) -> (bool, String, i64) {
     (ok, reader.join().unwrap(), usage.ru_maxrss)
 }
 
+/// `ctl list --json`: a process that answers with a refusal is listed with its `error` and no
+/// `status`; a `--json` before an action is refused, saying where it goes.
+#[test]
+fn ctl_list_json_gives_what_came_instead_of_a_status() {
+    let (_dir, sock) = fake_service(1, |mut s, _| {
+        let _ = s.write_all(b"{\"ok\":false,\"message\":\"busy: try later\"}\n");
+    });
+    let dir = sock.parent().unwrap().to_str().unwrap();
+    let listed: Value = serde_json::from_str(&ok(
+        ctl_in(None, &["--dir", dir, "list", "--json"]),
+        &["list"],
+    ))
+    .unwrap();
+    let want = serde_json::json!([{
+        "target": std::process::id().to_string(),
+        "socket": sock.to_str().unwrap(),
+        "status": null,
+        "error": "busy: try later",
+    }]);
+    assert_eq!(listed, want);
+    // None at all: an empty array, not a sentence.
+    let empty = tempfile::tempdir().unwrap();
+    chmod(empty.path(), 0o700);
+    let out = ok(
+        ctl_in(
+            None,
+            &["--dir", empty.path().to_str().unwrap(), "list", "--json"],
+        ),
+        &["list"],
+    );
+    assert_eq!(out, "[]\n");
+    let out = ctl_in(None, &["1", "--json", "status"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("put it after the action"),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn ctl_caps_a_flooding_reply() {
     let (_dir, sock) = fake_service(1, |mut s, _| {
@@ -1123,7 +1174,7 @@ fn ctl_shows_control_characters_in_replies_escaped() {
         }
     })
     .to_string();
-    let (_dir, sock) = fake_service(6, move |mut s, line| {
+    let (_dir, sock) = fake_service(7, move |mut s, line| {
         let answer = if line.contains("status") {
             status.clone()
         } else if line.contains("pause") {
@@ -1142,6 +1193,7 @@ fn ctl_shows_control_characters_in_replies_escaped() {
         vec![sock, "set", "threshold=1ms"],
         vec![sock, "pause"],
         vec!["--dir", dir, "list"],
+        vec!["--dir", dir, "list", "--json"],
     ] {
         let out = ctl_in(None, &args);
         for (what, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {

@@ -38,6 +38,11 @@ pub struct CtlArgs {
     /// /tmp/pinwatch-<uid>; root also looks in every user's).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// With `list`: print the processes as a JSON array, each with its `target` (what `ctl`
+    /// takes), `socket`, and its `status` as `status --json` gives it, or the `error` that
+    /// came instead. (An action's own `--json` goes after the action: `status --json`.)
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -207,7 +212,7 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
                     .to_owned(),
             );
         }
-        return list(&dirs);
+        return list(&dirs, args.json);
     }
     let Some(action) = &args.action else {
         // The actions as the parser has them, so that none is left out of the hint.
@@ -221,6 +226,13 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
             actions.join(", ")
         ));
     };
+    if args.json {
+        return Err(format!(
+            "--json before the action goes with `list`: put it after the action, as in \
+             `pinwatch ctl {} status --json`",
+            args.target
+        ));
+    }
     let socket = client::find(&args.target, &dirs).map_err(|e| e.to_string())?;
     let request = match action {
         Action::Status {
@@ -656,7 +668,7 @@ fn watch_status(
     }
 }
 
-fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
+fn list(dirs: &client::Dirs, json: bool) -> Result<ExitCode, String> {
     if dirs.looked.len() == 1 && dirs.dirs.is_empty() && !dirs.skipped.is_empty() {
         // The one directory to look in (`--dir`, `PINWATCH_CONTROL`, or the caller's own) could
         // not be used: that is no answer that nothing runs (helper-83: exit 0 for a `--dir`
@@ -664,7 +676,6 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
         let why: Vec<String> = dirs.skipped.iter().map(|n| untrusted(n)).collect();
         return Err(format!("cannot list: {}", why.join("; ")));
     }
-    let mut rows = Vec::new();
     let (endpoints, skipped) = dirs.endpoints();
     for note in dirs.skipped.iter().chain(&skipped) {
         let _ = writeln!(
@@ -674,55 +685,59 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
         );
     }
     let answers = ask_all(&endpoints);
+    // Each process's status, or what it said instead (in the text, in the last column).
+    let mut listed: Vec<Listed> = Vec::new();
     for (ep, answer) in endpoints.into_iter().zip(answers) {
-        // A process that did not give its status: what it said instead, in the last column.
-        let unknown = |why: String| {
-            let q = || "?".to_owned();
-            [ep.name.clone(), q(), q(), q(), q(), why]
-        };
-        let Some(answer) = answer else {
-            rows.push(unknown(format!(
+        let status = match answer {
+            None => Err(format!(
                 "not asked: ctl list gives all sockets {} in all; ask it directly with \
                  `pinwatch ctl {} status`",
                 humantime::format_duration(LIST_TOTAL),
                 ep.name
-            )));
-            continue;
-        };
-        match answer {
-            Ok(Reply {
+            )),
+            Some(Ok(Reply {
                 ok: true,
                 status: Some(st),
                 ..
-            }) => {
-                let st = escaped(&st)?;
-                rows.push([
-                    ep.name.clone(),
-                    st.workers.to_string(),
-                    // Workers pinned: a multi-thread runtime's block_on body holds none.
-                    st.pinned
-                        .iter()
-                        .filter(|p| p.worker.is_some())
-                        .count()
-                        .to_string(),
-                    if st.paused { "paused" } else { "on" }.to_owned(),
-                    human_ms(st.uptime_ms),
-                    st.command.clone(),
-                ])
-            }
-            Ok(r) => rows.push(unknown(untrusted(&r.message))),
+            })) => Ok(st),
+            Some(Ok(r)) => Err(r.message),
             // Left by a process that died: nobody will answer there again.
-            Err(_) if dirs.remove_if_stale(&ep) => {
+            Some(Err(_)) if dirs.remove_if_stale(&ep) => {
                 let _ = writeln!(
                     std::io::stderr().lock(),
                     "pinwatch ctl: removed {} (left by a process that is gone)",
                     untrusted(&ep.path.display().to_string())
                 );
+                continue;
             }
-            Err(e) => rows.push(unknown(untrusted(&e))),
-        }
+            Some(Err(e)) => Err(e),
+        };
+        listed.push(Listed {
+            target: ep.name,
+            socket: ep.path,
+            status,
+        });
     }
-    if rows.is_empty() {
+    if json {
+        let list: Vec<serde_json::Value> = listed
+            .iter()
+            .map(|l| {
+                let (status, error) = match &l.status {
+                    Ok(st) => (serde_json::to_value(st).ok(), None),
+                    Err(e) => (None, Some(e)),
+                };
+                serde_json::json!({
+                    "target": l.target,
+                    "socket": l.socket.to_string_lossy(),
+                    "status": status,
+                    "error": error,
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?;
+        return Ok(crate::print_out(&format!("{}\n", json_safe(&text))));
+    }
+    if listed.is_empty() {
         let looked: Vec<String> = dirs
             .looked
             .iter()
@@ -733,10 +748,43 @@ fn list(dirs: &client::Dirs) -> Result<ExitCode, String> {
             looked.join(", ")
         )));
     }
+    let mut rows = Vec::new();
+    for l in listed {
+        rows.push(match l.status {
+            Ok(st) => {
+                let st = escaped(&st)?;
+                [
+                    l.target,
+                    st.workers.to_string(),
+                    // Workers pinned: a multi-thread runtime's block_on body holds none.
+                    st.pinned
+                        .iter()
+                        .filter(|p| p.worker.is_some())
+                        .count()
+                        .to_string(),
+                    if st.paused { "paused" } else { "on" }.to_owned(),
+                    human_ms(st.uptime_ms),
+                    st.command,
+                ]
+            }
+            Err(why) => {
+                let q = || "?".to_owned();
+                [l.target, q(), q(), q(), q(), untrusted(&why)]
+            }
+        });
+    }
     Ok(crate::print_out(&table(
         &["PID", "WORKERS", "PINNED", "REPORTING", "UP", "COMMAND"],
         &rows,
     )))
+}
+
+/// One process `ctl list` found: how `ctl` names it, its socket, and its status or why there is
+/// none.
+struct Listed {
+    target: String,
+    socket: PathBuf,
+    status: Result<Box<Status>, String>,
 }
 
 /// Asks each of `endpoints` for its status, [`LIST_AT_ONCE`] at a time, each within
@@ -1161,7 +1209,7 @@ mod tests {
     #[test]
     fn ctl_list_of_a_directory_that_cannot_be_used_fails() {
         let gone = tempfile::tempdir().unwrap().path().join("gone");
-        let e = list(&client::search_dirs(Some(&gone))).unwrap_err();
+        let e = list(&client::search_dirs(Some(&gone)), false).unwrap_err();
         assert!(e.starts_with("cannot list: cannot open "), "{e}");
         assert!(e.contains(&gone.display().to_string()), "{e}");
     }

@@ -92,6 +92,47 @@ fn with_a_fmt_subscriber_the_report_goes_through_it_once() {
     assert!(!start.contains("127.0.0.1:0/"), "{start}");
 }
 
+/// A relative `PINWATCH_RECORD` and `PINWATCH_DUMP_ON_EXIT` are named in full in the start-up
+/// line, as `ctl status` names them: whoever reads the line need not know the service's working
+/// directory. The files are where the line says.
+#[test]
+fn relative_outputs_are_named_in_full_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_first_pin"));
+    cmd.current_dir(&dir).env_remove("RUST_LOG");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PINWATCH") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs([
+        ("PINWATCH_CONTROL", "off"),
+        ("PINWATCH_RECORD", "pins.jsonl"),
+        ("PINWATCH_DUMP_ON_EXIT", "dump.jsonl"),
+    ]);
+    let out = cmd.output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let start = stderr
+        .lines()
+        .find(|l| l.starts_with("INFO pinwatch: watching "))
+        .unwrap_or_else(|| panic!("no start-up line: {stderr}"));
+    for (part, file) in [
+        ("; recording to ", "pins.jsonl"),
+        ("; dump on exit to ", "dump.jsonl"),
+    ] {
+        let path = dir.join(file);
+        assert!(
+            start.contains(&format!("{part}{} ", path.display()))
+                || start.contains(&format!("{part}{};", path.display()))
+                || start.ends_with(&format!("{part}{}", path.display())),
+            "{part}{file} not named in full: {start}"
+        );
+        assert!(path.is_file(), "no {}: {stderr}", path.display());
+    }
+}
+
 #[test]
 fn max_threads_below_the_polling_threads_is_said_at_start_up() {
     // Two workers and the watched body: three threads poll, one can be watched.

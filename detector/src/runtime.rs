@@ -174,7 +174,10 @@ impl Prepared {
         let stop = StopOnUnwind(&watched.table.parking);
         let dump_on_exit = match (&watched.config.dump_on_exit, &flight) {
             (Some(path), Some((flight, who))) => Some(ExitDump::register({
+                // Made absolute now: the directory checked at start-up is the one written to,
+                // whatever the working directory is at exit, and the lines name it in full.
                 let path = crate::files::with_pid(path);
+                let path = std::path::absolute(&path).unwrap_or(path);
                 ExitDump {
                     dir: ExitDump::dir_of(&path),
                     path,
@@ -343,7 +346,15 @@ fn startup_line(
     s.push_str("; ");
     s.push_str(&exporters.describe());
     match &config.record {
-        Some(path) => s.push_str(&format!("; recording to {}", path.display())),
+        // Absolute, as the recording opens it (and `ctl status` names it): whoever reads the
+        // line need not know the service's working directory.
+        Some(path) => s.push_str(&format!(
+            "; recording to {}",
+            std::path::absolute(path)
+                .as_deref()
+                .unwrap_or(path)
+                .display()
+        )),
         None => s.push_str("; no recording"),
     }
     if let Some(nice) = config.watchdog_nice {

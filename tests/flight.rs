@@ -219,6 +219,31 @@ fn a_dump_has_the_pins_made_while_nothing_recorded() {
         &["ctl", &pid.to_string(), "report", "-o", "live.html"],
     );
     assert!(!out.status.success(), "a page was replaced unasked");
+    // Another user's link in a shared (sticky) directory is refused as such, before the dump
+    // is asked for, without `--force` suggested: with it the link is refused just the same.
+    {
+        use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let link = shared.join("page.html");
+        symlink(dir.path().join("victim.html"), &link).unwrap();
+        lchown(&link, Some(65534), None).unwrap();
+        let pid = pid.to_string();
+        for force in [&[][..], &["--force"]] {
+            let mut args = vec!["ctl", &*pid, "report", "-o", link.to_str().unwrap()];
+            args.extend_from_slice(force);
+            let out = cli(dir.path(), &args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{force:?}: {err}");
+            assert!(
+                err.contains("is a symlink that user 65534 made"),
+                "{force:?}: {err}"
+            );
+            assert!(!err.contains("--force"), "{force:?}: {err}");
+        }
+        assert!(!dir.path().join("victim.html").exists());
+    }
     // To a pipe (`-`, standard output): the dump alone on stdout, no `--force` asked.
     let out = cli(dir.path(), &["ctl", &pid.to_string(), "dump", "-"]);
     assert!(out.status.success(), "{out:?}");

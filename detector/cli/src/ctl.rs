@@ -488,6 +488,10 @@ fn dumped_recording(
             ));
         }
     } else {
+        // Another user's link in a shared directory is refused as such, not as a file that
+        // exists, whose advice (`--force`) would then be refused for the link.
+        pinwatch::files::planted_symlinks(output)
+            .map_err(|e| format!("cannot write {}: {e}", crate::output_name(output)))?;
         let taken = std::fs::symlink_metadata(output);
         let dir = taken.as_ref().is_ok_and(|m| m.is_dir());
         if dir || !force && taken.is_ok() && !crate::written_as_is(output) {

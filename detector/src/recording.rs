@@ -70,9 +70,49 @@ pub struct Recording {
     /// ([`Detector::dump`](crate::Detector::dump), `pinwatch ctl <pid> dump`) starts with one,
     /// saying whose events follow and what was dropped for space.
     pub dumps: Vec<DumpInfo>,
+    /// A damaged line began as pinwatch's lines do ([`DamagedLine`]'s `ours`), among all.
+    any_ours: bool,
+    /// The first line of a file was gzip's magic number: a compressed recording.
+    gzipped: bool,
 }
 
+/// Why a first line of gzip's magic number is no event, and what to do.
+const GZIPPED: &str =
+    "compressed with gzip: read it through zcat (`zcat FILE | pinwatch summary -`)";
+
 impl Recording {
+    /// Nothing in it is pinwatch's: no event, no dump, no line of another version, no damaged
+    /// line that began as pinwatch's do, not gzip — some other file (a service's stderr).
+    fn foreign(&self) -> bool {
+        self.events.is_empty()
+            && self.dumps.is_empty()
+            && self.other_schema_lines == 0
+            && !self.any_ours
+            && !self.gzipped
+    }
+
+    /// For a file where lines were skipped and no event was read, what it is, in one sentence
+    /// naming it as `name`: compressed, another version's, a recording whose every line is
+    /// damaged, or no recording at all. `None` when an event was read or nothing was skipped
+    /// (an empty recording). Readers say it first, then the [`warnings`](Self::warnings).
+    pub fn no_event_verdict(&self, name: &str) -> Option<String> {
+        if !self.events.is_empty() || self.damaged_lines + self.other_schema_lines == 0 {
+            return None;
+        }
+        Some(if self.gzipped {
+            format!("{name} holds no pinwatch event as it is: it is {GZIPPED}")
+        } else if let Some(schema) = self.other_schema {
+            format!(
+                "{name} holds no pinwatch event this version reads: it was written by another \
+                 pinwatch version (recording schema {schema}); read it with that version"
+            )
+        } else if self.foreign() {
+            format!("{name} holds no pinwatch event; is it a recording (a PINWATCH_RECORD file)?")
+        } else {
+            format!("{name} holds no readable pinwatch event: every event line in it is damaged")
+        })
+    }
+
     /// One line per dump in it ([`describe_dump`]), for
     /// the head of `print`, `summary` and `report`.
     pub fn describe_dumps(&self) -> Vec<String> {
@@ -95,11 +135,16 @@ pub struct DamagedLine {
     pub why: String,
     /// It is the file's last line and has no newline: the file was cut off there.
     pub cut_off: bool,
+    /// It begins as every line pinwatch writes does (`{"schema":`): a recording's line,
+    /// damaged, rather than a line of some other file.
+    ours: bool,
 }
 
 impl Recording {
-    fn skip(&mut self, file: &str, line: usize, why: String, cut_off: bool) {
+    fn skip(&mut self, file: &str, line: usize, why: String, raw: &[u8], cut_off: bool) {
         self.damaged_lines += 1;
+        let ours = raw.starts_with(br#"{"schema":"#);
+        self.any_ours |= ours;
         if self.damaged.len() < MAX_DAMAGED_SHOWN {
             self.damaged.push(DamagedLine {
                 // Both may quote what the file holds (a parser's message quotes the bad value):
@@ -108,6 +153,7 @@ impl Recording {
                 line,
                 why: Escaped(why).to_string(),
                 cut_off,
+                ours,
             });
         }
     }
@@ -158,9 +204,22 @@ impl Recording {
         }
         // What is wrong with the first one, bounded (it may quote a crafted line).
         let first: String = self.damaged[0].why.chars().take(160).collect();
-        if self.events.is_empty() {
-            // Not a recording that lost lines (nothing else was read): name the lines, without
-            // blaming a disk; the reader's verdict says they are no recording.
+        if self.events.is_empty() && self.gzipped {
+            // The verdict says it all ([`Recording::no_event_verdict`]).
+            return;
+        }
+        if self.foreign() {
+            // Not a recording that lost lines: name them, without blaming a disk or calling
+            // the last one a recording cut off; the verdict says they are no recording.
+            let at: Vec<String> = self
+                .damaged
+                .iter()
+                .map(|d| format!("{}:{}", d.file, d.line))
+                .chain(
+                    (n > self.damaged.len())
+                        .then(|| format!("and {} more", n - self.damaged.len())),
+                )
+                .collect();
             self.warnings.push(format!(
                 "skipped {n} line{} ({}); the first: {first}",
                 if n == 1 { "" } else { "s" },
@@ -171,9 +230,14 @@ impl Recording {
         self.warnings.push(format!(
             "skipped {n} damaged line{} ({}): not JSON (as a write cut short by a full disk or a \
              crash leaves it), a field no pinwatch writes or longer than any line it writes (the \
-             first: {first}); every other line was read",
+             first: {first}){}",
             if n == 1 { "" } else { "s" },
-            at.join(", ")
+            at.join(", "),
+            if self.events.is_empty() && self.dumps.is_empty() {
+                ""
+            } else {
+                "; every other line was read"
+            }
         ));
     }
 }
@@ -397,13 +461,8 @@ fn read_lines(
         // it, instead of "cut off" and "not UTF-8" (helper-93). Only its first line is looked
         // at: the rest of it is damage like any.
         if number == 1 && raw.starts_with(&[0x1f, 0x8b]) {
-            rec.skip(
-                name,
-                number,
-                "compressed with gzip: read it through zcat (`zcat FILE | pinwatch summary -`)"
-                    .to_owned(),
-                false,
-            );
+            rec.gzipped = true;
+            rec.skip(name, number, GZIPPED.to_owned(), raw, false);
             continue;
         }
         if read.too_long || raw.len() > MAX_LINE_BYTES {
@@ -413,13 +472,14 @@ fn read_lines(
                     name,
                     number,
                     format!("longer than {} MiB", MAX_LINE_BYTES >> 20),
+                    raw,
                     cut_off,
                 );
             }
             continue;
         }
         let Ok(text) = std::str::from_utf8(raw) else {
-            rec.skip(name, number, "not UTF-8".to_owned(), cut_off);
+            rec.skip(name, number, "not UTF-8".to_owned(), raw, cut_off);
             continue;
         };
         if text.trim().is_empty() {
@@ -434,7 +494,7 @@ fn read_lines(
             // this line cannot be read, and the rest of the recording is still worth reading.
             // The warning says what was wrong with the first; a file none of whose lines is an
             // event is no recording at all (the CLI says so and fails).
-            Err(e) => rec.skip(name, number, e.to_string(), cut_off),
+            Err(e) => rec.skip(name, number, e.to_string(), raw, cut_off),
         }
     }
     Ok(())
@@ -2476,22 +2536,6 @@ mod tests {
         );
     }
 
-    /// A gzipped recording given as it is says so and how to read it, not that it was cut off
-    /// (helper-93: "last line is incomplete: the recording was cut off … not UTF-8").
-    #[test]
-    fn a_gzipped_recording_is_said_to_be_one() {
-        let mut gz = vec![0x1f, 0x8b, 0x08, 0x00, 0xff, 0x10, b'\n', 0x9c];
-        gz.extend_from_slice(&[0xfe; 40]);
-        let rec = read_recording_from(&gz[..], "rec.jsonl.gz").unwrap();
-        assert!(rec.events.is_empty());
-        let warning = rec.warnings.join("\n");
-        assert!(
-            warning.contains("rec.jsonl.gz:1, rec.jsonl.gz:2 (last line is incomplete")
-                && warning.contains("(the first: compressed with gzip: read it through zcat"),
-            "{warning}"
-        );
-    }
-
     /// A set of files as a crafted archive may hold it: a rotated FIFO (which would wait for a
     /// writer for ever), a link to `/dev/zero` (which never ends), a link to nothing. Each is
     /// skipped with a warning naming it, and the rest is read; the recording itself as a FIFO
@@ -2633,27 +2677,72 @@ mod tests {
         );
     }
 
-    /// A file where no line is an event (a service's stderr) is not said to have lost lines to
-    /// a full disk, nor that "every other line was read": its lines are not events.
+    /// A file with lines skipped and no event read gets a verdict saying what it is, and
+    /// warnings that fit it: a file of some other kind (a service's stderr) is not said to have
+    /// lost lines to a full disk, nor its last line to be a recording cut off; a recording whose
+    /// only event was cut short is still said to be one; so are a gzipped recording and another
+    /// version's.
     #[test]
-    fn a_file_of_no_event_is_not_blamed_on_a_disk() {
-        let rec = parse_recording("starting up\nlistening on :8080\n", "log").unwrap();
-        assert!(rec.events.is_empty());
+    fn a_file_with_no_event_is_said_to_be_what_it_is() {
+        let verdict = |rec: &Recording| rec.no_event_verdict("f").unwrap_or_default();
+        // Some other file, its last line without a newline.
+        let rec = parse_recording("starting up\nlistening on :8080", "log").unwrap();
         assert_eq!(rec.damaged_lines, 2);
+        assert_eq!(
+            verdict(&rec),
+            "f holds no pinwatch event; is it a recording (a PINWATCH_RECORD file)?"
+        );
         assert_eq!(rec.warnings.len(), 1, "{:?}", rec.warnings);
         let w = &rec.warnings[0];
         assert!(
             w.starts_with("skipped 2 lines (log:1, log:2); the first: not a pinwatch event: "),
             "{w}"
         );
+        for no in ["disk", "every other line", "cut off", "damaged"] {
+            assert!(!w.contains(no), "{no:?} in {w}");
+        }
+        // A recording whose one event was cut short by a full disk.
+        let torn = &good(1)[..100];
+        let rec = parse_recording(torn, "rec").unwrap();
+        assert_eq!(
+            verdict(&rec),
+            "f holds no readable pinwatch event: every event line in it is damaged"
+        );
+        let w = rec.warnings.join("\n");
         assert!(
-            !w.contains("disk") && !w.contains("every other line"),
+            w.starts_with("skipped 1 damaged line (rec:1 (last line is incomplete: the recording was cut off))")
+                && w.contains("full disk")
+                && !w.contains("every other line"),
             "{w}"
         );
-        // One event among them: the lines are damage in a recording, as before.
+        // Gzip: the verdict says how to read it, and nothing more is said.
+        let mut gz = vec![0x1f, 0x8b, 0x08, 0x00, 0xff, 0x10, b'\n', 0x9c];
+        gz.extend_from_slice(&[0xfe; 40]);
+        let rec = read_recording_from(&gz[..], "rec.jsonl.gz").unwrap();
+        assert_eq!(
+            verdict(&rec),
+            "f holds no pinwatch event as it is: it is compressed with gzip: read it through \
+             zcat (`zcat FILE | pinwatch summary -`)"
+        );
+        assert!(rec.warnings.is_empty(), "{:?}", rec.warnings);
+        // Another version's events, one line damaged: another version's, not "a recording?".
+        let newer = good(1).replace(r#""schema":2"#, r#""schema":99"#);
+        let rec = parse_recording(&format!("{newer}\n{torn}\n"), "r").unwrap();
+        assert!(
+            verdict(&rec).contains("written by another pinwatch version (recording schema 99)"),
+            "{}",
+            verdict(&rec)
+        );
+        // One event among them: damage in a recording, no verdict.
         let rec = parse_recording(&format!("starting up\n{}\n", good(1)), "r").unwrap();
+        assert_eq!(rec.no_event_verdict("f"), None);
         assert!(rec.warnings[0].starts_with("skipped 1 damaged line (r:1)"));
-        assert!(rec.warnings[0].contains("full disk"));
+        assert!(rec.warnings[0].ends_with("; every other line was read"));
+        // Nothing skipped, nothing read (an empty recording): no verdict either.
+        assert_eq!(
+            parse_recording("\n", "r").unwrap().no_event_verdict("f"),
+            None
+        );
     }
 
     /// An event of this schema whose fields are not what pinwatch writes (a crafted file) is

@@ -127,21 +127,11 @@ fn main() -> ExitCode {
         }
     };
     // Damaged lines (a write cut short, a crash mid-line) are skipped with a warning, and the
-    // command succeeds on the events that remain; a file where no line is an event is no
-    // recording at all.
-    if rec.events.is_empty() && rec.damaged_lines + rec.other_schema_lines > 0 {
+    // command succeeds on the events that remain; a file where lines were skipped and no event
+    // read fails, saying what it is.
+    if let Some(verdict) = rec.no_event_verdict(&shown(&file)) {
         // The verdict first, then what the lines were.
-        match rec.other_schema {
-            Some(schema) if rec.damaged_lines == 0 => warn(format_args!(
-                "{} holds no pinwatch event this version reads: it was written by another \
-                 pinwatch version (recording schema {schema}); read it with that version",
-                shown(&file)
-            )),
-            _ => warn(format_args!(
-                "{} holds no readable pinwatch event; is it a recording (a PINWATCH_RECORD file)?",
-                shown(&file)
-            )),
-        }
+        warn(format_args!("{verdict}"));
         for w in &rec.warnings {
             warn(format_args!("{w}"));
         }

@@ -687,10 +687,11 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
             .iter()
             .map(|r| {
                 format!(
-                    "<span class=\"run\">{} (pid {}, {} pins, threshold {} ms)</span>",
+                    "<span class=\"run\">{} (pid {}, {} pin{}, threshold {} ms)</span>",
                     esc(&short(&r.run_id)),
                     r.pid,
                     r.pins,
+                    if r.pins == 1 { "" } else { "s" },
                     r.thresholds_ms
                         .iter()
                         .map(|t| t.to_string())
@@ -1231,10 +1232,10 @@ mod tests {
         assert_eq!(no_stack.stack, ["[no stack: stacks_off]"]);
         let locked = d.pins.iter().find(|p| p.reason == "lock_held").unwrap();
         assert_eq!(locked.held_locks, ["mutex acquired at src/update.rs:29:21"]);
-        // The header counts the lanes as what they are.
+        // The header counts the lanes as what they are, and a run's one pin in the singular.
         let page = render(&events(), "x", &[]).unwrap();
         assert!(
-            page.contains("<dt>threads with pins</dt><dd>3</dd>"),
+            page.contains("<dt>threads with pins</dt><dd>3</dd>") && page.contains(" 1 pin, "),
             "{}",
             &page[..page.find("</header>").unwrap()]
         );

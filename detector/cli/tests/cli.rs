@@ -275,25 +275,43 @@ fn a_torn_middle_line_is_skipped_by_every_command() {
     );
 }
 
-/// A file with no event at all, only damage, is not a recording: an error that says so first.
+/// A file with no event at all is an error that says first what the file is, then what its
+/// lines were: some other file is asked about, with no full disk blamed; a recording whose
+/// event lines are all damaged is said to be one.
 #[test]
 fn a_file_of_garbage_is_an_error() {
-    let f = with_lines(&["\u{1}\u{2}garbage", "{\"schema\":2,\"ev"], true);
+    let before = |err: &str, a: &str, b: &str| matches!((err.find(a), err.find(b)), (Some(x), Some(y)) if x < y);
+    let f = with_lines(&["\u{1}\u{2}garbage", "service exited"], false);
     let (code, out, err) = pinwatch(&["summary", f.path().to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    // The verdict first, then what the lines were, with no full disk blamed: nothing else was
-    // read.
-    let verdict = err.find("no readable pinwatch event; is it a recording");
-    let lines = err.find("skipped 2 lines (");
     assert!(
-        matches!((verdict, lines), (Some(v), Some(l)) if v < l),
+        before(
+            &err,
+            "holds no pinwatch event; is it a recording",
+            "skipped 2 lines ("
+        ),
         "{err}"
     );
     assert!(err.contains("; the first: not a pinwatch event"), "{err}");
+    for no in ["disk", "every other line", "cut off"] {
+        assert!(!err.contains(no), "{no:?}: {err}");
+    }
+    let f = with_lines(&["\u{1}\u{2}garbage", "{\"schema\":2,\"ev"], false);
+    let (code, out, err) = pinwatch(&["summary", f.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
     assert!(
-        !err.contains("disk") && !err.contains("every other line"),
+        before(
+            &err,
+            "holds no readable pinwatch event: every event line in it is damaged",
+            "skipped 2 damaged lines ("
+        ),
         "{err}"
     );
+    assert!(
+        err.contains("full disk") && err.contains("the recording was cut off"),
+        "{err}"
+    );
+    assert!(!err.contains("is it a recording"), "{err}");
 }
 
 /// `--json` output goes to terminals too: a crafted recording's DEL, C1 (`U+009B` is CSI) and

@@ -104,6 +104,14 @@ fn status_pins_settings_and_recording_through_ctl() {
     assert_eq!(me["status"]["pid"], svc.pid, "{me:#}");
     assert_eq!(me["status"]["workers"], 3, "{me:#}");
     assert!(me["error"].is_null(), "{me:#}");
+    // In the order the docs give, the status in its own (`pid` first, as `status --json`).
+    let text = ctl(&["list", "--json"]);
+    let at = |key: &str| text.find(&format!("\"{key}\":")).unwrap_or(usize::MAX);
+    assert!(
+        at("target") < at("socket") && at("socket") < at("status") && at("status") < at("pid"),
+        "{text}"
+    );
+    assert!(text.contains("\"status\": {\n      \"pid\": "), "{text}");
 
     // A pin, shown while it lasts.
     svc.send("hold");
@@ -1120,12 +1128,24 @@ fn ctl_list_json_gives_what_came_instead_of_a_status() {
         &["list"],
     );
     assert_eq!(out, "[]\n");
-    let out = ctl_in(None, &["1", "--json", "status"]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("put it after the action"),
-        "{out:?}"
-    );
+    for (args, said) in [
+        (
+            &["1", "--json", "status"][..],
+            "--json goes after the action: `pinwatch ctl 1 status --json`",
+        ),
+        (
+            &["1", "--json", "record", "list"],
+            "--json goes after the action: `pinwatch ctl 1 record list --json`",
+        ),
+        (&["1", "--json", "pause"], "`pause` prints no JSON"),
+    ] {
+        let out = ctl_in(None, args);
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(said),
+            "{args:?}: {out:?}"
+        );
+    }
 }
 
 #[test]

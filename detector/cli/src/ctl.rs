@@ -161,31 +161,87 @@ enum RecordAction {
 /// target goes first, and `ctl list` lists them. Any other error is left as it is.
 pub fn without_target(e: clap::Error) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
-    let target_missing = e.kind() == ErrorKind::MissingRequiredArgument
-        && matches!(e.get(ContextKind::InvalidArg),
-            Some(ContextValue::Strings(s)) if s.iter().any(|a| a == "<TARGET>"));
-    if !target_missing {
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
         return e;
     }
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if args.get(1).map(String::as_str) != Some("ctl") {
+        return e;
+    }
+    // The words that are no option nor an option's value, in order.
+    let mut words = Vec::new();
+    let mut rest = args[2..].iter();
+    while let Some(a) = rest.next() {
+        if a == "--dir" {
+            rest.next();
+        } else if !a.starts_with('-') || a == "-" {
+            words.push(a.as_str());
+        }
+    }
     let actions = Action::augment_subcommands(clap::Command::new("ctl"));
-    let action = std::env::args_os()
-        .filter_map(|a| a.into_string().ok())
-        .skip_while(|a| a != "ctl")
-        .find(|a| actions.find_subcommand(a).is_some());
-    let said = match action {
-        Some(action) => format!(
-            "which service should `{action}` go to? give its pid first, as in `pinwatch ctl 4242 \
-             {action}` (`pinwatch ctl list` lists the processes with pinwatch)"
-        ),
-        None => "give the service's pid, as in `pinwatch ctl 4242 status`; `pinwatch ctl list` \
-                 lists the processes with pinwatch"
-            .to_owned(),
+    let Some(action) = words.first().and_then(|w| actions.find_subcommand(w)) else {
+        let target_missing = e.kind() == ErrorKind::MissingRequiredArgument
+            && matches!(e.get(ContextKind::InvalidArg),
+                Some(ContextValue::Strings(s)) if s.iter().any(|a| a == "<TARGET>"));
+        if !target_missing {
+            return e;
+        }
+        return ctl_error(
+            "give the service's pid, as in `pinwatch ctl 4242 status`; `pinwatch ctl \
+                          list` lists the processes with pinwatch"
+                .to_owned(),
+        );
     };
+    // The action said back as it was given (`record start` with its own word), and a pid given
+    // after it taken for the one meant.
+    let mut said = vec![action.get_name()];
+    if let Some(sub) = words.get(1).and_then(|w| action.find_subcommand(w)) {
+        said.push(sub.get_name());
+    }
+    let pid = words[said.len()..].iter().find(|w| {
+        w.split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    });
+    let more = words.len() > said.len() + usize::from(pid.is_some());
+    let said = said.join(" ");
+    ctl_error(format!(
+        "which service should `{said}` go to? give its pid before the action, as in `pinwatch \
+         ctl {} {said}{}` (`pinwatch ctl list` lists the processes with pinwatch)",
+        pid.copied().unwrap_or("4242"),
+        if more { " …" } else { "" }
+    ))
+}
+
+/// A usage error of `ctl`'s, with its usage line (status 2).
+fn ctl_error(said: String) -> clap::Error {
     use clap::CommandFactory as _;
     let mut cli = crate::Cli::command();
     cli.build();
     let mut ctl = cli.find_subcommand("ctl").cloned().unwrap_or(cli);
-    ctl.error(ErrorKind::MissingRequiredArgument, said)
+    ctl.error(clap::error::ErrorKind::MissingRequiredArgument, said)
+}
+
+impl Action {
+    /// The word that asks for it.
+    fn name(&self) -> &'static str {
+        match self {
+            Action::Status { .. } => "status",
+            Action::Set { .. } => "set",
+            Action::Record { .. } => "record",
+            Action::Dump { .. } => "dump",
+            Action::Report { .. } => "report",
+            Action::Profile { .. } => "profile",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+        }
+    }
 }
 
 pub fn run(args: &CtlArgs) -> ExitCode {
@@ -227,11 +283,24 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
         ));
     };
     if args.json {
-        return Err(format!(
-            "--json before the action goes with `list`: put it after the action, as in \
-             `pinwatch ctl {} status --json`",
-            args.target
-        ));
+        return Err(match action {
+            Action::Status { .. }
+            | Action::Record {
+                what: RecordAction::List { .. },
+            } => format!(
+                "--json goes after the action: `pinwatch ctl {} {} --json`",
+                args.target,
+                if matches!(action, Action::Status { .. }) {
+                    "status"
+                } else {
+                    "record list"
+                }
+            ),
+            _ => format!(
+                "--json before the action goes with `list` only, and `{}` prints no JSON",
+                action.name()
+            ),
+        });
     }
     let socket = client::find(&args.target, &dirs).map_err(|e| e.to_string())?;
     let request = match action {
@@ -723,19 +792,21 @@ fn list(dirs: &client::Dirs, json: bool) -> Result<ExitCode, String> {
         });
     }
     if json {
-        let list: Vec<serde_json::Value> = listed
+        // Fields in the order the docs give, each status in `status --json`'s own order.
+        #[derive(serde::Serialize)]
+        struct Entry<'a> {
+            target: &'a str,
+            socket: std::borrow::Cow<'a, str>,
+            status: Option<&'a Status>,
+            error: Option<&'a str>,
+        }
+        let list: Vec<Entry> = listed
             .iter()
-            .map(|l| {
-                let (status, error) = match &l.status {
-                    Ok(st) => (serde_json::to_value(st).ok(), None),
-                    Err(e) => (None, Some(e)),
-                };
-                serde_json::json!({
-                    "target": l.target,
-                    "socket": l.socket.to_string_lossy(),
-                    "status": status,
-                    "error": error,
-                })
+            .map(|l| Entry {
+                target: &l.target,
+                socket: l.socket.to_string_lossy(),
+                status: l.status.as_deref().ok(),
+                error: l.status.as_ref().err().map(String::as_str),
             })
             .collect();
         let text = serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?;

@@ -1321,13 +1321,20 @@ fn arguments_that_cannot_work_are_refused_in_words() {
         // arguments were not provided".
         (
             &["ctl", "status", "--json"],
-            "which service should `status` go to? give its pid first, as in `pinwatch ctl 4242 \
-             status`",
+            "which service should `status` go to? give its pid before the action, as in \
+             `pinwatch ctl 4242 status`",
         ),
         (
             &["ctl", "--dir", "/nonexistent", "pause"],
             "which service should `pause` go to?",
         ),
+        // Before the action's own arguments are missed, and with a pid given after it.
+        (&["ctl", "dump"], "which service should `dump` go to?"),
+        (
+            &["ctl", "record", "start", "/tmp/x.jsonl"],
+            "as in `pinwatch ctl 4242 record start …`",
+        ),
+        (&["ctl", "status", "123"], "as in `pinwatch ctl 123 status`"),
         (
             &["ctl"],
             "give the service's pid, as in `pinwatch ctl 4242 status`",

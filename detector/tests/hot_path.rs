@@ -69,10 +69,10 @@ fn workload(rt: &tokio::runtime::Runtime) {
 fn hooks_allocate_nothing_on_a_real_runtime() {
     let events = support::Collected::default();
     // No yield poll is reported, on any machine. At the default 20 ms, with CPU hogs beside
-    // the suite, about one run in 40 reports one, rightly: a worker blocked 20–35 ms on a
-    // futex in `lock_api::Mutex::lock` (a lock of tokio's, held by another of the test's
-    // threads while the hogs keep it from a CPU), its own CPU wait left out. The hooks' path is the
-    // same at any threshold.
+    // the suite, about one run in 50 reports one, rightly: a worker blocked 20–44 ms on a
+    // futex in `lock_api::Mutex::lock` under `OwnedTasks::remove` (tokio's task list, held by
+    // another thread while the hogs keep it from a CPU), its own CPU wait left out. The hooks'
+    // path is the same at any threshold.
     let prepared = support::builder(&events)
         .threshold(std::time::Duration::from_secs(10))
         .prepare()

@@ -11,13 +11,16 @@
 //!    one (`tracing_appender::non_blocking`).
 //! 4. Waiting for std's stdout or stderr lock: another thread holds it while its write blocks;
 //!    the same non-blocking writer (it is not a lock of the service's, no `tokio::sync::Mutex`).
-//! 5. Running, in an async read or a `select!` (in any sample), with no read or write call
+//! 5. Waiting for a mutex of tokio's own (the first frame past the lock's — std's,
+//!    `parking_lot`'s, `lock_api`'s — is tokio's): tokio holds its locks briefly, so the holder
+//!    was kept from a CPU; not a lock of the service's, no `tokio::sync::Mutex`.
+//! 6. Running, in an async read or a `select!` (in any sample), with no read or write call
 //!    made while the pin ran: a loop on a read that returns at once (end of file); stop
 //!    looping on `Ok(0)` (`yield_now` would hide it). A synchronous `Read::read` is not this:
 //!    a decoder reading a buffer is computation.
-//! 6. Otherwise the reason's own advice ([`Reason::advice`]).
+//! 7. Otherwise the reason's own advice ([`Reason::advice`]).
 
-use super::reason::{base_name, is_own_code};
+use super::reason::{base_name, dependency_crate, is_own_code, is_std_source};
 use crate::event::{Frame, Reason};
 use crate::watch::probe::FdKind;
 
@@ -50,6 +53,9 @@ pub(crate) const BLOCKED_WRITE: &str = "a write to standard output or error (a p
 pub(crate) const STDIO_LOCK: &str = "it waits for std's stdout/stderr lock, which another \
     thread holds while its write blocks (a full pipe): log through a non-blocking writer \
     (tracing_appender::non_blocking); the lock is std's, not one of yours";
+pub(crate) const TOKIO_LOCK: &str = "it waits for a lock of tokio's own (its task list, a run \
+    queue, a driver), which tokio holds only briefly: the thread holding it was kept from a CPU \
+    (every CPU busy, a CPU quota, swapping); not a lock of yours: give the service CPU to spare";
 pub(crate) const SPIN_READ: &str = "it spins on a read that returns at once without waiting \
     (Ok(0): end of file, the peer closed): stop the loop on Ok(0); yield_now would only hide \
     the spin and keep a core busy";
@@ -84,6 +90,12 @@ pub(crate) fn advise(e: &Evidence<'_>) -> String {
     {
         return STDIO_LOCK.to_owned();
     }
+    if matches!(e.reason, Reason::LockWait | Reason::Other)
+        && e.operation == "futex"
+        && in_tokio_mutex(e.frames)
+    {
+        return TOKIO_LOCK.to_owned();
+    }
     if e.reason == Reason::Cpu
         && e.io_calls != Some(true)
         && all().any(|s| above_own(s).iter().any(is_spin_frame))
@@ -97,6 +109,39 @@ pub(crate) fn advise(e: &Evidence<'_>) -> String {
 /// it has none).
 fn above_own(s: &[Frame]) -> &[Frame] {
     &s[..s.iter().position(is_own_code).unwrap_or(s.len())]
+}
+
+/// Whether a stack waits in a mutex (or an `RwLock`) that tokio takes: past the innermost
+/// frames that are the lock's own — std's or the C library's, `parking_lot`'s, `lock_api`'s,
+/// one of them a mutex's — the first frame is in tokio. A frame's crate is its file's, or,
+/// with no file (no debug info), its name's first segment.
+fn in_tokio_mutex(frames: &[Frame]) -> bool {
+    let mut mutex = false;
+    for f in frames {
+        let base = names(f).map(|(base, _)| base);
+        let krate = match f.file.as_deref() {
+            Some(file) if is_std_source(file) => Some("std".to_owned()),
+            Some(file) => dependency_crate(file),
+            None => base
+                .as_deref()
+                .and_then(|b| b.split_once("::"))
+                .map(|(first, _)| first.to_owned()),
+        };
+        let lock_own = match krate.as_deref() {
+            Some("parking_lot" | "parking_lot_core" | "lock_api" | "std" | "core") => true,
+            // The C library's frames (`syscall`, `__lll_lock_wait`): no file, no path.
+            None => f.file.is_none(),
+            Some(_) => false,
+        };
+        if lock_own {
+            mutex |= base
+                .as_deref()
+                .is_some_and(|b| b.contains("Mutex") || b.contains("RwLock"));
+            continue;
+        }
+        return mutex && krate.as_deref() == Some("tokio");
+    }
+    false
 }
 
 /// A frame's function without generic arguments, and its last path segment. An inlined frame
@@ -335,6 +380,92 @@ mod tests {
         let advice = advise(&evidence(Reason::LockWait, "futex", &frames));
         assert_eq!(advice, STDIO_LOCK);
         assert!(!advice.contains("tokio::sync::Mutex"));
+    }
+
+    /// A worker waiting for tokio's own lock (its task list's shard, as a task completes):
+    /// the stack of a real pin beside CPU hogs, cut short. Not the service's lock.
+    #[test]
+    fn waiting_for_a_lock_of_tokio_s_is_not_the_service_s() {
+        let at = |name: &str, file: &str| inlined(name, &format!("{REG}/{file}"));
+        let mut frames = vec![
+            f("syscall"),
+            at(
+                "parking_lot_core::thread_parker::imp::ThreadParker::futex_wait",
+                "parking_lot_core-0.9.12/src/thread_parker/linux.rs",
+            ),
+            at(
+                "with_thread_data<parking_lot_core::parking_lot::ParkResult>",
+                "parking_lot_core-0.9.12/src/parking_lot.rs",
+            ),
+            at(
+                "parking_lot::raw_mutex::RawMutex::lock_slow",
+                "parking_lot-0.12.5/src/raw_mutex.rs",
+            ),
+            at(
+                "lock_api::mutex::Mutex<R,T>::lock",
+                "lock_api-0.4.14/src/mutex.rs",
+            ),
+            at(
+                "tokio::loom::std::parking_lot::Mutex<T>::lock",
+                "tokio-1.54.1/src/loom/std/parking_lot.rs",
+            ),
+            at(
+                "tokio::runtime::task::list::OwnedTasks<S>::remove",
+                "tokio-1.54.1/src/runtime/task/list.rs",
+            ),
+        ];
+        let advice = advise(&evidence(Reason::LockWait, "futex", &frames));
+        assert_eq!(advice, TOKIO_LOCK);
+        assert!(!advice.contains("tokio::sync::Mutex"));
+        // The same through std's mutex (tokio without parking_lot), under the service's spawn.
+        let std_mutex = [
+            f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
+            f("std::sync::poison::mutex::Mutex<T>::lock"),
+            at(
+                "tokio::runtime::task::list::OwnedTasks<S>::bind",
+                "tokio-1.54.1/src/runtime/task/list.rs",
+            ),
+            own("svc::fan_out"),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::LockWait, "futex", &std_mutex)),
+            TOKIO_LOCK
+        );
+        // A lock of the service's, or of another crate's, under the same lock frames: not this.
+        frames.truncate(5);
+        for holder in [
+            own("svc::cache::get"),
+            at("moka::sync::Cache::get", "moka-0.12.0/src/sync/cache.rs"),
+        ] {
+            let mut frames = frames.clone();
+            frames.push(holder);
+            assert_eq!(
+                advise(&evidence(Reason::LockWait, "futex", &frames)),
+                Reason::LockWait.advice(Some("futex"))
+            );
+        }
+        // Without debug info (names only), the same.
+        let bare = [
+            f("syscall"),
+            f("parking_lot::raw_mutex::RawMutex::lock_slow"),
+            f("tokio::runtime::task::list::OwnedTasks<S>::remove"),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::LockWait, "futex", &bare)),
+            TOKIO_LOCK
+        );
+        // tokio parked on a condition variable is no lock of its.
+        let condvar = [
+            f("std::sys::sync::condvar::futex::Condvar::wait"),
+            at(
+                "tokio::runtime::park::Inner::park",
+                "tokio-1.54.1/src/runtime/park.rs",
+            ),
+        ];
+        assert_ne!(
+            advise(&evidence(Reason::Other, "futex", &condvar)),
+            TOKIO_LOCK
+        );
     }
 
     #[test]

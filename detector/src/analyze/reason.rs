@@ -486,7 +486,7 @@ pub(crate) fn is_own_code(f: &Frame) -> bool {
 /// Whether `file` is std's source: `/rustc/<hash>/library/…` as rustup's builds name it, a
 /// rust-src component or `-Zbuild-std` (`…/lib/rustlib/src/rust/library/…`), or a
 /// distribution's rustc (`/usr/src/rustc-<version>/library/…`).
-fn is_std_source(file: &str) -> bool {
+pub(crate) fn is_std_source(file: &str) -> bool {
     file.starts_with("/rustc/")
         || file.contains("/lib/rustlib/src/rust/")
         || file.strip_prefix("/usr/src/rustc-").is_some_and(|rest| {

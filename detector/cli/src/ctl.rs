@@ -156,9 +156,10 @@ enum RecordAction {
     },
 }
 
-/// The parser's error for `ctl` without its target, which it gives when the action comes first
-/// (`ctl status`: the action is taken as such and the target is missing), said in words: the
-/// target goes first, and `ctl list` lists them. Any other error is left as it is.
+/// A parser's error of `ctl` whose first word (past `ctl`'s options) is an action, the pid left
+/// out or put after it (`ctl status`, `ctl dump`, `ctl status 42`), said in words: the pid goes
+/// before the action, and `ctl list` lists them; so is `ctl` alone. Any other error is left as
+/// it is.
 pub fn without_target(e: clap::Error) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if matches!(
@@ -194,8 +195,8 @@ pub fn without_target(e: clap::Error) -> clap::Error {
             return e;
         }
         return ctl_error(
-            "give the service's pid, as in `pinwatch ctl 4242 status`; `pinwatch ctl \
-                          list` lists the processes with pinwatch"
+            "give the service's pid, as in `pinwatch ctl 4242 status`; `pinwatch ctl list` \
+             lists the processes with pinwatch"
                 .to_owned(),
         );
     };
@@ -283,20 +284,19 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
         ));
     };
     if args.json {
-        return Err(match action {
-            Action::Status { .. }
-            | Action::Record {
+        let own_json = match action {
+            Action::Status { .. } => Some("status"),
+            Action::Record {
                 what: RecordAction::List { .. },
-            } => format!(
-                "--json goes after the action: `pinwatch ctl {} {} --json`",
-                args.target,
-                if matches!(action, Action::Status { .. }) {
-                    "status"
-                } else {
-                    "record list"
-                }
+            } => Some("record list"),
+            _ => None,
+        };
+        return Err(match own_json {
+            Some(words) => format!(
+                "--json goes after the action: `pinwatch ctl {} {words} --json`",
+                args.target
             ),
-            _ => format!(
+            None => format!(
                 "--json before the action goes with `list` only, and `{}` prints no JSON",
                 action.name()
             ),

@@ -53,8 +53,10 @@ pub enum ReadError {
 pub struct Recording {
     /// Every event, in file order.
     pub events: Vec<PinnedEvent>,
-    /// Warnings, for a person: one line that sums up the damaged lines skipped, if any (when no
-    /// line is an event, one that says so rather than blaming a write cut short).
+    /// Warnings, for a person: one line that sums up the damaged lines skipped, if any (for a
+    /// file with nothing of pinwatch's in it, one that names them without blaming a write cut
+    /// short; none for a gzipped file, which [`no_event_verdict`](Self::no_event_verdict)
+    /// says).
     pub warnings: Vec<String>,
     /// Lines skipped because they are damaged (not UTF-8, or not JSON at all: a write cut short
     /// by a full disk, a crash mid-line), across all the files read.
@@ -70,7 +72,7 @@ pub struct Recording {
     /// ([`Detector::dump`](crate::Detector::dump), `pinwatch ctl <pid> dump`) starts with one,
     /// saying whose events follow and what was dropped for space.
     pub dumps: Vec<DumpInfo>,
-    /// A damaged line began as pinwatch's lines do ([`DamagedLine`]'s `ours`), among all.
+    /// A damaged line began as pinwatch's lines do (`{"schema":`), among all.
     any_ours: bool,
     /// The first line of a file was gzip's magic number: a compressed recording.
     gzipped: bool,
@@ -135,16 +137,14 @@ pub struct DamagedLine {
     pub why: String,
     /// It is the file's last line and has no newline: the file was cut off there.
     pub cut_off: bool,
-    /// It begins as every line pinwatch writes does (`{"schema":`): a recording's line,
-    /// damaged, rather than a line of some other file.
-    ours: bool,
 }
 
 impl Recording {
     fn skip(&mut self, file: &str, line: usize, why: String, raw: &[u8], cut_off: bool) {
         self.damaged_lines += 1;
-        let ours = raw.starts_with(br#"{"schema":"#);
-        self.any_ours |= ours;
+        // Begun as every line pinwatch writes is: a recording's line, damaged, rather than a
+        // line of some other file.
+        self.any_ours |= raw.starts_with(br#"{"schema":"#);
         if self.damaged.len() < MAX_DAMAGED_SHOWN {
             self.damaged.push(DamagedLine {
                 // Both may quote what the file holds (a parser's message quotes the bad value):
@@ -153,7 +153,6 @@ impl Recording {
                 line,
                 why: Escaped(why).to_string(),
                 cut_off,
-                ours,
             });
         }
     }

@@ -596,6 +596,18 @@ fn survives(fault: Fault) -> f64 {
                 .then_some(())
         },
     );
+    // A collector that holds each request for its timeout takes fewer reports than come: the
+    // queue's drops are said too, not only counted (helper-95).
+    if matches!(fault, Fault::Hangs) {
+        wait_for("the full queue's warning", Duration::from_secs(60), || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            text.contains(
+                "WARN pinwatch: pinwatch's `otlp` sink is behind: its collector takes reports \
+                 more slowly than they come",
+            )
+            .then_some(())
+        });
+    }
     (pins_now - pins_start) / t_start.elapsed().as_secs_f64()
 }
 
@@ -799,5 +811,25 @@ fn a_pins_victims_reach_the_receiver_as_attributes_and_counted_once() {
     assert_eq!(
         last_value(&got, "pinwatch.victim_tasks", &[("reason", "cpu")]),
         Some(0.0)
+    );
+}
+
+/// An `https://` endpoint stops the service at start-up, naming the variable, instead of every
+/// export failing as "network error" while it runs (the client has no TLS; helper-95).
+#[test]
+fn an_https_endpoint_is_a_start_up_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_first_pin"))
+        .env("PINWATCH_OTLP", "on")
+        .env("PINWATCH_CONTROL", "off")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:1")
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("OTEL_EXPORTER_OTLP_ENDPOINT=\"https://127.0.0.1:1\" is https")
+            && err.contains("no TLS"),
+        "{err}"
     );
 }

@@ -61,6 +61,32 @@ pub(crate) fn protocol(
     }
 }
 
+/// Refuses an `https://` endpoint for `signal` (`LOGS`, `METRICS`): pinwatch's OTLP clients
+/// are built without TLS, so over HTTP every export would fail as "network error" for as long
+/// as the service runs (helper-95), and over gRPC the SDK's own refusal asks for a cargo
+/// feature of a crate the service does not depend on. Said at start-up, naming the variable.
+fn no_tls(signal: &str, get: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
+    let specific = format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT");
+    let Some((var, value)) = get(&specific).map(|v| (specific, v)).or_else(|| {
+        get("OTEL_EXPORTER_OTLP_ENDPOINT").map(|v| ("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), v))
+    }) else {
+        return Ok(());
+    };
+    if value
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("https:")
+    {
+        return Err(Error::Otlp(format!(
+            "{var}={} is https, and pinwatch's OTLP client has no TLS: give an http:// \
+             endpoint, such as an OpenTelemetry Collector beside the service (which may forward \
+             over TLS)",
+            crate::text::bounded(&format!("{value:?}"), 200)
+        )));
+    }
+    Ok(())
+}
+
 /// What the metrics hold of each pin ([`super::PinTally`]), and what `pinwatch.pinned` and
 /// `pinwatch.driver.rescued_pins` report: the worker-time of pins, by reason, and the pins
 /// rescued, only ever added to (a cumulative OTLP sum that goes down reads as a counter reset to
@@ -184,6 +210,8 @@ impl Otlp {
     ) -> Result<(Otlp, super::threaded::Threaded), Error> {
         let logs_protocol = protocol("LOGS", &env)?;
         let metrics_protocol = protocol("METRICS", &env)?;
+        no_tls("LOGS", &env)?;
+        no_tls("METRICS", &env)?;
         // A runtime of pinwatch's own for the grpc client (tonic needs one); never the app's.
         let runtime = ClientRuntime(
             if logs_protocol == Protocol::Grpc || metrics_protocol == Protocol::Grpc {
@@ -1215,5 +1243,46 @@ mod tests {
             err.contains("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL=\"http/json\"") && err.contains("grpc"),
             "{err}"
         );
+    }
+
+    /// An https endpoint is refused at start-up, naming the variable that gave it (the
+    /// signal's own first), and what to do; an http one, or none, is taken.
+    #[test]
+    fn an_https_endpoint_is_refused_at_start_up() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(no_tls("LOGS", env(&[])).is_ok());
+        assert!(no_tls(
+            "LOGS",
+            env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")])
+        )
+        .is_ok());
+        let err = no_tls(
+            "METRICS",
+            env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "HTTPS://otlp.example.com")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("OTEL_EXPORTER_OTLP_ENDPOINT=\"HTTPS://otlp.example.com\" is https")
+                && err.contains("has no TLS: give an http:// endpoint"),
+            "{err}"
+        );
+        // The signal's own variable decides for it.
+        let pairs = &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp.example.com"),
+            (
+                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+                "http://collector:4318/v1/logs",
+            ),
+        ];
+        assert!(no_tls("LOGS", env(pairs)).is_ok());
+        assert!(no_tls("METRICS", env(pairs)).is_err());
     }
 }

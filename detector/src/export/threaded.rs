@@ -133,7 +133,41 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
         dropped,
         done,
         taken,
+        capacity,
+        warned: None,
     })
+}
+
+/// The warning for a report that the queue of the sink `name` (of `capacity` reports) could
+/// not take, at `now`, with `dropped` dropped so far: at the first, then at most every
+/// [`WARN_EVERY`](super::WARN_EVERY) (`last`: when one last went out). Without it a sink that
+/// keeps up with fewer reports than come — an OTLP collector far away, sent one report a
+/// request — loses them with nothing but a counter to say so.
+fn full_queue_warning(
+    last: &mut Option<Instant>,
+    now: Instant,
+    name: &str,
+    capacity: usize,
+    dropped: u64,
+) -> Option<String> {
+    if last.is_some_and(|t| now.saturating_duration_since(t) < super::WARN_EVERY) {
+        return None;
+    }
+    *last = Some(now);
+    let why = match name {
+        "otlp" => {
+            "its collector takes reports more slowly than they come (one request each: \
+                   a collector far away takes few a second)"
+        }
+        "tracing" => "the subscriber's writer is slow or blocked",
+        "console" => "the console's thread is behind",
+        _ => "the sink is slow or blocked",
+    };
+    Some(format!(
+        "pinwatch's `{name}` sink is behind: {why}; its queue of {capacity} reports is full, \
+         {dropped} dropped so far, counted in pinwatch_events_dropped_total{{sink=\"{name}\"}} \
+         (at most one such warning a minute)"
+    ))
 }
 
 /// The bit of [`Threaded::taken`] that says the stop has left the sink behind.
@@ -176,6 +210,9 @@ pub(crate) struct Threaded {
     /// Events its thread has taken from the queue, and [`LEFT`]: one word, so that each queued
     /// event is either taken or counted dropped by the stop, never both or neither.
     taken: Arc<AtomicU64>,
+    /// The queue's size, and when a full queue was last said ([`full_queue_warning`]).
+    capacity: usize,
+    warned: Option<Instant>,
 }
 
 impl Threaded {
@@ -185,7 +222,16 @@ impl Threaded {
             match tx.try_send(Arc::clone(event)) {
                 Ok(()) => self.queued += 1,
                 Err(_) => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                    if let Some(line) = full_queue_warning(
+                        &mut self.warned,
+                        Instant::now(),
+                        self.name,
+                        self.capacity,
+                        dropped,
+                    ) {
+                        super::say(tracing::Level::WARN, line);
+                    }
                 }
             }
         }
@@ -217,6 +263,8 @@ impl Threaded {
             dropped: Arc::default(),
             done: mpsc::sync_channel(1).1,
             taken: Arc::default(),
+            capacity: 0,
+            warned: None,
         }
     }
 
@@ -266,6 +314,28 @@ pub(crate) fn wait_all<'a>(sinks: impl Iterator<Item = &'a Threaded>, deadline: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A full queue is said at its first drop, then at most once a minute, naming the sink, why
+    /// it may be behind and the counter; the times are given, not waited for.
+    #[test]
+    fn a_full_queue_is_said_at_most_once_a_minute() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut last = None;
+        let first = full_queue_warning(&mut last, at(0), "otlp", 8, 1).unwrap();
+        assert_eq!(
+            first,
+            "pinwatch's `otlp` sink is behind: its collector takes reports more slowly than they \
+             come (one request each: a collector far away takes few a second); its queue of 8 \
+             reports is full, 1 dropped so far, counted in \
+             pinwatch_events_dropped_total{sink=\"otlp\"} (at most one such warning a minute)"
+        );
+        assert_eq!(full_queue_warning(&mut last, at(59), "otlp", 8, 40), None);
+        let again = full_queue_warning(&mut last, at(60), "otlp", 8, 41).unwrap();
+        assert!(again.contains("41 dropped so far"), "{again}");
+        let user = full_queue_warning(&mut None, at(0), "sink", 4, 2).unwrap();
+        assert!(user.starts_with("pinwatch's `sink` sink is behind: the sink is slow or blocked"));
+    }
     use crate::event::{Reason, State};
     use crate::export::Outlet;
     use std::sync::atomic::Ordering;

@@ -407,3 +407,24 @@ fn a_service_with_its_own_subscriber_gets_the_resources_through_its_layer() {
     drop(rt);
     assert_eq!(detector.shutdown().pinned_polls, 1);
 }
+
+/// A `TOKIO_CONSOLE_*` value that console-subscriber would panic on stops the service at
+/// start-up with an error naming it (helper-95: `TOKIO_CONSOLE_RETENTION=forever` was a
+/// panic, status 101).
+#[test]
+fn a_console_variable_it_cannot_read_is_a_start_up_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_first_pin"))
+        .env("PINWATCH_CONSOLE", "on")
+        .env("PINWATCH_CONTROL", "off")
+        .env("TOKIO_CONSOLE_RETENTION", "forever")
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("TOKIO_CONSOLE_RETENTION=\"forever\" is not a duration"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

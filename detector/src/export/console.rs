@@ -465,6 +465,7 @@ fn install_server() -> Result<(), Error> {
     if tracing::dispatcher::has_been_set() {
         return Err(Error::Console(format!("{ALREADY_SET}{WRITE_INSTEAD}")));
     }
+    console_env(|n| std::env::var(n).ok())?;
     // console-subscriber's server panics on its own thread when it cannot listen, and the
     // service would run on without a console: find out here, and say what to do.
     let bind = std::env::var("TOKIO_CONSOLE_BIND").unwrap_or_else(|_| "127.0.0.1:6669".into());
@@ -493,6 +494,38 @@ fn install_server() -> Result<(), Error> {
         .map_err(|_| Error::Console(ALREADY_SET.to_owned()))?;
     *installed = Some(bind);
     explain_a_second_subscriber();
+    Ok(())
+}
+
+/// Checks the `TOKIO_CONSOLE_*` variables that console-subscriber parses with a panic (a
+/// duration or a number it cannot read brings the service down at start-up, helper-95), or
+/// that would panic later in its server (an interval or a buffer of zero): an error naming the
+/// variable instead.
+fn console_env(get: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
+    for var in ["TOKIO_CONSOLE_RETENTION", "TOKIO_CONSOLE_PUBLISH_INTERVAL"] {
+        let Some(v) = get(var) else { continue };
+        match v.parse::<humantime::Duration>() {
+            Ok(d) if var.ends_with("INTERVAL") && d.is_zero() => {
+                return Err(Error::Console(format!(
+                    "{var}={v:?} is zero; write a duration like `1s`"
+                )))
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(Error::Console(format!(
+                    "{var}={v:?} is not a duration ({e}); write it like `10m` or `1s`"
+                )))
+            }
+        }
+    }
+    if let Some(v) = get("TOKIO_CONSOLE_BUFFER_CAPACITY") {
+        if !v.parse::<usize>().is_ok_and(|n| n > 0) {
+            return Err(Error::Console(format!(
+                "TOKIO_CONSOLE_BUFFER_CAPACITY={v:?} is not a number of events above 0; write \
+                 it like `102400`"
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -569,6 +602,48 @@ where
 mod tests {
     use super::*;
     use crate::event::Reason;
+
+    /// What console-subscriber would panic on is an error naming the variable; what it reads
+    /// is taken.
+    #[test]
+    fn console_variables_it_would_panic_on_are_errors() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(console_env(env(&[])).is_ok());
+        assert!(console_env(env(&[
+            ("TOKIO_CONSOLE_RETENTION", "5m"),
+            ("TOKIO_CONSOLE_PUBLISH_INTERVAL", "500ms"),
+            ("TOKIO_CONSOLE_BUFFER_CAPACITY", "1024"),
+        ]))
+        .is_ok());
+        for (pairs, says) in [
+            (
+                &[("TOKIO_CONSOLE_RETENTION", "forever")][..],
+                "TOKIO_CONSOLE_RETENTION=\"forever\" is not a duration (",
+            ),
+            (
+                &[("TOKIO_CONSOLE_PUBLISH_INTERVAL", "0s")],
+                "TOKIO_CONSOLE_PUBLISH_INTERVAL=\"0s\" is zero",
+            ),
+            (
+                &[("TOKIO_CONSOLE_BUFFER_CAPACITY", "lots")],
+                "TOKIO_CONSOLE_BUFFER_CAPACITY=\"lots\" is not a number",
+            ),
+            (
+                &[("TOKIO_CONSOLE_BUFFER_CAPACITY", "0")],
+                "TOKIO_CONSOLE_BUFFER_CAPACITY=\"0\" is not a number",
+            ),
+        ] {
+            let err = console_env(env(pairs)).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+    }
 
     fn worker() -> WorkerResource {
         // No subscriber in unit tests: the span is disabled and only the view changes.

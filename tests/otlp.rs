@@ -833,3 +833,36 @@ fn an_https_endpoint_is_a_start_up_error() {
         "{err}"
     );
 }
+
+/// Metrics the collector does not take are said on stderr, though every log record arrives
+/// (helper-95: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` at nothing was never said, nor counted).
+#[test]
+fn metrics_the_collector_does_not_take_are_said() {
+    let (port, _got) = http_receiver();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    let _svc = pin_service_logging_to(
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{port}"),
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                format!("http://127.0.0.1:{}/v1/metrics", support::free_port()),
+            ),
+        ],
+        &[],
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    // Every 500 ms an export fails (OTEL_METRIC_EXPORT_INTERVAL): the first is said.
+    wait_for(
+        "the failed metrics' warning",
+        Duration::from_secs(60),
+        || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            text.contains("WARN pinwatch: the OTLP collector did not take pinwatch's metrics (")
+                .then_some(())
+        },
+    );
+}

@@ -281,7 +281,7 @@ impl Otlp {
             .build();
         let meters = SdkMeterProvider::builder()
             .with_resource(resource)
-            .with_reader(PeriodicReader::builder(metric_exporter).build())
+            .with_reader(PeriodicReader::builder(CountingMetrics::new(metric_exporter)).build())
             .build();
         let state = Arc::new(Mutex::new(MetricState::new(max_locations)));
         register_metrics(&meters, live, Arc::clone(&state));
@@ -434,6 +434,81 @@ impl opentelemetry_sdk::logs::LogExporter for Counting {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
+    }
+}
+
+/// The OTLP metric exporter, saying when the collector does not take pinwatch's metrics: a
+/// service that has not pinned yet sends no log record, and without this would never learn
+/// that its collector is unreachable (helper-95), nor one whose metrics go elsewhere
+/// (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) that they are lost.
+#[derive(Debug)]
+struct CountingMetrics {
+    inner: MetricExporter,
+    /// Exports the collector did not take.
+    failed: AtomicU64,
+    /// When the last warning went out.
+    warned: Mutex<Option<Instant>>,
+}
+
+impl CountingMetrics {
+    fn new(inner: MetricExporter) -> CountingMetrics {
+        CountingMetrics {
+            inner,
+            failed: AtomicU64::new(0),
+            warned: Mutex::new(None),
+        }
+    }
+}
+
+/// The warning for a metrics export the collector did not take, at `now`, `failed` failures so
+/// far: at the first, then at most every [`WARN_EVERY`](super::WARN_EVERY) (`last`: when one
+/// last went out). The error is the collector's to word: escaped and bounded.
+fn failed_metrics_warning(
+    last: &mut Option<Instant>,
+    now: Instant,
+    failed: u64,
+    error: &str,
+) -> Option<String> {
+    if last.is_some_and(|t| now.saturating_duration_since(t) < super::WARN_EVERY) {
+        return None;
+    }
+    *last = Some(now);
+    Some(format!(
+        "the OTLP collector did not take pinwatch's metrics ({}); {failed} export{} failed so \
+         far (at most one such warning a minute)",
+        crate::text::bounded(error, 300),
+        if failed == 1 { "" } else { "s" }
+    ))
+}
+
+impl opentelemetry_sdk::metrics::exporter::PushMetricExporter for CountingMetrics {
+    async fn export(
+        &self,
+        metrics: &opentelemetry_sdk::metrics::data::ResourceMetrics,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let result = self.inner.export(metrics).await;
+        if let Err(e) = &result {
+            let failed = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
+            let warning = self.warned.lock().ok().and_then(|mut last| {
+                failed_metrics_warning(&mut last, Instant::now(), failed, &e.to_string())
+            });
+            if let Some(line) = warning {
+                super::say(tracing::Level::WARN, line);
+            }
+        }
+        result
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> opentelemetry_sdk::metrics::Temporality {
+        self.inner.temporality()
     }
 }
 
@@ -879,6 +954,25 @@ mod tests {
                 .len()
                 < 600
         );
+    }
+
+    /// A metrics export the collector did not take is said the same way: at once, then at
+    /// most once a minute, bounded.
+    #[test]
+    fn a_failed_metrics_export_is_said_at_once_then_once_a_minute() {
+        let t0 = Instant::now();
+        let later = |s: u64| t0 + Duration::from_secs(s);
+        let mut last = None;
+        assert_eq!(
+            failed_metrics_warning(&mut last, t0, 1, "network error").unwrap(),
+            "the OTLP collector did not take pinwatch's metrics (network error); 1 export \
+             failed so far (at most one such warning a minute)"
+        );
+        assert_eq!(failed_metrics_warning(&mut last, later(59), 9, "x"), None);
+        let again = failed_metrics_warning(&mut last, later(61), 10, &"e".repeat(10_000));
+        assert!(again
+            .as_deref()
+            .is_some_and(|w| w.contains("; 10 exports failed") && w.len() < 600));
     }
 
     /// An OTLP client to `at` (`env`: the protocols) in a fan-out of its own, with eight

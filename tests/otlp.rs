@@ -841,28 +841,36 @@ fn metrics_the_collector_does_not_take_are_said() {
     let (port, _got) = http_receiver();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("stderr");
+    let nowhere = format!("http://127.0.0.1:{}/v1/metrics", support::free_port());
     let _svc = pin_service_logging_to(
         &[
             (
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
                 format!("http://127.0.0.1:{port}"),
             ),
-            (
-                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-                format!("http://127.0.0.1:{}/v1/metrics", support::free_port()),
-            ),
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", nowhere.clone()),
         ],
         &[],
         std::fs::File::create(&log).unwrap().into(),
     );
-    // Every 500 ms an export fails (OTEL_METRIC_EXPORT_INTERVAL): the first is said.
-    wait_for(
+    // Every 500 ms an export fails (OTEL_METRIC_EXPORT_INTERVAL): the first is said, with
+    // where it went (the HTTP client's error says only "network error").
+    let said = wait_for(
         "the failed metrics' warning",
         Duration::from_secs(60),
         || {
             let text = std::fs::read_to_string(&log).ok()?;
-            text.contains("WARN pinwatch: the OTLP collector did not take pinwatch's metrics (")
-                .then_some(())
+            text.lines()
+                .find(|l| {
+                    l.starts_with(
+                        "WARN pinwatch: the OTLP collector did not take pinwatch's metrics (",
+                    )
+                })
+                .map(str::to_owned)
         },
+    );
+    assert!(
+        said.contains(&format!(", sent to {nowhere}); 1 export failed")),
+        "{said}"
     );
 }

@@ -212,6 +212,7 @@ impl Otlp {
         let metrics_protocol = protocol("METRICS", &env)?;
         no_tls("LOGS", &env)?;
         no_tls("METRICS", &env)?;
+        let logs_to = sent_to("LOGS", logs_protocol, endpoint, &env);
         // A runtime of pinwatch's own for the grpc client (tonic needs one); never the app's.
         let runtime = ClientRuntime(
             if logs_protocol == Protocol::Grpc || metrics_protocol == Protocol::Grpc {
@@ -277,11 +278,21 @@ impl Otlp {
         let dropped = Arc::new(AtomicU64::new(0));
         let logs = SdkLoggerProvider::builder()
             .with_resource(resource.clone())
-            .with_simple_exporter(Counting::new(log_exporter, Arc::clone(&dropped)))
+            .with_simple_exporter(Counting::new(
+                log_exporter,
+                Arc::clone(&dropped),
+                logs_to.clone(),
+            ))
             .build();
         let meters = SdkMeterProvider::builder()
             .with_resource(resource)
-            .with_reader(PeriodicReader::builder(CountingMetrics::new(metric_exporter)).build())
+            .with_reader(
+                PeriodicReader::builder(CountingMetrics::new(
+                    metric_exporter,
+                    sent_to("METRICS", metrics_protocol, endpoint, &env),
+                ))
+                .build(),
+            )
             .build();
         let state = Arc::new(Mutex::new(MetricState::new(max_locations)));
         register_metrics(&meters, live, Arc::clone(&state));
@@ -298,19 +309,7 @@ impl Otlp {
         // queue could not.
         let thread =
             super::threaded::on_own_thread_counted("otlp", move || client, queue, dropped, drops)?;
-        let to = endpoint.map(str::to_owned).unwrap_or_else(|| {
-            // Where the log records go, as the exporter decides it.
-            env("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
-                .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
-                .unwrap_or_else(|| {
-                    match logs_protocol {
-                        Protocol::HttpProtobuf => "the OTLP default endpoint (localhost:4318)",
-                        Protocol::Grpc => "the OTLP default endpoint (localhost:4317)",
-                    }
-                    .to_owned()
-                })
-        });
-        Ok((Otlp { to }, thread))
+        Ok((Otlp { to: logs_to }, thread))
     }
 }
 
@@ -375,16 +374,42 @@ struct Counting {
     failed: Arc<AtomicU64>,
     /// When the last warning of a failed export went out.
     warned: Mutex<Option<Instant>>,
+    /// Where the records go, for the warning ([`sent_to`]).
+    to: String,
 }
 
 impl Counting {
-    fn new(inner: LogExporter, failed: Arc<AtomicU64>) -> Counting {
+    fn new(inner: LogExporter, failed: Arc<AtomicU64>, to: String) -> Counting {
         Counting {
             inner,
             failed,
             warned: Mutex::new(None),
+            to,
         }
     }
+}
+
+/// Where a signal's exports go, as its exporter decides it (`endpoint`: the one a test gives):
+/// its own variable, the general one, or the protocol's default. For the start-up line and the
+/// warnings of failed exports (the HTTP client's own error is "network error", whatever the
+/// cause).
+fn sent_to(
+    signal: &str,
+    protocol: Protocol,
+    endpoint: Option<&str>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> String {
+    endpoint.map(str::to_owned).unwrap_or_else(|| {
+        env(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            .unwrap_or_else(|| {
+                match protocol {
+                    Protocol::HttpProtobuf => "the OTLP default endpoint (localhost:4318)",
+                    Protocol::Grpc => "the OTLP default endpoint (localhost:4317)",
+                }
+                .to_owned()
+            })
+    })
 }
 
 /// The warning for an export the collector did not take, at `now` with `dropped` reports
@@ -418,7 +443,8 @@ impl opentelemetry_sdk::logs::LogExporter for Counting {
         if let Err(e) = &result {
             let dropped = self.failed.fetch_add(n, Ordering::Relaxed) + n;
             let warning = self.warned.lock().ok().and_then(|mut last| {
-                failed_export_warning(&mut last, Instant::now(), dropped, &e.to_string())
+                let error = format!("{e}, sent to {}", self.to);
+                failed_export_warning(&mut last, Instant::now(), dropped, &error)
             });
             if let Some(line) = warning {
                 // Through the log thread, as every sink's warning: never blocks this one.
@@ -448,14 +474,17 @@ struct CountingMetrics {
     failed: AtomicU64,
     /// When the last warning went out.
     warned: Mutex<Option<Instant>>,
+    /// Where the metrics go ([`sent_to`]).
+    to: String,
 }
 
 impl CountingMetrics {
-    fn new(inner: MetricExporter) -> CountingMetrics {
+    fn new(inner: MetricExporter, to: String) -> CountingMetrics {
         CountingMetrics {
             inner,
             failed: AtomicU64::new(0),
             warned: Mutex::new(None),
+            to,
         }
     }
 }
@@ -490,7 +519,8 @@ impl opentelemetry_sdk::metrics::exporter::PushMetricExporter for CountingMetric
         if let Err(e) = &result {
             let failed = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
             let warning = self.warned.lock().ok().and_then(|mut last| {
-                failed_metrics_warning(&mut last, Instant::now(), failed, &e.to_string())
+                let error = format!("{e}, sent to {}", self.to);
+                failed_metrics_warning(&mut last, Instant::now(), failed, &error)
             });
             if let Some(line) = warning {
                 super::say(tracing::Level::WARN, line);

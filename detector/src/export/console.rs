@@ -607,14 +607,7 @@ mod tests {
     /// is taken.
     #[test]
     fn console_variables_it_would_panic_on_are_errors() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |n: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == n)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
+        let env = crate::export::env_of;
         assert!(console_env(env(&[])).is_ok());
         assert!(console_env(env(&[
             ("TOKIO_CONSOLE_RETENTION", "5m"),

@@ -491,8 +491,7 @@ fn run(
                             conns.remove(v);
                         }
                         let evicted = counters.evicted.fetch_add(1, Ordering::Relaxed) + 1;
-                        if last_warning.is_none_or(|t| now.duration_since(t) >= super::WARN_EVERY) {
-                            last_warning = Some(now);
+                        if super::warning_due(&mut last_warning, now) {
                             // Through the log thread: a blocked log must not stop the
                             // endpoint.
                             crate::export::say(

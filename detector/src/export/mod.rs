@@ -48,9 +48,32 @@ pub use tracing::TracingSink;
 pub(crate) use tracing::{flush_stderr, log_dropped, no_subscriber, say, to_stderr};
 
 /// At most one warning of a kind a sink repeats (a peer that holds connections, a collector
-/// that takes nothing) this often.
-#[cfg(any(feature = "prometheus", feature = "otlp"))]
+/// that takes nothing, a queue that stays full) this often.
 pub(crate) const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a warning of a kind is due at `now`: the first, or [`WARN_EVERY`] after the last
+/// (`last`, then moved to `now`).
+pub(crate) fn warning_due(last: &mut Option<std::time::Instant>, now: std::time::Instant) -> bool {
+    if last.is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY) {
+        return false;
+    }
+    *last = Some(now);
+    true
+}
+
+/// The environment `pairs` make, as the exporters read variables (`|name| std::env::var(name)
+/// .ok()`), for tests.
+#[cfg(all(test, any(feature = "otlp", feature = "console")))]
+pub(crate) fn env_of(
+    pairs: &'static [(&'static str, &'static str)],
+) -> impl Fn(&str) -> Option<String> {
+    move |n: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.to_string())
+    }
+}
 
 /// A running exporter. Dropping it stops it, after it has sent what it was handed.
 pub(crate) trait Exporter: Send + Sync {

@@ -422,10 +422,9 @@ fn failed_export_warning(
     dropped: u64,
     error: &str,
 ) -> Option<String> {
-    if last.is_some_and(|t| now.saturating_duration_since(t) < super::WARN_EVERY) {
+    if !super::warning_due(last, now) {
         return None;
     }
-    *last = Some(now);
     Some(format!(
         "the OTLP collector did not take pin reports ({}); {dropped} dropped so far, counted in \
          pinwatch_events_dropped_total{{sink=\"otlp\"}} (at most one such warning a minute)",
@@ -498,10 +497,9 @@ fn failed_metrics_warning(
     failed: u64,
     error: &str,
 ) -> Option<String> {
-    if last.is_some_and(|t| now.saturating_duration_since(t) < super::WARN_EVERY) {
+    if !super::warning_due(last, now) {
         return None;
     }
-    *last = Some(now);
     Some(format!(
         "the OTLP collector did not take pinwatch's metrics ({}); {failed} export{} failed so \
          far (at most one such warning a minute)",
@@ -1333,14 +1331,7 @@ mod tests {
 
     #[test]
     fn the_protocol_comes_from_the_signal_variable_then_the_general_one() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |n: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == n)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
+        let env = crate::export::env_of;
         assert_eq!(protocol("LOGS", env(&[])).unwrap(), Protocol::HttpProtobuf);
         assert_eq!(
             protocol("LOGS", env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])).unwrap(),
@@ -1373,14 +1364,7 @@ mod tests {
     /// signal's own first), and what to do; an http one, or none, is taken.
     #[test]
     fn an_https_endpoint_is_refused_at_start_up() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |n: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == n)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
+        let env = crate::export::env_of;
         assert!(no_tls("LOGS", env(&[])).is_ok());
         assert!(no_tls(
             "LOGS",

@@ -150,10 +150,9 @@ fn full_queue_warning(
     capacity: usize,
     dropped: u64,
 ) -> Option<String> {
-    if last.is_some_and(|t| now.saturating_duration_since(t) < super::WARN_EVERY) {
+    if !super::warning_due(last, now) {
         return None;
     }
-    *last = Some(now);
     let why = match name {
         "otlp" => {
             "its collector takes reports more slowly than they come (one request each: \

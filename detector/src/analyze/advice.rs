@@ -111,15 +111,19 @@ fn above_own(s: &[Frame]) -> &[Frame] {
     &s[..s.iter().position(is_own_code).unwrap_or(s.len())]
 }
 
-/// Whether a stack waits in a mutex (or an `RwLock`) that tokio takes: past the innermost
+/// Whether a stack waits in a mutex (or an `RwLock`) of tokio's runtime: past the innermost
 /// frames that are the lock's own — std's or the C library's, `parking_lot`'s, `lock_api`'s,
-/// one of them a mutex's — the first frame is in tokio. A frame's crate is its file's, or,
-/// with no file (no debug info), its name's first segment.
+/// one of them a mutex's — and tokio's wrappers of them (`tokio::loom`), the first frame is
+/// the runtime's (`tokio::runtime`, `tokio::util`: its task list, run queues, drivers), which
+/// holds its locks briefly. Not `tokio::sync`'s: a `watch` channel's `borrow()` guard, or a
+/// `broadcast` value's slow `Clone`, holds the lock in the service's own code (helper-96). A
+/// frame's crate is its file's, or, with no file (no debug info), its name's first segment.
 fn in_tokio_mutex(frames: &[Frame]) -> bool {
     let mut mutex = false;
     for f in frames {
         let base = names(f).map(|(base, _)| base);
-        let krate = match f.file.as_deref() {
+        let file = f.file.as_deref();
+        let krate = match file {
             Some(file) if is_std_source(file) => Some("std".to_owned()),
             Some(file) => dependency_crate(file),
             None => base
@@ -127,10 +131,17 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
                 .and_then(|b| b.split_once("::"))
                 .map(|(first, _)| first.to_owned()),
         };
+        // Where in tokio: its module path, or the file's directory under `src/`.
+        let in_tokio = |module: &str| {
+            base.as_deref()
+                .is_some_and(|b| b.starts_with(&format!("tokio::{module}::")))
+                || file.is_some_and(|p| p.contains(&format!("/src/{module}/")))
+        };
         let lock_own = match krate.as_deref() {
             Some("parking_lot" | "parking_lot_core" | "lock_api" | "std" | "core") => true,
+            Some("tokio") => in_tokio("loom"),
             // The C library's frames (`syscall`, `__lll_lock_wait`): no file, no path.
-            None => f.file.is_none(),
+            None => file.is_none(),
             Some(_) => false,
         };
         if lock_own {
@@ -139,7 +150,9 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
                 .is_some_and(|b| b.contains("Mutex") || b.contains("RwLock"));
             continue;
         }
-        return mutex && krate.as_deref() == Some("tokio");
+        return mutex
+            && krate.as_deref() == Some("tokio")
+            && (in_tokio("runtime") || in_tokio("util"));
     }
     false
 }
@@ -452,6 +465,24 @@ mod tests {
         ];
         assert_eq!(
             advise(&evidence(Reason::LockWait, "futex", &bare)),
+            TOKIO_LOCK
+        );
+        // A `watch` channel's lock, held by the service's `borrow()` guard: not this.
+        let watch = [
+            f("std::sys::sync::rwlock::futex::RwLock::write_contended"),
+            f("std::sync::poison::rwlock::RwLock<T>::write"),
+            at(
+                "tokio::loom::std::rwlock::RwLock<T>::write",
+                "tokio-1.54.1/src/loom/std/rwlock.rs",
+            ),
+            at(
+                "tokio::sync::watch::Sender<T>::send_replace",
+                "tokio-1.54.1/src/sync/watch.rs",
+            ),
+            own("svc::publish"),
+        ];
+        assert_ne!(
+            advise(&evidence(Reason::LockWait, "futex", &watch)),
             TOKIO_LOCK
         );
         // tokio parked on a condition variable is no lock of its.

@@ -498,9 +498,9 @@ fn install_server() -> Result<(), Error> {
 }
 
 /// Checks the `TOKIO_CONSOLE_*` variables that console-subscriber parses with a panic (a
-/// duration or a number it cannot read brings the service down at start-up, helper-95), or
-/// that would panic later in its server (an interval or a buffer of zero): an error naming the
-/// variable instead.
+/// duration or a number it cannot read brings the service down at start-up, helper-95; a
+/// recording file it cannot create, helper-96), or that would panic later in its server (an
+/// interval or a buffer of zero): an error naming the variable instead.
 fn console_env(get: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
     for var in ["TOKIO_CONSOLE_RETENTION", "TOKIO_CONSOLE_PUBLISH_INTERVAL"] {
         let Some(v) = get(var) else { continue };
@@ -516,6 +516,19 @@ fn console_env(get: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
                     "{var}={v:?} is not a duration ({e}); write it like `10m` or `1s`"
                 )))
             }
+        }
+    }
+    if let Some(path) = get("TOKIO_CONSOLE_RECORD_PATH") {
+        // console-subscriber creates it at start-up, and panics if it cannot.
+        if let Err(e) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+        {
+            return Err(Error::Console(format!(
+                "TOKIO_CONSOLE_RECORD_PATH={path:?} cannot be written ({e}); give a file in a \
+                 directory that exists and that this process may write to"
+            )));
         }
     }
     if let Some(v) = get("TOKIO_CONSOLE_BUFFER_CAPACITY") {
@@ -631,6 +644,10 @@ mod tests {
             (
                 &[("TOKIO_CONSOLE_BUFFER_CAPACITY", "0")],
                 "TOKIO_CONSOLE_BUFFER_CAPACITY=\"0\" is not a number",
+            ),
+            (
+                &[("TOKIO_CONSOLE_RECORD_PATH", "/nonexistent/dir/rec")],
+                "TOKIO_CONSOLE_RECORD_PATH=\"/nonexistent/dir/rec\" cannot be written (",
             ),
         ] {
             let err = console_env(env(pairs)).unwrap_err().to_string();

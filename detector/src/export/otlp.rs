@@ -61,15 +61,42 @@ pub(crate) fn protocol(
     }
 }
 
+/// The variable that gives `signal`'s endpoint, and its value: the signal's own, else the
+/// general one; an empty one is unset, as the SDK takes it (helper-96: an empty
+/// `…_LOGS_ENDPOINT` let an https general one past [`no_tls`]).
+fn endpoint_var(signal: &str, get: &impl Fn(&str) -> Option<String>) -> Option<(String, String)> {
+    let set = |var: String| get(&var).filter(|v| !v.is_empty()).map(|v| (var, v));
+    set(format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+        .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned()))
+}
+
+/// An endpoint as it may be shown in a log line: without the credentials a URL may carry (its
+/// user information, its query), and escaped.
+fn shown_endpoint(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("…@{host}"),
+        None => authority.to_owned(),
+    };
+    let path = match path.split_once('?') {
+        Some((path, _)) => format!("{path}?…"),
+        None => path.to_owned(),
+    };
+    let scheme = if scheme.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    crate::text::bounded(&format!("{scheme}{authority}{path}"), 200)
+}
+
 /// Refuses an `https://` endpoint for `signal` (`LOGS`, `METRICS`): pinwatch's OTLP clients
 /// are built without TLS, so over HTTP every export would fail as "network error" for as long
 /// as the service runs (helper-95), and over gRPC the SDK's own refusal asks for a cargo
 /// feature of a crate the service does not depend on. Said at start-up, naming the variable.
 fn no_tls(signal: &str, get: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
-    let specific = format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT");
-    let Some((var, value)) = get(&specific).map(|v| (specific, v)).or_else(|| {
-        get("OTEL_EXPORTER_OTLP_ENDPOINT").map(|v| ("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), v))
-    }) else {
+    let Some((var, value)) = endpoint_var(signal, &get) else {
         return Ok(());
     };
     if value
@@ -253,7 +280,12 @@ impl Otlp {
                 None => LogExporter::builder().with_tonic().build(),
             },
         }
-        .map_err(|e| Error::Otlp(format!("cannot build the OTLP log exporter: {e}")))?;
+        .map_err(|e| {
+            Error::Otlp(format!(
+                "cannot build the OTLP log exporter: {}",
+                crate::text::bounded(&e.to_string(), 300)
+            ))
+        })?;
         let metric_exporter = match metrics_protocol {
             Protocol::HttpProtobuf => match endpoint {
                 Some(at) => MetricExporter::builder()
@@ -274,7 +306,12 @@ impl Otlp {
                 None => MetricExporter::builder().with_tonic().build(),
             },
         }
-        .map_err(|e| Error::Otlp(format!("cannot build the OTLP metric exporter: {e}")))?;
+        .map_err(|e| {
+            Error::Otlp(format!(
+                "cannot build the OTLP metric exporter: {}",
+                crate::text::bounded(&e.to_string(), 300)
+            ))
+        })?;
         let dropped = Arc::new(AtomicU64::new(0));
         let logs = SdkLoggerProvider::builder()
             .with_resource(resource.clone())
@@ -399,17 +436,17 @@ fn sent_to(
     endpoint: Option<&str>,
     env: &impl Fn(&str) -> Option<String>,
 ) -> String {
-    endpoint.map(str::to_owned).unwrap_or_else(|| {
-        env(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
-            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
-            .unwrap_or_else(|| {
-                match protocol {
-                    Protocol::HttpProtobuf => "the OTLP default endpoint (localhost:4318)",
-                    Protocol::Grpc => "the OTLP default endpoint (localhost:4317)",
-                }
-                .to_owned()
-            })
-    })
+    match endpoint
+        .map(str::to_owned)
+        .or_else(|| endpoint_var(signal, env).map(|(_, v)| v))
+    {
+        Some(url) => shown_endpoint(&url),
+        None => match protocol {
+            Protocol::HttpProtobuf => "the OTLP default endpoint (localhost:4318)",
+            Protocol::Grpc => "the OTLP default endpoint (localhost:4317)",
+        }
+        .to_owned(),
+    }
 }
 
 /// The warning for an export the collector did not take, at `now` with `dropped` reports
@@ -984,6 +1021,32 @@ mod tests {
         );
     }
 
+    /// An endpoint in a log line keeps no credentials and no control character.
+    #[test]
+    fn an_endpoint_is_shown_without_its_credentials() {
+        assert_eq!(
+            shown_endpoint("http://collector:4318"),
+            "http://collector:4318"
+        );
+        assert_eq!(
+            shown_endpoint("https://user:secret@otlp.example.com/v1/logs?api_key=k"),
+            "https://…@otlp.example.com/v1/logs?…"
+        );
+        assert!(!shown_endpoint("http://h/\u{1b}[31m").contains('\u{1b}'));
+        assert_eq!(
+            sent_to(
+                "METRICS",
+                Protocol::HttpProtobuf,
+                None,
+                &crate::export::env_of(&[
+                    ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", ""),
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://u:p@c:4318"),
+                ])
+            ),
+            "http://…@c:4318"
+        );
+    }
+
     /// A metrics export the collector did not take is said the same way: at once, then at
     /// most once a minute, bounded.
     #[test]
@@ -1382,6 +1445,12 @@ mod tests {
                 && err.contains("has no TLS: give an http:// endpoint"),
             "{err}"
         );
+        // An empty one is unset, as the SDK takes it.
+        let pairs = &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp.example.com"),
+            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", ""),
+        ];
+        assert!(no_tls("LOGS", env(pairs)).is_err());
         // The signal's own variable decides for it.
         let pairs = &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp.example.com"),

@@ -155,17 +155,18 @@ fn full_queue_warning(
     }
     let why = match name {
         "otlp" => {
-            "its collector takes reports more slowly than they come (one request each: \
-                   a collector far away takes few a second)"
+            "its collector takes reports more slowly than they come (one request each: a \
+             collector far away, or one that refuses or hangs, takes few a second)"
         }
         "tracing" => "the subscriber's writer is slow or blocked",
         "console" => "the console's thread is behind",
         _ => "the sink is slow or blocked",
     };
     Some(format!(
-        "pinwatch's `{name}` sink is behind: {why}; its queue of {capacity} reports is full, \
-         {dropped} dropped so far, counted in pinwatch_events_dropped_total{{sink=\"{name}\"}} \
-         (at most one such warning a minute)"
+        "pinwatch's `{name}` sink is behind: {why}; its queue of {capacity} reports \
+         (PINWATCH_QUEUE_CAPACITY) is full; {dropped} of its reports dropped so far in all, \
+         counted in pinwatch_events_dropped_total{{sink=\"{name}\"}} (at most one such warning \
+         a minute)"
     ))
 }
 
@@ -325,13 +326,17 @@ mod tests {
         assert_eq!(
             first,
             "pinwatch's `otlp` sink is behind: its collector takes reports more slowly than they \
-             come (one request each: a collector far away takes few a second); its queue of 8 \
-             reports is full, 1 dropped so far, counted in \
+             come (one request each: a collector far away, or one that refuses or hangs, takes \
+             few a second); its queue of 8 reports (PINWATCH_QUEUE_CAPACITY) is full; 1 of its \
+             reports dropped so far in all, counted in \
              pinwatch_events_dropped_total{sink=\"otlp\"} (at most one such warning a minute)"
         );
         assert_eq!(full_queue_warning(&mut last, at(59), "otlp", 8, 40), None);
         let again = full_queue_warning(&mut last, at(60), "otlp", 8, 41).unwrap();
-        assert!(again.contains("41 dropped so far"), "{again}");
+        assert!(
+            again.contains("41 of its reports dropped so far"),
+            "{again}"
+        );
         let user = full_queue_warning(&mut None, at(0), "sink", 4, 2).unwrap();
         assert!(user.starts_with("pinwatch's `sink` sink is behind: the sink is slow or blocked"));
     }

@@ -55,8 +55,7 @@ pub struct Recording {
     pub events: Vec<PinnedEvent>,
     /// Warnings, for a person: one line that sums up the damaged lines skipped, if any (for a
     /// file with nothing of pinwatch's in it, one that names them without blaming a write cut
-    /// short; none for a gzipped file, which [`no_event_verdict`](Self::no_event_verdict)
-    /// says).
+    /// short).
     pub warnings: Vec<String>,
     /// Lines skipped because they are damaged (not UTF-8, or not JSON at all: a write cut short
     /// by a full disk, a crash mid-line), across all the files read.
@@ -74,8 +73,9 @@ pub struct Recording {
     pub dumps: Vec<DumpInfo>,
     /// A damaged line began as pinwatch's lines do (`{"schema":`), among all.
     any_ours: bool,
-    /// The first line of a file was gzip's magic number: a compressed recording.
-    gzipped: bool,
+    /// The first file whose first line was gzip's magic number (a compressed recording), as
+    /// messages name it.
+    gzipped: Option<String>,
 }
 
 /// Why a first line of gzip's magic number is no event, and what to do.
@@ -84,13 +84,13 @@ const GZIPPED: &str =
 
 impl Recording {
     /// Nothing in it is pinwatch's: no event, no dump, no line of another version, no damaged
-    /// line that began as pinwatch's do, not gzip — some other file (a service's stderr).
+    /// line that began as pinwatch's do — some other file (a service's stderr), or compressed:
+    /// either way its lines are listed without blaming a disk.
     fn foreign(&self) -> bool {
         self.events.is_empty()
             && self.dumps.is_empty()
             && self.other_schema_lines == 0
             && !self.any_ours
-            && !self.gzipped
     }
 
     /// For a file where lines were skipped and no event was read, what it is, in one sentence
@@ -98,20 +98,24 @@ impl Recording {
     /// damaged, or no recording at all. `None` when an event was read or nothing was skipped
     /// (an empty recording). Readers say it first, then the [`warnings`](Self::warnings).
     pub fn no_event_verdict(&self, name: &str) -> Option<String> {
-        if !self.events.is_empty() || self.damaged_lines + self.other_schema_lines == 0 {
+        // A flight dump of no event is a recording read whole, its damage warned of.
+        if !self.events.is_empty()
+            || !self.dumps.is_empty()
+            || self.damaged_lines + self.other_schema_lines == 0
+        {
             return None;
         }
-        Some(if self.gzipped {
-            format!("{name} holds no pinwatch event as it is: it is {GZIPPED}")
-        } else if let Some(schema) = self.other_schema {
+        Some(if let Some(schema) = self.other_schema {
             format!(
                 "{name} holds no pinwatch event this version reads: it was written by another \
                  pinwatch version (recording schema {schema}); read it with that version"
             )
-        } else if self.foreign() {
-            format!("{name} holds no pinwatch event; is it a recording (a PINWATCH_RECORD file)?")
-        } else {
+        } else if self.any_ours {
             format!("{name} holds no readable pinwatch event: every event line in it is damaged")
+        } else if let Some(file) = &self.gzipped {
+            format!("{name} holds no pinwatch event as it is: {file} is {GZIPPED}")
+        } else {
+            format!("{name} holds no pinwatch event; is it a recording (a PINWATCH_RECORD file)?")
         })
     }
 
@@ -142,9 +146,11 @@ pub struct DamagedLine {
 impl Recording {
     fn skip(&mut self, file: &str, line: usize, why: String, raw: &[u8], cut_off: bool) {
         self.damaged_lines += 1;
-        // Begun as every line pinwatch writes is: a recording's line, damaged, rather than a
-        // line of some other file.
-        self.any_ours |= raw.starts_with(br#"{"schema":"#);
+        // Begun as every line pinwatch writes is (or cut off before that much was written): a
+        // recording's line, damaged, rather than a line of some other file.
+        const OURS: &[u8] = br#"{"schema":"#;
+        self.any_ours |=
+            raw.starts_with(OURS) || (cut_off && raw.len() >= 2 && OURS.starts_with(raw));
         if self.damaged.len() < MAX_DAMAGED_SHOWN {
             self.damaged.push(DamagedLine {
                 // Both may quote what the file holds (a parser's message quotes the bad value):
@@ -203,10 +209,6 @@ impl Recording {
         }
         // What is wrong with the first one, bounded (it may quote a crafted line).
         let first: String = self.damaged[0].why.chars().take(160).collect();
-        if self.events.is_empty() && self.gzipped {
-            // The verdict says it all ([`Recording::no_event_verdict`]).
-            return;
-        }
         if self.foreign() {
             // Not a recording that lost lines: name them, without blaming a disk or calling
             // the last one a recording cut off; the verdict says they are no recording.
@@ -460,7 +462,7 @@ fn read_lines(
         // it, instead of "cut off" and "not UTF-8" (helper-93). Only its first line is looked
         // at: the rest of it is damage like any.
         if number == 1 && raw.starts_with(&[0x1f, 0x8b]) {
-            rec.gzipped = true;
+            rec.gzipped.get_or_insert_with(|| Escaped(name).to_string());
             rec.skip(name, number, GZIPPED.to_owned(), raw, false);
             continue;
         }
@@ -2714,16 +2716,53 @@ mod tests {
                 && !w.contains("every other line"),
             "{w}"
         );
-        // Gzip: the verdict says how to read it, and nothing more is said.
+        // Gzip: the verdict names the compressed file and how to read it; its lines are
+        // listed as some other file's, with no disk blamed.
         let mut gz = vec![0x1f, 0x8b, 0x08, 0x00, 0xff, 0x10, b'\n', 0x9c];
         gz.extend_from_slice(&[0xfe; 40]);
         let rec = read_recording_from(&gz[..], "rec.jsonl.gz").unwrap();
         assert_eq!(
             verdict(&rec),
-            "f holds no pinwatch event as it is: it is compressed with gzip: read it through \
-             zcat (`zcat FILE | pinwatch summary -`)"
+            "f holds no pinwatch event as it is: rec.jsonl.gz is compressed with gzip: read it \
+             through zcat (`zcat FILE | pinwatch summary -`)"
         );
-        assert!(rec.warnings.is_empty(), "{:?}", rec.warnings);
+        let w = rec.warnings.join("\n");
+        assert!(
+            w.starts_with(
+                "skipped 2 lines (rec.jsonl.gz:1, rec.jsonl.gz:2); the first: compressed"
+            ) && !w.contains("disk"),
+            "{w}"
+        );
+        // A recording cut off within its first bytes is still one.
+        let rec = parse_recording(r#"{"sch"#, "r").unwrap();
+        assert!(
+            verdict(&rec).contains("every event line in it is damaged"),
+            "{}",
+            verdict(&rec)
+        );
+        // A flight dump of no event, and a line of garbage: read, with a warning; no verdict.
+        let dump = crate::event::DumpInfo {
+            pid: 1,
+            exe: "/svc".into(),
+            run_id: "r".into(),
+            process_started: None,
+            detector_started: SystemTime::UNIX_EPOCH,
+            dumped_at: SystemTime::UNIX_EPOCH,
+            flight_size: 4 << 20,
+            events: 0,
+            bytes: 0,
+            dropped_events: 0,
+            dropped_pins: 0,
+            first_event_at: None,
+        };
+        let rec = parse_recording(&format!("{}garbage\n", dump.to_json_line()), "d").unwrap();
+        assert_eq!(rec.dumps.len(), 1, "{:?}", rec.warnings);
+        assert_eq!(rec.no_event_verdict("f"), None);
+        assert!(
+            rec.warnings[0].ends_with("; every other line was read"),
+            "{:?}",
+            rec.warnings
+        );
         // Another version's events, one line damaged: another version's, not "a recording?".
         let newer = good(1).replace(r#""schema":2"#, r#""schema":99"#);
         let rec = parse_recording(&format!("{newer}\n{torn}\n"), "r").unwrap();

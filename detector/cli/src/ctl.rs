@@ -170,6 +170,13 @@ pub fn without_target(e: clap::Error) -> clap::Error {
     ) {
         return e;
     }
+    // An option the parser does not know is the mistake to name, whatever the pid's place.
+    if e.kind() == ErrorKind::UnknownArgument
+        && matches!(e.get(ContextKind::InvalidArg),
+            Some(ContextValue::String(a)) if a.starts_with('-'))
+    {
+        return e;
+    }
     let args: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();

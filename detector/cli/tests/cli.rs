@@ -1361,4 +1361,8 @@ fn arguments_that_cannot_work_are_refused_in_words() {
     );
     let (code, _, err) = pinwatch(&["ctl", "status"]);
     assert_eq!(code, 2, "{err}");
+    // An unknown option is named as such, not hidden behind the pid's place.
+    let (code, _, err) = pinwatch(&["ctl", "-x", "status"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unexpected argument '-x'"), "{err}");
 }

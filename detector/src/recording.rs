@@ -190,11 +190,14 @@ impl Recording {
             return;
         }
         let n = self.damaged_lines;
+        // Some other file (not a recording that lost lines): its last line is no recording
+        // cut off, and no disk is blamed; the verdict says it is no recording.
+        let foreign = self.foreign();
         let mut at: Vec<String> = self
             .damaged
             .iter()
             .map(|d| {
-                if d.cut_off {
+                if d.cut_off && !foreign {
                     format!(
                         "{}:{} (last line is incomplete: the recording was cut off)",
                         d.file, d.line
@@ -209,18 +212,7 @@ impl Recording {
         }
         // What is wrong with the first one, bounded (it may quote a crafted line).
         let first: String = self.damaged[0].why.chars().take(160).collect();
-        if self.foreign() {
-            // Not a recording that lost lines: name them, without blaming a disk or calling
-            // the last one a recording cut off; the verdict says they are no recording.
-            let at: Vec<String> = self
-                .damaged
-                .iter()
-                .map(|d| format!("{}:{}", d.file, d.line))
-                .chain(
-                    (n > self.damaged.len())
-                        .then(|| format!("and {} more", n - self.damaged.len())),
-                )
-                .collect();
+        if foreign {
             self.warnings.push(format!(
                 "skipped {n} line{} ({}); the first: {first}",
                 if n == 1 { "" } else { "s" },

@@ -201,7 +201,8 @@ pub fn without_target(e: clap::Error) -> clap::Error {
         if !target_missing {
             return e;
         }
-        return ctl_error(
+        return crate::usage_error(
+            "ctl",
             "give the service's pid, as in `pinwatch ctl 4242 status`; `pinwatch ctl list` \
              lists the processes with pinwatch"
                 .to_owned(),
@@ -219,21 +220,15 @@ pub fn without_target(e: clap::Error) -> clap::Error {
     });
     let more = words.len() > said.len() + usize::from(pid.is_some());
     let said = said.join(" ");
-    ctl_error(format!(
-        "which service should `{said}` go to? give its pid before the action, as in `pinwatch \
+    crate::usage_error(
+        "ctl",
+        format!(
+            "which service should `{said}` go to? give its pid before the action, as in `pinwatch \
          ctl {} {said}{}` (`pinwatch ctl list` lists the processes with pinwatch)",
-        pid.copied().unwrap_or("4242"),
-        if more { " …" } else { "" }
-    ))
-}
-
-/// A usage error of `ctl`'s, with its usage line (status 2).
-fn ctl_error(said: String) -> clap::Error {
-    use clap::CommandFactory as _;
-    let mut cli = crate::Cli::command();
-    cli.build();
-    let mut ctl = cli.find_subcommand("ctl").cloned().unwrap_or(cli);
-    ctl.error(clap::error::ErrorKind::MissingRequiredArgument, said)
+            pid.copied().unwrap_or("4242"),
+            if more { " …" } else { "" }
+        ),
+    )
 }
 
 impl Action {

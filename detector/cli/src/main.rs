@@ -322,6 +322,16 @@ fn read_stdin() -> Result<recording::Recording, recording::ReadError> {
     recording::read_recording_from(stdin.lock(), &shown(Path::new("-")))
 }
 
+/// A usage error of the subcommand `command` (its usage line, status 2): something missing
+/// that the parser cannot see is missing.
+pub(crate) fn usage_error(command: &str, said: String) -> clap::Error {
+    use clap::CommandFactory as _;
+    let mut cli = Cli::command();
+    cli.build();
+    let mut command = cli.find_subcommand(command).cloned().unwrap_or(cli);
+    command.error(clap::error::ErrorKind::MissingRequiredArgument, said)
+}
+
 /// The default output of `report` and `profile`: the recording's path with `extension`. A
 /// recording read from standard input (`-`) or another open descriptor of this process's
 /// (`/dev/stdin`, `<(zcat rec.gz)`) has no name to give it (`/dev/stdin.html` would be made in
@@ -330,20 +340,15 @@ fn read_stdin() -> Result<recording::Recording, recording::ReadError> {
 fn named_after(recording: &Path, extension: &str, command: &str) -> PathBuf {
     let descriptor = || own_descriptor(recording).is_some() && std::fs::metadata(recording).is_ok();
     if is_dash(recording) || descriptor() {
-        use clap::CommandFactory as _;
-        let mut cli = Cli::command();
-        cli.build();
-        let mut command = cli.find_subcommand(command).cloned().unwrap_or(cli);
-        command
-            .error(
-                clap::error::ErrorKind::MissingRequiredArgument,
-                format!(
-                    "the recording is read from {}, which names no file to write beside it; \
-                     say where with -o FILE (-o - for standard output)",
-                    shown(recording)
-                ),
-            )
-            .exit();
+        usage_error(
+            command,
+            format!(
+                "the recording is read from {}, which names no file to write beside it; say \
+                 where with -o FILE (-o - for standard output)",
+                shown(recording)
+            ),
+        )
+        .exit();
     }
     recording.with_extension(extension)
 }

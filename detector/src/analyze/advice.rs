@@ -20,7 +20,7 @@
 //!    a decoder reading a buffer is computation.
 //! 7. Otherwise the reason's own advice ([`Reason::advice`]).
 
-use super::reason::{base_name, dependency_crate, is_own_code, is_std_source};
+use super::reason::{base_name, dependency_crate, is_own_code, is_std_source, owning_crate};
 use crate::event::{Frame, Reason};
 use crate::watch::probe::FdKind;
 
@@ -128,8 +128,8 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
             Some(file) => dependency_crate(file),
             None => base
                 .as_deref()
-                .and_then(|b| b.split_once("::"))
-                .map(|(first, _)| first.to_owned()),
+                .filter(|b| b.contains("::"))
+                .map(|b| owning_crate(b).to_owned()),
         };
         // Where in tokio: its module path, or the file's directory under `src/`.
         let in_tokio = |module: &str| {

@@ -731,7 +731,7 @@ fn qualified_end(name: &str) -> Option<usize> {
 
 /// The crate a demangled function belongs to: `app::f` → `app`; `<app::T as core::X>::m` →
 /// `app`; `<&T as …>` → `T`'s.
-fn owning_crate(name: &str) -> &str {
+pub(crate) fn owning_crate(name: &str) -> &str {
     let mut s = name;
     loop {
         let t = s.trim_start_matches(['<', '&', '*', ' ', '(', '[']);

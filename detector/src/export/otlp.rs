@@ -409,10 +409,7 @@ pub fn send_for_test(endpoint: &str, events: Vec<PinnedEvent>) -> Result<(), Err
 struct Counting {
     inner: LogExporter,
     failed: Arc<AtomicU64>,
-    /// When the last warning of a failed export went out.
-    warned: Mutex<Option<Instant>>,
-    /// Where the records go, for the warning ([`sent_to`]).
-    to: String,
+    refused: Refused,
 }
 
 impl Counting {
@@ -420,8 +417,45 @@ impl Counting {
         Counting {
             inner,
             failed,
-            warned: Mutex::new(None),
+            refused: Refused::new(to),
+        }
+    }
+}
+
+/// What an exporter says of the exports its collector did not take: where they went, and
+/// when the last warning went out.
+#[derive(Debug)]
+struct Refused {
+    /// Where the exports go ([`sent_to`]).
+    to: String,
+    warned: Mutex<Option<Instant>>,
+}
+
+impl Refused {
+    fn new(to: String) -> Refused {
+        Refused {
             to,
+            warned: Mutex::new(None),
+        }
+    }
+
+    /// An export failed with `error`: says what `warning` (given the last warning's time, now,
+    /// and the error with where it went) makes of it, through the log thread, as every sink's
+    /// warning: never blocking the exporter.
+    fn failed(
+        &self,
+        error: &dyn std::fmt::Display,
+        warning: impl FnOnce(&mut Option<Instant>, Instant, &str) -> Option<String>,
+    ) {
+        let line = self.warned.lock().ok().and_then(|mut last| {
+            warning(
+                &mut last,
+                Instant::now(),
+                &format!("{error}, sent to {}", self.to),
+            )
+        });
+        if let Some(line) = line {
+            super::say(tracing::Level::WARN, line);
         }
     }
 }
@@ -478,14 +512,9 @@ impl opentelemetry_sdk::logs::LogExporter for Counting {
         let result = self.inner.export(batch).await;
         if let Err(e) = &result {
             let dropped = self.failed.fetch_add(n, Ordering::Relaxed) + n;
-            let warning = self.warned.lock().ok().and_then(|mut last| {
-                let error = format!("{e}, sent to {}", self.to);
-                failed_export_warning(&mut last, Instant::now(), dropped, &error)
+            self.refused.failed(e, |last, now, error| {
+                failed_export_warning(last, now, dropped, error)
             });
-            if let Some(line) = warning {
-                // Through the log thread, as every sink's warning: never blocks this one.
-                super::say(tracing::Level::WARN, line);
-            }
         }
         result
     }
@@ -508,10 +537,7 @@ struct CountingMetrics {
     inner: MetricExporter,
     /// Exports the collector did not take.
     failed: AtomicU64,
-    /// When the last warning went out.
-    warned: Mutex<Option<Instant>>,
-    /// Where the metrics go ([`sent_to`]).
-    to: String,
+    refused: Refused,
 }
 
 impl CountingMetrics {
@@ -519,8 +545,7 @@ impl CountingMetrics {
         CountingMetrics {
             inner,
             failed: AtomicU64::new(0),
-            warned: Mutex::new(None),
-            to,
+            refused: Refused::new(to),
         }
     }
 }
@@ -553,13 +578,9 @@ impl opentelemetry_sdk::metrics::exporter::PushMetricExporter for CountingMetric
         let result = self.inner.export(metrics).await;
         if let Err(e) = &result {
             let failed = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
-            let warning = self.warned.lock().ok().and_then(|mut last| {
-                let error = format!("{e}, sent to {}", self.to);
-                failed_metrics_warning(&mut last, Instant::now(), failed, &error)
+            self.refused.failed(e, |last, now, error| {
+                failed_metrics_warning(last, now, failed, error)
             });
-            if let Some(line) = warning {
-                super::say(tracing::Level::WARN, line);
-            }
         }
         result
     }

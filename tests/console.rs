@@ -413,15 +413,13 @@ fn a_service_with_its_own_subscriber_gets_the_resources_through_its_layer() {
 /// panic, status 101).
 #[test]
 fn a_console_variable_it_cannot_read_is_a_start_up_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_first_pin"))
-        .env("PINWATCH_CONSOLE", "on")
-        .env("PINWATCH_CONTROL", "off")
-        .env("TOKIO_CONSOLE_RETENTION", "forever")
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = support::start_up_error(
+        env!("CARGO_BIN_EXE_first_pin"),
+        &[
+            ("PINWATCH_CONSOLE", "on"),
+            ("TOKIO_CONSOLE_RETENTION", "forever"),
+        ],
+    );
     assert!(
         err.contains("TOKIO_CONSOLE_RETENTION=\"forever\" is not a duration"),
         "{err}"

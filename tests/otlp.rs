@@ -818,15 +818,13 @@ fn a_pins_victims_reach_the_receiver_as_attributes_and_counted_once() {
 /// export failing as "network error" while it runs (the client has no TLS; helper-95).
 #[test]
 fn an_https_endpoint_is_a_start_up_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_first_pin"))
-        .env("PINWATCH_OTLP", "on")
-        .env("PINWATCH_CONTROL", "off")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:1")
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = support::start_up_error(
+        env!("CARGO_BIN_EXE_first_pin"),
+        &[
+            ("PINWATCH_OTLP", "on"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:1"),
+        ],
+    );
     assert!(
         err.contains("OTEL_EXPORTER_OTLP_ENDPOINT=\"https://127.0.0.1:1\" is https")
             && err.contains("no TLS"),

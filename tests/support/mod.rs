@@ -23,6 +23,20 @@ impl Drop for Proc {
     }
 }
 
+/// Runs the program `bin` with `env` (its control socket off, its stdout dropped), which is to
+/// stop at start-up with a usage error, status 2 (a setting it refuses); its stderr.
+pub fn start_up_error(bin: &str, env: &[(&str, &str)]) -> String {
+    let out = Command::new(bin)
+        .env("PINWATCH_CONTROL", "off")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    err
+}
+
 /// A free TCP port on 127.0.0.1 (the OS picks it; the listener is closed again).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

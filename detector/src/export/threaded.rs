@@ -36,6 +36,17 @@ pub(crate) trait OwnThread: Send + 'static {
     /// No event came for [`every`](Self::every).
     fn tick(&mut self) {}
 
+    /// Every event queued so far has been handed to [`event`](Self::event), and the queue is
+    /// empty: one that keeps events to send them together (OTLP's client) sends them now, so
+    /// that none waits for more to come.
+    fn caught_up(&mut self) {}
+
+    /// How many of the events handed to [`event`](Self::event) it keeps, not yet sent
+    /// ([`caught_up`](Self::caught_up) sends them).
+    fn kept(&self) -> u64 {
+        0
+    }
+
     /// Once, after the last event, unless the detector's stop has stopped waiting for it.
     fn flush(&mut self) {}
 }
@@ -75,7 +86,12 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
     let (tx, rx) = crate::handoff::bounded::<Arc<PinnedEvent>>(capacity);
     let (done_tx, done) = mpsc::sync_channel::<()>(1);
     let taken = Arc::new(AtomicU64::new(0));
-    let (lost, took) = (Arc::clone(&dropped), Arc::clone(&taken));
+    let finished = Arc::new(AtomicU64::new(0));
+    let (lost, took, done_with) = (
+        Arc::clone(&dropped),
+        Arc::clone(&taken),
+        Arc::clone(&finished),
+    );
     std::thread::Builder::new()
         .name(format!("pinwatch-sink-{name}"))
         .spawn(move || {
@@ -84,6 +100,14 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
             let mut sink = catch_unwind(AssertUnwindSafe(make)).ok();
             let every = sink.as_ref().and_then(|s| s.every());
             let mut next = every.and_then(|d| Instant::now().checked_add(d));
+            // Events taken since the queue was last found empty; taken in all.
+            let mut behind = false;
+            let mut handled = 0u64;
+            // What the stop may call finished: every event taken but those kept to be sent.
+            let settle = |sink: &Option<S>, handled: u64| {
+                let kept = sink.as_ref().map_or(0, |s| s.kept());
+                done_with.store(handled.saturating_sub(kept), Ordering::SeqCst);
+            };
             loop {
                 // Due, whether or not events are waiting: a queue that never empties does not
                 // put the ticks off.
@@ -93,22 +117,40 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
                         let _ = catch_unwind(AssertUnwindSafe(|| s.tick()));
                     }
                 }
-                let got = match next {
-                    Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
-                    None => rx.recv().ok_or(Waited::Closed),
+                let got = match rx.recv_timeout(Duration::ZERO) {
+                    // Nothing queued: the events taken go before the thread waits for more.
+                    Err(waited) => {
+                        if std::mem::take(&mut behind) {
+                            if let Some(s) = sink.as_mut() {
+                                let _ = catch_unwind(AssertUnwindSafe(|| s.caught_up()));
+                            }
+                            settle(&sink, handled);
+                        }
+                        match (waited, next) {
+                            (Waited::Closed, _) => Err(Waited::Closed),
+                            (_, Some(at)) => {
+                                rx.recv_timeout(at.saturating_duration_since(Instant::now()))
+                            }
+                            (_, None) => rx.recv().ok_or(Waited::Closed),
+                        }
+                    }
+                    got => got,
                 };
                 match got {
                     // Left behind by the stop, which counted it dropped: no more sends of
                     // seconds each.
                     Ok(_) if !take(&took) => {}
                     Ok(e) => {
-                        let handled = sink.as_mut().is_some_and(|s| {
+                        behind = true;
+                        let ok = sink.as_mut().is_some_and(|s| {
                             catch_unwind(AssertUnwindSafe(|| s.event(&e))).is_ok()
                         });
                         // Never made, or it panicked in this event: lost, and counted.
-                        if !handled {
+                        if !ok {
                             lost.fetch_add(1, Ordering::Relaxed);
                         }
+                        handled += 1;
+                        settle(&sink, handled);
                     }
                     // The tick is due: above.
                     Err(Waited::TimedOut) => {}
@@ -133,6 +175,7 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
         dropped,
         done,
         taken,
+        finished,
         capacity,
         warned: None,
     })
@@ -195,6 +238,17 @@ fn flushing(taken: &AtomicU64) -> bool {
         .is_ok()
 }
 
+/// What a sink the stop left behind loses ([`Threaded::leave`]).
+#[derive(Debug, PartialEq, Eq)]
+struct Left {
+    /// Events still queued: counted dropped.
+    lost: u64,
+    /// Events it had taken and was not done with.
+    unfinished: u64,
+    /// Whether its flush had begun.
+    flushing: bool,
+}
+
 /// The export thread's side of a sink on a thread of its own.
 pub(crate) struct Threaded {
     name: &'static str,
@@ -210,6 +264,9 @@ pub(crate) struct Threaded {
     /// Events its thread has taken from the queue, and [`LEFT`]: one word, so that each queued
     /// event is either taken or counted dropped by the stop, never both or neither.
     taken: Arc<AtomicU64>,
+    /// Events its thread has taken and is done with: handled, and sent if it kept them
+    /// ([`OwnThread::kept`]).
+    finished: Arc<AtomicU64>,
     /// The queue's size, and when a full queue was last said ([`full_queue_warning`]).
     capacity: usize,
     warned: Option<Instant>,
@@ -244,12 +301,20 @@ impl Threaded {
 
     /// The stop stops waiting for it: what its thread has not taken yet is counted dropped now
     /// (its thread will not take it), and it is not flushed unless its flush has begun. How
-    /// many, and whether its flush had begun (it then did not return, or its drop did not).
-    fn leave(&self) -> (u64, bool) {
+    /// many; how many it had taken and was not done with (in a send or a write that had not
+    /// returned, or kept for one: delivered only if it returns, and not counted, as the sink
+    /// counts it if it fails); and whether its flush had begun (it then did not return, or its
+    /// drop did not).
+    fn leave(&self) -> Left {
         let word = self.taken.fetch_or(LEFT, Ordering::SeqCst);
-        let lost = self.queued.saturating_sub(word & !(LEFT | FLUSHING));
+        let took = word & !(LEFT | FLUSHING);
+        let lost = self.queued.saturating_sub(took);
         self.dropped.fetch_add(lost, Ordering::Relaxed);
-        (lost, word & FLUSHING != 0)
+        Left {
+            lost,
+            unfinished: took.saturating_sub(self.finished.load(Ordering::SeqCst)),
+            flushing: word & FLUSHING != 0,
+        }
     }
 
     /// A queue with no thread behind it: what the sink would get comes out of `tx`'s receiver,
@@ -263,6 +328,7 @@ impl Threaded {
             dropped: Arc::default(),
             done: mpsc::sync_channel(1).1,
             taken: Arc::default(),
+            finished: Arc::default(),
             capacity: 0,
             warned: None,
         }
@@ -288,27 +354,38 @@ pub(crate) fn wait_all<'a>(sinks: impl Iterator<Item = &'a Threaded>, deadline: 
     if left.is_empty() {
         return;
     }
-    for (name, (lost, flushing)) in left {
-        super::say(
-            tracing::Level::WARN,
-            format!(
-                "pinwatch stopped waiting for its `{name}` sink after {} (a collector or a \
-                 writer that does not answer?): {}; {}",
-                humantime::format_duration(FLUSH_WAIT),
-                match lost {
-                    0 => "nothing was still queued for it".to_owned(),
-                    1 => "the event still queued for it is dropped and counted".to_owned(),
-                    n => format!("the {n} events still queued for it are dropped and counted"),
-                },
-                if flushing {
-                    "its flush (or its drop) had not returned"
-                } else {
-                    "it is not flushed"
-                },
-            ),
-        );
+    for (name, left) in left {
+        super::say(tracing::Level::WARN, left_behind_line(name, &left));
     }
     super::flush_stderr();
+}
+
+/// The line that says the stop left the sink `name` behind, and what that loses.
+fn left_behind_line(name: &str, left: &Left) -> String {
+    format!(
+        "pinwatch stopped waiting for its `{name}` sink after {} (a collector or a writer that \
+         does not answer?): {}{}; {}",
+        humantime::format_duration(FLUSH_WAIT),
+        match left.lost {
+            0 => "nothing was still queued for it".to_owned(),
+            1 => "the event still queued for it is dropped and counted".to_owned(),
+            n => format!("the {n} events still queued for it are dropped and counted"),
+        },
+        match left.unfinished {
+            0 => String::new(),
+            1 => "; one it had taken was not yet delivered (lost unless its send or write \
+                  returns)"
+                .to_owned(),
+            n => format!(
+                "; {n} it had taken were not yet delivered (lost unless its send or write returns)"
+            ),
+        },
+        if left.flushing {
+            "its flush (or its drop) had not returned"
+        } else {
+            "it is not flushed"
+        },
+    )
 }
 
 #[cfg(test)]
@@ -515,6 +592,69 @@ mod tests {
         assert_eq!(drops.totals(), vec![("held", 4)]);
     }
 
+    /// A sink that keeps what it takes to send it together, left behind in that send: the
+    /// events still queued are counted dropped, and the one in the send is said apart (not
+    /// "nothing was queued"), uncounted: the sink counts it if the send fails. The send comes
+    /// only once the queue is empty.
+    #[test]
+    fn what_a_sink_kept_for_a_send_that_never_returns_is_said() {
+        struct Keeps {
+            kept: u64,
+            sending: mpsc::Sender<u64>,
+            blocked: mpsc::Receiver<()>,
+        }
+        impl OwnThread for Keeps {
+            fn event(&mut self, _: &PinnedEvent) {
+                self.kept += 1;
+            }
+            fn caught_up(&mut self) {
+                let _ = self.sending.send(self.kept);
+                let _ = self.blocked.recv();
+                self.kept = 0;
+            }
+            fn kept(&self) -> u64 {
+                self.kept
+            }
+        }
+        let (sending_tx, sending) = mpsc::channel();
+        let (release, blocked) = mpsc::channel();
+        let keeps = Keeps {
+            kept: 0,
+            sending: sending_tx,
+            blocked,
+        };
+        let drops = Drops::default();
+        let mut t = on_own_thread("keeps", move || keeps, 8, &drops).unwrap();
+        t.send(&event(1));
+        let in_send = sending
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the kept event was not sent once the queue was empty");
+        assert_eq!(in_send, 1);
+        t.send(&event(2));
+        t.send(&event(3));
+        t.close();
+        let left = t.leave();
+        assert_eq!(
+            left,
+            Left {
+                lost: 2,
+                unfinished: 1,
+                flushing: false
+            }
+        );
+        assert_eq!(drops.totals(), vec![("keeps", 2)]);
+        let line = left_behind_line("keeps", &left);
+        assert!(
+            line.contains(
+                "the 2 events still queued for it are dropped and counted; one it had \
+                 taken was not yet delivered"
+            ),
+            "{line}"
+        );
+        drop(release);
+        assert!(t.wait(Instant::now() + Duration::from_secs(60)));
+    }
+
     /// A tick that falls due while events wait runs before the next of them: a queue that
     /// never empties (the console's, in a storm of pins) does not put the ticks off for good.
     #[test]
@@ -602,7 +742,14 @@ mod tests {
             .recv_timeout(Duration::from_secs(60))
             .expect("not dropped");
         assert!(!t.wait(Instant::now()), "done before its drop returned");
-        assert_eq!(t.leave(), (0, true));
+        assert_eq!(
+            t.leave(),
+            Left {
+                lost: 0,
+                unfinished: 0,
+                flushing: true
+            }
+        );
         drop(release);
     }
 

@@ -184,8 +184,8 @@ pub(crate) fn on_own_thread_counted<S: OwnThread>(
 /// The warning for a report that the queue of the sink `name` (of `capacity` reports) could
 /// not take, at `now`, with `dropped` dropped so far: at the first, then at most every
 /// [`WARN_EVERY`](super::WARN_EVERY) (`last`: when one last went out). Without it a sink that
-/// keeps up with fewer reports than come — an OTLP collector far away, sent one report a
-/// request — loses them with nothing but a counter to say so.
+/// keeps up with fewer reports than come — an OTLP collector that hangs, or one far away under
+/// a storm of pins — loses them with nothing but a counter to say so.
 fn full_queue_warning(
     last: &mut Option<Instant>,
     now: Instant,
@@ -198,8 +198,8 @@ fn full_queue_warning(
     }
     let why = match name {
         "otlp" => {
-            "its collector takes reports more slowly than they come (one request each: a \
-             collector far away, or one that refuses or hangs, takes few a second)"
+            "its collector takes reports more slowly than they come (one that refuses or \
+             hangs takes none; one far away, one batch a round trip)"
         }
         "tracing" => "the subscriber's writer is slow or blocked",
         "console" => "the console's thread is behind",
@@ -403,10 +403,9 @@ mod tests {
         assert_eq!(
             first,
             "pinwatch's `otlp` sink is behind: its collector takes reports more slowly than they \
-             come (one request each: a collector far away, or one that refuses or hangs, takes \
-             few a second); its queue of 8 reports (PINWATCH_QUEUE_CAPACITY) is full; 1 of its \
-             reports dropped so far in all, counted in \
-             pinwatch_events_dropped_total{sink=\"otlp\"} (at most one such warning a minute)"
+             come (one that refuses or hangs takes none; one far away, one batch a round trip); \
+             its queue of 8 reports (PINWATCH_QUEUE_CAPACITY) is full; 1 of its reports dropped \
+             so far in all, counted in pinwatch_events_dropped_total{sink=\"otlp\"} (at most one such warning a minute)"
         );
         assert_eq!(full_queue_warning(&mut last, at(59), "otlp", 8, 40), None);
         let again = full_queue_warning(&mut last, at(60), "otlp", 8, 41).unwrap();

@@ -20,7 +20,9 @@
 //!    a decoder reading a buffer is computation.
 //! 7. Otherwise the reason's own advice ([`Reason::advice`]).
 
-use super::reason::{base_name, dependency_crate, is_own_code, is_std_source, owning_crate};
+use super::reason::{
+    base_name, dependency_crate, is_own_code, is_std_source, module_path, owning_crate,
+};
 use crate::event::{Frame, Reason};
 use crate::watch::probe::FdKind;
 
@@ -117,19 +119,25 @@ fn above_own(s: &[Frame]) -> &[Frame] {
 /// the runtime's (`tokio::runtime`, `tokio::util`: its task list, run queues, drivers), which
 /// holds its locks briefly. Not `tokio::sync`'s: a `watch` channel's `borrow()` guard, or a
 /// `broadcast` value's slow `Clone`, holds the lock in the service's own code (helper-96). A
-/// frame's crate is its file's, or, with no file (no debug info), its name's first segment.
+/// frame's crate is its file's when the file is in cargo's registry or a git checkout; else
+/// (no debug info; a vendored copy, `cargo vendor`'s or Nix's) its name's first segment, or,
+/// for a frame named by its last segment alone, the directory that holds the file's `src/`.
 fn in_tokio_mutex(frames: &[Frame]) -> bool {
     let mut mutex = false;
     for f in frames {
         let base = names(f).map(|(base, _)| base);
         let file = f.file.as_deref();
+        let by_name = || {
+            base.as_deref()
+                .filter(|b| b.contains("::"))
+                .map(|b| owning_crate(b).to_owned())
+        };
         let krate = match file {
             Some(file) if is_std_source(file) => Some("std".to_owned()),
-            Some(file) => dependency_crate(file),
-            None => base
-                .as_deref()
-                .filter(|b| b.contains("::"))
-                .map(|b| owning_crate(b).to_owned()),
+            Some(file) => dependency_crate(file)
+                .or_else(by_name)
+                .or_else(|| module_path(file).map(|m| owning_crate(&m).to_owned())),
+            None => by_name(),
         };
         // Where in tokio: its module path, or the file's directory under `src/`.
         let in_tokio = |module: &str| {
@@ -455,6 +463,51 @@ mod tests {
             assert_eq!(
                 advise(&evidence(Reason::LockWait, "futex", &frames)),
                 Reason::LockWait.advice(Some("futex"))
+            );
+        }
+        // A vendored copy (`cargo vendor`, Nix's vendor directory): the same, by the frames'
+        // names, or, for one named by its last segment alone, by the directory of its `src/`.
+        for vendor in [
+            "/build/app/vendor",
+            "/nix/store/0a1b-app-vendor/c19b7c6f923b580ac259164a89f2577984ad5ab0",
+        ] {
+            let at = |name: &str, dir: &str, file: &str| {
+                inlined(name, &format!("{vendor}/{dir}/src/{file}"))
+            };
+            let vendored = [
+                f("syscall"),
+                at(
+                    "parking_lot::raw_mutex::RawMutex::lock_slow",
+                    "parking_lot",
+                    "raw_mutex.rs",
+                ),
+                at(
+                    "lock<tokio::runtime::task::list::Shard>",
+                    "lock_api-0.4.14",
+                    "mutex.rs",
+                ),
+                at(
+                    "tokio::loom::std::parking_lot::Mutex<T>::lock",
+                    "tokio-1.54.1",
+                    "loom/std/parking_lot.rs",
+                ),
+                at(
+                    "tokio::runtime::task::list::OwnedTasks<S>::remove",
+                    "tokio",
+                    "runtime/task/list.rs",
+                ),
+            ];
+            assert_eq!(
+                advise(&evidence(Reason::LockWait, "futex", &vendored)),
+                TOKIO_LOCK,
+                "{vendor}"
+            );
+            let mut theirs = vendored[..3].to_vec();
+            theirs.push(at("moka::sync::Cache::get", "moka", "sync/cache.rs"));
+            assert_eq!(
+                advise(&evidence(Reason::LockWait, "futex", &theirs)),
+                Reason::LockWait.advice(Some("futex")),
+                "{vendor}"
             );
         }
         // Without debug info (names only), the same.

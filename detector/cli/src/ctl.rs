@@ -279,6 +279,14 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
             .get_subcommands()
             .map(|c| c.get_name().to_owned())
             .collect();
+        // `ctl -- status`: the action was taken for the target.
+        if actions.contains(&args.target) {
+            return Err(format!(
+                "`{}` is an action: give the service's pid before it, as in `pinwatch ctl 4242 \
+                 {}`; `pinwatch ctl list` lists the processes with pinwatch",
+                args.target, args.target
+            ));
+        }
         return Err(format!(
             "what should {} do? add one of: {} (`pinwatch ctl --help`)",
             args.target,

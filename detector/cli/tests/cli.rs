@@ -1335,6 +1335,12 @@ fn arguments_that_cannot_work_are_refused_in_words() {
             "as in `pinwatch ctl 4242 record start …`",
         ),
         (&["ctl", "status", "123"], "as in `pinwatch ctl 123 status`"),
+        // After `--`, the action is taken for the pid: said as such.
+        (
+            &["ctl", "--", "status"],
+            "`status` is an action: give the service's pid before it, as in `pinwatch ctl 4242 \
+             status`",
+        ),
         (
             &["ctl"],
             "give the service's pid, as in `pinwatch ctl 4242 status`",

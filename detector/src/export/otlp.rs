@@ -205,10 +205,8 @@ impl super::threaded::OwnThread for Client {
     }
 
     fn kept(&self) -> u64 {
-        self.kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len() as u64
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.records.len() as u64
     }
 
     fn flush(&mut self) {
@@ -253,6 +251,7 @@ impl Otlp {
         let metrics_protocol = protocol("METRICS", &env)?;
         no_tls("LOGS", &env)?;
         no_tls("METRICS", &env)?;
+        let max_records = batch_size(&env)?;
         let logs_to = sent_to("LOGS", logs_protocol, endpoint, &env);
         // A runtime of pinwatch's own for the grpc client (tonic needs one); never the app's.
         let runtime = ClientRuntime(
@@ -333,6 +332,10 @@ impl Otlp {
             .with_log_processor(Batching::new(
                 Counting::new(log_exporter, Arc::clone(&dropped), logs_to.clone()),
                 Arc::clone(&kept),
+                Limits {
+                    records: max_records,
+                    bytes: MAX_BATCH_BYTES,
+                },
             ))
             .build();
         let meters = SdkMeterProvider::builder()
@@ -418,37 +421,104 @@ pub fn send_for_test(endpoint: &str, events: Vec<PinnedEvent>) -> Result<(), Err
     Ok(())
 }
 
-/// The most log records one request carries: a few hundred kilobytes with short stacks, a few
-/// megabytes with `stacks=full`, inside what a Collector takes by default (4 MiB a gRPC
-/// message, 20 MiB an HTTP body).
+/// The most log records one request carries, unless `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` says
+/// fewer ([`batch_size`]).
 const MAX_BATCH: usize = 128;
 
+/// The most bytes of records one request carries, as [`encoded_size`] counts them: a quarter of
+/// what a Collector takes by default in a gRPC message (4 MiB; 20 MiB an HTTP body), so that a
+/// batch of reports with long stacks (`stacks=full`: 30 KB each and more) is never refused
+/// whole (helper-97: 128 such reports made a message over 4 MiB, and all were lost). A report
+/// larger than this goes alone.
+const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// The most records a request carries: `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` (the standard variable
+/// of the SDK's batching processor, whose part pinwatch's plays) when it is set, at most
+/// [`MAX_BATCH`]; a value that is not a positive whole number is a start-up error naming it.
+fn batch_size(get: impl Fn(&str) -> Option<String>) -> Result<usize, Error> {
+    const VAR: &str = "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE";
+    let Some(value) = get(VAR).filter(|v| !v.trim().is_empty()) else {
+        return Ok(MAX_BATCH);
+    };
+    match value.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n.min(MAX_BATCH)),
+        _ => Err(Error::Otlp(format!(
+            "{VAR}={} is not a positive whole number: give the most log records one request \
+             carries (pinwatch's default, and most: {MAX_BATCH})",
+            crate::text::bounded(&format!("{value:?}"), 100)
+        ))),
+    }
+}
+
+/// About how many bytes `record` takes in a request, a little more than it does: its strings'
+/// lengths, and for each value more than protobuf's framing and a number's encoding take.
+fn encoded_size(record: &SdkLogRecord) -> usize {
+    fn value(v: &AnyValue) -> usize {
+        16 + match v {
+            AnyValue::String(s) => s.as_str().len(),
+            AnyValue::Bytes(b) => b.len(),
+            AnyValue::ListAny(l) => l.iter().map(value).sum(),
+            AnyValue::Map(m) => m.iter().map(|(k, v)| k.as_str().len() + value(v)).sum(),
+            _ => 0,
+        }
+    }
+    // The timestamps, severity, event name, trace context.
+    128 + record.body().map_or(0, value)
+        + record
+            .attributes_iter()
+            .map(|(k, v)| k.as_str().len() + value(v))
+            .sum::<usize>()
+}
+
 /// The records the client's thread has made, kept until it has taken every report queued
-/// ([`caught_up`](super::threaded::OwnThread::caught_up) flushes the provider) or
-/// [`MAX_BATCH`] are kept, then sent in one request. A collector that answers at once gets each
-/// report alone, as soon as it comes; one far away, the reports that came during a round trip
-/// together: one request each held the client to a report per round trip (helper-95: 35 a
+/// ([`caught_up`](super::threaded::OwnThread::caught_up) flushes the provider) or a request's
+/// worth is kept ([`Limits`]), then sent in one request. A collector that answers at once gets
+/// each report alone, as soon as it comes; one far away, the reports that came during a round
+/// trip together: one request each held the client to a report per round trip (helper-95: 35 a
 /// second at 30 ms). Only the client's thread uses it.
 #[derive(Debug)]
 struct Batching {
     exporter: Counting,
     kept: Kept,
+    limits: Limits,
+}
+
+/// How much one request carries at most.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    records: usize,
+    bytes: usize,
 }
 
 /// The records [`Batching`] keeps; the client reads how many ([`OwnThread::kept`]).
 ///
 /// [`OwnThread::kept`]: super::threaded::OwnThread::kept
-type Kept = Arc<Mutex<Vec<(SdkLogRecord, opentelemetry::InstrumentationScope)>>>;
+type Kept = Arc<Mutex<KeptRecords>>;
+
+#[derive(Debug, Default)]
+struct KeptRecords {
+    records: Vec<(SdkLogRecord, opentelemetry::InstrumentationScope)>,
+    /// Their [`encoded_size`]s, added up.
+    bytes: usize,
+}
 
 impl Batching {
-    fn new(exporter: Counting, kept: Kept) -> Batching {
-        Batching { exporter, kept }
+    fn new(exporter: Counting, kept: Kept, limits: Limits) -> Batching {
+        Batching {
+            exporter,
+            kept,
+            limits,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, KeptRecords> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sends what is kept, in one request; the exporter counts it dropped if the collector does
     /// not take it.
     fn send(&self) -> opentelemetry_sdk::error::OTelSdkResult {
-        let kept = std::mem::take(&mut *self.kept.lock().unwrap_or_else(PoisonError::into_inner));
+        let kept = std::mem::take(&mut *self.lock()).records;
         if kept.is_empty() {
             return Ok(());
         }
@@ -464,10 +534,20 @@ impl Batching {
 
 impl LogProcessor for Batching {
     fn emit(&self, record: &mut SdkLogRecord, scope: &opentelemetry::InstrumentationScope) {
+        let size = encoded_size(record);
+        // What is kept goes first if this one would take the request past its size.
+        let room = {
+            let kept = self.lock();
+            kept.records.is_empty() || kept.bytes + size <= self.limits.bytes
+        };
+        if !room {
+            let _ = self.send();
+        }
         let full = {
-            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            kept.push((record.clone(), scope.clone()));
-            kept.len() >= MAX_BATCH
+            let mut kept = self.lock();
+            kept.records.push((record.clone(), scope.clone()));
+            kept.bytes += size;
+            kept.records.len() >= self.limits.records || kept.bytes >= self.limits.bytes
         };
         if full {
             let _ = self.send();
@@ -1095,7 +1175,7 @@ impl Instruments {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::State;
+    use crate::event::{Frame, State};
 
     /// A collector that takes nothing is said at the first failed export, then at most once a
     /// minute, its error escaped and bounded (helper-60: an absent collector said nothing).
@@ -1249,9 +1329,10 @@ mod tests {
         );
     }
 
-    /// A collector on loopback that answers 200 to every request, after `answer(path,
-    /// records)` (the records a logs request carries) returns. Its `http://` address.
-    fn collector(answer: impl Fn(&str, usize) + Send + Sync + 'static) -> String {
+    /// A collector on loopback that answers 200 to every request, after `answer(path, records,
+    /// bytes)` (the records a logs request carries, and its body's size) returns. Its `http://`
+    /// address.
+    fn collector(answer: impl Fn(&str, usize, usize) + Send + Sync + 'static) -> String {
         use std::io::{BufRead, BufReader, Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let at = format!("http://{}", listener.local_addr().unwrap());
@@ -1289,7 +1370,7 @@ mod tests {
                         // Every record carries this attribute's key once.
                         let key = b"pinwatch.event.id";
                         let records = body.windows(key.len()).filter(|w| w == key).count();
-                        answer(&path, records);
+                        answer(&path, records, body.len());
                         let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
                     }
                 });
@@ -1305,7 +1386,7 @@ mod tests {
     fn the_metrics_last_export_comes_after_every_queued_report() {
         let (got_tx, got) = std::sync::mpsc::channel::<(String, usize)>();
         let got_tx = Mutex::new(got_tx);
-        let at = collector(move |path, records| {
+        let at = collector(move |path, records, _| {
             std::thread::sleep(Duration::from_millis(20));
             let _ = got_tx.lock().unwrap().send((path.to_owned(), records));
         });
@@ -1325,39 +1406,112 @@ mod tests {
         );
     }
 
-    /// The reports that come while a request is out go together in the next (helper-95: one
-    /// request each held a collector 30 ms away to 35 reports a second), [`MAX_BATCH`] at most;
-    /// the first, with nothing behind it, goes alone at once. The collector holds the first
-    /// request until the rest are queued: no timing decides what goes together.
-    #[test]
-    fn the_reports_of_a_round_trip_go_in_one_request() {
-        let (seen_tx, seen) = std::sync::mpsc::channel::<usize>();
+    /// The requests (their records and bytes) a collector got after the first, which it held
+    /// until `more` reports were queued behind it (`env`: the variables), and what was dropped.
+    fn behind_a_held_request(
+        more: Vec<PinnedEvent>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> (Vec<(usize, usize)>, u64) {
+        let (seen_tx, seen) = std::sync::mpsc::channel::<(usize, usize)>();
         let (open_tx, open) = std::sync::mpsc::channel::<()>();
         let (seen_tx, open) = (Mutex::new(seen_tx), Mutex::new(open));
-        let at = collector(move |path, records| {
+        let at = collector(move |path, records, bytes| {
             if path == "/v1/logs" {
-                let _ = seen_tx.lock().unwrap().send(records);
+                let _ = seen_tx.lock().unwrap().send((records, bytes));
                 // Held until the test says; every request once the test has let go.
                 let _ = open.lock().unwrap().recv();
             }
         });
         let live: LiveFn = Arc::new(super::super::live::Live::default);
         let drops = super::super::Drops::default();
-        let (_otlp, client) =
-            Otlp::start(16, 2 * MAX_BATCH, live, Some(&at), |_| None, &drops).unwrap();
+        let queue = more.len() + 1;
+        let (_otlp, client) = Otlp::start(16, queue, live, Some(&at), env, &drops).unwrap();
         let mut fanout = super::super::fanout::Fanout::new(vec![Outlet::Thread(client)]);
-        let report = |id| PinnedEvent::for_test(id, State::Completed, Reason::Sleep, 30, 1);
-        fanout.deliver(report(1));
-        assert_eq!(seen.recv().unwrap(), 1, "the first report waited for more");
-        let more = MAX_BATCH as u64 + 10;
-        for id in 2..=1 + more {
-            fanout.deliver(report(id));
+        fanout.deliver(report(0));
+        let (first, _) = seen.recv().unwrap();
+        assert_eq!(first, 1, "the first report waited for more");
+        for e in more {
+            fanout.deliver(e);
         }
         drop(open_tx);
         fanout.flush();
-        let sizes: Vec<usize> = seen.try_iter().collect();
-        assert_eq!(sizes, [MAX_BATCH, 10], "requests after the held one");
-        assert_eq!(drops.totals(), [("otlp", 0)]);
+        let dropped = drops.totals().iter().map(|(_, n)| n).sum();
+        (seen.try_iter().collect(), dropped)
+    }
+
+    fn report(id: u64) -> PinnedEvent {
+        PinnedEvent::for_test(id, State::Completed, Reason::Sleep, 30, 1)
+    }
+
+    /// The reports that come while a request is out go together in the next (helper-95: one
+    /// request each held a collector 30 ms away to 35 reports a second), [`MAX_BATCH`] at most,
+    /// or fewer if `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` says so; the first, with nothing behind
+    /// it, goes alone at once. The collector holds the first request until the rest are
+    /// queued: no timing decides what goes together.
+    #[test]
+    fn the_reports_of_a_round_trip_go_in_one_request() {
+        let more = |n: u64| (1..=n).map(report).collect::<Vec<_>>();
+        let (got, dropped) = behind_a_held_request(more(MAX_BATCH as u64 + 10), |_| None);
+        let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
+        assert_eq!(records, [MAX_BATCH, 10], "requests after the held one");
+        assert_eq!(dropped, 0);
+        let four = |v: &str| (v == "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE").then(|| " 4 ".to_owned());
+        let (got, _) = behind_a_held_request(more(10), four);
+        let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
+        assert_eq!(records, [4, 4, 2]);
+    }
+
+    /// Reports with long stacks (`stacks=full`) go in requests of at most
+    /// [`MAX_BATCH_BYTES`]: 128 of them made a message past a Collector's 4 MiB, and all were
+    /// lost (helper-97). One larger than that goes alone.
+    #[test]
+    fn a_request_of_reports_with_long_stacks_stays_under_its_size() {
+        let long = |id: u64, frames: usize| {
+            let mut e = report(id);
+            e.stack = (0..frames)
+                .map(|i| Frame {
+                    function: Some(format!("svc::deep::module::path::function_{i:0>200}")),
+                    file: Some("/home/build/svc/src/deep/module/path.rs".into()),
+                    line: Some(1),
+                    locks: 0,
+                })
+                .collect();
+            e
+        };
+        // About 64 KB each.
+        let (got, dropped) =
+            behind_a_held_request((1..=40).map(|id| long(id, 256)).collect(), |_| None);
+        assert_eq!(dropped, 0);
+        assert_eq!(got.iter().map(|(n, _)| n).sum::<usize>(), 40);
+        assert!(got.len() >= 3, "{got:?}");
+        for (records, bytes) in &got {
+            assert!(*records > 1, "{got:?}");
+            assert!(*bytes <= MAX_BATCH_BYTES, "{got:?}");
+        }
+        // One past the size on its own, between two small ones: three requests.
+        let huge = long(2, 8192);
+        let (got, _) = behind_a_held_request(vec![report(1), huge, report(3)], |_| None);
+        let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
+        assert_eq!(records, [1, 1, 1], "{got:?}");
+        assert!(got[1].1 > MAX_BATCH_BYTES);
+    }
+
+    /// `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` that is no positive whole number stops the start,
+    /// naming it.
+    #[test]
+    fn a_batch_size_that_is_no_count_is_refused() {
+        for bad in ["0", "-3", "many", "1e3"] {
+            let err = batch_size(|_| Some(bad.to_owned()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE") && err.contains(bad),
+                "{err}"
+            );
+        }
+        assert_eq!(batch_size(|_| Some("100000".into())).unwrap(), MAX_BATCH);
+        assert_eq!(batch_size(|_| Some(String::new())).unwrap(), MAX_BATCH);
+        assert_eq!(batch_size(|_| None).unwrap(), MAX_BATCH);
     }
 
     /// Every exported value of every `pinwatch.pinned` series, through the sequences that made

@@ -428,6 +428,44 @@ fn events_and_metrics_reach_an_otlp_http_receiver() {
     check_delivery(&got);
 }
 
+/// `OTEL_EXPORTER_OTLP_COMPRESSION=gzip` is done, not dropped with no word (the client was
+/// built without gzip, and the SDK sent every body uncompressed: helper-97). The receiver takes
+/// gzip bodies only.
+#[test]
+fn gzip_is_sent_when_asked_for() {
+    let got: Shared = Arc::default();
+    let store = Arc::clone(&got);
+    let port = support::otlp_http_receiver(move |path, body| {
+        let mut plain = Vec::new();
+        if !body.starts_with(&[0x1f, 0x8b])
+            || std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(body), &mut plain)
+                .is_err()
+        {
+            return false;
+        }
+        match path {
+            "/v1/logs" => ExportLogsServiceRequest::decode(&plain[..])
+                .map(|r| store.lock().unwrap().logs.push(r))
+                .is_ok(),
+            "/v1/metrics" => ExportMetricsServiceRequest::decode(&plain[..])
+                .map(|r| store.lock().unwrap().metrics.push(r))
+                .is_ok(),
+            _ => false,
+        }
+    });
+    let _svc = pin_service(
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{port}"),
+            ),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip".into()),
+        ],
+        &["--stuck", "1"],
+    );
+    check_delivery(&got);
+}
+
 #[test]
 fn events_and_metrics_reach_an_otlp_grpc_receiver() {
     let (port, got, _rt) = grpc_receiver();

@@ -65,9 +65,40 @@ pub(crate) fn protocol(
 /// general one; an empty one is unset, as the SDK takes it (helper-96: an empty
 /// `…_LOGS_ENDPOINT` let an https general one past [`no_tls`]).
 fn endpoint_var(signal: &str, get: &impl Fn(&str) -> Option<String>) -> Option<(String, String)> {
+    signal_var(signal, "ENDPOINT", get)
+}
+
+/// The variable that gives `signal`'s `what` (`ENDPOINT`, `COMPRESSION`), and its value: the
+/// signal's own, else the general one; an empty one is unset.
+fn signal_var(
+    signal: &str,
+    what: &str,
+    get: &impl Fn(&str) -> Option<String>,
+) -> Option<(String, String)> {
     let set = |var: String| get(&var).filter(|v| !v.is_empty()).map(|v| (var, v));
-    set(format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
-        .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned()))
+    set(format!("OTEL_EXPORTER_OTLP_{signal}_{what}"))
+        .or_else(|| set(format!("OTEL_EXPORTER_OTLP_{what}")))
+}
+
+/// Refuses a compression for `signal` that pinwatch's client cannot do: it is built with gzip
+/// only, and the SDK drops any other value (`zstd`, a misspelling) with no word, sending
+/// uncompressed (helper-97). Said at start-up, naming the variable.
+fn compression(signal: &str, get: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
+    let Some((var, value)) = signal_var(signal, "COMPRESSION", &get) else {
+        return Ok(());
+    };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "gzip" | "none" => Ok(()),
+        other => Err(Error::Otlp(format!(
+            "{var}={} is not a compression pinwatch's OTLP client does{}: give `gzip` or `none`",
+            crate::text::bounded(&format!("{value:?}"), 100),
+            if other == "zstd" {
+                " (it is built with gzip only)"
+            } else {
+                ""
+            }
+        ))),
+    }
 }
 
 /// An endpoint as it may be shown in a log line: without the credentials a URL may carry (its
@@ -251,6 +282,8 @@ impl Otlp {
         let metrics_protocol = protocol("METRICS", &env)?;
         no_tls("LOGS", &env)?;
         no_tls("METRICS", &env)?;
+        compression("LOGS", &env)?;
+        compression("METRICS", &env)?;
         let max_records = batch_size(&env)?;
         let logs_to = sent_to("LOGS", logs_protocol, endpoint, &env);
         // A runtime of pinwatch's own for the grpc client (tonic needs one); never the app's.
@@ -1739,6 +1772,56 @@ mod tests {
 
     /// An https endpoint is refused at start-up, naming the variable that gave it (the
     /// signal's own first), and what to do; an http one, or none, is taken.
+    /// gzip and none are taken; zstd, which the client is not built with, and anything else,
+    /// which the SDK would drop with no word, stop the start, naming the variable.
+    #[test]
+    fn a_compression_the_client_cannot_do_is_refused_at_start_up() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert!(compression("LOGS", env(&[])).is_ok());
+        assert!(compression("LOGS", env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP")])).is_ok());
+        assert!(compression("LOGS", env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "none")])).is_ok());
+        let err = compression(
+            "METRICS",
+            env(&[("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "zstd")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION=\"zstd\"")
+                && err.contains("built with gzip only"),
+            "{err}"
+        );
+        // The signal's own variable first; an empty one is unset, as the SDK takes it.
+        let err = compression(
+            "LOGS",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_LOGS_COMPRESSION", ""),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzp"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("OTEL_EXPORTER_OTLP_COMPRESSION=\"gzp\"") && err.contains("`gzip`"),
+            "{err}"
+        );
+        assert!(compression(
+            "LOGS",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_LOGS_COMPRESSION", "gzip"),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"),
+            ]),
+        )
+        .is_ok());
+    }
+
     #[test]
     fn an_https_endpoint_is_refused_at_start_up() {
         let env = crate::export::env_of;

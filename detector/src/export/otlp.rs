@@ -81,18 +81,25 @@ fn signal_var(
 }
 
 /// Refuses a compression for `signal` that pinwatch's client cannot do: it is built with gzip
-/// only, and the SDK drops any other value (`zstd`, a misspelling) with no word, sending
-/// uncompressed (helper-97). Said at start-up, naming the variable.
-fn compression(signal: &str, get: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
+/// only, and the SDK drops any other value (`zstd`, a misspelling, ` gzip`: it lowercases, and
+/// does not trim) with no word, sending uncompressed (helper-97, helper-98). Said at start-up,
+/// naming the variable. The variable that asks for gzip, if one does, for the warnings of
+/// failed exports: a collector that does not take gzip says so only in a status code.
+fn compression(
+    signal: &str,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, Error> {
     let Some((var, value)) = signal_var(signal, "COMPRESSION", &get) else {
-        return Ok(());
+        return Ok(None);
     };
-    match value.trim().to_ascii_lowercase().as_str() {
-        "gzip" | "none" => Ok(()),
+    match value.to_ascii_lowercase().as_str() {
+        "gzip" => Ok(Some(var)),
+        "none" => Ok(None),
         other => Err(Error::Otlp(format!(
-            "{var}={} is not a compression pinwatch's OTLP client does{}: give `gzip` or `none`",
-            crate::text::bounded(&format!("{value:?}"), 100),
-            if other == "zstd" {
+            "{var}=\"{}\" is not a compression pinwatch's OTLP client does{}: give `gzip` or \
+             `none`",
+            crate::text::bounded(&value, 100),
+            if other.trim() == "zstd" {
                 " (it is built with gzip only)"
             } else {
                 ""
@@ -136,10 +143,10 @@ fn no_tls(signal: &str, get: impl Fn(&str) -> Option<String>) -> Result<(), Erro
         .starts_with("https:")
     {
         return Err(Error::Otlp(format!(
-            "{var}={} is https, and pinwatch's OTLP client has no TLS: give an http:// \
+            "{var}=\"{}\" is https, and pinwatch's OTLP client has no TLS: give an http:// \
              endpoint, such as an OpenTelemetry Collector beside the service (which may forward \
              over TLS)",
-            crate::text::bounded(&format!("{value:?}"), 200)
+            crate::text::bounded(&value, 200)
         )));
     }
     Ok(())
@@ -282,8 +289,8 @@ impl Otlp {
         let metrics_protocol = protocol("METRICS", &env)?;
         no_tls("LOGS", &env)?;
         no_tls("METRICS", &env)?;
-        compression("LOGS", &env)?;
-        compression("METRICS", &env)?;
+        let logs_gzip = compression("LOGS", &env)?;
+        let metrics_gzip = compression("METRICS", &env)?;
         let max_records = batch_size(&env)?;
         let logs_to = sent_to("LOGS", logs_protocol, endpoint, &env);
         // A runtime of pinwatch's own for the grpc client (tonic needs one); never the app's.
@@ -363,7 +370,11 @@ impl Otlp {
         let logs = SdkLoggerProvider::builder()
             .with_resource(resource.clone())
             .with_log_processor(Batching::new(
-                Counting::new(log_exporter, Arc::clone(&dropped), logs_to.clone()),
+                Counting::new(
+                    log_exporter,
+                    Arc::clone(&dropped),
+                    gzipped(logs_to.clone(), logs_gzip),
+                ),
                 Arc::clone(&kept),
                 Limits {
                     records: max_records,
@@ -376,7 +387,10 @@ impl Otlp {
             .with_reader(
                 PeriodicReader::builder(CountingMetrics::new(
                     metric_exporter,
-                    sent_to("METRICS", metrics_protocol, endpoint, &env),
+                    gzipped(
+                        sent_to("METRICS", metrics_protocol, endpoint, &env),
+                        metrics_gzip,
+                    ),
                 ))
                 .build(),
             )
@@ -473,14 +487,19 @@ fn batch_size(get: impl Fn(&str) -> Option<String>) -> Result<usize, Error> {
     let Some(value) = get(VAR).filter(|v| !v.trim().is_empty()) else {
         return Ok(MAX_BATCH);
     };
-    match value.trim().parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n.min(MAX_BATCH)),
-        _ => Err(Error::Otlp(format!(
-            "{VAR}={} is not a positive whole number: give the most log records one request \
+    let digits = value.trim();
+    let digits = digits.strip_prefix('+').unwrap_or(digits);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) || digits.bytes().all(|b| b == b'0') {
+        return Err(Error::Otlp(format!(
+            "{VAR}=\"{}\" is not a positive whole number: give the most log records one request \
              carries (pinwatch's default, and most: {MAX_BATCH})",
-            crate::text::bounded(&format!("{value:?}"), 100)
-        ))),
+            crate::text::bounded(&value, 100)
+        )));
     }
+    // A count too large for a usize is a count all the same: capped as the others are.
+    Ok(digits
+        .parse::<usize>()
+        .map_or(MAX_BATCH, |n| n.min(MAX_BATCH)))
 }
 
 /// About how many bytes `record` takes in a request, a little more than it does: its strings'
@@ -679,6 +698,16 @@ fn sent_to(
             Protocol::Grpc => "the OTLP default endpoint (localhost:4317)",
         }
         .to_owned(),
+    }
+}
+
+/// Where exports go ([`sent_to`]), and, when `gzip` names the variable that asks for it, that
+/// they go compressed: for the warnings of failed exports, whose error (`415`, `Unimplemented`)
+/// is all a collector that does not take gzip says.
+fn gzipped(to: String, gzip: Option<String>) -> String {
+    match gzip {
+        Some(var) => format!("{to} with gzip ({var})"),
+        None => to,
     }
 }
 
@@ -1543,6 +1572,15 @@ mod tests {
             );
         }
         assert_eq!(batch_size(|_| Some("100000".into())).unwrap(), MAX_BATCH);
+        // Past what a usize holds: a count all the same (helper-98).
+        assert_eq!(
+            batch_size(|_| Some("18446744073709551616".into())).unwrap(),
+            MAX_BATCH
+        );
+        assert_eq!(batch_size(|_| Some(" +7 ".into())).unwrap(), 7);
+        for zero in ["00", "+0", "+", "++3"] {
+            assert!(batch_size(|_| Some(zero.into())).is_err(), "{zero}");
+        }
         assert_eq!(batch_size(|_| Some(String::new())).unwrap(), MAX_BATCH);
         assert_eq!(batch_size(|_| None).unwrap(), MAX_BATCH);
     }
@@ -1770,10 +1808,9 @@ mod tests {
         );
     }
 
-    /// An https endpoint is refused at start-up, naming the variable that gave it (the
-    /// signal's own first), and what to do; an http one, or none, is taken.
-    /// gzip and none are taken; zstd, which the client is not built with, and anything else,
-    /// which the SDK would drop with no word, stop the start, naming the variable.
+    /// gzip and none are taken, in any case; zstd, which the client is not built with, and
+    /// anything else, which the SDK would drop with no word (` gzip` among them: it does not
+    /// trim), stop the start, naming the variable.
     #[test]
     fn a_compression_the_client_cannot_do_is_refused_at_start_up() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
@@ -1786,7 +1823,24 @@ mod tests {
         };
         assert!(compression("LOGS", env(&[])).is_ok());
         assert!(compression("LOGS", env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP")])).is_ok());
-        assert!(compression("LOGS", env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "none")])).is_ok());
+        assert_eq!(
+            compression("LOGS", env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP")])).unwrap(),
+            Some("OTEL_EXPORTER_OTLP_COMPRESSION".to_owned())
+        );
+        assert_eq!(
+            compression("LOGS", env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "None")])).unwrap(),
+            None
+        );
+        // The SDK does not trim: ` gzip` (or `gzip` and a carriage return, from a file with
+        // Windows line ends) would go uncompressed with no word.
+        for spaced in [" gzip", "gzip\r", " "] {
+            let err = compression("LOGS", move |n: &str| {
+                (n == "OTEL_EXPORTER_OTLP_COMPRESSION").then(|| spaced.to_owned())
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("OTEL_EXPORTER_OTLP_COMPRESSION=\""), "{err}");
+        }
         let err = compression(
             "METRICS",
             env(&[("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "zstd")]),
@@ -1812,6 +1866,16 @@ mod tests {
             err.contains("OTEL_EXPORTER_OTLP_COMPRESSION=\"gzp\"") && err.contains("`gzip`"),
             "{err}"
         );
+        // A collector that does not take gzip answers 415 or Unimplemented: the warning says
+        // the exports went compressed, and by which variable.
+        assert_eq!(
+            gzipped(
+                "http://c:4318".into(),
+                Some("OTEL_EXPORTER_OTLP_COMPRESSION".into())
+            ),
+            "http://c:4318 with gzip (OTEL_EXPORTER_OTLP_COMPRESSION)"
+        );
+        assert_eq!(gzipped("http://c:4318".into(), None), "http://c:4318");
         assert!(compression(
             "LOGS",
             env(&[
@@ -1822,6 +1886,8 @@ mod tests {
         .is_ok());
     }
 
+    /// An https endpoint is refused at start-up, naming the variable that gave it (the
+    /// signal's own first), and what to do; an http one, or none, is taken.
     #[test]
     fn an_https_endpoint_is_refused_at_start_up() {
         let env = crate::export::env_of;

@@ -119,9 +119,12 @@ fn above_own(s: &[Frame]) -> &[Frame] {
 /// the runtime's (`tokio::runtime`, `tokio::util`: its task list, run queues, drivers), which
 /// holds its locks briefly. Not `tokio::sync`'s: a `watch` channel's `borrow()` guard, or a
 /// `broadcast` value's slow `Clone`, holds the lock in the service's own code (helper-96). A
-/// frame's crate is its file's when the file is in cargo's registry or a git checkout; else
-/// (no debug info; a vendored copy, `cargo vendor`'s or Nix's) its name's first segment, or,
-/// for a frame named by its last segment alone, the directory that holds the file's `src/`.
+/// frame's crate is its file's when the file is in cargo's registry or a git checkout; with no
+/// file (no debug info), its name's first segment; in a vendored copy (`cargo vendor`'s, Nix's),
+/// its name's first segment, or, for a frame named by its last segment alone, the directory that
+/// holds the file's `src/`. Any other file is the service's: a workspace member in `core/` or
+/// `std/`, or an extension trait's method on tokio's `Handle`, is not the lock's or tokio's
+/// (helper-98).
 fn in_tokio_mutex(frames: &[Frame]) -> bool {
     let mut mutex = false;
     for f in frames {
@@ -134,9 +137,10 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
         };
         let krate = match file {
             Some(file) if is_std_source(file) => Some("std".to_owned()),
-            Some(file) => dependency_crate(file)
-                .or_else(by_name)
-                .or_else(|| module_path(file).map(|m| owning_crate(&m).to_owned())),
+            Some(file) if is_vendored(file) => {
+                by_name().or_else(|| module_path(file).map(|m| owning_crate(&m).to_owned()))
+            }
+            Some(file) => dependency_crate(file),
             None => by_name(),
         };
         // Where in tokio: its module path, or the file's directory under `src/`.
@@ -163,6 +167,13 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
             && (in_tokio("runtime") || in_tokio("util"));
     }
     false
+}
+
+/// Whether `file` is in a copy of the dependencies' sources: `cargo vendor`'s `vendor/`, Nix's
+/// `…-vendor/` or `cargo-vendor-dir/`.
+fn is_vendored(file: &str) -> bool {
+    file.split('/')
+        .any(|d| d == "vendor" || d.ends_with("-vendor") || d.starts_with("cargo-vendor"))
 }
 
 /// A frame's function without generic arguments, and its last path segment. An inlined frame
@@ -510,6 +521,41 @@ mod tests {
                 "{vendor}"
             );
         }
+        // The service's own code is not vendored: a workspace member in `core/` or `std/`
+        // whose frames are named by their last segment, or an extension trait's method on
+        // tokio's `Handle`, under a std lock (helper-98).
+        for member in ["core", "std"] {
+            let own_lock = [
+                f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
+                f("std::sync::poison::mutex::Mutex<T>::lock"),
+                inlined("get<u64>", &format!("/build/app/{member}/src/cache.rs")),
+                inlined(
+                    "{async_block#0}",
+                    &format!("/build/app/{member}/src/worker.rs"),
+                ),
+                at(
+                    "tokio::runtime::task::core::Core<T,S>::poll",
+                    "tokio-1.54.1/src/runtime/task/core.rs",
+                ),
+            ];
+            assert_ne!(
+                advise(&evidence(Reason::LockWait, "futex", &own_lock)),
+                TOKIO_LOCK,
+                "{member}"
+            );
+        }
+        let extension = [
+            f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
+            f("std::sync::poison::mutex::Mutex<T>::lock"),
+            inlined(
+                "<tokio::runtime::Handle as svc::HandleExt>::with_state",
+                "/build/svc/src/ext.rs",
+            ),
+        ];
+        assert_ne!(
+            advise(&evidence(Reason::LockWait, "futex", &extension)),
+            TOKIO_LOCK
+        );
         // Without debug info (names only), the same.
         let bare = [
             f("syscall"),

@@ -279,13 +279,18 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
             .get_subcommands()
             .map(|c| c.get_name().to_owned())
             .collect();
-        // `ctl -- status`: the action was taken for the target.
+        // `ctl -- status`: the action was taken for the target. A usage error, as `ctl status`
+        // is (status 2, the usage line).
         if actions.contains(&args.target) {
-            return Err(format!(
-                "`{}` is an action: give the service's pid before it, as in `pinwatch ctl 4242 \
-                 {}`; `pinwatch ctl list` lists the processes with pinwatch",
-                args.target, args.target
-            ));
+            crate::usage_error(
+                "ctl",
+                format!(
+                    "`{}` is an action: give the service's pid before it, as in `pinwatch ctl \
+                     4242 {}`; `pinwatch ctl list` lists the processes with pinwatch",
+                    args.target, args.target
+                ),
+            )
+            .exit();
         }
         return Err(format!(
             "what should {} do? add one of: {} (`pinwatch ctl --help`)",

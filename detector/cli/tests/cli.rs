@@ -1367,6 +1367,8 @@ fn arguments_that_cannot_work_are_refused_in_words() {
     );
     let (code, _, err) = pinwatch(&["ctl", "status"]);
     assert_eq!(code, 2, "{err}");
+    let (code, _, err) = pinwatch(&["ctl", "--", "status"]);
+    assert_eq!(code, 2, "{err}");
     // An unknown option is named as such, not hidden behind the pid's place.
     let (code, _, err) = pinwatch(&["ctl", "-x", "status"]);
     assert_eq!(code, 2, "{err}");

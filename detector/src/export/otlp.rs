@@ -1813,14 +1813,7 @@ mod tests {
     /// trim), stop the start, naming the variable.
     #[test]
     fn a_compression_the_client_cannot_do_is_refused_at_start_up() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| (*v).to_owned())
-            }
-        };
+        let env = crate::export::env_of;
         assert!(compression("LOGS", env(&[])).is_ok());
         assert!(compression("LOGS", env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP")])).is_ok());
         assert_eq!(
@@ -1833,12 +1826,12 @@ mod tests {
         );
         // The SDK does not trim: ` gzip` (or `gzip` and a carriage return, from a file with
         // Windows line ends) would go uncompressed with no word.
-        for spaced in [" gzip", "gzip\r", " "] {
-            let err = compression("LOGS", move |n: &str| {
-                (n == "OTEL_EXPORTER_OTLP_COMPRESSION").then(|| spaced.to_owned())
-            })
-            .unwrap_err()
-            .to_string();
+        for spaced in [
+            env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", " gzip")]),
+            env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip\r")]),
+            env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", " ")]),
+        ] {
+            let err = compression("LOGS", spaced).unwrap_err().to_string();
             assert!(err.contains("OTEL_EXPORTER_OTLP_COMPRESSION=\""), "{err}");
         }
         let err = compression(

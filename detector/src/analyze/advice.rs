@@ -21,7 +21,7 @@
 //! 7. Otherwise the reason's own advice ([`Reason::advice`]).
 
 use super::reason::{
-    base_name, dependency_crate, is_own_code, is_std_source, module_path, owning_crate,
+    base_name, dependency_crate, directory_crate, is_own_code, is_std_source, owning_crate,
 };
 use crate::event::{Frame, Reason};
 use crate::watch::probe::FdKind;
@@ -119,29 +119,25 @@ fn above_own(s: &[Frame]) -> &[Frame] {
 /// the runtime's (`tokio::runtime`, `tokio::util`: its task list, run queues, drivers), which
 /// holds its locks briefly. Not `tokio::sync`'s: a `watch` channel's `borrow()` guard, or a
 /// `broadcast` value's slow `Clone`, holds the lock in the service's own code (helper-96). A
-/// frame's crate is its file's when the file is in cargo's registry or a git checkout; with no
-/// file (no debug info), its name's first segment; in a vendored copy (`cargo vendor`'s, Nix's),
-/// its name's first segment, or, for a frame named by its last segment alone, the directory that
-/// holds the file's `src/`. Any other file is the service's: a workspace member in `core/` or
-/// `std/`, or an extension trait's method on tokio's `Handle`, is not the lock's or tokio's
-/// (helper-98).
+/// frame's crate is its file's: as cargo's registry or a git checkout names it, else (a vendored
+/// copy, `cargo vendor`'s, Nix's, a distribution's crates, or the service's own tree) the
+/// directory that holds the file's `src/`, never `std` or `core` (a workspace member of that
+/// name is the service's: helper-98). Its name does not say it: an extension trait's method on
+/// tokio's `Handle` is named `<tokio::runtime::Handle as svc::Ext>::…` (helper-98, helper-99).
+/// With no file (no debug info), its name's first segment.
 fn in_tokio_mutex(frames: &[Frame]) -> bool {
     let mut mutex = false;
     for f in frames {
         let base = names(f).map(|(base, _)| base);
         let file = f.file.as_deref();
-        let by_name = || {
-            base.as_deref()
-                .filter(|b| b.contains("::"))
-                .map(|b| owning_crate(b).to_owned())
-        };
         let krate = match file {
             Some(file) if is_std_source(file) => Some("std".to_owned()),
-            Some(file) if is_vendored(file) => {
-                by_name().or_else(|| module_path(file).map(|m| owning_crate(&m).to_owned()))
-            }
-            Some(file) => dependency_crate(file),
-            None => by_name(),
+            Some(file) => dependency_crate(file)
+                .or_else(|| directory_crate(file).filter(|c| c != "std" && c != "core")),
+            None => base
+                .as_deref()
+                .filter(|b| b.contains("::"))
+                .map(|b| owning_crate(b).to_owned()),
         };
         // Where in tokio: its module path, or the file's directory under `src/`.
         let in_tokio = |module: &str| {
@@ -167,13 +163,6 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
             && (in_tokio("runtime") || in_tokio("util"));
     }
     false
-}
-
-/// Whether `file` is in a copy of the dependencies' sources: `cargo vendor`'s `vendor/`, Nix's
-/// `…-vendor/` or `cargo-vendor-dir/`.
-fn is_vendored(file: &str) -> bool {
-    file.split('/')
-        .any(|d| d == "vendor" || d.ends_with("-vendor") || d.starts_with("cargo-vendor"))
 }
 
 /// A frame's function without generic arguments, and its last path segment. An inlined frame
@@ -480,7 +469,10 @@ mod tests {
         // names, or, for one named by its last segment alone, by the directory of its `src/`.
         for vendor in [
             "/build/app/vendor",
-            "/nix/store/0a1b-app-vendor/c19b7c6f923b580ac259164a89f2577984ad5ab0",
+            // crane's layout, a distribution's crates, a directory of the project's choosing.
+            "/nix/store/0a1b-vendor-cargo-deps/c19b7c6f923b580ac259164a89f2577984ad5ab0",
+            "/usr/share/cargo/registry",
+            "/src/app/third_party/rust_crates",
         ] {
             let at = |name: &str, dir: &str, file: &str| {
                 inlined(name, &format!("{vendor}/{dir}/src/{file}"))
@@ -521,18 +513,21 @@ mod tests {
                 "{vendor}"
             );
         }
-        // The service's own code is not vendored: a workspace member in `core/` or `std/`
-        // whose frames are named by their last segment, or an extension trait's method on
-        // tokio's `Handle`, under a std lock (helper-98).
-        for member in ["core", "std"] {
+        // The service's own code, wherever it is built (a directory named `vendor` among its
+        // parents too): a workspace member in `core/` or `std/` whose frames are named by their
+        // last segment, or an extension trait's method on tokio's `Handle` (here, or in a
+        // vendored crate), under a std lock (helper-98, helper-99).
+        for (root, member) in [
+            ("/build/app", "core"),
+            ("/build/app", "std"),
+            ("/home/u/vendor/app", "core"),
+            ("/srv/acme-vendor/app", "core"),
+        ] {
             let own_lock = [
                 f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
                 f("std::sync::poison::mutex::Mutex<T>::lock"),
-                inlined("get<u64>", &format!("/build/app/{member}/src/cache.rs")),
-                inlined(
-                    "{async_block#0}",
-                    &format!("/build/app/{member}/src/worker.rs"),
-                ),
+                inlined("get<u64>", &format!("{root}/{member}/src/cache.rs")),
+                inlined("{async_block#0}", &format!("{root}/{member}/src/worker.rs")),
                 at(
                     "tokio::runtime::task::core::Core<T,S>::poll",
                     "tokio-1.54.1/src/runtime/task/core.rs",
@@ -541,21 +536,28 @@ mod tests {
             assert_ne!(
                 advise(&evidence(Reason::LockWait, "futex", &own_lock)),
                 TOKIO_LOCK,
-                "{member}"
+                "{root}/{member}"
             );
         }
-        let extension = [
-            f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
-            f("std::sync::poison::mutex::Mutex<T>::lock"),
-            inlined(
-                "<tokio::runtime::Handle as svc::HandleExt>::with_state",
-                "/build/svc/src/ext.rs",
-            ),
-        ];
-        assert_ne!(
-            advise(&evidence(Reason::LockWait, "futex", &extension)),
-            TOKIO_LOCK
-        );
+        for file in [
+            "/build/svc/src/ext.rs",
+            "/home/u/vendor/svc/src/ext.rs",
+            "/build/app/vendor/acme-0.1.0/src/ext.rs",
+        ] {
+            let extension = [
+                f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
+                f("std::sync::poison::mutex::Mutex<T>::lock"),
+                inlined(
+                    "<tokio::runtime::Handle as svc::HandleExt>::with_state",
+                    file,
+                ),
+            ];
+            assert_ne!(
+                advise(&evidence(Reason::LockWait, "futex", &extension)),
+                TOKIO_LOCK,
+                "{file}"
+            );
+        }
         // Without debug info (names only), the same.
         let bare = [
             f("syscall"),

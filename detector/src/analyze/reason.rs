@@ -597,6 +597,15 @@ fn crate_dir(file: &str) -> Option<&str> {
     (!dir.is_empty() && dir != ".").then_some(dir)
 }
 
+/// The crate of a source file as the directory that holds its `src/` names it, without a
+/// version (`…/tokio-1.54.1/src/x.rs` → `tokio`, `…/vendor/lock_api/src/x.rs` → `lock_api`,
+/// `/work/app/dep/src/lib.rs` → `dep`), whatever holds that directory: cargo's registry, a
+/// vendored copy, a distribution's crates, the service's own tree. `None` when it names none.
+pub(crate) fn directory_crate(file: &str) -> Option<String> {
+    let krate = strip_version(crate_dir(file)?).replace('-', "_");
+    (!krate.is_empty() && krate.chars().all(|c| c.is_alphanumeric() || c == '_')).then_some(krate)
+}
+
 /// A Rust path for a source file: its crate and module (`…/snmp2-0.4.1/src/asyncsession.rs` →
 /// `snmp2::asyncsession`, `…/dep/src/lib.rs` → `dep`, `/rustc/…/library/core/src/ops/
 /// function.rs` → `core::ops::function`). What names an inlined closure or `async fn` body
@@ -606,10 +615,7 @@ pub(crate) fn module_path(file: &str) -> Option<String> {
     if let Some(path) = target_module_path(file) {
         return Some(path);
     }
-    let krate = strip_version(crate_dir(file)?).replace('-', "_");
-    if krate.is_empty() || !krate.chars().all(|c| c.is_alphanumeric() || c == '_') {
-        return None;
-    }
+    let krate = directory_crate(file)?;
     let pos = file.rfind("/src/")?;
     let rel = file[pos + "/src/".len()..].strip_suffix(".rs")?;
     let mut parts: Vec<&str> = rel.split('/').collect();

@@ -140,6 +140,17 @@ pub fn bounded(s: &str, max: usize) -> String {
     out
 }
 
+/// `s` given back in quotes, as Rust writes a string literal (a quote or a backslash in it
+/// escaped, so that where it ends is plain), and [escaped](escape); at most `max` of its
+/// characters, `…` inside the closing quote marking a cut. For a value an error names.
+pub fn quoted(s: &str, max: usize) -> String {
+    let mut shown: String = s.chars().take(max).collect();
+    if shown.len() < s.len() {
+        shown.push('…');
+    }
+    escape(&format!("{shown:?}"))
+}
+
 /// Every string in `v` [escaped](escape), whatever field it is in (a field added later is
 /// covered too): for JSON values whose strings are shown as text.
 pub fn escape_json_strings(v: &mut serde_json::Value) {
@@ -231,6 +242,17 @@ pub fn pad(out: &mut String, cell: &str, width: usize, right: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A quoted value ends where its quotes say, whatever it holds, and a cut one is said.
+    #[test]
+    fn a_quoted_value_ends_at_its_closing_quote() {
+        assert_eq!(quoted("gzip", 10), "\"gzip\"");
+        assert_eq!(quoted("gzip\"", 10), "\"gzip\\\"\"");
+        assert_eq!(quoted("gzip\r", 10), "\"gzip\\r\"");
+        assert_eq!(quoted("a\\u{d}", 10), "\"a\\\\u{d}\"");
+        assert_eq!(quoted("\u{202e}x", 10), "\"\\u{202e}x\"");
+        assert_eq!(quoted("abcdef", 3), "\"abc…\"");
+    }
 
     /// What a crafted recording or span field holds to take over a terminal or a log.
     const EVIL: &str = "a\u{1b}]0;owned\u{7}\u{1b}[2J\nWARN pinwatch: fake\u{202e}x\u{9b}\u{200f}";

@@ -96,9 +96,9 @@ fn compression(
         "gzip" => Ok(Some(var)),
         "none" => Ok(None),
         other => Err(Error::Otlp(format!(
-            "{var}=\"{}\" is not a compression pinwatch's OTLP client does{}: give `gzip` or \
+            "{var}={} is not a compression pinwatch's OTLP client does{}: give `gzip` or \
              `none`",
-            crate::text::bounded(&value, 100),
+            crate::text::quoted(&value, 100),
             if other.trim() == "zstd" {
                 " (it is built with gzip only)"
             } else {
@@ -111,6 +111,11 @@ fn compression(
 /// An endpoint as it may be shown in a log line: without the credentials a URL may carry (its
 /// user information, its query), and escaped.
 fn shown_endpoint(url: &str) -> String {
+    crate::text::bounded(&without_credentials(url), 200)
+}
+
+/// `url` without its user information nor its query, which may carry credentials.
+fn without_credentials(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let authority = match authority.rsplit_once('@') {
@@ -126,7 +131,7 @@ fn shown_endpoint(url: &str) -> String {
     } else {
         format!("{scheme}://")
     };
-    crate::text::bounded(&format!("{scheme}{authority}{path}"), 200)
+    format!("{scheme}{authority}{path}")
 }
 
 /// Refuses an `https://` endpoint for `signal` (`LOGS`, `METRICS`): pinwatch's OTLP clients
@@ -143,10 +148,10 @@ fn no_tls(signal: &str, get: impl Fn(&str) -> Option<String>) -> Result<(), Erro
         .starts_with("https:")
     {
         return Err(Error::Otlp(format!(
-            "{var}=\"{}\" is https, and pinwatch's OTLP client has no TLS: give an http:// \
+            "{var}={} is https, and pinwatch's OTLP client has no TLS: give an http:// \
              endpoint, such as an OpenTelemetry Collector beside the service (which may forward \
              over TLS)",
-            crate::text::bounded(&value, 200)
+            crate::text::quoted(&without_credentials(&value), 200)
         )));
     }
     Ok(())
@@ -491,9 +496,9 @@ fn batch_size(get: impl Fn(&str) -> Option<String>) -> Result<usize, Error> {
     let digits = digits.strip_prefix('+').unwrap_or(digits);
     if !digits.bytes().all(|b| b.is_ascii_digit()) || digits.bytes().all(|b| b == b'0') {
         return Err(Error::Otlp(format!(
-            "{VAR}=\"{}\" is not a positive whole number: give the most log records one request \
+            "{VAR}={} is not a positive whole number: give the most log records one request \
              carries (pinwatch's default, and most: {MAX_BATCH})",
-            crate::text::bounded(&value, 100)
+            crate::text::quoted(&value, 100)
         )));
     }
     // A count too large for a usize is a count all the same: capped as the others are.
@@ -1899,6 +1904,21 @@ mod tests {
         assert!(
             err.contains("OTEL_EXPORTER_OTLP_ENDPOINT=\"HTTPS://otlp.example.com\" is https")
                 && err.contains("has no TLS: give an http:// endpoint"),
+            "{err}"
+        );
+        // Its credentials are not shown (helper-99).
+        let err = no_tls(
+            "LOGS",
+            env(&[(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "https://user:s3cret@c.example:4318/?token=abc",
+            )]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("s3cret") && !err.contains("abc"), "{err}");
+        assert!(
+            err.contains("=\"https://…@c.example:4318/?…\" is https"),
             "{err}"
         );
         // An empty one is unset, as the SDK takes it.

@@ -139,11 +139,14 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
                 .filter(|b| b.contains("::"))
                 .map(|b| owning_crate(b).to_owned()),
         };
-        // Where in tokio: its module path, or the file's directory under `src/`.
+        // Where in tokio: its module path, or the file's directory under the crate's `src/`
+        // (not a parent's: `/home/u/src/runtime/…/tokio/src/sync/watch.rs`, helper-100).
         let in_tokio = |module: &str| {
             base.as_deref()
                 .is_some_and(|b| b.starts_with(&format!("tokio::{module}::")))
-                || file.is_some_and(|p| p.contains(&format!("/src/{module}/")))
+                || file
+                    .and_then(|p| p.rfind("/src/").map(|at| &p[at..]))
+                    .is_some_and(|below| below.starts_with(&format!("/src/{module}/")))
         };
         let lock_own = match krate.as_deref() {
             Some("parking_lot" | "parking_lot_core" | "lock_api" | "std" | "core") => true,
@@ -568,6 +571,24 @@ mod tests {
             advise(&evidence(Reason::LockWait, "futex", &bare)),
             TOKIO_LOCK
         );
+        // tokio's `watch`, in a tree whose parents are named `src/runtime` or `src/util`: not
+        // the runtime's (helper-100).
+        for file in [
+            "/home/u/src/runtime/vendor/tokio/src/sync/watch.rs",
+            "/home/u/src/util/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/\
+             tokio-1.54.1/src/sync/watch.rs",
+        ] {
+            let watch = [
+                f("std::sys::sync::rwlock::futex::RwLock::write_contended"),
+                f("std::sync::poison::rwlock::RwLock<T>::write"),
+                inlined("send_replace<u64>", file),
+            ];
+            assert_ne!(
+                advise(&evidence(Reason::LockWait, "futex", &watch)),
+                TOKIO_LOCK,
+                "{file}"
+            );
+        }
         // A `watch` channel's lock, held by the service's `borrow()` guard: not this.
         let watch = [
             f("std::sys::sync::rwlock::futex::RwLock::write_contended"),

@@ -141,14 +141,34 @@ pub fn bounded(s: &str, max: usize) -> String {
 }
 
 /// `s` given back in quotes, as Rust writes a string literal (a quote or a backslash in it
-/// escaped, so that where it ends is plain), and [escaped](escape); at most `max` of its
-/// characters, `…` inside the closing quote marking a cut. For a value an error names.
+/// escaped, so that where it ends is plain), and [escaped](escape); at most `max` bytes in all,
+/// quotes included, `…` inside the closing quote marking a cut. For a value an error names.
 pub fn quoted(s: &str, max: usize) -> String {
-    let mut shown: String = s.chars().take(max).collect();
-    if shown.len() < s.len() {
-        shown.push('…');
+    const MARK: char = '…';
+    let piece = |c: char| -> String {
+        if is_escaped(c) {
+            c.escape_unicode().collect()
+        } else {
+            c.escape_debug().collect()
+        }
+    };
+    let whole: String = s.chars().map(piece).collect();
+    if whole.len() + 2 <= max {
+        return format!("\"{whole}\"");
     }
-    escape(&format!("{shown:?}"))
+    // The longest run of whole pieces that leaves room for the mark and the quotes.
+    let room = max.saturating_sub(2 + MARK.len_utf8());
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        let p = piece(c);
+        if out.len() - 1 + p.len() > room {
+            break;
+        }
+        out.push_str(&p);
+    }
+    out.push(MARK);
+    out.push('"');
+    out
 }
 
 /// Every string in `v` [escaped](escape), whatever field it is in (a field added later is
@@ -246,12 +266,17 @@ mod tests {
     /// A quoted value ends where its quotes say, whatever it holds, and a cut one is said.
     #[test]
     fn a_quoted_value_ends_at_its_closing_quote() {
-        assert_eq!(quoted("gzip", 10), "\"gzip\"");
-        assert_eq!(quoted("gzip\"", 10), "\"gzip\\\"\"");
-        assert_eq!(quoted("gzip\r", 10), "\"gzip\\r\"");
-        assert_eq!(quoted("a\\u{d}", 10), "\"a\\\\u{d}\"");
-        assert_eq!(quoted("\u{202e}x", 10), "\"\\u{202e}x\"");
-        assert_eq!(quoted("abcdef", 3), "\"abc…\"");
+        assert_eq!(quoted("gzip", 20), "\"gzip\"");
+        assert_eq!(quoted("gzip\"", 20), "\"gzip\\\"\"");
+        assert_eq!(quoted("gzip\r", 20), "\"gzip\\u{d}\"");
+        assert_eq!(quoted("a\\u{d}", 20), "\"a\\\\u{d}\"");
+        assert_eq!(quoted("\u{202e}x", 20), "\"\\u{202e}x\"");
+        assert_eq!(quoted("abcdef", 7), "\"ab…\"");
+        assert_eq!(quoted("abcdef", 7).len(), 7);
+        assert_eq!(quoted("abcdef", 8), "\"abcdef\"");
+        // Bounded after escaping (helper-100): a hundred ESCs in 100 bytes.
+        let escs = quoted(&"\u{1b}".repeat(100), 100);
+        assert!(escs.len() <= 100 && escs.ends_with("…\""), "{escs}");
     }
 
     /// What a crafted recording or span field holds to take over a terminal or a log.

@@ -114,24 +114,21 @@ fn shown_endpoint(url: &str) -> String {
     crate::text::bounded(&without_credentials(url), 200)
 }
 
-/// `url` without its user information nor its query, which may carry credentials.
+/// `url` without what may carry credentials: its user information (all up to the last `@`
+/// before its query: `user:pa/ss@host`), its query and its fragment (`?…`), wherever they
+/// start (`https://host?api_key=…` has no path; helper-100).
 fn without_credentials(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let authority = match authority.rsplit_once('@') {
-        Some((_, host)) => format!("…@{host}"),
-        None => authority.to_owned(),
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
     };
-    let path = match path.split_once('?') {
-        Some((path, _)) => format!("{path}?…"),
-        None => path.to_owned(),
+    let end = rest.find(['?', '#']).unwrap_or(rest.len());
+    let (kept, cut) = (&rest[..end], end < rest.len());
+    let kept = match kept.rsplit_once('@') {
+        Some((_, after)) => format!("…@{after}"),
+        None => kept.to_owned(),
     };
-    let scheme = if scheme.is_empty() {
-        String::new()
-    } else {
-        format!("{scheme}://")
-    };
-    format!("{scheme}{authority}{path}")
+    format!("{scheme}{kept}{}", if cut { "?…" } else { "" })
 }
 
 /// Refuses an `https://` endpoint for `signal` (`LOGS`, `METRICS`): pinwatch's OTLP clients
@@ -1287,6 +1284,22 @@ mod tests {
             "https://…@otlp.example.com/v1/logs?…"
         );
         assert!(!shown_endpoint("http://h/\u{1b}[31m").contains('\u{1b}'));
+        // A query or a fragment with no path before it, user information with a `/` in it, a
+        // scheme with one slash (helper-100).
+        for (url, shown) in [
+            (
+                "https://otlp.example.com?api_key=S",
+                "https://otlp.example.com?…",
+            ),
+            ("https://h:4318#token=S", "https://h:4318?…"),
+            ("https://h/v1/logs#S", "https://h/v1/logs?…"),
+            ("https://h?u=a@S", "https://h?…"),
+            ("https://user:pa/S@h/", "https://…@h/"),
+            ("https:/u:S@h/", "…@h/"),
+            ("https://u:S@h\\v1?key=S", "https://…@h\\v1?…"),
+        ] {
+            assert_eq!(without_credentials(url), shown, "{url}");
+        }
         assert_eq!(
             sent_to(
                 "METRICS",

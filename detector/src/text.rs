@@ -111,24 +111,46 @@ pub fn push_escaped(out: &mut String, s: &str) {
 /// `s` escaped and cut to at most `max` bytes, `…` marking the cut (and counted in `max`):
 /// the longest prefix of whole characters and whole escapes that leaves room for it.
 pub fn bounded(s: &str, max: usize) -> String {
-    const MARK: char = '…';
     if s.len() <= max && !s.chars().any(is_escaped) {
         return s.to_owned();
     }
-    let room = max.saturating_sub(MARK.len_utf8());
-    let mut out = String::with_capacity(s.len().min(max));
-    // The end of the last character or escape written while it left room for the mark.
-    let mut fits = 0;
-    for c in s.chars() {
-        if out.len() <= room {
-            fits = out.len();
-        }
+    cut(s, max, |out, c| {
         if is_escaped(c) {
             // Writing into a String cannot fail.
             let _ = write!(out, "{}", c.escape_unicode());
         } else {
             out.push(c);
         }
+    })
+}
+
+/// `s` given back in quotes, as Rust writes a string literal (a quote or a backslash in it
+/// escaped, so that where it ends is plain), and [escaped](escape); at most `max` bytes in all,
+/// quotes included, `…` inside the closing quote marking a cut. For a value an error names.
+pub fn quoted(s: &str, max: usize) -> String {
+    let inside = cut(s, max.saturating_sub(2), |out, c| {
+        if is_escaped(c) {
+            let _ = write!(out, "{}", c.escape_unicode());
+        } else {
+            let _ = write!(out, "{}", c.escape_debug());
+        }
+    });
+    format!("\"{inside}\"")
+}
+
+/// `s`, each character as `write` writes it, cut to at most `max` bytes with `…` marking the
+/// cut (and counted in `max`): the longest prefix of whole pieces that leaves room for it.
+fn cut(s: &str, max: usize, write: impl Fn(&mut String, char)) -> String {
+    const MARK: char = '…';
+    let room = max.saturating_sub(MARK.len_utf8());
+    let mut out = String::with_capacity(s.len().min(max));
+    // The end of the last piece written while it left room for the mark.
+    let mut fits = 0;
+    for c in s.chars() {
+        if out.len() <= room {
+            fits = out.len();
+        }
+        write(&mut out, c);
         if out.len() > max {
             out.truncate(fits);
             if MARK.len_utf8() <= max {
@@ -137,37 +159,6 @@ pub fn bounded(s: &str, max: usize) -> String {
             return out;
         }
     }
-    out
-}
-
-/// `s` given back in quotes, as Rust writes a string literal (a quote or a backslash in it
-/// escaped, so that where it ends is plain), and [escaped](escape); at most `max` bytes in all,
-/// quotes included, `…` inside the closing quote marking a cut. For a value an error names.
-pub fn quoted(s: &str, max: usize) -> String {
-    const MARK: char = '…';
-    let piece = |c: char| -> String {
-        if is_escaped(c) {
-            c.escape_unicode().collect()
-        } else {
-            c.escape_debug().collect()
-        }
-    };
-    let whole: String = s.chars().map(piece).collect();
-    if whole.len() + 2 <= max {
-        return format!("\"{whole}\"");
-    }
-    // The longest run of whole pieces that leaves room for the mark and the quotes.
-    let room = max.saturating_sub(2 + MARK.len_utf8());
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        let p = piece(c);
-        if out.len() - 1 + p.len() > room {
-            break;
-        }
-        out.push_str(&p);
-    }
-    out.push(MARK);
-    out.push('"');
     out
 }
 

@@ -33,16 +33,26 @@ type Shared = Arc<Mutex<Received>>;
 
 /// An OTLP/HTTP receiver on loopback: `POST /v1/logs` and `/v1/metrics`, protobuf bodies.
 fn http_receiver() -> (u16, Shared) {
+    http_receiver_of(|body| Some(body.to_vec()))
+}
+
+/// [`http_receiver`], each body first through `open`, which refuses it with `None`.
+fn http_receiver_of(open: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + 'static) -> (u16, Shared) {
     let got: Shared = Arc::default();
     let store = Arc::clone(&got);
-    let port = support::otlp_http_receiver(move |path, body| match path {
-        "/v1/logs" => ExportLogsServiceRequest::decode(body)
-            .map(|r| store.lock().unwrap().logs.push(r))
-            .is_ok(),
-        "/v1/metrics" => ExportMetricsServiceRequest::decode(body)
-            .map(|r| store.lock().unwrap().metrics.push(r))
-            .is_ok(),
-        _ => false,
+    let port = support::otlp_http_receiver(move |path, body| {
+        let Some(body) = open(body) else {
+            return false;
+        };
+        match path {
+            "/v1/logs" => ExportLogsServiceRequest::decode(&body[..])
+                .map(|r| store.lock().unwrap().logs.push(r))
+                .is_ok(),
+            "/v1/metrics" => ExportMetricsServiceRequest::decode(&body[..])
+                .map(|r| store.lock().unwrap().metrics.push(r))
+                .is_ok(),
+            _ => false,
+        }
     });
     (port, got)
 }
@@ -433,25 +443,12 @@ fn events_and_metrics_reach_an_otlp_http_receiver() {
 /// gzip bodies only.
 #[test]
 fn gzip_is_sent_when_asked_for() {
-    let got: Shared = Arc::default();
-    let store = Arc::clone(&got);
-    let port = support::otlp_http_receiver(move |path, body| {
+    let (port, got) = http_receiver_of(|body| {
         let mut plain = Vec::new();
-        if !body.starts_with(&[0x1f, 0x8b])
-            || std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(body), &mut plain)
-                .is_err()
-        {
-            return false;
-        }
-        match path {
-            "/v1/logs" => ExportLogsServiceRequest::decode(&plain[..])
-                .map(|r| store.lock().unwrap().logs.push(r))
-                .is_ok(),
-            "/v1/metrics" => ExportMetricsServiceRequest::decode(&plain[..])
-                .map(|r| store.lock().unwrap().metrics.push(r))
-                .is_ok(),
-            _ => false,
-        }
+        let gzip = body.starts_with(&[0x1f, 0x8b])
+            && std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(body), &mut plain)
+                .is_ok();
+        gzip.then_some(plain)
     });
     let _svc = pin_service(
         &[

@@ -61,15 +61,9 @@ pub(crate) fn protocol(
     }
 }
 
-/// The variable that gives `signal`'s endpoint, and its value: the signal's own, else the
-/// general one; an empty one is unset, as the SDK takes it (helper-96: an empty
-/// `…_LOGS_ENDPOINT` let an https general one past [`no_tls`]).
-fn endpoint_var(signal: &str, get: &impl Fn(&str) -> Option<String>) -> Option<(String, String)> {
-    signal_var(signal, "ENDPOINT", get)
-}
-
 /// The variable that gives `signal`'s `what` (`ENDPOINT`, `COMPRESSION`), and its value: the
-/// signal's own, else the general one; an empty one is unset.
+/// signal's own, else the general one; an empty one is unset, as the SDK takes it (helper-96:
+/// an empty `…_LOGS_ENDPOINT` let an https general one past [`no_tls`]).
 fn signal_var(
     signal: &str,
     what: &str,
@@ -136,7 +130,7 @@ fn without_credentials(url: &str) -> String {
 /// as the service runs (helper-95), and over gRPC the SDK's own refusal asks for a cargo
 /// feature of a crate the service does not depend on. Said at start-up, naming the variable.
 fn no_tls(signal: &str, get: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
-    let Some((var, value)) = endpoint_var(signal, &get) else {
+    let Some((var, value)) = signal_var(signal, "ENDPOINT", &get) else {
         return Ok(());
     };
     if value
@@ -692,7 +686,7 @@ fn sent_to(
 ) -> String {
     match endpoint
         .map(str::to_owned)
-        .or_else(|| endpoint_var(signal, env).map(|(_, v)| v))
+        .or_else(|| signal_var(signal, "ENDPOINT", env).map(|(_, v)| v))
     {
         Some(url) => shown_endpoint(&url),
         None => match protocol {

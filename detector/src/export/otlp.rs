@@ -11,7 +11,7 @@
 //! fills that queue, and what does not fit is dropped and counted
 //! (`pinwatch_events_dropped_total{sink="otlp"}`) — it never slows the watchdog or the app.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -472,7 +472,7 @@ const MAX_BATCH: usize = 128;
 /// what a Collector takes by default in a gRPC message (4 MiB; 20 MiB an HTTP body), so that a
 /// batch of reports with long stacks (`stacks=full`: 30 KB each and more) is never refused
 /// whole (helper-97: 128 such reports made a message over 4 MiB, and all were lost). A report
-/// larger than this goes alone.
+/// larger than this goes alone; a collector that takes less gets less ([`Batching::deliver`]).
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// The most records a request carries: `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` (the standard variable
@@ -529,6 +529,9 @@ struct Batching {
     exporter: Counting,
     kept: Kept,
     limits: Limits,
+    /// The most bytes a request carries now: [`Limits::bytes`], halved each time the collector
+    /// refuses a request of several records as too large ([`Batching::deliver`]).
+    bytes: AtomicUsize,
 }
 
 /// How much one request carries at most.
@@ -556,6 +559,7 @@ impl Batching {
             exporter,
             kept,
             limits,
+            bytes: AtomicUsize::new(limits.bytes),
         }
     }
 
@@ -563,8 +567,7 @@ impl Batching {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sends what is kept, in one request; the exporter counts it dropped if the collector does
-    /// not take it.
+    /// Sends what is kept ([`deliver`](Batching::deliver)).
     fn send(&self) -> opentelemetry_sdk::error::OTelSdkResult {
         let kept = std::mem::take(&mut *self.lock()).records;
         if kept.is_empty() {
@@ -572,21 +575,86 @@ impl Batching {
         }
         // The client's own requests are not telemetry to record (as the SDK's processors do).
         let _suppressed = opentelemetry::Context::enter_telemetry_suppressed_scope();
-        let batch: Vec<_> = kept.iter().map(|(r, s)| (r, s)).collect();
-        futures_executor::block_on(opentelemetry_sdk::logs::LogExporter::export(
-            &self.exporter,
-            LogBatch::new(&batch),
-        ))
+        self.deliver(&kept)
     }
+
+    /// Sends `records`, in requests of what a request carries now. A collector that refuses a
+    /// request of several records as too large (HTTP 413: a body limit below pinwatch's, in the
+    /// collector or a proxy before it) would have lost them all (helper-97): what a request
+    /// carries is halved from then on, and the refused records go again in requests of that
+    /// size, until each is taken or refused alone. What the collector does not take alone, or
+    /// refuses for another reason, is counted dropped.
+    fn deliver(
+        &self,
+        records: &[(SdkLogRecord, opentelemetry::InstrumentationScope)],
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let mut result = Ok(());
+        let mut rest = records;
+        while !rest.is_empty() {
+            let n = fitting(rest, self.bytes.load(Ordering::Relaxed));
+            let request = &rest[..n];
+            let Err(error) = self.exporter.export(request) else {
+                rest = &rest[n..];
+                continue;
+            };
+            let bytes: usize = request.iter().map(|(r, _)| encoded_size(r)).sum();
+            if n > 1 && too_large(&error) {
+                // At most half as much; the refused records stay first in what is left.
+                self.bytes.store(bytes / 2, Ordering::Relaxed);
+                super::tracing::say(
+                    tracing::Level::INFO,
+                    format!(
+                        "the OTLP collector refused {n} reports in a request of about {bytes} \
+                         bytes as too large ({error}, sent to {}): they go again, and pinwatch's \
+                         requests carry at most {} bytes from now on",
+                        self.exporter.refused.to,
+                        bytes / 2,
+                    ),
+                );
+                continue;
+            }
+            let why = if too_large(&error) {
+                format!("{error}, for one report of about {bytes} bytes alone")
+            } else {
+                error.to_string()
+            };
+            self.exporter.lost(n, &why);
+            result = result.and(Err(error));
+            rest = &rest[n..];
+        }
+        result
+    }
+}
+
+/// How many of `records`, from the first, go in a request of at most `bytes` ([`encoded_size`]):
+/// one at least.
+fn fitting(records: &[(SdkLogRecord, opentelemetry::InstrumentationScope)], bytes: usize) -> usize {
+    let mut sum = 0;
+    records
+        .iter()
+        .position(|(r, _)| {
+            sum += encoded_size(r);
+            sum > bytes
+        })
+        .map_or(records.len(), |n| n.max(1))
+}
+
+/// Whether the collector refused an export as too large: HTTP's 413, as the OTLP client words
+/// it (its error type is its own). gRPC's `ResourceExhausted` is not taken for it: it is also a
+/// collector's "too busy", which smaller requests would only make worse, and a Collector takes
+/// 4 MiB in a message (its least, set in whole MiB, is 1), four times [`MAX_BATCH_BYTES`].
+fn too_large(error: &opentelemetry_sdk::error::OTelSdkError) -> bool {
+    error.to_string().ends_with("status code: 413")
 }
 
 impl LogProcessor for Batching {
     fn emit(&self, record: &mut SdkLogRecord, scope: &opentelemetry::InstrumentationScope) {
         let size = encoded_size(record);
+        let bytes = self.bytes.load(Ordering::Relaxed);
         // What is kept goes first if this one would take the request past its size.
         let room = {
             let kept = self.lock();
-            kept.records.is_empty() || kept.bytes + size <= self.limits.bytes
+            kept.records.is_empty() || kept.bytes + size <= bytes
         };
         if !room {
             let _ = self.send();
@@ -595,7 +663,7 @@ impl LogProcessor for Batching {
             let mut kept = self.lock();
             kept.records.push((record.clone(), scope.clone()));
             kept.bytes += size;
-            kept.records.len() >= self.limits.records || kept.bytes >= self.limits.bytes
+            kept.records.len() >= self.limits.records || kept.bytes >= bytes
         };
         if full {
             let _ = self.send();
@@ -608,12 +676,12 @@ impl LogProcessor for Batching {
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
         let sent = self.send();
-        opentelemetry_sdk::logs::LogExporter::shutdown_with_timeout(&self.exporter, timeout)
+        opentelemetry_sdk::logs::LogExporter::shutdown_with_timeout(&self.exporter.inner, timeout)
             .and(sent)
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        opentelemetry_sdk::logs::LogExporter::set_resource(&mut self.exporter, resource);
+        opentelemetry_sdk::logs::LogExporter::set_resource(&mut self.exporter.inner, resource);
     }
 }
 
@@ -727,28 +795,27 @@ fn failed_export_warning(
     ))
 }
 
-impl opentelemetry_sdk::logs::LogExporter for Counting {
-    async fn export(
+impl Counting {
+    /// Sends `records` in one request, and returns once the collector has answered (or the
+    /// client's timeout has passed).
+    fn export(
         &self,
-        batch: opentelemetry_sdk::logs::LogBatch<'_>,
+        records: &[(SdkLogRecord, opentelemetry::InstrumentationScope)],
     ) -> opentelemetry_sdk::error::OTelSdkResult {
-        let n = batch.iter().count() as u64;
-        let result = self.inner.export(batch).await;
-        if let Err(e) = &result {
-            let dropped = self.failed.fetch_add(n, Ordering::Relaxed) + n;
-            self.refused.failed(e, |last, now, error| {
-                failed_export_warning(last, now, dropped, error)
-            });
-        }
-        result
+        let batch: Vec<_> = records.iter().map(|(r, s)| (r, s)).collect();
+        futures_executor::block_on(opentelemetry_sdk::logs::LogExporter::export(
+            &self.inner,
+            LogBatch::new(&batch),
+        ))
     }
 
-    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
+    /// `n` records did not reach the collector, for `error`: counted, and said.
+    fn lost(&self, n: usize, error: &dyn std::fmt::Display) {
+        let n = n as u64;
+        let dropped = self.failed.fetch_add(n, Ordering::Relaxed) + n;
+        self.refused.failed(error, |last, now, error| {
+            failed_export_warning(last, now, dropped, error)
+        });
     }
 }
 
@@ -1407,6 +1474,14 @@ mod tests {
     /// bytes)` (the records a logs request carries, and its body's size) returns. Its `http://`
     /// address.
     fn collector(answer: impl Fn(&str, usize, usize) + Send + Sync + 'static) -> String {
+        collector_of(move |path, records, bytes| {
+            answer(path, records, bytes);
+            200
+        })
+    }
+
+    /// A collector as [`collector`], answering each request with the status `answer` returns.
+    fn collector_of(answer: impl Fn(&str, usize, usize) -> u16 + Send + Sync + 'static) -> String {
         use std::io::{BufRead, BufReader, Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let at = format!("http://{}", listener.local_addr().unwrap());
@@ -1444,8 +1519,8 @@ mod tests {
                         // Every record carries this attribute's key once.
                         let key = b"pinwatch.event.id";
                         let records = body.windows(key.len()).filter(|w| w == key).count();
-                        answer(&path, records, body.len());
-                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                        let status = answer(&path, records, body.len());
+                        let _ = write!(c, "HTTP/1.1 {status} -\r\ncontent-length: 0\r\n\r\n");
                     }
                 });
             }
@@ -1482,18 +1557,25 @@ mod tests {
 
     /// The requests (their records and bytes) a collector got after the first, which it held
     /// until `more` reports were queued behind it (`env`: the variables), and what was dropped.
+    /// It answers 413 to a request of more than `limit` bytes.
     fn behind_a_held_request(
         more: Vec<PinnedEvent>,
         env: impl Fn(&str) -> Option<String>,
+        limit: usize,
     ) -> (Vec<(usize, usize)>, u64) {
         let (seen_tx, seen) = std::sync::mpsc::channel::<(usize, usize)>();
         let (open_tx, open) = std::sync::mpsc::channel::<()>();
         let (seen_tx, open) = (Mutex::new(seen_tx), Mutex::new(open));
-        let at = collector(move |path, records, bytes| {
+        let at = collector_of(move |path, records, bytes| {
             if path == "/v1/logs" {
                 let _ = seen_tx.lock().unwrap().send((records, bytes));
                 // Held until the test says; every request once the test has let go.
                 let _ = open.lock().unwrap().recv();
+            }
+            if bytes > limit {
+                413
+            } else {
+                200
             }
         });
         let live: LiveFn = Arc::new(super::super::live::Live::default);
@@ -1517,6 +1599,20 @@ mod tests {
         PinnedEvent::for_test(id, State::Completed, Reason::Sleep, 30, 1)
     }
 
+    /// A report whose stack has `frames` frames of about 250 bytes each.
+    fn long(id: u64, frames: usize) -> PinnedEvent {
+        let mut e = report(id);
+        e.stack = (0..frames)
+            .map(|i| Frame {
+                function: Some(format!("svc::deep::module::path::function_{i:0>200}")),
+                file: Some("/home/build/svc/src/deep/module/path.rs".into()),
+                line: Some(1),
+                locks: 0,
+            })
+            .collect();
+        e
+    }
+
     /// The reports that come while a request is out go together in the next (helper-95: one
     /// request each held a collector 30 ms away to 35 reports a second), [`MAX_BATCH`] at most,
     /// or fewer if `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` says so; the first, with nothing behind
@@ -1525,12 +1621,13 @@ mod tests {
     #[test]
     fn the_reports_of_a_round_trip_go_in_one_request() {
         let more = |n: u64| (1..=n).map(report).collect::<Vec<_>>();
-        let (got, dropped) = behind_a_held_request(more(MAX_BATCH as u64 + 10), |_| None);
+        let (got, dropped) =
+            behind_a_held_request(more(MAX_BATCH as u64 + 10), |_| None, usize::MAX);
         let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
         assert_eq!(records, [MAX_BATCH, 10], "requests after the held one");
         assert_eq!(dropped, 0);
         let four = |v: &str| (v == "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE").then(|| " 4 ".to_owned());
-        let (got, _) = behind_a_held_request(more(10), four);
+        let (got, _) = behind_a_held_request(more(10), four, usize::MAX);
         let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
         assert_eq!(records, [4, 4, 2]);
     }
@@ -1540,21 +1637,12 @@ mod tests {
     /// lost (helper-97). One larger than that goes alone.
     #[test]
     fn a_request_of_reports_with_long_stacks_stays_under_its_size() {
-        let long = |id: u64, frames: usize| {
-            let mut e = report(id);
-            e.stack = (0..frames)
-                .map(|i| Frame {
-                    function: Some(format!("svc::deep::module::path::function_{i:0>200}")),
-                    file: Some("/home/build/svc/src/deep/module/path.rs".into()),
-                    line: Some(1),
-                    locks: 0,
-                })
-                .collect();
-            e
-        };
         // About 64 KB each.
-        let (got, dropped) =
-            behind_a_held_request((1..=40).map(|id| long(id, 256)).collect(), |_| None);
+        let (got, dropped) = behind_a_held_request(
+            (1..=40).map(|id| long(id, 256)).collect(),
+            |_| None,
+            usize::MAX,
+        );
         assert_eq!(dropped, 0);
         assert_eq!(got.iter().map(|(n, _)| n).sum::<usize>(), 40);
         assert!(got.len() >= 3, "{got:?}");
@@ -1564,10 +1652,52 @@ mod tests {
         }
         // One past the size on its own, between two small ones: three requests.
         let huge = long(2, 8192);
-        let (got, _) = behind_a_held_request(vec![report(1), huge, report(3)], |_| None);
+        let (got, _) =
+            behind_a_held_request(vec![report(1), huge, report(3)], |_| None, usize::MAX);
         let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
         assert_eq!(records, [1, 1, 1], "{got:?}");
         assert!(got[1].1 > MAX_BATCH_BYTES);
+    }
+
+    /// A collector (or a proxy before it) whose body limit is below pinwatch's refuses a
+    /// request of several reports with 413: all were lost. They go again in smaller requests,
+    /// and later requests are as small; a report refused alone is dropped, and counted, and a
+    /// collector that refuses everything gets a request a report at most twice.
+    #[test]
+    fn a_request_the_collector_finds_too_large_goes_again_in_smaller_ones() {
+        // About 2.7 KB each, 215 KB together: thirteen times the collector's limit.
+        const LIMIT: usize = 16 << 10;
+        let refused = |got: &[(usize, usize)]| got.iter().filter(|(_, b)| *b > LIMIT).count();
+        let taken = |got: &[(usize, usize)]| {
+            got.iter()
+                .filter(|(_, b)| *b <= LIMIT)
+                .map(|(n, _)| n)
+                .sum::<usize>()
+        };
+        let (got, dropped) =
+            behind_a_held_request((1..=80).map(|id| long(id, 8)).collect(), |_| None, LIMIT);
+        assert_eq!(dropped, 0, "{got:?}");
+        assert_eq!(taken(&got), 80, "{got:?}");
+        // Each refusal halves what a request carries: four take it under the limit.
+        assert!(refused(&got) <= 5, "{got:?}");
+        // Nothing refused once a request was taken, and requests still carry several reports
+        // (the last may carry what is left).
+        let first_taken = got.iter().position(|(_, b)| *b <= LIMIT).unwrap();
+        assert_eq!(refused(&got[first_taken..]), 0, "{got:?}");
+        assert!(got[..got.len() - 1].iter().all(|(n, _)| *n > 1), "{got:?}");
+
+        // A report over the limit between two small ones: it alone is lost.
+        let huge = long(2, 2 * LIMIT / 250);
+        let (got, dropped) =
+            behind_a_held_request(vec![report(1), huge, report(3)], |_| None, LIMIT);
+        assert_eq!(dropped, 1, "{got:?}");
+        assert_eq!(taken(&got), 2, "{got:?}");
+
+        // A collector that refuses every request: each report counted dropped, after fewer
+        // than two requests a report.
+        let (got, dropped) = behind_a_held_request((1..=40).map(report).collect(), |_| None, 0);
+        assert_eq!(dropped, 41, "{got:?}");
+        assert!(got.len() < 2 * 40, "{} requests", got.len());
     }
 
     /// `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` that is no positive whole number stops the start,

@@ -328,16 +328,17 @@ impl Frame {
 }
 
 /// `file` without the part that says only where cargo keeps dependencies: from the package's
-/// directory on for cargo's registry and git checkouts, from `library/` on for std's sources.
+/// directory on for cargo's registry and git checkouts, from `library/` on for std's sources
+/// (`/rustc/<hash>/`, a rust-src component's, a rustc built from its source release).
 pub fn short_path(file: &str) -> &str {
     match cargo_source(file) {
         Some(CargoSource::Registry(package)) => return package,
         Some(CargoSource::Checkout { from_rev, .. }) => return from_rev,
         None => {}
     }
-    if let Some(rest) = file.strip_prefix("/rustc/") {
-        if let Some(slash) = rest.find('/') {
-            return &rest[slash + 1..];
+    if crate::analyze::reason::is_std_source(file) {
+        if let Some(at) = file.find("/library/") {
+            return &file[at + 1..];
         }
     }
     file
@@ -449,7 +450,7 @@ fn function_crate(name: &str) -> Option<&str> {
 /// crate is not known, is [`crate_path`]'s.
 fn crate_named_path(file: &str, krate: Option<&str>) -> String {
     let path = crate_path(file);
-    let own = short_path(file).len() == file.len() && !file.starts_with("/rustc/");
+    let own = short_path(file).len() == file.len() && !crate::analyze::reason::is_std_source(file);
     let Some(krate) = krate.filter(|_| own) else {
         return path.to_owned();
     };
@@ -1907,6 +1908,16 @@ mod tests {
                 "/rustc/5980/library/std/src/thread/mod.rs",
                 "library/std/src/thread/mod.rs",
             ),
+            (
+                "/root/.rustup/toolchains/x/lib/rustlib/src/rust/library/std/src/thread/mod.rs",
+                "library/std/src/thread/mod.rs",
+            ),
+            (
+                "/builddir/build/BUILD/rustc-1.78.0-src/library/std/src/thread/mod.rs",
+                "library/std/src/thread/mod.rs",
+            ),
+            // A service's crate called `library`, not std's.
+            ("/home/me/rustc-perf/library/src/x.rs", "library/src/x.rs"),
             ("/x.c", "/x.c"),
             ("", ""),
             // A `tests/` inside `src/`: the crate is the `src/`'s.

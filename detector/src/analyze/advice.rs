@@ -132,6 +132,9 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
         let file = f.file.as_deref();
         let krate = match file {
             Some(file) if is_std_source(file) => Some("std".to_owned()),
+            // The C library's, with its debug info (`…/glibc-2.39/nptl/pthread_mutex_lock.c`,
+            // `…/sysdeps/unix/sysv/linux/x86_64/syscall.S`): no crate's.
+            Some(file) if !file.ends_with(".rs") => None,
             Some(file) => dependency_crate(file)
                 .or_else(|| directory_crate(file).filter(|c| c != "std" && c != "core")),
             None => base
@@ -151,8 +154,9 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
         let lock_own = match krate.as_deref() {
             Some("parking_lot" | "parking_lot_core" | "lock_api" | "std" | "core") => true,
             Some("tokio") => in_tokio("loom"),
-            // The C library's frames (`syscall`, `__lll_lock_wait`): no file, no path.
-            None => file.is_none(),
+            // The C library's frames (`syscall`, `__lll_lock_wait`): no path, and no file or a
+            // C one.
+            None => file.is_none_or(|f| !f.ends_with(".rs")),
             Some(_) => false,
         };
         if lock_own {
@@ -561,6 +565,30 @@ mod tests {
                 "{file}"
             );
         }
+        // std built from its source release without remapping (helper-100), and the C library
+        // with its debug info: still the lock's own frames.
+        let source_built = [
+            inlined(
+                "__GI___lll_lock_wait",
+                "/usr/src/debug/glibc-2.39-22.fc40.x86_64/nptl/lowlevellock.c",
+            ),
+            inlined(
+                "lock_contended",
+                "/builddir/build/BUILD/rustc-1.78.0-src/library/std/src/sys/sync/mutex/futex.rs",
+            ),
+            inlined(
+                "std::sync::poison::mutex::Mutex<T>::lock",
+                "/builddir/build/BUILD/rustc-1.78.0-src/library/std/src/sync/poison/mutex.rs",
+            ),
+            at(
+                "tokio::runtime::task::list::OwnedTasks<S>::bind",
+                "tokio-1.54.1/src/runtime/task/list.rs",
+            ),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::LockWait, "futex", &source_built)),
+            TOKIO_LOCK
+        );
         // Without debug info (names only), the same.
         let bare = [
             f("syscall"),

@@ -196,9 +196,7 @@ fn is_dns_frame(f: &Frame) -> bool {
     }
     let last = base.rsplit("::").next().unwrap_or(&base);
     let in_std = base.trim_start_matches('<').starts_with("std::")
-        || f.file
-            .as_deref()
-            .is_some_and(|file| file.starts_with("/rustc/"));
+        || f.file.as_deref().is_some_and(is_std_source);
     last == "to_socket_addrs"
         || base.contains("ToSocketAddrs>::")
         || (in_std && (last == "lookup_host" || base.contains("LookupHost")))
@@ -484,16 +482,24 @@ pub(crate) fn is_own_code(f: &Frame) -> bool {
 }
 
 /// Whether `file` is std's source: `/rustc/<hash>/library/…` as rustup's builds name it, a
-/// rust-src component or `-Zbuild-std` (`…/lib/rustlib/src/rust/library/…`), or a
-/// distribution's rustc (`/usr/src/rustc-<version>/library/…`).
+/// rust-src component or `-Zbuild-std` (`…/lib/rustlib/src/rust/library/…`), or a rustc built
+/// from its source release without remapping its paths: a distribution's
+/// (`/usr/src/rustc-<version>/library/…`; Fedora's `/builddir/build/BUILD/rustc-<version>-src/
+/// library/…`, Alpine's and Gentoo's under their build directories) or one's own (helper-100).
 pub(crate) fn is_std_source(file: &str) -> bool {
     file.starts_with("/rustc/")
         || file.contains("/lib/rustlib/src/rust/")
-        || file.strip_prefix("/usr/src/rustc-").is_some_and(|rest| {
-            // `/usr/src/rustc-<version>/library/…`, not a service at `/usr/src/rustc-perf/`.
-            rest.split_once('/').is_some_and(|(version, below)| {
-                version.starts_with(|c: char| c.is_ascii_digit()) && below.starts_with("library/")
-            })
+        || file.match_indices("/rustc-").any(|(at, _)| {
+            // `rustc-1.78.0-src/library/…`, `rustc-nightly-src/library/…`; not a service at
+            // `/usr/src/rustc-perf/`.
+            file[at + "/rustc-".len()..]
+                .split_once('/')
+                .is_some_and(|(release, below)| {
+                    (release.starts_with(|c: char| c.is_ascii_digit())
+                        || release == "nightly-src"
+                        || release == "beta-src")
+                        && below.starts_with("library/")
+                })
         })
 }
 
@@ -1156,6 +1162,8 @@ mod tests {
             ("app::busy", "/srv/vendor/src/main.rs"),
             ("app::busy", "/app/tests/vendor/x/y.rs"),
             ("perf::busy", "/usr/src/rustc-perf/src/main.rs"),
+            ("perf::busy", "/home/me/rustc-perf/library/src/main.rs"),
+            ("lib::busy", "/srv/rustc-tools-src/library/src/lib.rs"),
             ("registry::api::get", "/w/registry/src/api/handlers.rs"),
         ] {
             assert!(is_own_code(&at(name, file)), "{file}");
@@ -1242,6 +1250,12 @@ mod tests {
         for file in [
             "/usr/src/rustc-1.75.0/library/core/src/ops/function.rs",
             "/root/.rustup/toolchains/x/lib/rustlib/src/rust/library/core/src/ops/function.rs",
+            // Built from the source release without remapping (helper-100): Fedora's, Alpine's,
+            // Gentoo's, a nightly's.
+            "/builddir/build/BUILD/rustc-1.78.0-src/library/core/src/ops/function.rs",
+            "/home/buildozer/aports/main/rust/src/rustc-1.78.0-src/library/core/src/ops/function.rs",
+            "/var/tmp/portage/dev-lang/rust-1.78.0/work/rustc-1.78.0-src/library/core/src/ops/function.rs",
+            "/build/rustc-nightly-src/library/core/src/ops/function.rs",
         ] {
             assert!(
                 !is_application(&at("call_once<app::f::{closure_env#1}, ()>", file)),

@@ -274,6 +274,12 @@ fn run_request(args: &CtlArgs) -> Result<ExitCode, String> {
         return list(&dirs, args.json);
     }
     let Some(action) = &args.action else {
+        // `ctl -- help`: what `ctl help` and `ctl --help` print (clap adds its `help` when it
+        // builds the command, so it is not among the actions below).
+        if args.target == "help" {
+            crate::print_help_of("ctl");
+            return Ok(ExitCode::SUCCESS);
+        }
         // The actions as the parser has them, so that none is left out of the hint.
         let actions: Vec<String> = Action::augment_subcommands(clap::Command::new("ctl"))
             .get_subcommands()

@@ -325,11 +325,21 @@ fn read_stdin() -> Result<recording::Recording, recording::ReadError> {
 /// A usage error of the subcommand `command` (its usage line, status 2): something missing
 /// that the parser cannot see is missing.
 pub(crate) fn usage_error(command: &str, said: String) -> clap::Error {
+    subcommand(command).error(clap::error::ErrorKind::MissingRequiredArgument, said)
+}
+
+/// Prints `pinwatch <command> help`.
+pub(crate) fn print_help_of(command: &str) {
+    let _ = subcommand(command).print_help();
+}
+
+/// `command` as the parser has it, built (with its `help`), or the whole CLI when there is no
+/// such command.
+fn subcommand(command: &str) -> clap::Command {
     use clap::CommandFactory as _;
     let mut cli = Cli::command();
     cli.build();
-    let mut command = cli.find_subcommand(command).cloned().unwrap_or(cli);
-    command.error(clap::error::ErrorKind::MissingRequiredArgument, said)
+    cli.find_subcommand(command).cloned().unwrap_or(cli)
 }
 
 /// The default output of `report` and `profile`: the recording's path with `extension`. A

@@ -1369,6 +1369,11 @@ fn arguments_that_cannot_work_are_refused_in_words() {
     assert_eq!(code, 2, "{err}");
     let (code, _, err) = pinwatch(&["ctl", "--", "status"]);
     assert_eq!(code, 2, "{err}");
+    // `help` after `--` is help too, as `ctl help` is: not a pid asked what it should do.
+    let (code, help, err) = pinwatch(&["ctl", "help"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(help.contains("Usage: pinwatch ctl"), "{help}");
+    assert_eq!(pinwatch(&["ctl", "--", "help"]), (0, help, String::new()));
     // An unknown option is named as such, not hidden behind the pid's place.
     let (code, _, err) = pinwatch(&["ctl", "-x", "status"]);
     assert_eq!(code, 2, "{err}");

@@ -475,6 +475,10 @@ const MAX_BATCH: usize = 128;
 /// larger than this goes alone; a collector that takes less gets less ([`Batching::deliver`]).
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
+/// The least that requests carry after a collector refused one whole ([`Batching::deliver`]):
+/// 20 reports of a short stack, 4 of `stacks=full`.
+const MIN_BATCH_BYTES: usize = 64 << 10;
+
 /// The most records a request carries: `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` (the standard variable
 /// of the SDK's batching processor, whose part pinwatch's plays) when it is set, at most
 /// [`MAX_BATCH`]; a value that is not a positive whole number is a start-up error naming it.
@@ -529,8 +533,8 @@ struct Batching {
     exporter: Counting,
     kept: Kept,
     limits: Limits,
-    /// The most bytes a request carries now: [`Limits::bytes`], halved each time the collector
-    /// refuses a request of several records as too large ([`Batching::deliver`]).
+    /// The most bytes a request carries now: [`Limits::bytes`], lowered when the collector
+    /// refuses a request of several records whole ([`Batching::deliver`]).
     bytes: AtomicUsize,
 }
 
@@ -578,42 +582,50 @@ impl Batching {
         self.deliver(&kept)
     }
 
-    /// Sends `records`, in requests of what a request carries now. A collector that refuses a
-    /// request of several records as too large (HTTP 413: a body limit below pinwatch's, in the
-    /// collector or a proxy before it) would have lost them all (helper-97): what a request
-    /// carries is halved from then on, and the refused records go again in requests of that
-    /// size, until each is taken or refused alone. What the collector does not take alone, or
-    /// refuses for another reason, is counted dropped.
+    /// Sends `records`, in requests of what a request carries now. A request of several records
+    /// that the collector refuses whole for its size — 413 from a proxy before it, 400 from a
+    /// Collector whose `max_request_body_size` it passes — would have lost them all: the
+    /// refused records go again in requests half its size, halved again while they are refused,
+    /// until each is taken or refused alone. Later requests carry at most half of what was
+    /// refused, but never less than [`MIN_BATCH_BYTES`]: one stray refusal of a small request
+    /// would otherwise leave every later report going alone (helper-101). What the collector
+    /// does not take alone, or refuses for another reason, is counted dropped.
     fn deliver(
         &self,
         records: &[(SdkLogRecord, opentelemetry::InstrumentationScope)],
     ) -> opentelemetry_sdk::error::OTelSdkResult {
         let mut result = Ok(());
+        let mut limit = self.bytes.load(Ordering::Relaxed);
         let mut rest = records;
         while !rest.is_empty() {
-            let n = fitting(rest, self.bytes.load(Ordering::Relaxed));
+            let n = fitting(rest, limit);
             let request = &rest[..n];
             let Err(error) = self.exporter.export(request) else {
                 rest = &rest[n..];
                 continue;
             };
             let bytes: usize = request.iter().map(|(r, _)| encoded_size(r)).sum();
-            if n > 1 && too_large(&error) {
-                // At most half as much; the refused records stay first in what is left.
-                self.bytes.store(bytes / 2, Ordering::Relaxed);
-                super::tracing::say(
-                    tracing::Level::INFO,
-                    format!(
-                        "the OTLP collector refused {n} reports in a request of about {bytes} \
-                         bytes as too large ({error}, sent to {}): they go again, and pinwatch's \
-                         requests carry at most {} bytes from now on",
-                        self.exporter.refused.to,
-                        bytes / 2,
-                    ),
-                );
+            if n > 1 && refused_whole(&error) {
+                // The refused records stay first in what is left, for requests half the size.
+                limit = bytes / 2;
+                let later = limit.max(MIN_BATCH_BYTES);
+                if later < self.bytes.load(Ordering::Relaxed) {
+                    self.bytes.store(later, Ordering::Relaxed);
+                    super::tracing::say(
+                        tracing::Level::WARN,
+                        format!(
+                            "the OTLP collector refused {n} reports in a request of about {bytes} \
+                             bytes ({error}, sent to {}): they go again in smaller requests, and \
+                             pinwatch's requests carry at most {later} bytes of records from now \
+                             on; raise the collector's (or its proxy's) body limit to 1 MiB to \
+                             keep them whole",
+                            self.exporter.refused.to,
+                        ),
+                    );
+                }
                 continue;
             }
-            let why = if too_large(&error) {
+            let why = if refused_whole(&error) {
                 format!("{error}, for one report of about {bytes} bytes alone")
             } else {
                 error.to_string()
@@ -639,12 +651,16 @@ fn fitting(records: &[(SdkLogRecord, opentelemetry::InstrumentationScope)], byte
         .map_or(records.len(), |n| n.max(1))
 }
 
-/// Whether the collector refused an export as too large: HTTP's 413, as the OTLP client words
-/// it (its error type is its own). gRPC's `ResourceExhausted` is not taken for it: it is also a
-/// collector's "too busy", which smaller requests would only make worse, and a Collector takes
-/// 4 MiB in a message (its least, set in whole MiB, is 1), four times [`MAX_BATCH_BYTES`].
-fn too_large(error: &opentelemetry_sdk::error::OTelSdkError) -> bool {
-    error.to_string().ends_with("status code: 413")
+/// Whether the collector refused an export whole, as a request it would not read: HTTP's 413
+/// (a proxy's body limit), or 400 (the Collector's answer to a body past its
+/// `max_request_body_size`, and to one it cannot decode, where halves keep the reports that are
+/// not the cause), as the OTLP client words them (its error type is its own). gRPC's
+/// `ResourceExhausted` is not taken for it: it is also a collector's "too busy", which smaller
+/// requests would only make worse, and a Collector takes 4 MiB in a message (its least, set in
+/// whole MiB, is 1), four times [`MAX_BATCH_BYTES`].
+fn refused_whole(error: &opentelemetry_sdk::error::OTelSdkError) -> bool {
+    let error = error.to_string();
+    error.ends_with("status code: 413") || error.ends_with("status code: 400")
 }
 
 impl LogProcessor for Batching {
@@ -1557,11 +1573,11 @@ mod tests {
 
     /// The requests (their records and bytes) a collector got after the first, which it held
     /// until `more` reports were queued behind it (`env`: the variables), and what was dropped.
-    /// It answers 413 to a request of more than `limit` bytes.
+    /// It answers each logs request with the status `answer(records, bytes)` returns.
     fn behind_a_held_request(
         more: Vec<PinnedEvent>,
         env: impl Fn(&str) -> Option<String>,
-        limit: usize,
+        answer: impl Fn(usize, usize) -> u16 + Send + Sync + 'static,
     ) -> (Vec<(usize, usize)>, u64) {
         let (seen_tx, seen) = std::sync::mpsc::channel::<(usize, usize)>();
         let (open_tx, open) = std::sync::mpsc::channel::<()>();
@@ -1571,12 +1587,9 @@ mod tests {
                 let _ = seen_tx.lock().unwrap().send((records, bytes));
                 // Held until the test says; every request once the test has let go.
                 let _ = open.lock().unwrap().recv();
+                return answer(records, bytes);
             }
-            if bytes > limit {
-                413
-            } else {
-                200
-            }
+            200
         });
         let live: LiveFn = Arc::new(super::super::live::Live::default);
         let drops = super::super::Drops::default();
@@ -1622,12 +1635,12 @@ mod tests {
     fn the_reports_of_a_round_trip_go_in_one_request() {
         let more = |n: u64| (1..=n).map(report).collect::<Vec<_>>();
         let (got, dropped) =
-            behind_a_held_request(more(MAX_BATCH as u64 + 10), |_| None, usize::MAX);
+            behind_a_held_request(more(MAX_BATCH as u64 + 10), |_| None, |_, _| 200);
         let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
         assert_eq!(records, [MAX_BATCH, 10], "requests after the held one");
         assert_eq!(dropped, 0);
         let four = |v: &str| (v == "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE").then(|| " 4 ".to_owned());
-        let (got, _) = behind_a_held_request(more(10), four, usize::MAX);
+        let (got, _) = behind_a_held_request(more(10), four, |_, _| 200);
         let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
         assert_eq!(records, [4, 4, 2]);
     }
@@ -1641,7 +1654,7 @@ mod tests {
         let (got, dropped) = behind_a_held_request(
             (1..=40).map(|id| long(id, 256)).collect(),
             |_| None,
-            usize::MAX,
+            |_, _| 200,
         );
         assert_eq!(dropped, 0);
         assert_eq!(got.iter().map(|(n, _)| n).sum::<usize>(), 40);
@@ -1653,20 +1666,22 @@ mod tests {
         // One past the size on its own, between two small ones: three requests.
         let huge = long(2, 8192);
         let (got, _) =
-            behind_a_held_request(vec![report(1), huge, report(3)], |_| None, usize::MAX);
+            behind_a_held_request(vec![report(1), huge, report(3)], |_| None, |_, _| 200);
         let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
         assert_eq!(records, [1, 1, 1], "{got:?}");
         assert!(got[1].1 > MAX_BATCH_BYTES);
     }
 
-    /// A collector (or a proxy before it) whose body limit is below pinwatch's refuses a
-    /// request of several reports with 413: all were lost. They go again in smaller requests,
-    /// and later requests are as small; a report refused alone is dropped, and counted, and a
-    /// collector that refuses everything gets a request a report at most twice.
+    /// A proxy whose body limit is below pinwatch's refuses a request of several reports with
+    /// 413 (a Collector with 400): all were lost. They go again in smaller requests; a report
+    /// refused alone is dropped, and counted, and a collector that refuses everything gets
+    /// fewer than two requests a report. One refusal of a small request does not leave every
+    /// later report going alone (helper-101).
     #[test]
     fn a_request_the_collector_finds_too_large_goes_again_in_smaller_ones() {
         // About 2.7 KB each, 215 KB together: thirteen times the collector's limit.
         const LIMIT: usize = 16 << 10;
+        let limited = |_, bytes| if bytes > LIMIT { 413 } else { 200 };
         let refused = |got: &[(usize, usize)]| got.iter().filter(|(_, b)| *b > LIMIT).count();
         let taken = |got: &[(usize, usize)]| {
             got.iter()
@@ -1675,7 +1690,7 @@ mod tests {
                 .sum::<usize>()
         };
         let (got, dropped) =
-            behind_a_held_request((1..=80).map(|id| long(id, 8)).collect(), |_| None, LIMIT);
+            behind_a_held_request((1..=80).map(|id| long(id, 8)).collect(), |_| None, limited);
         assert_eq!(dropped, 0, "{got:?}");
         assert_eq!(taken(&got), 80, "{got:?}");
         // Each refusal halves what a request carries: four take it under the limit.
@@ -1689,15 +1704,35 @@ mod tests {
         // A report over the limit between two small ones: it alone is lost.
         let huge = long(2, 2 * LIMIT / 250);
         let (got, dropped) =
-            behind_a_held_request(vec![report(1), huge, report(3)], |_| None, LIMIT);
+            behind_a_held_request(vec![report(1), huge, report(3)], |_| None, limited);
         assert_eq!(dropped, 1, "{got:?}");
         assert_eq!(taken(&got), 2, "{got:?}");
 
         // A collector that refuses every request: each report counted dropped, after fewer
         // than two requests a report.
-        let (got, dropped) = behind_a_held_request((1..=40).map(report).collect(), |_| None, 0);
+        let (got, dropped) =
+            behind_a_held_request((1..=40).map(report).collect(), |_| None, |_, _| 413);
         assert_eq!(dropped, 41, "{got:?}");
         assert!(got.len() < 2 * 40, "{} requests", got.len());
+
+        // A Collector's 400, once, for the first request of ten: those go again in halves, and
+        // the requests after it carry ten again.
+        let once = std::sync::atomic::AtomicBool::new(false);
+        let ten = |v: &str| (v == "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE").then(|| "10".to_owned());
+        let (got, dropped) =
+            behind_a_held_request((1..=40).map(report).collect(), ten, move |n, _| {
+                if n > 1 && !once.swap(true, Ordering::Relaxed) {
+                    400
+                } else {
+                    200
+                }
+            });
+        assert_eq!(dropped, 0, "{got:?}");
+        let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
+        // The refused ten, then in halves (by size: 5, 4, 1), then whole.
+        assert_eq!(records[0], 10, "{got:?}");
+        assert_eq!(records[records.len() - 3..], [10, 10, 10], "{got:?}");
+        assert_eq!(records.iter().sum::<usize>(), 10 + 40, "{got:?}");
     }
 
     /// `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` that is no positive whole number stops the start,

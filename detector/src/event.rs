@@ -336,12 +336,10 @@ pub fn short_path(file: &str) -> &str {
         Some(CargoSource::Checkout { from_rev, .. }) => return from_rev,
         None => {}
     }
-    if crate::analyze::reason::is_std_source(file) {
-        if let Some(at) = file.find("/library/") {
-            return &file[at + 1..];
-        }
+    match crate::analyze::reason::std_library(file) {
+        Some(at) => &file[at..],
+        None => file,
     }
-    file
 }
 
 /// Where cargo keeps a dependency's source file, under any `CARGO_HOME` (`~/.cargo`,
@@ -1918,6 +1916,19 @@ mod tests {
             ),
             // A service's crate called `library`, not std's.
             ("/home/me/rustc-perf/library/src/x.rs", "library/src/x.rs"),
+            // std's `library/`, not a parent's (helper-101).
+            (
+                "/home/library/x/rustc-1.78.0-src/library/std/src/thread/mod.rs",
+                "library/std/src/thread/mod.rs",
+            ),
+            (
+                "/opt/library/rust/toolchains/x/lib/rustlib/src/rust/library/std/src/lib.rs",
+                "library/std/src/lib.rs",
+            ),
+            (
+                "/usr/src/rustc-1.75.0/library/core/src/lib.rs",
+                "library/core/src/lib.rs",
+            ),
             ("/x.c", "/x.c"),
             ("", ""),
             // A `tests/` inside `src/`: the crate is the `src/`'s.

@@ -134,7 +134,7 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
             Some(file) if is_std_source(file) => Some("std".to_owned()),
             // The C library's, with its debug info (`…/glibc-2.39/nptl/pthread_mutex_lock.c`,
             // `…/sysdeps/unix/sysv/linux/x86_64/syscall.S`): no crate's.
-            Some(file) if !file.ends_with(".rs") => None,
+            Some(file) if is_c_source(file) => None,
             Some(file) => dependency_crate(file)
                 .or_else(|| directory_crate(file).filter(|c| c != "std" && c != "core")),
             None => base
@@ -156,7 +156,7 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
             Some("tokio") => in_tokio("loom"),
             // The C library's frames (`syscall`, `__lll_lock_wait`): no path, and no file or a
             // C one.
-            None => file.is_none_or(|f| !f.ends_with(".rs")),
+            None => file.is_none_or(is_c_source),
             Some(_) => false,
         };
         if lock_own {
@@ -170,6 +170,12 @@ fn in_tokio_mutex(frames: &[Frame]) -> bool {
             && (in_tokio("runtime") || in_tokio("util"));
     }
     false
+}
+
+/// Whether `file` is C or assembly (the C library's sources), not Rust: a service's Rust
+/// included from a file of another name (`include!("routes.rs.in")`) is still its own.
+fn is_c_source(file: &str) -> bool {
+    [".c", ".h", ".S", ".s"].iter().any(|e| file.ends_with(e))
 }
 
 /// A frame's function without generic arguments, and its last path segment. An inlined frame
@@ -589,6 +595,28 @@ mod tests {
             advise(&evidence(Reason::LockWait, "futex", &source_built)),
             TOKIO_LOCK
         );
+        // The service's Rust in a file of another name (`include!`), or in generated code, under
+        // std's lock: its own (helper-101).
+        for file in [
+            "/home/me/svc/src/handlers.rs.in",
+            "/home/me/svc/src/generated",
+            "/home/me/svc/target/debug/build/svc-1/out/routes.inc",
+        ] {
+            let own = [
+                f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
+                f("std::sync::poison::mutex::Mutex<T>::lock"),
+                inlined("svc::handler::{{closure}}", file),
+                at(
+                    "tokio::runtime::task::core::Core<T,S>::poll",
+                    "tokio-1.54.1/src/runtime/task/core.rs",
+                ),
+            ];
+            assert_ne!(
+                advise(&evidence(Reason::LockWait, "futex", &own)),
+                TOKIO_LOCK,
+                "{file}"
+            );
+        }
         // Without debug info (names only), the same.
         let bare = [
             f("syscall"),

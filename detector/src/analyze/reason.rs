@@ -483,24 +483,55 @@ pub(crate) fn is_own_code(f: &Frame) -> bool {
 
 /// Whether `file` is std's source: `/rustc/<hash>/library/…` as rustup's builds name it, a
 /// rust-src component or `-Zbuild-std` (`…/lib/rustlib/src/rust/library/…`), or a rustc built
-/// from its source release without remapping its paths: a distribution's
-/// (`/usr/src/rustc-<version>/library/…`; Fedora's `/builddir/build/BUILD/rustc-<version>-src/
-/// library/…`, Alpine's and Gentoo's under their build directories) or one's own (helper-100).
+/// from its source release without remapping its paths ([`std_library`]).
 pub(crate) fn is_std_source(file: &str) -> bool {
-    file.starts_with("/rustc/")
-        || file.contains("/lib/rustlib/src/rust/")
-        || file.match_indices("/rustc-").any(|(at, _)| {
-            // `rustc-1.78.0-src/library/…`, `rustc-nightly-src/library/…`; not a service at
-            // `/usr/src/rustc-perf/`.
-            file[at + "/rustc-".len()..]
-                .split_once('/')
-                .is_some_and(|(release, below)| {
-                    (release.starts_with(|c: char| c.is_ascii_digit())
-                        || release == "nightly-src"
-                        || release == "beta-src")
-                        && below.starts_with("library/")
-                })
-        })
+    file.starts_with("/rustc/") || std_library(file).is_some()
+}
+
+/// Where the part of std's source `file` that every build shares begins (`library/…`): past
+/// `/rustc/<hash>/`, past a rust-src component's `…/lib/rustlib/src/rust/`, or past the
+/// directory of a rustc built from its source release without remapping — a distribution's
+/// (`/usr/src/rustc-1.75.0/`; Fedora's `/builddir/build/BUILD/rustc-1.78.0-src/`, Alpine's and
+/// Gentoo's under their build directories) or one's own (helper-100) — when one of std's crates
+/// follows (`library/std/`, `library/core/`, …): a service's `~/rustc-2/library/src/` or
+/// `rustc-1.80-upgrade/` worktree is not std (helper-101). `None` when `file` is not std's.
+pub(crate) fn std_library(file: &str) -> Option<usize> {
+    const RUST_SRC: &str = "/lib/rustlib/src/rust/";
+    const CRATES: [&str; 9] = [
+        "std",
+        "core",
+        "alloc",
+        "proc_macro",
+        "test",
+        "panic_unwind",
+        "panic_abort",
+        "unwind",
+        "stdarch",
+    ];
+    if let Some(rest) = file.strip_prefix("/rustc/") {
+        return rest.find('/').map(|slash| "/rustc/".len() + slash + 1);
+    }
+    if let Some(at) = file.find(RUST_SRC) {
+        return Some(at + RUST_SRC.len());
+    }
+    // `1.78.0`, `1.78`, `1.80.0-beta.3`, `nightly`, `beta`, each with `-src` or not.
+    let release = |r: &str| {
+        let r = r.strip_suffix("-src").unwrap_or(r);
+        let (version, pre) = r.split_once('-').unwrap_or((r, ""));
+        let numbers: Vec<&str> = version.split('.').collect();
+        matches!(r, "nightly" | "beta")
+            || ((2..=3).contains(&numbers.len())
+                && numbers
+                    .iter()
+                    .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                && (pre.is_empty() || pre == "nightly" || pre.starts_with("beta")))
+    };
+    file.match_indices("/rustc-").find_map(|(at, _)| {
+        let start = at + "/rustc-".len();
+        let (name, below) = file[start..].split_once('/')?;
+        let krate = below.strip_prefix("library/")?.split('/').next()?;
+        (release(name) && CRATES.contains(&krate)).then_some(start + name.len() + 1)
+    })
 }
 
 /// Whether `file` is in a vendored crate (`cargo vendor`: `…/vendor/<crate>/src/…`, or a
@@ -1164,6 +1195,17 @@ mod tests {
             ("perf::busy", "/usr/src/rustc-perf/src/main.rs"),
             ("perf::busy", "/home/me/rustc-perf/library/src/main.rs"),
             ("lib::busy", "/srv/rustc-tools-src/library/src/lib.rs"),
+            // Directories named like a release, holding no std (helper-101).
+            ("app::busy", "/home/me/rustc-2/library/src/main.rs"),
+            (
+                "app::busy",
+                "/home/me/rustc-1.80-upgrade/library/src/lib.rs",
+            ),
+            ("app::busy", "/srv/rustc-3d-engine/library/src/lib.rs"),
+            (
+                "app::busy",
+                "/home/me/rustc-1.78.0-src/library/app/src/lib.rs",
+            ),
             ("registry::api::get", "/w/registry/src/api/handlers.rs"),
         ] {
             assert!(is_own_code(&at(name, file)), "{file}");

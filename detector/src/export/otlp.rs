@@ -583,49 +583,43 @@ impl Batching {
     }
 
     /// Sends `records`, in requests of what a request carries now. A request of several records
-    /// that the collector refuses whole for its size — 413 from a proxy before it, 400 from a
-    /// Collector whose `max_request_body_size` it passes — would have lost them all: the
-    /// refused records go again in requests half its size, halved again while they are refused,
-    /// until each is taken or refused alone. Later requests carry at most half of what was
-    /// refused, but never less than [`MIN_BATCH_BYTES`]: one stray refusal of a small request
-    /// would otherwise leave every later report going alone (helper-101). What the collector
-    /// does not take alone, or refuses for another reason, is counted dropped.
+    /// that the collector refuses whole for its size ([`refused_for_size`]) would have lost them
+    /// all: the refused records go again in requests half its size, halved again while they are
+    /// refused so, until each is taken or refused alone. Once a smaller request is taken, later
+    /// requests carry no more than it could, but never less than [`MIN_BATCH_BYTES`]: one
+    /// stray refusal of a small request would otherwise leave every later report going alone
+    /// (helper-101), and a collector that refuses everything is no reason to send less
+    /// (helper-102). What the collector does not take alone, or refuses for another reason, is
+    /// counted dropped.
     fn deliver(
         &self,
         records: &[(SdkLogRecord, opentelemetry::InstrumentationScope)],
     ) -> opentelemetry_sdk::error::OTelSdkResult {
         let mut result = Ok(());
         let mut limit = self.bytes.load(Ordering::Relaxed);
+        // The first refusal for size, until a request under the limit it set is taken.
+        let mut refused: Option<String> = None;
         let mut rest = records;
         while !rest.is_empty() {
             let n = fitting(rest, limit);
             let request = &rest[..n];
             let Err(error) = self.exporter.export(request) else {
+                if let Some(refused) = refused.take() {
+                    self.lower(limit, &refused);
+                }
                 rest = &rest[n..];
                 continue;
             };
             let bytes: usize = request.iter().map(|(r, _)| encoded_size(r)).sum();
-            if n > 1 && refused_whole(&error) {
+            if n > 1 && refused_for_size(&error) {
                 // The refused records stay first in what is left, for requests half the size.
+                refused.get_or_insert_with(|| {
+                    format!("{n} reports in a request of about {bytes} bytes ({error})")
+                });
                 limit = bytes / 2;
-                let later = limit.max(MIN_BATCH_BYTES);
-                if later < self.bytes.load(Ordering::Relaxed) {
-                    self.bytes.store(later, Ordering::Relaxed);
-                    super::tracing::say(
-                        tracing::Level::WARN,
-                        format!(
-                            "the OTLP collector refused {n} reports in a request of about {bytes} \
-                             bytes ({error}, sent to {}): they go again in smaller requests, and \
-                             pinwatch's requests carry at most {later} bytes of records from now \
-                             on; raise the collector's (or its proxy's) body limit to 1 MiB to \
-                             keep them whole",
-                            self.exporter.refused.to,
-                        ),
-                    );
-                }
                 continue;
             }
-            let why = if refused_whole(&error) {
+            let why = if refused_for_size(&error) {
                 format!("{error}, for one report of about {bytes} bytes alone")
             } else {
                 error.to_string()
@@ -635,6 +629,27 @@ impl Batching {
             rest = &rest[n..];
         }
         result
+    }
+
+    /// The collector took a request of at most `taken` bytes after it `refused` a larger one
+    /// for its size: later requests carry no more (and no less than [`MIN_BATCH_BYTES`]), said
+    /// in a WARN line when that is less than they did — at most four times in a process's life.
+    fn lower(&self, taken: usize, refused: &str) {
+        let later = taken.max(MIN_BATCH_BYTES);
+        if later >= self.bytes.load(Ordering::Relaxed) {
+            return;
+        }
+        self.bytes.store(later, Ordering::Relaxed);
+        super::tracing::say(
+            tracing::Level::WARN,
+            format!(
+                "the OTLP collector refused {refused}, sent to {}, and took them in smaller \
+                 requests: pinwatch's requests carry at most {later} bytes of records from now \
+                 on; if the collector (or a proxy before it) takes less than 1 MiB, raise its \
+                 limit to keep them whole",
+                self.exporter.refused.to,
+            ),
+        );
     }
 }
 
@@ -651,16 +666,16 @@ fn fitting(records: &[(SdkLogRecord, opentelemetry::InstrumentationScope)], byte
         .map_or(records.len(), |n| n.max(1))
 }
 
-/// Whether the collector refused an export whole, as a request it would not read: HTTP's 413
-/// (a proxy's body limit), or 400 (the Collector's answer to a body past its
-/// `max_request_body_size`, and to one it cannot decode, where halves keep the reports that are
-/// not the cause), as the OTLP client words them (its error type is its own). gRPC's
-/// `ResourceExhausted` is not taken for it: it is also a collector's "too busy", which smaller
-/// requests would only make worse, and a Collector takes 4 MiB in a message (its least, set in
-/// whole MiB, is 1), four times [`MAX_BATCH_BYTES`].
-fn refused_whole(error: &opentelemetry_sdk::error::OTelSdkError) -> bool {
-    let error = error.to_string();
-    error.ends_with("status code: 413") || error.ends_with("status code: 400")
+/// Whether the collector refused an export for its size, as the OTLP client words it (its
+/// error type is its own): HTTP's 413, a proxy's body limit (nginx, Envoy). Not 400, which a
+/// Collector answers to a body past its `max_request_body_size` (20 MiB unless set lower) and
+/// to any it cannot read (gzip it does not take, a tenant it does not know): halving those
+/// sent each report alone to be refused (helper-102). Nor gRPC's `ResourceExhausted`: it is
+/// also a collector's "too busy", which smaller requests would only make worse, and a
+/// Collector takes 4 MiB in a message (its least, set in whole MiB, is 1), four times
+/// [`MAX_BATCH_BYTES`].
+fn refused_for_size(error: &opentelemetry_sdk::error::OTelSdkError) -> bool {
+    error.to_string().ends_with("status code: 413")
 }
 
 impl LogProcessor for Batching {
@@ -1673,7 +1688,7 @@ mod tests {
     }
 
     /// A proxy whose body limit is below pinwatch's refuses a request of several reports with
-    /// 413 (a Collector with 400): all were lost. They go again in smaller requests; a report
+    /// 413: all were lost. They go again in smaller requests; a report
     /// refused alone is dropped, and counted, and a collector that refuses everything gets
     /// fewer than two requests a report. One refusal of a small request does not leave every
     /// later report going alone (helper-101).
@@ -1715,14 +1730,14 @@ mod tests {
         assert_eq!(dropped, 41, "{got:?}");
         assert!(got.len() < 2 * 40, "{} requests", got.len());
 
-        // A Collector's 400, once, for the first request of ten: those go again in halves, and
-        // the requests after it carry ten again.
+        // A 413, once, for the first request of ten: those go again in halves, and the requests
+        // after it carry ten again.
         let once = std::sync::atomic::AtomicBool::new(false);
         let ten = |v: &str| (v == "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE").then(|| "10".to_owned());
         let (got, dropped) =
             behind_a_held_request((1..=40).map(report).collect(), ten, move |n, _| {
                 if n > 1 && !once.swap(true, Ordering::Relaxed) {
-                    400
+                    413
                 } else {
                     200
                 }
@@ -1733,6 +1748,13 @@ mod tests {
         assert_eq!(records[0], 10, "{got:?}");
         assert_eq!(records[records.len() - 3..], [10, 10, 10], "{got:?}");
         assert_eq!(records.iter().sum::<usize>(), 10 + 40, "{got:?}");
+
+        // A 400, a body the collector cannot read whatever its size (gzip it does not take):
+        // dropped whole, not sent again report by report (helper-102).
+        let (got, dropped) = behind_a_held_request((1..=40).map(report).collect(), ten, |_, _| 400);
+        assert_eq!(dropped, 41, "{got:?}");
+        let records: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
+        assert_eq!(records, [10, 10, 10, 10], "{got:?}");
     }
 
     /// `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` that is no positive whole number stops the start,

@@ -491,13 +491,16 @@ pub(crate) fn is_std_source(file: &str) -> bool {
 /// Where the part of std's source `file` that every build shares begins (`library/…`): past
 /// `/rustc/<hash>/`, past a rust-src component's `…/lib/rustlib/src/rust/`, or past the
 /// directory of a rustc built from its source release without remapping — a distribution's
-/// (`/usr/src/rustc-1.75.0/`; Fedora's `/builddir/build/BUILD/rustc-1.78.0-src/`, Alpine's and
-/// Gentoo's under their build directories) or one's own (helper-100) — when one of std's crates
-/// follows (`library/std/`, `library/core/`, …): a service's `~/rustc-2/library/src/` or
+/// (`/usr/src/rustc-1.75.0/`; Fedora's `/builddir/build/BUILD/rustc-1.78.0-src/`, or its
+/// debug sources' `/usr/src/debug/rust-1.78.0-1.fc40.x86_64/`; Alpine's and Gentoo's under
+/// their build directories) or one's own (helper-100) — when one of std's crates follows
+/// (`library/std/`, `library/core/`, …): a service's `~/rustc-2/library/src/` or
 /// `rustc-1.80-upgrade/` worktree is not std (helper-101). `None` when `file` is not std's.
 pub(crate) fn std_library(file: &str) -> Option<usize> {
     const RUST_SRC: &str = "/lib/rustlib/src/rust/";
-    const CRATES: [&str; 9] = [
+    const DEBUG_SOURCES: &str = "/usr/src/debug/rust-";
+    // The crates of std's workspace, `library/`'s directories (helper-102).
+    const CRATES: [&str; 20] = [
         "std",
         "core",
         "alloc",
@@ -507,6 +510,17 @@ pub(crate) fn std_library(file: &str) -> Option<usize> {
         "panic_abort",
         "unwind",
         "stdarch",
+        "std_detect",
+        "compiler-builtins",
+        "backtrace",
+        "portable-simd",
+        "rtstartup",
+        "profiler_builtins",
+        "windows_targets",
+        "sysroot",
+        "rustc-std-workspace-core",
+        "rustc-std-workspace-alloc",
+        "rustc-std-workspace-std",
     ];
     if let Some(rest) = file.strip_prefix("/rustc/") {
         return rest.find('/').map(|slash| "/rustc/".len() + slash + 1);
@@ -518,20 +532,44 @@ pub(crate) fn std_library(file: &str) -> Option<usize> {
     let release = |r: &str| {
         let r = r.strip_suffix("-src").unwrap_or(r);
         let (version, pre) = r.split_once('-').unwrap_or((r, ""));
-        let numbers: Vec<&str> = version.split('.').collect();
         matches!(r, "nightly" | "beta")
-            || ((2..=3).contains(&numbers.len())
-                && numbers
-                    .iter()
-                    .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                && (pre.is_empty() || pre == "nightly" || pre.starts_with("beta")))
+            || (is_version(version)
+                && (pre.is_empty() || pre == "nightly" || pre == "beta" || {
+                    pre.strip_prefix("beta.")
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                }))
     };
-    file.match_indices("/rustc-").find_map(|(at, _)| {
-        let start = at + "/rustc-".len();
+    // The directory that holds `library/`, and the rest of the path from `library/` on, when a
+    // crate of std's is there.
+    let std_below = |start: usize| {
         let (name, below) = file[start..].split_once('/')?;
         let krate = below.strip_prefix("library/")?.split('/').next()?;
-        (release(name) && CRATES.contains(&krate)).then_some(start + name.len() + 1)
+        CRATES
+            .contains(&krate)
+            .then_some((name, start + name.len() + 1))
+    };
+    if let Some(rest) = file.strip_prefix(DEBUG_SOURCES) {
+        // `rust-<version>-<release>.<arch>`.
+        let (_, at) = std_below(DEBUG_SOURCES.len() - "rust-".len())?;
+        return rest
+            .split_once('-')
+            .is_some_and(|(version, _)| is_version(version))
+            .then_some(at);
+    }
+    file.match_indices("/rustc-").find_map(|(at, _)| {
+        let (name, at) = std_below(at + "/rustc-".len())?;
+        release(name).then_some(at)
     })
+}
+
+/// Whether `v` is a Rust release's version: `1.78` or `1.78.0`.
+fn is_version(v: &str) -> bool {
+    let numbers: Vec<&str> = v.split('.').collect();
+    (2..=3).contains(&numbers.len())
+        && numbers[0] == "1"
+        && numbers
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Whether `file` is in a vendored crate (`cargo vendor`: `…/vendor/<crate>/src/…`, or a
@@ -1206,6 +1244,15 @@ mod tests {
                 "app::busy",
                 "/home/me/rustc-1.78.0-src/library/app/src/lib.rs",
             ),
+            ("app::busy", "/home/me/rustc-2.0/library/core/src/main.rs"),
+            (
+                "app::busy",
+                "/home/me/rustc-1.78.0-betax/library/core/src/main.rs",
+            ),
+            (
+                "app::busy",
+                "/usr/src/debug/rust-tools-2/library/core/src/main.rs",
+            ),
             ("registry::api::get", "/w/registry/src/api/handlers.rs"),
         ] {
             assert!(is_own_code(&at(name, file)), "{file}");
@@ -1298,6 +1345,11 @@ mod tests {
             "/home/buildozer/aports/main/rust/src/rustc-1.78.0-src/library/core/src/ops/function.rs",
             "/var/tmp/portage/dev-lang/rust-1.78.0/work/rustc-1.78.0-src/library/core/src/ops/function.rs",
             "/build/rustc-nightly-src/library/core/src/ops/function.rs",
+            "/build/rustc-1.80.0-beta.3-src/library/core/src/ops/function.rs",
+            // std's other crates (helper-102), and Fedora's debug sources.
+            "/tmp/rustc-1.90.0-src/library/compiler-builtins/compiler-builtins/src/int/mod.rs",
+            "/tmp/rustc-1.90.0-src/library/std_detect/src/detect/mod.rs",
+            "/usr/src/debug/rust-1.78.0-1.fc40.x86_64/library/core/src/ops/function.rs",
         ] {
             assert!(
                 !is_application(&at("call_once<app::f::{closure_env#1}, ()>", file)),

@@ -500,7 +500,7 @@ pub(crate) fn std_library(file: &str) -> Option<usize> {
     const RUST_SRC: &str = "/lib/rustlib/src/rust/";
     const DEBUG_SOURCES: &str = "/usr/src/debug/rust-";
     // The crates of std's workspace, `library/`'s directories (helper-102).
-    const CRATES: [&str; 20] = [
+    const CRATES: [&str; 21] = [
         "std",
         "core",
         "alloc",
@@ -521,6 +521,7 @@ pub(crate) fn std_library(file: &str) -> Option<usize> {
         "rustc-std-workspace-core",
         "rustc-std-workspace-alloc",
         "rustc-std-workspace-std",
+        "windows_link",
     ];
     if let Some(rest) = file.strip_prefix("/rustc/") {
         return rest.find('/').map(|slash| "/rustc/".len() + slash + 1);
@@ -550,11 +551,10 @@ pub(crate) fn std_library(file: &str) -> Option<usize> {
     };
     if let Some(rest) = file.strip_prefix(DEBUG_SOURCES) {
         // `rust-<version>-<release>.<arch>`.
-        let (_, at) = std_below(DEBUG_SOURCES.len() - "rust-".len())?;
-        return rest
-            .split_once('-')
-            .is_some_and(|(version, _)| is_version(version))
-            .then_some(at);
+        let version = rest.split_once('-').is_some_and(|(v, _)| is_version(v));
+        if let Some((_, at)) = std_below(DEBUG_SOURCES.len() - "rust-".len()).filter(|_| version) {
+            return Some(at);
+        }
     }
     file.match_indices("/rustc-").find_map(|(at, _)| {
         let (name, at) = std_below(at + "/rustc-".len())?;
@@ -1350,6 +1350,7 @@ mod tests {
             "/tmp/rustc-1.90.0-src/library/compiler-builtins/compiler-builtins/src/int/mod.rs",
             "/tmp/rustc-1.90.0-src/library/std_detect/src/detect/mod.rs",
             "/usr/src/debug/rust-1.78.0-1.fc40.x86_64/library/core/src/ops/function.rs",
+            "/usr/src/debug/rust-1.78.0-1.fc40.x86_64/rustc-1.78.0-src/library/core/src/lib.rs",
         ] {
             assert!(
                 !is_application(&at("call_once<app::f::{closure_env#1}, ()>", file)),

@@ -336,10 +336,101 @@ pub fn short_path(file: &str) -> &str {
         Some(CargoSource::Checkout { from_rev, .. }) => return from_rev,
         None => {}
     }
-    match crate::analyze::reason::std_library(file) {
+    match std_library(file) {
         Some(at) => &file[at..],
         None => file,
     }
+}
+
+/// Whether `file` is std's source: `/rustc/<hash>/library/…` as rustup's builds name it, a
+/// rust-src component or `-Zbuild-std` (`…/lib/rustlib/src/rust/library/…`), or a rustc built
+/// from its source release without remapping its paths ([`std_library`]).
+pub(crate) fn is_std_source(file: &str) -> bool {
+    file.starts_with("/rustc/") || std_library(file).is_some()
+}
+
+/// Where the part of std's source `file` that every build shares begins (`library/…`): past
+/// `/rustc/<hash>/`, past a rust-src component's `…/lib/rustlib/src/rust/`, or past the
+/// directory of a rustc built from its source release without remapping — a distribution's
+/// (`/usr/src/rustc-1.75.0/`; Fedora's `/builddir/build/BUILD/rustc-1.78.0-src/`, or its
+/// debug sources' `/usr/src/debug/rust-1.78.0-1.fc40.x86_64/`; Alpine's and Gentoo's under
+/// their build directories) or one's own (helper-100) — when one of std's crates follows
+/// (`library/std/`, `library/core/`, …): a service's `~/rustc-2/library/src/` or
+/// `rustc-1.80-upgrade/` worktree is not std (helper-101). `None` when `file` is not std's.
+fn std_library(file: &str) -> Option<usize> {
+    const RUST_SRC: &str = "/lib/rustlib/src/rust/";
+    const DEBUG_SOURCES: &str = "/usr/src/debug/rust-";
+    // The crates of std's workspace, `library/`'s directories (helper-102).
+    const CRATES: [&str; 21] = [
+        "std",
+        "core",
+        "alloc",
+        "proc_macro",
+        "test",
+        "panic_unwind",
+        "panic_abort",
+        "unwind",
+        "stdarch",
+        "std_detect",
+        "compiler-builtins",
+        "backtrace",
+        "portable-simd",
+        "rtstartup",
+        "profiler_builtins",
+        "windows_targets",
+        "sysroot",
+        "rustc-std-workspace-core",
+        "rustc-std-workspace-alloc",
+        "rustc-std-workspace-std",
+        "windows_link",
+    ];
+    if let Some(rest) = file.strip_prefix("/rustc/") {
+        return rest.find('/').map(|slash| "/rustc/".len() + slash + 1);
+    }
+    if let Some(at) = file.find(RUST_SRC) {
+        return Some(at + RUST_SRC.len());
+    }
+    // `1.78.0`, `1.78`, `1.80.0-beta.3`, `nightly`, `beta`, each with `-src` or not.
+    let release = |r: &str| {
+        let r = r.strip_suffix("-src").unwrap_or(r);
+        let (version, pre) = r.split_once('-').unwrap_or((r, ""));
+        matches!(r, "nightly" | "beta")
+            || (is_version(version)
+                && (pre.is_empty() || pre == "nightly" || pre == "beta" || {
+                    pre.strip_prefix("beta.")
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                }))
+    };
+    // The directory that holds `library/`, and the rest of the path from `library/` on, when a
+    // crate of std's is there.
+    let std_below = |start: usize| {
+        let (name, below) = file[start..].split_once('/')?;
+        let krate = below.strip_prefix("library/")?.split('/').next()?;
+        CRATES
+            .contains(&krate)
+            .then_some((name, start + name.len() + 1))
+    };
+    if let Some(rest) = file.strip_prefix(DEBUG_SOURCES) {
+        // `rust-<version>-<release>.<arch>`.
+        let version = rest.split_once('-').is_some_and(|(v, _)| is_version(v));
+        if let Some((_, at)) = std_below(DEBUG_SOURCES.len() - "rust-".len()).filter(|_| version) {
+            return Some(at);
+        }
+    }
+    file.match_indices("/rustc-").find_map(|(at, _)| {
+        let (name, at) = std_below(at + "/rustc-".len())?;
+        release(name).then_some(at)
+    })
+}
+
+/// Whether `v` is a Rust release's version: `1.78` or `1.78.0`.
+fn is_version(v: &str) -> bool {
+    let numbers: Vec<&str> = v.split('.').collect();
+    (2..=3).contains(&numbers.len())
+        && numbers[0] == "1"
+        && numbers
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Where cargo keeps a dependency's source file, under any `CARGO_HOME` (`~/.cargo`,
@@ -448,7 +539,7 @@ fn function_crate(name: &str) -> Option<&str> {
 /// crate is not known, is [`crate_path`]'s.
 fn crate_named_path(file: &str, krate: Option<&str>) -> String {
     let path = crate_path(file);
-    let own = short_path(file).len() == file.len() && !crate::analyze::reason::is_std_source(file);
+    let own = short_path(file).len() == file.len() && !is_std_source(file);
     let Some(krate) = krate.filter(|_| own) else {
         return path.to_owned();
     };

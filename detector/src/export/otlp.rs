@@ -611,7 +611,8 @@ impl Batching {
                 continue;
             };
             let bytes: usize = request.iter().map(|(r, _)| encoded_size(r)).sum();
-            if n > 1 && refused_for_size(&error) {
+            let for_size = refused_for_size(&error);
+            if n > 1 && for_size {
                 // The refused records stay first in what is left, for requests of half as many:
                 // half the size and one record's share more, so that a record a little larger
                 // than the others does not leave each of the rest going alone (helper-103).
@@ -621,7 +622,7 @@ impl Batching {
                 limit = bytes / 2 + bytes / (2 * n);
                 continue;
             }
-            let why = if refused_for_size(&error) {
+            let why = if for_size {
                 format!("{error}, for one report of about {bytes} bytes alone")
             } else {
                 error.to_string()

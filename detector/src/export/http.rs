@@ -11,7 +11,9 @@
 //! in it, of the peer holding the most (an IPv6 peer is its /64), one already answered first,
 //! else its oldest; where no peer there holds two, one already answered, else the oldest still
 //! without its request, else the new one (never one being answered; see `pick`), counted and
-//! logged. Routing is the caller's: it gets the method, the path and the query.
+//! logged. Routing is the caller's: it gets the method, the path and the query. An answer
+//! that takes long to make ([`Response::later`]) is made on a thread of its own, and its
+//! connection waits for it without holding up the others.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -19,6 +21,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,10 @@ pub(crate) const DEADLINE: Duration = Duration::from_secs(10);
 /// After the answer is written: how long what the client still sends is read and discarded, so
 /// that closing with unread bytes does not reset the connection before the client read it.
 const LINGER: Duration = Duration::from_secs(1);
+/// From the accept to the end of the wait for an answer made on a thread of its own
+/// ([`Response::later`]): what is left of [`DEADLINE`] is for writing it, or for saying that it
+/// took too long.
+pub(crate) const ANSWER_WAIT: Duration = Duration::from_secs(8);
 /// Connections accepted per turn of the loop: the ones already open are served between
 /// batches, so a burst of new ones cannot evict a scrape whose request has arrived.
 const ACCEPT_BATCH: usize = MAX_CONNECTIONS / 4;
@@ -66,6 +73,19 @@ pub(crate) struct Response {
     /// `Retry-After`, in seconds.
     retry_after: Option<u64>,
     body: Vec<u8>,
+    /// The answer is being made on a thread of its own ([`Response::later`]): this one is only
+    /// its placeholder.
+    later: Option<Later>,
+}
+
+/// An answer being made on a thread of its own.
+struct Later {
+    answer: mpsc::Receiver<Response>,
+    /// The server's end of a socket pair whose other end the thread closes once it has sent
+    /// the answer (or failed to): readable then, so `poll` wakes for it.
+    ready: UnixStream,
+    /// What the client is told when the answer is not made within [`ANSWER_WAIT`].
+    late: String,
 }
 
 impl Response {
@@ -78,6 +98,7 @@ impl Response {
             head_only: false,
             retry_after: None,
             body,
+            later: None,
         }
     }
 
@@ -90,6 +111,7 @@ impl Response {
             head_only: false,
             retry_after: None,
             body: format!("{text}\n").into_bytes(),
+            later: None,
         }
     }
 
@@ -106,6 +128,53 @@ impl Response {
         Response {
             retry_after: Some(seconds),
             ..Response::error(503, text)
+        }
+    }
+
+    /// The answer that `make` returns, made on a thread named `thread` while the server goes
+    /// on serving the other connections: for an answer that takes long (a profile of a large
+    /// flight recording took seconds, and held up `/metrics` as long; helper-104). Not made
+    /// within [`ANSWER_WAIT`] of the connection's accept, the client gets a `503` saying
+    /// `late`, and what `make` returns later is thrown away. A thread that cannot be started
+    /// is a `503` at once.
+    pub(crate) fn later(
+        thread: &str,
+        late: String,
+        make: impl FnOnce() -> Response + Send + 'static,
+    ) -> Response {
+        let cannot = |e: io::Error| {
+            Response::error(
+                503,
+                &format!("pinwatch: cannot start a thread to make the answer ({e}); try again"),
+            )
+        };
+        let (ready, done) = match UnixStream::pair() {
+            Ok(pair) => pair,
+            Err(e) => return cannot(e),
+        };
+        if let Err(e) = ready.set_nonblocking(true) {
+            return cannot(e);
+        }
+        let (send, answer) = mpsc::sync_channel(1);
+        let started = std::thread::Builder::new()
+            .name(thread.to_owned())
+            .spawn(move || {
+                let response =
+                    std::panic::catch_unwind(AssertUnwindSafe(make)).unwrap_or_else(|_| failed());
+                // The connection may have gone (closed, or past its wait): nobody to tell.
+                let _ = send.send(response);
+                drop(done);
+            });
+        match started {
+            Ok(_) => Response {
+                later: Some(Later {
+                    answer,
+                    ready,
+                    late,
+                }),
+                ..Response::error(503, "")
+            },
+            Err(e) => cannot(e),
         }
     }
 
@@ -205,6 +274,8 @@ enum Phase {
     Write { out: Vec<u8>, sent: usize },
     /// Answer written and our side shut: reading what the client still sends, until it closes.
     Drain { until: Instant },
+    /// Waiting for an answer made on a thread of its own ([`Response::later`]).
+    Wait { later: Later, head_only: bool },
 }
 
 struct Conn {
@@ -224,10 +295,12 @@ enum Turn {
 }
 
 impl Conn {
-    fn events(&self) -> libc::c_short {
-        match self.phase {
-            Phase::Head | Phase::Drain { .. } => libc::POLLIN,
-            Phase::Write { .. } => libc::POLLOUT,
+    /// What `poll` waits for: the client's socket, or the end of a [`Later`]'s thread.
+    fn pollfd(&self) -> libc::pollfd {
+        match &self.phase {
+            Phase::Head | Phase::Drain { .. } => pollfd(self.stream.as_raw_fd(), libc::POLLIN),
+            Phase::Write { .. } => pollfd(self.stream.as_raw_fd(), libc::POLLOUT),
+            Phase::Wait { later, .. } => pollfd(later.ready.as_raw_fd(), libc::POLLIN),
         }
     }
 
@@ -237,6 +310,7 @@ impl Conn {
             Phase::Head => self.opened + HEAD_TIMEOUT,
             Phase::Write { .. } => self.opened + DEADLINE,
             Phase::Drain { until } => until,
+            Phase::Wait { .. } => self.opened + ANSWER_WAIT,
         }
     }
 
@@ -253,6 +327,7 @@ impl Conn {
                 Phase::Head => self.read_head(now, handle),
                 Phase::Write { .. } => self.write(now),
                 Phase::Drain { .. } => self.drain(),
+                Phase::Wait { .. } => self.take_answer(now),
             };
             if turn == Turn::Closed {
                 return turn;
@@ -276,7 +351,30 @@ impl Conn {
                 Turn::Closed
             }
             Phase::Drain { .. } => Turn::Closed,
+            Phase::Wait { ref later, .. } => {
+                counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                let late = Response::error(503, &later.late);
+                self.answer(late);
+                self.write(now)
+            }
         }
+    }
+
+    /// The thread making the answer has ended (or `poll` woke for nothing): the answer, once
+    /// it is there.
+    fn take_answer(&mut self, now: Instant) -> Turn {
+        let Phase::Wait { later, head_only } = &self.phase else {
+            return Turn::Open;
+        };
+        let head_only = *head_only;
+        let mut response = match later.answer.try_recv() {
+            Ok(response) => response,
+            Err(mpsc::TryRecvError::Empty) => return Turn::Open,
+            Err(mpsc::TryRecvError::Disconnected) => failed(),
+        };
+        response.head_only = head_only;
+        self.answer(response);
+        self.write(now)
     }
 
     fn read_head(
@@ -311,11 +409,17 @@ impl Conn {
         }
     }
 
-    fn answer(&mut self, response: Response) {
+    fn answer(&mut self, mut response: Response) {
         self.head = Vec::new();
-        self.phase = Phase::Write {
-            out: response.into_bytes(),
-            sent: 0,
+        self.phase = match response.later.take() {
+            Some(later) => Phase::Wait {
+                later,
+                head_only: response.head_only,
+            },
+            None => Phase::Write {
+                out: response.into_bytes(),
+                sent: 0,
+            },
         };
     }
 
@@ -397,13 +501,16 @@ fn respond(head: &[u8], handle: &mut dyn FnMut(&Request<'_>) -> Response) -> Res
             path,
             query,
         };
-        std::panic::catch_unwind(AssertUnwindSafe(|| handle(&request))).unwrap_or_else(|_| {
-            Response::error(500, "pinwatch: the handler failed (this is a bug)")
-        })
+        std::panic::catch_unwind(AssertUnwindSafe(|| handle(&request))).unwrap_or_else(|_| failed())
     };
     // The answer to a `HEAD` has no body (RFC 9110, 9.3.2), whichever it is.
     response.head_only = method == "HEAD";
     response
+}
+
+/// The answer of a handler that panicked.
+fn failed() -> Response {
+    Response::error(500, "pinwatch: the handler failed (this is a bug)")
 }
 
 fn pollfd(fd: libc::c_int, events: libc::c_short) -> libc::pollfd {
@@ -440,7 +547,7 @@ fn run(
         fds.push(pollfd(listen_fd, libc::POLLIN));
         let mut wake_at = accept_paused_until;
         for c in &conns {
-            fds.push(pollfd(c.stream.as_raw_fd(), c.events()));
+            fds.push(c.pollfd());
             let d = c.deadline();
             wake_at = Some(wake_at.map_or(d, |w| w.min(d)));
         }
@@ -545,7 +652,7 @@ fn victim(conns: &[Conn]) -> Option<usize> {
         .map(|c| {
             let stage = match c.phase {
                 Phase::Head => Stage::Head,
-                Phase::Write { .. } => Stage::Answering,
+                Phase::Write { .. } | Phase::Wait { .. } => Stage::Answering,
                 Phase::Drain { .. } => Stage::Answered,
             };
             (c.peer, stage)
@@ -930,6 +1037,65 @@ mod tests {
         // A tie of two or more each: the oldest of them.
         assert_eq!(pick(&[(a, Head), (b, Head), (a, Head), (b, Head)]), Some(0));
         assert_eq!(pick(&[]), None);
+    }
+
+    /// An answer made on a thread of its own holds up no other connection: `/metrics` is
+    /// answered while it is being made, and it is written once made; one not made within
+    /// [`ANSWER_WAIT`] is a `503` saying so. Ordered by channels: the thread making it waits
+    /// until the test lets it go.
+    #[test]
+    fn an_answer_made_later_holds_up_no_other_connection() {
+        use std::sync::{Arc, Mutex};
+        type Gate = Arc<Mutex<Option<mpsc::Receiver<()>>>>;
+        let gate: Gate = Arc::default();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = Server::start(listener, "test-http", {
+            let gate = gate.clone();
+            move |r: &Request<'_>| {
+                if r.path != "/slow" {
+                    return Response::ok("text/plain", b"metrics".to_vec());
+                }
+                let go = gate.lock().unwrap().take().unwrap();
+                Response::later("test-later", "too slow".into(), move || {
+                    let _ = go.recv();
+                    Response::ok("text/plain", b"made".to_vec())
+                })
+            }
+        })
+        .unwrap();
+        let ask = |path: &str| {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            write!(c, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
+            c
+        };
+        let answer = |mut c: TcpStream| {
+            let mut b = String::new();
+            c.read_to_string(&mut b).unwrap();
+            b
+        };
+
+        let (go, wait) = mpsc::channel();
+        *gate.lock().unwrap() = Some(wait);
+        let slow = ask("/slow");
+        // The slow one's request is read before this one is accepted (the open connections
+        // are served first), and its answer is not made yet.
+        let metrics = answer(ask("/metrics"));
+        assert!(metrics.ends_with("\r\n\r\nmetrics"), "{metrics}");
+        go.send(()).unwrap();
+        let made = answer(slow);
+        assert!(made.starts_with("HTTP/1.1 200 OK\r\n"), "{made}");
+        assert!(made.ends_with("\r\n\r\nmade"), "{made}");
+
+        // Never let go while the connection waits: it is told, past ANSWER_WAIT.
+        let (go, wait) = mpsc::channel();
+        *gate.lock().unwrap() = Some(wait);
+        let late = answer(ask("/slow"));
+        assert!(late.starts_with("HTTP/1.1 503 "), "{late}");
+        assert!(late.ends_with("\r\n\r\ntoo slow\n"), "{late}");
+        drop(go);
+        drop(server);
     }
 
     #[test]

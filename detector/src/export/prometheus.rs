@@ -633,9 +633,9 @@ impl Endpoint {
         registry
             .register(Box::new(collector))
             .map_err(|e| listen_error(e.to_string()))?;
-        let mut pprof_free_at = None;
+        let profiles = Arc::default();
         let server = super::http::Server::start(listener, "pinwatch-prometheus", move |req| {
-            route(&registry, flight.as_ref(), &mut pprof_free_at, req)
+            route(&registry, flight.as_ref(), &profiles, req)
         })
         .map_err(|source| Error::Thread {
             what: "prometheus",
@@ -657,15 +657,41 @@ pub const PPROF_PATH: &str = "/debug/pprof/pinned";
 /// pins could hold, with room.
 const MAX_PPROF_SECONDS: u64 = 366 * 24 * 3600;
 
-/// The endpoint's paths. `pprof_free_at`: before then a profile is refused (`503`, with
-/// `Retry-After`) — after each profile, for as long as it took to make: profiles are made on the
-/// endpoint's one thread, and without this, peers asking for one after another (each costs
-/// hundreds of ms of a full 4 MiB buffer) held `/metrics` up for seconds; with it, profiles take
-/// at most about half of the thread's time, and a scrape waits for at most one being made.
+/// The profiles of `/debug/pprof/pinned`: one is made at a time, on a thread of its own
+/// ([`Response::later`](super::http::Response::later)), and after each the next is refused
+/// (`503`, with `Retry-After`) for as long as it took to make. A profile of a full 4 MiB flight
+/// recording costs hundreds of ms of CPU, of a 1 GiB one seconds: peers asking for one after
+/// another would otherwise take a core from the service (and, when they were made on the
+/// endpoint's own thread, held `/metrics` up for as long: helper-104).
+#[derive(Debug, Default)]
+struct Profiles {
+    /// When the one being made was asked for.
+    making: Option<std::time::Instant>,
+    /// Before then, no profile is made.
+    free_at: Option<std::time::Instant>,
+}
+
+/// Ends a profile's turn in [`Profiles`] when its thread is done with it, whatever happened
+/// there.
+struct Making {
+    profiles: Arc<Mutex<Profiles>>,
+    since: std::time::Instant,
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        let done = std::time::Instant::now();
+        let mut profiles = self.profiles.lock().unwrap_or_else(PoisonError::into_inner);
+        profiles.making = None;
+        profiles.free_at = Some(done + (done - self.since));
+    }
+}
+
+/// The endpoint's paths.
 fn route(
     registry: &Registry,
     flight: Option<&super::Flight>,
-    pprof_free_at: &mut Option<std::time::Instant>,
+    profiles: &Arc<Mutex<Profiles>>,
     req: &super::http::Request<'_>,
 ) -> super::http::Response {
     use super::http::Response;
@@ -688,30 +714,52 @@ fn route(
                      /debug/pprof/pinned profiles the pins it holds; turn it on to serve profiles",
                 );
             };
-            match pprof_seconds(req.query) {
-                Ok(last) => {
-                    let now = std::time::Instant::now();
-                    if let Some(at) = pprof_free_at.filter(|at| now < *at) {
-                        let secs = (at - now).as_secs() + 1;
-                        return Response::busy(
-                            secs,
-                            &format!(
-                                "pinwatch: a profile was just made; making one holds up /metrics \
-                                 (one thread serves both), so the next is made in {secs} s at \
-                                 the latest: try again then"
-                            ),
-                        );
-                    }
-                    let body = flight.profile(last);
-                    let done = std::time::Instant::now();
-                    *pprof_free_at = Some(done + (done - now));
-                    Response::ok("application/octet-stream", body)
-                }
-                Err(e) => Response::error(400, &e),
+            let last = match pprof_seconds(req.query) {
+                Ok(last) => last,
+                Err(e) => return Response::error(400, &e),
+            };
+            let now = std::time::Instant::now();
+            let mut state = profiles.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(since) = state.making {
+                let secs = (now - since).as_secs() + 1;
+                return Response::busy(
+                    secs,
+                    &format!(
+                        "pinwatch: a profile is being made, one at a time; try again in {secs} s"
+                    ),
+                );
             }
+            if let Some(at) = state.free_at.filter(|at| now < *at) {
+                let secs = (at - now).as_secs() + 1;
+                return Response::busy(
+                    secs,
+                    &format!(
+                        "pinwatch: a profile was just made; the next is made once as long as \
+                         it took has passed, in {secs} s at the latest: try again then"
+                    ),
+                );
+            }
+            state.making = Some(now);
+            drop(state);
+            let making = Making {
+                profiles: profiles.clone(),
+                since: now,
+            };
+            let flight = flight.clone();
+            let late = format!(
+                "pinwatch: the profile took longer than {} s to make (the flight recording \
+                 holds many pins); ask for fewer (?seconds=N), or write it with `pinwatch ctl \
+                 PID profile -o FILE`",
+                super::http::ANSWER_WAIT.as_secs()
+            );
+            Response::later("pinwatch-pprof", late, move || {
+                let body = flight.profile(last);
+                drop(making);
+                Response::ok("application/octet-stream", body)
+            })
         }
-        // A profile costs up to hundreds of ms of this thread and closes the endpoint to the
-        // next for as long: not for a HEAD, which would throw it away.
+        // A profile costs up to hundreds of ms of a core and closes the endpoint to the next
+        // for as long: not for a HEAD, which would throw it away.
         PPROF_PATH => Response::method_not_allowed("GET"),
         _ => Response::error(404, "pinwatch: try /metrics or /debug/pprof/pinned"),
     }
@@ -1256,9 +1304,9 @@ mod tests {
         again.shutdown();
     }
 
-    /// Peers asking for profiles at once (each made on the endpoint's one thread, from the whole
-    /// flight recording) get one made and the rest a `503` with `Retry-After` until as long as
-    /// it took has passed: `/metrics` waits for at most one being made, not for all of them.
+    /// Peers asking for profiles at once (each made from the whole flight recording) get one
+    /// made and the rest a `503` with `Retry-After`, while it is made and until as long as it
+    /// took has passed: profiles take at most about half of a core.
     #[test]
     fn profiles_asked_for_at_once_are_made_one_per_its_own_time() {
         use crate::event::{Reason, State};

@@ -677,9 +677,11 @@ pub struct PinnedEvent {
     pub profile: Vec<ProfileEntry>,
     /// Why the event has no stack, when it has none: `stacks_off`, `unwinder_not_signal_safe`,
     /// `signal_blocked` (the thread blocks the sampling signal), `signal_pending` (the thread
-    /// has not taken it: e.g. in uninterruptible sleep), `no_sample` (the thread is gone, or the
-    /// poll ended before the sample was taken), `empty_stack` (a sample with no frame to walk),
-    /// `no_application_frame` (sampled only in the runtime's or pinwatch's own code).
+    /// has not taken it: e.g. in uninterruptible sleep), `socket_timeout` (in a socket read or
+    /// write with a timeout, which the signal would end early: not signalled), `no_sample` (the
+    /// thread is gone, or the poll ended before the sample was taken), `empty_stack` (a sample
+    /// with no frame to walk), `no_application_frame` (sampled only in the runtime's or
+    /// pinwatch's own code).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_stack: Option<String>,
     /// The sampled stack, innermost first (what `PINWATCH_STACKS` asks for).

@@ -559,6 +559,48 @@ fn a_worker_that_blocks_the_sampling_signal_is_signalled_at_most_once_and_report
     assert_eq!(e.reason, Some(pinwatch::Reason::Sleep), "{e:#?}");
 }
 
+/// A worker blocked in a socket read with a timeout (std's `set_read_timeout`) is reported, and
+/// not signalled: `SA_RESTART` does not restart such a read, and the signal ended it with
+/// `Interrupted` where it would have waited for its data (helper-106: a 500 ms read failed after
+/// 20 ms). The data is written only once the pin has been reported in progress.
+#[test]
+fn a_socket_read_with_a_timeout_is_reported_and_not_cut_short() {
+    use std::io::{Read, Write};
+    let _serial = serial();
+    let events = Collected::default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let rt = support::watch(
+        builder(&events).sample_interval(Duration::from_millis(10)),
+        &mut multi_thread(2),
+    );
+    let h = rt.spawn(async move { client.read(&mut [0u8; 8]).map_err(|e| e.kind()) });
+    let id: u64 = h.id().to_string().parse().unwrap();
+    let seen = events
+        .wait_for(Duration::from_secs(60), |e| e.task_id == Some(id))
+        .unwrap_or_else(|| panic!("not reported: {:#?}", events.all()));
+    assert_eq!(seen.state, State::InProgress, "{seen:#?}");
+    assert_eq!(
+        seen.no_stack.as_deref(),
+        Some("socket_timeout"),
+        "{seen:#?}"
+    );
+    assert_eq!(seen.reason, Some(pinwatch::Reason::Io), "{seen:#?}");
+    server.write_all(b"x").unwrap();
+    assert_eq!(rt.block_on(h).unwrap(), Ok(1), "the read was cut short");
+    rt.shutdown();
+    let e = events
+        .completed()
+        .into_iter()
+        .find(|e| e.task_id == Some(id))
+        .unwrap_or_else(|| panic!("not completed: {:#?}", events.all()));
+    assert_eq!(e.no_stack.as_deref(), Some("socket_timeout"), "{e:#?}");
+}
+
 #[test]
 fn without_a_signal_safe_unwinder_events_come_without_stacks_and_say_why() {
     let _serial = serial();

@@ -142,6 +142,10 @@ pub(crate) fn take(
         probe.stack = previous.and_then(|p| p.stack.clone());
         return Some(probe);
     }
+    if probe.proc.as_ref().is_some_and(cut_short_by_signal) {
+        probe.no_stack = Some("socket_timeout");
+        return Some(probe);
+    }
     // Read last, right before the signal goes out: the masks as they are now.
     let status = signal_status(tid, signal::sample_signal());
     let mut next = next_step(signal::request_state(slot), status);
@@ -469,6 +473,42 @@ const FD_CALLS: &[&str] = &[
     "fsync",
     "fdatasync",
 ];
+
+/// Whether a signal would cut short the system call `proc` found the thread in: a receive or a
+/// send on a socket with a timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`: what std's
+/// `set_read_timeout` and `set_write_timeout` set), which `SA_RESTART` does not restart
+/// (signal(7)). std's `read` then returns `Interrupted` to the service, where without pinwatch it
+/// would have waited out its timeout (helper-106: a 500 ms read failed after 20 ms). Such a
+/// thread is not signalled; it is sampled once it has left the call. Not seen: a thread that
+/// enters such a call between `proc`'s read and the signal.
+fn cut_short_by_signal(proc: &ProcState) -> bool {
+    let Some((fd, FdKind::Socket)) = proc.fd else {
+        return false;
+    };
+    let option = match proc.syscall {
+        Some("read" | "readv" | "recvfrom" | "recvmsg") => libc::SO_RCVTIMEO,
+        Some("write" | "writev" | "sendto" | "sendmsg") => libc::SO_SNDTIMEO,
+        _ => return false,
+    };
+    let mut timeout = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `timeout`, a timeval as the option
+    // takes. The descriptor is the thread's, read from /proc: closed since, the call fails;
+    // reused since, it answers for that socket, and only whether to signal is decided by it.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            option,
+            std::ptr::addr_of_mut!(timeout).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && (timeout.tv_sec != 0 || timeout.tv_usec != 0)
+}
 
 /// The first argument of `/proc/<tid>/syscall`'s call (`NR 0xARG1 …`).
 fn first_argument(s: &str) -> Option<u64> {
@@ -1109,6 +1149,54 @@ mod tests {
             libc::sigemptyset(&mut set);
             libc::sigaddset(&mut set, signal::sample_signal());
             libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+        }
+    }
+
+    /// A worker blocked in a socket read with a timeout is not signalled: the signal would end
+    /// the read with `Interrupted` (`SA_RESTART` does not restart it), where it would have
+    /// waited. Without a timeout it is signalled and sampled, and the read goes on. Set up for
+    /// certain: the probe runs once the thread is seen in the read, and the read ends when the
+    /// test writes to the socket.
+    #[test]
+    fn a_read_with_a_timeout_is_not_cut_short_by_a_sample() {
+        use std::io::{Read, Write};
+        use std::sync::mpsc;
+        crate::signal::install_handler().unwrap();
+        for timeout in [Some(std::time::Duration::from_secs(60)), None] {
+            let (table, hooks, watched) = watched_table();
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (mut server, _) = listener.accept().unwrap();
+            client.set_read_timeout(timeout).unwrap();
+            let (to_test, test_rx) = mpsc::channel::<()>();
+            let worker = std::thread::spawn(move || {
+                hooks.before_poll_raw(1, std::panic::Location::caller());
+                to_test.send(()).unwrap();
+                let read = client.read(&mut [0u8; 8]).map_err(|e| e.kind());
+                hooks.after_poll_raw();
+                read
+            });
+            test_rx.recv().unwrap();
+            let slot = table.slots().iter().find(|s| s.is_active()).unwrap();
+            let seq = slot.poll.seq();
+            let tid = slot.tid.load(Ordering::Relaxed);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !read_proc(tid)
+                .and_then(|p| p.syscall)
+                .is_some_and(|s| matches!(s, "read" | "recvfrom"))
+            {
+                assert!(std::time::Instant::now() < deadline, "never in the read");
+                std::thread::yield_now();
+            }
+            let probe = take(&watched, slot, seq, None, Stacks::Short).unwrap();
+            if timeout.is_some() {
+                assert_eq!(probe.no_stack, Some("socket_timeout"), "{probe:?}");
+                assert!(!probe.signalled, "{probe:?}");
+            } else {
+                assert!(probe.stack.is_some(), "{probe:?}");
+            }
+            server.write_all(b"x").unwrap();
+            assert_eq!(worker.join().unwrap(), Ok(1), "timeout {timeout:?}");
         }
     }
 

@@ -264,26 +264,84 @@ pub fn describe_dump(d: &DumpInfo) -> String {
 }
 
 /// The files of the recording `path`, oldest first: its rotated files (`rec.N.jsonl` …
-/// `rec.1.jsonl`) that exist, then `path` itself.
+/// `rec.1.jsonl`) that exist, then `path` itself ([`recording_files_saying`] says what it
+/// left out, and why).
 pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError> {
+    recording_files_saying(path).map(|(files, _)| files)
+}
+
+/// [`recording_files`], with warnings for what a reader should know it left out.
+///
+/// Rotated files are numbered from 1, the newest, up: a rotation renames each one there onto
+/// the next number. A file numbered past a gap of more than one number (a crash between two
+/// renames leaves one) is another recording named like a rotated file — `rec.20261201.jsonl`,
+/// `rec.$$.jsonl` — and was read as part of this one, silently (helper-105): it is left out,
+/// and named. A directory that cannot be listed (mode `0711`, as a home directory often is)
+/// leaves `path` alone, said so; it was an error that blamed `path`, which could be read.
+fn recording_files_saying(
+    path: &Path,
+) -> Result<(Vec<std::path::PathBuf>, Vec<String>), ReadError> {
     let io = |source| ReadError::Io {
         path: Escaped(path.display()).to_string(),
         source,
     };
     std::fs::metadata(path).map_err(io)?;
+    let mut warnings = Vec::new();
     let mut rotated: Vec<(usize, std::path::PathBuf)> = Vec::new();
-    for entry in std::fs::read_dir(crate::files::dir_of(path)).map_err(io)? {
-        let candidate = entry.map_err(io)?.path();
-        // A name is rotated file k of `path` exactly when it is rotated_path(path, k).
-        let Some(k) = crate::files::rotation_number(path, &candidate) else {
-            continue;
-        };
-        rotated.push((k, candidate));
+    let dir = crate::files::dir_of(path);
+    let listed = std::fs::read_dir(dir).and_then(|entries| {
+        for entry in entries {
+            let candidate = entry?.path();
+            // A name is rotated file k of `path` exactly when it is rotated_path(path, k).
+            if let Some(k) = crate::files::rotation_number(path, &candidate) {
+                rotated.push((k, candidate));
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = listed {
+        warnings.push(format!(
+            "could not look for rotated files of {} in {} ({e}): only it was read",
+            Escaped(path.display()),
+            Escaped(dir.display())
+        ));
+        return Ok((vec![path.to_owned()], warnings));
     }
-    rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
-    let mut files: Vec<std::path::PathBuf> = rotated.into_iter().map(|(_, p)| p).collect();
+    rotated.sort_by_key(|r| r.0);
+    let kept = rotated
+        .iter()
+        .scan(0, |last, &(k, _)| {
+            (k <= *last + 2).then(|| {
+                *last = k;
+            })
+        })
+        .count();
+    let strays = rotated.split_off(kept);
+    if !strays.is_empty() {
+        let named: Vec<String> = strays
+            .iter()
+            .take(3)
+            .map(|(_, p)| Escaped(p.display()).to_string())
+            .collect();
+        let more = match strays.len() {
+            n @ 4.. => format!(" and {} more", n - 3),
+            _ => String::new(),
+        };
+        let others = match rotated.last() {
+            Some((k, _)) => format!("its rotated files go up to {k}"),
+            None => "it has no rotated file numbered below".to_owned(),
+        };
+        warnings.push(format!(
+            "left out {}{more}: named like rotated files of {}, but {others}, and a rotation \
+             numbers them from 1 up: another recording's; read {} by its own name",
+            named.join(", "),
+            Escaped(path.display()),
+            if strays.len() == 1 { "it" } else { "each" },
+        ));
+    }
+    let mut files: Vec<std::path::PathBuf> = rotated.into_iter().rev().map(|(_, p)| p).collect();
     files.push(path.to_owned());
-    Ok(files)
+    Ok((files, warnings))
 }
 
 /// Reads a recording: `path` and, before it, its rotated files (`rec.N.jsonl` … `rec.1.jsonl`),
@@ -309,7 +367,8 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 pub fn read_recording(path: &Path) -> Result<Recording, ReadError> {
     use std::os::unix::fs::MetadataExt;
     let mut rec = Recording::default();
-    let files = recording_files(path)?;
+    let (files, warnings) = recording_files_saying(path)?;
+    rec.warnings = warnings;
     let before = std::fs::metadata(path).ok();
     let owner = before.as_ref().map(|m| m.uid());
     for file in &files {

@@ -1379,3 +1379,103 @@ fn arguments_that_cannot_work_are_refused_in_words() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unexpected argument '-x'"), "{err}");
 }
+
+/// The ids of the events `print --json` shows of `recording`, in order, and its stderr.
+fn printed_ids(recording: &Path, run_as: &[&str]) -> (Vec<u64>, String) {
+    let out = Command::new(
+        run_as
+            .first()
+            .copied()
+            .unwrap_or(env!("CARGO_BIN_EXE_pinwatch")),
+    )
+    .args(run_as.iter().skip(1))
+    .args(["print", "--json", recording.to_str().unwrap()])
+    .output()
+    .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{err}");
+    let ids = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    (ids, err)
+}
+
+/// Files named like rotated files of a recording but numbered past its others — another
+/// recording named by a date or a pid — are not read as part of it (they were, silently:
+/// helper-105), and are named; a gap of one number, as a crash between two renames leaves, is
+/// not one.
+#[test]
+fn a_file_numbered_past_the_rotated_ones_is_another_recording_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, id) in [
+        ("rec.3.jsonl", 1),
+        ("rec.1.jsonl", 2),
+        ("rec.jsonl", 3),
+        ("rec.20261201.jsonl", 100),
+        ("rec.12345.jsonl", 200),
+    ] {
+        std::fs::write(dir.path().join(name), in_request(id, 30.0, "/a") + "\n").unwrap();
+    }
+    let (ids, err) = printed_ids(&dir.path().join("rec.jsonl"), &[]);
+    assert_eq!(ids, [1, 2, 3], "{err}");
+    assert!(err.contains("left out"), "{err}");
+    assert!(
+        err.contains("rec.20261201.jsonl") && err.contains("rec.12345.jsonl"),
+        "{err}"
+    );
+    assert!(err.contains("its rotated files go up to 3"), "{err}");
+}
+
+/// A directory that can be entered but not listed (mode 0711, as a home directory often is):
+/// the recording named is read, and the reader is told that its rotated files could not be
+/// looked for (it was an error blaming the file: helper-105). Needs root, to read as uid 65534.
+#[test]
+fn a_recording_in_a_directory_that_cannot_be_listed_is_read_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "run as root (CI does): the test reads as uid 65534 with setpriv"
+    );
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("setpriv is missing: apt-get install -y util-linux (tests/run.sh does)");
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    let top = tempfile::tempdir().unwrap();
+    mode(top.path(), 0o755);
+    let bin = top.path().join("pinwatch");
+    std::fs::copy(env!("CARGO_BIN_EXE_pinwatch"), &bin).unwrap();
+    mode(&bin, 0o755);
+    let dir = top.path().join("home");
+    std::fs::create_dir(&dir).unwrap();
+    for (name, id) in [("rec.1.jsonl", 1), ("rec.jsonl", 2)] {
+        let f = dir.join(name);
+        std::fs::write(&f, in_request(id, 30.0, "/a") + "\n").unwrap();
+        mode(&f, 0o644);
+    }
+    mode(&dir, 0o711);
+    let nobody = [
+        setpriv,
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        bin.to_str().unwrap(),
+    ];
+    let (ids, err) = printed_ids(&dir.join("rec.jsonl"), &nobody);
+    assert_eq!(ids, [2], "{err}");
+    assert!(err.contains("could not look for rotated files"), "{err}");
+    // Listed, both are read.
+    mode(&dir, 0o755);
+    let (ids, err) = printed_ids(&dir.join("rec.jsonl"), &nobody);
+    assert_eq!(ids, [1, 2], "{err}");
+}

@@ -5,10 +5,11 @@
 //! The page stays usable on big recordings: pins closer together than a pixel of the timeline
 //! are drawn as one bar (with their count), and only single-pin bars carry the event's details.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use pinwatch::profile::MAX_DEPTH;
 use pinwatch::recording::{latest_reports, summarize, SummaryRow, WhoWaited};
 use pinwatch::{PinnedEvent, State};
 use serde::Serialize;
@@ -277,22 +278,24 @@ fn round1(x: f64) -> f64 {
 pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageData {
     let pins = latest_reports(events);
     let mut runs: Vec<RunInfo> = Vec::new();
+    // Where each run is in `runs`, and the thresholds it has: a crafted recording of many runs
+    // or thresholds took a search of them all per pin (helper-105: 50,000 runs took 49 s).
+    let mut run_at: HashMap<&str, usize> = HashMap::new();
+    let mut thresholds: HashSet<(usize, u64)> = HashSet::new();
     for e in &pins {
-        let run = match runs.iter_mut().find(|r| r.run_id == e.run_id) {
-            Some(r) => r,
-            None => {
-                runs.push(RunInfo {
-                    run_id: e.run_id.clone(),
-                    pid: e.pid,
-                    pins: 0,
-                    thresholds_ms: Vec::new(),
-                });
-                runs.last_mut().expect("just pushed")
-            }
-        };
+        let i = *run_at.entry(e.run_id.as_str()).or_insert_with(|| {
+            runs.push(RunInfo {
+                run_id: e.run_id.clone(),
+                pid: e.pid,
+                pins: 0,
+                thresholds_ms: Vec::new(),
+            });
+            runs.len() - 1
+        });
+        let run = &mut runs[i];
         run.pins += 1;
         let t = round1(e.threshold.as_secs_f64() * 1e3);
-        if !run.thresholds_ms.contains(&t) {
+        if thresholds.insert((i, t.to_bits())) {
             run.thresholds_ms.push(t);
         }
     }
@@ -521,10 +524,21 @@ pub fn folded(events: &[PinnedEvent]) -> Vec<String> {
         }
         let frame = |f: &pinwatch::event::Frame| folded_frame(&f.to_string());
         let stack = if !e.stack.is_empty() {
-            e.stack
-                .iter()
-                .rev()
-                .map(frame)
+            // At most as deep as a profile's: pinwatch never writes deeper stacks, and a
+            // crafted one (a million frames in 3 MB) made a page of 227 MB (helper-105).
+            let (kept, outer) = match e.stack.len() {
+                n if n > MAX_DEPTH => (
+                    &e.stack[..MAX_DEPTH - 1],
+                    Some(format!(
+                        "[pinwatch: {} outer frames left out]",
+                        n - (MAX_DEPTH - 1)
+                    )),
+                ),
+                _ => (&e.stack[..], None),
+            };
+            outer
+                .into_iter()
+                .chain(kept.iter().rev().map(frame))
                 .collect::<Vec<_>>()
                 .join(";")
         } else {
@@ -1426,6 +1440,67 @@ mod tests {
         assert!(weights.len() > 1, "{weights:?}");
         let sum = weights.iter().try_fold(0u64, |s, w| s.checked_add(*w));
         assert!(sum.is_some(), "{weights:?}");
+    }
+
+    /// A crafted stack deeper than any pinwatch writes is cut to a profile's depth, innermost
+    /// frames kept, the rest counted in one frame (a million frames made a 227 MB page).
+    #[test]
+    fn a_stack_deeper_than_a_profile_s_is_cut_to_its_depth() {
+        let mut evs = events();
+        for e in evs.iter_mut().filter(|e| !e.stack.is_empty()) {
+            let frame = e.stack[0].clone();
+            e.stack = (0..10_000)
+                .map(|i| {
+                    let mut f = frame.clone();
+                    f.function = Some(format!("f{i}"));
+                    f
+                })
+                .collect();
+        }
+        let deep = folded(&evs)
+            .into_iter()
+            .find(|l| l.contains(";f0"))
+            .unwrap();
+        let (stack, _) = deep.rsplit_once(' ').unwrap();
+        let frames: Vec<&str> = stack.split(';').collect();
+        assert_eq!(frames.len(), MAX_DEPTH, "{:?}", &frames[..3]);
+        assert!(
+            frames[0].contains(&format!(
+                "{} outer frames left out",
+                10_000 - (MAX_DEPTH - 1)
+            )),
+            "{}",
+            frames[0]
+        );
+        assert!(frames[MAX_DEPTH - 1].starts_with("f0"), "innermost last");
+        assert!(frames[1].starts_with(&format!("f{}", MAX_DEPTH - 2)));
+    }
+
+    /// Runs are told by their id, each once, with each threshold once, in the order first seen.
+    #[test]
+    fn runs_and_their_thresholds_are_counted_once_each() {
+        let mut evs = Vec::new();
+        for (k, (run, ms)) in [("a", 20), ("b", 20), ("a", 30), ("a", 20), ("b", 20)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut e = events()[0].clone();
+            e.id = 1000 + k as u64;
+            e.run_id = run.into();
+            e.threshold = Duration::from_millis(ms);
+            evs.push(e);
+        }
+        let d = data(&evs, "x", &[]);
+        let runs: Vec<(&str, usize, &[f64])> = d
+            .runs
+            .iter()
+            .map(|r| (r.run_id.as_str(), r.pins, &r.thresholds_ms[..]))
+            .collect();
+        assert_eq!(
+            runs,
+            [("a", 3, &[20.0, 30.0][..]), ("b", 2, &[20.0][..])],
+            "{runs:?}"
+        );
     }
 
     /// A frame's text cannot split a folded stack or pose as its sample count.

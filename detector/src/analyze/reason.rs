@@ -333,6 +333,30 @@ const INTERNAL_CRATES: &[&str] = &[
     "prometheus",
 ];
 
+/// Crates of [`INTERNAL_CRATES`] whose names a service's own crate may well have (a `console`
+/// tool, an `object` store): in a file of the service's own they are the service's, where one
+/// of them built from the service's tree is unlikely, and would not block on its own (helper-106:
+/// a service crate named `console` lost its line). pinwatch's symbolization and exporters'
+/// crates, and small helpers; in a registry or a vendored tree they stay plumbing.
+const GENERIC_NAMES: &[&str] = &[
+    "addr2line",
+    "backtrace",
+    "bytes",
+    "console",
+    "gimli",
+    "hashbrown",
+    "libc",
+    "memchr",
+    "miniz_oxide",
+    "object",
+    "once_cell",
+    "opentelemetry",
+    "prometheus",
+    "rustc_demangle",
+    "slab",
+    "want",
+];
+
 /// The crates of [`INTERNAL_CRATES`]' projects named after them with `_` (`tokio_util`,
 /// `parking_lot_core`): what a crate in a file of the service's own is judged against, where
 /// [`is_internal`]'s rule by prefix would take the service's `http_gateway` for plumbing.
@@ -441,7 +465,8 @@ pub(crate) fn is_application(f: &Frame) -> bool {
     if own_source {
         // Only the runtime's crates themselves, built from a path of the service's (a
         // `[patch]`, a fork, a build system's own layout of dependencies).
-        return !INTERNAL_CRATES.contains(&krate) && !INTERNAL_FAMILY.contains(&krate);
+        let runtime = INTERNAL_CRATES.contains(&krate) && !GENERIC_NAMES.contains(&krate);
+        return !runtime && !INTERNAL_FAMILY.contains(&krate);
     }
     !is_internal(krate)
 }
@@ -1047,6 +1072,15 @@ mod tests {
                 true,
             ),
             ("tokio_jobs::run", "/work/app/tokio-jobs/src/lib.rs", true),
+            // A crate of the service's named like one of pinwatch's own dependencies
+            // (helper-106: `console` lost its line); from a registry it is plumbing.
+            ("console::main::{closure#0}", "/srv/console/src/main.rs", true),
+            ("object::store::put", "/work/app/object/src/store.rs", true),
+            (
+                "console::term::f",
+                "/h/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/console-0.15.11/src/term.rs",
+                false,
+            ),
             (
                 "tokio::runtime::park::park",
                 "/work/app/tokio/tokio/src/park.rs",

@@ -501,6 +501,78 @@ fn block_in_place_is_not_reported_when_tokio_records_the_hand_over_late() {
     assert_eq!(stats.pinned_polls, 0, "{stats:?}");
 }
 
+/// A poll that pins its worker and then goes into `block_in_place` is a pin up to the section:
+/// completed, located where it blocked before it (helper-106: a 150 ms sleep followed by
+/// `block_in_place` was retracted whole, the pin never told). Whether tokio records the
+/// hand-over at once, or late (its blocking thread busy, as on a loaded machine). The poll goes
+/// into the section only once its pin has been reported in progress.
+#[test]
+fn a_pin_before_block_in_place_is_reported_up_to_the_section() {
+    let _serial = serial();
+    for late_hand_over in [false, true] {
+        let events = Collected::default();
+        let mut tokio = multi_thread(2);
+        tokio.max_blocking_threads(1);
+        let rt = support::watch(
+            builder(&events).sample_interval(Duration::from_millis(10)),
+            &mut tokio,
+        );
+        let (busy_tx, busy_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let busy = rt.spawn_blocking(move || {
+            if late_hand_over {
+                busy_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            }
+        });
+        if late_hand_over {
+            busy_rx.recv().unwrap();
+        } else {
+            rt.block_on(busy).unwrap();
+        }
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let task = rt.spawn(async move {
+            go_rx.recv().unwrap(); // the pin: blocked until the test has seen it reported
+            tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(200)))
+        });
+        let id: u64 = task.id().to_string().parse().unwrap();
+        events
+            .wait_for(Duration::from_secs(60), |e| e.task_id == Some(id))
+            .unwrap_or_else(|| panic!("the pin was not reported: {:#?}", events.all()));
+        go_tx.send(()).unwrap();
+        rt.block_on(task).unwrap();
+        if late_hand_over {
+            release_tx.send(()).unwrap();
+        }
+        rt.shutdown();
+        let about_it: Vec<_> = events
+            .all()
+            .into_iter()
+            .filter(|e| e.task_id == Some(id))
+            .collect();
+        let last = about_it.last().unwrap();
+        assert_eq!(
+            last.state,
+            State::Completed,
+            "late hand-over: {late_hand_over}: {about_it:#?}"
+        );
+        assert!(
+            about_it
+                .iter()
+                .all(|e| e.state != pinwatch::State::Retracted),
+            "{about_it:#?}"
+        );
+        assert!(last.duration >= Duration::from_millis(20), "{last:#?}");
+        let top = last.top_frame.as_ref().expect("a top frame");
+        assert!(
+            top.file
+                .as_deref()
+                .is_some_and(|f| f.ends_with("detect.rs")),
+            "located before the section: {top:?}"
+        );
+    }
+}
+
 #[test]
 fn a_worker_that_blocks_the_sampling_signal_is_signalled_at_most_once_and_reported_without_a_stack()
 {

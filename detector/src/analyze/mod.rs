@@ -169,6 +169,27 @@ impl Analyzer {
             stats.block_in_place.fetch_add(1, Ordering::Relaxed);
             stats.pinned_polls.fetch_sub(1, Ordering::Relaxed);
         };
+        let in_section = match state {
+            State::Retracted => true,
+            State::InProgress => self.latest_in_block_in_place(&report),
+            State::Completed => false,
+        };
+        if let Some((ran, looks)) = in_section.then(|| self.before_section(&report)).flatten() {
+            // It pinned its worker before it went into the section: that part is a pin, ended
+            // where the section began, as far as the looks tell (the last that found it outside).
+            // Analysed from those looks only: the section's own are not where it blocked.
+            let mut report = report;
+            report.probes.truncate(looks);
+            let mut event = self.analyze_probes(report);
+            event.state = State::Completed;
+            event.duration = ran;
+            self.open.remove(&id);
+            if state == State::InProgress {
+                // Its later reports (the section, the retraction) are not this pin's.
+                self.in_block_in_place.insert(id);
+            }
+            return Some(event);
+        }
         let mut event = self.analyze(report);
         match state {
             State::Retracted => {
@@ -197,6 +218,33 @@ impl Analyzer {
                 Some(event)
             }
         }
+    }
+
+    /// Whether the latest sampled look at `report`'s poll found it inside `block_in_place`.
+    fn latest_in_block_in_place(&mut self, report: &RawReport) -> bool {
+        let latest = report.probes.iter().rev().find_map(|p| p.stack.as_deref());
+        latest.is_some_and(|ips| self.stack(ips).in_block_in_place)
+    }
+
+    /// For a poll found inside `block_in_place`: how long it had run when the last look before
+    /// the section found it outside, and how many looks that is. Looks start at the verdict (the
+    /// threshold reached), so such a look shows that the poll pinned its worker before the
+    /// section; retracted whole, a 150 ms sleep followed by `block_in_place` went unreported
+    /// (helper-106). `None` when no timed look found it outside first.
+    fn before_section(&mut self, report: &RawReport) -> Option<(std::time::Duration, usize)> {
+        let mut found = None;
+        for (i, probe) in report.probes.iter().enumerate() {
+            let Some(ips) = probe.stack.as_deref() else {
+                continue;
+            };
+            if self.stack(ips).in_block_in_place {
+                break;
+            }
+            if let Some(reading) = probe.reading {
+                found = Some((reading.at.saturating_duration_since(report.start), i + 1));
+            }
+        }
+        found
     }
 
     /// Resolves the probes' stacks, classifies each probe (the dominant reason wins, the others
@@ -502,6 +550,7 @@ mod tests {
             event,
             probes: vec![probe],
             probes_taken: taken,
+            start: std::time::Instant::now(),
         }
     }
 

@@ -61,6 +61,8 @@ pub(crate) struct RawReport {
     /// How many probes the pin has had (`probes` keeps the first and the latest of them): two
     /// reports of a pin with the same count carry the same probes.
     pub probes_taken: u64,
+    /// When the poll started ([`Pinned::start`]): the probes' readings are timed against it.
+    pub start: Instant,
 }
 
 /// Starts the watchdog thread for `shared`'s slots on the runtime of `handle`: it sends its
@@ -2006,6 +2008,7 @@ impl<'a> Scan<'a> {
             event: p.event.clone(),
             probes: p.probes.clone(),
             probes_taken: p.probes_taken,
+            start: p.start,
         });
         match self.tx.try_send(report) {
             Ok(()) => {

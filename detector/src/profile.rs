@@ -56,8 +56,8 @@ use crate::event::{Frame, PinnedEvent, State};
 /// The longest string (function name, file name, label value) kept, in bytes; a longer one is
 /// cut at a character boundary and ends with `…`.
 pub const MAX_STRING_BYTES: usize = 1024;
-/// The most bytes of strings in the string table; a new string past it is written as
-/// `[pinwatch: string table full]`.
+/// The most bytes of strings in the string table, besides the profile's one-line description; a
+/// new string past it is written as `[pinwatch: string table full]`.
 pub const MAX_STRING_TABLE_BYTES: usize = 8 << 20;
 /// The most frames of one stack: the innermost ones, under a frame saying how many outer frames
 /// were left out.
@@ -179,7 +179,10 @@ fn build_from(pins: Vec<&PinnedEvent>) -> proto::Profile {
         b.profile.time_nanos = nanos_i64(first.duration_since(SystemTime::UNIX_EPOCH).ok());
         b.profile.duration_nanos = nanos_i64(last.duration_since(first).ok());
     }
-    let comment = b.string(&format!(
+    // Past the table's bound too: it says what the profile is, and a full table had put
+    // "[pinwatch: string table full]" in its place (helper-105).
+    let comment = b.profile.string_table.len() as i64;
+    b.profile.string_table.push(format!(
         "pinwatch pinned-time profile: {counted} pins ({in_progress} still in progress), the \
          last report of each; retracted polls left out"
     ));
@@ -1041,6 +1044,34 @@ mod tests {
     /// A crafted recording: 20,000 pins with distinct stacks and spans, a few of 1,000 frames
     /// with megabyte names. The profile stays within the bounds, and every pin and nanosecond is counted.
     #[test]
+    fn a_full_string_table_keeps_the_profile_s_description() {
+        // Long names until one no longer fits, then short ones until none does: the table is
+        // full to a few bytes.
+        let long = "y".repeat(1000);
+        let events: Vec<PinnedEvent> = (0..12_000u64)
+            .map(|id| {
+                let mut e = pin(id, Reason::Sleep, 1, 10);
+                let name = match id {
+                    ..9_000 => format!("{long}{id}"),
+                    _ => format!("z{id}"),
+                };
+                e.stack = vec![frame(&name, 1)];
+                e
+            })
+            .collect();
+        let p = build(&events, &Options::default());
+        assert!(p
+            .string_table
+            .iter()
+            .any(|s| s == "[pinwatch: string table full]"));
+        let description = &p.string_table[p.comment[0] as usize];
+        assert!(
+            description.starts_with("pinwatch pinned-time profile: 12000 pins"),
+            "{description}"
+        );
+    }
+
+    #[test]
     fn a_crafted_recording_gives_a_bounded_profile_with_every_pin_counted() {
         let huge = "x".repeat(1 << 20);
         let mut events = Vec::new();
@@ -1072,7 +1103,15 @@ mod tests {
         assert!(p.function.len() <= MAX_LOCATIONS + 2);
         assert!(p.string_table.iter().all(|s| s.len() <= MAX_STRING_BYTES));
         let bytes: usize = p.string_table.iter().map(String::len).sum();
-        assert!(bytes <= MAX_STRING_TABLE_BYTES + 64, "{bytes}");
+        let description = &p.string_table[p.comment[0] as usize];
+        assert!(
+            description.starts_with("pinwatch pinned-time profile: 20001 pins"),
+            "{description}"
+        );
+        assert!(
+            bytes <= MAX_STRING_TABLE_BYTES + 64 + description.len(),
+            "{bytes}"
+        );
         assert!(p.sample.iter().all(|s| s.location_id.len() <= MAX_DEPTH));
         let (pins, nanos) = p.sample.iter().fold((0i64, 0i64), |(n, t), s| {
             (n + s.value[0], t.saturating_add(s.value[1]))

@@ -26,8 +26,8 @@ pub enum Error {
     },
     /// The recording file cannot be opened for appending.
     #[error(
-        "cannot open the pinwatch recording {path:?} for appending: {source}; \
-         check that its directory exists and is writable, or unset PINWATCH_RECORD"
+        "cannot open the pinwatch recording {path:?} for appending: {source}; {}",
+        record_hint(source)
     )]
     Record {
         /// The path.
@@ -139,5 +139,47 @@ impl Error {
             value: value.into(),
             reason: reason.into(),
         }
+    }
+}
+
+/// What to do about a recording that cannot be opened: a refusal (a directory, a device, a
+/// symlink another user planted: its error says which) is not a missing directory, which the
+/// one hint for both had said (helper-105).
+fn record_hint(e: &std::io::Error) -> &'static str {
+    if e.kind() == std::io::ErrorKind::InvalidInput {
+        "name a regular file of the service's own in PINWATCH_RECORD, or unset it"
+    } else {
+        "check that its directory exists and is writable, or unset PINWATCH_RECORD"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recording refused for what it is does not send the user to look for its directory.
+    #[test]
+    fn a_refused_recording_is_not_said_to_need_its_directory() {
+        let record = |kind, text: &str| {
+            Error::Record {
+                path: "/tmp/rec.jsonl".into(),
+                source: std::io::Error::new(kind, text.to_owned()),
+            }
+            .to_string()
+        };
+        let refused = record(
+            std::io::ErrorKind::InvalidInput,
+            "a symlink another user made",
+        );
+        assert!(!refused.contains("directory exists"), "{refused}");
+        assert!(
+            refused.contains("a regular file of the service's own"),
+            "{refused}"
+        );
+        let missing = record(std::io::ErrorKind::NotFound, "No such file or directory");
+        assert!(
+            missing.contains("check that its directory exists"),
+            "{missing}"
+        );
     }
 }

@@ -133,7 +133,7 @@ impl Reason {
                 _ => "use tokio::fs / tokio::net, or move the call to tokio::task::spawn_blocking",
             },
             Reason::LockWait => {
-                "its holder keeps a std lock across slow work: shorten that, or use tokio::sync::Mutex"
+                "its holder keeps the lock across slow work: shorten that, or use tokio::sync::Mutex (RwLock for a read-write lock)"
             }
             Reason::LockHeld => {
                 "don't hold a std lock across blocking work (drop the guard first), or use tokio::sync::Mutex"

@@ -18,7 +18,10 @@
 //!    made while the pin ran: a loop on a read that returns at once (end of file); stop
 //!    looping on `Ok(0)` (`yield_now` would hide it). A synchronous `Read::read` is not this:
 //!    a decoder reading a buffer is computation.
-//! 7. Otherwise the reason's own advice ([`Reason::advice`]).
+//! 7. Waiting for a child process of std's (`std::process`: `output`, `status`, `wait`,
+//!    `spawn`) above the service's code: tokio's `tokio::process::Command` (the reason's own
+//!    advice said `tokio::net` for the `poll` on the child's pipes: helper-106).
+//! 8. Otherwise the reason's own advice ([`Reason::advice`]).
 
 use super::reason::{
     base_name, dependency_crate, directory_crate, is_own_code, is_std_source, owning_crate,
@@ -58,6 +61,9 @@ pub(crate) const STDIO_LOCK: &str = "it waits for std's stdout/stderr lock, whic
 pub(crate) const TOKIO_LOCK: &str = "it waits for a lock of tokio's own (its task list, a run \
     queue, a driver), which tokio holds only briefly: the thread holding it was kept from a CPU \
     (every CPU busy, a CPU quota, swapping); not a lock of yours: give the service CPU to spare";
+pub(crate) const CHILD_PROCESS: &str = "it waits for a child process on the worker \
+    (std::process): use tokio::process::Command and .await it, or run it in \
+    tokio::task::spawn_blocking";
 pub(crate) const SPIN_READ: &str = "it spins on a read that returns at once without waiting \
     (Ok(0): end of file, the peer closed): stop the loop on Ok(0); yield_now would only hide \
     the spin and keep a core busy";
@@ -103,6 +109,11 @@ pub(crate) fn advise(e: &Evidence<'_>) -> String {
         && all().any(|s| above_own(s).iter().any(is_spin_frame))
     {
         return SPIN_READ.to_owned();
+    }
+    if matches!(e.reason, Reason::Io | Reason::Other)
+        && above_own(e.frames).iter().any(is_child_process)
+    {
+        return CHILD_PROCESS.to_owned();
     }
     e.reason.advice(Some(e.operation)).to_owned()
 }
@@ -214,6 +225,19 @@ fn is_executor_block_on(f: &Frame) -> bool {
     let pollster = base.starts_with("pollster::") || file_has(f, "/pollster-");
     (futures && matches!(last.as_str(), "block_on" | "run_executor"))
         || (pollster && last == "block_on")
+}
+
+/// std's child processes waited for or started: `std::process::Command::{output, status,
+/// spawn}`, `std::process::Child::{wait, wait_with_output}`, or a frame inlined from
+/// `std/src/process.rs`.
+fn is_child_process(f: &Frame) -> bool {
+    names(f).is_some_and(|(base, last)| {
+        base.starts_with("std::process::")
+            && matches!(
+                last.as_str(),
+                "output" | "status" | "spawn" | "wait" | "wait_with_output"
+            )
+    }) || file_has(f, "/std/src/process.rs")
 }
 
 /// `core::ptr::drop_in_place`: a value being dropped.
@@ -825,6 +849,45 @@ mod tests {
         let mut e = evidence(Reason::Cpu, "running", &in_drop);
         e.samples = &samples;
         assert_eq!(advise(&e), Reason::Cpu.advice(Some("running")));
+    }
+
+    /// A wait for a child process of std's is told to use tokio's (it was told `tokio::net`
+    /// for the `poll` on the child's pipes: helper-106); the same `poll` elsewhere is not.
+    #[test]
+    fn waiting_for_a_child_process_wants_tokio_process() {
+        let output = [
+            f("__GI___poll"),
+            f("std::sys::pal::unix::pipe::read2"),
+            f("std::process::Command::output"),
+            own("svc::run_tool"),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::Io, "poll", &output)),
+            CHILD_PROCESS
+        );
+        let wait = [
+            f("__GI___wait4"),
+            f("std::process::Child::wait"),
+            own("svc::run_tool"),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::Other, "wait4", &wait)),
+            CHILD_PROCESS
+        );
+        // Inlined into the service's frame, known by std's file.
+        let mut inlined = f("svc::run_tool");
+        inlined.file = Some("/rustc/abc/library/std/src/process.rs".into());
+        let inlined = [f("__GI___wait4"), inlined, own("svc::run_tool")];
+        assert_eq!(
+            advise(&evidence(Reason::Other, "wait4", &inlined)),
+            CHILD_PROCESS
+        );
+        // Below the service's code only: the service's own `output` is not std's.
+        let own_poll = [f("__GI___poll"), own("svc::process::output")];
+        assert_eq!(
+            advise(&evidence(Reason::Io, "poll", &own_poll)),
+            Reason::Io.advice(Some("poll"))
+        );
     }
 
     #[test]

@@ -314,6 +314,7 @@ const INTERNAL_CRATES: &[&str] = &[
     "bytes",
     "slab",
     "parking_lot",
+    "lock_api",
     "crossbeam",
     "rayon",
     "serde",
@@ -1054,6 +1055,7 @@ mod tests {
             "http-body-1.0.1",
             "serde_json-1.0.140",
             "parking_lot_core-0.9.10",
+            "lock_api-0.4.14",
             "console-subscriber-0.5.0",
         ] {
             assert!(

@@ -266,6 +266,9 @@ fn lock_held_on_a_pinwatch_mutex_and_lock_wait_names_the_holder() {
     let by = w.lock_holder.as_ref().expect("holder named");
     assert_eq!(by.acquired_at.line, lock_line);
     assert_eq!(by.worker.tid, e.worker.tid);
+    // And the worker it runs (it was always null: helper-106).
+    assert!(e.worker.index.is_some(), "{e:#?}");
+    assert_eq!(by.worker.index, e.worker.index, "{w:#?}");
 }
 
 /// Met by the initializer once it runs, and by the test before it starts the bystander.

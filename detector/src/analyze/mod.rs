@@ -319,7 +319,7 @@ impl Analyzer {
                     .and_then(|h| h.as_ref())
                     .map(|h| LockHolder {
                         worker: Worker {
-                            index: None,
+                            index: h.index,
                             tid: h.tid,
                             name: h.name.clone(),
                         },

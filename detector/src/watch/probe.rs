@@ -55,6 +55,10 @@ pub(crate) struct Holder {
     pub tid: i32,
     pub name: String,
     pub site: &'static std::panic::Location<'static>,
+    /// Its thread, as tokio's metrics name worker threads.
+    pub thread: u64,
+    /// The worker it runs, when it runs one (filled in by the watchdog, which asks tokio).
+    pub index: Option<usize>,
 }
 
 /// One look at a pinned thread.
@@ -297,6 +301,8 @@ fn waiting_for(w: &Shared, slot: &Slot) -> Option<Option<Holder>> {
             tid: other.tid.load(Ordering::Relaxed),
             name: String::from_utf8_lossy(&name[..n]).into_owned(),
             site: site?,
+            thread: other.thread.load(Ordering::Relaxed),
+            index: None,
         })
     });
     Some(holder)

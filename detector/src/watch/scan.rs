@@ -1986,6 +1986,13 @@ impl<'a> Scan<'a> {
             Some(last) => last.reading,
             None => first_since(p.near, p.baseline, reading),
         };
+        if let Some(Some(holder)) = probe.waiting_for.as_mut() {
+            // The lock's holder is a watched thread: the worker it runs, if it runs one
+            // (`lock_holder.worker.index` was never set: helper-106).
+            if let Owner::Worker(i) = workers::owner(self.handle, holder.thread) {
+                holder.index = Some(i);
+            }
+        }
         probe.switches = switches;
         probe.reading = reading;
         probe.since = since;

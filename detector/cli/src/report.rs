@@ -33,6 +33,11 @@ pub struct PageData {
     pub span_start_ms: u64,
     /// See `span_start_ms`.
     pub span_end_ms: u64,
+    /// From the first pin's start to the last pin's end, in ms (0.1 ms): what the timeline's
+    /// width stands for. `span_end_ms - span_start_ms`, whole milliseconds each, was up to 1 ms
+    /// off: the time span read 112.0 ms for a 112.3 ms pin, whose bar ran past the plot
+    /// (helper-105).
+    pub span_ms: f64,
     /// Pins (each counted once, by its last report) per state.
     pub completed: usize,
     /// See `completed`.
@@ -315,6 +320,16 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
     };
     // One pixel of the plot, in ms: pins closer than that merge into one bar.
     let pixel = ((span_end - span_start) / PLOT_WIDTH).max(1e-9);
+    // Where each run's last pin ended: a pin still running at its run's last report (the
+    // process killed) is drawn to there, not into the runs after it (helper-105: a 26 ms pin of
+    // a killed run filled the timeline of a recording two hours long).
+    let mut run_end: HashMap<&str, f64> = HashMap::new();
+    for e in &shown {
+        let t = run_end
+            .entry(e.run_id.as_str())
+            .or_insert(f64::NEG_INFINITY);
+        *t = t.max(end(e));
+    }
 
     // One lane per worker of each run (a `block_on` body, or a thread that is no worker, has
     // its own), ordered by run (in order of first appearance), worker index, then thread.
@@ -371,13 +386,14 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
                 .map(|(r, _)| r.clone())
                 .unwrap_or_default();
             let open = group.iter().any(|e| e.state == State::InProgress);
+            let open_to = run_end.get(group[0].run_id.as_str()).copied().unwrap_or(t);
             let pin = (group.len() == 1).then(|| {
                 details.push(view(group[0]));
                 details.len() - 1
             });
             bars.push(Bar {
                 start_ms: round1(s - span_start),
-                end_ms: round1(if open { span_end } else { t } - span_start),
+                end_ms: round1(if open { open_to.max(t) } else { t } - span_start),
                 reason,
                 count: group.len(),
                 pin,
@@ -422,6 +438,7 @@ pub fn data(events: &[PinnedEvent], source: &str, warnings: &[String]) -> PageDa
         runs,
         span_start_ms: span_start as u64,
         span_end_ms: span_end as u64,
+        span_ms: round1(span_end - span_start),
         completed: count(State::Completed),
         in_progress: count(State::InProgress),
         retracted: count(State::Retracted),
@@ -674,7 +691,7 @@ pub fn render(events: &[PinnedEvent], source: &str, warnings: &[String]) -> Resu
     let d = data(events, source, warnings);
     let flame = flame_graph(events)?;
     let mut h = String::new();
-    let span = d.span_end_ms.saturating_sub(d.span_start_ms) as f64;
+    let span = d.span_ms;
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -1201,6 +1218,32 @@ mod tests {
         );
     }
 
+    /// A pin still running at its run's last report (the process killed), in a recording with
+    /// a later run: its bar ends with its run, not with the recording (helper-105: a 26 ms pin
+    /// was drawn two hours long); and the time span is not cut to whole milliseconds.
+    #[test]
+    fn a_killed_run_s_open_pin_ends_with_its_run() {
+        let all = events();
+        let mut killed = all
+            .iter()
+            .find(|e| e.state == State::InProgress && e.reason == Some(pinwatch::Reason::Cpu))
+            .unwrap()
+            .clone();
+        killed.duration = Duration::from_micros(26_500);
+        let mut later = all
+            .iter()
+            .find(|e| e.run_id.starts_with('b'))
+            .unwrap()
+            .clone();
+        later.start = killed.start + Duration::from_secs(7200);
+        later.duration = Duration::from_micros(112_300);
+        let d = data(&[killed, later], "x", &[]);
+        let bars: Vec<&Bar> = d.lanes.iter().flat_map(|l| &l.bars).collect();
+        let open = bars.iter().find(|b| b.open).unwrap();
+        assert_eq!((open.start_ms, open.end_ms), (0.0, 26.5), "{bars:?}");
+        assert_eq!(d.span_ms, 7_200_112.3);
+    }
+
     #[test]
     fn aggregation_of_the_small_recording() {
         let d = data(&events(), "x", &[]);
@@ -1222,10 +1265,11 @@ mod tests {
         let bars: Vec<&Bar> = d.lanes.iter().flat_map(|l| &l.bars).collect();
         assert_eq!(bars.len(), 6);
         assert!(bars.iter().all(|b| b.count == 1 && b.pin.is_some()));
-        // The running cpu pin is open to the end of the recording.
+        // The running cpu pin is open to the end of its run.
         let cpu = bars.iter().find(|b| b.reason == "cpu").unwrap();
         assert!(cpu.open);
-        assert_eq!(cpu.end_ms, (d.span_end_ms - d.span_start_ms) as f64);
+        assert_eq!(cpu.end_ms, 500.0);
+        assert_eq!(d.span_ms, 500.0);
         assert_eq!(d.total_pinned_ms, 100.0 + 50.0 + 300.0 + 40.0 + 60.0 + 30.0);
         let reasons: Vec<(&str, usize)> = d
             .reasons

@@ -273,10 +273,11 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 /// [`recording_files`], with warnings for what a reader should know it left out.
 ///
 /// Rotated files are numbered from 1, the newest, up: a rotation renames each one there onto
-/// the next number. A file numbered past a gap of more than one number (a crash between two
-/// renames leaves one) is another recording named like a rotated file — `rec.20261201.jsonl`,
-/// `rec.$$.jsonl` — and was read as part of this one, silently (helper-105): it is left out,
-/// and named. A directory that cannot be listed (mode `0711`, as a home directory often is)
+/// the next number, so gaps are few and short (a crash between two renames leaves one; one
+/// there when the recording began is carried along). A file numbered far past the others —
+/// more than twice as many as come before it, plus two — is another recording named like a
+/// rotated file (`rec.20261201.jsonl`, `rec.$$.jsonl`), and was read as part of this one,
+/// silently (helper-105): it is left out, and named. A directory that cannot be listed (mode `0711`, as a home directory often is)
 /// leaves `path` alone, said so; it was an error that blamed `path`, which could be read.
 fn recording_files_saying(
     path: &Path,
@@ -310,11 +311,8 @@ fn recording_files_saying(
     rotated.sort_by_key(|r| r.0);
     let kept = rotated
         .iter()
-        .scan(0, |last, &(k, _)| {
-            (k <= *last + 2).then(|| {
-                *last = k;
-            })
-        })
+        .enumerate()
+        .take_while(|&(before, &(k, _))| k <= 2 * before + 2)
         .count();
     let strays = rotated.split_off(kept);
     if !strays.is_empty() {

@@ -270,8 +270,10 @@ fn pins_at_every_phase_of_falling_asleep(mut tokio: tokio::runtime::Builder, in_
         scope.spawn(move || rt.block_on(body));
         let rounds = 40u32;
         // Sleeps counted before the last pin was let go: a sleep after it counts more (it may
-        // be asleep already when its report arrives).
-        let mut slept = detector.stats().watchdog_sleeps;
+        // be asleep already when its report arrives). None before the first: the watchdog may
+        // have gone to sleep before this line, and then sleeps on (nothing wakes it until the
+        // first pin), which round 0 waited for in vain.
+        let mut slept = 0;
         for round in 0..rounds {
             // Half the rounds wait until it sleeps; the others start the pin after a spin of
             // 0–6 ms, while it goes idle and decides (the phase, not an ordering).

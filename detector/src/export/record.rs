@@ -308,6 +308,14 @@ impl RecordSink {
     /// error, counted and said as such.
     fn follow_the_name(&mut self) -> std::io::Result<()> {
         match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.file_id && m.len() < self.size => {
+                // Truncated in place (logrotate's `copytruncate`): its size is counted from
+                // what is left, or it would rotate that much early (helper-105: at 30 KB of
+                // 64). Appends go to its new end.
+                self.size = m.len();
+                self.torn &= m.len() > 0;
+                return Ok(());
+            }
             Ok(m) if (m.dev(), m.ino()) != self.file_id => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // The file, or a look that failed (a directory the service may no longer search):
@@ -1496,6 +1504,48 @@ pub(super) mod tests {
         let relative = PathBuf::from(up).join(path.strip_prefix("/").unwrap());
         let sink = RecordSink::open(&relative).unwrap();
         assert!(sink.status().path.is_absolute(), "{:?}", sink.status().path);
+    }
+
+    /// A recording truncated in place (logrotate's `copytruncate`) is counted from its new size:
+    /// it rotated that much early.
+    #[test]
+    fn a_recording_truncated_in_place_counts_its_size_from_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let line = |id| {
+            let mut sink = RecordSink::open(&dir.path().join("probe.jsonl")).unwrap();
+            sink.event(&event(id, 0));
+            drop(sink);
+            let text = std::fs::read_to_string(dir.path().join("probe.jsonl")).unwrap();
+            std::fs::remove_file(dir.path().join("probe.jsonl")).unwrap();
+            text.len() as u64
+        };
+        let one = line(1);
+        // Room for three lines: the fourth would rotate.
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(3 * one + one / 2),
+                max_age: None,
+                keep: 2,
+            },
+        )
+        .unwrap();
+        sink.event(&event(1, 0));
+        sink.event(&event(2, 0));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        sink.event(&event(3, 0));
+        sink.event(&event(4, 0));
+        let st = sink.status();
+        assert_eq!((st.events, st.rotations), (4, 0), "{st:?}");
+        assert_eq!(st.current_size, std::fs::metadata(&path).unwrap().len());
+        drop(sink);
+        assert_eq!(ids(&path), vec![3, 4]);
     }
 
     /// Following a symlink at the end of a recording's path, as the kernel's

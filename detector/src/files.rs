@@ -237,6 +237,21 @@ pub(crate) fn rotated_numbers(path: &Path) -> std::io::Result<Vec<usize>> {
     Ok(out)
 }
 
+/// How many of `numbers` (rotated files' numbers, sorted up) are the recording's own: a rotation
+/// renames each file onto the next number, so gaps are few and short (a crash between two
+/// renames leaves one; one there when the recording began is carried along). A file numbered
+/// far past the others — more than twice as many as come before it, plus three — is another
+/// recording named like a rotated file (`rec.20261201.jsonl`, `rec.$$.jsonl`), and so is every
+/// one after it: the reader leaves them out (they were read as part of the recording:
+/// helper-105) and the writer leaves them where they are (it renamed them on: helper-107).
+pub(crate) fn rotated_run(numbers: &[usize]) -> usize {
+    numbers
+        .iter()
+        .enumerate()
+        .take_while(|&(before, &k)| k <= 2 * before + 3)
+        .count()
+}
+
 /// `Some(k)` when `candidate` is the `k`-th rotated file of `path`.
 pub(crate) fn rotation_number(path: &Path, candidate: &Path) -> Option<usize> {
     use std::os::unix::ffi::OsStrExt;
@@ -545,6 +560,24 @@ pub(crate) fn is_shared(dir_mode: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The recording's own rotated files are numbered from 1 with short gaps; a number far past
+    /// them (a date, a pid) is another recording, and so is every one after it.
+    #[test]
+    fn a_rotated_run_ends_where_a_number_is_far_past_the_others() {
+        assert_eq!(rotated_run(&[]), 0);
+        assert_eq!(rotated_run(&[1, 2, 3, 4, 5]), 5);
+        // A crash's gap, two of them, one carried from the start.
+        assert_eq!(rotated_run(&[1, 2, 4]), 3);
+        assert_eq!(rotated_run(&[1, 2, 5]), 3);
+        assert_eq!(rotated_run(&[1, 2, 3, 6]), 4);
+        assert_eq!(rotated_run(&[3]), 1);
+        // Another recording's.
+        assert_eq!(rotated_run(&[4]), 0);
+        assert_eq!(rotated_run(&[1, 2, 10]), 2);
+        assert_eq!(rotated_run(&[1, 2, 3, 12345, 20261201]), 3);
+        assert_eq!(rotated_run(&[20261201]), 0);
+    }
 
     /// A link at the end that another user made in a shared directory is not read on, also
     /// where the walk let it pass (made after the walk, the name was missing then): the

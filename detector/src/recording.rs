@@ -272,12 +272,9 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 
 /// [`recording_files`], with warnings for what a reader should know it left out.
 ///
-/// Rotated files are numbered from 1, the newest, up: a rotation renames each one there onto
-/// the next number, so gaps are few and short (a crash between two renames leaves one; one
-/// there when the recording began is carried along). A file numbered far past the others —
-/// more than twice as many as come before it, plus two — is another recording named like a
-/// rotated file (`rec.20261201.jsonl`, `rec.$$.jsonl`), and was read as part of this one,
-/// silently (helper-105): it is left out, and named. A directory that cannot be listed (mode `0711`, as a home directory often is)
+/// A file numbered far past the other rotated files is another recording's
+/// ([`rotated_run`](crate::files::rotated_run)), and was read as part of this one, silently
+/// (helper-105): it is left out, and named. A directory that cannot be listed (mode `0711`, as a home directory often is)
 /// leaves `path` alone, said so; it was an error that blamed `path`, which could be read.
 fn recording_files_saying(
     path: &Path,
@@ -309,11 +306,8 @@ fn recording_files_saying(
         return Ok((vec![path.to_owned()], warnings));
     }
     rotated.sort_by_key(|r| r.0);
-    let kept = rotated
-        .iter()
-        .enumerate()
-        .take_while(|&(before, &(k, _))| k <= 2 * before + 2)
-        .count();
+    let numbers: Vec<usize> = rotated.iter().map(|r| r.0).collect();
+    let kept = crate::files::rotated_run(&numbers);
     let strays = rotated.split_off(kept);
     if !strays.is_empty() {
         let named: Vec<String> = strays

@@ -266,8 +266,11 @@ impl RecordSink {
         // and a rotation must cost what is on disk, not what `keep` allows. Files numbered
         // `keep` or more are left alone.
         let mut present = crate::files::rotated_numbers(&self.path).map_err(undo)?;
+        // Not another recording named like a rotated file, which the reader leaves out too.
+        present.sort_unstable();
+        present.truncate(crate::files::rotated_run(&present));
         present.retain(|&k| k < self.rotation.keep);
-        present.sort_unstable_by(|a, b| b.cmp(a));
+        present.reverse();
         for k in present {
             // Onto file k + 1, replacing it: that deletes the oldest.
             match rename(
@@ -1504,6 +1507,37 @@ pub(super) mod tests {
         let relative = PathBuf::from(up).join(path.strip_prefix("/").unwrap());
         let sink = RecordSink::open(&relative).unwrap();
         assert!(sink.status().path.is_absolute(), "{:?}", sink.status().path);
+    }
+
+    /// Another recording named like a rotated file, numbered far past the rotated ones
+    /// (`rec.20261201.jsonl`), is left where it is by the rotations, however large `keep` is:
+    /// they renamed it on, one number a rotation (helper-107), while readers leave it out.
+    #[test]
+    fn another_recording_named_like_a_rotated_file_is_not_renamed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let other = rotated_path(&path, 20_261_201);
+        std::fs::write(&other, "theirs\n").unwrap();
+        let mut sink = RecordSink::open_rotating(
+            &path,
+            Rotation {
+                max_size: Some(1),
+                max_age: None,
+                keep: usize::MAX,
+            },
+        )
+        .unwrap();
+        for id in 1..=4 {
+            sink.event(&event(id, 0));
+        }
+        assert_eq!(sink.status().rotations, 3);
+        drop(sink);
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "theirs\n");
+        let mut numbers = crate::files::rotated_numbers(&path).unwrap();
+        numbers.sort_unstable();
+        assert_eq!(numbers, [1, 2, 3, 20_261_201]);
+        let files = recording_files(&path).unwrap();
+        assert_eq!(files.len(), 4, "{files:?}");
     }
 
     /// A recording truncated in place (logrotate's `copytruncate`) is counted from its new size:

@@ -476,14 +476,19 @@ const FD_CALLS: &[&str] = &[
     "sendto",
     "recvmsg",
     "sendmsg",
+    "recvmmsg",
+    "sendmmsg",
+    "connect",
+    "accept",
+    "accept4",
     "fsync",
     "fdatasync",
 ];
 
-/// Whether a signal would cut short the system call `proc` found the thread in: a receive or a
-/// send on a socket with a timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`: what std's
-/// `set_read_timeout` and `set_write_timeout` set), which `SA_RESTART` does not restart
-/// (signal(7)). std's `read` then returns `Interrupted` to the service, where without pinwatch it
+/// Whether a signal would cut short the system call `proc` found the thread in: a receive, an
+/// accept, a send or a connect on a socket with a timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`: what
+/// std's `set_read_timeout` and `set_write_timeout` set; socket2 sets them before a `connect`),
+/// which `SA_RESTART` does not restart (signal(7); helper-107: a `connect` failed after 20 ms). std's `read` then returns `Interrupted` to the service, where without pinwatch it
 /// would have waited out its timeout (helper-106: a 500 ms read failed after 20 ms). Such a
 /// thread is not signalled; it is sampled once it has left the call. Not seen: a thread that
 /// enters such a call between `proc`'s read and the signal.
@@ -492,8 +497,12 @@ fn cut_short_by_signal(proc: &ProcState) -> bool {
         return false;
     };
     let option = match proc.syscall {
-        Some("read" | "readv" | "recvfrom" | "recvmsg") => libc::SO_RCVTIMEO,
-        Some("write" | "writev" | "sendto" | "sendmsg") => libc::SO_SNDTIMEO,
+        Some("read" | "readv" | "recvfrom" | "recvmsg" | "recvmmsg" | "accept" | "accept4") => {
+            libc::SO_RCVTIMEO
+        }
+        Some("write" | "writev" | "sendto" | "sendmsg" | "sendmmsg" | "connect") => {
+            libc::SO_SNDTIMEO
+        }
         _ => return false,
     };
     let mut timeout = libc::timeval {
@@ -1204,6 +1213,58 @@ mod tests {
             server.write_all(b"x").unwrap();
             assert_eq!(worker.join().unwrap(), Ok(1), "timeout {timeout:?}");
         }
+    }
+
+    /// Which calls on which sockets a signal would cut short: a receive or an accept where the
+    /// socket has a receive timeout, a send or a connect where it has a send timeout; never a
+    /// socket without one, nor a file.
+    #[test]
+    fn calls_on_sockets_with_timeouts_are_the_ones_cut_short() {
+        use std::os::fd::AsRawFd;
+        let set = |fd: i32, option: libc::c_int| {
+            let t = libc::timeval {
+                tv_sec: 3,
+                tv_usec: 0,
+            };
+            // SAFETY: sets a timeval option of a socket of this test's, from a live timeval.
+            let rc = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    option,
+                    std::ptr::addr_of!(t).cast(),
+                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, 0);
+        };
+        let at = |syscall: &'static str, fd: i32, kind: FdKind| ProcState {
+            state: 'S',
+            syscall: Some(syscall),
+            fd: Some((fd, kind)),
+            io_calls: None,
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = listener.as_raw_fd();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let c = client.as_raw_fd();
+        for call in ["accept", "accept4", "recvfrom", "connect", "sendto"] {
+            assert!(!cut_short_by_signal(&at(call, l, FdKind::Socket)), "{call}");
+            assert!(!cut_short_by_signal(&at(call, c, FdKind::Socket)), "{call}");
+        }
+        set(l, libc::SO_RCVTIMEO);
+        set(c, libc::SO_SNDTIMEO);
+        for call in ["accept", "accept4", "recvmmsg", "read"] {
+            assert!(cut_short_by_signal(&at(call, l, FdKind::Socket)), "{call}");
+            assert!(!cut_short_by_signal(&at(call, c, FdKind::Socket)), "{call}");
+        }
+        for call in ["connect", "sendmmsg", "write"] {
+            assert!(cut_short_by_signal(&at(call, c, FdKind::Socket)), "{call}");
+            assert!(!cut_short_by_signal(&at(call, l, FdKind::Socket)), "{call}");
+        }
+        // Not a socket, or a call no timeout ends early.
+        assert!(!cut_short_by_signal(&at("read", l, FdKind::Pipe)));
+        assert!(!cut_short_by_signal(&at("fsync", l, FdKind::Socket)));
     }
 
     /// A slot table of four, its hooks, and the watchdog's view of it.

@@ -112,6 +112,7 @@ pub(crate) fn advise(e: &Evidence<'_>) -> String {
     }
     if matches!(e.reason, Reason::Io | Reason::Other)
         && above_own(e.frames).iter().any(is_child_process)
+        && !above_own(e.frames).iter().any(is_tokio_process)
     {
         return CHILD_PROCESS.to_owned();
     }
@@ -238,6 +239,16 @@ fn is_child_process(f: &Frame) -> bool {
                 "output" | "status" | "spawn" | "wait" | "wait_with_output"
             )
     }) || file_has(f, "/std/src/process.rs")
+}
+
+/// tokio's `tokio::process`, which starts its children with std's `Command::spawn`: already what
+/// the child-process advice would say (helper-107).
+fn is_tokio_process(f: &Frame) -> bool {
+    names(f).is_some_and(|(base, _)| base.starts_with("tokio::process::"))
+        || file_has(f, "/tokio/src/process/")
+        || f.file
+            .as_deref()
+            .is_some_and(|p| p.contains("/tokio-") && p.contains("/src/process/"))
 }
 
 /// `core::ptr::drop_in_place`: a value being dropped.
@@ -881,6 +892,17 @@ mod tests {
         assert_eq!(
             advise(&evidence(Reason::Other, "wait4", &inlined)),
             CHILD_PROCESS
+        );
+        // tokio's own spawn of a child (std's spawn under it) already is what it would say.
+        let tokio_spawn = [
+            f("__GI___clone3"),
+            f("std::process::Command::spawn"),
+            f("tokio::process::Command::spawn"),
+            own("svc::run_tool"),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::Other, "clone3", &tokio_spawn)),
+            Reason::Other.advice(Some("clone3"))
         );
         // Below the service's code only: the service's own `output` is not std's.
         let own_poll = [f("__GI___poll"), own("svc::process::output")];

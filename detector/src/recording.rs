@@ -264,8 +264,8 @@ pub fn describe_dump(d: &DumpInfo) -> String {
 }
 
 /// The files of the recording `path`, oldest first: its rotated files (`rec.N.jsonl` …
-/// `rec.1.jsonl`) that exist, then `path` itself ([`recording_files_saying`] says what it
-/// left out, and why).
+/// `rec.1.jsonl`) that exist, then `path` itself; not a file named like a rotated one but
+/// numbered far past them, another recording's ([`read_recording`] says what it left out).
 pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError> {
     recording_files_saying(path).map(|(files, _)| files)
 }

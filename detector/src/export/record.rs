@@ -1509,37 +1509,6 @@ pub(super) mod tests {
         assert!(sink.status().path.is_absolute(), "{:?}", sink.status().path);
     }
 
-    /// Another recording named like a rotated file, numbered far past the rotated ones
-    /// (`rec.20261201.jsonl`), is left where it is by the rotations, however large `keep` is:
-    /// they renamed it on, one number a rotation (helper-107), while readers leave it out.
-    #[test]
-    fn another_recording_named_like_a_rotated_file_is_not_renamed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("rec.jsonl");
-        let other = rotated_path(&path, 20_261_201);
-        std::fs::write(&other, "theirs\n").unwrap();
-        let mut sink = RecordSink::open_rotating(
-            &path,
-            Rotation {
-                max_size: Some(1),
-                max_age: None,
-                keep: usize::MAX,
-            },
-        )
-        .unwrap();
-        for id in 1..=4 {
-            sink.event(&event(id, 0));
-        }
-        assert_eq!(sink.status().rotations, 3);
-        drop(sink);
-        assert_eq!(std::fs::read_to_string(&other).unwrap(), "theirs\n");
-        let mut numbers = crate::files::rotated_numbers(&path).unwrap();
-        numbers.sort_unstable();
-        assert_eq!(numbers, [1, 2, 3, 20_261_201]);
-        let files = recording_files(&path).unwrap();
-        assert_eq!(files.len(), 4, "{files:?}");
-    }
-
     /// A recording truncated in place (logrotate's `copytruncate`) is counted from its new size:
     /// it rotated that much early.
     #[test]
@@ -1915,6 +1884,10 @@ pub(super) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rec.jsonl");
         std::fs::write(rotated_path(&path, 3), "three\n").unwrap();
+        // Another recording named like a rotated file, far past the rotated ones: left where
+        // it is (rotations renamed it on, one number each: helper-107), and not read.
+        let other = rotated_path(&path, 20_261_201);
+        std::fs::write(&other, "theirs\n").unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let p = path.clone();
         std::thread::spawn(move || {
@@ -1944,6 +1917,7 @@ pub(super) mod tests {
         let rec = read_recording(&path).unwrap();
         let got: Vec<u64> = rec.events.iter().map(|e| e.id).collect();
         assert_eq!((got, rec.damaged_lines), (vec![1, 2, 3, 4], 1));
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "theirs\n");
         // With keep 2, file 3 (past keep) is left alone and 2 is replaced by 1.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rec.jsonl");

@@ -190,6 +190,21 @@ fn build_from(pins: Vec<&PinnedEvent>) -> proto::Profile {
     b.profile
 }
 
+/// A stack (innermost first) cut to [`MAX_DEPTH`] frames: the innermost `MAX_DEPTH - 1` of a
+/// deeper one, and the text of the frame that stands for the outer ones, saying how many; a
+/// stack no deeper whole, and no such frame. The profile's stacks and the report's flame graph
+/// are cut alike.
+pub fn within_depth<T>(frames: &[T]) -> (&[T], Option<String>) {
+    if frames.len() <= MAX_DEPTH {
+        return (frames, None);
+    }
+    let left_out = frames.len() - (MAX_DEPTH - 1);
+    (
+        &frames[..MAX_DEPTH - 1],
+        Some(format!("[pinwatch: {left_out} outer frames left out]")),
+    )
+}
+
 fn nanos_i64(d: Option<Duration>) -> i64 {
     d.map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
@@ -357,19 +372,13 @@ impl<'a> Builder<'a> {
 
     /// The location ids of `frames` (innermost first), at most [`MAX_DEPTH`].
     fn stack(&mut self, frames: &[StackFrame<'a>]) -> Vec<u64> {
-        let mut ids: Vec<u64> = Vec::with_capacity(frames.len().min(MAX_DEPTH));
-        if frames.len() > MAX_DEPTH {
-            for f in &frames[..MAX_DEPTH - 1] {
-                ids.push(self.location(f));
-            }
-            let left_out = frames.len() - (MAX_DEPTH - 1);
-            ids.push(self.location(&StackFrame::Made(format!(
-                "[pinwatch: {left_out} outer frames left out]"
-            ))));
-        } else {
-            for f in frames {
-                ids.push(self.location(f));
-            }
+        let (kept, outer) = within_depth(frames);
+        let mut ids: Vec<u64> = Vec::with_capacity(kept.len() + 1);
+        for f in kept {
+            ids.push(self.location(f));
+        }
+        if let Some(outer) = outer {
+            ids.push(self.location(&StackFrame::Made(outer)));
         }
         ids
     }

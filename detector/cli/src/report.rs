@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pinwatch::profile::MAX_DEPTH;
+use pinwatch::profile::within_depth;
 use pinwatch::recording::{latest_reports, summarize, SummaryRow, WhoWaited};
 use pinwatch::{PinnedEvent, State};
 use serde::Serialize;
@@ -543,16 +543,7 @@ pub fn folded(events: &[PinnedEvent]) -> Vec<String> {
         let stack = if !e.stack.is_empty() {
             // At most as deep as a profile's: pinwatch never writes deeper stacks, and a
             // crafted one (a million frames in 3 MB) made a page of 227 MB (helper-105).
-            let (kept, outer) = match e.stack.len() {
-                n if n > MAX_DEPTH => (
-                    &e.stack[..MAX_DEPTH - 1],
-                    Some(format!(
-                        "[pinwatch: {} outer frames left out]",
-                        n - (MAX_DEPTH - 1)
-                    )),
-                ),
-                _ => (&e.stack[..], None),
-            };
+            let (kept, outer) = within_depth(&e.stack);
             outer
                 .into_iter()
                 .chain(kept.iter().rev().map(frame))
@@ -1490,6 +1481,7 @@ mod tests {
     /// frames kept, the rest counted in one frame (a million frames made a 227 MB page).
     #[test]
     fn a_stack_deeper_than_a_profile_s_is_cut_to_its_depth() {
+        use pinwatch::profile::MAX_DEPTH;
         let mut evs = events();
         for e in evs.iter_mut().filter(|e| !e.stack.is_empty()) {
             let frame = e.stack[0].clone();

@@ -274,8 +274,9 @@ pub fn recording_files(path: &Path) -> Result<Vec<std::path::PathBuf>, ReadError
 ///
 /// A file numbered far past the other rotated files is another recording's
 /// ([`rotated_run`](crate::files::rotated_run)), and was read as part of this one, silently
-/// (helper-105): it is left out, and named. A directory that cannot be listed (mode `0711`, as a home directory often is)
-/// leaves `path` alone, said so; it was an error that blamed `path`, which could be read.
+/// (helper-105): it is left out, and named. A directory that cannot be listed (mode `0711`, as
+/// a home directory often is) leaves `path` alone, said so; it was an error that blamed `path`,
+/// which could be read.
 fn recording_files_saying(
     path: &Path,
 ) -> Result<(Vec<std::path::PathBuf>, Vec<String>), ReadError> {

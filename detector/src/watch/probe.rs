@@ -488,8 +488,9 @@ const FD_CALLS: &[&str] = &[
 /// Whether a signal would cut short the system call `proc` found the thread in: a receive, an
 /// accept, a send or a connect on a socket with a timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`: what
 /// std's `set_read_timeout` and `set_write_timeout` set; socket2 sets them before a `connect`),
-/// which `SA_RESTART` does not restart (signal(7); helper-107: a `connect` failed after 20 ms). std's `read` then returns `Interrupted` to the service, where without pinwatch it
-/// would have waited out its timeout (helper-106: a 500 ms read failed after 20 ms). Such a
+/// which `SA_RESTART` does not restart (signal(7); helper-107: a `connect` failed after 20 ms).
+/// std's `read` then returns `Interrupted` to the service, where without pinwatch it would have
+/// waited out its timeout (helper-106: a 500 ms read failed after 20 ms). Such a
 /// thread is not signalled; it is sampled once it has left the call. Not seen: a thread that
 /// enters such a call between `proc`'s read and the signal.
 fn cut_short_by_signal(proc: &ProcState) -> bool {

@@ -1201,8 +1201,7 @@ impl PinnedEvent {
 
     /// Reads one line of a recording.
     pub fn from_json_line(line: &str) -> Result<PinnedEvent, ParseLineError> {
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| ParseLineError::Json(e.to_string()))?;
+        let value = parse_json(line)?;
         check_schema(&value)?;
         PinnedEvent::from_value(value)
     }
@@ -1551,8 +1550,7 @@ pub enum Line {
 impl Line {
     /// Reads one line of a recording: a `pinned` event or a `dump` line.
     pub fn parse(line: &str) -> Result<Line, ParseLineError> {
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| ParseLineError::Json(e.to_string()))?;
+        let value = parse_json(line)?;
         check_schema(&value)?;
         match value.get("event").and_then(|v| v.as_str()) {
             Some("dump") => {
@@ -1563,6 +1561,55 @@ impl Line {
             _ => PinnedEvent::from_value(value).map(|e| Line::Pinned(Box::new(e))),
         }
     }
+}
+
+/// The most JSON values (numbers, strings, arrays, objects, at any depth) a line read back
+/// may hold. The largest event pinwatch writes holds a few thousand (128 frames, 8 spans of 16
+/// fields, a profile, victims); a line of a bare `0,` repeated would otherwise cost 16 times
+/// its length as parsed values (a crafted 66 MB line took 2.1 GB).
+pub const MAX_JSON_VALUES: usize = 200_000;
+
+/// `line` parsed as JSON, refused unread when it holds more than [`MAX_JSON_VALUES`] values.
+fn parse_json(line: &str) -> Result<serde_json::Value, ParseLineError> {
+    if json_values_over(line.as_bytes(), MAX_JSON_VALUES) {
+        return Err(ParseLineError::NotAnEvent(format!(
+            "more than {MAX_JSON_VALUES} JSON values, far more than any line pinwatch writes"
+        )));
+    }
+    serde_json::from_str(line).map_err(|e| ParseLineError::Json(e.to_string()))
+}
+
+/// Whether `json` may hold more than `max` values, counted from above: every value but the
+/// first follows a `,` or opens an array or object (an empty one counts one too), outside
+/// strings. Reads nothing of a text shorter than `max` bytes, which cannot reach it, so an
+/// ordinary line costs nothing.
+fn json_values_over(json: &[u8], max: usize) -> bool {
+    if json.len() < max {
+        return false;
+    }
+    let (mut values, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b',' | b'[' | b'{' => {
+                    values += 1;
+                    if values > max {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    false
 }
 
 fn check_schema(value: &serde_json::Value) -> Result<(), ParseLineError> {
@@ -1786,6 +1833,68 @@ mod tests {
             trace_id: None,
             span_id: None,
         }
+    }
+
+    /// A line holding more JSON values than any pinwatch writes is refused before it is
+    /// parsed: a crafted 66 MB line of `0,` repeated took 2.1 GB as parsed values. The largest
+    /// event pinwatch writes is read, far under the bound.
+    #[test]
+    fn a_line_of_more_values_than_any_event_is_refused_unparsed() {
+        let mut e = sample();
+        let frame = Frame {
+            function: Some("f".repeat(300)),
+            file: Some("src/f.rs".into()),
+            line: Some(1),
+            locks: 8,
+        };
+        e.stack = vec![frame.clone(); crate::poll::sample::MAX_FRAMES];
+        e.profile = vec![ProfileEntry { frame, samples: 1 }; crate::poll::sample::MAX_FRAMES];
+        let fields: Vec<(String, String)> = (0..crate::spans::MAX_FIELDS)
+            .map(|i| {
+                (
+                    format!("field{i}"),
+                    "v".repeat(crate::spans::MAX_VALUE_BYTES),
+                )
+            })
+            .collect();
+        let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (&**k, &**v)).collect();
+        e.spans = vec![SpanInfo::for_test("request", "app", &fields); crate::spans::MAX_SPANS];
+        let largest = e.to_json_line();
+        assert!(largest.len() > MAX_JSON_VALUES / 20, "{}", largest.len());
+        assert!(!json_values_over(largest.as_bytes(), MAX_JSON_VALUES / 20));
+        assert_eq!(PinnedEvent::from_json_line(&largest).unwrap(), e);
+
+        let head = r#"{"schema":2,"event":"pinned","x":["#;
+        let crafted = |n: usize| format!("{head}{}0]}}", "0,".repeat(n - 5));
+        // `n` values: the object, `schema`, `event`, the array and its `n - 4` elements.
+        let (at, past) = (crafted(MAX_JSON_VALUES), crafted(MAX_JSON_VALUES + 1));
+        assert!(!json_values_over(at.as_bytes(), MAX_JSON_VALUES));
+        assert!(json_values_over(past.as_bytes(), MAX_JSON_VALUES));
+        for refused in [
+            Line::parse(&past).map(|_| ()),
+            PinnedEvent::from_json_line(&past).map(|_| ()),
+        ] {
+            let e = refused.unwrap_err().to_string();
+            assert!(e.contains("more than 200000 JSON values"), "{e}");
+        }
+        // At the bound it is parsed: refused by its fields, not its size.
+        let e = Line::parse(&at).unwrap_err().to_string();
+        assert!(e.contains("missing field"), "{e}");
+    }
+
+    /// What is inside a string is no value, however it is escaped; and a text shorter than the
+    /// bound is not read.
+    #[test]
+    fn json_values_are_counted_outside_strings_only() {
+        assert!(json_values_over(b"[0,0,0]", 3));
+        assert!(!json_values_over(b"[0,0,0]", 4));
+        assert!(!json_values_over(br#"["a,b,[c,{d}]",0]"#, 3));
+        assert!(json_values_over(br#"["a,b,[c,{d}]",0,0]"#, 3));
+        // An escaped quote does not end the string; an escaped backslash before a quote does.
+        assert!(!json_values_over(br#"["a\",[,,,",0]"#, 3));
+        assert!(json_values_over(br#"["a\\",0,0,0]"#, 4));
+        assert!(!json_values_over(b"[[[[", 5));
+        assert!(json_values_over(b"[[[[", 4));
     }
 
     #[test]

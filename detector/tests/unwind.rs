@@ -292,3 +292,133 @@ fn ms(line: &str, key: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in {line:?}"))
 }
+
+/// How long each panic hook of the contended child waits for a CPU at least.
+const HOOK_WAIT: Duration = Duration::from_millis(250);
+
+/// The contended hooks' waits for a CPU, summed (ns), as each hook read its own.
+static HOOKS_WAITED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The calling thread's time on a CPU and waiting for one, from the kernel's accounting.
+fn own_schedstat() -> (Duration, Duration) {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    let mut f = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    let (on, waiting) = (f.next().unwrap(), f.next().unwrap());
+    (Duration::from_nanos(on), Duration::from_nanos(waiting))
+}
+
+/// Sets a panic hook that, after std's, computes on a CPU it shares with a spinning thread
+/// until it has waited [`HOOK_WAIT`] for that CPU (as std's symbolizing a backtrace computes,
+/// on a busy machine): a hook whose time on and off the CPU is all the panic machinery's.
+fn contended_panic_hook() {
+    let std_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        std_hook(info);
+        // SAFETY: `sched_getcpu` takes nothing and returns a number.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap();
+        let pin_to = |cpu: Option<usize>| {
+            // SAFETY: `set` is a zeroed `cpu_set_t` on the stack, filled by the libc macros
+            // (the CPU's index is checked by CPU_SET) and read by `sched_setaffinity`, which
+            // applies to the calling thread (0) only.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                match cpu {
+                    Some(cpu) => libc::CPU_SET(cpu, &mut set),
+                    None => {
+                        (0..libc::CPU_SETSIZE as usize).for_each(|c| libc::CPU_SET(c, &mut set))
+                    }
+                }
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+            }
+        };
+        pin_to(Some(cpu));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinner = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                pin_to(Some(cpu));
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let (_, waited_before) = own_schedstat();
+        let give_up = Instant::now() + Duration::from_secs(20);
+        let mut waited = Duration::ZERO;
+        while waited < HOOK_WAIT && Instant::now() < give_up {
+            waited = own_schedstat().1 - waited_before;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        pin_to(None);
+        HOOKS_WAITED.fetch_add(
+            waited.as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }));
+}
+
+/// A pinned poll that panics, catches it, blocks again and then panics out: its panic hooks
+/// computed and waited for a CPU (as std's symbolizing a backtrace on a busy machine does),
+/// yet the pin's reason is the sleep that pinned it, and its `cpu_wait` leaves their waits
+/// out. The hooks' time was left out of the duration only: their CPU time made the probe after
+/// them `cpu`, and their waits counted as the pin's (helper-106).
+#[test]
+fn a_pins_panic_hooks_count_neither_in_its_reason_nor_its_cpu_wait() {
+    let out = child("unwind_child_contended_hooks", false);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    let line = result(&stdout, &stderr);
+    assert_eq!(ms(line, "pins"), 1, "{line}");
+    let hooks = ms(line, "hooks_waited_ms");
+    assert!(
+        hooks >= 2 * HOOK_WAIT.as_millis() as u64,
+        "the hooks did not wait: {line}"
+    );
+    assert!(line.contains("reason=sleep"), "{line}");
+    assert!(
+        ms(line, "cpu_wait_ms") < hooks / 4,
+        "the pin's cpu_wait counts the hooks' waits: {line}"
+    );
+}
+
+#[test]
+fn unwind_child_contended_hooks() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    contended_panic_hook();
+    // The runtime is kept until the pin's completed report has come: its thread's accounting
+    // is read then (read after the thread has ended, it would say no wait at all).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let builder = pinwatch::Builder::new()
+        .tracing(false)
+        .sink(move |e: &pinwatch::PinnedEvent| {
+            if e.state == State::Completed {
+                let _ = tx.send(e.clone());
+            }
+        });
+    let rt = support::watch(builder, &mut support::multi_thread(2));
+    let joined = rt.block_on(async {
+        tokio::spawn(async {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(std::panic::catch_unwind(|| panic!("caught here")).is_err());
+            std::thread::sleep(Duration::from_millis(100));
+            panic!("the task fails here");
+        })
+        .await
+    });
+    assert!(joined.unwrap_err().is_panic());
+    let pin = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a completed pin");
+    rt.shutdown();
+    let later: Vec<_> = rx.try_iter().collect();
+    println!(
+        "unwind child: pins={} reason={} cpu_wait_ms={} hooks_waited_ms={}",
+        1 + later.len(),
+        pin.reason.map_or("none", |r| r.as_str()),
+        pin.cpu_wait.as_millis(),
+        HOOKS_WAITED.load(std::sync::atomic::Ordering::Relaxed) / 1_000_000,
+    );
+}

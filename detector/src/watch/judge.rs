@@ -518,6 +518,12 @@ pub(super) struct Pinned {
     pub began: Instant,
     /// The time of the poll's panic hooks (`Panicked::hooks`) left out of the pin so far.
     pub hooks_left_out: u64,
+    /// A panic hook ran, or runs, since the last probe (none yet: since the baseline): the
+    /// next probe reads nothing against the one before, and `cpu_wait` counts to that probe.
+    pub across_hook: bool,
+    /// The waits for a CPU of the intervals between probes a panic hook ran in, left out of
+    /// `cpu_wait`.
+    pub wait_left_out: Duration,
     pub last_report: Instant,
     pub last_sample: Instant,
     pub probes: Vec<Probe>,
@@ -566,6 +572,8 @@ impl Pinned {
             start: tracked.after,
             began: tracked.began,
             hooks_left_out: tracked.hooks_left_out,
+            across_hook: false,
+            wait_left_out: Duration::ZERO,
             last_report: now,
             last_sample: now,
             probes: Vec::new(),

@@ -1365,8 +1365,11 @@ impl<'a> Scan<'a> {
         // sampled or reported while a hook runs.
         let mut in_hook = false;
         if let Some(m) = slot.unwinding.since_running(p.seq) {
+            let left_out = p.hooks_left_out;
             p.leave_out(m.hooks);
             in_hook = m.resumed.is_none();
+            // Nor is what the thread did meanwhile, on a CPU or waiting for one, the pin's.
+            p.across_hook |= in_hook || p.hooks_left_out > left_out;
         }
         let ended = slot.poll.ended(p.seq);
         if ended.is_some() || seq != p.seq {
@@ -1380,9 +1383,7 @@ impl<'a> Scan<'a> {
                 // Do not leave a request to a thread that is gone on the slot.
                 crate::signal::withdraw(slot);
             }
-            let waited = p
-                .baseline
-                .map_or(Duration::ZERO, |b| b.waited(self.schedstat(p.slot, p.tid)));
+            let waited = self.cpu_wait(&p);
             // (The heartbeat's stalls are counted by the scans, from its late beat.)
             let stalling = p.undriven_since.filter(|_| !p.by_heartbeat);
             p.complete(end, waited);
@@ -1940,9 +1941,7 @@ impl<'a> Scan<'a> {
 
     /// Sends the next `in_progress` report of a pin still running, brought up to `now`.
     fn resend(&mut self, p: &mut Pinned, now: Instant) {
-        let waited = p
-            .baseline
-            .map_or(Duration::ZERO, |b| b.waited(self.schedstat(p.slot, p.tid)));
+        let waited = self.cpu_wait(p);
         let queued = self.queued_behind(p.event.worker.index);
         p.again(now, waited, queued);
         if p.tally.tasks() > 0 {
@@ -1967,6 +1966,24 @@ impl<'a> Scan<'a> {
             .map(|i| metrics.worker_local_queue_depth(i))
     }
 
+    /// The time pin `p`'s thread has waited for a CPU since its baseline, less the waits that
+    /// panic hooks' intervals held ([`Pinned::wait_left_out`]): where a hook has run since the
+    /// last probe, counted up to that probe (none read yet: nothing), not to now.
+    fn cpu_wait(&mut self, p: &Pinned) -> Duration {
+        let Some(baseline) = p.baseline else {
+            return Duration::ZERO;
+        };
+        let now = if p.across_hook {
+            p.probes.last().and_then(|x| x.reading).map(|r| r.stat)
+        } else {
+            self.schedstat(p.slot, p.tid)
+        };
+        if now.is_none() {
+            return Duration::ZERO;
+        }
+        baseline.waited(now).saturating_sub(p.wait_left_out)
+    }
+
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {
         // Before the look at its state: a block between the two shows as blocked in the look,
         // or in the next probe's count. `take` reads the same status file again for the
@@ -1979,23 +1996,31 @@ impl<'a> Scan<'a> {
             stat,
             switches,
         });
-        let Some(mut probe) = probe::take(
-            self.shared,
-            slot,
-            p.seq,
-            p.probes.last(),
-            self.settings.stacks,
-        ) else {
+        // A stack of the thread from before a panic hook is not its stack now, whatever call
+        // it is in.
+        let last = p.probes.last().filter(|_| !p.across_hook);
+        let Some(mut probe) = probe::take(self.shared, slot, p.seq, last, self.settings.stacks)
+        else {
             return;
         };
-        let previous = p.probes.last().map(|last| {
+        let previous = last.map(|last| {
             let running = last.proc.as_ref().is_some_and(|s| s.syscall.is_none());
             (running, last.switches)
         });
-        let since = match p.probes.last() {
+        let mut since = match p.probes.last() {
             Some(last) => last.reading,
             None => first_since(p.near, p.baseline, reading),
         };
+        if std::mem::take(&mut p.across_hook) {
+            // A panic hook ran since then: its time on a CPU (symbolizing a backtrace) would
+            // read as the pin's computing, its waits for one as the pin's. The interval counts
+            // for neither the reason nor `cpu_wait` (helper-106: a 200 ms sleep with 500 ms of
+            // waits in its hooks said `cpu_wait_ms` 515).
+            if let (Some(from), Some(to)) = (since, reading) {
+                p.wait_left_out += to.stat.since(from.stat).1;
+            }
+            since = None;
+        }
         if let Some(Some(holder)) = probe.waiting_for.as_mut() {
             // The lock's holder is a watched thread: the worker it runs, if it runs one
             // (`lock_holder.worker.index` was never set: helper-106).

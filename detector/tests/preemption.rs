@@ -100,6 +100,49 @@ fn preempted_polls_are_not_pinned_but_long_ones_still_are() {
     assert_eq!(e.reason, Some(pinwatch::Reason::Cpu), "{e:#?}");
 }
 
+/// A pin whose thread has ended by the time the watchdog finds it ended (a runtime dropped
+/// right after its last poll) keeps the wait for a CPU read at its last probe: it said none
+/// at all, the thread's accounting no longer readable. The runtime's one polling thread (a
+/// current-thread runtime's `block_on`, on a thread of the test's) runs a task that computes
+/// 200 ms on a CPU it shares with a spinning thread, then drops the runtime and ends.
+#[test]
+fn a_pin_whose_thread_ended_keeps_its_wait_for_a_cpu() {
+    let cpu = first_allowed_cpu();
+    let events = support::Collected::default();
+    let support::Watched { rt, detector } =
+        support::watch(support::builder(&events), &mut support::current_thread());
+    let stop = Arc::new(AtomicBool::new(false));
+    let hog = std::thread::spawn({
+        let stop = Arc::clone(&stop);
+        move || {
+            pin_current_thread(cpu);
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    let polled = std::thread::spawn(move || {
+        pin_current_thread(cpu);
+        let task = rt.spawn(async { support::spin_cpu(Duration::from_millis(200)) });
+        let wall = rt.block_on(task).unwrap();
+        // Ended here: the thread's accounting goes with it.
+        drop(rt);
+        wall
+    });
+    let wall = polled.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    hog.join().unwrap();
+    // The contention was real.
+    assert!(wall > Duration::from_millis(300), "{wall:?}");
+    let e = events
+        .wait_for(Duration::from_secs(30), |e| {
+            e.state == pinwatch::State::Completed
+        })
+        .unwrap_or_else(|| panic!("no completed pin: {:#?}", events.all()));
+    detector.shutdown();
+    assert!(e.cpu_wait > Duration::from_millis(50), "{e:#?}");
+}
+
 /// Sends `sig` to process `pid`.
 fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill only sends a signal, to the test's own child.

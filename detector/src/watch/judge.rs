@@ -656,6 +656,28 @@ impl Pinned {
         self.event.report += 1;
     }
 
+    /// The time its thread has waited for a CPU since the baseline, less the waits that panic
+    /// hooks' intervals held (`wait_left_out`): counted up to the last probe (none yet:
+    /// nothing) where a hook has run since it, or where the thread cannot be read `now` (it
+    /// ended with its runtime: a pin found ended then said no wait at all), else up to now.
+    pub fn cpu_wait(&self, now: impl FnOnce() -> Option<SchedStat>) -> Duration {
+        let Some(baseline) = self.baseline else {
+            return Duration::ZERO;
+        };
+        let last = || self.probes.last().and_then(|x| x.reading).map(|r| r.stat);
+        let stat = if self.across_hook {
+            last()
+        } else {
+            now().or_else(last)
+        };
+        match stat {
+            Some(stat) => baseline
+                .waited(Some(stat))
+                .saturating_sub(self.wait_left_out),
+            None => Duration::ZERO,
+        }
+    }
+
     /// A stall blames this pin, the heartbeat `late`: kept as the most seen. True when the pin
     /// is newly found to stall the runtime (it is reported at once: the whole service stopped).
     pub fn stalls(&mut self, late: Duration) -> bool {
@@ -1821,6 +1843,44 @@ mod tests {
         assert_eq!(p.event.duration, MS(130));
         assert_eq!(p.event.cpu_wait, MS(3));
         assert_eq!(p.event.report, 2);
+    }
+
+    #[test]
+    fn a_pins_cpu_wait_counts_to_its_last_probe_past_a_hook_or_its_threads_end() {
+        let t0 = Instant::now();
+        let mut p = pinned(t0);
+        let stat = |waiting_ms: u64| SchedStat {
+            on_cpu: 0,
+            waiting: waiting_ms * 1_000_000,
+        };
+        p.baseline = None;
+        assert_eq!(p.cpu_wait(|| Some(stat(50))), Duration::ZERO);
+        p.baseline = Some(Baseline {
+            at: t0,
+            age: Duration::ZERO,
+            stat: stat(10),
+        });
+        // No probe yet: up to now; with the thread gone, nothing to count to.
+        assert_eq!(p.cpu_wait(|| Some(stat(50))), MS(40));
+        assert_eq!(p.cpu_wait(|| None), Duration::ZERO);
+        // A probe read 30 ms of waits: a thread gone since counts to it.
+        p.probes.push(Probe {
+            reading: Some(Reading {
+                at: t0 + MS(30),
+                stat: stat(40),
+                switches: None,
+            }),
+            ..Probe::default()
+        });
+        assert_eq!(p.cpu_wait(|| None), MS(30));
+        assert_eq!(p.cpu_wait(|| Some(stat(50))), MS(40));
+        // A panic hook ran since that probe: counted to the probe, whatever the thread says.
+        p.across_hook = true;
+        assert_eq!(p.cpu_wait(|| Some(stat(500))), MS(30));
+        // The next probe left the hook's interval out.
+        p.across_hook = false;
+        p.wait_left_out = MS(450);
+        assert_eq!(p.cpu_wait(|| Some(stat(500))), MS(40));
     }
 
     #[test]

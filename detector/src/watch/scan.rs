@@ -1966,22 +1966,9 @@ impl<'a> Scan<'a> {
             .map(|i| metrics.worker_local_queue_depth(i))
     }
 
-    /// The time pin `p`'s thread has waited for a CPU since its baseline, less the waits that
-    /// panic hooks' intervals held ([`Pinned::wait_left_out`]): where a hook has run since the
-    /// last probe, counted up to that probe (none read yet: nothing), not to now.
+    /// Pin `p`'s [`Pinned::cpu_wait`], its thread read now.
     fn cpu_wait(&mut self, p: &Pinned) -> Duration {
-        let Some(baseline) = p.baseline else {
-            return Duration::ZERO;
-        };
-        let now = if p.across_hook {
-            p.probes.last().and_then(|x| x.reading).map(|r| r.stat)
-        } else {
-            self.schedstat(p.slot, p.tid)
-        };
-        if now.is_none() {
-            return Duration::ZERO;
-        }
-        baseline.waited(now).saturating_sub(p.wait_left_out)
+        p.cpu_wait(|| self.schedstat(p.slot, p.tid))
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {

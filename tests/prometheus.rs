@@ -619,7 +619,8 @@ fn a_stuck_service_pages_through_a_real_alertmanager() {
     let description = stuck["annotations"]["description"].as_str().unwrap();
     assert!(
         description.contains(&format!(
-            "Top location over the last 15 minutes: {location} (pins: 3)."
+            "Most pinned location over the last 15 minutes, not necessarily where a worker \
+             is held now (`pinwatch ctl PID status` says that): {location} (pins: 3)."
         )),
         "{description}"
     );

@@ -338,8 +338,14 @@ pub fn planted_symlinks(path: &Path) -> std::io::Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && todo.is_empty() => return Ok(()),
             // A directory on the way that is not there: the open would fail the same way,
             // unless someone made it meanwhile, a link of theirs in `/tmp` say, which the
-            // open would follow unchecked.
-            Err(e) => return Err(e),
+            // open would follow unchecked. Named: behind a link, the path given does not say
+            // which (`-o out.html`, a link to a directory since removed).
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", crate::text::Escaped(next.display())),
+                ))
+            }
         };
         if !meta.file_type().is_symlink() {
             at = next;

@@ -1583,6 +1583,9 @@ pub(super) mod tests {
         assert!(planted_symlinks(&dir.path().join("to-gone")).is_ok());
         let e = planted_symlinks(&dir.path().join("to-gone/rec.jsonl")).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        // The error names the directory that is missing, which the path given does not.
+        let gone = format!("{}: ", dir.path().join("gone").display());
+        assert!(e.to_string().starts_with(&gone), "{e}");
         // A descriptor's link in /proc is followed to its file, whatever its text says: here
         // the file is deleted and its directory gone ("…/d/r.jsonl (deleted)").
         std::fs::create_dir(dir.path().join("d")).unwrap();

@@ -143,6 +143,60 @@ fn a_pin_whose_thread_ended_keeps_its_wait_for_a_cpu() {
     assert!(e.cpu_wait > Duration::from_millis(50), "{e:#?}");
 }
 
+/// A poll under the threshold that took longer than it in wall time, waiting for a CPU, is no
+/// pin even when its thread has ended by the time the watchdog finds it ended: the thread's
+/// accounting has gone with it, and the wall time alone made it one (helper-108). The runtime's
+/// one polling thread shares a CPU with three spinning threads; its task sleeps 75 ms (the look
+/// that arms it, at a quarter or half of the 100 ms threshold, finds it blocked) and computes
+/// 8 ms (about 32 ms of wall time): 83 ms held in 107 or more; then the spinning stops, the
+/// runtime is dropped and the thread ends.
+#[test]
+fn a_preempted_poll_whose_thread_ended_is_not_pinned() {
+    let cpu = first_allowed_cpu();
+    let events = support::Collected::default();
+    let builder = support::builder(&events)
+        .threshold(Duration::from_millis(100))
+        .scan_interval(Duration::from_millis(25));
+    let support::Watched { rt, detector } = support::watch(builder, &mut support::current_thread());
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..3)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                pin_current_thread(cpu);
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let polled = std::thread::spawn({
+        let stop = Arc::clone(&stop);
+        move || {
+            pin_current_thread(cpu);
+            let task = rt.spawn(async move {
+                std::thread::sleep(Duration::from_millis(75));
+                let wall = support::spin_cpu(Duration::from_millis(8));
+                // The rest (the poll's end, the runtime's drop, the thread's) is not slowed: the
+                // thread ends before the watchdog's next look, 25 ms on at most, reads it.
+                stop.store(true, Ordering::Relaxed);
+                wall
+            });
+            let wall = rt.block_on(task).unwrap();
+            drop(rt);
+            wall
+        }
+    });
+    let wall = polled.join().unwrap();
+    for h in hogs {
+        h.join().unwrap();
+    }
+    // Stopped after the thread ended: its last scan found the poll ended.
+    let stats = detector.shutdown();
+    assert_eq!(stats.pinned_polls, 0, "{wall:?}: {:#?}", events.all());
+    assert!(events.all().is_empty(), "{wall:?}: {:#?}", events.all());
+}
+
 /// Sends `sig` to process `pid`.
 fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill only sends a signal, to the test's own child.

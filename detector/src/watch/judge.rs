@@ -82,6 +82,9 @@ pub(super) struct Tracked {
     pub tried_arm: bool,
     /// The time of the poll's panic hooks (`Panicked::hooks`) left out of its timing so far.
     pub hooks_left_out: u64,
+    /// The waits for a CPU from the poll's last reading before a panic hook to the look after
+    /// it, left out of its `cpu_wait` should it pin ([`Pinned::wait_left_out`]).
+    pub wait_left_out: Duration,
     /// The process's frozen time ([`Frozen::total`]) seen so far: what of it this poll ran
     /// across is `frozen`.
     pub frozen_left_out: u64,
@@ -126,6 +129,7 @@ impl Tracked {
             armed: None,
             tried_arm: false,
             hooks_left_out: hooks,
+            wait_left_out: Duration::ZERO,
             frozen_left_out: 0,
             frozen: Duration::ZERO,
             pinned: None,
@@ -164,6 +168,29 @@ impl Tracked {
         // The hooks' own work (a backtrace, a write) would count as the poll's in the first
         // probe's reading against it: taken again at the next look.
         self.shift(new, now);
+    }
+
+    /// [`leave_out`](Self::leave_out), and where the hooks are new and the poll has been read
+    /// (a baseline), their waits for a CPU too: those from its last reading to this look's
+    /// (`read`, taken after the hooks returned), which is its last reading from then on.
+    /// Symbolizing a backtrace on a busy machine waits; a poll flagged after it counted that
+    /// in its `cpu_wait` (helper-108: 394–545 ms of a 215 ms pin).
+    pub fn leave_out_read(
+        &mut self,
+        hooks: u64,
+        now: Instant,
+        read: impl FnOnce() -> Option<Reading>,
+    ) {
+        let last = self.near.map(|n| n.stat).or(self.baseline.map(|b| b.stat));
+        let before = self.hooks_left_out;
+        self.leave_out(hooks, now);
+        if self.hooks_left_out == before {
+            return;
+        }
+        if let Some((last, reading)) = last.and_then(|last| Some((last, read()?))) {
+            self.wait_left_out += reading.stat.since(last).1;
+            self.near = Some(reading);
+        }
     }
 
     /// Leaves the time the whole process stood still (`frozen`, [`Frozen::total`]), new since
@@ -573,7 +600,7 @@ impl Pinned {
             began: tracked.began,
             hooks_left_out: tracked.hooks_left_out,
             across_hook: false,
-            wait_left_out: Duration::ZERO,
+            wait_left_out: tracked.wait_left_out,
             last_report: now,
             last_sample: now,
             probes: Vec::new(),
@@ -1843,6 +1870,46 @@ mod tests {
         assert_eq!(p.event.duration, MS(130));
         assert_eq!(p.event.cpu_wait, MS(3));
         assert_eq!(p.event.report, 2);
+    }
+
+    /// Hooks found before a poll is flagged leave out their waits for a CPU, from the poll's
+    /// last reading to the look after them, which is its reading from then on; a poll not
+    /// read yet (no baseline) is read after them anyway, and the look reads nothing then.
+    #[test]
+    fn a_polls_hooks_before_its_flag_leave_out_their_waits() {
+        let t0 = Instant::now();
+        let reading = |at: u64, waiting: u64| Reading {
+            at: t0 + MS(at),
+            stat: stat(1, waiting),
+            switches: None,
+        };
+        let mut t = tracked(t0, 0, 2);
+        t.leave_out_read(5_000_000, t0 + MS(8), || panic!("not read: no baseline"));
+        assert_eq!(t.wait_left_out, Duration::ZERO);
+        t.baseline = Some(Baseline {
+            at: t0 + MS(9),
+            age: MS(9),
+            stat: stat(1, 10),
+        });
+        // No new hook time: nothing read.
+        t.leave_out_read(5_000_000, t0 + MS(10), || panic!("not read: no new hook"));
+        // A hook of 250 ms that waited 240 ms for a CPU: left out from the baseline's reading.
+        t.leave_out_read(255_000_000, t0 + MS(270), || Some(reading(270, 250)));
+        assert_eq!(t.wait_left_out, MS(240));
+        assert_eq!(t.near.map(|n| n.at), Some(t0 + MS(270)));
+        // The next, from the reading after the first.
+        t.leave_out_read(300_000_000, t0 + MS(330), || Some(reading(330, 290)));
+        assert_eq!(t.wait_left_out, MS(280));
+        // Flagged: the pin leaves them out of its `cpu_wait`.
+        let event = PinnedEvent::for_test(
+            1,
+            crate::event::State::InProgress,
+            crate::event::Reason::Sleep,
+            20,
+            1,
+        );
+        let p = Pinned::new(&t, 10, 11, event, t0 + MS(340));
+        assert_eq!(p.cpu_wait(|| Some(stat(1, 295))), MS(5));
     }
 
     #[test]

@@ -605,8 +605,16 @@ impl<'a> Scan<'a> {
                 return;
             }
             // The hook has returned (the poll unwinds, or caught the panic and goes on): leave
-            // the hooks' time out, and time the rest.
-            t.leave_out(panicked.hooks, now);
+            // the hooks' time out, and their waits for a CPU, and time the rest.
+            let tid = slot.tid.load(Ordering::Relaxed);
+            t.leave_out_read(panicked.hooks, now, || {
+                let stat = self.schedstat(self.cur, tid)?;
+                Some(probe::Reading {
+                    at: Instant::now(),
+                    stat,
+                    switches: probe::voluntary_switches(tid),
+                })
+            });
         }
         if t.handed_off {
             // Still in `block_in_place`? Once the thread has a worker again, the rest of the
@@ -678,6 +686,7 @@ impl<'a> Scan<'a> {
                 None => (age, Duration::ZERO),
             };
             if t.count(age, pinned_for, threshold) {
+                let waited = waited.saturating_sub(t.wait_left_out);
                 self.flag(slot, t, seq, waited);
             }
         }
@@ -777,7 +786,11 @@ impl<'a> Scan<'a> {
             // its CPU, in 16 of 20 rounds). Not judged.
             return;
         }
-        let waited = t.baseline.map_or(Duration::ZERO, |b| b.waited(stat));
+        // Less those across its earlier hooks, whose time has left the baseline's instant.
+        let waited = t
+            .baseline
+            .map_or(Duration::ZERO, |b| b.waited(stat))
+            .saturating_sub(t.wait_left_out);
         let Some(duration) = t.ended_pinned(
             end,
             hooks,

@@ -101,8 +101,9 @@ fn preempted_polls_are_not_pinned_but_long_ones_still_are() {
 }
 
 /// A pin whose thread has ended by the time the watchdog finds it ended (a runtime dropped
-/// right after its last poll) keeps the wait for a CPU read at its last probe: it said none
-/// at all, the thread's accounting no longer readable. The runtime's one polling thread (a
+/// right after its last poll) keeps its wait for a CPU, as the thread read it exiting (else as
+/// its last probe read it): it said none at all, the thread's accounting no longer readable.
+/// The runtime's one polling thread (a
 /// current-thread runtime's `block_on`, on a thread of the test's) runs a task that computes
 /// 200 ms on a CPU it shares with a spinning thread, then drops the runtime and ends.
 #[test]

@@ -68,9 +68,55 @@ pub(crate) struct Slot {
     pub unwinding: Unwinding,
     /// The first tasks polled after a flagged poll ([`super::waits`]).
     pub after_pin: AfterPins,
+    /// The last owner's scheduler accounting as it exited.
+    pub exited: Exited,
     /// Tasks polled here after waiting past the threshold ([`super::waits`]).
     #[cfg(feature = "schedule-latency")]
     pub waits: WaitRing,
+}
+
+/// A slot's last owner's scheduler accounting (`schedstat`: ns on a CPU, ns waiting for one),
+/// read as the thread exited, with its thread id: its `/proc` files go with it, and a poll the
+/// watchdog finds ended after that is judged by this (a runtime dropped right after its last
+/// poll; a preempted poll would otherwise be pinned by its wall time alone). Written by the
+/// exiting owner, once; read by the watchdog, as a seqlock on the thread id.
+pub(crate) struct Exited {
+    tid: AtomicI32,
+    on_cpu: AtomicU64,
+    waiting: AtomicU64,
+}
+
+impl Exited {
+    const fn new() -> Exited {
+        Exited {
+            tid: AtomicI32::new(0),
+            on_cpu: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+        }
+    }
+
+    /// Thread `tid` exits, having spent `on_cpu` and `waiting` (ns).
+    pub fn record(&self, tid: i32, on_cpu: u64, waiting: u64) {
+        self.tid.store(0, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.on_cpu.store(on_cpu, Ordering::Relaxed);
+        self.waiting.store(waiting, Ordering::Relaxed);
+        self.tid.store(tid, Ordering::Release);
+    }
+
+    /// Thread `tid`'s accounting as it exited, if it exited from this slot (and no thread that
+    /// exited from it since).
+    pub fn of(&self, tid: i32) -> Option<(u64, u64)> {
+        if tid == 0 || self.tid.load(Ordering::Acquire) != tid {
+            return None;
+        }
+        let read = (
+            self.on_cpu.load(Ordering::Relaxed),
+            self.waiting.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        (self.tid.load(Ordering::Relaxed) == tid).then_some(read)
+    }
 }
 
 /// Which poll of a slot panicked, when, and when the panic hook returned: the watchdog counts
@@ -212,6 +258,7 @@ impl Slot {
             spans: SpanStack::new(),
             unwinding: Unwinding::new(),
             after_pin: AfterPins::new(),
+            exited: Exited::new(),
             #[cfg(feature = "schedule-latency")]
             waits: WaitRing::new(),
         }
@@ -391,6 +438,24 @@ mod tests {
         // The fields a poll writes or reads: the counter, the task, the flag.
         let (start, end) = PollCell::per_poll_bytes();
         assert!(end <= 64, "{start}..{end}");
+    }
+
+    /// A thread's accounting as it exited is read back for that thread only, and not while
+    /// another's is being written.
+    #[test]
+    fn an_exited_threads_accounting_is_read_for_it_alone() {
+        let e = Exited::new();
+        assert_eq!(e.of(0), None);
+        assert_eq!(e.of(5), None);
+        e.record(5, 10, 20);
+        assert_eq!(e.of(5), Some((10, 20)));
+        assert_eq!(e.of(6), None);
+        // Another thread exits from the slot: the first one's is gone.
+        e.record(6, 30, 40);
+        assert_eq!((e.of(5), e.of(6)), (None, Some((30, 40))));
+        // Mid-write (the id cleared first): nobody's.
+        e.tid.store(0, Ordering::Relaxed);
+        assert_eq!(e.of(6), None);
     }
 
     #[test]

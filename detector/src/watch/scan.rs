@@ -778,12 +778,12 @@ impl<'a> Scan<'a> {
         };
         // Waited since the baseline until now, not until the end: never more pinned time than
         // there was.
-        let stat = self.schedstat(self.cur, armed.tid);
+        // A thread that has ended since (a runtime dropped right after its last poll) left its
+        // accounting as it exited; without either, a poll that waited for a CPU on a busy
+        // machine would be pinned by its wall time alone (helper-108: a 15 ms poll sharing its
+        // CPU, in 16 of 20 rounds): not judged.
+        let stat = self.schedstat_or_exited(slot, self.cur, armed.tid);
         if t.baseline.is_some() && stat.is_none() {
-            // Its thread has ended since the baseline read it (a runtime dropped right after
-            // its last poll), its accounting with it: a poll that waited for a CPU on a busy
-            // machine would be pinned by its wall time alone (helper-108: a 15 ms poll sharing
-            // its CPU, in 16 of 20 rounds). Not judged.
             return;
         }
         // Less those across its earlier hooks, whose time has left the baseline's instant.
@@ -1987,7 +1987,21 @@ impl<'a> Scan<'a> {
 
     /// Pin `p`'s [`Pinned::cpu_wait`], its thread read now.
     fn cpu_wait(&mut self, p: &Pinned) -> Duration {
-        p.cpu_wait(|| self.schedstat(p.slot, p.tid))
+        let shared = self.shared;
+        let slot = shared.table.slots().get(p.slot);
+        p.cpu_wait(|| match slot {
+            Some(slot) => self.schedstat_or_exited(slot, p.slot, p.tid),
+            None => self.schedstat(p.slot, p.tid),
+        })
+    }
+
+    /// Thread `tid`'s accounting now, as [`schedstat`](Self::schedstat) reads it; once the
+    /// thread has exited, as it left it in `slot` ([`Slot::exited`]).
+    fn schedstat_or_exited(&mut self, slot: &Slot, i: usize, tid: i32) -> Option<probe::SchedStat> {
+        self.schedstat(i, tid).or_else(|| {
+            let (on_cpu, waiting) = slot.exited.of(tid)?;
+            Some(probe::SchedStat { on_cpu, waiting })
+        })
     }
 
     fn probe(&mut self, slot: &Slot, p: &mut Pinned) {

@@ -22,12 +22,8 @@ impl Drop for Claim {
     fn drop(&mut self) {
         current::set(NO_CLAIM);
         if let Some(slot) = self.table.slots().get(self.index) {
-            // The thread's accounting, while its `/proc` files are still there (three system
-            // calls, once a thread).
-            let tid = slot.tid.load(Ordering::Relaxed);
-            if let Some(stat) = crate::watch::probe::read_schedstat(tid) {
-                slot.exited.record(tid, stat.on_cpu, stat.waiting);
-            }
+            // The thread's accounting, while its `/proc` files are still there.
+            slot.exited.record_own(slot.tid.load(Ordering::Relaxed));
         }
         self.table.release(self.index);
     }

@@ -95,6 +95,30 @@ impl Exited {
         }
     }
 
+    /// The calling thread, `tid`, exits: records its accounting, read from
+    /// `/proc/thread-self/schedstat` (an open, one read and a close, once a thread). Nothing
+    /// when it cannot be read.
+    pub fn record_own(&self, tid: i32) {
+        use std::io::Read;
+        let mut buf = [0u8; SCHEDSTAT_BYTES];
+        let Ok(mut file) = std::fs::File::open("/proc/thread-self/schedstat") else {
+            return;
+        };
+        let n = loop {
+            match file.read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        };
+        let read = std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(parse_schedstat);
+        if let Some((on_cpu, waiting)) = read {
+            self.record(tid, on_cpu, waiting);
+        }
+    }
+
     /// Thread `tid` exits, having spent `on_cpu` and `waiting` (ns).
     pub fn record(&self, tid: i32, on_cpu: u64, waiting: u64) {
         self.tid.store(0, Ordering::Relaxed);
@@ -117,6 +141,16 @@ impl Exited {
         fence(Ordering::Acquire);
         (self.tid.load(Ordering::Relaxed) == tid).then_some(read)
     }
+}
+
+/// Room for a `schedstat` file: three decimal numbers of at most 20 digits each, and their
+/// separators.
+pub(crate) const SCHEDSTAT_BYTES: usize = 80;
+
+/// A `schedstat` file's first two numbers: ns on a CPU, ns waiting for one.
+pub(crate) fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
+    let mut f = s.split_whitespace();
+    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
 }
 
 /// Which poll of a slot panicked, when, and when the panic hook returned: the watchdog counts
@@ -456,6 +490,13 @@ mod tests {
         // Mid-write (the id cleared first): nobody's.
         e.tid.store(0, Ordering::Relaxed);
         assert_eq!(e.of(6), None);
+        // The calling thread's own, read from /proc (a stint on a CPU is accounted when it
+        // ends: a thread not switched out yet reads 0).
+        let tid = current_tid();
+        e.record_own(tid);
+        assert!(e.of(tid).is_some());
+        assert_eq!(parse_schedstat("12 34 5\n"), Some((12, 34)));
+        assert_eq!(parse_schedstat("12"), None);
     }
 
     #[test]

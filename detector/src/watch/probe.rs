@@ -657,8 +657,7 @@ pub(crate) fn mostly_off_cpu(probes: &[Probe]) -> bool {
     off > on
 }
 
-/// Room for `schedstat`: three decimal numbers of at most 20 digits each, and their separators.
-const SCHEDSTAT_BYTES: usize = 80;
+use crate::poll::slot::SCHEDSTAT_BYTES;
 
 /// Room for the start of `stat` that holds the state: "tid (comm) S ...", the state within the
 /// first 40 bytes (a comm is at most 15); the rest of the line is not needed.
@@ -670,11 +669,8 @@ pub(crate) fn read_schedstat(tid: i32) -> Option<SchedStat> {
 }
 
 fn parse_schedstat(s: &str) -> Option<SchedStat> {
-    let mut f = s.split_whitespace();
-    Some(SchedStat {
-        on_cpu: f.next()?.parse().ok()?,
-        waiting: f.next()?.parse().ok()?,
-    })
+    let (on_cpu, waiting) = crate::poll::slot::parse_schedstat(s)?;
+    Some(SchedStat { on_cpu, waiting })
 }
 
 /// One slot's thread's `schedstat` and `stat`, kept open: the watchdog reads a stamped slot's

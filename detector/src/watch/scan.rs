@@ -786,11 +786,7 @@ impl<'a> Scan<'a> {
         if t.baseline.is_some() && stat.is_none() {
             return;
         }
-        // Less those across its earlier hooks, whose time has left the baseline's instant.
-        let waited = t
-            .baseline
-            .map_or(Duration::ZERO, |b| b.waited(stat))
-            .saturating_sub(t.wait_left_out);
+        let waited = t.baseline.map_or(Duration::ZERO, |b| b.waited(stat));
         let Some(duration) = t.ended_pinned(
             end,
             hooks,
@@ -819,6 +815,8 @@ impl<'a> Scan<'a> {
             tid: armed.tid,
             name: String::from_utf8_lossy(&armed.name[..armed.name_len]).into_owned(),
         };
+        // Judged with every wait (as looks judge a running poll); reported without its hooks'.
+        let waited = waited.saturating_sub(t.wait_left_out);
         let mut event = self.new_event(armed.snap, worker, Default::default(), t, waited, end);
         event.state = State::Completed;
         // Its panic hooks left out: it starts that much later, and ends where it ended.

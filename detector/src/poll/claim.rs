@@ -16,12 +16,15 @@ use super::waits::{Polled, AFTER_PIN};
 struct Claim {
     table: Arc<SlotTable>,
     index: usize,
+    /// Dropped as the thread exits (not replaced by a claim in another table): its accounting
+    /// is recorded then ([`Exited`](super::slot::Exited)).
+    exiting: bool,
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
         current::set(NO_CLAIM);
-        if let Some(slot) = self.table.slots().get(self.index) {
+        if let Some(slot) = self.table.slots().get(self.index).filter(|_| self.exiting) {
             // The thread's accounting, while its `/proc` files are still there.
             slot.exited.record_own(slot.tid.load(Ordering::Relaxed));
         }
@@ -264,13 +267,18 @@ fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
     let claim = Claim {
         table: Arc::clone(table),
         index,
+        exiting: true,
     };
     let slot: &Slot = &table.slots()[index];
     let stored = GUARD.try_with(|g| match g.try_borrow_mut() {
         Ok(mut g) => {
-            // Dropping the previous claim (another table's) releases it and resets `Current`.
-            let old = g.replace(claim);
+            // Dropping the previous claim (another table's) releases it and resets `Current`;
+            // the thread goes on (helper-109: three system calls a switch between runtimes).
+            let mut old = g.replace(claim);
             drop(g);
+            if let Some(old) = old.as_mut() {
+                old.exiting = false;
+            }
             drop(old);
             current::set(Current {
                 owner: key,

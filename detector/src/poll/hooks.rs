@@ -457,6 +457,40 @@ mod tests {
         assert_eq!(active(&b), 0);
     }
 
+    /// A thread leaves its accounting in its slot as it exits, and not when it moves to
+    /// another table's slot (it goes on: three system calls a switch, helper-109); the slot's
+    /// next owner starts without the record.
+    #[test]
+    fn a_thread_records_its_accounting_as_it_exits_only() {
+        let a = Arc::new(SlotTable::new(1));
+        let b = Arc::new(SlotTable::new(1));
+        let (hooks_a, hooks_b) = (
+            PollHooks::new(Some(Arc::clone(&a))),
+            PollHooks::new(Some(Arc::clone(&b))),
+        );
+        let (a2, b2) = (Arc::clone(&a), Arc::clone(&b));
+        let tid = std::thread::spawn(move || {
+            let tid = super::super::slot::current_tid();
+            hooks_a.before_poll_raw(1, Location::caller());
+            hooks_a.after_poll_raw();
+            hooks_b.before_poll_raw(2, Location::caller());
+            hooks_b.after_poll_raw();
+            // Moved to `b`: `a`'s slot is free, and holds no record.
+            assert_eq!(active(&a2), 0);
+            assert_eq!(a2.slots()[0].exited.of(tid), None);
+            assert_eq!(b2.slots()[0].exited.of(tid), None);
+            tid
+        })
+        .join()
+        .unwrap();
+        // Exited from `b`'s slot: recorded there.
+        assert!(b.slots()[0].exited.of(tid).is_some());
+        assert_eq!(a.slots()[0].exited.of(tid), None);
+        // Claimed again: the record is gone.
+        assert!(b.claim().is_some());
+        assert_eq!(b.slots()[0].exited.of(tid), None);
+    }
+
     /// A thread that a full table refused is watched in the next table, even one the allocator
     /// would put where the refused one was (a detector started again): what the thread
     /// remembers of the refusal keeps the refused table's memory (a weak reference), so that no

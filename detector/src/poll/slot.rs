@@ -79,7 +79,8 @@ pub(crate) struct Slot {
 /// read as the thread exited, with its thread id: its `/proc` files go with it, and a poll the
 /// watchdog finds ended after that is judged by this (a runtime dropped right after its last
 /// poll; a preempted poll would otherwise be pinned by its wall time alone). Written by the
-/// exiting owner, once; read by the watchdog, as a seqlock on the thread id.
+/// exiting owner, once, and cleared when the slot is claimed again; read by the watchdog, as a
+/// seqlock on the thread id.
 pub(crate) struct Exited {
     tid: AtomicI32,
     on_cpu: AtomicU64,
@@ -117,6 +118,11 @@ impl Exited {
         if let Some((on_cpu, waiting)) = read {
             self.record(tid, on_cpu, waiting);
         }
+    }
+
+    /// Forgets the record: the slot has a new owner.
+    pub fn clear(&self) {
+        self.tid.store(0, Ordering::Release);
     }
 
     /// Thread `tid` exits, having spent `on_cpu` and `waiting` (ns).
@@ -412,6 +418,9 @@ impl SlotTable {
                 // watchdog that reads them in a seqlock read sees the counter moved.
                 fence(Ordering::Release);
                 s.tid.store(current_tid(), Ordering::Relaxed);
+                // The thread before's record is nobody's now (a thread id used again would
+                // take it for its own: helper-109).
+                s.exited.clear();
                 s.parked.store(false, Ordering::Relaxed);
                 s.park_since.store(0, Ordering::Relaxed);
                 s.locks.clear();

@@ -10,62 +10,19 @@
 mod support;
 
 use std::io::{BufRead, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "PINWATCH_TEST_STOPPED_CHILD";
 
-fn first_allowed_cpu() -> usize {
-    // SAFETY: `set` is a plain bitmask filled by the kernel.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer and size; pid 0 is the calling thread.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-    assert_eq!(rc, 0);
-    // SAFETY: CPU_ISSET reads the mask.
-    (0..libc::CPU_SETSIZE as usize)
-        .find(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .unwrap()
-}
-
-fn pin_current_thread(cpu: usize) {
-    // SAFETY: zeroed cpu_set_t is the empty set; CPU_SET writes inside it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: valid pointer and size; pid 0 is the calling thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-    assert_eq!(
-        rc,
-        0,
-        "sched_setaffinity: {}",
-        std::io::Error::last_os_error()
-    );
-}
-
 #[test]
 fn preempted_polls_are_not_pinned_but_long_ones_still_are() {
-    let cpu = first_allowed_cpu();
-    let stop = Arc::new(AtomicBool::new(false));
-    let hogs: Vec<_> = (0..3)
-        .map(|_| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                pin_current_thread(cpu);
-                let mut x = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_add(1));
-                }
-            })
-        })
-        .collect();
+    let cpu = support::first_allowed_cpu();
+    let hogs = support::Hogs::start(cpu, 3);
 
     let events = support::Collected::default();
-    let mut tokio = tokio::runtime::Builder::new_multi_thread();
-    tokio
-        .worker_threads(1)
-        .enable_all()
-        .on_thread_start(move || pin_current_thread(cpu));
-    let rt = support::watch(support::builder(&events), &mut tokio);
+    let rt = support::watch(support::builder(&events), &mut support::one_worker_on(cpu));
 
     let worst_wall = rt
         .block_on(rt.spawn(async {
@@ -81,10 +38,7 @@ fn preempted_polls_are_not_pinned_but_long_ones_still_are() {
     let long = rt.spawn(async { support::spin_cpu(Duration::from_millis(60)) });
     let long_id: u64 = long.id().to_string().parse().unwrap();
     let long_wall = rt.block_on(long).unwrap();
-    stop.store(true, Ordering::Relaxed);
-    for h in hogs {
-        h.join().unwrap();
-    }
+    drop(hogs);
     rt.shutdown();
 
     // The contention was real: a 6 ms poll took well over the 20 ms threshold in wall time.
@@ -103,27 +57,18 @@ fn preempted_polls_are_not_pinned_but_long_ones_still_are() {
 /// A pin whose thread has ended by the time the watchdog finds it ended (a runtime dropped
 /// right after its last poll) keeps its wait for a CPU, as the thread read it exiting (else as
 /// its last probe read it): it said none at all, the thread's accounting no longer readable.
-/// The runtime's one polling thread (a
-/// current-thread runtime's `block_on`, on a thread of the test's) runs a task that computes
-/// 200 ms on a CPU it shares with a spinning thread, then drops the runtime and ends.
+/// The runtime's one polling thread (a current-thread runtime's `block_on`, on a thread of the
+/// test's) runs a task that computes 200 ms on a CPU it shares with a spinning thread, then
+/// drops the runtime and ends.
 #[test]
 fn a_pin_whose_thread_ended_keeps_its_wait_for_a_cpu() {
-    let cpu = first_allowed_cpu();
+    let cpu = support::first_allowed_cpu();
     let events = support::Collected::default();
     let support::Watched { rt, detector } =
         support::watch(support::builder(&events), &mut support::current_thread());
-    let stop = Arc::new(AtomicBool::new(false));
-    let hog = std::thread::spawn({
-        let stop = Arc::clone(&stop);
-        move || {
-            pin_current_thread(cpu);
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        }
-    });
+    let hog = support::Hogs::start(cpu, 1);
     let polled = std::thread::spawn(move || {
-        pin_current_thread(cpu);
+        support::pin_current_thread(cpu);
         let task = rt.spawn(async { support::spin_cpu(Duration::from_millis(200)) });
         let wall = rt.block_on(task).unwrap();
         // Ended here: the thread's accounting goes with it.
@@ -131,8 +76,7 @@ fn a_pin_whose_thread_ended_keeps_its_wait_for_a_cpu() {
         wall
     });
     let wall = polled.join().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    hog.join().unwrap();
+    drop(hog);
     // The contention was real.
     assert!(wall > Duration::from_millis(300), "{wall:?}");
     let e = events
@@ -153,28 +97,17 @@ fn a_pin_whose_thread_ended_keeps_its_wait_for_a_cpu() {
 /// runtime is dropped and the thread ends.
 #[test]
 fn a_preempted_poll_whose_thread_ended_is_not_pinned() {
-    let cpu = first_allowed_cpu();
+    let cpu = support::first_allowed_cpu();
     let events = support::Collected::default();
     let builder = support::builder(&events)
         .threshold(Duration::from_millis(100))
         .scan_interval(Duration::from_millis(25));
     let support::Watched { rt, detector } = support::watch(builder, &mut support::current_thread());
-    let stop = Arc::new(AtomicBool::new(false));
-    let hogs: Vec<_> = (0..3)
-        .map(|_| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                pin_current_thread(cpu);
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
+    let hogs = support::Hogs::start(cpu, 3);
     let polled = std::thread::spawn({
-        let stop = Arc::clone(&stop);
+        let stop = Arc::clone(&hogs.stop);
         move || {
-            pin_current_thread(cpu);
+            support::pin_current_thread(cpu);
             let task = rt.spawn(async move {
                 std::thread::sleep(Duration::from_millis(75));
                 let wall = support::spin_cpu(Duration::from_millis(8));
@@ -189,9 +122,7 @@ fn a_preempted_poll_whose_thread_ended_is_not_pinned() {
         }
     });
     let wall = polled.join().unwrap();
-    for h in hogs {
-        h.join().unwrap();
-    }
+    drop(hogs);
     // Stopped after the thread ended: its last scan found the poll ended.
     let stats = detector.shutdown();
     assert_eq!(stats.pinned_polls, 0, "{wall:?}: {:#?}", events.all());

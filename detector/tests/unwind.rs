@@ -314,43 +314,18 @@ fn contended_panic_hook() {
     let std_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         std_hook(info);
-        // SAFETY: `sched_getcpu` takes nothing and returns a number.
-        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap();
-        let pin_to = |cpu: Option<usize>| {
-            // SAFETY: `set` is a zeroed `cpu_set_t` on the stack, filled by the libc macros
-            // (the CPU's index is checked by CPU_SET) and read by `sched_setaffinity`, which
-            // applies to the calling thread (0) only.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                match cpu {
-                    Some(cpu) => libc::CPU_SET(cpu, &mut set),
-                    None => {
-                        (0..libc::CPU_SETSIZE as usize).for_each(|c| libc::CPU_SET(c, &mut set))
-                    }
-                }
-                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
-            }
-        };
-        pin_to(Some(cpu));
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let spinner = std::thread::spawn({
-            let stop = stop.clone();
-            move || {
-                pin_to(Some(cpu));
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            }
-        });
+        let cpu = support::first_allowed_cpu();
+        let affinity = support::affinity();
+        support::pin_current_thread(cpu);
+        let spinner = support::Hogs::start(cpu, 1);
         let (_, waited_before) = own_schedstat();
         let give_up = Instant::now() + Duration::from_secs(20);
         let mut waited = Duration::ZERO;
         while waited < HOOK_WAIT && Instant::now() < give_up {
             waited = own_schedstat().1 - waited_before;
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        spinner.join().unwrap();
-        pin_to(None);
+        drop(spinner);
+        support::set_affinity(&affinity);
         HOOKS_WAITED.fetch_add(
             waited.as_nanos() as u64,
             std::sync::atomic::Ordering::Relaxed,
@@ -511,20 +486,6 @@ fn a_caught_panic_makes_no_pin_of_a_preempted_poll() {
     assert_eq!(ms(line, "pins"), 0, "{line}\n{stdout}");
 }
 
-/// Pins the calling thread to `cpu`.
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: `set` is a zeroed `cpu_set_t` on the stack, filled by CPU_SET (which checks the
-    // index) and read by `sched_setaffinity`, for the calling thread (0) only.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-            0
-        );
-    }
-}
-
 #[test]
 fn unwind_child_preempted_catch() {
     if std::env::var_os(CHILD).is_none() {
@@ -532,28 +493,11 @@ fn unwind_child_preempted_catch() {
     }
     // A hook of microseconds.
     std::panic::set_hook(Box::new(|_| {}));
-    // SAFETY: `sched_getcpu` takes nothing and returns a number.
-    let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let hogs: Vec<_> = (0..3)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                pin_to_cpu(cpu);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
+    let cpu = support::first_allowed_cpu();
+    let hogs = support::Hogs::start(cpu, 3);
     let events = support::Collected::default();
-    let mut tokio = tokio::runtime::Builder::new_multi_thread();
-    tokio
-        .worker_threads(1)
-        .enable_all()
-        .on_thread_start(move || pin_to_cpu(cpu));
     let builder = support::builder(&events).threshold(Duration::from_millis(100));
-    let rt = support::watch(builder, &mut tokio);
+    let rt = support::watch(builder, &mut support::one_worker_on(cpu));
     let rounds = 4;
     for _ in 0..rounds {
         rt.block_on(rt.spawn(async {
@@ -565,10 +509,7 @@ fn unwind_child_preempted_catch() {
         }))
         .unwrap();
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for h in hogs {
-        h.join().unwrap();
-    }
+    drop(hogs);
     let stats = rt.shutdown();
     println!(
         "unwind child: rounds={rounds} pins={} {:?}",

@@ -88,6 +88,13 @@ pub fn multi_thread(workers: usize) -> tokio::runtime::Builder {
     b
 }
 
+/// A multi-thread runtime of one worker, pinned to `cpu` (to share it with [`Hogs`]).
+pub fn one_worker_on(cpu: usize) -> tokio::runtime::Builder {
+    let mut b = multi_thread(1);
+    b.on_thread_start(move || pin_current_thread(cpu));
+    b
+}
+
 pub fn current_thread() -> tokio::runtime::Builder {
     let mut b = tokio::runtime::Builder::new_current_thread();
     b.enable_all();
@@ -116,6 +123,86 @@ pub fn spin_cpu(cpu: Duration) -> Duration {
         }
     }
     wall.elapsed()
+}
+
+/// The calling thread's CPU affinity.
+pub fn affinity() -> libc::cpu_set_t {
+    // SAFETY: a zeroed `cpu_set_t` is the empty set, a plain bitmask the kernel fills.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a live, writable set of the size given; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    set
+}
+
+/// Sets the calling thread's CPU affinity to `set`.
+pub fn set_affinity(set: &libc::cpu_set_t) {
+    // SAFETY: a live set of the size given, only read; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(set), set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_setaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The first CPU the calling thread may run on.
+pub fn first_allowed_cpu() -> usize {
+    let set = affinity();
+    // SAFETY: CPU_ISSET reads the mask, at indexes below its size.
+    (0..libc::CPU_SETSIZE as usize)
+        .find(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .unwrap()
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) {
+    // SAFETY: a zeroed `cpu_set_t` is the empty set; CPU_SET writes inside it (it checks the
+    // index).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    set_affinity(&set);
+}
+
+/// Threads spinning on one CPU, each pinned to it: what a poll pinned there shares it with.
+/// They stop when `stop` is set, and are stopped and joined when dropped.
+pub struct Hogs {
+    pub stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hogs {
+    /// `n` threads spinning on `cpu`.
+    pub fn start(cpu: usize, n: usize) -> Hogs {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    pin_current_thread(cpu);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Hogs { stop, threads }
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Spins the CPU for `d` without yielding.

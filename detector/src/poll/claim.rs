@@ -26,7 +26,8 @@ impl Drop for Claim {
         current::set(NO_CLAIM);
         if let Some(slot) = self.table.slots().get(self.index).filter(|_| self.exiting) {
             // The thread's accounting, while its `/proc` files are still there.
-            slot.exited.record_own(slot.tid.load(Ordering::Relaxed));
+            let tid = slot.tid.load(Ordering::Relaxed);
+            slot.exited.record_own(tid, slot.poll.seq());
         }
         self.table.release(self.index);
     }

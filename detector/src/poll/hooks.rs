@@ -458,8 +458,9 @@ mod tests {
     }
 
     /// A thread leaves its accounting in its slot as it exits, and not when it moves to
-    /// another table's slot (it goes on: three system calls a switch, helper-109); the slot's
-    /// next owner starts without the record.
+    /// another table's slot (it goes on: three system calls a switch, helper-109); the record
+    /// stays when another thread claims the slot (helper-110), for the exited thread's polls
+    /// only.
     #[test]
     fn a_thread_records_its_accounting_as_it_exits_only() {
         let a = Arc::new(SlotTable::new(1));
@@ -477,18 +478,20 @@ mod tests {
             hooks_b.after_poll_raw();
             // Moved to `b`: `a`'s slot is free, and holds no record.
             assert_eq!(active(&a2), 0);
-            assert_eq!(a2.slots()[0].exited.of(tid), None);
-            assert_eq!(b2.slots()[0].exited.of(tid), None);
+            assert_eq!(a2.slots()[0].exited.of(tid, 0), None);
+            assert_eq!(b2.slots()[0].exited.of(tid, 0), None);
             tid
         })
         .join()
         .unwrap();
-        // Exited from `b`'s slot: recorded there.
-        assert!(b.slots()[0].exited.of(tid).is_some());
-        assert_eq!(a.slots()[0].exited.of(tid), None);
-        // Claimed again: the record is gone.
+        // Exited from `b`'s slot after its poll (counter 1): recorded there.
+        let slot = &b.slots()[0];
+        assert!(slot.exited.of(tid, 1).is_some());
+        assert_eq!(a.slots()[0].exited.of(tid, 1), None);
+        // Claimed again: the record stays, for the polls begun before it only.
         assert!(b.claim().is_some());
-        assert_eq!(b.slots()[0].exited.of(tid), None);
+        assert!(slot.exited.of(tid, 1).is_some());
+        assert_eq!(slot.exited.of(tid, slot.poll.seq()), None);
     }
 
     /// A thread that a full table refused is watched in the next table, even one the allocator

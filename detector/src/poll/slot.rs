@@ -76,13 +76,17 @@ pub(crate) struct Slot {
 }
 
 /// A slot's last owner's scheduler accounting (`schedstat`: ns on a CPU, ns waiting for one),
-/// read as the thread exited, with its thread id: its `/proc` files go with it, and a poll the
-/// watchdog finds ended after that is judged by this (a runtime dropped right after its last
-/// poll; a preempted poll would otherwise be pinned by its wall time alone). Written by the
-/// exiting owner, once, and cleared when the slot is claimed again; read by the watchdog, as a
-/// seqlock on the thread id.
+/// read as the thread exited, with its thread id and the slot's poll counter then: its `/proc`
+/// files go with it, and a poll the watchdog finds ended after that is judged by this (a
+/// runtime dropped right after its last poll; a preempted poll would otherwise be pinned by
+/// its wall time alone). Kept when another thread claims the slot (one may, before the
+/// watchdog looks: helper-110), and told apart from an earlier owner with the same thread id
+/// by the counter. Written by each exiting owner in turn; read by the watchdog, as a seqlock.
 pub(crate) struct Exited {
+    /// Odd while being written; 0 before the first record.
+    version: AtomicU64,
     tid: AtomicI32,
+    seq: AtomicU64,
     on_cpu: AtomicU64,
     waiting: AtomicU64,
 }
@@ -90,16 +94,18 @@ pub(crate) struct Exited {
 impl Exited {
     const fn new() -> Exited {
         Exited {
+            version: AtomicU64::new(0),
             tid: AtomicI32::new(0),
+            seq: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
         }
     }
 
-    /// The calling thread, `tid`, exits: records its accounting, read from
-    /// `/proc/thread-self/schedstat` (an open, one read and a close, once a thread). Nothing
-    /// when it cannot be read.
-    pub fn record_own(&self, tid: i32) {
+    /// The calling thread, `tid`, exits with the slot's poll counter at `seq`: records its
+    /// accounting, read from `/proc/thread-self/schedstat` (an open, one read and a close,
+    /// once a thread). Nothing when it cannot be read.
+    pub fn record_own(&self, tid: i32, seq: u64) {
         use std::io::Read;
         let mut buf = [0u8; SCHEDSTAT_BYTES];
         let Ok(mut file) = std::fs::File::open("/proc/thread-self/schedstat") else {
@@ -116,36 +122,44 @@ impl Exited {
             .ok()
             .and_then(parse_schedstat);
         if let Some((on_cpu, waiting)) = read {
-            self.record(tid, on_cpu, waiting);
+            self.record(tid, seq, on_cpu, waiting);
         }
     }
 
-    /// Forgets the record: the slot has a new owner.
-    pub fn clear(&self) {
-        self.tid.store(0, Ordering::Release);
-    }
-
-    /// Thread `tid` exits, having spent `on_cpu` and `waiting` (ns).
-    pub fn record(&self, tid: i32, on_cpu: u64, waiting: u64) {
-        self.tid.store(0, Ordering::Relaxed);
+    /// Thread `tid` exits with the poll counter at `seq`, having spent `on_cpu` and `waiting`
+    /// (ns). One writer at a time: a slot's owners exit one after another.
+    pub fn record(&self, tid: i32, seq: u64, on_cpu: u64, waiting: u64) {
+        // Even at rest: odd while the fields below are written.
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
+        self.tid.store(tid, Ordering::Relaxed);
+        self.seq.store(seq, Ordering::Relaxed);
         self.on_cpu.store(on_cpu, Ordering::Relaxed);
         self.waiting.store(waiting, Ordering::Relaxed);
-        self.tid.store(tid, Ordering::Release);
+        self.version.store(v.wrapping_add(2), Ordering::Release);
     }
 
-    /// Thread `tid`'s accounting as it exited, if it exited from this slot (and no thread that
-    /// exited from it since).
-    pub fn of(&self, tid: i32) -> Option<(u64, u64)> {
-        if tid == 0 || self.tid.load(Ordering::Acquire) != tid {
+    /// Thread `tid`'s accounting as it exited from this slot after poll `seq` began (its
+    /// counter then past `seq`): none for another thread, nor for an earlier owner with the
+    /// same id, nor while a record is being written.
+    pub fn of(&self, tid: i32, seq: u64) -> Option<(u64, u64)> {
+        let v = self.version.load(Ordering::Acquire);
+        if v == 0 || v & 1 == 1 {
             return None;
         }
         let read = (
+            self.tid.load(Ordering::Relaxed),
+            self.seq.load(Ordering::Relaxed),
             self.on_cpu.load(Ordering::Relaxed),
             self.waiting.load(Ordering::Relaxed),
         );
         fence(Ordering::Acquire);
-        (self.tid.load(Ordering::Relaxed) == tid).then_some(read)
+        if self.version.load(Ordering::Relaxed) != v {
+            return None;
+        }
+        let (t, exit_seq, on_cpu, waiting) = read;
+        (t == tid && tid != 0 && exit_seq > seq).then_some((on_cpu, waiting))
     }
 }
 
@@ -418,9 +432,6 @@ impl SlotTable {
                 // watchdog that reads them in a seqlock read sees the counter moved.
                 fence(Ordering::Release);
                 s.tid.store(current_tid(), Ordering::Relaxed);
-                // The thread before's record is nobody's now (a thread id used again would
-                // take it for its own: helper-109).
-                s.exited.clear();
                 s.parked.store(false, Ordering::Relaxed);
                 s.park_since.store(0, Ordering::Relaxed);
                 s.locks.clear();
@@ -488,22 +499,30 @@ mod tests {
     #[test]
     fn an_exited_threads_accounting_is_read_for_it_alone() {
         let e = Exited::new();
-        assert_eq!(e.of(0), None);
-        assert_eq!(e.of(5), None);
-        e.record(5, 10, 20);
-        assert_eq!(e.of(5), Some((10, 20)));
-        assert_eq!(e.of(6), None);
-        // Another thread exits from the slot: the first one's is gone.
-        e.record(6, 30, 40);
-        assert_eq!((e.of(5), e.of(6)), (None, Some((30, 40))));
-        // Mid-write (the id cleared first): nobody's.
-        e.tid.store(0, Ordering::Relaxed);
-        assert_eq!(e.of(6), None);
+        assert_eq!(e.of(0, 0), None);
+        assert_eq!(e.of(5, 0), None);
+        // Thread 5 exits with the counter at 8: its polls up to 7 began before.
+        e.record(5, 8, 10, 20);
+        assert_eq!(e.of(5, 7), Some((10, 20)));
+        assert_eq!(e.of(5, 8), None);
+        assert_eq!(e.of(6, 7), None);
+        // Thread 6 exits from the slot: the first one's is gone.
+        e.record(6, 12, 30, 40);
+        assert_eq!((e.of(5, 7), e.of(6, 11)), (None, Some((30, 40))));
+        // Thread 6 again (its id used again), for a poll begun after the first one exited:
+        // not the first one's accounting.
+        assert_eq!(e.of(6, 13), None);
+        // Mid-write: nobody's.
+        let v = e.version.load(Ordering::Relaxed);
+        e.version.store(v + 1, Ordering::Relaxed);
+        assert_eq!(e.of(6, 11), None);
+        e.version.store(v, Ordering::Relaxed);
+        assert_eq!(e.of(6, 11), Some((30, 40)));
         // The calling thread's own, read from /proc (a stint on a CPU is accounted when it
         // ends: a thread not switched out yet reads 0).
         let tid = current_tid();
-        e.record_own(tid);
-        assert!(e.of(tid).is_some());
+        e.record_own(tid, 2);
+        assert!(e.of(tid, 1).is_some());
         assert_eq!(parse_schedstat("12 34 5\n"), Some((12, 34)));
         assert_eq!(parse_schedstat("12"), None);
     }

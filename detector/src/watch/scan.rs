@@ -782,7 +782,7 @@ impl<'a> Scan<'a> {
         // accounting as it exited; without either, a poll that waited for a CPU on a busy
         // machine would be pinned by its wall time alone (helper-108: a 15 ms poll sharing its
         // CPU, in 16 of 20 rounds): not judged.
-        let stat = self.schedstat_or_exited(slot, self.cur, armed.tid);
+        let stat = self.schedstat_or_exited(slot, self.cur, armed.tid, t.seq);
         if t.baseline.is_some() && stat.is_none() {
             return;
         }
@@ -1988,16 +1988,23 @@ impl<'a> Scan<'a> {
         let shared = self.shared;
         let slot = shared.table.slots().get(p.slot);
         p.cpu_wait(|| match slot {
-            Some(slot) => self.schedstat_or_exited(slot, p.slot, p.tid),
+            Some(slot) => self.schedstat_or_exited(slot, p.slot, p.tid, p.seq),
             None => self.schedstat(p.slot, p.tid),
         })
     }
 
     /// Thread `tid`'s accounting now, as [`schedstat`](Self::schedstat) reads it; once the
-    /// thread has exited, as it left it in `slot` ([`Slot::exited`]).
-    fn schedstat_or_exited(&mut self, slot: &Slot, i: usize, tid: i32) -> Option<probe::SchedStat> {
+    /// thread has exited (after its poll `seq` began), as it left it in `slot`
+    /// ([`Slot::exited`]).
+    fn schedstat_or_exited(
+        &mut self,
+        slot: &Slot,
+        i: usize,
+        tid: i32,
+        seq: u64,
+    ) -> Option<probe::SchedStat> {
         self.schedstat(i, tid).or_else(|| {
-            let (on_cpu, waiting) = slot.exited.of(tid)?;
+            let (on_cpu, waiting) = slot.exited.of(tid, seq)?;
             Some(probe::SchedStat { on_cpu, waiting })
         })
     }

@@ -414,11 +414,12 @@ fn a_watchdog_kept_away_past_a_polls_end_still_reports_it() {
     assert_eq!(stats.dropped, 0, "{stats:?}");
 }
 
-/// As above, on threads of the test's that run one poll each (`watch_block_on`) and exit, the
-/// next one started at once: each poll ends unseen, its thread has gone by the watchdog's next
-/// look, and the next thread has claimed the freed slot. Each is reported all the same, judged
-/// by the accounting its thread left as it exited. A record cleared by the next claim lost 5 of
-/// 8 (helper-110).
+/// As above, on threads of the test's that run one poll each (`watch_block_on`) and exit, each
+/// followed at once by a thread that runs a quick one and exits too: each long poll ends
+/// unseen, its thread has gone by the watchdog's next look, and other threads have claimed the
+/// freed slot and left it since. Each is reported all the same, judged by the accounting its
+/// thread left as it exited. A record cleared by the next claim lost 5 of 8 (helper-110); one
+/// overwritten by the next exit, 5 or 6 of 6 (helper-111).
 #[test]
 fn a_watchdog_kept_away_reports_the_polls_of_threads_that_came_and_went() {
     let _serial = serial();
@@ -441,6 +442,11 @@ fn a_watchdog_kept_away_reports_the_polls_of_threads_that_came_and_went() {
                 .join()
                 .unwrap(),
         );
+        let handle = rt.handle().clone();
+        let quick = rt.detector.watch_block_on(async {});
+        std::thread::spawn(move || handle.block_on(quick))
+            .join()
+            .unwrap();
     }
     let stats = rt.shutdown();
     let completed = events.completed();

@@ -19,6 +19,8 @@ struct Claim {
     /// Dropped as the thread exits (not replaced by a claim in another table): its accounting
     /// is recorded then ([`Exited`](super::slot::Exited)).
     exiting: bool,
+    /// The slot's poll counter when the thread claimed it.
+    claimed: u64,
 }
 
 impl Drop for Claim {
@@ -27,7 +29,7 @@ impl Drop for Claim {
         if let Some(slot) = self.table.slots().get(self.index).filter(|_| self.exiting) {
             // The thread's accounting, while its `/proc` files are still there.
             let tid = slot.tid.load(Ordering::Relaxed);
-            slot.exited.record_own(tid, slot.poll.seq());
+            slot.exited.record_own(tid, self.claimed, slot.poll.seq());
         }
         self.table.release(self.index);
     }
@@ -265,12 +267,13 @@ fn claim_slow(table: &Arc<SlotTable>, key: usize) -> Option<&Slot> {
             return None;
         }
     };
+    let slot: &Slot = &table.slots()[index];
     let claim = Claim {
         table: Arc::clone(table),
         index,
         exiting: true,
+        claimed: slot.poll.seq(),
     };
-    let slot: &Slot = &table.slots()[index];
     let stored = GUARD.try_with(|g| match g.try_borrow_mut() {
         Ok(mut g) => {
             // Dropping the previous claim (another table's) releases it and resets `Current`;

@@ -68,44 +68,96 @@ pub(crate) struct Slot {
     pub unwinding: Unwinding,
     /// The first tasks polled after a flagged poll ([`super::waits`]).
     pub after_pin: AfterPins,
-    /// The last owner's scheduler accounting as it exited.
+    /// The last owners' scheduler accounting as they exited.
     pub exited: Exited,
     /// Tasks polled here after waiting past the threshold ([`super::waits`]).
     #[cfg(feature = "schedule-latency")]
     pub waits: WaitRing,
 }
 
-/// A slot's last owner's scheduler accounting (`schedstat`: ns on a CPU, ns waiting for one),
-/// read as the thread exited, with its thread id and the slot's poll counter then: its `/proc`
-/// files go with it, and a poll the watchdog finds ended after that is judged by this (a
-/// runtime dropped right after its last poll; a preempted poll would otherwise be pinned by
-/// its wall time alone). Kept when another thread claims the slot (one may, before the
-/// watchdog looks: helper-110), and told apart from an earlier owner with the same thread id
-/// by the counter. Written by each exiting owner in turn; read by the watchdog, as a seqlock.
+/// The scheduler accounting (`schedstat`: ns on a CPU, ns waiting for one) of a slot's last
+/// owners, each read as the thread exited, with its thread id and the slot's poll counter
+/// when it claimed the slot and when it left it: its `/proc` files go with it, and a poll the
+/// watchdog finds ended after that is judged by this (a runtime dropped right after its last
+/// poll; a preempted poll would otherwise be pinned by its wall time alone). The last
+/// [`EXITS_KEPT`]: threads that come and go through the slot before the watchdog looks again
+/// do not overwrite the one it needs (helper-110, helper-111), and the counters tell apart
+/// owners with the same thread id. Written by each exiting owner in turn; read by the watchdog.
 pub(crate) struct Exited {
-    /// Odd while being written; 0 before the first record.
+    /// Records written so far; the next goes at this index, modulo [`EXITS_KEPT`].
+    written: AtomicUsize,
+    records: [ExitRecord; EXITS_KEPT],
+}
+
+/// How many owners' exits a slot keeps.
+pub(crate) const EXITS_KEPT: usize = 4;
+
+/// One owner's exit: a seqlock on `version` (even at rest, odd while written; 0 before the
+/// first record).
+struct ExitRecord {
     version: AtomicU64,
     tid: AtomicI32,
-    seq: AtomicU64,
+    claimed: AtomicU64,
+    left: AtomicU64,
     on_cpu: AtomicU64,
     waiting: AtomicU64,
 }
 
-impl Exited {
-    const fn new() -> Exited {
-        Exited {
+impl ExitRecord {
+    const fn new() -> ExitRecord {
+        ExitRecord {
             version: AtomicU64::new(0),
             tid: AtomicI32::new(0),
-            seq: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
+            left: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
         }
     }
 
-    /// The calling thread, `tid`, exits with the slot's poll counter at `seq`: records its
-    /// accounting, read from `/proc/thread-self/schedstat` (an open, one read and a close,
-    /// once a thread). Nothing when it cannot be read.
-    pub fn record_own(&self, tid: i32, seq: u64) {
+    fn write(&self, tid: i32, claimed: u64, left: u64, on_cpu: u64, waiting: u64) {
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.tid.store(tid, Ordering::Relaxed);
+        self.claimed.store(claimed, Ordering::Relaxed);
+        self.left.store(left, Ordering::Relaxed);
+        self.on_cpu.store(on_cpu, Ordering::Relaxed);
+        self.waiting.store(waiting, Ordering::Relaxed);
+        self.version.store(v.wrapping_add(2), Ordering::Release);
+    }
+
+    /// `(tid, claimed, left, on_cpu, waiting)`, read whole; `None` while being written.
+    fn read(&self) -> Option<(i32, u64, u64, u64, u64)> {
+        let v = self.version.load(Ordering::Acquire);
+        if v == 0 || v & 1 == 1 {
+            return None;
+        }
+        let read = (
+            self.tid.load(Ordering::Relaxed),
+            self.claimed.load(Ordering::Relaxed),
+            self.left.load(Ordering::Relaxed),
+            self.on_cpu.load(Ordering::Relaxed),
+            self.waiting.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        (self.version.load(Ordering::Relaxed) == v).then_some(read)
+    }
+}
+
+impl Exited {
+    const fn new() -> Exited {
+        Exited {
+            written: AtomicUsize::new(0),
+            records: [const { ExitRecord::new() }; EXITS_KEPT],
+        }
+    }
+
+    /// The calling thread, `tid`, which claimed the slot with its poll counter at `claimed`,
+    /// exits with it at `left`: records its accounting, read from
+    /// `/proc/thread-self/schedstat` (an open, one read and a close, once a thread). Nothing
+    /// when it cannot be read.
+    pub fn record_own(&self, tid: i32, claimed: u64, left: u64) {
         use std::io::Read;
         let mut buf = [0u8; SCHEDSTAT_BYTES];
         let Ok(mut file) = std::fs::File::open("/proc/thread-self/schedstat") else {
@@ -122,44 +174,32 @@ impl Exited {
             .ok()
             .and_then(parse_schedstat);
         if let Some((on_cpu, waiting)) = read {
-            self.record(tid, seq, on_cpu, waiting);
+            self.record(tid, claimed, left, on_cpu, waiting);
         }
     }
 
-    /// Thread `tid` exits with the poll counter at `seq`, having spent `on_cpu` and `waiting`
-    /// (ns). One writer at a time: a slot's owners exit one after another.
-    pub fn record(&self, tid: i32, seq: u64, on_cpu: u64, waiting: u64) {
-        // Even at rest: odd while the fields below are written.
-        let v = self.version.load(Ordering::Relaxed);
-        self.version.store(v.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.tid.store(tid, Ordering::Relaxed);
-        self.seq.store(seq, Ordering::Relaxed);
-        self.on_cpu.store(on_cpu, Ordering::Relaxed);
-        self.waiting.store(waiting, Ordering::Relaxed);
-        self.version.store(v.wrapping_add(2), Ordering::Release);
+    /// Thread `tid` exits, having claimed the slot with its poll counter at `claimed` and
+    /// leaving it at `left` (a poll still open counts as closed: the counter `close` leaves),
+    /// having spent `on_cpu` and `waiting` (ns). One writer at a time: a slot's owners exit
+    /// one after another.
+    pub fn record(&self, tid: i32, claimed: u64, left: u64, on_cpu: u64, waiting: u64) {
+        let i = self.written.load(Ordering::Relaxed);
+        let left = left + (left & 1);
+        self.records[i % EXITS_KEPT].write(tid, claimed, left, on_cpu, waiting);
+        self.written.store(i.wrapping_add(1), Ordering::Relaxed);
     }
 
-    /// Thread `tid`'s accounting as it exited from this slot after poll `seq` began (its
-    /// counter then past `seq`): none for another thread, nor for an earlier owner with the
-    /// same id, nor while a record is being written.
+    /// Thread `tid`'s accounting as it exited from this slot, if poll `seq` was one of its:
+    /// begun after it claimed the slot and before it left. None for another thread, nor for
+    /// another owner with the same id, nor while a record is being written.
     pub fn of(&self, tid: i32, seq: u64) -> Option<(u64, u64)> {
-        let v = self.version.load(Ordering::Acquire);
-        if v == 0 || v & 1 == 1 {
+        if tid == 0 {
             return None;
         }
-        let read = (
-            self.tid.load(Ordering::Relaxed),
-            self.seq.load(Ordering::Relaxed),
-            self.on_cpu.load(Ordering::Relaxed),
-            self.waiting.load(Ordering::Relaxed),
-        );
-        fence(Ordering::Acquire);
-        if self.version.load(Ordering::Relaxed) != v {
-            return None;
-        }
-        let (t, exit_seq, on_cpu, waiting) = read;
-        (t == tid && tid != 0 && exit_seq > seq).then_some((on_cpu, waiting))
+        self.records.iter().find_map(|r| {
+            let (t, claimed, left, on_cpu, waiting) = r.read()?;
+            (t == tid && claimed <= seq && seq < left).then_some((on_cpu, waiting))
+        })
     }
 }
 
@@ -501,28 +541,35 @@ mod tests {
         let e = Exited::new();
         assert_eq!(e.of(0, 0), None);
         assert_eq!(e.of(5, 0), None);
-        // Thread 5 exits with the counter at 8: its polls up to 7 began before.
-        e.record(5, 8, 10, 20);
+        // Thread 5 claims the slot at 2 and exits at 8: its polls 3 to 7.
+        e.record(5, 2, 8, 10, 20);
         assert_eq!(e.of(5, 7), Some((10, 20)));
-        assert_eq!(e.of(5, 8), None);
+        assert_eq!((e.of(5, 1), e.of(5, 8)), (None, None));
         assert_eq!(e.of(6, 7), None);
-        // Thread 6 exits from the slot: the first one's is gone.
-        e.record(6, 12, 30, 40);
-        assert_eq!((e.of(5, 7), e.of(6, 11)), (None, Some((30, 40))));
-        // Thread 6 again (its id used again), for a poll begun after the first one exited:
-        // not the first one's accounting.
-        assert_eq!(e.of(6, 13), None);
+        // Thread 6 comes and goes through the slot: thread 5's record stays.
+        e.record(6, 8, 12, 30, 40);
+        assert_eq!((e.of(5, 7), e.of(6, 11)), (Some((10, 20)), Some((30, 40))));
+        // Thread 5's id used again by a later owner: each poll is matched to its own owner.
+        e.record(5, 12, 16, 50, 60);
+        assert_eq!((e.of(5, 7), e.of(5, 13)), (Some((10, 20)), Some((50, 60))));
+        // Exited mid-poll (counter 17, odd): that poll is its own, as `close` leaves it.
+        e.record(7, 16, 17, 70, 80);
+        assert_eq!(e.of(7, 17), Some((70, 80)));
+        // The oldest goes past EXITS_KEPT.
+        e.record(8, 18, 20, 90, 100);
+        assert_eq!((e.of(5, 7), e.of(8, 19)), (None, Some((90, 100))));
         // Mid-write: nobody's.
-        let v = e.version.load(Ordering::Relaxed);
-        e.version.store(v + 1, Ordering::Relaxed);
-        assert_eq!(e.of(6, 11), None);
-        e.version.store(v, Ordering::Relaxed);
-        assert_eq!(e.of(6, 11), Some((30, 40)));
+        let r = &e.records[(e.written.load(Ordering::Relaxed) - 1) % EXITS_KEPT];
+        let v = r.version.load(Ordering::Relaxed);
+        r.version.store(v + 1, Ordering::Relaxed);
+        assert_eq!(e.of(8, 19), None);
+        r.version.store(v, Ordering::Relaxed);
+        assert_eq!(e.of(8, 19), Some((90, 100)));
         // The calling thread's own, read from /proc (a stint on a CPU is accounted when it
         // ends: a thread not switched out yet reads 0).
         let tid = current_tid();
-        e.record_own(tid, 2);
-        assert!(e.of(tid, 1).is_some());
+        e.record_own(tid, 20, 22);
+        assert!(e.of(tid, 21).is_some());
         assert_eq!(parse_schedstat("12 34 5\n"), Some((12, 34)));
         assert_eq!(parse_schedstat("12"), None);
     }

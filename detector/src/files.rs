@@ -24,6 +24,26 @@ pub(crate) fn dir_and_name(path: &Path) -> std::io::Result<(&Path, &std::ffi::Os
     Ok((dir_of(path), name))
 }
 
+/// Reads the file at `path` into `buf` with one read (what does not fit is left out: a read that
+/// fills `buf` may be cut, which the caller must allow for): an open, one read (again if a
+/// signal interrupts it) and a close, nothing allocated (std makes a path this short a C string
+/// on the stack). For `/proc`'s small files, which are made whole on the first read and handed
+/// out from that (`seq_file`'s single-record files): `read_to_string` would also ask for the
+/// size (a `statx`, which `/proc` answers with 0), then read in pieces that double from 32
+/// bytes. `None` if the file cannot be opened or read.
+pub(crate) fn read_small<'b>(path: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    use std::io::Read;
+    let mut file = File::open(path).ok()?;
+    let n = loop {
+        match file.read(buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    };
+    Some(&buf[..n])
+}
+
 /// Writes a new file at `path` whole, or not at all: `fill` writes into a temporary file in the
 /// same directory, which is synced and then takes `path`'s name — with `replace`, by a rename
 /// over whatever is there; without it, by a hard link that fails if `path` exists (so a file

@@ -154,26 +154,10 @@ impl Exited {
     }
 
     /// The calling thread, `tid`, which claimed the slot with its poll counter at `claimed`,
-    /// exits with it at `left`: records its accounting, read from
-    /// `/proc/thread-self/schedstat` (an open, one read and a close, once a thread). Nothing
-    /// when it cannot be read.
+    /// exits with it at `left`: records its accounting ([`own_schedstat`]: an open, one read
+    /// and a close, once a thread). Nothing when it cannot be read.
     pub fn record_own(&self, tid: i32, claimed: u64, left: u64) {
-        use std::io::Read;
-        let mut buf = [0u8; SCHEDSTAT_BYTES];
-        let Ok(mut file) = std::fs::File::open("/proc/thread-self/schedstat") else {
-            return;
-        };
-        let n = loop {
-            match file.read(&mut buf) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return,
-            }
-        };
-        let read = std::str::from_utf8(&buf[..n])
-            .ok()
-            .and_then(parse_schedstat);
-        if let Some((on_cpu, waiting)) = read {
+        if let Some((on_cpu, waiting)) = own_schedstat() {
             self.record(tid, claimed, left, on_cpu, waiting);
         }
     }
@@ -206,6 +190,17 @@ impl Exited {
 /// Room for a `schedstat` file: three decimal numbers of at most 20 digits each, and their
 /// separators.
 pub(crate) const SCHEDSTAT_BYTES: usize = 80;
+
+/// The calling thread's accounting, from `/proc/thread-self/schedstat`: ns on a CPU, ns waiting
+/// for one ([`files::read_small`]: no allocation, no lock). The time on a CPU is as of the
+/// kernel's last update of it, at most a scheduler tick old, as another thread's read of it is.
+///
+/// [`files::read_small`]: crate::files::read_small
+pub(crate) fn own_schedstat() -> Option<(u64, u64)> {
+    let mut buf = [0u8; SCHEDSTAT_BYTES];
+    let text = crate::files::read_small("/proc/thread-self/schedstat", &mut buf)?;
+    parse_schedstat(std::str::from_utf8(text).ok()?)
+}
 
 /// A `schedstat` file's first two numbers: ns on a CPU, ns waiting for one.
 pub(crate) fn parse_schedstat(s: &str) -> Option<(u64, u64)> {

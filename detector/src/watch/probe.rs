@@ -435,31 +435,20 @@ fn read_task<'b>(tid: i32, name: &str, buf: &'b mut [u8]) -> Option<&'b str> {
     })
 }
 
-/// Reads `/proc/self/task/<tid>/<name>` into `buf` (what does not fit is left out: a read that
-/// fills `buf` may be cut, which the caller must allow for): an open, one read and a close.
-/// `read_to_string` also asks for the file's size (a `statx`, which `/proc` answers with 0),
-/// then reads in pieces that double from 32 bytes: 11 system calls for `status` where this makes
-/// 3. One read is the whole file, or as much of it as fits: these files are made whole on the
-/// first read and handed out from that (`seq_file`'s single-record files). `None` if the file
-/// cannot be opened or read.
+/// Reads `/proc/self/task/<tid>/<name>` into `buf`, as [`files::read_small`] reads a file: 3
+/// system calls for `status` where `read_to_string` makes 11. `None` if the file cannot be
+/// opened or read.
+///
+/// [`files::read_small`]: crate::files::read_small
 fn read_task_bytes<'b>(tid: i32, name: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     // "/proc/self/task/" (16), an `i32` (at most 11), "/" and a name of at most 9 bytes.
     let mut path = [0u8; 48];
     let room = path.len();
     let mut rest = &mut path[..];
     write!(rest, "/proc/self/task/{tid}/{name}").ok()?;
     let len = room - rest.len();
-    let path = std::str::from_utf8(&path[..len]).ok()?;
-    let mut file = std::fs::File::open(path).ok()?;
-    let n = loop {
-        match file.read(buf) {
-            Ok(n) => break n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    };
-    Some(&buf[..n])
+    crate::files::read_small(std::str::from_utf8(&path[..len]).ok()?, buf)
 }
 
 /// The read and write family calls whose first argument is a file descriptor.

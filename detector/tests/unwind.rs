@@ -517,3 +517,121 @@ fn unwind_child_preempted_catch() {
         events.all()
     );
 }
+
+/// A poll that blocks for 130 ms in all, across a caught panic whose hook waited for a CPU
+/// (as std's symbolizing a backtrace on a busy machine does), holds its worker for those
+/// 130 ms: it is a pin. Its hook's waits, counted against the poll's time off a CPU, made it
+/// none: judged by its time on a CPU or blocked less the hook's waits (helper-110: 0 of 6).
+#[test]
+fn a_hook_that_waited_for_a_cpu_hides_no_pin() {
+    let out = child("unwind_child_blocked_across_a_waiting_hook", false);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    let line = result(&stdout, &stderr);
+    assert_eq!(ms(line, "pins"), ACROSS_ROUNDS, "{line}\n{stdout}");
+    assert!(
+        ms(line, "hooks_waited_ms") >= ACROSS_ROUNDS * HOOK_WAIT.as_millis() as u64,
+        "the hooks did not wait: {line}"
+    );
+    assert!(
+        ms(line, "most_cpu_wait_ms") < HOOK_WAIT.as_millis() as u64 / 4,
+        "{line}"
+    );
+}
+
+/// The rounds of the children that panic across a poll, a runtime each.
+const ACROSS_ROUNDS: u64 = 3;
+
+#[test]
+fn unwind_child_blocked_across_a_waiting_hook() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    contended_panic_hook();
+    let mut pins = Vec::new();
+    for _ in 0..ACROSS_ROUNDS {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let builder = pinwatch::Builder::new()
+            .tracing(false)
+            .threshold(Duration::from_millis(100))
+            .sink(move |e: &pinwatch::PinnedEvent| {
+                if e.state == State::Completed {
+                    let _ = tx.send(e.clone());
+                }
+            });
+        let rt = support::watch(builder, &mut support::multi_thread(2));
+        rt.block_on(async {
+            tokio::spawn(async {
+                // Past the look that reads the poll's baseline (a quarter of the threshold),
+                // short of half the threshold; then 90 ms more: 130 ms blocked.
+                std::thread::sleep(Duration::from_millis(40));
+                assert!(std::panic::catch_unwind(|| panic!("caught here")).is_err());
+                std::thread::sleep(Duration::from_millis(90));
+            })
+            .await
+            .unwrap()
+        });
+        // The runtime is kept until the pin's report has come (see the contended hooks' child);
+        // a poll found no pin has none: the shutdown's last scan judges it.
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        rt.shutdown();
+        pins.extend(got.into_iter().chain(rx.try_iter()));
+    }
+    println!(
+        "unwind child: pins={} most_cpu_wait_ms={} hooks_waited_ms={}",
+        pins.len(),
+        pins.iter()
+            .map(|p| p.cpu_wait.as_millis())
+            .max()
+            .unwrap_or(0),
+        HOOKS_WAITED.load(std::sync::atomic::Ordering::Relaxed) / 1_000_000,
+    );
+}
+
+/// How long the computing hook of the preempted child computes, by its thread's CPU clock.
+const HOOK_CPU: Duration = Duration::from_millis(150);
+
+/// A poll that computes 35 ms on a CPU it shares with three spinning threads (so it holds its
+/// worker some 140 ms by the wall clock, most of it waiting for the CPU), across a caught
+/// panic whose hook computes 150 ms, held its worker for 35 ms of its own: no pin under a
+/// 100 ms threshold. The hook's CPU time counted as the poll's made it one (helper-110: 6 of
+/// 6).
+#[test]
+fn a_hook_that_computed_makes_no_pin_of_a_preempted_poll() {
+    let out = child("unwind_child_preempted_across_a_computing_hook", false);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    let line = result(&stdout, &stderr);
+    assert_eq!(ms(line, "rounds"), ACROSS_ROUNDS, "{line}");
+    assert_eq!(ms(line, "pins"), 0, "{line}\n{stdout}");
+}
+
+#[test]
+fn unwind_child_preempted_across_a_computing_hook() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    std::panic::set_hook(Box::new(|_| {
+        support::spin_cpu(HOOK_CPU);
+    }));
+    let cpu = support::first_allowed_cpu();
+    let hogs = support::Hogs::start(cpu, 3);
+    let events = support::Collected::default();
+    let builder = support::builder(&events).threshold(Duration::from_millis(100));
+    let rt = support::watch(builder, &mut support::one_worker_on(cpu));
+    for _ in 0..ACROSS_ROUNDS {
+        rt.block_on(rt.spawn(async {
+            support::spin_cpu(Duration::from_millis(20));
+            assert!(std::panic::catch_unwind(|| panic!("caught here")).is_err());
+            support::spin_cpu(Duration::from_millis(15));
+        }))
+        .unwrap();
+    }
+    drop(hogs);
+    let stats = rt.shutdown();
+    println!(
+        "unwind child: rounds={ACROSS_ROUNDS} pins={} {:?}",
+        stats.pinned_polls,
+        events.all()
+    );
+}

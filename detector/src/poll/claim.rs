@@ -177,9 +177,11 @@ fn after_pin_done(current: Current) {
 
 /// The calling thread panics (called from pinwatch's panic hook, before the hook it chains):
 /// if it is running a watched poll, marks that poll panicking from now, so that the watchdog
-/// counts none of the time the panic hook takes; returns that poll's counter, for
-/// [`poll_panic_hook_returned`]. Locks nothing, allocates nothing, cannot panic; a thread
-/// without a slot, or between polls, changes nothing.
+/// counts none of the time the panic hook takes, nor the thread's accounting meanwhile (read
+/// from `/proc` here and as the hook returns: an open, a read and a close each, only for a
+/// watched poll that panics); returns that poll's counter, for [`poll_panic_hook_returned`].
+/// Locks nothing, allocates nothing, cannot panic; a thread without a slot, or between polls,
+/// changes nothing.
 pub(crate) fn poll_panics() -> Option<u64> {
     let current = current::get();
     if current.owner == 0 || current.slot.is_null() {
@@ -192,14 +194,17 @@ pub(crate) fn poll_panics() -> Option<u64> {
     if seq & 1 == 0 {
         return None;
     }
+    // The accounting first, the clock after: the hook's wall time holds its accounting's.
+    let stat = super::slot::own_schedstat();
     slot.unwinding
-        .mark(seq, table.nanos_since_base(Instant::now()));
+        .mark(seq, table.nanos_since_base(Instant::now()), stat);
     Some(seq)
 }
 
 /// The panic hook that pinwatch's chains returned, on the thread whose poll `seq` panicked
 /// ([`poll_panics`]): the unwinding begins, and the poll may catch it and go on; the watchdog
-/// times it again from here. Locks nothing, allocates nothing, cannot panic.
+/// times it again from here, the hook's time and accounting left out. Locks nothing, allocates
+/// nothing, cannot panic.
 pub(crate) fn poll_panic_hook_returned(seq: u64) {
     let current = current::get();
     if current.owner == 0 || current.slot.is_null() {
@@ -207,8 +212,9 @@ pub(crate) fn poll_panic_hook_returned(seq: u64) {
     }
     // SAFETY: as in `poll_panics`: the thread's own slot and table, kept alive by its `Claim`.
     let (table, slot) = unsafe { (&*table_of(current.owner), &*current.slot) };
+    let nanos = table.nanos_since_base(Instant::now());
     slot.unwinding
-        .resume(seq, table.nanos_since_base(Instant::now()));
+        .resume(seq, nanos, super::slot::own_schedstat());
 }
 
 /// Rare path of [`begin_poll`]: claims a slot, then marks the poll. (`spawned_at` first: the

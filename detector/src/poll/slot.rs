@@ -210,8 +210,10 @@ pub(crate) fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
 
 /// Which poll of a slot panicked, when, and when the panic hook returned: the watchdog counts
 /// none of the time between (the panic hook's message and backtrace), which is the panic
-/// machinery's, not the code under test's. A panic caught inside the poll (`catch_unwind`)
-/// lets the poll go on: the watchdog times what it does after the hook returned afresh.
+/// machinery's, not the code under test's — neither its wall time nor the thread's time on a
+/// CPU or waiting for one then, which the hook reads from the kernel's accounting as it begins
+/// and as it returns. A panic caught inside the poll (`catch_unwind`) lets the poll go on: the
+/// watchdog times what it does after the hook returned afresh.
 /// Written by the owner, from the panic hook only; read by the watchdog, as a seqlock.
 pub(crate) struct Unwinding {
     /// Even while the fields hold a whole mark; odd while the owner writes them.
@@ -222,9 +224,45 @@ pub(crate) struct Unwinding {
     nanos: AtomicU64,
     /// When the panic hook returned, in ns since the table's base; `NOT_FLAGGED` while it runs.
     resumed: AtomicU64,
-    /// The time poll `seq`'s panic hooks took, all of them, the running one left out (ns): a
-    /// poll that catches one panic after another has each hook left out of its time.
-    hooks: AtomicU64,
+    /// What poll `seq`'s panic hooks took, all of them, the running one left out
+    /// ([`HookTime`]): a poll that catches one panic after another has each hook left out.
+    hooks_nanos: AtomicU64,
+    hooks_on_cpu: AtomicU64,
+    hooks_waiting: AtomicU64,
+    /// The thread's accounting as the running hook began, `NOT_FLAGGED` if unread: the owner's
+    /// own, read back as the hook returns (outside the seqlock; no reader needs it).
+    began_on_cpu: AtomicU64,
+    began_waiting: AtomicU64,
+}
+
+/// What a poll's returned panic hooks took, all of them (ns): their wall time, and the thread's
+/// time on a CPU and waiting for one meanwhile. Both are 0 for a hook whose thread's accounting
+/// could not be read (no file descriptor left, no `/proc`): its work then counts as the poll's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HookTime {
+    pub nanos: u64,
+    pub on_cpu: u64,
+    pub waiting: u64,
+}
+
+impl HookTime {
+    /// What of this running total of a poll's hooks is new since `then`, an earlier one.
+    pub fn since(self, then: HookTime) -> HookTime {
+        HookTime {
+            nanos: self.nanos.saturating_sub(then.nanos),
+            on_cpu: self.on_cpu.saturating_sub(then.on_cpu),
+            waiting: self.waiting.saturating_sub(then.waiting),
+        }
+    }
+
+    /// The later of two running totals of a poll's hooks, each part on its own.
+    pub fn max(self, other: HookTime) -> HookTime {
+        HookTime {
+            nanos: self.nanos.max(other.nanos),
+            on_cpu: self.on_cpu.max(other.on_cpu),
+            waiting: self.waiting.max(other.waiting),
+        }
+    }
 }
 
 /// A poll's panic, as the watchdog reads it ([`Unwinding::since`]).
@@ -235,9 +273,9 @@ pub struct Panicked {
     /// When the panic hook returned (the unwinding began), in ns since the table's base; `None`
     /// while the hook runs.
     pub resumed: Option<u64>,
-    /// How long the poll's returned panic hooks took in all (ns): every panic it caught before
-    /// this one and, once returned, this one.
-    pub hooks: u64,
+    /// What the poll's returned panic hooks took in all: every panic it caught before this one
+    /// and, once returned, this one.
+    pub hooks: HookTime,
 }
 
 impl Unwinding {
@@ -247,7 +285,11 @@ impl Unwinding {
             seq: AtomicU64::new(NOT_FLAGGED),
             nanos: AtomicU64::new(0),
             resumed: AtomicU64::new(NOT_FLAGGED),
-            hooks: AtomicU64::new(0),
+            hooks_nanos: AtomicU64::new(0),
+            hooks_on_cpu: AtomicU64::new(0),
+            hooks_waiting: AtomicU64::new(0),
+            began_on_cpu: AtomicU64::new(NOT_FLAGGED),
+            began_waiting: AtomicU64::new(NOT_FLAGGED),
         }
     }
 
@@ -261,11 +303,17 @@ impl Unwinding {
         self.version.store(v.wrapping_add(2), Ordering::Release);
     }
 
-    /// Poll `seq` panics at `nanos`; its hook runs. Owner only.
-    pub(super) fn mark(&self, seq: u64, nanos: u64) {
+    /// Poll `seq` panics at `nanos`, its thread's accounting `stat` then (`None`: unread); its
+    /// hook runs. Owner only.
+    pub(super) fn mark(&self, seq: u64, nanos: u64, stat: Option<(u64, u64)>) {
+        let (on_cpu, waiting) = stat.unwrap_or((NOT_FLAGGED, NOT_FLAGGED));
+        self.began_on_cpu.store(on_cpu, Ordering::Relaxed);
+        self.began_waiting.store(waiting, Ordering::Relaxed);
         self.write(|| {
             if self.seq.load(Ordering::Relaxed) != seq {
-                self.hooks.store(0, Ordering::Relaxed);
+                self.hooks_nanos.store(0, Ordering::Relaxed);
+                self.hooks_on_cpu.store(0, Ordering::Relaxed);
+                self.hooks_waiting.store(0, Ordering::Relaxed);
             }
             self.seq.store(seq, Ordering::Relaxed);
             self.nanos.store(nanos, Ordering::Relaxed);
@@ -273,18 +321,38 @@ impl Unwinding {
         });
     }
 
-    /// The panic hook of poll `seq` returned at `nanos`. Owner only.
-    pub(super) fn resume(&self, seq: u64, nanos: u64) {
-        if self.seq.load(Ordering::Relaxed) == seq
-            && self.resumed.load(Ordering::Relaxed) == NOT_FLAGGED
+    /// The panic hook of poll `seq` returned at `nanos`, its thread's accounting `stat` then
+    /// (`None`: unread). Owner only.
+    pub(super) fn resume(&self, seq: u64, nanos: u64, stat: Option<(u64, u64)>) {
+        if self.seq.load(Ordering::Relaxed) != seq
+            || self.resumed.load(Ordering::Relaxed) != NOT_FLAGGED
         {
-            let took = nanos.saturating_sub(self.nanos.load(Ordering::Relaxed));
-            let hooks = self.hooks.load(Ordering::Relaxed).saturating_add(took);
-            self.write(|| {
-                self.resumed.store(nanos, Ordering::Relaxed);
-                self.hooks.store(hooks, Ordering::Relaxed);
-            });
+            return;
         }
+        let began = (
+            self.began_on_cpu.load(Ordering::Relaxed),
+            self.began_waiting.load(Ordering::Relaxed),
+        );
+        // Unread at either end: none of the hook's accounting is known.
+        let (on_cpu, waiting) = match stat {
+            Some(now) if began.0 != NOT_FLAGGED => {
+                (now.0.saturating_sub(began.0), now.1.saturating_sub(began.1))
+            }
+            _ => (0, 0),
+        };
+        let sum = |total: &AtomicU64, took: u64| total.load(Ordering::Relaxed).saturating_add(took);
+        let took = nanos.saturating_sub(self.nanos.load(Ordering::Relaxed));
+        let (wall, cpu, wait) = (
+            sum(&self.hooks_nanos, took),
+            sum(&self.hooks_on_cpu, on_cpu),
+            sum(&self.hooks_waiting, waiting),
+        );
+        self.write(|| {
+            self.resumed.store(nanos, Ordering::Relaxed);
+            self.hooks_nanos.store(wall, Ordering::Relaxed);
+            self.hooks_on_cpu.store(cpu, Ordering::Relaxed);
+            self.hooks_waiting.store(wait, Ordering::Relaxed);
+        });
     }
 
     /// Whether poll `seq` panicked, when, and when its hook returned. Counters never repeat,
@@ -302,7 +370,7 @@ impl Unwinding {
         let hook = Panicked {
             at: 0,
             resumed: None,
-            hooks: 0,
+            hooks: HookTime::default(),
         };
         self.read(seq, Some(hook))
     }
@@ -314,7 +382,11 @@ impl Unwinding {
                 let marked = self.seq.load(Ordering::Relaxed);
                 let at = self.nanos.load(Ordering::Relaxed);
                 let resumed = self.resumed.load(Ordering::Relaxed);
-                let hooks = self.hooks.load(Ordering::Relaxed);
+                let hooks = HookTime {
+                    nanos: self.hooks_nanos.load(Ordering::Relaxed),
+                    on_cpu: self.hooks_on_cpu.load(Ordering::Relaxed),
+                    waiting: self.hooks_waiting.load(Ordering::Relaxed),
+                };
                 fence(Ordering::Acquire);
                 if self.version.load(Ordering::Relaxed) == v {
                     return (marked == seq).then_some(Panicked {
@@ -572,38 +644,52 @@ mod tests {
     #[test]
     fn a_panic_mark_is_read_whole_and_only_for_its_poll() {
         let u = Unwinding::new();
+        let hooks = |nanos, on_cpu, waiting| HookTime {
+            nanos,
+            on_cpu,
+            waiting,
+        };
         assert_eq!(u.since(3), None);
-        u.mark(3, 100);
+        u.mark(3, 100, Some((1_000, 500)));
         let hook = Panicked {
             at: 100,
             resumed: None,
-            hooks: 0,
+            hooks: HookTime::default(),
         };
         assert_eq!(u.since(3), Some(hook));
         assert_eq!(u.since(5), None, "another poll's mark");
-        u.resume(5, 200);
+        u.resume(5, 200, Some((1_060, 530)));
         assert_eq!(u.since(3), Some(hook), "resumed by another poll");
-        u.resume(3, 200);
+        u.resume(3, 200, Some((1_060, 530)));
         let resumed = Panicked {
             resumed: Some(200),
-            hooks: 100,
+            hooks: hooks(100, 60, 30),
             ..hook
         };
         assert_eq!(u.since(3), Some(resumed));
-        u.resume(3, 250);
+        u.resume(3, 250, Some((2_000, 2_000)));
         assert_eq!(u.since(3), Some(resumed), "resumed twice");
-        // A second panic caught in the same poll: its hook runs again, and adds up.
-        u.mark(3, 300);
+        // A second panic caught in the same poll: its hook runs again, and adds up; one whose
+        // accounting is unread at either end adds its wall time alone.
+        u.mark(3, 300, Some((1_100, 600)));
         assert_eq!(
             u.since(3).map(|p| (p.at, p.resumed, p.hooks)),
-            Some((300, None, 100))
+            Some((300, None, hooks(100, 60, 30)))
         );
-        u.resume(3, 330);
-        assert_eq!(u.since(3).map(|p| p.hooks), Some(130));
+        u.resume(3, 330, Some((1_120, 605)));
+        assert_eq!(u.since(3).map(|p| p.hooks), Some(hooks(130, 80, 35)));
+        u.mark(3, 400, None);
+        u.resume(3, 410, Some((1_200, 700)));
+        u.mark(3, 500, Some((1_300, 800)));
+        u.resume(3, 520, None);
+        assert_eq!(u.since(3).map(|p| p.hooks), Some(hooks(160, 80, 35)));
         // Another poll's panic starts from none.
-        u.mark(5, 400);
-        u.resume(5, 410);
-        assert_eq!(u.since(5).map(|p| p.hooks), Some(10));
+        u.mark(5, 600, Some((1_400, 900)));
+        u.resume(5, 610, Some((1_405, 902)));
+        assert_eq!(u.since(5).map(|p| p.hooks), Some(hooks(10, 5, 2)));
+        // The calling thread's own accounting reads (a stint on a CPU is accounted at a tick
+        // or when it ends: a thread new to its CPU may read 0).
+        assert!(own_schedstat().is_some());
     }
 
     #[test]
@@ -618,8 +704,8 @@ mod tests {
                 let mut t = 0;
                 while !stop.load(Ordering::Relaxed) {
                     t += 2;
-                    u.mark(1, t);
-                    u.resume(1, t + 1);
+                    u.mark(1, t, Some((0, 0)));
+                    u.resume(1, t + 1, Some((t, 1)));
                 }
             })
         };
@@ -628,8 +714,18 @@ mod tests {
             if let Some(p) = u.since(1) {
                 if let Some(r) = p.resumed {
                     assert_eq!(r, p.at + 1, "{p:?}");
-                    // One nanosecond per hook, one hook per mark (`at` steps by 2).
-                    assert_eq!(p.hooks, p.at / 2, "{p:?}");
+                    // One nanosecond per hook, one hook per mark (`at` steps by 2), the
+                    // accounting read whole with it.
+                    let n = p.at / 2;
+                    assert_eq!(
+                        p.hooks,
+                        HookTime {
+                            nanos: n,
+                            on_cpu: n * (n + 1),
+                            waiting: n
+                        },
+                        "{p:?}"
+                    );
                     seen += 1;
                 }
             }

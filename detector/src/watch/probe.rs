@@ -543,6 +543,15 @@ pub(crate) struct SchedStat {
 }
 
 impl SchedStat {
+    /// The accounting moved on by what panic hooks took: read against it, a later reading
+    /// counts none of their time on a CPU or waiting for one.
+    pub fn past(self, hooks: crate::poll::slot::HookTime) -> SchedStat {
+        SchedStat {
+            on_cpu: self.on_cpu.saturating_add(hooks.on_cpu),
+            waiting: self.waiting.saturating_add(hooks.waiting),
+        }
+    }
+
     /// Time on a CPU and time waiting for one since the accounting `then` (none where it went
     /// back).
     pub fn since(&self, then: SchedStat) -> (std::time::Duration, std::time::Duration) {

@@ -605,16 +605,8 @@ impl<'a> Scan<'a> {
                 return;
             }
             // The hook has returned (the poll unwinds, or caught the panic and goes on): leave
-            // the hooks' time out, and their waits for a CPU, and time the rest.
-            let tid = slot.tid.load(Ordering::Relaxed);
-            t.leave_out_read(panicked.hooks, now, || {
-                let stat = self.schedstat(self.cur, tid)?;
-                Some(probe::Reading {
-                    at: Instant::now(),
-                    stat,
-                    switches: probe::voluntary_switches(tid),
-                })
-            });
+            // the hooks' time out, and the thread's accounting in them, and time the rest.
+            t.leave_out(panicked.hooks, now);
         }
         if t.handed_off {
             // Still in `block_in_place`? Once the thread has a worker again, the rest of the
@@ -686,7 +678,6 @@ impl<'a> Scan<'a> {
                 None => (age, Duration::ZERO),
             };
             if t.count(age, pinned_for, threshold) {
-                let waited = waited.saturating_sub(t.wait_left_out);
                 self.flag(slot, t, seq, waited);
             }
         }
@@ -770,12 +761,12 @@ impl<'a> Scan<'a> {
         );
         // The poll's panic hooks since the last look (it caught the panics, or ended unwinding
         // from one) are the panic machinery's time, not a pin: left out, as a look would.
-        let hooks = match slot.unwinding.since(t.seq) {
+        match slot.unwinding.since(t.seq) {
             // Its panic hook never returned: the poll ended in the panic machinery.
             Some(Panicked { resumed: None, .. }) => return,
-            Some(p) => Duration::from_nanos(p.hooks.saturating_sub(t.hooks_left_out)),
-            None => Duration::ZERO,
-        };
+            Some(p) => t.leave_out(p.hooks, end),
+            None => {}
+        }
         // Waited since the baseline until now, not until the end: never more pinned time than
         // there was.
         // A thread that has ended since (a runtime dropped right after its last poll) left its
@@ -789,7 +780,6 @@ impl<'a> Scan<'a> {
         let waited = t.baseline.map_or(Duration::ZERO, |b| b.waited(stat));
         let Some(duration) = t.ended_pinned(
             end,
-            hooks,
             waited,
             self.settings.threshold,
             self.settings.effective_scan_interval(),
@@ -815,13 +805,10 @@ impl<'a> Scan<'a> {
             tid: armed.tid,
             name: String::from_utf8_lossy(&armed.name[..armed.name_len]).into_owned(),
         };
-        // Judged with every wait (as looks judge a running poll); reported without its hooks'.
-        let waited = waited.saturating_sub(t.wait_left_out);
         let mut event = self.new_event(armed.snap, worker, Default::default(), t, waited, end);
         event.state = State::Completed;
         // Its panic hooks left out: it starts that much later, and ends where it ended.
         event.duration = duration;
-        event.start += hooks;
         let mut pinned = Pinned::new(t, armed.tid, armed.thread, event, now);
         pinned.slot = self.cur;
         pinned.end = Some(end);
@@ -1041,7 +1028,7 @@ impl<'a> Scan<'a> {
     ) -> Tracked {
         let mark = slot.unwinding.since_running(seq);
         let resumed = mark.and_then(|p| p.resumed).map(|r| self.shared.at(r));
-        let hooks = mark.map_or(0, |p| p.hooks);
+        let hooks = mark.map_or(Default::default(), |p| p.hooks);
         let mut t = match start {
             Some(start) => Tracked::stamped(seq, start, first_seen, hooks, resumed),
             None => Tracked::new(seq, first_seen, after, hooks, resumed),
@@ -1386,7 +1373,7 @@ impl<'a> Scan<'a> {
             p.leave_out(m.hooks);
             in_hook = m.resumed.is_none();
             // Nor is what the thread did meanwhile, on a CPU or waiting for one, the pin's.
-            p.across_hook |= in_hook || p.hooks_left_out > left_out;
+            p.across_hook |= in_hook || p.hooks_left_out != left_out;
         }
         let ended = slot.poll.ended(p.seq);
         if ended.is_some() || seq != p.seq {
@@ -2038,12 +2025,7 @@ impl<'a> Scan<'a> {
         };
         if std::mem::take(&mut p.across_hook) {
             // A panic hook ran since then: its time on a CPU (symbolizing a backtrace) would
-            // read as the pin's computing, its waits for one as the pin's. The interval counts
-            // for neither the reason nor `cpu_wait` (helper-106: a 200 ms sleep with 500 ms of
-            // waits in its hooks said `cpu_wait_ms` 515).
-            if let (Some(from), Some(to)) = (since, reading) {
-                p.wait_left_out += to.stat.since(from.stat).1;
-            }
+            // read as the pin's computing (helper-106). The interval counts for no reason.
             since = None;
         }
         if let Some(Some(holder)) = probe.waiting_for.as_mut() {

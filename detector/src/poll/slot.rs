@@ -92,10 +92,44 @@ pub(crate) struct Exited {
 /// How many owners' exits a slot keeps.
 pub(crate) const EXITS_KEPT: usize = 4;
 
-/// One owner's exit: a seqlock on `version` (even at rest, odd while written; 0 before the
-/// first record).
-struct ExitRecord {
+/// A seqlock's version, for fields one writer at a time changes and others read whole or not at
+/// all: even at rest, odd while written.
+struct SeqLock {
     version: AtomicU64,
+}
+
+impl SeqLock {
+    const fn new() -> SeqLock {
+        SeqLock {
+            version: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes the stores `write` does (relaxed) as one change: a reader sees all or none of them.
+    /// One writer at a time.
+    fn write(&self, write: impl FnOnce()) {
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        write();
+        self.version.store(v.wrapping_add(2), Ordering::Release);
+    }
+
+    /// What `read` loads (relaxed), if no write overlapped it.
+    fn read<T>(&self, read: impl FnOnce() -> T) -> Option<T> {
+        let v = self.version.load(Ordering::Acquire);
+        if v & 1 == 1 {
+            return None;
+        }
+        let read = read();
+        fence(Ordering::Acquire);
+        (self.version.load(Ordering::Relaxed) == v).then_some(read)
+    }
+}
+
+/// One owner's exit, read whole or not at all.
+struct ExitRecord {
+    lock: SeqLock,
     tid: AtomicI32,
     claimed: AtomicU64,
     left: AtomicU64,
@@ -106,7 +140,7 @@ struct ExitRecord {
 impl ExitRecord {
     const fn new() -> ExitRecord {
         ExitRecord {
-            version: AtomicU64::new(0),
+            lock: SeqLock::new(),
             tid: AtomicI32::new(0),
             claimed: AtomicU64::new(0),
             left: AtomicU64::new(0),
@@ -116,32 +150,27 @@ impl ExitRecord {
     }
 
     fn write(&self, tid: i32, claimed: u64, left: u64, on_cpu: u64, waiting: u64) {
-        let v = self.version.load(Ordering::Relaxed);
-        self.version.store(v.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.tid.store(tid, Ordering::Relaxed);
-        self.claimed.store(claimed, Ordering::Relaxed);
-        self.left.store(left, Ordering::Relaxed);
-        self.on_cpu.store(on_cpu, Ordering::Relaxed);
-        self.waiting.store(waiting, Ordering::Relaxed);
-        self.version.store(v.wrapping_add(2), Ordering::Release);
+        self.lock.write(|| {
+            self.tid.store(tid, Ordering::Relaxed);
+            self.claimed.store(claimed, Ordering::Relaxed);
+            self.left.store(left, Ordering::Relaxed);
+            self.on_cpu.store(on_cpu, Ordering::Relaxed);
+            self.waiting.store(waiting, Ordering::Relaxed);
+        });
     }
 
-    /// `(tid, claimed, left, on_cpu, waiting)`, read whole; `None` while being written.
+    /// `(tid, claimed, left, on_cpu, waiting)`, read whole (before the first record: thread 0,
+    /// which nobody asks for); `None` while being written.
     fn read(&self) -> Option<(i32, u64, u64, u64, u64)> {
-        let v = self.version.load(Ordering::Acquire);
-        if v == 0 || v & 1 == 1 {
-            return None;
-        }
-        let read = (
-            self.tid.load(Ordering::Relaxed),
-            self.claimed.load(Ordering::Relaxed),
-            self.left.load(Ordering::Relaxed),
-            self.on_cpu.load(Ordering::Relaxed),
-            self.waiting.load(Ordering::Relaxed),
-        );
-        fence(Ordering::Acquire);
-        (self.version.load(Ordering::Relaxed) == v).then_some(read)
+        self.lock.read(|| {
+            (
+                self.tid.load(Ordering::Relaxed),
+                self.claimed.load(Ordering::Relaxed),
+                self.left.load(Ordering::Relaxed),
+                self.on_cpu.load(Ordering::Relaxed),
+                self.waiting.load(Ordering::Relaxed),
+            )
+        })
     }
 }
 
@@ -216,8 +245,8 @@ pub(crate) fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
 /// watchdog times what it does after the hook returned afresh.
 /// Written by the owner, from the panic hook only; read by the watchdog, as a seqlock.
 pub(crate) struct Unwinding {
-    /// Even while the fields hold a whole mark; odd while the owner writes them.
-    version: AtomicU64,
+    /// The fields below, but `began_*`, are read whole or not at all.
+    lock: SeqLock,
     /// The poll counter (odd) of the poll that panicked, or `NOT_FLAGGED`.
     seq: AtomicU64,
     /// When it panicked, in ns since the table's base.
@@ -281,7 +310,7 @@ pub struct Panicked {
 impl Unwinding {
     const fn new() -> Unwinding {
         Unwinding {
-            version: AtomicU64::new(0),
+            lock: SeqLock::new(),
             seq: AtomicU64::new(NOT_FLAGGED),
             nanos: AtomicU64::new(0),
             resumed: AtomicU64::new(NOT_FLAGGED),
@@ -293,23 +322,13 @@ impl Unwinding {
         }
     }
 
-    /// Writes the fields `write` stores, as one change a reader sees whole or not at all.
-    /// Owner only (one writer).
-    fn write(&self, write: impl FnOnce()) {
-        let v = self.version.load(Ordering::Relaxed);
-        self.version.store(v.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        write();
-        self.version.store(v.wrapping_add(2), Ordering::Release);
-    }
-
     /// Poll `seq` panics at `nanos`, its thread's accounting `stat` then (`None`: unread); its
     /// hook runs. Owner only.
     pub(super) fn mark(&self, seq: u64, nanos: u64, stat: Option<(u64, u64)>) {
         let (on_cpu, waiting) = stat.unwrap_or((NOT_FLAGGED, NOT_FLAGGED));
         self.began_on_cpu.store(on_cpu, Ordering::Relaxed);
         self.began_waiting.store(waiting, Ordering::Relaxed);
-        self.write(|| {
+        self.lock.write(|| {
             if self.seq.load(Ordering::Relaxed) != seq {
                 self.hooks_nanos.store(0, Ordering::Relaxed);
                 self.hooks_on_cpu.store(0, Ordering::Relaxed);
@@ -347,7 +366,7 @@ impl Unwinding {
             sum(&self.hooks_on_cpu, on_cpu),
             sum(&self.hooks_waiting, waiting),
         );
-        self.write(|| {
+        self.lock.write(|| {
             self.resumed.store(nanos, Ordering::Relaxed);
             self.hooks_nanos.store(wall, Ordering::Relaxed);
             self.hooks_on_cpu.store(cpu, Ordering::Relaxed);
@@ -377,24 +396,22 @@ impl Unwinding {
 
     fn read(&self, seq: u64, torn: Option<Panicked>) -> Option<Panicked> {
         for _ in 0..8 {
-            let v = self.version.load(Ordering::Acquire);
-            if v & 1 == 0 {
+            let read = self.lock.read(|| {
                 let marked = self.seq.load(Ordering::Relaxed);
-                let at = self.nanos.load(Ordering::Relaxed);
-                let resumed = self.resumed.load(Ordering::Relaxed);
-                let hooks = HookTime {
-                    nanos: self.hooks_nanos.load(Ordering::Relaxed),
-                    on_cpu: self.hooks_on_cpu.load(Ordering::Relaxed),
-                    waiting: self.hooks_waiting.load(Ordering::Relaxed),
+                let panicked = Panicked {
+                    at: self.nanos.load(Ordering::Relaxed),
+                    resumed: Some(self.resumed.load(Ordering::Relaxed))
+                        .filter(|&r| r != NOT_FLAGGED),
+                    hooks: HookTime {
+                        nanos: self.hooks_nanos.load(Ordering::Relaxed),
+                        on_cpu: self.hooks_on_cpu.load(Ordering::Relaxed),
+                        waiting: self.hooks_waiting.load(Ordering::Relaxed),
+                    },
                 };
-                fence(Ordering::Acquire);
-                if self.version.load(Ordering::Relaxed) == v {
-                    return (marked == seq).then_some(Panicked {
-                        at,
-                        resumed: (resumed != NOT_FLAGGED).then_some(resumed),
-                        hooks,
-                    });
-                }
+                (marked == seq).then_some(panicked)
+            });
+            if let Some(read) = read {
+                return read;
             }
             std::hint::spin_loop();
         }
@@ -627,10 +644,10 @@ mod tests {
         assert_eq!((e.of(5, 7), e.of(8, 19)), (None, Some((90, 100))));
         // Mid-write: nobody's.
         let r = &e.records[(e.written.load(Ordering::Relaxed) - 1) % EXITS_KEPT];
-        let v = r.version.load(Ordering::Relaxed);
-        r.version.store(v + 1, Ordering::Relaxed);
+        let v = r.lock.version.load(Ordering::Relaxed);
+        r.lock.version.store(v + 1, Ordering::Relaxed);
         assert_eq!(e.of(8, 19), None);
-        r.version.store(v, Ordering::Relaxed);
+        r.lock.version.store(v, Ordering::Relaxed);
         assert_eq!(e.of(8, 19), Some((90, 100)));
         // The calling thread's own, read from /proc (a stint on a CPU is accounted when it
         // ends: a thread not switched out yet reads 0).

@@ -194,10 +194,13 @@ pub(crate) fn poll_panics() -> Option<u64> {
     if seq & 1 == 0 {
         return None;
     }
-    // The accounting first, the clock after: the hook's wall time holds its accounting's.
-    let stat = super::slot::own_schedstat();
+    // The clock first, the accounting after, and the other way round as the hook returns: the
+    // wall time left out holds the accounting left out. A wait for a CPU between the two is
+    // then left out of the wall time and not of the accounting: a wait of the poll's, which
+    // counts for no pin. The other way round, it would count as time the poll was blocked.
+    let nanos = table.nanos_since_base(Instant::now());
     slot.unwinding
-        .mark(seq, table.nanos_since_base(Instant::now()), stat);
+        .mark(seq, nanos, super::slot::own_schedstat());
     Some(seq)
 }
 
@@ -212,9 +215,10 @@ pub(crate) fn poll_panic_hook_returned(seq: u64) {
     }
     // SAFETY: as in `poll_panics`: the thread's own slot and table, kept alive by its `Claim`.
     let (table, slot) = unsafe { (&*table_of(current.owner), &*current.slot) };
-    let nanos = table.nanos_since_base(Instant::now());
+    // (The accounting first: see `poll_panics`.)
+    let stat = super::slot::own_schedstat();
     slot.unwinding
-        .resume(seq, nanos, super::slot::own_schedstat());
+        .resume(seq, table.nanos_since_base(Instant::now()), stat);
 }
 
 /// Rare path of [`begin_poll`]: claims a slot, then marks the poll. (`spawned_at` first: the

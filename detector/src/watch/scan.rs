@@ -809,6 +809,7 @@ impl<'a> Scan<'a> {
         event.state = State::Completed;
         // Its panic hooks left out: it starts that much later, and ends where it ended.
         event.duration = duration;
+        event.cpu_wait = event.cpu_wait.min(duration);
         let mut pinned = Pinned::new(t, armed.tid, armed.thread, event, now);
         pinned.slot = self.cur;
         pinned.end = Some(end);
@@ -929,7 +930,8 @@ impl<'a> Scan<'a> {
             lock_holder: None,
             samples: 0,
             report: 1,
-            cpu_wait: waited,
+            // (Never more than the pin has lasted: see `Pinned::complete`.)
+            cpu_wait: waited.min(elapsed),
             runtime_stalled: late.is_some(),
             heartbeat_late: late,
             drivers: None,

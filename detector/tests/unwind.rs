@@ -645,3 +645,56 @@ fn unwind_child_preempted_across_a_computing_hook() {
         events.all()
     );
 }
+
+/// A pinned poll that catches a panic whose hook sleeps, then yields; the task's next poll, on
+/// the same worker, panics at once, before the watchdog has seen the first poll end. The first
+/// is a pin of its block alone: its hook's mark outlives the next poll's panic. With one mark a
+/// slot, the next panic overwrote it, and the pin was 250 ms for a 50 ms block, in 12 rounds of
+/// 12 (helper-112).
+#[test]
+fn a_pins_hooks_are_left_out_when_the_next_poll_panics_first() {
+    let out = child("unwind_child_next_poll_panics", false);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    let line = result(&stdout, &stderr);
+    assert_eq!(ms(line, "pins"), ACROSS_ROUNDS, "{line}\n{stdout}");
+    // Its waits for a CPU (a loaded machine) lengthen it; its hook must not.
+    assert!(
+        ms(line, "most_held_ms") < SLOW_HOOK.as_millis() as u64,
+        "{line}\n{stdout}"
+    );
+}
+
+#[test]
+fn unwind_child_next_poll_panics() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    static SLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    std::panic::set_hook(Box::new(|_| {
+        if SLOW.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(SLOW_HOOK);
+        }
+    }));
+    let events = support::Collected::default();
+    let cpu = support::first_allowed_cpu();
+    let rt = support::watch(support::builder(&events), &mut support::one_worker_on(cpu));
+    for _ in 0..ACROSS_ROUNDS {
+        rt.block_on(rt.spawn(async {
+            std::thread::sleep(Duration::from_millis(50));
+            SLOW.store(true, std::sync::atomic::Ordering::SeqCst);
+            assert!(std::panic::catch_unwind(|| panic!("slow hook")).is_err());
+            tokio::task::yield_now().await;
+            assert!(std::panic::catch_unwind(|| panic!("fast hook")).is_err());
+        }))
+        .unwrap();
+    }
+    let stats = rt.shutdown();
+    let pins = events.completed();
+    println!(
+        "unwind child: pins={} most_held_ms={} stats_pinned={}",
+        pins.len(),
+        pins.iter().map(held_ms).max().unwrap_or(0),
+        stats.pinned_polls,
+    );
+}

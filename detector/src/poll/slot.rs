@@ -242,26 +242,76 @@ pub(crate) fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
 /// machinery's, not the code under test's — neither its wall time nor the thread's time on a
 /// CPU or waiting for one then, which the hook reads from the kernel's accounting as it begins
 /// and as it returns. A panic caught inside the poll (`catch_unwind`) lets the poll go on: the
-/// watchdog times what it does after the hook returned afresh.
+/// watchdog times what it does after the hook returned afresh. The poll that panicked before
+/// keeps its mark too: the next poll may panic before the watchdog has seen the last end
+/// (helper-112: a 50 ms poll with a 200 ms hook was then a 250 ms pin, 12 times in 12).
 /// Written by the owner, from the panic hook only; read by the watchdog, as a seqlock.
 pub(crate) struct Unwinding {
-    /// The fields below, but `began_*`, are read whole or not at all.
+    /// `now` and `before`, read whole or not at all.
     lock: SeqLock,
-    /// The poll counter (odd) of the poll that panicked, or `NOT_FLAGGED`.
-    seq: AtomicU64,
-    /// When it panicked, in ns since the table's base.
-    nanos: AtomicU64,
-    /// When the panic hook returned, in ns since the table's base; `NOT_FLAGGED` while it runs.
-    resumed: AtomicU64,
-    /// What poll `seq`'s panic hooks took, all of them, the running one left out
-    /// ([`HookTime`]): a poll that catches one panic after another has each hook left out.
-    hooks_nanos: AtomicU64,
-    hooks_on_cpu: AtomicU64,
-    hooks_waiting: AtomicU64,
+    /// The last poll that panicked.
+    now: Mark,
+    /// The poll that panicked before it.
+    before: Mark,
     /// The thread's accounting as the running hook began, `NOT_FLAGGED` if unread: the owner's
     /// own, read back as the hook returns (outside the seqlock; no reader needs it).
     began_on_cpu: AtomicU64,
     began_waiting: AtomicU64,
+}
+
+/// One poll's panics ([`Panicked`]), in atomics.
+struct Mark {
+    /// The poll counter (odd) of the poll that panicked, or `NOT_FLAGGED`.
+    seq: AtomicU64,
+    /// When it last panicked, in ns since the table's base.
+    nanos: AtomicU64,
+    /// When that panic hook returned, in ns since the table's base; `NOT_FLAGGED` while it
+    /// runs.
+    resumed: AtomicU64,
+    /// What the poll's panic hooks took, all of them, the running one left out ([`HookTime`]):
+    /// a poll that catches one panic after another has each hook left out.
+    hooks_nanos: AtomicU64,
+    hooks_on_cpu: AtomicU64,
+    hooks_waiting: AtomicU64,
+}
+
+impl Mark {
+    const fn new() -> Mark {
+        Mark {
+            seq: AtomicU64::new(NOT_FLAGGED),
+            nanos: AtomicU64::new(0),
+            resumed: AtomicU64::new(NOT_FLAGGED),
+            hooks_nanos: AtomicU64::new(0),
+            hooks_on_cpu: AtomicU64::new(0),
+            hooks_waiting: AtomicU64::new(0),
+        }
+    }
+
+    /// Its poll counter and what it says of that poll. Inside the seqlock's `read`.
+    fn load(&self) -> (u64, Panicked) {
+        let at = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let panicked = Panicked {
+            at: at(&self.nanos),
+            resumed: Some(at(&self.resumed)).filter(|&r| r != NOT_FLAGGED),
+            hooks: HookTime {
+                nanos: at(&self.hooks_nanos),
+                on_cpu: at(&self.hooks_on_cpu),
+                waiting: at(&self.hooks_waiting),
+            },
+        };
+        (at(&self.seq), panicked)
+    }
+
+    /// Poll `seq`'s panics as `p` says. Inside the seqlock's `write`.
+    fn store(&self, seq: u64, p: Panicked) {
+        let put = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        put(&self.seq, seq);
+        put(&self.nanos, p.at);
+        put(&self.resumed, p.resumed.unwrap_or(NOT_FLAGGED));
+        put(&self.hooks_nanos, p.hooks.nanos);
+        put(&self.hooks_on_cpu, p.hooks.on_cpu);
+        put(&self.hooks_waiting, p.hooks.waiting);
+    }
 }
 
 /// What a poll's returned panic hooks took, all of them (ns): their wall time, and the thread's
@@ -311,12 +361,8 @@ impl Unwinding {
     const fn new() -> Unwinding {
         Unwinding {
             lock: SeqLock::new(),
-            seq: AtomicU64::new(NOT_FLAGGED),
-            nanos: AtomicU64::new(0),
-            resumed: AtomicU64::new(NOT_FLAGGED),
-            hooks_nanos: AtomicU64::new(0),
-            hooks_on_cpu: AtomicU64::new(0),
-            hooks_waiting: AtomicU64::new(0),
+            now: Mark::new(),
+            before: Mark::new(),
             began_on_cpu: AtomicU64::new(NOT_FLAGGED),
             began_waiting: AtomicU64::new(NOT_FLAGGED),
         }
@@ -328,24 +374,31 @@ impl Unwinding {
         let (on_cpu, waiting) = stat.unwrap_or((NOT_FLAGGED, NOT_FLAGGED));
         self.began_on_cpu.store(on_cpu, Ordering::Relaxed);
         self.began_waiting.store(waiting, Ordering::Relaxed);
+        let (marked, last) = self.now.load();
+        let hooks = if marked == seq {
+            last.hooks
+        } else {
+            HookTime::default()
+        };
         self.lock.write(|| {
-            if self.seq.load(Ordering::Relaxed) != seq {
-                self.hooks_nanos.store(0, Ordering::Relaxed);
-                self.hooks_on_cpu.store(0, Ordering::Relaxed);
-                self.hooks_waiting.store(0, Ordering::Relaxed);
+            if marked != seq {
+                // A poll's first panic: the last poll's mark is kept.
+                self.before.store(marked, last);
             }
-            self.seq.store(seq, Ordering::Relaxed);
-            self.nanos.store(nanos, Ordering::Relaxed);
-            self.resumed.store(NOT_FLAGGED, Ordering::Relaxed);
+            let p = Panicked {
+                at: nanos,
+                resumed: None,
+                hooks,
+            };
+            self.now.store(seq, p);
         });
     }
 
     /// The panic hook of poll `seq` returned at `nanos`, its thread's accounting `stat` then
     /// (`None`: unread). Owner only.
     pub(super) fn resume(&self, seq: u64, nanos: u64, stat: Option<(u64, u64)>) {
-        if self.seq.load(Ordering::Relaxed) != seq
-            || self.resumed.load(Ordering::Relaxed) != NOT_FLAGGED
-        {
+        let (marked, p) = self.now.load();
+        if marked != seq || p.resumed.is_some() {
             return;
         }
         let began = (
@@ -359,25 +412,24 @@ impl Unwinding {
             }
             _ => (0, 0),
         };
-        let sum = |total: &AtomicU64, took: u64| total.load(Ordering::Relaxed).saturating_add(took);
-        let took = nanos.saturating_sub(self.nanos.load(Ordering::Relaxed));
-        let (wall, cpu, wait) = (
-            sum(&self.hooks_nanos, took),
-            sum(&self.hooks_on_cpu, on_cpu),
-            sum(&self.hooks_waiting, waiting),
-        );
-        self.lock.write(|| {
-            self.resumed.store(nanos, Ordering::Relaxed);
-            self.hooks_nanos.store(wall, Ordering::Relaxed);
-            self.hooks_on_cpu.store(cpu, Ordering::Relaxed);
-            self.hooks_waiting.store(wait, Ordering::Relaxed);
-        });
+        let hooks = HookTime {
+            nanos: p.hooks.nanos.saturating_add(nanos.saturating_sub(p.at)),
+            on_cpu: p.hooks.on_cpu.saturating_add(on_cpu),
+            waiting: p.hooks.waiting.saturating_add(waiting),
+        };
+        let resumed = Panicked {
+            resumed: Some(nanos),
+            hooks,
+            ..p
+        };
+        self.lock.write(|| self.now.store(seq, resumed));
     }
 
-    /// Whether poll `seq` panicked, when, and when its hook returned. Counters never repeat,
-    /// so a mark left by an earlier poll or owner never matches. A read that overlaps the
-    /// owner's write is retried a few times; then there is no answer (for a poll that has
-    /// ended: the owner writes another's mark).
+    /// Whether poll `seq` panicked, when, and when its hook returned: the last poll that
+    /// panicked, or the one before it. Counters never repeat, so a mark left by an earlier
+    /// poll or owner never matches. A read that overlaps the owner's write is retried a few
+    /// times; then there is no answer (for a poll that has ended: the owner writes another's
+    /// mark).
     pub fn since(&self, seq: u64) -> Option<Panicked> {
         self.read(seq, None)
     }
@@ -397,18 +449,9 @@ impl Unwinding {
     fn read(&self, seq: u64, torn: Option<Panicked>) -> Option<Panicked> {
         for _ in 0..8 {
             let read = self.lock.read(|| {
-                let marked = self.seq.load(Ordering::Relaxed);
-                let panicked = Panicked {
-                    at: self.nanos.load(Ordering::Relaxed),
-                    resumed: Some(self.resumed.load(Ordering::Relaxed))
-                        .filter(|&r| r != NOT_FLAGGED),
-                    hooks: HookTime {
-                        nanos: self.hooks_nanos.load(Ordering::Relaxed),
-                        on_cpu: self.hooks_on_cpu.load(Ordering::Relaxed),
-                        waiting: self.hooks_waiting.load(Ordering::Relaxed),
-                    },
-                };
-                (marked == seq).then_some(panicked)
+                [self.now.load(), self.before.load()]
+                    .into_iter()
+                    .find_map(|(marked, p)| (marked == seq).then_some(p))
             });
             if let Some(read) = read {
                 return read;
@@ -700,10 +743,15 @@ mod tests {
         u.mark(3, 500, Some((1_300, 800)));
         u.resume(3, 520, None);
         assert_eq!(u.since(3).map(|p| p.hooks), Some(hooks(160, 80, 35)));
-        // Another poll's panic starts from none.
+        // Another poll's panic starts from none, and the last poll's mark is kept.
+        let third = u.since(3);
         u.mark(5, 600, Some((1_400, 900)));
         u.resume(5, 610, Some((1_405, 902)));
         assert_eq!(u.since(5).map(|p| p.hooks), Some(hooks(10, 5, 2)));
+        assert_eq!(u.since(3), third);
+        // Until one more poll panics.
+        u.mark(7, 700, None);
+        assert_eq!((u.since(3), u.since(5).map(|p| p.at)), (None, Some(600)));
         // The calling thread's own accounting reads (a stint on a CPU is accounted at a tick
         // or when it ends: a thread new to its CPU may read 0).
         assert!(own_schedstat().is_some());

@@ -415,17 +415,8 @@ fn unwind_child_contended_hooks() {
 /// watchdog's timing, and the old code went wrong in about half of them.
 #[test]
 fn a_hook_before_a_pin_is_flagged_counts_not_in_its_cpu_wait() {
-    let out = child("unwind_child_hook_before_the_flag", false);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    let line = result(&stdout, &stderr);
-    assert_eq!(ms(line, "pins"), ROUNDS, "{line}");
-    assert!(
-        ms(line, "hooks_waited_ms") >= ROUNDS * HOOK_WAIT.as_millis() as u64,
-        "{line}"
-    );
     // Each slept 212 ms (see the contended hooks' test).
-    assert!(ms(line, "least_held_ms") >= 160, "{line}");
+    waiting_hook_rounds_held("unwind_child_hook_before_the_flag", ROUNDS, 160);
 }
 
 /// The hook-before-the-flag child's rounds.
@@ -436,45 +427,68 @@ fn unwind_child_hook_before_the_flag() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
+    // Past the look that reads the poll's baseline (a quarter of the threshold), short of the
+    // flag. A runtime of its own each: on a thread the watchdog has read before, the baseline
+    // is read later, after the hook.
+    rounds_across_a_waiting_hook(ROUNDS, Duration::from_millis(20), (12, 200));
+}
+
+/// Runs a child of [`rounds_across_a_waiting_hook`]: each of its `rounds` polls is one pin,
+/// its hooks waited, and each pin held its worker, less its waits for a CPU, at least `held`
+/// ms.
+fn waiting_hook_rounds_held(name: &str, rounds: u64, held: u64) {
+    let out = child(name, false);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    let line = result(&stdout, &stderr);
+    assert_eq!(ms(line, "pins"), rounds, "{line}\n{stdout}");
+    assert!(
+        ms(line, "hooks_waited_ms") >= rounds * HOOK_WAIT.as_millis() as u64,
+        "the hooks did not wait: {line}"
+    );
+    assert!(ms(line, "least_held_ms") >= held, "{line}");
+}
+
+/// The child's half of [`waiting_hook_rounds_held`]: `rounds` runtimes under `threshold`, a
+/// task each that sleeps `sleeps.0` ms, catches a panic whose hook waits for a CPU
+/// ([`contended_panic_hook`]) and sleeps `sleeps.1` ms more; prints their pins.
+fn rounds_across_a_waiting_hook(rounds: u64, threshold: Duration, sleeps: (u64, u64)) {
     contended_panic_hook();
-    let (mut pins, mut more) = (Vec::new(), 0);
-    for _ in 0..ROUNDS {
-        // A runtime of its own each: on a thread the watchdog has read before, the baseline is
-        // read later, after the hook.
+    let mut pins = Vec::new();
+    for _ in 0..rounds {
         let (tx, rx) = std::sync::mpsc::channel();
-        let builder =
-            pinwatch::Builder::new()
-                .tracing(false)
-                .sink(move |e: &pinwatch::PinnedEvent| {
-                    if e.state == State::Completed {
-                        let _ = tx.send(e.clone());
-                    }
-                });
+        let builder = pinwatch::Builder::new()
+            .tracing(false)
+            .threshold(threshold)
+            .sink(move |e: &pinwatch::PinnedEvent| {
+                if e.state == State::Completed {
+                    let _ = tx.send(e.clone());
+                }
+            });
         let rt = support::watch(builder, &mut support::multi_thread(2));
-        rt.block_on(async {
-            tokio::spawn(async {
-                // Past the look that reads the poll's baseline (a quarter of the threshold),
-                // short of the flag.
-                std::thread::sleep(Duration::from_millis(12));
+        rt.block_on(async move {
+            tokio::spawn(async move {
+                std::thread::sleep(Duration::from_millis(sleeps.0));
                 assert!(std::panic::catch_unwind(|| panic!("caught here")).is_err());
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(Duration::from_millis(sleeps.1));
             })
             .await
             .unwrap()
         });
-        // The runtime is kept until the pin's report has come (see the contended hooks' child).
-        pins.push(
-            rx.recv_timeout(Duration::from_secs(60))
-                .expect("a completed pin"),
-        );
+        // The runtime is kept until the pin's report has come (see the contended hooks' child);
+        // a poll found no pin has none: the shutdown's last scan judges it.
+        let got = rx.recv_timeout(Duration::from_secs(60));
         rt.shutdown();
-        more += rx.try_iter().count();
+        pins.extend(got.into_iter().chain(rx.try_iter()));
     }
     println!(
         "unwind child: pins={} most_cpu_wait_ms={} least_held_ms={} hooks_waited_ms={}",
-        pins.len() + more,
-        pins.iter().map(|p| p.cpu_wait.as_millis()).max().unwrap(),
-        pins.iter().map(held_ms).min().unwrap(),
+        pins.len(),
+        pins.iter()
+            .map(|p| p.cpu_wait.as_millis())
+            .max()
+            .unwrap_or(0),
+        pins.iter().map(held_ms).min().unwrap_or(0),
         HOOKS_WAITED.load(std::sync::atomic::Ordering::Relaxed) / 1_000_000,
     );
 }
@@ -533,17 +547,12 @@ fn unwind_child_preempted_catch() {
 /// block, 0 of 6).
 #[test]
 fn a_hook_that_waited_for_a_cpu_hides_no_pin() {
-    let out = child("unwind_child_blocked_across_a_waiting_hook", false);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    let line = result(&stdout, &stderr);
-    assert_eq!(ms(line, "pins"), ACROSS_ROUNDS, "{line}\n{stdout}");
-    assert!(
-        ms(line, "hooks_waited_ms") >= ACROSS_ROUNDS * HOOK_WAIT.as_millis() as u64,
-        "the hooks did not wait: {line}"
-    );
     // (See the contended hooks' test.)
-    assert!(ms(line, "least_held_ms") >= 150, "{line}");
+    waiting_hook_rounds_held(
+        "unwind_child_blocked_across_a_waiting_hook",
+        ACROSS_ROUNDS,
+        150,
+    );
 }
 
 /// The rounds of the children that panic across a poll, a runtime each.
@@ -554,48 +563,10 @@ fn unwind_child_blocked_across_a_waiting_hook() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    contended_panic_hook();
-    let mut pins = Vec::new();
-    for _ in 0..ACROSS_ROUNDS {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let builder = pinwatch::Builder::new()
-            .tracing(false)
-            .threshold(Duration::from_millis(100))
-            .sink(move |e: &pinwatch::PinnedEvent| {
-                if e.state == State::Completed {
-                    let _ = tx.send(e.clone());
-                }
-            });
-        let rt = support::watch(builder, &mut support::multi_thread(2));
-        rt.block_on(async {
-            tokio::spawn(async {
-                // Past the look that reads the poll's baseline (a quarter of the threshold),
-                // short of half the threshold; then 160 ms more: 200 ms blocked, a margin for
-                // a late look at a loaded machine (it credits at most a quarter of the
-                // threshold before it).
-                std::thread::sleep(Duration::from_millis(40));
-                assert!(std::panic::catch_unwind(|| panic!("caught here")).is_err());
-                std::thread::sleep(Duration::from_millis(160));
-            })
-            .await
-            .unwrap()
-        });
-        // The runtime is kept until the pin's report has come (see the contended hooks' child);
-        // a poll found no pin has none: the shutdown's last scan judges it.
-        let got = rx.recv_timeout(Duration::from_secs(10));
-        rt.shutdown();
-        pins.extend(got.into_iter().chain(rx.try_iter()));
-    }
-    println!(
-        "unwind child: pins={} most_cpu_wait_ms={} least_held_ms={} hooks_waited_ms={}",
-        pins.len(),
-        pins.iter()
-            .map(|p| p.cpu_wait.as_millis())
-            .max()
-            .unwrap_or(0),
-        pins.iter().map(held_ms).min().unwrap_or(0),
-        HOOKS_WAITED.load(std::sync::atomic::Ordering::Relaxed) / 1_000_000,
-    );
+    // Past the look that reads the poll's baseline (a quarter of the threshold), short of half
+    // the threshold; then 160 ms more: 200 ms blocked, a margin for a late look at a loaded
+    // machine (it credits at most a quarter of the threshold before it).
+    rounds_across_a_waiting_hook(ACROSS_ROUNDS, Duration::from_millis(100), (40, 160));
 }
 
 /// How long the computing hook of the preempted child computes, by its thread's CPU clock.

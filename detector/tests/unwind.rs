@@ -669,3 +669,71 @@ fn unwind_child_next_poll_panics() {
         stats.pinned_polls,
     );
 }
+
+/// Tasks that panic out one after another on one worker: the first after blocking past the
+/// threshold, with a slow hook; the next two at once, before the watchdog looks again. The
+/// first is a pin of its block alone: its mark outlives the next two panics (its end keeps
+/// it). With the last two polls' marks kept, the third panic dropped it, and its hook was
+/// counted: a 19 ms block was a 219 ms pin in 7 of 8 rounds (helper-113).
+#[test]
+fn a_hooks_mark_outlives_the_panics_of_the_tasks_after_it() {
+    let out = child("unwind_child_tasks_panic_out_in_a_row", false);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    let line = result(&stdout, &stderr);
+    assert_eq!(ms(line, "pins"), ACROSS_ROUNDS, "{line}\n{stdout}");
+    // (See the contended hooks' test.)
+    assert!(
+        ms(line, "most_held_ms") < SLOW_HOOK.as_millis() as u64,
+        "{line}\n{stdout}"
+    );
+}
+
+#[test]
+fn unwind_child_tasks_panic_out_in_a_row() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    static SLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    std::panic::set_hook(Box::new(|_| {
+        if SLOW.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(SLOW_HOOK);
+        }
+    }));
+    let events = support::Collected::default();
+    let cpu = support::first_allowed_cpu();
+    let rt = support::watch(
+        support::builder(&events).threshold(Duration::from_millis(100)),
+        &mut support::one_worker_on(cpu),
+    );
+    let (tx, next_panicked) = std::sync::mpsc::channel();
+    for _ in 0..ACROSS_ROUNDS {
+        let tx = tx.clone();
+        let first = rt.spawn(async move {
+            // Past the threshold: flagged, its end recorded.
+            std::thread::sleep(Duration::from_millis(120));
+            // The next two run on this worker right after this poll ends, and panic at once.
+            tokio::spawn(async move {
+                tokio::spawn(async move {
+                    let _ = tx.send(());
+                    panic!("third");
+                });
+                panic!("second");
+            });
+            SLOW.store(true, std::sync::atomic::Ordering::SeqCst);
+            panic!("first");
+        });
+        assert!(rt.block_on(first).unwrap_err().is_panic());
+        next_panicked
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the third task ran");
+    }
+    let stats = rt.shutdown();
+    let pins = events.completed();
+    println!(
+        "unwind child: pins={} most_held_ms={} stats_pinned={}",
+        pins.len(),
+        pins.iter().map(held_ms).max().unwrap_or(0),
+        stats.pinned_polls,
+    );
+}

@@ -96,10 +96,14 @@ fn flagged_poll_ended(seq: u64) {
         // (`SlotTable::key`, perhaps with the `AFTER_PIN` bit), which the thread's `Claim`
         // keeps alive, and `cell` is that slot's cell (see `begin_poll`).
         let (table, cell) = unsafe { (&*table_of(current.owner), &*current.cell) };
+        // SAFETY: the slot of that cell, kept alive by the same `Claim`.
+        let slot = (!current.slot.is_null()).then(|| unsafe { &*current.slot });
+        if let Some(slot) = slot {
+            // Its panic mark, before the end the watchdog reads first.
+            slot.unwinding.ended(seq);
+        }
         cell.record_end(seq, table.nanos_since_base(now));
-        if !current.slot.is_null() {
-            // SAFETY: the slot of that cell, kept alive by the same `Claim`.
-            let slot = unsafe { &*current.slot };
+        if let Some(slot) = slot {
             // Who runs next on this thread is who waited behind the poll: the next polls miss
             // the per-poll check (the owner's bit) and are recorded on the cold path.
             slot.after_pin.start(seq, cell.task_id_owner());

@@ -242,17 +242,19 @@ pub(crate) fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
 /// machinery's, not the code under test's — neither its wall time nor the thread's time on a
 /// CPU or waiting for one then, which the hook reads from the kernel's accounting as it begins
 /// and as it returns. A panic caught inside the poll (`catch_unwind`) lets the poll go on: the
-/// watchdog times what it does after the hook returned afresh. The poll that panicked before
-/// keeps its mark too: the next poll may panic before the watchdog has seen the last end
-/// (helper-112: a 50 ms poll with a 200 ms hook was then a 250 ms pin, 12 times in 12).
+/// watchdog times what it does after the hook returned afresh. A poll the watchdog judges by
+/// its end (flagged or armed) keeps its mark past the next polls' panics: its end copies it
+/// ([`ended`](Self::ended)), as it records the end. With one mark, a next poll that panicked
+/// before the watchdog saw the end overwrote it (helper-112: a 50 ms poll with a 200 ms hook
+/// was then a 250 ms pin, 12 times in 12); with the last two, a third did (helper-113).
 /// Written by the owner, from the panic hook only; read by the watchdog, as a seqlock.
 pub(crate) struct Unwinding {
-    /// `now` and `before`, read whole or not at all.
+    /// `now` and `ended`, read whole or not at all.
     lock: SeqLock,
     /// The last poll that panicked.
     now: Mark,
-    /// The poll that panicked before it.
-    before: Mark,
+    /// The last flagged or armed poll that had panicked, as it ended.
+    ended: Mark,
     /// The thread's accounting as the running hook began, `NOT_FLAGGED` if unread: the owner's
     /// own, read back as the hook returns (outside the seqlock; no reader needs it).
     began_on_cpu: AtomicU64,
@@ -362,7 +364,7 @@ impl Unwinding {
         Unwinding {
             lock: SeqLock::new(),
             now: Mark::new(),
-            before: Mark::new(),
+            ended: Mark::new(),
             began_on_cpu: AtomicU64::new(NOT_FLAGGED),
             began_waiting: AtomicU64::new(NOT_FLAGGED),
         }
@@ -381,10 +383,6 @@ impl Unwinding {
             HookTime::default()
         };
         self.lock.write(|| {
-            if marked != seq {
-                // A poll's first panic: the last poll's mark is kept.
-                self.before.store(marked, last);
-            }
             let p = Panicked {
                 at: nanos,
                 resumed: None,
@@ -425,8 +423,18 @@ impl Unwinding {
         self.lock.write(|| self.now.store(seq, resumed));
     }
 
+    /// Flagged or armed poll `seq` ends (before its end is recorded, which the watchdog reads
+    /// first): its mark, if it panicked, is kept for the watchdog whatever panics next. Owner
+    /// only; the rare path of a poll's end.
+    pub(super) fn ended(&self, seq: u64) {
+        let (marked, p) = self.now.load();
+        if marked == seq {
+            self.lock.write(|| self.ended.store(seq, p));
+        }
+    }
+
     /// Whether poll `seq` panicked, when, and when its hook returned: the last poll that
-    /// panicked, or the one before it. Counters never repeat, so a mark left by an earlier
+    /// panicked, or the last flagged or armed one that ended. Counters never repeat, so a mark left by an earlier
     /// poll or owner never matches. A read that overlaps the owner's write is retried a few
     /// times; then there is no answer (for a poll that has ended: the owner writes another's
     /// mark).
@@ -449,7 +457,7 @@ impl Unwinding {
     fn read(&self, seq: u64, torn: Option<Panicked>) -> Option<Panicked> {
         for _ in 0..8 {
             let read = self.lock.read(|| {
-                [self.now.load(), self.before.load()]
+                [self.now.load(), self.ended.load()]
                     .into_iter()
                     .find_map(|(marked, p)| (marked == seq).then_some(p))
             });
@@ -743,15 +751,18 @@ mod tests {
         u.mark(3, 500, Some((1_300, 800)));
         u.resume(3, 520, None);
         assert_eq!(u.since(3).map(|p| p.hooks), Some(hooks(160, 80, 35)));
-        // Another poll's panic starts from none, and the last poll's mark is kept.
+        // Another poll's panic starts from none; the last poll's mark goes, unless it ended
+        // flagged or armed: then it stays, whatever panics next.
         let third = u.since(3);
+        u.ended(5);
+        u.ended(3);
         u.mark(5, 600, Some((1_400, 900)));
         u.resume(5, 610, Some((1_405, 902)));
         assert_eq!(u.since(5).map(|p| p.hooks), Some(hooks(10, 5, 2)));
-        assert_eq!(u.since(3), third);
-        // Until one more poll panics.
         u.mark(7, 700, None);
-        assert_eq!((u.since(3), u.since(5).map(|p| p.at)), (None, Some(600)));
+        u.mark(9, 800, None);
+        assert_eq!(u.since(3), third);
+        assert_eq!(u.since(5), None);
         // The calling thread's own accounting reads (a stint on a CPU is accounted at a tick
         // or when it ends: a thread new to its CPU may read 0).
         assert!(own_schedstat().is_some());

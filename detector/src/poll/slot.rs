@@ -434,17 +434,18 @@ impl Unwinding {
     }
 
     /// Whether poll `seq` panicked, when, and when its hook returned: the last poll that
-    /// panicked, or the last flagged or armed one that ended. Counters never repeat, so a mark left by an earlier
-    /// poll or owner never matches. A read that overlaps the owner's write is retried a few
-    /// times; then there is no answer (for a poll that has ended: the owner writes another's
-    /// mark).
+    /// panicked, or the last flagged or armed one that ended. Counters never repeat, so a mark
+    /// left by an earlier poll or owner never matches. A read that overlaps the owner's write
+    /// is retried a few times; then there is no answer (for a poll that has ended: the owner
+    /// writes another's mark).
     pub fn since(&self, seq: u64) -> Option<Panicked> {
         self.read(seq, None)
     }
 
     /// [`since`](Self::since) for the poll the owner is running: a read that keeps overlapping
     /// the owner's write is taken for its panic hook running (the owner writes only from
-    /// there, and only its running poll's mark): at 0, not resumed, no hook time known.
+    /// there, its running poll's mark, and as a flagged or armed poll ends, when it is no
+    /// longer running): at 0, not resumed, no hook time known.
     pub fn since_running(&self, seq: u64) -> Option<Panicked> {
         let hook = Panicked {
             at: 0,

@@ -624,43 +624,38 @@ fn unwind_child_preempted_across_a_computing_hook() {
 /// 12 (helper-112).
 #[test]
 fn a_pins_hooks_are_left_out_when_the_next_poll_panics_first() {
-    let out = child("unwind_child_next_poll_panics", false);
+    pins_held_without_their_hooks("unwind_child_next_poll_panics");
+}
+
+/// Runs a child whose [`ACROSS_ROUNDS`] polls each pin, and whose hooks sleep
+/// ([`slow_hook_when_set`]): each pin held its worker, less its waits for a CPU (a loaded
+/// machine lengthens it as much), for less than one hook.
+fn pins_held_without_their_hooks(name: &str) {
+    let out = child(name, false);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
     let line = result(&stdout, &stderr);
     assert_eq!(ms(line, "pins"), ACROSS_ROUNDS, "{line}\n{stdout}");
-    // Its waits for a CPU (a loaded machine) lengthen it; its hook must not.
     assert!(
         ms(line, "most_held_ms") < SLOW_HOOK.as_millis() as u64,
         "{line}\n{stdout}"
     );
 }
 
-#[test]
-fn unwind_child_next_poll_panics() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
+/// Sets a panic hook that sleeps [`SLOW_HOOK`] when the flag it returns is set (clearing it),
+/// and does nothing otherwise.
+fn slow_hook_when_set() -> &'static std::sync::atomic::AtomicBool {
     static SLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     std::panic::set_hook(Box::new(|_| {
         if SLOW.swap(false, std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(SLOW_HOOK);
         }
     }));
-    let events = support::Collected::default();
-    let cpu = support::first_allowed_cpu();
-    let rt = support::watch(support::builder(&events), &mut support::one_worker_on(cpu));
-    for _ in 0..ACROSS_ROUNDS {
-        rt.block_on(rt.spawn(async {
-            std::thread::sleep(Duration::from_millis(50));
-            SLOW.store(true, std::sync::atomic::Ordering::SeqCst);
-            assert!(std::panic::catch_unwind(|| panic!("slow hook")).is_err());
-            tokio::task::yield_now().await;
-            assert!(std::panic::catch_unwind(|| panic!("fast hook")).is_err());
-        }))
-        .unwrap();
-    }
-    let stats = rt.shutdown();
+    &SLOW
+}
+
+/// The child's result line for [`pins_held_without_their_hooks`].
+fn print_pins_held(events: &support::Collected, stats: pinwatch::Stats) {
     let pins = events.completed();
     println!(
         "unwind child: pins={} most_held_ms={} stats_pinned={}",
@@ -670,6 +665,28 @@ fn unwind_child_next_poll_panics() {
     );
 }
 
+#[test]
+fn unwind_child_next_poll_panics() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let slow = slow_hook_when_set();
+    let events = support::Collected::default();
+    let cpu = support::first_allowed_cpu();
+    let rt = support::watch(support::builder(&events), &mut support::one_worker_on(cpu));
+    for _ in 0..ACROSS_ROUNDS {
+        rt.block_on(rt.spawn(async {
+            std::thread::sleep(Duration::from_millis(50));
+            slow.store(true, std::sync::atomic::Ordering::SeqCst);
+            assert!(std::panic::catch_unwind(|| panic!("slow hook")).is_err());
+            tokio::task::yield_now().await;
+            assert!(std::panic::catch_unwind(|| panic!("fast hook")).is_err());
+        }))
+        .unwrap();
+    }
+    print_pins_held(&events, rt.shutdown());
+}
+
 /// Tasks that panic out one after another on one worker: the first after blocking past the
 /// threshold, with a slow hook; the next two at once, before the watchdog looks again. The
 /// first is a pin of its block alone: its mark outlives the next two panics (its end keeps
@@ -677,16 +694,7 @@ fn unwind_child_next_poll_panics() {
 /// counted: a 19 ms block was a 219 ms pin in 7 of 8 rounds (helper-113).
 #[test]
 fn a_hooks_mark_outlives_the_panics_of_the_tasks_after_it() {
-    let out = child("unwind_child_tasks_panic_out_in_a_row", false);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    let line = result(&stdout, &stderr);
-    assert_eq!(ms(line, "pins"), ACROSS_ROUNDS, "{line}\n{stdout}");
-    // (See the contended hooks' test.)
-    assert!(
-        ms(line, "most_held_ms") < SLOW_HOOK.as_millis() as u64,
-        "{line}\n{stdout}"
-    );
+    pins_held_without_their_hooks("unwind_child_tasks_panic_out_in_a_row");
 }
 
 #[test]
@@ -694,12 +702,7 @@ fn unwind_child_tasks_panic_out_in_a_row() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    static SLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    std::panic::set_hook(Box::new(|_| {
-        if SLOW.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            std::thread::sleep(SLOW_HOOK);
-        }
-    }));
+    let slow = slow_hook_when_set();
     let events = support::Collected::default();
     let cpu = support::first_allowed_cpu();
     let rt = support::watch(
@@ -720,7 +723,7 @@ fn unwind_child_tasks_panic_out_in_a_row() {
                 });
                 panic!("second");
             });
-            SLOW.store(true, std::sync::atomic::Ordering::SeqCst);
+            slow.store(true, std::sync::atomic::Ordering::SeqCst);
             panic!("first");
         });
         assert!(rt.block_on(first).unwrap_err().is_panic());
@@ -728,12 +731,5 @@ fn unwind_child_tasks_panic_out_in_a_row() {
             .recv_timeout(Duration::from_secs(60))
             .expect("the third task ran");
     }
-    let stats = rt.shutdown();
-    let pins = events.completed();
-    println!(
-        "unwind child: pins={} most_held_ms={} stats_pinned={}",
-        pins.len(),
-        pins.iter().map(held_ms).max().unwrap_or(0),
-        stats.pinned_polls,
-    );
+    print_pins_held(&events, rt.shutdown());
 }

@@ -220,7 +220,62 @@ fn a_poll_is_not_pinned_for_the_time_a_cgroup_v1_freezer_froze_its_process() {
 /// A child blocked in a short read held still 2 s (`how`) is not pinned; one blocked 1.3 s,
 /// then held 1 s, is.
 fn stood_still(how: Hold) {
+    let told = held_still(
+        how,
+        1,
+        &[
+            // 0.4 s, under the 1 s threshold and past the looks at a quarter of it (what the
+            // stop lands in is what they count), then stopped 2 s: not pinned.
+            (Duration::from_millis(400), Duration::from_secs(2)),
+            // 1.3 s of its own, then stopped 1 s: pinned still.
+            (Duration::from_millis(1300), Duration::from_secs(1)),
+        ],
+    );
+    let said = &told.said;
+    // The stop was inside the first poll: it returned that late.
+    assert!(told.returned[0] >= 2_000, "{said:#?}");
+    // Only the second poll is reported, for its wall time.
+    assert_eq!(told.durations.len(), 1, "{said:#?}");
+    assert!(told.durations[0] >= 2_300, "{said:#?}");
+    // Counted: the first stop at least, less the watchdog's longest wait (100 ms) and what it
+    // ran or waited for a CPU since its last reading (the second, 1 s, may land in a look's
+    // wait).
+    assert!((1_500..5_000).contains(&told.stopped), "{said:#?}");
+}
+
+/// A stop that begins while the watchdog waits long — to a stamped poll's first look, seconds
+/// away under a 10 s threshold — is counted from near its start, not from where the wait was to
+/// end (`WAIT_AT_MOST`: before, none of this one was).
+#[test]
+fn a_stop_is_counted_from_near_its_start_however_far_off_the_next_look() {
+    let told = held_still(
+        Hold::Signal,
+        10,
+        &[(Duration::from_millis(200), Duration::from_secs(1))],
+    );
+    let said = &told.said;
+    assert!(told.returned[0] >= 1_000, "{said:#?}");
+    assert!(told.durations.is_empty(), "{said:#?}");
+    // 1 s, less the watchdog's longest wait (100 ms) and what it ran or waited for a CPU since
+    // its last reading (at most that wait's worth, but for a tick).
+    assert!((700..2_000).contains(&told.stopped), "{said:#?}");
+}
+
+/// What a child of [`held_still`] said: how long each read took, the time the watchdog counted
+/// it stood still and the durations of the pins reported (milliseconds), and every line.
+struct Told {
+    returned: Vec<u64>,
+    stopped: u64,
+    durations: Vec<u64>,
+    said: Vec<String>,
+}
+
+/// Runs [`stopped_child`] with a threshold of `threshold` seconds: for each of `stops`, the
+/// child's read blocks the first duration, then the child is held still (`how`) the second, its
+/// byte written meanwhile: the read returns as it goes on.
+fn held_still(how: Hold, threshold: u64, stops: &[(Duration, Duration)]) -> Told {
     let mut command = support::rerun("stopped_child", CHILD);
+    command.env(CHILD, threshold.to_string());
     if let Hold::V1Freezer(dir) = &how {
         // In the cgroup before the child runs a line of its own: a shell moves itself, then
         // becomes the child.
@@ -230,7 +285,7 @@ fn stood_still(how: Hold) {
             .arg(dir.join("cgroup.procs"))
             .arg(command.get_program())
             .args(command.get_args())
-            .env(CHILD, "1");
+            .env(CHILD, threshold.to_string());
         command = shell;
     }
     let mut child = command
@@ -269,65 +324,61 @@ fn stood_still(how: Hold) {
             return (line[at + what.len()..].trim().to_owned(), said.clone());
         }
     };
-    // The read blocks `blocked`, then the child stands still `stopped`, its byte written
-    // meanwhile: the read returns as it goes on.
-    let mut stop_in_read = |blocked: Duration, stopped: Duration| {
-        std::thread::sleep(blocked);
+    let ms = |said: &str| -> u64 { said.trim_end_matches(" ms").parse().unwrap() };
+    let mut returned = Vec::new();
+    for (phase, (blocked, stopped)) in stops.iter().enumerate() {
+        next(&format!("blocking {phase}"));
+        std::thread::sleep(*blocked);
         how.hold(pid, true);
-        std::thread::sleep(stopped);
+        std::thread::sleep(*stopped);
         input.write_all(b"x").unwrap();
         how.hold(pid, false);
-    };
-    // 0.4 s, under the 1 s threshold and past the looks at a quarter of it (what the stop
-    // lands in is what they count), then stopped 2 s: not pinned.
-    next("blocking 0");
-    stop_in_read(Duration::from_millis(400), Duration::from_secs(2));
-    let (stretched, _) = next("returned 0 after");
-    // 1.3 s of its own, then stopped 1 s: pinned still.
-    next("blocking 1");
-    stop_in_read(Duration::from_millis(1300), Duration::from_secs(1));
-    next("returned 1 after");
-    let (stopped, _) = next("stood still");
+        returned.push(ms(&next(&format!("returned {phase} after")).0));
+    }
+    // No more: the child's next read ends.
+    drop(input);
+    let stopped = ms(&next("stood still").0);
     let (events, said) = next("events");
     let status = child.wait().unwrap();
     let _ = done.send(());
     guard.join().unwrap();
     assert!(status.success(), "{said:#?}");
-
-    // The stop was inside the first poll: it returned that late.
-    let stretched: u64 = stretched.trim_end_matches(" ms").parse().unwrap();
-    assert!(stretched >= 2_000, "{said:#?}");
-    // Only the second poll is reported, for its wall time.
-    let durations: Vec<u64> = events
+    let durations = events
         .split_whitespace()
         .map(|d| d.parse().unwrap())
         .collect();
-    assert_eq!(durations.len(), 1, "{said:#?}");
-    assert!(durations[0] >= 2_300, "{said:#?}");
-    // Counted: the first stop at least (the second, 1 s, may land in a look's wait).
-    let stopped: u64 = stopped.trim_end_matches(" ms").parse().unwrap();
-    assert!((1_500..5_000).contains(&stopped), "{said:#?}");
+    println!("held still {stops:?}: reads took {returned:?} ms, {stopped} ms counted, pins {durations:?} ms");
+    Told {
+        returned,
+        stopped,
+        durations,
+        said,
+    }
 }
 
-/// The child's half (does nothing unless `stood_still` started it): a task reads one byte
-/// from standard input twice, each in a poll of its own, saying when it blocks and how long
-/// each took; then the durations of the pinned polls reported, in milliseconds.
+/// The child's half (does nothing unless `held_still` started it): under the threshold its
+/// parent gives (seconds), a task reads one byte from standard input at a time, each in a poll
+/// of its own, saying when it blocks and how long each took, until the input ends; then the
+/// time the watchdog counted the process stood still, and the durations of the pinned polls
+/// reported, in milliseconds.
 #[test]
 fn stopped_child() {
-    if std::env::var_os(CHILD).is_none() {
+    let Some(threshold) = std::env::var(CHILD).ok().and_then(|t| t.parse().ok()) else {
         return;
-    }
+    };
     let events = support::Collected::default();
     let rt = support::watch(
-        support::builder(&events).threshold(Duration::from_secs(1)),
+        support::builder(&events).threshold(Duration::from_secs(threshold)),
         &mut support::multi_thread(1),
     );
     rt.block_on(rt.spawn(async {
-        for phase in 0..2 {
+        for phase in 0.. {
             println!("blocking {phase}");
             let t = Instant::now();
             let mut byte = [0u8];
-            std::io::stdin().read_exact(&mut byte).unwrap();
+            if std::io::stdin().read_exact(&mut byte).is_err() {
+                break;
+            }
             println!("returned {phase} after {} ms", t.elapsed().as_millis());
             tokio::task::yield_now().await;
         }

@@ -17,7 +17,7 @@ use tokio::runtime::Handle;
 use super::judge::{
     first_park, first_since, ran_since, worth_arming, Armed, Before, DriverView, DriverWatch,
     Drivers, FirstPark, Frozen, Idle, Pinned, Stall, Tracked, WorkerState, ASLEEP_LOOKS,
-    FIRST_PARK_WITHIN, FOLLOW_EVERY, TICK,
+    FIRST_PARK_WITHIN, FOLLOW_EVERY, TICK, WAIT_AT_MOST,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -247,6 +247,7 @@ fn run(
                     .flatten(),
             );
             scan.mark = Instant::now();
+            let due = due.min(stamps::later(scan.mark, WAIT_AT_MOST));
             // Stopping: scan once more, to complete what ended.
             let stopping = parking.wait(due.saturating_duration_since(scan.mark));
             scan.woke(due);

@@ -225,16 +225,20 @@ fn event_storm_drops_and_counts_and_the_app_keeps_running() {
         pages * 4
     }
     let events = Collected::default();
-    let mut slow = events.sink();
+    let mut stuck = events.sink();
+    // A sink stuck in its first event until the storm is over: everything past what its queue
+    // holds is dropped, however few events a loaded machine makes (a sink that slept 20 ms an
+    // event dropped none where the storm made fewer than it took in 2 s).
+    let (release, released) = std::sync::mpsc::channel::<()>();
     let rt = support::watch(
         pinwatch::Builder::new()
             .tracing(false)
             .threshold(Duration::from_millis(1))
             .queue_capacity(4)
             .sink(move |e: &pinwatch::PinnedEvent| {
-                // A sink far slower than the event rate.
-                std::thread::sleep(Duration::from_millis(20));
-                slow(e);
+                // Until `release` is dropped; then at once.
+                let _ = released.recv();
+                stuck(e);
             }),
         &mut multi_thread(2),
     );
@@ -267,16 +271,22 @@ fn event_storm_drops_and_counts_and_the_app_keeps_running() {
         }
         ticker.await.unwrap()
     });
+    drop(release);
     let rss_after = rss_kib();
     let stats = rt.shutdown();
+    println!(
+        "{ticks} ticks; {} pins, {} events queued, {} dropped; the stuck sink dropped {} of {} delivered",
+        stats.pinned_polls, stats.events, stats.dropped, stats.sink_dropped, stats.delivered
+    );
     // 2 s of 10 ms ticks is ~200 when nothing stalls the runtime (~130 with the storm's 3 ms
-    // polls in the way). A detector that made workers wait for the slow sink would leave a
+    // polls in the way). A detector that made workers wait for the stuck sink would leave a
     // handful; a loaded machine still gets well over this.
     assert!(ticks >= 40, "only {ticks} ticks in 2 s: {stats:?}");
     assert!(stats.pinned_polls > 200, "{stats:?}");
     assert!(stats.dropped > 0, "{stats:?}");
-    // Everything queued was delivered; the slow sink, on a thread of its own behind a queue of
-    // its own, got what that queue held and lost the rest, counted: nothing else was buffered.
+    // Everything queued was delivered; the stuck sink, on a thread of its own behind a queue
+    // of its own, got what that queue held and lost the rest, counted: nothing else was
+    // buffered.
     assert_eq!(stats.delivered, stats.events, "{stats:?}");
     let got = events.all().len() as u64;
     assert!(stats.sink_dropped > 0, "{stats:?}");

@@ -649,12 +649,10 @@ impl Pinned {
             d.undriven = self.undriven_before;
         }
         self.event.state = crate::event::State::Completed;
-        self.event.duration = end.saturating_duration_since(self.start);
         self.end = Some(end);
-        // Never more than the pin lasted: a panic hook whose accounting could not be read has
-        // its waits for a CPU in the thread's, and its wall time out of the duration
-        // (helper-112: 575–729 ms of a 153–195 ms pin).
-        self.event.cpu_wait = self.event.cpu_wait.max(waited).min(self.event.duration);
+        let waited = self.event.cpu_wait.max(waited);
+        self.event
+            .timed(end.saturating_duration_since(self.start), waited);
         self.event.report += 1;
     }
 
@@ -669,9 +667,8 @@ impl Pinned {
     /// The next `in_progress` report, brought up to `now`.
     pub fn again(&mut self, now: Instant, waited: Duration, queued: Option<usize>) {
         self.last_report = now;
-        self.event.duration = now.saturating_duration_since(self.start);
-        // (Never more than the pin has lasted: see `complete`.)
-        self.event.cpu_wait = waited.min(self.event.duration);
+        self.event
+            .timed(now.saturating_duration_since(self.start), waited);
         self.event.tasks_queued_behind = queued;
         self.queued(queued);
         self.event.report += 1;

@@ -809,8 +809,8 @@ impl<'a> Scan<'a> {
         let mut event = self.new_event(armed.snap, worker, Default::default(), t, waited, end);
         event.state = State::Completed;
         // Its panic hooks left out: it starts that much later, and ends where it ended.
-        event.duration = duration;
-        event.cpu_wait = event.cpu_wait.min(duration);
+        let waited = event.cpu_wait;
+        event.timed(duration, waited);
         let mut pinned = Pinned::new(t, armed.tid, armed.thread, event, now);
         pinned.slot = self.cur;
         pinned.end = Some(end);
@@ -903,7 +903,7 @@ impl<'a> Scan<'a> {
         let elapsed = Instant::now().saturating_duration_since(after);
         // A pin that holds no worker (a multi-thread runtime's `block_on` body) stalls nothing.
         let late = index.and(self.stalled).and_then(|s| s.blames(began, until));
-        PinnedEvent {
+        let mut event = PinnedEvent {
             id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
             run_id: self.shared.run_id.clone(),
             pid: std::process::id(),
@@ -911,7 +911,7 @@ impl<'a> Scan<'a> {
             start: SystemTime::now()
                 .checked_sub(elapsed)
                 .unwrap_or(SystemTime::UNIX_EPOCH),
-            duration: elapsed,
+            duration: Duration::ZERO,
             threshold: self.settings.threshold,
             task_id: (!body).then_some(snap.task_id),
             block_on: body,
@@ -931,8 +931,7 @@ impl<'a> Scan<'a> {
             lock_holder: None,
             samples: 0,
             report: 1,
-            // (Never more than the pin has lasted: see `Pinned::complete`.)
-            cpu_wait: waited.min(elapsed),
+            cpu_wait: Duration::ZERO,
             runtime_stalled: late.is_some(),
             heartbeat_late: late,
             drivers: None,
@@ -942,7 +941,9 @@ impl<'a> Scan<'a> {
             spans: spans.spans,
             trace_id: spans.trace_id,
             span_id: spans.span_id,
-        }
+        };
+        event.timed(elapsed, waited);
+        event
     }
 
     /// Where only the heartbeat tells a stall (a pin holds a worker while the beat due at `due`

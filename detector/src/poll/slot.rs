@@ -336,13 +336,16 @@ impl HookTime {
         }
     }
 
-    /// The later of two running totals of a poll's hooks, each part on its own.
-    pub fn max(self, other: HookTime) -> HookTime {
-        HookTime {
-            nanos: self.nanos.max(other.nanos),
-            on_cpu: self.on_cpu.max(other.on_cpu),
-            waiting: self.waiting.max(other.waiting),
-        }
+    /// Takes `now`, a later reading of this running total of a poll's hooks: what of it is new
+    /// since this one, which then keeps the later of the two, each part on its own.
+    pub fn take_new(&mut self, now: HookTime) -> HookTime {
+        let new = now.since(*self);
+        *self = HookTime {
+            nanos: self.nanos.max(now.nanos),
+            on_cpu: self.on_cpu.max(now.on_cpu),
+            waiting: self.waiting.max(now.waiting),
+        };
+        new
     }
 }
 

@@ -165,8 +165,7 @@ impl Tracked {
     /// counted as the poll's, the one made a preempted 35 ms poll a pin, the other hid a 130 ms
     /// block (helper-110), and a pin's `cpu_wait` said 394–545 ms of 215 (helper-108).
     pub fn leave_out(&mut self, hooks: HookTime, now: Instant) {
-        let new = hooks.since(self.hooks_left_out);
-        self.hooks_left_out = self.hooks_left_out.max(hooks);
+        let new = self.hooks_left_out.take_new(hooks);
         self.shift(Duration::from_nanos(new.nanos), now);
         if let Some(b) = self.baseline.as_mut() {
             b.stat = b.stat.past(new);
@@ -620,8 +619,7 @@ impl Pinned {
     /// in the event too, and its baseline and last probe's reading past the thread's accounting
     /// in them.
     pub fn leave_out(&mut self, hooks: HookTime) {
-        let fresh = hooks.since(self.hooks_left_out);
-        self.hooks_left_out = self.hooks_left_out.max(hooks);
+        let fresh = self.hooks_left_out.take_new(hooks);
         // And the last probe's reading, which `cpu_wait` may count to: it was taken before them.
         let last = self.probes.last_mut().and_then(|p| p.reading.as_mut());
         for stat in self

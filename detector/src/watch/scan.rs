@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 
 use super::judge::{
-    first_park, first_since, ran_since, worth_arming, Armed, Before, DriverView, DriverWatch,
-    Drivers, FirstPark, Frozen, Idle, Pinned, Stall, Tracked, WorkerState, ASLEEP_LOOKS,
-    FIRST_PARK_WITHIN, FOLLOW_EVERY, TICK, WAIT_AT_MOST,
+    first_park, first_since, ran_since, wait_at_most, worth_arming, Armed, Before, DriverView,
+    DriverWatch, Drivers, FirstPark, Frozen, Idle, Pinned, Stall, Tracked, WorkerState,
+    ASLEEP_LOOKS, FIRST_PARK_WITHIN, FOLLOW_EVERY, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -239,19 +239,33 @@ fn run(
             let due = due.unwrap_or_else(|| {
                 stamps::later(last_scan, scan.settings.effective_scan_interval())
             });
-            // From here the watchdog only waits: late past both, it stood still (if switched
-            // out for it: see `Frozen`).
-            scan.frozen.waits(
-                scan.switches_tell
-                    .then(probe::own_voluntary_switches)
-                    .flatten(),
-            );
-            scan.mark = Instant::now();
-            let due = due.min(stamps::later(scan.mark, WAIT_AT_MOST));
-            // Stopping: scan once more, to complete what ended.
-            let stopping = parking.wait(due.saturating_duration_since(scan.mark));
-            scan.woke(due);
-            stopping
+            // In waits of `wait_at_most` at most, to see a stop near its start: a wait that
+            // ends before the scan is due only checks whether the process stood still.
+            let most = wait_at_most(scan.settings.threshold);
+            loop {
+                // From here the watchdog only waits: late past both, it stood still (if
+                // switched out for it: see `Frozen`).
+                scan.frozen.waits(
+                    scan.switches_tell
+                        .then(probe::own_voluntary_switches)
+                        .flatten(),
+                );
+                scan.mark = Instant::now();
+                let until = due.min(stamps::later(scan.mark, most));
+                // Stopping: scan once more, to complete what ended.
+                let stopping = parking.wait(until.saturating_duration_since(scan.mark));
+                let now = Instant::now();
+                // Due, stopping, or woken before its time (a spurious wake: a look more).
+                let scans = stopping || until == due || now < until;
+                if scans {
+                    // A scan begins.
+                    scan.frozen.wake();
+                }
+                scan.clock_at(now, until, true);
+                if scans {
+                    break stopping;
+                }
+            }
         };
         scans += 1;
         shared.stats.scans.fetch_add(1, Ordering::Relaxed);
@@ -1045,12 +1059,6 @@ impl<'a> Scan<'a> {
             self.settings.effective_scan_interval(),
         );
         t
-    }
-
-    /// The watchdog woke from its timed wait, meant to wake at `due`: a scan begins.
-    fn woke(&mut self, due: Instant) {
-        self.frozen.wake();
-        self.clock_at(Instant::now(), due, true);
     }
 
     /// The watchdog read its clock at `now`, after `mark` (from where it did nothing that may

@@ -42,6 +42,8 @@ pub(crate) struct Parking {
     installed: AtomicBool,
     /// The detector is stopping: the watchdog must not sleep any more.
     stopping: AtomicBool,
+    /// Something asked for a scan ([`nudge`](Self::nudge)) that the watchdog has not begun.
+    nudged: AtomicBool,
 }
 
 impl Default for Parking {
@@ -56,6 +58,7 @@ impl Default for Parking {
             hooked: AtomicBool::new(false),
             installed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            nudged: AtomicBool::new(false),
         }
     }
 }
@@ -120,11 +123,19 @@ impl Parking {
     /// Cuts the watchdog's wait for its next scan short (a setting changed: with start stamps
     /// it may be waiting up to the old threshold less an interval; a thread took a slot, whose
     /// first poll needs an earlier look); a watchdog asleep while the runtime idles sleeps on.
-    /// An early scan is harmless: `park_timeout` may wake spuriously anyway.
+    /// An early scan is harmless: `park_timeout` may wake spuriously anyway. Said with a flag
+    /// as well as the unpark: one that lands as a wait times out before the scan is due (the
+    /// watchdog's waits are cut short, see `scan::run`) would be lost in its timeout.
     pub fn nudge(&self) {
+        self.nudged.store(true, Ordering::SeqCst);
         if let Some(t) = self.watchdog.get() {
             t.unpark();
         }
+    }
+
+    /// Whether a scan was asked for since the last call ([`nudge`](Self::nudge)).
+    pub fn take_nudge(&self) -> bool {
+        self.nudged.swap(false, Ordering::SeqCst)
     }
 
     /// Whether the detector is stopping.
@@ -248,6 +259,20 @@ mod tests {
         assert!(parking.stopping());
         // Once stopping, a wait returns at once.
         assert!(parking.wait(Duration::from_secs(3600)));
+    }
+
+    /// A nudge that lands as the watchdog's wait times out is not lost with the unpark's
+    /// token: the flag still says a scan was asked for, once.
+    #[test]
+    fn a_nudge_is_told_once_however_the_wait_ended() {
+        let parking = Parking::default();
+        parking.register_watchdog();
+        assert!(!parking.take_nudge());
+        // The wait timed out first; the nudge came after it.
+        assert!(!parking.wait(Duration::ZERO));
+        parking.nudge();
+        assert!(parking.take_nudge(), "the nudge is told");
+        assert!(!parking.take_nudge(), "and only once");
     }
 
     #[test]

@@ -840,8 +840,8 @@ pub(super) fn wait_at_most(threshold: Duration) -> Duration {
 pub(super) struct Frozen {
     /// The frozen time found so far, in nanoseconds.
     pub total: u64,
-    /// `total` at the scan's wake: what a poll first seen in the scan is marked with (it may
-    /// have run across any freeze found since).
+    /// `total` at the watchdog's last wake: what a poll first seen in the scan after it is
+    /// marked with (it may have run across any freeze found since).
     pub at_wake: u64,
     /// The watchdog's own accounting at its last reading, and when.
     own: Option<(Instant, SchedStat)>,
@@ -850,9 +850,14 @@ pub(super) struct Frozen {
 }
 
 impl Frozen {
-    /// A scan begins.
+    /// The watchdog woke, and may scan.
     pub fn wake(&mut self) {
         self.at_wake = self.total;
+    }
+
+    /// Whether a stop was found since the last [`wake`](Self::wake).
+    pub fn found_since_wake(&self) -> bool {
+        self.total != self.at_wake
     }
 
     /// The watchdog begins a timed wait; `switches`: its voluntary context switches so far

@@ -255,14 +255,22 @@ fn run(
                 // Stopping: scan once more, to complete what ended.
                 let stopping = parking.wait(until.saturating_duration_since(scan.mark));
                 let now = Instant::now();
-                // Due, stopping, or woken before its time (a spurious wake: a look more).
-                let scans = stopping || until == due || now < until;
-                if scans {
-                    // A scan begins.
-                    scan.frozen.wake();
-                }
+                let nudged = parking.take_nudge();
+                // A scan may begin: a poll it sees first may have run across what this wake
+                // finds (a wake that does not scan found nothing).
+                scan.frozen.wake();
                 scan.clock_at(now, until, true);
-                if scans {
+                // Due, stopping, asked for, woken before its time (a spurious wake: a look
+                // more), or the process stood still: the sooner the polls that may have run
+                // across the stop are seen, the less of their age it can take (helper-114: a
+                // stop found by a cut wait, then a scan that took it for older than its polls
+                // first seen, pinned a 400 ms poll for a 2 s stop 12 times in 12).
+                if nudged
+                    || stopping
+                    || until == due
+                    || now < until
+                    || scan.frozen.found_since_wake()
+                {
                     break stopping;
                 }
             }

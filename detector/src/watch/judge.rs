@@ -812,9 +812,10 @@ pub(super) const OWN_READ_EVERY: Duration = Duration::from_millis(100);
 /// under a 1 s threshold left out only 1.4 s of a 2 s stop 0.4 s into a blocked read, which
 /// returned 1 s old by the threshold's count, a pin had the watchdog looked before it returned
 /// (`preemption.rs`, under load). A wait that ends before the scan is due only reads the clock
-/// and the watchdog's own accounting: at most four such wakes per threshold, and none under a
-/// threshold of 100 ms or less, whose waits are shorter (a wake from a 100 ms sleep costs about
-/// 130 µs of CPU on a VM here, a few µs on bare metal).
+/// and the watchdog's own accounting, and scans at once if it finds a stop (`scan::run`): at
+/// most four such wakes per threshold, and none under a threshold of 100 ms or less, whose
+/// waits are shorter (a wake from a 100 ms sleep costs about 130 µs of CPU on a VM here, a few
+/// µs on bare metal).
 pub(super) fn wait_at_most(threshold: Duration) -> Duration {
     (threshold / 4).max(Duration::from_millis(100))
 }

@@ -1063,6 +1063,21 @@ pub(super) struct DriverWatch {
     pub counted_to: Option<Instant>,
     /// The worker last seen waiting on them (read first at the next look).
     pub last_on_drivers: Option<usize>,
+    /// The workers the last look found asleep on a futex in tokio's park, while it found the
+    /// drivers undriven ([`settles`](Self::settles)).
+    pub asleep: Vec<Asleep>,
+    /// The last look found them undriven counting on a worker the look before had not seen
+    /// asleep: its verdict waits for the next look.
+    pub unsettled: bool,
+}
+
+/// A worker a look found asleep on a futex in tokio's park: its index, its thread, and the
+/// thread's time on a CPU then (`None`: unreadable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Asleep {
+    pub worker: usize,
+    pub tid: i32,
+    pub on_cpu: Option<u64>,
 }
 
 impl DriverWatch {
@@ -1070,9 +1085,39 @@ impl DriverWatch {
     /// look is due, and the last one's verdict stands.
     pub fn skip(&self, now: Instant, news: bool) -> Option<bool> {
         let (at, stalled) = self.last?;
-        let due =
-            news || self.woke_at.is_some() || now.saturating_duration_since(at) >= DRIVERS_EVERY;
+        let due = news
+            || self.unsettled
+            || self.woke_at.is_some()
+            || now.saturating_duration_since(at) >= DRIVERS_EVERY;
         (!due).then_some(stalled)
+    }
+
+    /// Whether the look that found `verdict` settles it, `asleep` the workers it found asleep on
+    /// a futex in tokio's park. One look can take a worker for asleep on its condvar when it is
+    /// on its way through the park: in a futex of a lock taken after `epoll_wait` returned, its
+    /// unpark hook not run yet (CI caught one beside `stress-ng`, and a pin beside it was
+    /// reported as stalling the runtime while the others slept). So a verdict that counts on a
+    /// sleeper stands only when the look before found it asleep too, and it has not run since
+    /// (its time on a CPU the same; a thread whose time cannot be read is taken at its word).
+    /// Otherwise it waits for the next look, at the next scan (a scan interval later), which
+    /// settles it either way: one look at most is left unsettled in a row. Pinned workers need no second look
+    /// (the watchdog's own record says so), nor does a verdict that the drivers are driven.
+    pub fn settles(&mut self, verdict: Drivers, asleep: Vec<Asleep>) -> bool {
+        let settled = match verdict {
+            Drivers::Driven { .. } => true,
+            Drivers::Undriven { .. } => {
+                self.unsettled
+                    || asleep
+                        .iter()
+                        .all(|a| a.on_cpu.is_none() || self.asleep.contains(a))
+            }
+        };
+        self.asleep = match verdict {
+            Drivers::Undriven { .. } => asleep,
+            Drivers::Driven { .. } => Vec::new(),
+        };
+        self.unsettled = !settled;
+        settled
     }
 
     /// The look at `now` found `verdict`: whether to wake a parked worker now (`rescue`: the
@@ -2262,6 +2307,54 @@ mod tests {
         assert_eq!(w.skip(t0 + MS(2), true), None, "a pin just flagged");
         w.woke_at = Some(t0);
         assert_eq!(w.skip(t0 + MS(2), false), None, "a hand-over awaited");
+        // An unsettled look is settled by the next scan's.
+        w.woke_at = None;
+        w.unsettled = true;
+        assert_eq!(w.skip(t0 + MS(2), false), None);
+    }
+
+    #[test]
+    fn a_stall_that_counts_on_a_sleeper_waits_for_a_second_look_that_finds_it_still_asleep() {
+        let undriven = Drivers::Undriven { asleep: 1 };
+        let at = |on_cpu| Asleep {
+            worker: 1,
+            tid: 42,
+            on_cpu,
+        };
+        let mut w = DriverWatch::default();
+        // First seen asleep: the next look tells.
+        assert!(!w.settles(undriven, vec![at(Some(500))]));
+        assert!(w.unsettled);
+        // Still asleep and has not run since: a stall.
+        assert!(w.settles(undriven, vec![at(Some(500))]));
+        assert!(!w.unsettled);
+        // And so on while it sleeps, one look each.
+        assert!(w.settles(undriven, vec![at(Some(500))]));
+        // It ran between the looks (on its way through the park, or woken and asleep again):
+        // the next look tells; the one after settles, whatever it finds.
+        assert!(!w.settles(undriven, vec![at(Some(900))]));
+        assert!(w.settles(undriven, vec![at(Some(1300))]));
+        // Another thread in the worker's place is not the one seen asleep.
+        assert!(!w.settles(
+            undriven,
+            vec![Asleep {
+                tid: 43,
+                ..at(Some(1300))
+            }]
+        ));
+        // A look that finds them driven settles, and forgets who slept.
+        assert!(w.settles(Drivers::Driven { by: None }, vec![]));
+        assert!(!w.unsettled && w.asleep.is_empty());
+        assert!(!w.settles(undriven, vec![at(Some(1300))]));
+        // Every worker pinned: the watchdog's own record, no second look.
+        let mut w = DriverWatch::default();
+        assert!(w.settles(Drivers::Undriven { asleep: 0 }, vec![]));
+        // A sleeper whose time cannot be read is taken at its word.
+        assert!(w.settles(undriven, vec![at(None)]));
+        // Starting over forgets it all.
+        assert!(!w.settles(undriven, vec![at(Some(5))]));
+        w.start_over();
+        assert!(!w.unsettled && w.asleep.is_empty());
     }
 
     #[test]

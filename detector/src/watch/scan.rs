@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 
 use super::judge::{
-    first_park, first_since, ran_since, wait_at_most, worth_arming, Armed, Before, DriverView,
-    DriverWatch, Drivers, FirstPark, Frozen, Idle, Pinned, Stall, Tracked, WorkerState,
+    first_park, first_since, ran_since, wait_at_most, worth_arming, Armed, Asleep, Before,
+    DriverView, DriverWatch, Drivers, FirstPark, Frozen, Idle, Pinned, Stall, Tracked, WorkerState,
     ASLEEP_LOOKS, FIRST_PARK_WITHIN, FOLLOW_EVERY, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
@@ -354,7 +354,7 @@ fn run(
         let looked = Instant::now();
         let seen = scan.look_at_drivers(tracked, looked);
         scan.collect_waits(tracked);
-        scan.send_first_reports(tracked);
+        scan.send_first_reports(tracked, stopping);
         scan.release_held(looked, stopping);
         if let Some(stall) = scan.stalled.filter(|_| blamed) {
             scan.heartbeat_rescue(tracked, stall, looked);
@@ -1330,6 +1330,7 @@ impl<'a> Scan<'a> {
     ///
     /// `None` (every interval) while the drivers stand still, so that the look that sees them
     /// driven again times the stall's end; while a worker woken for them has not taken them;
+    /// while the last look's verdict waits for the next ([`DriverWatch::settles`]);
     /// and with `schedule-latency`, whose rings of measured waits the tasks polled on the other
     /// workers fill (see [`stamped_due`](Self::stamped_due)).
     fn follow_due(&self, p: &Pinned, scan_start: Instant) -> Option<Instant> {
@@ -1337,7 +1338,7 @@ impl<'a> Scan<'a> {
         // itself (counted then: `follow_pinned`): no look needs to time it.
         let undriven = self.multi_thread
             && (matches!(self.drivers.last, Some((_, true))) || p.undriven_since.is_some());
-        if MEASURED || undriven || self.drivers.woke_at.is_some() {
+        if MEASURED || undriven || self.drivers.woke_at.is_some() || self.drivers.unsettled {
             return None;
         }
         // `DriverWatch::skip` looks at them again this long after its last look.
@@ -1407,6 +1408,8 @@ impl<'a> Scan<'a> {
                 // Do not leave a request to a thread that is gone on the slot.
                 crate::signal::withdraw(slot);
             }
+            // A first report held for the drivers' verdict goes before its end.
+            self.send_first(&mut p);
             let waited = self.cpu_wait(&p);
             // (The heartbeat's stalls are counted by the scans, from its late beat.)
             let stalling = p.undriven_since.filter(|_| !p.by_heartbeat);
@@ -1435,6 +1438,7 @@ impl<'a> Scan<'a> {
             // tokio has now recorded that this thread handed its worker over: the poll was in
             // `block_in_place` all along (the hand-over is recorded late under load). The
             // analysis counts it.
+            self.send_first(&mut p);
             p.retract(now);
             self.send(&p);
             return None;
@@ -1474,9 +1478,12 @@ impl<'a> Scan<'a> {
     }
 
     /// The first reports of the pins flagged in this scan, and the pins found ended, by id.
-    fn send_first_reports(&mut self, tracked: &mut [Option<Tracked>]) {
+    /// They wait while the look at the drivers is unsettled ([`DriverWatch::settles`]), for the
+    /// next look's verdict, unless the watchdog stops (`stopping`).
+    fn send_first_reports(&mut self, tracked: &mut [Option<Tracked>], stopping: bool) {
         let unsent = |t: &Tracked| t.pinned.as_ref().is_some_and(|p| !p.first_sent);
-        if self.found_ended.is_empty() && !tracked.iter().flatten().any(unsent) {
+        let wait = self.drivers.unsettled && !stopping;
+        if self.found_ended.is_empty() && (wait || !tracked.iter().flatten().any(unsent)) {
             // Most scans: nothing to send (and no kilobyte-sized iterator to set up).
             return;
         }
@@ -1486,12 +1493,11 @@ impl<'a> Scan<'a> {
             .flatten()
             .filter_map(|t| t.pinned.as_mut())
         {
-            if !p.first_sent {
+            if !p.first_sent && !wait {
                 while let Some(e) = ended.next_if(|e| e.event.id < p.event.id) {
                     self.send_completed(e, Instant::now());
                 }
-                p.first_sent = true;
-                self.send(p);
+                self.send_first(p);
             }
         }
         for e in ended {
@@ -1753,9 +1759,13 @@ impl<'a> Scan<'a> {
             .store(self.sees(), Ordering::Relaxed);
     }
 
-    /// What worker `i` of the runtime does, without reading `/proc`: `None` when it is parked
-    /// (what it waits in tells), with its thread's id.
-    fn worker_state(&self, i: usize, holding: &[Option<usize>]) -> Result<WorkerState, i32> {
+    /// What worker `i` of the runtime does, without reading `/proc`: `Err` when it is parked
+    /// (what it waits in tells), with its thread's id and its slot's index.
+    fn worker_state(
+        &self,
+        i: usize,
+        holding: &[Option<usize>],
+    ) -> Result<WorkerState, (i32, usize)> {
         if holding.contains(&Some(i)) {
             return Ok(WorkerState::Pinned);
         }
@@ -1763,41 +1773,53 @@ impl<'a> Scan<'a> {
         let Some(thread) = metrics.worker_thread_id(i).map(|t| crate::poll::id_u64(&t)) else {
             return Ok(WorkerState::Busy);
         };
-        let Some(slot) = self
+        let Some((index, slot)) = self
             .used_slots()
             .iter()
-            .find(|s| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
+            .enumerate()
+            .find(|(_, s)| s.is_active() && s.thread.load(Ordering::Relaxed) == thread)
         else {
             return Ok(WorkerState::Busy);
         };
         if !slot.parked.load(Ordering::Relaxed) {
             return Ok(WorkerState::Busy);
         }
-        Err(slot.tid.load(Ordering::Relaxed))
+        Err((slot.tid.load(Ordering::Relaxed), index))
     }
 
     /// Every worker's state, read only as far as the verdict needs: a busy worker settles it
     /// with no `/proc` read, and the parked ones are read from the one last seen on the
     /// drivers, until one is on them (the ones left unread are marked busy: the verdict is
-    /// `Driven` either way).
-    fn worker_states(&mut self, holding: &[Option<usize>]) -> Vec<WorkerState> {
+    /// `Driven` either way). With the workers found asleep on a futex, and their time on a CPU.
+    fn worker_states(&mut self, holding: &[Option<usize>]) -> (Vec<WorkerState>, Vec<Asleep>) {
         let n = self.handle.metrics().num_workers();
-        let known: Vec<Result<WorkerState, i32>> =
+        let known: Vec<Result<WorkerState, (i32, usize)>> =
             (0..n).map(|i| self.worker_state(i, holding)).collect();
         let mut states: Vec<WorkerState> = known
             .iter()
             .map(|k| *k.as_ref().unwrap_or(&WorkerState::Busy))
             .collect();
+        let mut asleep = Vec::new();
         if known.contains(&Ok(WorkerState::Busy)) {
-            return states;
+            return (states, asleep);
         }
         let first = self.drivers.last_on_drivers.filter(|i| *i < n).unwrap_or(0);
         self.view.blind = false;
         for i in (first..n).chain(0..first) {
-            let Err(tid) = known[i] else { continue };
+            let Err((tid, slot)) = known[i] else {
+                continue;
+            };
             states[i] = match probe::read_wait(tid) {
                 Some(probe::Wait::Epoll(fd)) => self.view.epoll(fd),
-                Some(probe::Wait::Futex) => WorkerState::OnCondvar,
+                Some(probe::Wait::Futex) => {
+                    let on_cpu = self.schedstat(slot, tid).map(|s| s.on_cpu);
+                    asleep.push(Asleep {
+                        worker: i,
+                        tid,
+                        on_cpu,
+                    });
+                    WorkerState::OnCondvar
+                }
                 Some(probe::Wait::Other) => WorkerState::Busy,
                 None => {
                     self.view.blind = true;
@@ -1808,7 +1830,7 @@ impl<'a> Scan<'a> {
                 break;
             }
         }
-        states
+        (states, asleep)
     }
 
     /// [`look_at_drivers`](Self::look_at_drivers) when no pin holds a worker: the watch starts
@@ -1856,12 +1878,19 @@ impl<'a> Scan<'a> {
         if let Some(stalled) = self.drivers.skip(now, news) {
             return self.sees().then_some(stalled);
         }
-        let states = self.worker_states(&holding);
+        let (states, asleep) = self.worker_states(&holding);
         self.seen_changed();
         let mut verdict = Drivers::of(&states);
         if !self.sees() {
             // Not seen yet, or not readable: an undriven verdict would be a guess.
             verdict = Drivers::Driven { by: None };
+        }
+        if !self.drivers.settles(verdict, asleep) {
+            // The next look tells (the pins' first reports wait for it); till then, the last
+            // verdict stands.
+            let stalled = self.drivers.last.is_some_and(|(_, s)| s);
+            self.drivers.last = Some((now, stalled));
+            return self.sees().then_some(stalled);
         }
         if let Drivers::Driven { by: Some(i) } = verdict {
             self.drivers.last_on_drivers = Some(i);
@@ -1963,8 +1992,19 @@ impl<'a> Scan<'a> {
         self.sees().then_some(stalled)
     }
 
-    /// Sends the next `in_progress` report of a pin still running, brought up to `now`.
+    /// Sends pin `p`'s first report, unless it has been sent.
+    fn send_first(&mut self, p: &mut Pinned) {
+        if !std::mem::replace(&mut p.first_sent, true) {
+            self.send(p);
+        }
+    }
+
+    /// Sends the next `in_progress` report of a pin still running, brought up to `now` (none
+    /// while its first waits: that one will say it).
     fn resend(&mut self, p: &mut Pinned, now: Instant) {
+        if !p.first_sent {
+            return;
+        }
         let waited = self.cpu_wait(p);
         let queued = self.queued_behind(p.event.worker.index);
         p.again(now, waited, queued);

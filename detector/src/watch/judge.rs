@@ -856,11 +856,6 @@ impl Frozen {
         self.at_wake = self.total;
     }
 
-    /// Whether a stop was found since the last [`wake`](Self::wake).
-    pub fn found_since_wake(&self) -> bool {
-        self.total != self.at_wake
-    }
-
     /// The watchdog begins a timed wait; `switches`: its voluntary context switches so far
     /// ([`own_voluntary_switches`](super::probe::own_voluntary_switches)).
     pub fn waits(&mut self, switches: Option<u64>) {

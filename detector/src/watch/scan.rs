@@ -259,18 +259,13 @@ fn run(
                 // A scan may begin: a poll it sees first may have run across what this wake
                 // finds (a wake that does not scan found nothing).
                 scan.frozen.wake();
-                scan.clock_at(now, until, true);
+                let stood_still = scan.clock_at(now, until, true);
                 // Due, stopping, asked for, woken before its time (a spurious wake: a look
                 // more), or the process stood still: the sooner the polls that may have run
                 // across the stop are seen, the less of their age it can take (helper-114: a
                 // stop found by a cut wait, then a scan that took it for older than its polls
                 // first seen, pinned a 400 ms poll for a 2 s stop 12 times in 12).
-                if nudged
-                    || stopping
-                    || until == due
-                    || now < until
-                    || scan.frozen.found_since_wake()
-                {
+                if nudged || stopping || until == due || now < until || stood_still {
                     break stopping;
                 }
             }
@@ -1071,8 +1066,8 @@ impl<'a> Scan<'a> {
 
     /// The watchdog read its clock at `now`, after `mark` (from where it did nothing that may
     /// wait: a wait, the step from one look to the next), meant to go on at `due` or then:
-    /// later than that, the process may have stood still ([`Frozen`]).
-    fn clock_at(&mut self, now: Instant, due: Instant, timed: bool) {
+    /// later than that, the process may have stood still ([`Frozen`]). Whether it had.
+    fn clock_at(&mut self, now: Instant, due: Instant, timed: bool) -> bool {
         let late = now.saturating_duration_since(due.max(self.mark));
         self.mark = now;
         let tid = self.own_tid;
@@ -1085,12 +1080,14 @@ impl<'a> Scan<'a> {
             || own.read(tid),
             probe::own_voluntary_switches,
         );
-        if self.frozen.total != before {
+        let stood_still = self.frozen.total != before;
+        if stood_still {
             self.shared
                 .stats
                 .stopped_ns
                 .store(self.frozen.total, Ordering::Relaxed);
         }
+        stood_still
     }
 
     /// Reads the time-stamp counter with the clock, as one instant ([`stamps::reading`]), after

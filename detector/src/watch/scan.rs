@@ -17,7 +17,7 @@ use tokio::runtime::Handle;
 use super::judge::{
     first_park, first_since, ran_since, wait_at_most, worth_arming, Armed, Asleep, Before,
     DriverView, DriverWatch, Drivers, FirstPark, Frozen, Idle, Pinned, Stall, Tracked, WorkerState,
-    ASLEEP_LOOKS, FIRST_PARK_WITHIN, FOLLOW_EVERY, TICK,
+    ASLEEP_LOOKS, FIRST_PARK_WITHIN, FOLLOW_EVERY, SETTLE_AFTER, TICK,
 };
 use super::probe::{self, Probe, SchedStatReader};
 use super::shared::Shared;
@@ -353,7 +353,7 @@ fn run(
         let looked = Instant::now();
         let seen = scan.look_at_drivers(tracked, looked);
         scan.collect_waits(tracked);
-        scan.send_first_reports(tracked, stopping);
+        scan.send_first_reports(tracked);
         scan.release_held(looked, stopping);
         if let Some(stall) = scan.stalled.filter(|_| blamed) {
             scan.heartbeat_rescue(tracked, stall, looked);
@@ -1331,7 +1331,6 @@ impl<'a> Scan<'a> {
     ///
     /// `None` (every interval) while the drivers stand still, so that the look that sees them
     /// driven again times the stall's end; while a worker woken for them has not taken them;
-    /// while the last look's verdict waits for the next ([`DriverWatch::settles`]);
     /// and with `schedule-latency`, whose rings of measured waits the tasks polled on the other
     /// workers fill (see [`stamped_due`](Self::stamped_due)).
     fn follow_due(&self, p: &Pinned, scan_start: Instant) -> Option<Instant> {
@@ -1339,7 +1338,7 @@ impl<'a> Scan<'a> {
         // itself (counted then: `follow_pinned`): no look needs to time it.
         let undriven = self.multi_thread
             && (matches!(self.drivers.last, Some((_, true))) || p.undriven_since.is_some());
-        if MEASURED || undriven || self.drivers.woke_at.is_some() || self.drivers.unsettled {
+        if MEASURED || undriven || self.drivers.woke_at.is_some() {
             return None;
         }
         // `DriverWatch::skip` looks at them again this long after its last look.
@@ -1409,8 +1408,6 @@ impl<'a> Scan<'a> {
                 // Do not leave a request to a thread that is gone on the slot.
                 crate::signal::withdraw(slot);
             }
-            // A first report held for the drivers' verdict goes before its end.
-            self.send_first(&mut p);
             let waited = self.cpu_wait(&p);
             // (The heartbeat's stalls are counted by the scans, from its late beat.)
             let stalling = p.undriven_since.filter(|_| !p.by_heartbeat);
@@ -1439,7 +1436,6 @@ impl<'a> Scan<'a> {
             // tokio has now recorded that this thread handed its worker over: the poll was in
             // `block_in_place` all along (the hand-over is recorded late under load). The
             // analysis counts it.
-            self.send_first(&mut p);
             p.retract(now);
             self.send(&p);
             return None;
@@ -1479,12 +1475,9 @@ impl<'a> Scan<'a> {
     }
 
     /// The first reports of the pins flagged in this scan, and the pins found ended, by id.
-    /// They wait while the look at the drivers is unsettled ([`DriverWatch::settles`]), for the
-    /// next look's verdict, unless the watchdog stops (`stopping`).
-    fn send_first_reports(&mut self, tracked: &mut [Option<Tracked>], stopping: bool) {
+    fn send_first_reports(&mut self, tracked: &mut [Option<Tracked>]) {
         let unsent = |t: &Tracked| t.pinned.as_ref().is_some_and(|p| !p.first_sent);
-        let wait = self.drivers.unsettled && !stopping;
-        if self.found_ended.is_empty() && (wait || !tracked.iter().flatten().any(unsent)) {
+        if self.found_ended.is_empty() && !tracked.iter().flatten().any(unsent) {
             // Most scans: nothing to send (and no kilobyte-sized iterator to set up).
             return;
         }
@@ -1494,11 +1487,12 @@ impl<'a> Scan<'a> {
             .flatten()
             .filter_map(|t| t.pinned.as_mut())
         {
-            if !p.first_sent && !wait {
+            if !p.first_sent {
                 while let Some(e) = ended.next_if(|e| e.event.id < p.event.id) {
                     self.send_completed(e, Instant::now());
                 }
-                self.send_first(p);
+                p.first_sent = true;
+                self.send(p);
             }
         }
         for e in ended {
@@ -1834,6 +1828,23 @@ impl<'a> Scan<'a> {
         (states, asleep)
     }
 
+    /// One look at the workers for [`look_at_drivers`](Self::look_at_drivers): their states,
+    /// the verdict on them (driven where the drivers cannot be seen: undriven would be a
+    /// guess), and the ones found asleep on a futex.
+    fn workers_now(
+        &mut self,
+        holding: &[Option<usize>],
+    ) -> (Vec<WorkerState>, Drivers, Vec<Asleep>) {
+        let (states, asleep) = self.worker_states(holding);
+        self.seen_changed();
+        let verdict = if self.sees() {
+            Drivers::of(&states)
+        } else {
+            Drivers::Driven { by: None }
+        };
+        (states, verdict, asleep)
+    }
+
     /// [`look_at_drivers`](Self::look_at_drivers) when no pin holds a worker: the watch starts
     /// over (but for what [`DriverWatch::start_over`] keeps), and the runtime is not stalled.
     fn nothing_held(&mut self) -> Option<bool> {
@@ -1879,19 +1890,20 @@ impl<'a> Scan<'a> {
         if let Some(stalled) = self.drivers.skip(now, news) {
             return self.sees().then_some(stalled);
         }
-        let (states, asleep) = self.worker_states(&holding);
-        self.seen_changed();
-        let mut verdict = Drivers::of(&states);
-        if !self.sees() {
-            // Not seen yet, or not readable: an undriven verdict would be a guess.
-            verdict = Drivers::Driven { by: None };
-        }
+        let (mut states, mut verdict, asleep) = self.workers_now(&holding);
+        let mut now = now;
         if !self.drivers.settles(verdict, asleep) {
-            // The next look tells (the pins' first reports wait for it); till then, the last
-            // verdict stands.
-            let stalled = self.drivers.last.is_some_and(|(_, s)| s);
-            self.drivers.last = Some((now, stalled));
-            return self.sees().then_some(stalled);
+            // Looked at again a moment later, which settles it. The wait is the look's, as a
+            // wait for a stack sample is: the step to it is checked for a stop first, and the
+            // next step is timed from its end (a stop in it is not seen; a late end, timer
+            // slack, is not taken for one).
+            self.clock_at(Instant::now(), self.mark, false);
+            std::thread::sleep(SETTLE_AFTER);
+            now = Instant::now();
+            self.mark = now;
+            let asleep;
+            (states, verdict, asleep) = self.workers_now(&holding);
+            self.drivers.settles(verdict, asleep);
         }
         if let Drivers::Driven { by: Some(i) } = verdict {
             self.drivers.last_on_drivers = Some(i);
@@ -1993,19 +2005,8 @@ impl<'a> Scan<'a> {
         self.sees().then_some(stalled)
     }
 
-    /// Sends pin `p`'s first report, unless it has been sent.
-    fn send_first(&mut self, p: &mut Pinned) {
-        if !std::mem::replace(&mut p.first_sent, true) {
-            self.send(p);
-        }
-    }
-
-    /// Sends the next `in_progress` report of a pin still running, brought up to `now` (none
-    /// while its first waits: that one will say it).
+    /// Sends the next `in_progress` report of a pin still running, brought up to `now`.
     fn resend(&mut self, p: &mut Pinned, now: Instant) {
-        if !p.first_sent {
-            return;
-        }
         let waited = self.cpu_wait(p);
         let queued = self.queued_behind(p.event.worker.index);
         p.again(now, waited, queued);

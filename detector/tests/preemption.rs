@@ -237,11 +237,10 @@ fn stood_still(how: Hold) {
     // Only the second poll is reported, for its wall time.
     assert_eq!(told.durations.len(), 1, "{said:#?}");
     assert!(told.durations[0] >= 2_300, "{said:#?}");
-    // Counted: both stops, each less the watchdog's longest wait (250 ms; 50 ms where it
-    // lands in a wait for a stack sample) and what it ran or waited for a CPU since its last
-    // reading of its own accounting (100 ms at most). (The second, 1 s, was lost where it
-    // landed in a wait for a sample: 1,991 ms, 1 run in 12.)
-    assert!((2_200..5_000).contains(&told.stopped), "{said:#?}");
+    // Counted: the first stop at least, less the watchdog's longest wait (250 ms) and what it
+    // ran or waited for a CPU since its last reading (the second, 1 s, may land in a look's
+    // wait for a stack sample: 1,991 ms counted, 1 run in 12).
+    assert!((1_500..5_000).contains(&told.stopped), "{said:#?}");
 }
 
 /// A stop that begins while the watchdog waits long — to a stamped poll's first look, up to

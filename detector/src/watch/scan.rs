@@ -245,8 +245,12 @@ fn run(
             loop {
                 // The step from the last look (or wake) to here, as the step between two
                 // looks: a stop that landed in what the scan did after its looks was lost (the
-                // first 2 s stop of the stood-still test, 1 run in 54 beside `stress-ng`).
-                scan.clock_at(Instant::now(), scan.mark, false);
+                // first 2 s stop of the stood-still test, 1 run in 54 beside `stress-ng`). One
+                // found there is scanned for at once, as one a wake finds, with no wake: a poll
+                // first seen by that scan may have run across it (`Frozen::at_wake`).
+                if scan.clock_at(Instant::now(), scan.mark, false) {
+                    break parking.stopping();
+                }
                 // From here the watchdog only waits: late past both, it stood still (if
                 // switched out for it: see `Frozen`).
                 scan.frozen.waits(
@@ -2073,19 +2077,10 @@ impl<'a> Scan<'a> {
         // A stack of the thread from before a panic hook is not its stack now, whatever call
         // it is in.
         let last = p.probes.last().filter(|_| !p.across_hook);
-        let asked = Instant::now();
         let Some(mut probe) = probe::take(self.shared, slot, p.seq, last, self.settings.stacks)
         else {
             return;
         };
-        if probe.signalled {
-            // It may have waited for the thread's sample, up to `SAMPLE_WAIT`: later, the
-            // process may have stood still. A stop that lands in the wait (the thread cannot
-            // answer either) was lost: the step to the next look is timed from this one's end,
-            // and the stood-still test counted 1,991 ms of two stops of 2 s and 1 s (1 run in
-            // 12).
-            self.clock_at(Instant::now(), asked + crate::signal::SAMPLE_WAIT, false);
-        }
         let previous = last.map(|last| {
             let running = last.proc.as_ref().is_some_and(|s| s.syscall.is_none());
             (running, last.switches)

@@ -171,6 +171,7 @@ fn run(
         frozen: Frozen::default(),
         switches_tell: !switches_hidden(),
         mark: Instant::now(),
+        stop_found: false,
         own: SchedStatReader::default(),
         own_tid,
     };
@@ -246,9 +247,11 @@ fn run(
                 // The step from the last look (or wake) to here, as the step between two
                 // looks: a stop that landed in what the scan did after its looks was lost (the
                 // first 2 s stop of the stood-still test, 1 run in 54 beside `stress-ng`). One
-                // found there is scanned for at once, as one a wake finds, with no wake: a poll
-                // first seen by that scan may have run across it (`Frozen::at_wake`).
-                if scan.clock_at(Instant::now(), scan.mark, false) {
+                // found there or during the scan is scanned for at once, as one a wake finds,
+                // with no wake: a poll first seen by that scan may have run across it
+                // (`Frozen::at_wake`).
+                scan.clock_at(Instant::now(), scan.mark, false);
+                if scan.stop_found {
                     break parking.stopping();
                 }
                 // From here the watchdog only waits: late past both, it stood still (if
@@ -278,6 +281,8 @@ fn run(
                 }
             }
         };
+        // Every stop found so far is before this scan.
+        scan.stop_found = false;
         scans += 1;
         shared.stats.scans.fetch_add(1, Ordering::Relaxed);
         // One set of settings for the whole scan.
@@ -527,6 +532,9 @@ struct Scan<'a> {
     switches_tell: bool,
     /// The watchdog's last read of the clock, or the end of its last wait for a thread.
     mark: Instant,
+    /// A stop of the process was found since the last scan began: the next scan comes at once,
+    /// with no wake (see the wait loop in [`run`]).
+    stop_found: bool,
     /// The watchdog's own `schedstat`, read for [`Frozen`].
     own: SchedStatReader,
     own_tid: i32,
@@ -1089,6 +1097,7 @@ impl<'a> Scan<'a> {
             probe::own_voluntary_switches,
         );
         let stood_still = self.frozen.total != before;
+        self.stop_found |= stood_still;
         if stood_still {
             self.shared
                 .stats

@@ -270,13 +270,13 @@ fn run(
                 // A scan may begin: a poll it sees first may have run across what this wake
                 // finds (a wake that does not scan found nothing).
                 scan.frozen.wake();
-                let stood_still = scan.clock_at(now, until, true);
+                scan.clock_at(now, until, true);
                 // Due, stopping, asked for, woken before its time (a spurious wake: a look
                 // more), or the process stood still: the sooner the polls that may have run
                 // across the stop are seen, the less of their age it can take (helper-114: a
                 // stop found by a cut wait, then a scan that took it for older than its polls
                 // first seen, pinned a 400 ms poll for a 2 s stop 12 times in 12).
-                if nudged || stopping || until == due || now < until || stood_still {
+                if nudged || stopping || until == due || now < until || scan.stop_found {
                     break stopping;
                 }
             }
@@ -1082,8 +1082,9 @@ impl<'a> Scan<'a> {
 
     /// The watchdog read its clock at `now`, after `mark` (from where it did nothing that may
     /// wait: a wait, the step from one look to the next), meant to go on at `due` or then:
-    /// later than that, the process may have stood still ([`Frozen`]). Whether it had.
-    fn clock_at(&mut self, now: Instant, due: Instant, timed: bool) -> bool {
+    /// later than that, the process may have stood still ([`Frozen`]): if it had,
+    /// [`stop_found`](Self::stop_found) says so.
+    fn clock_at(&mut self, now: Instant, due: Instant, timed: bool) {
         let late = now.saturating_duration_since(due.max(self.mark));
         self.mark = now;
         let tid = self.own_tid;
@@ -1096,15 +1097,13 @@ impl<'a> Scan<'a> {
             || own.read(tid),
             probe::own_voluntary_switches,
         );
-        let stood_still = self.frozen.total != before;
-        self.stop_found |= stood_still;
-        if stood_still {
+        if self.frozen.total != before {
+            self.stop_found = true;
             self.shared
                 .stats
                 .stopped_ns
                 .store(self.frozen.total, Ordering::Relaxed);
         }
-        stood_still
     }
 
     /// Reads the time-stamp counter with the clock, as one instant ([`stamps::reading`]), after

@@ -1113,8 +1113,8 @@ fn with_every_worker_pinned_every_pin_is_blamed_for_the_stall() {
     // a look that caught B's worker in a futex on its way out of tokio's park, before B ran:
     // asleep, as far as that look could tell, and its advice says the others slept. CI saw it
     // once beside stress-ng, against tokio 1.46.1. Such a look is now followed by a second, 2 ms
-    // later, which must find the worker there still, not having run since: a lock held that
-    // long by a thread kept off its CPU can still do it.)
+    // later, whose verdict is taken: a lock held that long by a thread kept off its CPU can
+    // still do it.)
     let a_stalled = next(
         &events,
         "a report of A's saying every worker was pinned",

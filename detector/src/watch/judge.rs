@@ -959,9 +959,9 @@ pub(super) const LEARN_EVERY: Duration = Duration::from_secs(1);
 /// machine that gives them no CPU).
 pub(super) const FIRST_PARK_WITHIN: Duration = Duration::from_millis(250);
 
-/// How long after a look that left the drivers' verdict unsettled the watchdog looks again
-/// ([`DriverWatch::settles`]): the same look waits that long, once at a stall's start (and
-/// when the sleepers change). Waiting for the next scan instead held the pins' first reports
+/// How long after a look whose verdict needs a second the watchdog looks again
+/// ([`DriverWatch::needs_second_look`]): the same look waits that long, once at a stall's start
+/// (and when the sleepers change). Waiting for the next scan instead held the pins' first reports
 /// back, and lost the stall of a pin that ended before it (helper-115: 1 of 30 pins of 21.5 ms
 /// under a 20 ms threshold said stalled, 28 of 30 before). A worker on its way out of the
 /// park waits for a lock the microseconds another thread holds it; one kept off its CPU
@@ -1068,11 +1068,8 @@ pub(super) struct DriverWatch {
     /// The worker last seen waiting on them (read first at the next look).
     pub last_on_drivers: Option<usize>,
     /// The workers the last look found asleep on a futex in tokio's park, while it found the
-    /// drivers undriven ([`settles`](Self::settles)).
+    /// drivers undriven ([`needs_second_look`](Self::needs_second_look)).
     pub asleep: Vec<Asleep>,
-    /// The last look found them undriven counting on a worker the look before had not seen
-    /// asleep: its verdict waits for the next look ([`SETTLE_AFTER`] later).
-    pub unsettled: bool,
 }
 
 /// A worker a look found asleep on a futex in tokio's park: its index, its thread, and the
@@ -1094,32 +1091,29 @@ impl DriverWatch {
         (!due).then_some(stalled)
     }
 
-    /// Whether the look that found `verdict` settles it, `asleep` the workers it found asleep on
-    /// a futex in tokio's park. One look can take a worker for asleep on its condvar when it is
-    /// on its way through the park: in a futex of a lock taken after `epoll_wait` returned, its
-    /// unpark hook not run yet (CI caught one beside `stress-ng`, and a pin beside it was
-    /// reported as stalling the runtime while the others slept). So a verdict that counts on a
-    /// sleeper stands only when the look before found it asleep too, and it has not run since
-    /// (its time on a CPU the same; a thread whose time cannot be read is taken at its word).
-    /// Otherwise it waits for the next look, [`SETTLE_AFTER`] later, which settles it either
-    /// way: one look at most is left unsettled in a row. Pinned workers need no second look
-    /// (the watchdog's own record says so), nor does a verdict that the drivers are driven.
-    pub fn settles(&mut self, verdict: Drivers, asleep: Vec<Asleep>) -> bool {
-        let settled = match verdict {
-            Drivers::Driven { .. } => true,
-            Drivers::Undriven { .. } => {
-                self.unsettled
-                    || asleep
-                        .iter()
-                        .all(|a| a.on_cpu.is_none() || self.asleep.contains(a))
-            }
-        };
+    /// Whether the look that found `verdict`, `asleep` the workers it found asleep on a futex in
+    /// tokio's park, needs a second, [`SETTLE_AFTER`] later, whose verdict is taken instead. One
+    /// look can take a worker for asleep on its condvar when it is on its way through the park:
+    /// in a futex of a lock taken after `epoll_wait` returned, its unpark hook not run yet (CI
+    /// caught one beside `stress-ng`, and a pin beside it was reported as stalling the runtime
+    /// while the others slept). So a verdict that counts on a sleeper needs one, unless the last
+    /// look found it asleep too and it has not run since (its time on a CPU the same; a thread
+    /// whose time cannot be read is taken at its word). Pinned workers need none (the
+    /// watchdog's own record says so), nor does a verdict that the drivers are driven.
+    pub fn needs_second_look(&self, verdict: Drivers, asleep: &[Asleep]) -> bool {
+        matches!(verdict, Drivers::Undriven { .. })
+            && !asleep
+                .iter()
+                .all(|a| a.on_cpu.is_none() || self.asleep.contains(a))
+    }
+
+    /// The look's verdict stands: who it found asleep is what the next look compares with (no
+    /// one when the drivers were driven).
+    pub fn saw_asleep(&mut self, verdict: Drivers, asleep: Vec<Asleep>) {
         self.asleep = match verdict {
             Drivers::Undriven { .. } => asleep,
             Drivers::Driven { .. } => Vec::new(),
         };
-        self.unsettled = !settled;
-        settled
     }
 
     /// The look at `now` found `verdict`: whether to wake a parked worker now (`rescue`: the
@@ -2312,7 +2306,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stall_that_counts_on_a_sleeper_waits_for_a_second_look_that_finds_it_still_asleep() {
+    fn a_stall_that_counts_on_a_sleeper_needs_a_second_look_unless_the_last_saw_it_asleep() {
         let undriven = Drivers::Undriven { asleep: 1 };
         let at = |on_cpu| Asleep {
             worker: 1,
@@ -2320,39 +2314,35 @@ mod tests {
             on_cpu,
         };
         let mut w = DriverWatch::default();
-        // First seen asleep: the next look tells.
-        assert!(!w.settles(undriven, vec![at(Some(500))]));
-        assert!(w.unsettled);
-        // Still asleep and has not run since: a stall.
-        assert!(w.settles(undriven, vec![at(Some(500))]));
-        assert!(!w.unsettled);
-        // And so on while it sleeps, one look each.
-        assert!(w.settles(undriven, vec![at(Some(500))]));
-        // It ran between the looks (on its way through the park, or woken and asleep again):
-        // the next look tells; the one after settles, whatever it finds.
-        assert!(!w.settles(undriven, vec![at(Some(900))]));
-        assert!(w.settles(undriven, vec![at(Some(1300))]));
+        // First seen asleep: a second look tells.
+        assert!(w.needs_second_look(undriven, &[at(Some(500))]));
+        w.saw_asleep(undriven, vec![at(Some(500))]);
+        // Still asleep and has not run since: a stall, with no second look.
+        assert!(!w.needs_second_look(undriven, &[at(Some(500))]));
+        // It ran between the looks (on its way through the park, or woken and asleep again).
+        assert!(w.needs_second_look(undriven, &[at(Some(900))]));
         // Another thread in the worker's place is not the one seen asleep.
-        assert!(!w.settles(
+        assert!(w.needs_second_look(
             undriven,
-            vec![Asleep {
+            &[Asleep {
                 tid: 43,
-                ..at(Some(1300))
+                ..at(Some(500))
             }]
         ));
-        // A look that finds them driven settles, and forgets who slept.
-        assert!(w.settles(Drivers::Driven { by: None }, vec![]));
-        assert!(!w.unsettled && w.asleep.is_empty());
-        assert!(!w.settles(undriven, vec![at(Some(1300))]));
+        // A look that finds them driven needs none, and forgets who slept.
+        assert!(!w.needs_second_look(Drivers::Driven { by: None }, &[]));
+        w.saw_asleep(Drivers::Driven { by: None }, vec![at(Some(500))]);
+        assert!(w.asleep.is_empty());
+        assert!(w.needs_second_look(undriven, &[at(Some(500))]));
         // Every worker pinned: the watchdog's own record, no second look.
-        let mut w = DriverWatch::default();
-        assert!(w.settles(Drivers::Undriven { asleep: 0 }, vec![]));
+        assert!(!w.needs_second_look(Drivers::Undriven { asleep: 0 }, &[]));
         // A sleeper whose time cannot be read is taken at its word.
-        assert!(w.settles(undriven, vec![at(None)]));
+        assert!(!w.needs_second_look(undriven, &[at(None)]));
         // Starting over forgets it all.
-        assert!(!w.settles(undriven, vec![at(Some(5))]));
+        w.saw_asleep(undriven, vec![at(Some(5))]);
         w.start_over();
-        assert!(!w.unsettled && w.asleep.is_empty());
+        assert!(w.asleep.is_empty());
+        assert!(w.needs_second_look(undriven, &[at(Some(5))]));
     }
 
     #[test]

@@ -1902,10 +1902,10 @@ impl<'a> Scan<'a> {
         if let Some(stalled) = self.drivers.skip(now, news) {
             return self.sees().then_some(stalled);
         }
-        let (mut states, mut verdict, asleep) = self.workers_now(&holding);
+        let (mut states, mut verdict, mut asleep) = self.workers_now(&holding);
         let mut rescue = self.shared.config.rescue;
-        if !self.drivers.settles(verdict, asleep) {
-            // Looked at again a moment later, which settles it. The wait is the look's, as a
+        if self.drivers.needs_second_look(verdict, &asleep) {
+            // Looked at again a moment later, whose verdict stands. The wait is the look's, as a
             // wait for a stack sample is: the step to it is checked for a stop first, and the
             // next step is timed from its end (a stop in it is not seen; a late end, timer
             // slack, is not taken for one).
@@ -1917,15 +1917,14 @@ impl<'a> Scan<'a> {
             // ran on past the end of a pin that ended in it, and its rescue came after that
             // end (helper-116: 29 of 30 pins of 21.5 ms said undriven 22.7 ms). A rescue is
             // sent only while one of them runs still.
-            let asleep;
             (states, verdict, asleep) = self.workers_now(&holding);
-            self.drivers.settles(verdict, asleep);
             rescue &= tracked.iter().zip(slots).any(|(t, slot)| {
                 t.as_ref()
                     .and_then(|t| t.pinned.as_ref())
                     .is_some_and(|p| slot.poll.ended(p.seq).is_none())
             });
         }
+        self.drivers.saw_asleep(verdict, asleep);
         if let Drivers::Driven { by: Some(i) } = verdict {
             self.drivers.last_on_drivers = Some(i);
         }

@@ -290,6 +290,14 @@ impl Builder {
         self
     }
 
+    /// Tests only: each look of the watchdog's at a poll in progress computes `d` after its
+    /// check for a stop, as one preempted there, or slowed by its reads of `/proc`, would.
+    #[doc(hidden)]
+    pub fn __slow_looks(mut self, d: Duration) -> Self {
+        self.config.slow_looks = Some(d);
+        self
+    }
+
     /// Tests only: the watchdog thread's timer slack is `d` (`PR_SET_TIMERSLACK`): its timed
     /// waits end up to `d` late, while it neither runs nor waits for a CPU.
     #[doc(hidden)]

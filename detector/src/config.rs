@@ -548,6 +548,9 @@ pub struct Config {
     /// Tests only: the watchdog thread sleeps this long before it sets itself up, as one the
     /// kernel keeps from running on a loaded machine would.
     pub(crate) late_start: Option<Duration>,
+    /// Tests only: each look at a poll in progress computes this long after its check for a
+    /// stop, as a watchdog preempted in a look, or slowed there by its reads, would.
+    pub(crate) slow_looks: Option<Duration>,
     /// Tests only: the watchdog thread's timer slack (`PR_SET_TIMERSLACK`): its timed waits
     /// end up to this late, as one's under systemd's `TimerSlackNSec=` would.
     pub(crate) watchdog_timer_slack: Option<Duration>,
@@ -595,6 +598,7 @@ impl Default for Config {
             prometheus_registry: None,
             late_scans: None,
             late_start: None,
+            slow_looks: None,
             watchdog_timer_slack: None,
             stamps: true,
             announce: true,

@@ -222,7 +222,7 @@ fn a_poll_is_not_pinned_for_the_time_a_cgroup_v1_freezer_froze_its_process() {
 fn stood_still(how: Hold) {
     let told = held_still(
         how,
-        1,
+        Watchdog::plain(1),
         &[
             // 0.4 s, under the 1 s threshold and past the looks at a quarter of it (what the
             // stop lands in is what they count), then stopped 2 s: not pinned.
@@ -259,13 +259,57 @@ fn a_stop_is_left_out_of_a_poll_that_goes_on_after_it() {
         Phase::plain(300),
         Phase::stopped(100, 2_000, 300),
     ];
-    let told = held_still(Hold::Signal, 1, &phases);
+    let told = held_still(Hold::Signal, Watchdog::plain(1), &phases);
     let said = &told.said;
     assert!(told.returned[1] >= 2_300, "{said:#?}");
     assert!(told.durations.is_empty(), "{said:#?}");
     // 4 s, less twice the watchdog's longest wait (250 ms) and what it ran or waited for a CPU
     // since its last reading (at most that wait's worth, but for a tick).
     assert!((3_000..6_000).contains(&told.stopped), "{said:#?}");
+}
+
+/// A stop that lands in a look, after its check for one (a watchdog preempted there, or slowed
+/// by its reads of `/proc`), is counted all the same: the next check times the step from the
+/// last check, not from the look's end (from there, the first 2 s stop of the stood-still test
+/// was lost once in CI). Each look at the read here computes 40 ms after its check, and the
+/// watchdog looks every scan interval (no stamps): nearly all of its time is in a look, where
+/// the stop lands.
+#[test]
+fn a_stop_that_lands_in_a_look_is_counted() {
+    let watchdog = Watchdog {
+        threshold: 1,
+        slow_looks: 40,
+    };
+    let told = held_still(Hold::Signal, watchdog, &[Phase::stopped(400, 2_000, 0)]);
+    let said = &told.said;
+    assert!(told.returned[0] >= 2_000, "{said:#?}");
+    assert!(told.durations.is_empty(), "{said:#?}");
+    // The stop, less what the watchdog ran (a look's 40 ms at most) or waited for a CPU since
+    // its last reading.
+    assert!((1_500..5_000).contains(&told.stopped), "{said:#?}");
+}
+
+/// How [`stopped_child`]'s watchdog is set.
+struct Watchdog {
+    /// Its threshold (seconds).
+    threshold: u64,
+    /// How long each of its looks at a poll in progress computes after its check for a stop
+    /// (milliseconds; 0: not at all). With it, it looks every scan interval (no stamps).
+    slow_looks: u64,
+}
+
+impl Watchdog {
+    fn plain(threshold: u64) -> Watchdog {
+        Watchdog {
+            threshold,
+            slow_looks: 0,
+        }
+    }
+
+    /// What [`stopped_child`] reads from its environment.
+    fn env(&self) -> String {
+        format!("{} {}", self.threshold, self.slow_looks)
+    }
 }
 
 /// One read of [`stopped_child`]'s, as its parent drives it (milliseconds).
@@ -306,11 +350,11 @@ struct Told {
     said: Vec<String>,
 }
 
-/// Runs [`stopped_child`] with a threshold of `threshold` seconds through `phases`, holding it
+/// Runs [`stopped_child`] with its watchdog set as `watchdog` says through `phases`, holding it
 /// still `how`: a read held still returns as the child goes on.
-fn held_still(how: Hold, threshold: u64, phases: &[Phase]) -> Told {
+fn held_still(how: Hold, watchdog: Watchdog, phases: &[Phase]) -> Told {
     let mut command = support::rerun("stopped_child", CHILD);
-    command.env(CHILD, threshold.to_string());
+    command.env(CHILD, watchdog.env());
     if let Hold::V1Freezer(dir) = &how {
         // In the cgroup before the child runs a line of its own: a shell moves itself, then
         // becomes the child.
@@ -320,7 +364,7 @@ fn held_still(how: Hold, threshold: u64, phases: &[Phase]) -> Told {
             .arg(dir.join("cgroup.procs"))
             .arg(command.get_program())
             .args(command.get_args())
-            .env(CHILD, threshold.to_string());
+            .env(CHILD, watchdog.env());
         command = shell;
     }
     let mut child = command
@@ -396,21 +440,30 @@ fn held_still(how: Hold, threshold: u64, phases: &[Phase]) -> Told {
     }
 }
 
-/// The child's half (does nothing unless `held_still` started it): under the threshold its
-/// parent gives (seconds), a task reads one line from standard input at a time, each in a poll
+/// The child's half (does nothing unless `held_still` started it): its watchdog set as its
+/// parent says ([`Watchdog::env`]), a task reads one line from standard input at a time, each in a poll
 /// of its own, and sleeps as long as it says (milliseconds), saying when it blocks and how long
 /// each poll took, until the input ends; then the time the watchdog counted the process stood
 /// still, and the durations of the pinned polls reported, in milliseconds.
 #[test]
 fn stopped_child() {
-    let Some(threshold) = std::env::var(CHILD).ok().and_then(|t| t.parse().ok()) else {
+    let Ok(watchdog) = std::env::var(CHILD) else {
         return;
     };
+    let [threshold, slow_looks]: [u64; 2] = watchdog
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
     let events = support::Collected::default();
-    let rt = support::watch(
-        support::builder(&events).threshold(Duration::from_secs(threshold)),
-        &mut support::multi_thread(1),
-    );
+    let mut builder = support::builder(&events).threshold(Duration::from_secs(threshold));
+    if slow_looks > 0 {
+        builder = builder
+            .__slow_looks(Duration::from_millis(slow_looks))
+            .__no_stamps();
+    }
+    let rt = support::watch(builder, &mut support::multi_thread(1));
     rt.block_on(rt.spawn(async {
         for phase in 0.. {
             println!("blocking {phase}");

@@ -896,7 +896,7 @@ impl Frozen {
             let (ran, waited) = stat.since(before);
             let frozen = late.saturating_sub(ran + waited + TICK);
             // Switched out no more than by the wait (one switch if it slept): not stopped.
-            // Unknown (unreadable, or late between two looks): taken for a stop.
+            // Unknown (unreadable, or late between two checks): taken for a stop.
             let stopped = || {
                 at_wait.is_none_or(|then| switches().is_none_or(|now| now.saturating_sub(then) > 1))
             };

@@ -551,21 +551,23 @@ impl<'a> Scan<'a> {
     /// A look at `slot`, whose poll the watchdog remembers in `tracked`; `last_look` is the
     /// time just before the previous look, and becomes this one's.
     fn slot(&mut self, slot: &Slot, tracked: &mut Option<Tracked>, last_look: &mut Instant) {
-        self.look(slot, tracked, last_look);
-        // What a look does may wait (for a thread's sample, on the queue's lock): the step to
-        // the next look is timed from its end.
-        self.mark = Instant::now();
-    }
-
-    fn look(&mut self, slot: &Slot, tracked: &mut Option<Tracked>, last_look: &mut Instant) {
         // Before the counter's load: a poll that load does not show began after the reading.
         let reading = self.read_thread(slot);
         let before = Instant::now();
         let active = slot.is_active();
         let seq = slot.poll.seq();
         let now = Instant::now();
-        // Stood still since the last look? Not this poll's time.
+        // Stood still since the last check (in the last look, or after it)? Not this poll's
+        // time. The rest of the look is checked by the next: a stop that landed there, the
+        // step timed from the look's end, was lost (the stood-still test's first 2 s stop, once
+        // in CI; every time with slow looks).
         self.clock_at(now, self.mark, false);
+        if let Some(d) = self.shared.config.slow_looks.filter(|_| active) {
+            let from = Instant::now();
+            while from.elapsed() < d {
+                std::hint::spin_loop();
+            }
+        }
         // (A poll that ended since the last look is judged by its end: see `ended_unseen`.)
         let interval = self.settings.effective_scan_interval();
         if let Some(t) = tracked.as_mut().filter(|t| active && t.seq == seq) {
@@ -1078,6 +1080,17 @@ impl<'a> Scan<'a> {
             self.settings.effective_scan_interval(),
         );
         t
+    }
+
+    /// Runs `wait`, where the watchdog may block for a reason of its own (a thread's stack
+    /// sample, the report queue's lock, a second look's pause): the step to it is checked for a
+    /// stop first, and the next step is timed from its end. A stop in it is not seen; a late end
+    /// (timer slack, a lock held long) is not taken for one.
+    fn aside<R>(&mut self, wait: impl FnOnce(&mut Self) -> R) -> R {
+        self.clock_at(Instant::now(), self.mark, false);
+        let r = wait(self);
+        self.mark = Instant::now();
+        r
     }
 
     /// The watchdog read its clock at `now`, after `mark` (from where it did nothing that may
@@ -1905,13 +1918,8 @@ impl<'a> Scan<'a> {
         let (mut states, mut verdict, mut asleep) = self.workers_now(&holding);
         let mut rescue = self.shared.config.rescue;
         if self.drivers.needs_second_look(verdict, &asleep) {
-            // Looked at again a moment later, whose verdict stands. The wait is the look's, as a
-            // wait for a stack sample is: the step to it is checked for a stop first, and the
-            // next step is timed from its end (a stop in it is not seen; a late end, timer
-            // slack, is not taken for one).
-            self.clock_at(Instant::now(), self.mark, false);
-            std::thread::sleep(SETTLE_AFTER);
-            self.mark = Instant::now();
+            // Looked at again a moment later, whose verdict stands.
+            self.aside(|_| std::thread::sleep(SETTLE_AFTER));
             // Judged as the workers were at the first look, by the same pins (one that ended
             // meanwhile held its worker then), and timed then: timed after the wait, a stall
             // ran on past the end of a pin that ended in it, and its rescue came after that
@@ -2093,7 +2101,8 @@ impl<'a> Scan<'a> {
         // A stack of the thread from before a panic hook is not its stack now, whatever call
         // it is in.
         let last = p.probes.last().filter(|_| !p.across_hook);
-        let Some(mut probe) = probe::take(self.shared, slot, p.seq, last, self.settings.stacks)
+        let Some(mut probe) =
+            self.aside(|s| probe::take(s.shared, slot, p.seq, last, s.settings.stacks))
         else {
             return;
         };
@@ -2141,7 +2150,7 @@ impl<'a> Scan<'a> {
             probes_taken: p.probes_taken,
             start: p.start,
         });
-        match self.tx.try_send(report) {
+        match self.aside(|s| s.tx.try_send(report)) {
             Ok(()) => {
                 self.shared.stats.events.fetch_add(1, Ordering::Relaxed);
             }

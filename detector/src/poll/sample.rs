@@ -1,18 +1,19 @@
 //! Where the signal handler leaves a stack sample ([`crate::signal`] holds the protocol).
 //! Plain atomic storage, preallocated with the slot.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
 
 /// The request state of an area with no request outstanding.
-pub(crate) const IDLE: u8 = 0;
+pub(crate) const IDLE: u32 = 0;
 
 /// Most frames kept per sample.
 pub(crate) const MAX_FRAMES: usize = 128;
 
 /// A slot's sample buffer.
 pub(crate) struct SampleArea {
-    /// The request state (see [`crate::signal`]).
-    pub state: AtomicU8,
+    /// The request state (see [`crate::signal`]): a futex word, which the handler wakes once
+    /// the sample is written.
+    pub state: AtomicU32,
     /// Frames written.
     pub len: AtomicUsize,
     /// The poll counter when the handler ran: which poll the stack belongs to.
@@ -26,7 +27,7 @@ pub(crate) struct SampleArea {
 impl SampleArea {
     pub(crate) fn new() -> SampleArea {
         SampleArea {
-            state: AtomicU8::new(IDLE),
+            state: AtomicU32::new(IDLE),
             len: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
             handler_nanos: AtomicU64::new(0),

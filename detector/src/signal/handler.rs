@@ -10,9 +10,9 @@ use crate::poll::sample::{SampleArea, MAX_FRAMES};
 use crate::poll::slot::Slot;
 
 /// The signal handler. Async-signal-safe: it reads a const thread-local, does atomic operations
-/// on memory that lives as long as the thread's slot claim, reads the monotonic clock, and runs
-/// the unwinder, which neither allocates nor locks where [`unwinder_is_signal_safe_here`] holds
-/// (the handler is installed only there). It never blocks.
+/// on memory that lives as long as the thread's slot claim, reads the monotonic clock, runs the
+/// unwinder, which neither allocates nor locks where [`unwinder_is_signal_safe_here`] holds
+/// (the handler is installed only there), and wakes the watchdog's futex. It never blocks.
 ///
 /// [`unwinder_is_signal_safe_here`]: super::unwinder_is_signal_safe_here
 pub(super) extern "C" fn handler(
@@ -40,11 +40,27 @@ pub(super) extern "C" fn handler(
             buf.len.store(n, Ordering::Relaxed);
             buf.handler_nanos
                 .store(monotonic_nanos().saturating_sub(began), Ordering::Relaxed);
-            buf.state.store(DONE, Ordering::Release);
+            answer(buf);
         }
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// Publishes the sample written in `buf`, and wakes the watchdog if it waits for it (its futex
+/// wait on the state word, [`super::request`]): one system call, async-signal-safe.
+pub(super) fn answer(buf: &SampleArea) {
+    buf.state.store(DONE, Ordering::Release);
+    // SAFETY: FUTEX_WAKE wakes at most one thread waiting on the aligned 32-bit word behind
+    // `state` (live as long as the slot table); it reads and writes no memory of ours.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            buf.state.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
 }
 
 /// Copies this thread's frames, from the interrupted instruction `pc` outwards, into `buf`.

@@ -15,7 +15,7 @@
 
 #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
 use std::ffi::CStr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -29,11 +29,11 @@ mod handler;
 use handler::handler;
 
 /// A request is outstanding: the handler may take it.
-const REQUESTED: u8 = 1;
+const REQUESTED: u32 = 1;
 /// The handler is writing the sample.
-const WRITING: u8 = 2;
+const WRITING: u32 = 2;
 /// A sample is ready for the watchdog.
-const DONE: u8 = 3;
+const DONE: u32 = 3;
 
 /// The signal used to sample a worker's stack: `SIGRTMIN + 6` (a real-time signal nothing in
 /// std or tokio uses). Handled with `SA_RESTART`, so interrupted system calls resume.
@@ -271,14 +271,41 @@ pub(crate) fn request(slot: &Slot, tid: i32) -> Outcome {
     let sent = Instant::now();
     let deadline = sent + SAMPLE_WAIT;
     loop {
-        if buf.state.load(Ordering::Acquire) == DONE {
+        let state = buf.state.load(Ordering::Acquire);
+        if state == DONE {
             return Outcome::Sample(take(buf, sent.elapsed()));
         }
-        if Instant::now() >= deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             return Outcome::Sent;
         }
-        std::thread::sleep(Duration::from_micros(20));
+        // One sleep, which the handler's answer ends: a loop of 20 µs sleeps woke the watchdog
+        // up to 2,500 times for a thread that could not answer, and found an answer only as its
+        // sleep ended, up to the watchdog's timer slack late (helper-115).
+        wait_while(&buf.state, state, left);
     }
+}
+
+/// Sleeps while `word` holds `seen`, for `within` at most, until woken (the handler's
+/// [`answer`](handler::answer)) or interrupted: the caller reads `word` again.
+fn wait_while(word: &AtomicU32, seen: u32, within: Duration) {
+    let timeout = libc::timespec {
+        tv_sec: within.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: within.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT reads the aligned 32-bit word behind `word`, live for the call, and
+    // sleeps while it holds `seen`; `timeout` is a valid relative timeout that outlives the
+    // call. It writes no memory of ours; its result (woken, changed, timed out, interrupted)
+    // is what the caller reads from `word` next.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            &timeout as *const libc::timespec,
+        )
+    };
 }
 
 /// Where a slot's sample request stands.
@@ -322,7 +349,7 @@ pub(crate) fn leave_sample(slot: &Slot, seq: u64, ips: &[usize]) {
     }
     buf.len.store(ips.len(), Ordering::Relaxed);
     buf.seq.store(seq, Ordering::Relaxed);
-    buf.state.store(DONE, Ordering::Release);
+    handler::answer(buf);
 }
 
 fn take(buf: &SampleArea, round_trip: Duration) -> Sample {

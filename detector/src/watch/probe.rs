@@ -1326,6 +1326,74 @@ mod tests {
         worker.join().unwrap();
     }
 
+    /// The watchdog waits for a sample in one sleep that the handler's answer ends (a futex),
+    /// not in a loop of 20 µs sleeps: a request its thread cannot answer costs the watchdog a
+    /// wake-up or two in the 50 ms, not hundreds, and an answer ends the wait at once, whatever
+    /// the watchdog's timer slack (200 ms here: the loop's first sleep could end that late, on
+    /// an idle CPU).
+    #[test]
+    fn the_wait_for_a_sample_is_one_sleep_that_its_answer_ends() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::{mpsc, Arc};
+        crate::signal::install_handler().unwrap();
+        let (table, hooks, _watched) = watched_table();
+        let (to_worker, worker_rx) = mpsc::channel::<()>();
+        let (to_test, test_rx) = mpsc::channel::<()>();
+        let done = Arc::new(AtomicBool::new(false));
+        let worker = std::thread::spawn({
+            let done = Arc::clone(&done);
+            move || {
+                let here = std::panic::Location::caller();
+                mask_sample_signal(libc::SIG_BLOCK);
+                hooks.before_poll_raw(1, here); // poll 1: the signal cannot reach it
+                to_test.send(()).unwrap();
+                worker_rx.recv().unwrap();
+                hooks.after_poll_raw();
+                // Poll 2 takes it, computing: its handler runs as the watchdog waits (asleep, it
+                // could run while the signal's sender waits for a CPU, and be done before it).
+                hooks.before_poll_raw(2, here);
+                mask_sample_signal(libc::SIG_UNBLOCK);
+                to_test.send(()).unwrap();
+                while !done.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+                hooks.after_poll_raw();
+            }
+        });
+        test_rx.recv().unwrap();
+        let slot = table.slots().iter().find(|s| s.is_active()).unwrap();
+        let tid = slot.tid.load(Ordering::Relaxed);
+        let switches = own_voluntary_switches().unwrap();
+        let asked = signal::request(slot, tid);
+        let slept = own_voluntary_switches().unwrap() - switches;
+        assert!(matches!(asked, signal::Outcome::Sent), "{asked:?}");
+        assert!(slept <= 3, "{slept} sleeps in one wait for a sample");
+        to_worker.send(()).unwrap();
+        test_rx.recv().unwrap();
+        // The pending signal's sample, left as poll 2 began: taken without a signal.
+        assert!(matches!(
+            signal::request(slot, tid),
+            signal::Outcome::Sample(s) if s.round_trip.is_zero()
+        ));
+        // SAFETY: PR_SET_TIMERSLACK takes one integer and sets this thread's timer slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 200_000_000 as libc::c_ulong) };
+        let asked = signal::request(slot, tid);
+        // SAFETY: as above; 0 puts back the thread's default slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong) };
+        match asked {
+            signal::Outcome::Sample(s) => {
+                assert_eq!(s.seq, slot.poll.seq());
+                assert!(
+                    s.round_trip < std::time::Duration::from_millis(100),
+                    "{s:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        done.store(true, Ordering::Relaxed);
+        worker.join().unwrap();
+    }
+
     /// The race behind a wrong `io` (`epoll_wait`) verdict: a probe for a poll that has just
     /// ended, its worker already parked in the runtime's `epoll_wait`. Set up for certain: the
     /// poll ends, the thread is seen waiting in `epoll_wait`, then the probe runs. It is no

@@ -280,8 +280,8 @@ pub(crate) fn request(slot: &Slot, tid: i32) -> Outcome {
             return Outcome::Sent;
         }
         // One sleep, which the handler's answer ends: a loop of 20 µs sleeps woke the watchdog
-        // up to 2,500 times for a thread that could not answer, and found an answer only as its
-        // sleep ended, up to the watchdog's timer slack late (helper-115).
+        // 600–650 times while a thread could not answer, and found an answer only as a sleep
+        // ended, up to the watchdog's timer slack late (helper-115).
         wait_while(&buf.state, state, left);
     }
 }

@@ -1306,11 +1306,13 @@ mod tests {
         let slot = table.slots().iter().find(|s| s.is_active()).unwrap();
         let seq1 = slot.poll.seq();
         // Asked while poll 1 runs (bypassing the SigBlk check, as a race with the mask would):
-        // no answer, and the request stays outstanding.
-        assert!(matches!(
-            signal::request(slot, slot.tid.load(Ordering::Relaxed)),
-            signal::Outcome::Sent
-        ));
+        // no answer, and the request stays outstanding. Waited for in one sleep, on a futex the
+        // handler wakes: a loop of 20 µs sleeps woke the watchdog 600–650 times in the 50 ms.
+        let switches = own_voluntary_switches().unwrap();
+        let asked = signal::request(slot, slot.tid.load(Ordering::Relaxed));
+        let slept = own_voluntary_switches().unwrap() - switches;
+        assert!(matches!(asked, signal::Outcome::Sent), "{asked:?}");
+        assert!(slept <= 3, "{slept} sleeps in one wait for a sample");
         to_worker.send(()).unwrap();
         test_rx.recv().unwrap();
         // The handler has run in poll 2: a probe for poll 1 must not take its stack.
@@ -1326,33 +1328,23 @@ mod tests {
         worker.join().unwrap();
     }
 
-    /// The watchdog waits for a sample in one sleep that the handler's answer ends (a futex),
-    /// not in a loop of 20 µs sleeps: a request its thread cannot answer costs the watchdog a
-    /// wake-up or two in the 50 ms, not hundreds, and an answer ends the wait at once, whatever
-    /// the watchdog's timer slack (200 ms here: the loop's first sleep could end that late, on
-    /// an idle CPU).
+    /// An answer ends the watchdog's wait for a sample at once, whatever its timer slack: it
+    /// sleeps once, on a futex the handler wakes (200 ms of slack here; in a loop of 20 µs
+    /// sleeps, the first could end that late on an idle CPU). The thread computes, so that its
+    /// handler runs while the watchdog waits (asleep, it could run while the signal's sender
+    /// waited for a CPU, and be done before the wait began).
     #[test]
-    fn the_wait_for_a_sample_is_one_sleep_that_its_answer_ends() {
+    fn an_answer_ends_the_wait_for_a_sample_whatever_the_timer_slack() {
         use std::sync::atomic::AtomicBool;
         use std::sync::{mpsc, Arc};
         crate::signal::install_handler().unwrap();
         let (table, hooks, _watched) = watched_table();
-        let (to_worker, worker_rx) = mpsc::channel::<()>();
         let (to_test, test_rx) = mpsc::channel::<()>();
         let done = Arc::new(AtomicBool::new(false));
         let worker = std::thread::spawn({
             let done = Arc::clone(&done);
             move || {
-                let here = std::panic::Location::caller();
-                mask_sample_signal(libc::SIG_BLOCK);
-                hooks.before_poll_raw(1, here); // poll 1: the signal cannot reach it
-                to_test.send(()).unwrap();
-                worker_rx.recv().unwrap();
-                hooks.after_poll_raw();
-                // Poll 2 takes it, computing: its handler runs as the watchdog waits (asleep, it
-                // could run while the signal's sender waits for a CPU, and be done before it).
-                hooks.before_poll_raw(2, here);
-                mask_sample_signal(libc::SIG_UNBLOCK);
+                hooks.before_poll_raw(1, std::panic::Location::caller());
                 to_test.send(()).unwrap();
                 while !done.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
@@ -1362,27 +1354,17 @@ mod tests {
         });
         test_rx.recv().unwrap();
         let slot = table.slots().iter().find(|s| s.is_active()).unwrap();
-        let tid = slot.tid.load(Ordering::Relaxed);
-        let switches = own_voluntary_switches().unwrap();
-        let asked = signal::request(slot, tid);
-        let slept = own_voluntary_switches().unwrap() - switches;
-        assert!(matches!(asked, signal::Outcome::Sent), "{asked:?}");
-        assert!(slept <= 3, "{slept} sleeps in one wait for a sample");
-        to_worker.send(()).unwrap();
-        test_rx.recv().unwrap();
-        // The pending signal's sample, left as poll 2 began: taken without a signal.
-        assert!(matches!(
-            signal::request(slot, tid),
-            signal::Outcome::Sample(s) if s.round_trip.is_zero()
-        ));
+        let seq = slot.poll.seq();
         // SAFETY: PR_SET_TIMERSLACK takes one integer and sets this thread's timer slack.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 200_000_000 as libc::c_ulong) };
-        let asked = signal::request(slot, tid);
+        let asked = signal::request(slot, slot.tid.load(Ordering::Relaxed));
         // SAFETY: as above; 0 puts back the thread's default slack.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong) };
+        done.store(true, Ordering::Relaxed);
+        worker.join().unwrap();
         match asked {
             signal::Outcome::Sample(s) => {
-                assert_eq!(s.seq, slot.poll.seq());
+                assert_eq!(s.seq, seq, "{s:?}");
                 assert!(
                     s.round_trip < std::time::Duration::from_millis(100),
                     "{s:?}"
@@ -1390,8 +1372,6 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        done.store(true, Ordering::Relaxed);
-        worker.join().unwrap();
     }
 
     /// The race behind a wrong `io` (`epoll_wait`) verdict: a probe for a poll that has just

@@ -1094,9 +1094,9 @@ impl<'a> Scan<'a> {
     }
 
     /// The watchdog read its clock at `now`, after `mark` (from where it did nothing that may
-    /// wait: a wait, the step from one look to the next), meant to go on at `due` or then:
-    /// later than that, the process may have stood still ([`Frozen`]): if it had,
-    /// [`stop_found`](Self::stop_found) says so.
+    /// wait for a reason of its own: a wait, the step from its last check), meant to go on at
+    /// `due` or then: later than that, the process may have stood still ([`Frozen`]): if it
+    /// had, [`stop_found`](Self::stop_found) says so.
     fn clock_at(&mut self, now: Instant, due: Instant, timed: bool) {
         let late = now.saturating_duration_since(due.max(self.mark));
         self.mark = now;

@@ -489,8 +489,8 @@ fn stopped_child() {
 }
 
 /// The other way: a watchdog whose timed waits end late while nothing stopped the process — its
-/// timer slack set high here, as systemd's `TimerSlackNSec=` does, or the host taking its CPU
-/// away (a VM's steal) — is not switched out for the delay, and takes none of it off the pins
+/// timer slack set high here (on the watchdog itself: one it inherits, it replaces), or the host
+/// taking its CPU away (a VM's steal) — is not switched out for the delay, and takes none of it off the pins
 /// it watches: each is reported, and no stop is counted. (Counted as stops, the delays hid the
 /// pins.)
 #[test]
@@ -528,4 +528,57 @@ fn a_watchdog_late_without_a_stop_takes_nothing_off_the_pins() {
     for e in &completed {
         assert!(e.duration >= pin, "{e:#?}");
     }
+}
+
+/// Nor does a timer slack it would inherit (systemd's `TimerSlackNSec=` sets a service's) make
+/// the watchdog late: it sets its own to the kernel's default, 50 µs, as it starts. The
+/// runtime's other threads keep what they inherit: this one's, an odd 40,000,017 ns, which no
+/// other test's thread has.
+#[test]
+fn a_watchdog_does_not_keep_the_timer_slack_it_inherits() {
+    const ODD: u64 = 40_000_017;
+    // SAFETY: PR_SET_TIMERSLACK takes one integer and sets this thread's timer slack, which
+    // the threads it starts inherit.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ODD as libc::c_ulong) };
+    let events = support::Collected::default();
+    let rt = support::watch(support::builder(&events), &mut support::multi_thread(1));
+    // A poll, so that the runtime's worker has started.
+    rt.block_on(rt.spawn(async {})).unwrap();
+    // Every thread of the process: its name and timer slack (`/proc/<tid>/timerslack_ns`).
+    let threads: Vec<(String, u64)> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|task| {
+            let tid = task.file_name().into_string().ok()?;
+            let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            let slack = std::fs::read_to_string(format!("/proc/{tid}/timerslack_ns")).ok()?;
+            Some((name.trim().to_owned(), slack.trim().parse().ok()?))
+        })
+        .collect();
+    rt.shutdown();
+    // SAFETY: as above; 0 puts back this thread's default.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong) };
+    let odd = |(_, slack): &&(String, u64)| *slack == ODD;
+    // Inherited by the threads this one started (the worker at least)...
+    assert!(
+        threads
+            .iter()
+            .filter(odd)
+            .any(|(name, _)| !name.starts_with("pinwatch-watchd")),
+        "{threads:?}"
+    );
+    // ...but not kept by the watchdog.
+    assert!(
+        threads
+            .iter()
+            .any(|(name, _)| name.starts_with("pinwatch-watchd")),
+        "{threads:?}"
+    );
+    assert!(
+        !threads
+            .iter()
+            .filter(odd)
+            .any(|(name, _)| name.starts_with("pinwatch-watchd")),
+        "{threads:?}"
+    );
 }

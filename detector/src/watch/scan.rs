@@ -131,11 +131,15 @@ fn run(
             return;
         }
     }
-    if let Some(slack) = shared.config.watchdog_timer_slack {
-        // SAFETY: `PR_SET_TIMERSLACK` takes one integer argument and sets the calling thread's
-        // timer slack; it touches no memory of ours. Its failure leaves the default slack.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, slack.as_nanos() as libc::c_ulong) };
-    }
+    // Its own timer slack, not the one it inherits (systemd's `TimerSlackNSec=` sets a
+    // service's): its waits end when due. With 40 ms inherited, a poll that began as a sampled
+    // poll ended (its end ends the wait for the sample) fell between looks 40 ms apart: 24–27
+    // of 40 polls of 45 ms after one blocked 60 ms in `vfork` were reported, 40 of 40 now
+    // (helper-118's test); and a sample nobody answered held the watchdog 90 ms, not 50.
+    let slack = shared.config.watchdog_timer_slack.unwrap_or(TIMER_SLACK);
+    // SAFETY: `PR_SET_TIMERSLACK` takes one integer argument and sets the calling thread's
+    // timer slack; it touches no memory of ours. Its failure leaves the slack as it was.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, slack.as_nanos() as libc::c_ulong) };
     let mut settings = shared.tunables.reader();
     let n = shared.table.slots().len();
     let mut tracked: Vec<Option<Tracked>> = (0..n).map(|_| None).collect();
@@ -543,6 +547,9 @@ struct Scan<'a> {
 /// How long a pin whose report has gone out is remembered, so that a wait it caused is not
 /// taken for a busy runtime's.
 const SENT_KEPT: Duration = Duration::from_secs(10);
+
+/// The watchdog's timer slack: the kernel's default, however the process was started.
+const TIMER_SLACK: Duration = Duration::from_micros(50);
 
 /// Whether tokio measures the tasks' waits (the `schedule-latency` feature).
 const MEASURED: bool = cfg!(feature = "schedule-latency");

@@ -544,17 +544,12 @@ fn a_watchdog_does_not_keep_the_timer_slack_it_inherits() {
     let rt = support::watch(support::builder(&events), &mut support::multi_thread(1));
     // A poll, so that the runtime's worker has started.
     rt.block_on(rt.spawn(async {})).unwrap();
-    // Every thread of the process: its name and timer slack (`/proc/<tid>/timerslack_ns`).
-    let threads: Vec<(String, u64)> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .flatten()
-        .filter_map(|task| {
-            let tid = task.file_name().into_string().ok()?;
-            let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
-            let slack = std::fs::read_to_string(format!("/proc/{tid}/timerslack_ns")).ok()?;
-            Some((name.trim().to_owned(), slack.trim().parse().ok()?))
-        })
-        .collect();
+    // Every thread of the process: its name and timer slack (only in `/proc/<tid>`).
+    let threads = support::threads_with(|task| {
+        let tid = task.file_name()?.to_str()?;
+        let slack = std::fs::read_to_string(format!("/proc/{tid}/timerslack_ns")).ok()?;
+        slack.trim().parse::<u64>().ok()
+    });
     rt.shutdown();
     // SAFETY: as above; 0 puts back this thread's default.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong) };

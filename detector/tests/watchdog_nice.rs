@@ -8,19 +8,14 @@ use std::time::Duration;
 
 const CHILD: &str = "PINWATCH_TEST_NICE_CHILD";
 
-/// Each thread of this process: its name and nice value (`/proc/self/task/*/stat`, field 19).
+/// Each thread of this process: its name and nice value (`stat`, field 19).
 fn threads() -> Vec<(String, i64)> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            continue; // gone since the listing
-        };
+    support::threads_with(|task| {
+        let stat = std::fs::read_to_string(task.join("stat")).ok()?;
         // The name is in parentheses and may hold spaces: the fields after it, from the third.
-        let (name, rest) = stat.split_once(" (").unwrap().1.rsplit_once(") ").unwrap();
-        let nice = rest.split(' ').nth(16).unwrap().parse().unwrap();
-        out.push((name.to_owned(), nice));
-    }
-    out
+        let rest = stat.rsplit_once(") ")?.1;
+        rest.split(' ').nth(16)?.parse().ok()
+    })
 }
 
 /// The calling thread's nice value: what the threads it starts begin with. The tests ask for

@@ -101,6 +101,19 @@ pub fn current_thread() -> tokio::runtime::Builder {
     b
 }
 
+/// Each thread of this process still there when read: its name (`comm`) and what `read` takes
+/// from its `/proc/self/task/<tid>` directory (a thread gone since the listing is left out).
+pub fn threads_with<T>(read: impl Fn(&std::path::Path) -> Option<T>) -> Vec<(String, T)> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|task| {
+            let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            Some((name.trim_end().to_owned(), read(&task.path())?))
+        })
+        .collect()
+}
+
 /// The CPU time this thread has used.
 pub fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {

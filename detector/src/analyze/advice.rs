@@ -6,22 +6,27 @@
 //! 1. `futures::executor::block_on` (or `pollster`'s) on the stack: `.await` the future.
 //! 2. Running (`cpu`), dropping a value (`drop_in_place`) between where the time went and the
 //!    service's code: a large value, dropped on a worker; drop it in `spawn_blocking`.
-//! 3. A write blocked on standard output or error, or on a pipe or terminal by a log writer
+//! 3. Running, the C library's allocator merging freed memory (glibc's `malloc_consolidate`)
+//!    between where the time went and the service's code, in at least half the samples: small
+//!    blocks freed earlier into the thread's arena (a large value built on the worker, dropped
+//!    on it or in `spawn_blocking`) are merged in this call; build such values off the worker,
+//!    or have frees merge as they happen (`GLIBC_TUNABLES=glibc.malloc.mxfast=0`).
+//! 4. A write blocked on standard output or error, or on a pipe or terminal by a log writer
 //!    (std's stdio, a logging crate's) on the stack: a log writer that blocks; a non-blocking
 //!    one (`tracing_appender::non_blocking`).
-//! 4. Waiting for std's stdout or stderr lock: another thread holds it while its write blocks;
+//! 5. Waiting for std's stdout or stderr lock: another thread holds it while its write blocks;
 //!    the same non-blocking writer (it is not a lock of the service's, no `tokio::sync::Mutex`).
-//! 5. Waiting for a mutex of tokio's own (the first frame past the lock's — std's,
+//! 6. Waiting for a mutex of tokio's own (the first frame past the lock's — std's,
 //!    `parking_lot`'s, `lock_api`'s — is tokio's): tokio holds its locks briefly, so the holder
 //!    was kept from a CPU; not a lock of the service's, no `tokio::sync::Mutex`.
-//! 6. Running, in an async read or a `select!` (in any sample), with no read or write call
+//! 7. Running, in an async read or a `select!` (in any sample), with no read or write call
 //!    made while the pin ran: a loop on a read that returns at once (end of file); stop
 //!    looping on `Ok(0)` (`yield_now` would hide it). A synchronous `Read::read` is not this:
 //!    a decoder reading a buffer is computation.
-//! 7. Waiting for a child process of std's (`std::process`: `output`, `status`, `wait`,
+//! 8. Waiting for a child process of std's (`std::process`: `output`, `status`, `wait`,
 //!    `spawn`) above the service's code: tokio's `tokio::process::Command` (the reason's own
 //!    advice said `tokio::net` for the `poll` on the child's pipes: helper-106).
-//! 8. Otherwise the reason's own advice ([`Reason::advice`]).
+//! 9. Otherwise the reason's own advice ([`Reason::advice`]).
 
 use super::reason::{
     base_name, dependency_crate, directory_crate, is_own_code, is_std_source, owning_crate,
@@ -51,7 +56,13 @@ pub(crate) struct Evidence<'a> {
 pub(crate) const BLOCK_ON: &str = "it blocks the worker in an executor's block_on inside a task: \
     .await the future instead (or run the blocking wait in tokio::task::spawn_blocking)";
 pub(crate) const DROP: &str = "it drops a large value on the worker: move it into \
-    tokio::task::spawn_blocking and drop it there (or drop it in pieces)";
+    tokio::task::spawn_blocking and drop it there (or drop it in pieces); if it was built on a \
+    worker, glibc's malloc merges its freed blocks there later, all at once: build it in \
+    spawn_blocking too, or run with GLIBC_TUNABLES=glibc.malloc.mxfast=0";
+pub(crate) const ALLOCATOR: &str = "glibc's malloc merges, in this call, the small blocks \
+    freed since it last did into this thread's arena (a large value built on this worker, then \
+    dropped, on it or in spawn_blocking): build such values in spawn_blocking too, or run with \
+    GLIBC_TUNABLES=glibc.malloc.mxfast=0 (frees merge as they happen)";
 pub(crate) const BLOCKED_WRITE: &str = "a write to standard output or error (a pipe or a \
     terminal) blocks while its reader is slow or gone: log through a non-blocking writer \
     (tracing_appender::non_blocking), or keep logs off the workers";
@@ -82,6 +93,13 @@ pub(crate) fn advise(e: &Evidence<'_>) -> String {
     let drops = e.samples.iter().filter(|s| dropping(s)).count();
     if e.reason == Reason::Cpu && dropping(e.frames) && drops * 2 >= e.samples.len() {
         return DROP.to_owned();
+    }
+    // Likewise in the allocator's merge of what was freed before (not in a drop: that is the
+    // large drop's own, above).
+    let merging = |s: &[Frame]| above_own(s).iter().any(is_malloc_consolidate);
+    let merges = e.samples.iter().filter(|s| merging(s)).count();
+    if e.reason == Reason::Cpu && merging(e.frames) && merges * 2 >= e.samples.len() {
+        return ALLOCATOR.to_owned();
     }
     let is_write = matches!(e.operation, "write" | "writev" | "pwrite64" | "pwritev");
     let logging = || above_own(e.frames).iter().any(is_log_writer);
@@ -256,6 +274,19 @@ fn is_drop(f: &Frame) -> bool {
     names(f).is_some_and(|(_, last)| last == "drop_in_place")
 }
 
+/// glibc's `malloc_consolidate`: its allocator merging the small blocks freed since it last did
+/// (kept aside unmerged, in its "fastbins"), all of them at once, on an allocation of a large
+/// block, a free that leaves one, or a trim. A million freed strings take it 200 ms of CPU
+/// (sample-apps' `large_drop`, then a task spawned on a fresh runtime's worker).
+fn is_malloc_consolidate(f: &Frame) -> bool {
+    // With the suffix of a compiler's copy, as another build of glibc may name it
+    // (`malloc_consolidate.part.0`, as `unlink_chunk.constprop.0` beside it here).
+    f.function
+        .as_deref()
+        .and_then(|name| name.strip_prefix("malloc_consolidate"))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
 /// std's stdout/stderr (`std::io::stdio::…`, or a frame inlined from `std/src/io/stdio.rs`).
 fn is_stdio(f: &Frame) -> bool {
     names(f).is_some_and(|(base, _)| base.starts_with("std::io::stdio::"))
@@ -410,6 +441,52 @@ mod tests {
             own("svc::report"),
         ];
         assert_ne!(advise(&evidence(Reason::Io, "sendto", &frames)), DROP);
+    }
+
+    #[test]
+    fn glibc_merging_what_was_freed_before_is_told_apart_from_computing() {
+        // Sampled in a task's spawn on a worker, after another thread freed a million strings.
+        let merging = [
+            f("unlink_chunk.constprop.0"),
+            f("malloc_consolidate"),
+            f("_int_malloc"),
+            f("__posix_memalign"),
+            f("std::sys::alloc::unix::aligned_malloc"),
+            own("svc::spawn_workers"),
+        ];
+        let computing = [f("svc_lib::hash"), own("svc::run")];
+        let advice = |samples: &[&[Frame]]| {
+            advise(&Evidence {
+                samples,
+                ..evidence(Reason::Cpu, "running", &merging)
+            })
+        };
+        assert_eq!(advice(&[&merging, &merging, &computing]), ALLOCATOR);
+        // In fewer than half the samples, it is the computation's.
+        assert_ne!(advice(&[&merging, &computing, &computing]), ALLOCATOR);
+        // Inside a drop, it is the drop's.
+        let dropping = [
+            f("malloc_consolidate"),
+            f("_int_free"),
+            f("core::ptr::drop_in_place<hashbrown::map::HashMap<u64,alloc::string::String>>"),
+            own("svc::evict"),
+        ];
+        assert_eq!(advise(&evidence(Reason::Cpu, "running", &dropping)), DROP);
+        // Past the service's own frame, or blocked, it is not what the time went to.
+        let copy = [
+            f("malloc_consolidate.part.0"),
+            f("_int_malloc"),
+            own("svc::run"),
+        ];
+        assert_eq!(advise(&evidence(Reason::Cpu, "running", &copy)), ALLOCATOR);
+        let other = [f("malloc_consolidated_stats"), own("svc::run")];
+        assert_ne!(advise(&evidence(Reason::Cpu, "running", &other)), ALLOCATOR);
+        let past = [f("svc_lib::hash"), own("svc::run"), f("malloc_consolidate")];
+        assert_ne!(advise(&evidence(Reason::Cpu, "running", &past)), ALLOCATOR);
+        assert_ne!(
+            advise(&evidence(Reason::LockWait, "futex", &merging)),
+            ALLOCATOR
+        );
     }
 
     #[test]

@@ -589,6 +589,16 @@ pub fn run(case: &Case, variant: Variant, workers: usize, tasks: usize, full: bo
     let elapsed = start.elapsed();
     drop(rt);
     detector.shutdown();
+    // What this case freed, merged here, with no runtime running: glibc's malloc keeps the
+    // small blocks freed into an arena unmerged, and a thread that exits leaves its arena to
+    // the next thread started, which merges them on its first large allocation. After
+    // `large_drop`, a fresh runtime's worker that took over its arena was pinned 390 ms in its
+    // first `tokio::spawn` (see `malloc_merge`), in the next case.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes an integer and only works on the allocator's own state.
+    unsafe {
+        libc::malloc_trim(0);
+    }
     let events = std::mem::take(&mut *events.lock().unwrap());
     Outcome {
         elapsed,

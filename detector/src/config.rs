@@ -218,7 +218,8 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_RECORD_MAX_AGE",
         default: "off",
-        doc: "the recording also rotates when its current file is this old (`1h`); `off`: never",
+        doc: "the recording also rotates when its current file is this old (`1h`; at least \
+              `1m`); `off`: never",
     },
     EnvVar {
         name: "PINWATCH_RECORD_KEEP",
@@ -232,7 +233,7 @@ pub const ENV_VARS: &[EnvVar] = &[
               at most this many bytes of their JSON lines, for `pinwatch ctl <pid> dump`; the \
               oldest are dropped (and counted) to make room. An event is about 0.9 KB with \
               short stacks (4 MiB: the last ~2,000 pins), 12–17 KB with full ones (~120–170 \
-              pins); at most `1GiB`; `off`: none",
+              pins); from `4KiB` to `1GiB`; `off`: none",
     },
     EnvVar {
         name: "PINWATCH_DUMP_ON_EXIT",
@@ -662,13 +663,14 @@ impl Config {
                     "is empty; give the path of a file to append to, or unset the variable",
                 ));
             }
+            not_dash("PINWATCH_RECORD", &v)?;
             self.record = Some(PathBuf::from(v));
         }
         if let Some(v) = read("PINWATCH_RECORD_MAX_SIZE")? {
             self.record_max_size = env("PINWATCH_RECORD_MAX_SIZE", &v, parse_record_size)?;
         }
         if let Some(v) = read("PINWATCH_RECORD_MAX_AGE")? {
-            self.record_max_age = env("PINWATCH_RECORD_MAX_AGE", &v, parse_age)?;
+            self.record_max_age = env("PINWATCH_RECORD_MAX_AGE", &v, parse_record_age)?;
         }
         if let Some(v) = read("PINWATCH_RECORD_KEEP")? {
             self.record_keep = parse_count("PINWATCH_RECORD_KEEP", &v, usize::MAX)?;
@@ -685,6 +687,7 @@ impl Config {
                      unset the variable",
                 ));
             }
+            not_dash("PINWATCH_DUMP_ON_EXIT", &v)?;
             self.dump_on_exit = Some(PathBuf::from(v));
         }
         if let Some(v) = read("PINWATCH_CONTROL")? {
@@ -1038,6 +1041,21 @@ pub(crate) fn parse_age(v: &str) -> Result<Option<Duration>, String> {
     duration(v).map(Some).map_err(|e| format!("{e}, or `off`"))
 }
 
+/// Refuses `-` for a file the service writes: it names no standard output here, only a file
+/// called `-` in the service's working directory (helper-119).
+fn not_dash(name: &'static str, v: &str) -> Result<(), Error> {
+    if v.trim() != "-" {
+        return Ok(());
+    }
+    Err(Error::invalid_env(
+        name,
+        v.to_owned(),
+        "is `-`, which the service would take for a file called `-` in its working directory, \
+         not its standard output; name the file (`./-` for one called `-`), and read it with \
+         `pinwatch print`",
+    ))
+}
+
 /// A size in bytes (`64KB`, `100MB`, `1GiB`, or a plain number), or `off`.
 pub(crate) fn parse_size(v: &str) -> Result<Option<u64>, String> {
     if is_off(v) {
@@ -1069,9 +1087,39 @@ pub(crate) fn parse_record_size(v: &str) -> Result<Option<u64>, String> {
     }
 }
 
-/// A flight recording's bound: a size of at most [`MAX_FLIGHT_SIZE`], or `off`.
+/// The shortest age a recording file may rotate at, from outside the program (the
+/// environment, `ctl record start --max-age`): a pin is reported again every report interval
+/// (a second by default), and a shorter bound makes a file of every few reports, the kept ones
+/// the last seconds of the recording (helper-119: `1ms` with `PINWATCH_RECORD_KEEP=2` left 3
+/// of 12 events).
+pub const MIN_RECORD_MAX_AGE: Duration = Duration::from_secs(60);
+
+/// A recording's rotation age: at least [`MIN_RECORD_MAX_AGE`], or `off`.
+pub(crate) fn parse_record_age(v: &str) -> Result<Option<Duration>, String> {
+    match parse_age(v)? {
+        Some(d) if d < MIN_RECORD_MAX_AGE => Err(
+            "is below the floor of 1m: a younger file would rotate every few reports, and the \
+             files kept hold only the last seconds; write `1m` or more, or `off`"
+                .to_owned(),
+        ),
+        d => Ok(d),
+    }
+}
+
+/// The smallest flight recording, from outside the program (the environment): a pin's report
+/// is about 0.9 KB with short stacks, and a smaller buffer keeps a report or two, or none
+/// (helper-119: `1B` was taken, and every dump was empty).
+pub const MIN_FLIGHT_SIZE: u64 = 4_096;
+
+/// A flight recording's bound: a size from [`MIN_FLIGHT_SIZE`] to [`MAX_FLIGHT_SIZE`], or
+/// `off`.
 pub(crate) fn parse_flight_size(v: &str) -> Result<Option<u64>, String> {
     match parse_size(v)? {
+        Some(b) if b < MIN_FLIGHT_SIZE => Err(
+            "is below the floor of 4KiB: a smaller buffer would keep a report or two, or none; \
+             write `4KiB` or more, or `off`"
+                .to_owned(),
+        ),
         Some(b) if b > MAX_FLIGHT_SIZE => Err(format!(
             "is more than the largest flight recording, {} (1GiB); give a smaller size, or `off`",
             MAX_FLIGHT_SIZE
@@ -1521,6 +1569,13 @@ mod tests {
                 "a host name is not looked up",
             ),
             ("PINWATCH_RECORD_MAX_SIZE", "10", "below the floor of 64KB"),
+            ("PINWATCH_RECORD_MAX_AGE", "1ms", "below the floor of 1m"),
+            ("PINWATCH_RECORD_MAX_AGE", "59s", "below the floor of 1m"),
+            ("PINWATCH_FLIGHT_SIZE", "1B", "below the floor of 4KiB"),
+            ("PINWATCH_FLIGHT_SIZE", "4095", "below the floor of 4KiB"),
+            ("PINWATCH_RECORD", "-", "a file called `-`"),
+            ("PINWATCH_RECORD", " - ", "a file called `-`"),
+            ("PINWATCH_DUMP_ON_EXIT", "-", "a file called `-`"),
             (
                 "PINWATCH_RECORD_MAX_SIZE",
                 "63999",
@@ -1536,6 +1591,16 @@ mod tests {
                 .record_max_size,
             Some(64_000)
         );
+        // The floors themselves are taken, and `./-` is a file called `-`.
+        let c = with(&[
+            ("PINWATCH_RECORD_MAX_AGE", "1m"),
+            ("PINWATCH_FLIGHT_SIZE", "4KiB"),
+            ("PINWATCH_RECORD", "./-"),
+        ])
+        .unwrap();
+        assert_eq!(c.record_max_age, Some(Duration::from_secs(60)));
+        assert_eq!(c.flight_size, Some(4_096));
+        assert_eq!(c.record.as_deref(), Some(std::path::Path::new("./-")));
         // As a switch, a stacks setting in capitals.
         assert_eq!(
             with(&[("PINWATCH_STACKS", "FULL")]).unwrap().stacks,

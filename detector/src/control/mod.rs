@@ -689,7 +689,8 @@ fn rotation(
             crate::config::parse_record_size(&v).map_err(|e| format!("max size {v:?} {e}"))?;
     }
     if let Some(v) = max_age {
-        r.max_age = crate::config::parse_age(&v).map_err(|e| format!("max age {v:?} {e}"))?;
+        r.max_age =
+            crate::config::parse_record_age(&v).map_err(|e| format!("max age {v:?} {e}"))?;
     }
     match keep {
         Some(0) => return Err("keep must be at least 1".to_owned()),

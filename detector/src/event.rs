@@ -1347,6 +1347,10 @@ impl PinnedEvent {
             }
         } else if let Some(op) = &self.blocking_operation {
             s.push_str(&format!(" blocking_operation={op}"));
+        } else {
+            // Nothing read of the thread yet, or nothing readable (helper-119: a `/proc` the
+            // process may not read left "ms:; task 5").
+            s.push_str(" reason unknown");
         }
         if let Some(advice) = &self.advice {
             s.push_str(&format!(" — {advice}"));
@@ -2394,6 +2398,16 @@ mod tests {
                 "; the block_on body (at src/main.rs:10:5), blocked its thread, holding no \
                  worker (tokio-runtime-worker, tid 4242)"
             ),
+            "{}",
+            e.headline()
+        );
+        // Nothing known of where or why: said so, not left blank.
+        e.reason = None;
+        e.advice = None;
+        e.blocking_operation = None;
+        assert!(
+            e.headline()
+                .starts_with("pinned completed for 100.2 ms: reason unknown; the block_on body"),
             "{}",
             e.headline()
         );

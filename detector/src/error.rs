@@ -49,13 +49,12 @@ pub enum Error {
     },
     /// The Prometheus endpoint cannot listen.
     #[error(
-        "PINWATCH_PROMETHEUS_ADDR={addr}: cannot listen there ({reason}); pick a free port, or \
-         unset the variable"
+        "PINWATCH_PROMETHEUS_ADDR={addr}: cannot listen there: {reason}; or unset the variable"
     )]
     PrometheusListen {
         /// The address.
         addr: std::net::SocketAddr,
-        /// Why.
+        /// Why, and what to do.
         reason: String,
     },
     /// The OTLP exporter cannot start (a bad `OTEL_EXPORTER_OTLP_*` value, or its client).

@@ -181,13 +181,13 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
             return Err(format!(
-                "its directory {} is not a directory; give a path in a directory that exists",
+                "is in {}, which is not a directory; give a path in a directory that exists",
                 dir.display()
             ))
         }
         Err(e) => {
             return Err(format!(
-                "its directory {} cannot be used ({e}); make it, or give a path in a directory \
+                "is in {}, which cannot be used ({e}); make it, or give a path in a directory \
                  that exists",
                 dir.display()
             ))
@@ -198,17 +198,32 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
     // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
         return Err(format!(
-            "its directory {} is not writable by this process ({}); give a directory it may \
+            "is in {}, which this process may not write to ({}); give a directory it may \
              write to",
             dir.display(),
             std::io::Error::last_os_error()
         ));
     }
     if let Ok(m) = std::fs::symlink_metadata(&path) {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        let what = if t.is_dir() {
+            "a directory"
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_symlink() {
+            "a symbolic link"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
         if !m.is_file() {
             return Err(format!(
-                "names something other than a regular file: {} exists (a directory, a \
-                 device, a link…); give the path of a file",
+                "names something other than a regular file: {} is {what}, which the dump \
+                 would replace; give the path of a file",
                 path.display()
             ));
         }
@@ -758,7 +773,23 @@ mod tests {
         assert!(err.contains("/nonexistent-dir"), "{err}");
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         let err = check_dump_path(&dir.path().join("sub")).unwrap_err();
-        assert!(err.contains("something other than a regular file"), "{err}");
+        assert!(
+            err.contains("something other than a regular file") && err.contains("is a directory"),
+            "{err}"
+        );
+        // Each kind named (helper-119: a FIFO was "a directory, a device, a link…").
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(fifo.as_os_str()))
+            .unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = check_dump_path(&fifo).unwrap_err();
+        assert!(err.contains("is a FIFO"), "{err}");
+        let err = check_dump_path(&dir.path().join("sub/none/d.jsonl")).unwrap_err();
+        assert!(
+            err.starts_with("is in ") && err.contains("/sub/none, which"),
+            "{err}"
+        );
         assert_eq!(
             with_pid(Path::new("/x/f-%p.jsonl")),
             PathBuf::from(format!("/x/f-{}.jsonl", std::process::id()))

@@ -619,6 +619,22 @@ pub(crate) struct Endpoint {
     server: super::http::Server,
 }
 
+/// What to change when the endpoint cannot listen, by why: "pick a free port" was said of an
+/// address that is not this host's too (helper-119).
+fn listen_hint(kind: std::io::ErrorKind) -> &'static str {
+    match kind {
+        std::io::ErrorKind::AddrInUse => "pick a free port",
+        std::io::ErrorKind::AddrNotAvailable => {
+            "no interface of this host has that address: give one of its own (127.0.0.1, or \
+             0.0.0.0 for every interface)"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            "a port below 1024 needs a privilege this process lacks: pick a higher one"
+        }
+        _ => "pick another address or port",
+    }
+}
+
 impl Endpoint {
     /// Listens on `addr` and serves `collector` until dropped.
     pub(crate) fn serve(
@@ -627,8 +643,8 @@ impl Endpoint {
         flight: Option<super::Flight>,
     ) -> Result<Endpoint, Error> {
         let listen_error = |reason: String| Error::PrometheusListen { addr, reason };
-        let listener =
-            std::net::TcpListener::bind(addr).map_err(|e| listen_error(e.to_string()))?;
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|e| listen_error(format!("{e}; {}", listen_hint(e.kind()))))?;
         let registry = Registry::new();
         registry
             .register(Box::new(collector))
@@ -1294,7 +1310,13 @@ mod tests {
             .map(|_| ())
             .unwrap_err()
             .to_string();
-        assert!(failed.contains("cannot listen there"), "{failed}");
+        assert!(
+            failed.contains("cannot listen there") && failed.contains("pick a free port"),
+            "{failed}"
+        );
+        // An address that is not this host's is said to be so.
+        assert!(listen_hint(std::io::ErrorKind::AddrNotAvailable).contains("no interface"));
+        assert!(listen_hint(std::io::ErrorKind::PermissionDenied).contains("below 1024"));
         assert!(
             !has(&registry),
             "a start that failed after registering takes its metrics out"

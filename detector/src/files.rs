@@ -205,21 +205,7 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
         ));
     }
     if let Ok(m) = std::fs::symlink_metadata(&path) {
-        use std::os::unix::fs::FileTypeExt;
-        let t = m.file_type();
-        let what = if t.is_dir() {
-            "a directory"
-        } else if t.is_fifo() {
-            "a FIFO"
-        } else if t.is_symlink() {
-            "a symbolic link"
-        } else if t.is_char_device() || t.is_block_device() {
-            "a device"
-        } else if t.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        };
+        let what = kind(m.file_type());
         if !m.is_file() {
             return Err(format!(
                 "names something other than a regular file: {} is {what}, which the dump \
@@ -229,6 +215,24 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// What a file that is not a regular file is, for a message: "it is a FIFO".
+pub(crate) fn kind(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// The `k`-th rotated file of the recording `path`: `rec.jsonl` → `rec.1.jsonl`, `rec` →

@@ -315,12 +315,13 @@ pub(crate) async fn large_drop(variant: Variant, n: usize, full: bool) -> Option
             })
         })
         .collect();
-    let worst = crate::join_all(handles)
-        .await
-        .into_iter()
-        .max()
-        .unwrap_or_default();
-    Some(format!("evict took {}", crate::table::ms(worst)))
+    Some(format!("evict took {}", slowest(handles).await))
+}
+
+/// The longest of the times the tasks of `handles` return, as a table cell.
+async fn slowest(handles: Vec<tokio::task::JoinHandle<Duration>>) -> String {
+    let worst = crate::join_all(handles).await.into_iter().max();
+    crate::table::ms(worst.unwrap_or_default())
 }
 
 /// How many entries [`malloc_merge`] inserts a poll: a few milliseconds' work.
@@ -370,12 +371,7 @@ pub(crate) async fn malloc_merge(variant: Variant, n: usize, full: bool) -> Opti
             })
         })
         .collect();
-    let worst = crate::join_all(handles)
-        .await
-        .into_iter()
-        .max()
-        .unwrap_or_default();
-    Some(format!("spawn took {}", crate::table::ms(worst)))
+    Some(format!("spawn took {}", slowest(handles).await))
 }
 
 /// `n` tasks each read a stream whose peer has closed, buffered as a TLS layer buffers it

@@ -440,7 +440,6 @@ fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
 ///
 /// [`planted_symlinks`]: crate::files::planted_symlinks
 fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
-    use std::os::unix::fs::FileTypeExt;
     // A new recording is its owner's only (stacks, span fields and thread names say what the
     // service does); an existing file keeps its mode.
     let opened = crate::files::open_unplanted(
@@ -456,16 +455,7 @@ fn append(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     let file = opened.file;
     let meta = file.metadata()?;
     if !meta.is_file() {
-        let t = meta.file_type();
-        return Err(not_a_file(if t.is_fifo() {
-            "a FIFO"
-        } else if t.is_char_device() || t.is_block_device() {
-            "a device"
-        } else if t.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        }));
+        return Err(not_a_file(crate::files::kind(meta.file_type())));
     }
     if let Some(fs) = kernel_fs(&file) {
         return Err(not_a_file(&format!(

@@ -197,7 +197,8 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_THRESHOLD",
         default: "20ms",
-        doc: "a poll running at least this long is pinned (humantime: `20ms`, `1s`; at least `1ms`)",
+        doc:
+            "a poll running at least this long is pinned (humantime: `20ms`, `1s`; at least `1ms`)",
     },
     EnvVar {
         name: "PINWATCH_REPORT_INTERVAL",
@@ -286,8 +287,9 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_SCAN_INTERVAL",
         default: "2ms",
-        doc: "the watchdog's scan period while any worker is busy (at least `1ms`; never more than a \
-              quarter of the threshold); while every worker is parked it sleeps until one unparks",
+        doc: "the watchdog's scan period while any worker is busy (set to at least `1ms`; never \
+              more than a quarter of the threshold, so shorter under a threshold below `4ms`); \
+              while every worker is parked it sleeps until one unparks",
     },
     EnvVar {
         name: "PINWATCH_WATCHDOG_NICE",

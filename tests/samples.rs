@@ -196,7 +196,6 @@ fn every_case_binary_has_help() {
         env!("CARGO_BIN_EXE_blocked_log"),
         env!("CARGO_BIN_EXE_block_on_in_drop"),
         env!("CARGO_BIN_EXE_large_drop"),
-        env!("CARGO_BIN_EXE_malloc_merge"),
         env!("CARGO_BIN_EXE_spin_read"),
     ] {
         let out = run(bin, &["--help"]);

@@ -47,7 +47,6 @@ fn tour_detects_every_bad_case_and_no_fixed_one() {
         ("blocked_log", "io"),
         ("block_on_in_drop", "other"),
         ("large_drop", "cpu"),
-        ("malloc_merge", "cpu"),
         ("spin_read", "cpu"),
     ] {
         let row = stdout

@@ -375,18 +375,6 @@ pub fn cases() -> Vec<Case> {
             body: |v, n, full| Box::pin(services::large_drop(v, n, full)),
         },
         Case {
-            name: "malloc_merge",
-            about: "tasks build a cache of a million entries on the worker, evict it in \
-                    spawn_blocking, then spawn a task: glibc's malloc merges the freed blocks in \
-                    that spawn",
-            expected: Reason::Cpu,
-            allowed: &[Reason::Cpu],
-            min_expected: 2,
-            workers: 2,
-            tasks: (2, 2),
-            body: |v, n, full| Box::pin(services::malloc_merge(v, n, full)),
-        },
-        Case {
             name: "spin_read",
             about: "tasks loop 600 ms on a buffered read that returns Ok(0) at once (the peer \
                     closed; no system call)",
@@ -593,8 +581,8 @@ pub fn run(case: &Case, variant: Variant, workers: usize, tasks: usize, full: bo
     // small blocks freed into an arena unmerged, and a thread that exits leaves its arena to
     // the next thread started, which merges them on its first large allocation. After
     // `large_drop`, a fresh runtime's worker that took over its arena was pinned 390 ms in its
-    // first `tokio::spawn` (see `malloc_merge`), in the next case.
-    #[cfg(target_env = "gnu")]
+    // first `tokio::spawn`, in the next case (docs/reasons.md, "the allocator merging").
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes an integer and only works on the allocator's own state.
     unsafe {
         libc::malloc_trim(0);
@@ -975,10 +963,6 @@ fn article(name: &str) -> &'static str {
         }
         "block_on_in_drop" => "seen in a connection pool whose Drop blocked on its close",
         "large_drop" => "seen in a service evicting a two-million-entry map",
-        "malloc_merge" => {
-            "found by the tour: after large_drop, a fresh runtime's worker that took over that \
-             case's malloc arena was pinned 390 ms in its first tokio::spawn"
-        }
         "spin_read" => {
             "oxidecomputer/omicron#9619: a TLS read loop spinning on Ok(0) wedged a sled agent"
         }

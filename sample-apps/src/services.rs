@@ -1,7 +1,7 @@
 //! The cases found in real services (pinwatch tried on reproductions of blocking bugs from
 //! public projects): the time spent inside a library the service calls, a log writer on a
-//! full pipe, an executor's `block_on` in a `Drop`, a large value dropped on a worker, the
-//! allocator merging freed blocks on a worker, a loop on a read that returns at once. Each says, beside its reason, what pinwatch must name —
+//! full pipe, an executor's `block_on` in a `Drop`, a large value dropped on a worker, a loop
+//! on a read that returns at once. Each says, beside its reason, what pinwatch must name —
 //! the service's own line, and the advice that fits — and [`check`] checks it.
 
 use std::sync::Arc;
@@ -41,7 +41,6 @@ pub fn check(case: &str, events: &[PinnedEvent]) -> Result<(), String> {
         "blocked_log" => advised(events, Reason::Io, "tracing_appender::non_blocking"),
         "block_on_in_drop" => advised(events, Reason::Other, ".await the future"),
         "large_drop" => advised(events, Reason::Cpu, "drop it there"),
-        "malloc_merge" => advised(events, Reason::Cpu, "glibc.malloc.mxfast=0"),
         "spin_read" => advised(events, Reason::Cpu, "stop the loop on Ok(0)"),
         _ => Ok(()),
     }
@@ -315,63 +314,12 @@ pub(crate) async fn large_drop(variant: Variant, n: usize, full: bool) -> Option
             })
         })
         .collect();
-    Some(format!("evict took {}", slowest(handles).await))
-}
-
-/// The longest of the times the tasks of `handles` return, as a table cell.
-async fn slowest(handles: Vec<tokio::task::JoinHandle<Duration>>) -> String {
-    let worst = crate::join_all(handles).await.into_iter().max();
-    crate::table::ms(worst.unwrap_or_default())
-}
-
-/// How many entries [`malloc_merge`] inserts a poll: a few milliseconds' work.
-const SLICE: u64 = 2_000;
-
-/// `n` tasks each build a cache of a million entries (two at full size) on the worker, a slice
-/// a poll (no poll near the threshold), evict it in `spawn_blocking` as `large_drop`'s fix does,
-/// then spawn a connection's task (a 4 KiB buffer in its future). glibc's malloc keeps the small
-/// blocks freed into the worker's arena unmerged (its fastbins), and merges them all at once on
-/// the next allocation of a large block there (`malloc_consolidate`): the spawn's, on the
-/// worker. `Fixed`: the cache is built in `spawn_blocking` too, so that its blocks are another
-/// arena's. Found by the tour: after `large_drop`, a fresh runtime's worker that took over that
-/// case's arena was pinned 390 ms in its first `tokio::spawn`.
-pub(crate) async fn malloc_merge(variant: Variant, n: usize, full: bool) -> Option<String> {
-    let entries = if full { 2_000_000 } else { 1_000_000 };
-    let handles = (0..n)
-        .map(|_| {
-            tokio::spawn(async move {
-                let cache = match variant {
-                    Variant::Fixed => tokio::task::spawn_blocking(move || build_cache(entries))
-                        .await
-                        .expect("build"),
-                    _ => {
-                        let mut cache = std::collections::HashMap::with_capacity(entries as usize);
-                        for i in 0..entries {
-                            cache.insert(i, format!("value {i}"));
-                            if i % SLICE == SLICE - 1 {
-                                tokio::task::yield_now().await;
-                            }
-                        }
-                        cache
-                    }
-                };
-                tokio::task::spawn_blocking(move || drop(cache))
-                    .await
-                    .expect("drop");
-                let start = Instant::now();
-                // pinned: the spawn's allocation merges the freed blocks
-                let conn = tokio::spawn(async {
-                    let buf = [0u8; 4096];
-                    tokio::task::yield_now().await;
-                    std::hint::black_box(buf)[0]
-                });
-                let spawned = start.elapsed();
-                conn.await.expect("connection");
-                spawned
-            })
-        })
-        .collect();
-    Some(format!("spawn took {}", slowest(handles).await))
+    let worst = crate::join_all(handles)
+        .await
+        .into_iter()
+        .max()
+        .unwrap_or_default();
+    Some(format!("evict took {}", crate::table::ms(worst)))
 }
 
 /// `n` tasks each read a stream whose peer has closed, buffered as a TLS layer buffers it

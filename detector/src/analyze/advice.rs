@@ -4,13 +4,15 @@
 //! wins; docs/reasons.md has the table):
 //!
 //! 1. `futures::executor::block_on` (or `pollster`'s) on the stack: `.await` the future.
-//! 2. Running (`cpu`), dropping a value (`drop_in_place`) between where the time went and the
+//! 2. Time that went inside glibc's malloc, above the service's code: running (`cpu`) in
+//!    `malloc_consolidate` (merging the small blocks freed earlier, all at once), in
+//!    `malloc_trim`, or in frames it gives no name (no debug symbols for glibc) above one of its
+//!    entry points, in at least half the samples; or waiting in a futex for one of its arena
+//!    locks (`__lll_lock_wait_private` under an entry point). `GLIBC_TUNABLES=
+//!    glibc.malloc.mxfast=0` has frees merge as they happen; `malloc_trim` goes off the worker.
+//!    Before the drop's rule: a drop that frees a large block merges what was freed before.
+//! 3. Running (`cpu`), dropping a value (`drop_in_place`) between where the time went and the
 //!    service's code: a large value, dropped on a worker; drop it in `spawn_blocking`.
-//! 3. Running, the C library's allocator merging freed memory (glibc's `malloc_consolidate`)
-//!    between where the time went and the service's code, in at least half the samples: small
-//!    blocks freed earlier into the thread's arena (a large value built on the worker, dropped
-//!    on it or in `spawn_blocking`) are merged in this call; build such values off the worker,
-//!    or have frees merge as they happen (`GLIBC_TUNABLES=glibc.malloc.mxfast=0`).
 //! 4. A write blocked on standard output or error, or on a pipe or terminal by a log writer
 //!    (std's stdio, a logging crate's) on the stack: a log writer that blocks; a non-blocking
 //!    one (`tracing_appender::non_blocking`).
@@ -56,13 +58,24 @@ pub(crate) struct Evidence<'a> {
 pub(crate) const BLOCK_ON: &str = "it blocks the worker in an executor's block_on inside a task: \
     .await the future instead (or run the blocking wait in tokio::task::spawn_blocking)";
 pub(crate) const DROP: &str = "it drops a large value on the worker: move it into \
-    tokio::task::spawn_blocking and drop it there (or drop it in pieces); if it was built on a \
-    worker, glibc's malloc merges its freed blocks there later, all at once: build it in \
-    spawn_blocking too, or run with GLIBC_TUNABLES=glibc.malloc.mxfast=0";
-pub(crate) const ALLOCATOR: &str = "glibc's malloc merges, in this call, the small blocks \
-    freed since it last did into this thread's arena (a large value built on this worker, then \
-    dropped, on it or in spawn_blocking): build such values in spawn_blocking too, or run with \
-    GLIBC_TUNABLES=glibc.malloc.mxfast=0 (frees merge as they happen)";
+    tokio::task::spawn_blocking and drop it there (or drop it in pieces); with glibc's malloc, \
+    also run with GLIBC_TUNABLES=glibc.malloc.mxfast=0, or its freed blocks are merged later, \
+    all at once, by a worker that allocates in their arena";
+pub(crate) const ALLOCATOR: &str = "glibc's malloc merges, in this call, the small blocks freed \
+    into this arena since it last did (a large drop, here, on another thread or in \
+    spawn_blocking): run with GLIBC_TUNABLES=glibc.malloc.mxfast=0, so that frees merge as \
+    they happen; building or dropping such values off the workers helps only where those \
+    threads do not share the worker's arena (MALLOC_ARENA_MAX)";
+pub(crate) const ALLOCATOR_UNNAMED: &str = "the time went inside glibc's malloc itself (its \
+    own functions are not named here; glibc's debug symbols, libc6-dbg, name them): most often \
+    it is merging, all at once, the small blocks freed into this arena since it last did; if \
+    so, run with GLIBC_TUNABLES=glibc.malloc.mxfast=0, so that frees merge as they happen";
+pub(crate) const ALLOCATOR_TRIM: &str = "malloc_trim merges and hands back the free memory of \
+    every arena, on the worker: call it in tokio::task::spawn_blocking";
+pub(crate) const ALLOCATOR_LOCK: &str = "it waits for a lock of glibc's malloc (an arena's), \
+    which another thread holds while it merges or hands back the blocks freed into that arena \
+    (a large drop or malloc_trim, in spawn_blocking too): run with \
+    GLIBC_TUNABLES=glibc.malloc.mxfast=0, and call malloc_trim where no worker allocates";
 pub(crate) const BLOCKED_WRITE: &str = "a write to standard output or error (a pipe or a \
     terminal) blocks while its reader is slow or gone: log through a non-blocking writer \
     (tracing_appender::non_blocking), or keep logs off the workers";
@@ -85,6 +98,11 @@ pub(crate) fn advise(e: &Evidence<'_>) -> String {
         return BLOCK_ON.to_owned();
     }
     let all = || std::iter::once(e.frames).chain(e.samples.iter().copied());
+    // Before the drop's: a drop that frees a large block merges what was freed before it,
+    // whatever its own size (helper-120: a 100 KB buffer's was "a large value").
+    if let Some(advice) = allocator(e) {
+        return advice.to_owned();
+    }
     // Most samples (the top frame's among them) inside a drop, above the service's own frame.
     let dropping = |s: &[Frame]| {
         let own = s.iter().position(is_own_code);
@@ -93,13 +111,6 @@ pub(crate) fn advise(e: &Evidence<'_>) -> String {
     let drops = e.samples.iter().filter(|s| dropping(s)).count();
     if e.reason == Reason::Cpu && dropping(e.frames) && drops * 2 >= e.samples.len() {
         return DROP.to_owned();
-    }
-    // Likewise in the allocator's merge of what was freed before (not in a drop: that is the
-    // large drop's own, above).
-    let merging = |s: &[Frame]| above_own(s).iter().any(is_malloc_consolidate);
-    let merges = e.samples.iter().filter(|s| merging(s)).count();
-    if e.reason == Reason::Cpu && merging(e.frames) && merges * 2 >= e.samples.len() {
-        return ALLOCATOR.to_owned();
     }
     let is_write = matches!(e.operation, "write" | "writev" | "pwrite64" | "pwritev");
     let logging = || above_own(e.frames).iter().any(is_log_writer);
@@ -274,6 +285,79 @@ fn is_drop(f: &Frame) -> bool {
     names(f).is_some_and(|(_, last)| last == "drop_in_place")
 }
 
+/// Where glibc's malloc took a pin's time, above the service's frame.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InMalloc {
+    /// Merging what was freed before ([`is_malloc_consolidate`]).
+    Merging,
+    /// In `malloc_trim`, called on the worker.
+    Trim,
+    /// In frames it gives no name (no debug symbols for glibc) above its entry point.
+    Unnamed,
+}
+
+/// Where in glibc's malloc `frames` (innermost first) are, if they are.
+fn in_malloc(frames: &[Frame]) -> Option<InMalloc> {
+    if frames
+        .iter()
+        .any(|f| matches!(f.function.as_deref(), Some("malloc_trim" | "__malloc_trim")))
+    {
+        return Some(InMalloc::Trim);
+    }
+    if frames.iter().any(is_malloc_consolidate) {
+        return Some(InMalloc::Merging);
+    }
+    // An allocation's entry only: unnamed time in `free` is a large drop's too (the drop's
+    // rule says so), and in `calloc` or `realloc` may be their zeroing or copying.
+    let entry = frames.iter().position(|f| is_malloc_entry(f, false))?;
+    (entry > 0 && frames[..entry].iter().all(|f| f.function.is_none())).then_some(InMalloc::Unnamed)
+}
+
+/// The advice for time that went inside glibc's malloc: a pin running there in at least half
+/// its samples, or one waiting for one of its arena locks.
+fn allocator(e: &Evidence<'_>) -> Option<&'static str> {
+    let frames = above_own(e.frames);
+    match e.reason {
+        Reason::Cpu => {
+            let at = in_malloc(frames)?;
+            let inside = e
+                .samples
+                .iter()
+                .filter(|s| in_malloc(above_own(s)).is_some())
+                .count();
+            (inside * 2 >= e.samples.len()).then_some(match at {
+                InMalloc::Merging => ALLOCATOR,
+                InMalloc::Trim => ALLOCATOR_TRIM,
+                InMalloc::Unnamed => ALLOCATOR_UNNAMED,
+            })
+        }
+        Reason::LockWait | Reason::Other
+            if e.operation == "futex"
+                && frames
+                    .iter()
+                    .any(|f| f.function.as_deref() == Some("__lll_lock_wait_private"))
+                && frames.iter().any(|f| is_malloc_entry(f, true)) =>
+        {
+            Some(ALLOCATOR_LOCK)
+        }
+        _ => None,
+    }
+}
+
+/// One of glibc's allocation functions, as its dynamic symbol table names it (named without
+/// glibc's debug symbols too), that neither zeroes nor copies; with `any`, also `calloc`,
+/// `realloc` and `free`.
+fn is_malloc_entry(f: &Frame, any: bool) -> bool {
+    let Some(name) = f.function.as_deref() else {
+        return false;
+    };
+    let name = name.trim_start_matches("__libc_").trim_start_matches("__");
+    matches!(
+        name,
+        "malloc" | "posix_memalign" | "aligned_alloc" | "memalign" | "valloc" | "pvalloc"
+    ) || (any && matches!(name, "calloc" | "realloc" | "free" | "cfree"))
+}
+
 /// glibc's `malloc_consolidate`: its allocator merging the small blocks freed since it last did
 /// (kept aside unmerged, in its "fastbins"), all of them at once, on an allocation of a large
 /// block, a free that leaves one, or a trim. A million freed strings take it 200 ms of CPU
@@ -444,7 +528,7 @@ mod tests {
     }
 
     #[test]
-    fn glibc_merging_what_was_freed_before_is_told_apart_from_computing() {
+    fn time_inside_glibc_s_malloc_is_told_apart_from_computing() {
         // Sampled in a task's spawn on a worker, after another thread freed a million strings.
         let merging = [
             f("unlink_chunk.constprop.0"),
@@ -455,37 +539,100 @@ mod tests {
             own("svc::spawn_workers"),
         ];
         let computing = [f("svc_lib::hash"), own("svc::run")];
-        let advice = |samples: &[&[Frame]]| {
+        let advice = |frames: &[Frame], samples: &[&[Frame]]| {
             advise(&Evidence {
                 samples,
-                ..evidence(Reason::Cpu, "running", &merging)
+                ..evidence(Reason::Cpu, "running", frames)
             })
         };
-        assert_eq!(advice(&[&merging, &merging, &computing]), ALLOCATOR);
+        assert_eq!(
+            advice(&merging, &[&merging, &merging, &computing]),
+            ALLOCATOR
+        );
         // In fewer than half the samples, it is the computation's.
-        assert_ne!(advice(&[&merging, &computing, &computing]), ALLOCATOR);
-        // Inside a drop, it is the drop's.
-        let dropping = [
-            f("malloc_consolidate"),
-            f("_int_free"),
-            f("core::ptr::drop_in_place<hashbrown::map::HashMap<u64,alloc::string::String>>"),
-            own("svc::evict"),
-        ];
-        assert_eq!(advise(&evidence(Reason::Cpu, "running", &dropping)), DROP);
-        // Past the service's own frame, or blocked, it is not what the time went to.
+        assert_ne!(
+            advice(&merging, &[&merging, &computing, &computing]),
+            ALLOCATOR
+        );
+        // A compiler's copy of it; not another function of a like name.
         let copy = [
             f("malloc_consolidate.part.0"),
             f("_int_malloc"),
             own("svc::run"),
         ];
-        assert_eq!(advise(&evidence(Reason::Cpu, "running", &copy)), ALLOCATOR);
+        assert_eq!(advice(&copy, &[]), ALLOCATOR);
         let other = [f("malloc_consolidated_stats"), own("svc::run")];
-        assert_ne!(advise(&evidence(Reason::Cpu, "running", &other)), ALLOCATOR);
+        assert_ne!(advice(&other, &[]), ALLOCATOR);
+        // Inside a drop too: the drop freed a large block, which merged what was freed before.
+        let dropping = [
+            f("malloc_consolidate"),
+            f("_int_free"),
+            f("__libc_free"),
+            f("core::ptr::drop_in_place<alloc::vec::Vec<u8>>"),
+            own("svc::evict"),
+        ];
+        assert_eq!(advice(&dropping, &[]), ALLOCATOR);
+        // Without glibc's debug symbols: frames with no name above its entry point.
+        let unnamed = [
+            Frame::default(),
+            Frame::default(),
+            f("__posix_memalign"),
+            own("svc::spawn_workers"),
+        ];
+        assert_eq!(advice(&unnamed, &[&unnamed, &computing]), ALLOCATOR_UNNAMED);
+        // A named frame above the entry (memcpy of a realloc, say) is not that; nor unnamed
+        // time in a realloc (its copy), a calloc (its zeroing) or a free: a large drop's frees
+        // are the drop's.
+        let copying = [
+            f("__memmove_avx_unaligned_erms"),
+            f("realloc"),
+            own("svc::grow"),
+        ];
+        assert_ne!(advice(&copying, &[]), ALLOCATOR_UNNAMED);
+        for entry in ["__libc_realloc", "__libc_calloc"] {
+            let frames = [Frame::default(), f(entry), own("svc::grow")];
+            assert_ne!(advice(&frames, &[]), ALLOCATOR_UNNAMED, "{entry}");
+        }
+        let large_drop = [
+            Frame::default(),
+            f("__libc_free"),
+            f("core::ptr::drop_in_place<hashbrown::map::HashMap<u64,alloc::string::String>>"),
+            own("svc::evict"),
+        ];
+        assert_eq!(advice(&large_drop, &[&large_drop]), DROP);
+        // malloc_trim on the worker goes off it.
+        let trimming = [
+            f("malloc_consolidate"),
+            f("mtrim"),
+            f("malloc_trim"),
+            own("svc::give_back"),
+        ];
+        assert_eq!(advice(&trimming, &[]), ALLOCATOR_TRIM);
+        // Waiting for an arena's lock (helper-120: 703 ms in calloc while a drop in
+        // spawn_blocking merged the worker's arena).
+        let waiting = [
+            f("__lll_lock_wait_private"),
+            f("__libc_calloc"),
+            own("svc::alloc_buffers"),
+        ];
+        assert_eq!(
+            advise(&evidence(Reason::Other, "futex", &waiting)),
+            ALLOCATOR_LOCK
+        );
+        // Past the service's own frame, or blocked elsewhere, it is not what the time went to.
         let past = [f("svc_lib::hash"), own("svc::run"), f("malloc_consolidate")];
-        assert_ne!(advise(&evidence(Reason::Cpu, "running", &past)), ALLOCATOR);
+        assert_ne!(advice(&past, &[]), ALLOCATOR);
         assert_ne!(
             advise(&evidence(Reason::LockWait, "futex", &merging)),
             ALLOCATOR
+        );
+        let std_lock = [
+            f("std::sys::sync::mutex::futex::Mutex::lock_contended"),
+            own("svc::run"),
+        ];
+        assert_ne!(
+            advise(&evidence(Reason::LockWait, "futex", &std_lock)),
+            ALLOCATOR_LOCK
         );
     }
 

@@ -208,7 +208,8 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "PINWATCH_RECORD",
         default: "",
-        doc: "path of a JSON-lines recording, appended to; unset: no recording",
+        doc: "path of a JSON-lines recording, appended to (not `-`: `./-` names a file called \
+              `-`); unset: no recording",
     },
     EnvVar {
         name: "PINWATCH_RECORD_MAX_SIZE",
@@ -246,7 +247,7 @@ pub const ENV_VARS: &[EnvVar] = &[
               shuts the service down itself; a signal that already had a handler when pinwatch \
               started, or is ignored, is left alone (dump at shutdown only); never on SIGKILL, \
               an abort or the OOM killer; its directory must exist and be writable, checked at \
-              start-up; unset: no dump",
+              start-up (not `-`: `./-` names a file called `-`); unset: no dump",
     },
     EnvVar {
         name: "PINWATCH_CONTROL",

@@ -205,12 +205,12 @@ pub(crate) fn check_dump_path(path: &Path) -> Result<(), String> {
         ));
     }
     if let Ok(m) = std::fs::symlink_metadata(&path) {
-        let what = kind(m.file_type());
         if !m.is_file() {
             return Err(format!(
-                "names something other than a regular file: {} is {what}, which the dump \
-                 would replace; give the path of a file",
-                path.display()
+                "names something other than a regular file: {} is {}, which the dump would \
+                 replace; give the path of a file",
+                path.display(),
+                kind(m.file_type())
             ));
         }
     }

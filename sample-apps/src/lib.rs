@@ -581,7 +581,7 @@ pub fn run(case: &Case, variant: Variant, workers: usize, tasks: usize, full: bo
     // small blocks freed into an arena unmerged, and a thread that exits leaves its arena to
     // the next thread started, which merges them on its first large allocation. After
     // `large_drop`, a fresh runtime's worker that took over its arena was pinned 390 ms in its
-    // first `tokio::spawn`, in the next case (docs/reasons.md, "the allocator merging").
+    // first `tokio::spawn`, in the next case (docs/reasons.md, "time inside glibc's malloc").
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes an integer and only works on the allocator's own state.
     unsafe {
